@@ -1,0 +1,59 @@
+"""Multi-head causal self-attention (`A`: one head; `mA`: 16 heads x 8).
+
+Defaults: MAD paper App. B.3.2 (16 heads, head dim 8, no bias for linear layers);
+rotary position embeddings as in Transformer++ (MAD paper App. C.4.1).
+
+Layout: a fused `qkv` projection dim -> 3*heads*head_dim and `out` heads*head_dim -> dim.
+State: no fixed state; the KV cache holds keys and values of every past token,
+2 * heads * head_dim numbers per token (MAD paper §2.2: a dynamic state).
+FLOPs: App. C.4.1 (projections 6LD^2, attention 4L^2D + 2HL^2, out layer 2LD^2),
+with D replaced by heads*head_dim where the inner width differs from the model width.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import ConfigError, Primitive, divides, positive
+
+
+@dataclass(frozen=True)
+class Attention(Primitive):
+    heads: int
+    head_dim: int | None  # None: dim // heads
+    rotary: bool
+    rotary_base: float
+    bias: bool
+
+    name = "attention"
+    role = "sequence"
+    module = "madsl.layers.attention:Attention"
+
+    def validate(self) -> None:
+        positive(self, "heads", "head_dim")
+        if self.rotary_base <= 0:
+            raise ConfigError("rotary_base", "attention: rotary_base must be positive")
+        if self.head_dim is None:
+            divides(self, "heads", self.heads, self.dim, "dim")
+        if self.rotary and self.inner_head_dim % 2:
+            raise ConfigError("head_dim", f"attention: rotary embeddings need an even head_dim, "
+                                          f"got {self.inner_head_dim}", "set rotary=false or an even head_dim")
+
+    @property
+    def inner_head_dim(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.dim // self.heads
+
+    @property
+    def inner(self) -> int:
+        return self.heads * self.inner_head_dim
+
+    def params(self) -> int:
+        qkv = 3 * self.dim * self.inner + (3 * self.inner if self.bias else 0)
+        out = self.inner * self.dim + (self.dim if self.bias else 0)
+        return qkv + out
+
+    def kv_cache(self, seq_len: int) -> int:
+        return 2 * self.inner * seq_len
+
+    def flops(self, seq_len: int) -> int:
+        L, D, I, H = seq_len, self.dim, self.inner, self.heads
+        return 6 * L * D * I + 4 * L * L * I + 2 * H * L * L + 2 * L * I * D

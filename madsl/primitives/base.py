@@ -1,0 +1,182 @@
+"""The accounting side of a layer primitive: its hyperparameters, and its exact
+parameter count, fixed (recurrent) state, convolution state, dynamic state (KV
+cache) and FLOPs, computed analytically.
+
+This module and the primitives built on it never import torch: `madsl check`,
+`madsl expand` and the accounting of `madsl compile` must start in a fraction of
+a second. The torch side of each primitive lives in `madsl/layers/<name>.py`
+and is imported only by `Primitive.build()`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+Role = Literal["sequence", "channel", "both"]
+
+
+class ConfigError(ValueError):
+    """A hyperparameter of a primitive is missing, unknown, of the wrong type or out of range."""
+
+    def __init__(self, key: str | None, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.key = key
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one layer instance costs. All counts are per sequence (batch of one)."""
+
+    params: int
+    fixed_state: int  # recurrent state carried between tokens, independent of length
+    conv_state: int  # short-convolution buffers (reported apart from fixed_state, as the paper does)
+    kv_cache: int  # dynamic state at the given sequence length (attention's KV cache)
+    flops: int  # forward FLOPs for one sequence of the given length
+
+
+@dataclass(frozen=True)
+class Primitive:
+    """Base class. Subclasses are frozen dataclasses whose fields are the primitive's
+    hyperparameters; `dim` (the model width) is always the first field. Their
+    default values are data: they come from `stdlib/`, with their provenance."""
+
+    dim: int
+
+    name: ClassVar[str]
+    role: ClassVar[Role]
+    # "module.path:ClassName" of the torch module; imported lazily by build().
+    module: ClassVar[str]
+
+    # --- construction and validation -------------------------------------------------
+    @classmethod
+    def fields(cls) -> dict[str, Any]:
+        """Hyperparameter name -> annotated type (without `dim`)."""
+        hints = typing.get_type_hints(cls)
+        return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.name != "dim"}
+
+    @classmethod
+    def create(cls, dim: int, config: dict[str, Any]) -> "Primitive":
+        """Check names and types of `config`, then build and validate the primitive."""
+        fields = cls.fields()
+        for key in config:
+            if key not in fields:
+                import difflib
+
+                close = difflib.get_close_matches(key, list(fields), n=1)
+                raise ConfigError(key, f"{cls.name} has no parameter {key!r}",
+                                  f"did you mean {close[0]!r}?" if close else
+                                  f"parameters of {cls.name}: {', '.join(fields)}")
+        missing = [k for k in fields if k not in config]
+        if missing:
+            raise ConfigError(missing[0], f"{cls.name} needs a value for {missing[0]!r}")
+        values = {key: _coerce(cls.name, key, fields[key], value) for key, value in config.items()}
+        prim = cls(dim=dim, **values)
+        prim.validate()
+        return prim
+
+    def validate(self) -> None:
+        """Range checks beyond types; raise ConfigError(key, message, hint)."""
+
+    def config(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "dim"}
+
+    # --- accounting -----------------------------------------------------------------
+    def params(self) -> int:
+        raise NotImplementedError
+
+    def fixed_state(self) -> int:
+        return 0
+
+    def conv_state(self) -> int:
+        return 0
+
+    def kv_cache(self, seq_len: int) -> int:
+        return 0
+
+    def flops(self, seq_len: int) -> int:
+        raise NotImplementedError
+
+    def cost(self, seq_len: int) -> Cost:
+        return Cost(self.params(), self.fixed_state(), self.conv_state(),
+                    self.kv_cache(seq_len), self.flops(seq_len))
+
+    # --- torch side -----------------------------------------------------------------
+    def build(self):  # -> torch.nn.Module
+        module_name, _, class_name = self.module.partition(":")
+        cls = getattr(importlib.import_module(module_name), class_name)
+        return cls(dim=self.dim, **self.config())
+
+
+def positive(prim: Primitive, *keys: str) -> None:
+    """Every named hyperparameter is a positive integer."""
+    for key in keys:
+        value = getattr(prim, key)
+        if value is not None and value <= 0:
+            raise ConfigError(key, f"{prim.name}: {key} must be positive, got {value}")
+
+
+def divides(prim: Primitive, key: str, value: int, total: int, what: str) -> None:
+    if total % value:
+        raise ConfigError(key, f"{prim.name}: {key}={value} does not divide {what}={total}",
+                          f"choose {key} among the divisors of {total}: "
+                          f"{', '.join(str(d) for d in _divisors(total))}")
+
+
+def log2(n: int) -> float:
+    return math.log2(max(n, 2))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0][:12]
+
+
+def _coerce(prim_name: str, key: str, annotation: Any, value: Any) -> Any:
+    """Check `value` against the field's annotation (int, float, bool, str, Literal, Optional)."""
+    origin = typing.get_origin(annotation)
+    options = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in options:
+            return None
+        non_none = [o for o in options if o is not type(None)]
+        errors = []
+        for option in non_none:
+            try:
+                return _coerce(prim_name, key, option, value)
+            except ConfigError as err:
+                errors.append(err)
+        raise errors[0]
+    if origin is Literal:
+        if value in options:
+            return value
+        import difflib
+
+        close = difflib.get_close_matches(str(value), [str(o) for o in options], n=1)
+        raise ConfigError(key, f"{prim_name}: {key} must be one of {', '.join(map(str, options))}; got {value!r}",
+                          f"did you mean {close[0]!r}?" if close else None)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+    elif annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif annotation is str:
+        if isinstance(value, str):
+            return value
+    type_name = getattr(annotation, "__name__", str(annotation))
+    raise ConfigError(key, f"{prim_name}: {key} must be {_article(type_name)} {type_name}, got {value!r}")
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"

@@ -1,0 +1,81 @@
+"""Hyena experts (`He`): a Hyena operator whose channels are split into experts,
+of which a router picks `active` per token.
+
+Defaults: 8 experts of width 16, 2 active; all other settings shared with Hyena
+(MAD paper App. B.3.2 and App. C.4.8).
+
+Layout: `router` dim -> experts (no bias); `in_proj` dim -> 3*dim, `short_conv`
+and long filters as in an order-2 Hyena whose dim = experts * expert_width
+channels are grouped into experts; each expert's gated output (expert_width
+wide) is weighted by the router (softmax over the token's top-k logits, the
+others get exactly zero) and the weighted sum goes through `out_proj`
+expert_width -> dim.
+
+State: all experts' filter states, since which experts are active depends on
+the input: experts * expert_width * filter_states = 2048 at width 128.
+FLOPs: App. C.4.8 (router L D A, projections 6LD^2, convs 18LD, featurization
+S L D_moh G, convolution and gates 10 L log2(L) D_moh G + 4 L D_moh G, out 2 L D_moh D).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .base import ConfigError, Primitive, log2, positive
+from .filters import filter_cost
+
+
+@dataclass(frozen=True)
+class HyenaExperts(Primitive):
+    experts: int
+    expert_width: int
+    active: int
+    short_filter: int
+    filter: Literal["modal", "hyena"]
+    filter_states: int
+    filter_order: int
+    filter_emb_dim: int
+    bias: bool
+
+    name = "hyena_experts"
+    role = "sequence"
+    module = "madsl.layers.hyena_experts:HyenaExperts"
+
+    def validate(self) -> None:
+        positive(self, "experts", "expert_width", "active", "short_filter", "filter_states",
+                 "filter_order", "filter_emb_dim")
+        if self.active > self.experts:
+            raise ConfigError("active", f"hyena_experts: active={self.active} exceeds experts={self.experts}")
+        if self.experts * self.expert_width != self.dim:
+            raise ConfigError("expert_width",
+                              f"hyena_experts: experts*expert_width = {self.experts * self.expert_width} "
+                              f"must equal dim = {self.dim}",
+                              f"with {self.experts} experts use expert_width={self.dim // self.experts}"
+                              if self.dim % self.experts == 0 else None)
+
+    def _filter(self):
+        return filter_cost(self.filter, self.dim, filter_states=self.filter_states,
+                           filter_order=self.filter_order, filter_emb_dim=self.filter_emb_dim)
+
+    def params(self) -> int:
+        D, P, W = self.dim, 3 * self.dim, self.expert_width
+        router = D * self.experts
+        in_proj = D * P + (P if self.bias else 0)
+        short_conv = P * self.short_filter + (P if self.bias else 0)
+        out_proj = W * D + (D if self.bias else 0)
+        return router + in_proj + short_conv + self._filter().params + out_proj
+
+    def fixed_state(self) -> int:
+        return self._filter().fixed_state
+
+    def conv_state(self) -> int:
+        return 3 * self.dim * (self.short_filter - 1)
+
+    def kv_cache(self, seq_len: int) -> int:
+        return self._filter().dynamic_per_token * seq_len
+
+    def flops(self, seq_len: int) -> int:
+        L, D, W, G = seq_len, self.dim, self.expert_width, self.active
+        featurization = self._filter().featurization_flops_per_token // self.experts * G * L
+        return (L * D * self.experts + 6 * L * D * D + 2 * self.short_filter * L * 3 * D + featurization
+                + round(10 * L * log2(L) * W * G) + 4 * L * W * G + 2 * L * W * D)

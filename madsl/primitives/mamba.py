@@ -1,0 +1,69 @@
+"""Mamba (`Mb`): a selective state-space layer that mixes sequence and channels.
+
+Defaults: state dimension 4, convolution 4, expansion 2, no bias for the linear
+and convolution layers (MAD paper App. B.3.2); dt_rank = ceil(dim/16) as in
+mamba-ssm. Parameter names and shapes follow mamba-ssm's `Mamba` (in_proj,
+conv1d, x_proj, dt_proj, A_log, D, out_proj), so weights move between the two.
+
+Parameters (d_inner = expand*dim, R = dt_rank, N = d_state):
+in_proj dim*2*d_inner, conv1d d_inner*d_conv (+ d_inner), x_proj d_inner*(R+2N),
+dt_proj R*d_inner + d_inner (its bias is the dt initialisation, always present),
+A_log d_inner*N, D d_inner, out_proj d_inner*dim.
+
+State: d_inner * d_state = 256*4 = 1024 per layer at width 128 (four layers:
+4096). The causal convolution's last d_conv-1 inputs, d_inner*(d_conv-1), are
+reported as conv_state.
+FLOPs: MAD paper App. C.4.5 (projections 4LD^2E, short conv 6LDE, featurization
+2LDE(D_dt + 2S) + 2LDE D_dt, associative scan 2LDES, out layer 2LD^2E).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .base import Primitive, positive
+
+
+@dataclass(frozen=True)
+class Mamba(Primitive):
+    d_state: int
+    d_conv: int
+    expand: int
+    dt_rank: int | None  # None: ceil(dim / 16)
+    bias: bool
+    conv_bias: bool
+
+    name = "mamba"
+    role = "both"
+    module = "madsl.layers.mamba:Mamba"
+
+    def validate(self) -> None:
+        positive(self, "d_state", "d_conv", "expand", "dt_rank")
+
+    @property
+    def d_inner(self) -> int:
+        return self.expand * self.dim
+
+    @property
+    def rank(self) -> int:
+        return self.dt_rank if self.dt_rank is not None else math.ceil(self.dim / 16)
+
+    def params(self) -> int:
+        D, E, R, N = self.dim, self.d_inner, self.rank, self.d_state
+        in_proj = D * 2 * E + (2 * E if self.bias else 0)
+        conv1d = E * self.d_conv + (E if self.conv_bias else 0)
+        x_proj = E * (R + 2 * N)
+        dt_proj = R * E + E
+        out_proj = E * D + (D if self.bias else 0)
+        return in_proj + conv1d + x_proj + dt_proj + E * N + E + out_proj
+
+    def fixed_state(self) -> int:
+        return self.d_inner * self.d_state
+
+    def conv_state(self) -> int:
+        return self.d_inner * (self.d_conv - 1)
+
+    def flops(self, seq_len: int) -> int:
+        L, D, E, R, S = seq_len, self.dim, self.expand, self.rank, self.d_state
+        return (4 * L * D * D * E + 6 * L * D * E + 2 * L * D * E * (R + 2 * S) + 2 * L * D * E * R
+                + 2 * L * D * E * S + 2 * L * D * D * E)

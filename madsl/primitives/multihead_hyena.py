@@ -1,0 +1,79 @@
+"""Multi-head Hyena (`mH`).
+
+Defaults: 16 heads (head dim = dim/heads = 8 at width 128), 2 filter states per
+head, order 2, short filter 3 (MAD paper App. B.3.2; the multi-head form is from
+"Laughing Hyena", Massaroli et al. 2023).
+
+Layout: `in_proj` dim -> 3*dim (q, k, v) and a depthwise causal `short_conv` as in
+Hyena. Per head, the outer product k_t (x) v_t (head_dim^2 channels) is convolved
+with that head's long filter (one filter per head, shared by its head_dim^2
+channels), then read out with q_t: y_t = q_t . (h * (k (x) v))_t. This is the
+outer-product head trick of MAD paper §2.2, which raises the state from head_dim
+to head_dim^2 per head without parameters. `out_proj` dim -> dim.
+
+State: heads * head_dim^2 * filter_states = 16*8*8*2 = 2048 at width 128.
+FLOPs: MAD paper App. C.4.3 (projections 6LD^2, convs 18LD, featurization S L H,
+convolution and gates 10 L log2(L) D^2/H + 4 L D^2/H, out layer 2LD^2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .base import ConfigError, Primitive, divides, log2, positive
+from .filters import filter_cost
+
+
+@dataclass(frozen=True)
+class MultiHeadHyena(Primitive):
+    heads: int
+    order: int
+    short_filter: int
+    filter: Literal["modal", "hyena"]
+    filter_states: int
+    filter_order: int
+    filter_emb_dim: int
+    bias: bool
+
+    name = "multihead_hyena"
+    role = "sequence"
+    module = "madsl.layers.multihead_hyena:MultiHeadHyena"
+
+    def validate(self) -> None:
+        positive(self, "heads", "short_filter", "filter_states", "filter_order", "filter_emb_dim")
+        divides(self, "heads", self.heads, self.dim, "dim")
+        if self.order != 2:
+            raise ConfigError("order", f"multihead_hyena: only order 2 (q, k, v) is defined, got {self.order}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+    def _filter(self):
+        return filter_cost(self.filter, self.heads, filter_states=self.filter_states,
+                           filter_order=self.filter_order, filter_emb_dim=self.filter_emb_dim)
+
+    def params(self) -> int:
+        D, P = self.dim, 3 * self.dim
+        in_proj = D * P + (P if self.bias else 0)
+        short_conv = P * self.short_filter + (P if self.bias else 0)
+        out_proj = D * D + (D if self.bias else 0)
+        return in_proj + short_conv + self._filter().params + out_proj
+
+    def fixed_state(self) -> int:
+        # every one of a head's head_dim^2 outer-product channels runs the head's filter
+        return self._filter().fixed_state * self.head_dim * self.head_dim
+
+    def conv_state(self) -> int:
+        return 3 * self.dim * (self.short_filter - 1)
+
+    def kv_cache(self, seq_len: int) -> int:
+        return self._filter().dynamic_per_token * self.head_dim * self.head_dim * seq_len
+
+    def flops(self, seq_len: int) -> int:
+        L, D, H = seq_len, self.dim, self.heads
+        projections = 6 * L * D * D
+        short_convs = 2 * self.short_filter * L * 3 * D
+        featurization = self._filter().featurization_flops_per_token * L
+        conv_and_gates = round(10 * L * log2(L) * D * D / H) + 4 * L * D * D // H
+        return projections + short_convs + featurization + conv_and_gates + 2 * L * D * D
