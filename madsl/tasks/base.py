@@ -44,6 +44,9 @@ class Task:
     sweep: ClassVar[Mapping[str, tuple]] = {}
     # Where the definition comes from (paper, section/table).
     source: ClassVar[str] = ""
+    # Sequence lengths at which a model trained on the baseline is evaluated
+    # (test split only; e.g. induction heads' length extrapolation). Empty: none.
+    eval_seq_lens: ClassVar[tuple[int, ...]] = ()
 
     def settings(self, **overrides: Any) -> dict[str, Any]:
         """The baseline with `overrides` applied; unknown knobs are an error."""
@@ -70,6 +73,10 @@ class Task:
     def num_classes(self, settings: Mapping[str, Any]) -> int:
         """Size of the model's output layer; by default the input vocabulary."""
         return self.vocab_size(settings)
+
+    def input_dim(self, settings: Mapping[str, Any]) -> int:
+        """Width of real-valued inputs (N, L, input_dim); 0 for token tasks."""
+        return 0
 
     def generate(self, settings: Mapping[str, Any], split: Split, seed: int) -> TaskData:
         """Vectorized and deterministic: same (settings, split, seed) -> same arrays.

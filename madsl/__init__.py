@@ -1,0 +1,31 @@
+"""madsl: a declarative architecture DSL and compiler for mechanistic architecture design.
+
+    import madsl
+    spec = madsl.load_spec("specs/paper/striped-hyena-moe.mad")
+    print(madsl.account(spec).totals)                  # analytic: params, fixed state, KV cache, FLOPs
+    model = madsl.compile(spec, vocab_size=16, max_seq_len=128)   # a torch.nn.Module
+
+Importing madsl does not import torch; `compile` does.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import MadslError
+from .graph import account, build_graph
+from .spec import Spec, load_spec, spec_from_topology
+
+__version__ = "0.1.0"
+
+
+def compile(spec: "Spec | str", **kwargs: Any):  # noqa: A001 - the verb users expect
+    """Compile a spec (a Spec, or a path to a .mad file) to a torch.nn.Module.
+
+    Keyword arguments: vocab_size, max_seq_len, num_classes, device, seed."""
+    from .compiler import compile_spec
+
+    return compile_spec(spec, **kwargs)
+
+
+__all__ = ["MadslError", "Spec", "account", "build_graph", "compile", "load_spec", "spec_from_topology",
+           "__version__"]

@@ -1,0 +1,113 @@
+"""Budgets: bounds on what a spec may cost, and the checks against them.
+
+A budget value is exact (`4096`), with a tolerance (`4096 ± 0%`, `500k ± 10%`,
+`1.2M +- 50k`), one-sided (`<= 5M`, `>= 1M`), or a mapping `{min: .., max: ..}`.
+Quantities take the suffixes k (10^3), M (10^6), G or B (10^9) and T (10^12).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+QUANTITIES = ("params", "fixed_state", "conv_state", "kv_cache", "flops")
+_SUFFIX = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12}
+_NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+_QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*([kKMGBT]?)\s*$")
+_TOLERANCE = re.compile(rf"^\s*(.+?)\s*(?:±|\+-|\+/-)\s*({_NUMBER})\s*(%|[kKMGBT]?)\s*$")
+_ONE_SIDED = re.compile(r"^\s*(<=|>=|<|>)\s*(.+)$")
+
+
+class BudgetError(ValueError):
+    """A budget value that cannot be read; the message says what was expected."""
+
+
+def parse_quantity(value: Any) -> float:
+    if isinstance(value, bool):
+        raise BudgetError(f"expected a number, got {value!r}")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise BudgetError(f"expected a finite number, got {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        match = _QUANTITY.match(value)
+        if match:
+            return float(match.group(1)) * _SUFFIX[match.group(2)]
+    raise BudgetError(f"expected a number such as 4096, 500k or 1.2M, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Bound:
+    low: float  # inclusive; -inf when open
+    high: float  # inclusive; +inf when open
+    text: str  # as the user wrote it, for reports
+
+    def contains(self, value: float) -> bool:
+        # a hair of relative slack so that "± 0%" of a float-parsed quantity still matches
+        eps = 1e-9 * max(1.0, abs(value))
+        return self.low - eps <= value <= self.high + eps
+
+    def describe(self) -> str:
+        if self.low == self.high:
+            return f"= {_fmt(self.low)}"
+        if math.isinf(self.low):
+            return f"<= {_fmt(self.high)}"
+        if math.isinf(self.high):
+            return f">= {_fmt(self.low)}"
+        return f"in [{_fmt(self.low)}, {_fmt(self.high)}]"
+
+
+def parse_bound(value: Any) -> Bound:
+    text = str(value)
+    if isinstance(value, dict):
+        unknown = set(value) - {"min", "max"}
+        if unknown or not value:
+            raise BudgetError(f"a budget mapping takes 'min' and/or 'max', got {sorted(map(str, value))}")
+        low = parse_quantity(value["min"]) if "min" in value else -math.inf
+        high = parse_quantity(value["max"]) if "max" in value else math.inf
+        if low > high:
+            raise BudgetError(f"min {_fmt(low)} is larger than max {_fmt(high)}")
+        return Bound(low, high, text)
+    if isinstance(value, str):
+        one_sided = _ONE_SIDED.match(value)
+        if one_sided:
+            op, rest = one_sided.groups()
+            limit = parse_quantity(rest)
+            return Bound(-math.inf, limit, text) if op.startswith("<") else Bound(limit, math.inf, text)
+        tolerance = _TOLERANCE.match(value)
+        if tolerance:
+            center = parse_quantity(tolerance.group(1))
+            amount = float(tolerance.group(2))
+            unit = tolerance.group(3)
+            if amount < 0:
+                raise BudgetError("a tolerance cannot be negative")
+            delta = abs(center) * amount / 100 if unit == "%" else amount * _SUFFIX[unit]
+            return Bound(center - delta, center + delta, text)
+        if "±" in value or "+-" in value:
+            raise BudgetError(f"expected VALUE ± TOLERANCE such as '4096 ± 0%' or '500k ± 10%', got {value!r}")
+    center = parse_quantity(value)
+    return Bound(center, center, text)
+
+
+@dataclass(frozen=True)
+class Violation:
+    quantity: str
+    actual: float
+    bound: Bound
+
+    def message(self) -> str:
+        return (f"{self.quantity} = {_fmt(self.actual)} is outside its budget {self.bound.text!s} "
+                f"({self.bound.describe()})")
+
+
+def check(totals: dict[str, float], budget: dict[str, Bound]) -> list[Violation]:
+    return [Violation(q, totals[q], b) for q, b in budget.items() if not b.contains(totals[q])]
+
+
+def _fmt(x: float) -> str:
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if float(x).is_integer():
+        return f"{int(x):,}"
+    return f"{x:,.4g}"

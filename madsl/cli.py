@@ -1,0 +1,305 @@
+"""The `madsl` command line.
+
+    madsl compile (SPEC | -t TOPOLOGY) [--dim N] [--vocab V] [--seq-len L] [--emit summary|json|dot|torch] [-o PATH]
+    madsl expand TOPOLOGY [--format text|json]
+    madsl check SPEC... [--iso-state] [--iso-params TOL] [--format text|json]
+    madsl eval SPEC... (see `madsl eval --help`)
+    madsl report (see `madsl report --help`)
+
+Exit codes: 0 success, 1 a budget is violated, 2 bad input. Bad input prints a
+located error and never a traceback. `compile` (except --emit torch), `expand`
+and `check` do not import torch.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .errors import MadslError
+
+EXIT_OK, EXIT_BUDGET, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    import shutil
+
+    # pipes and CI logs get a wide table instead of rich's 80-column default
+    width = None if sys.stdout.isatty() else max(140, shutil.get_terminal_size((140, 24)).columns)
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+def _print_error(err: MadslError) -> None:
+    print(err.render(), file=sys.stderr)
+
+
+def _load(args) -> "Spec":  # noqa: F821
+    from .spec import load_spec, spec_from_topology
+
+    if args.topology is not None:
+        if args.spec is not None:
+            raise MadslError("give either a SPEC file or -t TOPOLOGY, not both")
+        return spec_from_topology(args.topology, dim=args.dim or 128, vocab=args.vocab,
+                                  seq_len=args.seq_len or 128)
+    if args.spec is None:
+        raise MadslError("nothing to compile", hint="give a spec file (madsl compile specs/paper/mamba.mad) "
+                                                    "or a topology (madsl compile -t '(H:A)x2')")
+    overrides = {k: v for k, v in (("dim", args.dim), ("vocab", args.vocab), ("seq_len", args.seq_len))
+                 if v is not None}
+    return load_spec(args.spec, overrides=overrides)
+
+
+def cmd_compile(args) -> int:
+    from . import report_text
+    from .budget import check
+    from .graph import account
+
+    spec = _load(args)
+    acc = account(spec, seq_len=spec.budget_seq_len if args.seq_len is None and spec.budget_seq_len else None)
+    violations = check(acc.totals, spec.budget)
+    if args.emit == "torch":
+        return _emit_torch(spec, args)
+    if args.emit == "json":
+        text = report_text.dumps(report_text.account_json(acc, violations))
+    elif args.emit == "dot":
+        text = report_text.account_dot(acc)
+    else:
+        text = None
+    if text is not None:
+        if args.output:
+            _write(Path(args.output), text + "\n")
+        else:
+            print(text)
+        return EXIT_BUDGET if violations else EXIT_OK
+    console = _console()
+    console.print(report_text.account_table(acc, violations))
+    _print_verdict(console, spec, violations)
+    return EXIT_BUDGET if violations else EXIT_OK
+
+
+def _emit_torch(spec, args) -> int:
+    if not args.output:
+        raise MadslError("--emit torch writes a file", hint="add -o model.pt")
+    from .compiler import compile_spec, save
+
+    vocab = args.vocab or spec.vocab
+    if vocab is None:
+        raise MadslError("--emit torch needs a vocabulary size", hint="add --vocab V or `vocab:` to the spec")
+    model = compile_spec(spec, vocab_size=vocab, max_seq_len=args.seq_len or spec.seq_len)
+    save(model, args.output)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"wrote {args.output}: {spec.name}, {params:,} parameters")
+    return EXIT_OK
+
+
+def _print_verdict(console, spec, violations) -> None:
+    if not spec.budget:
+        console.print("[dim]no budget declared[/]")
+        return
+    if violations:
+        for v in violations:
+            console.print(f"[bold red]✗ budget violated:[/] {v.message()}")
+    else:
+        console.print("[bold green]✓ within budget:[/] " +
+                      ", ".join(f"{q} {b.text}" for q, b in spec.budget.items()))
+
+
+def cmd_expand(args) -> int:
+    from . import topology as topo
+
+    try:
+        parsed = topo.parse(args.topology)
+    except topo.TopologySyntaxError as err:
+        raise topo.locate(err, err.span, args.topology) from None
+    if args.format == "json":  # the list of blocks, each the list of its layer symbols
+        print(json.dumps([_block_symbols(b) for b in topo.blocks(parsed)]))
+    else:
+        print(topo.expanded_text(parsed))
+    return EXIT_OK
+
+
+def _block_symbols(block) -> list[str]:
+    from . import topology as topo
+
+    mixers = block.mixer.branches if isinstance(block.mixer, topo.Parallel) else (block.mixer,)
+    out = [topo.layer_text(m) for m in mixers]
+    if block.channel is not None:
+        out.append(topo.layer_text(block.channel))
+    return out
+
+
+def _parse_tolerance(text: str) -> float:
+    try:
+        if text.endswith("%"):
+            value = float(text[:-1]) / 100
+        else:
+            value = float(text)
+    except ValueError:
+        raise MadslError(f"--iso-params takes a tolerance such as 5% or 0.05, got {text!r}") from None
+    if value < 0:
+        raise MadslError("--iso-params tolerance cannot be negative")
+    return value
+
+
+def cmd_check(args) -> int:
+    from .budget import check
+    from .graph import account
+    from .spec import load_spec
+
+    tolerance = _parse_tolerance(args.iso_params) if args.iso_params is not None else None
+    results, errors = [], []
+    for path in dict.fromkeys(args.specs):  # a spec named twice (overlapping globs) is checked once
+        try:
+            spec = load_spec(path)
+            acc = account(spec, seq_len=spec.budget_seq_len)
+        except MadslError as err:
+            errors.append((path, err))
+            continue
+        results.append((path, spec, acc, check(acc.totals, spec.budget)))
+
+    set_problems = []
+    if args.iso_state and results:
+        states = {path: acc.totals["fixed_state"] for path, _, acc, _ in results}
+        if len(set(states.values())) > 1:
+            set_problems.append(("iso-state", "specs differ in fixed state", states))
+    if tolerance is not None and results:
+        params = {path: acc.totals["params"] for path, _, acc, _ in results}
+        low, high = min(params.values()), max(params.values())
+        if low == 0 or (high - low) / low > tolerance:
+            spread = (high - low) / low if low else float("inf")
+            set_problems.append(("iso-params", f"parameter counts spread {spread:.1%} > {tolerance:.1%}", params))
+
+    violated = any(v for *_, v in results) or bool(set_problems)
+    if args.format == "json":
+        print(json.dumps({
+            "ok": not violated and not errors,
+            "specs": [{"path": str(p), "name": s.name, "ok": not v, "totals": a.totals,
+                       "violations": [{"quantity": x.quantity, "actual": x.actual, "budget": x.bound.text}
+                                      for x in v]} for p, s, a, v in results],
+            "errors": [{"path": str(p), **e.to_dict()} for p, e in errors],
+            "set_checks": [{"check": c, "problem": m, "values": vals} for c, m, vals in set_problems],
+        }, indent=2))
+    else:
+        _check_text(results, errors, set_problems, args)
+    if errors:
+        return EXIT_BAD_INPUT
+    return EXIT_BUDGET if violated else EXIT_OK
+
+
+def _check_text(results, errors, set_problems, args) -> None:
+    from rich.table import Table
+
+    console = _console()
+    for _, err in errors:
+        _print_error(err)
+    if results:
+        table = Table(title="madsl check", title_justify="left")
+        for header in ("spec", "params", "fixed state", "KV cache", "FLOPs", "budget"):
+            table.add_column(header, justify="left" if header in ("spec", "budget") else "right")
+        iso_state_bad = any(c == "iso-state" for c, *_ in set_problems)
+        mode_state = None
+        if iso_state_bad:
+            from collections import Counter
+
+            mode_state = Counter(a.totals["fixed_state"] for _, _, a, _ in results).most_common(1)[0][0]
+        for path, spec, acc, violations in results:
+            t = acc.totals
+            verdict = ("[green]ok[/]" if spec.budget else "[dim]none[/]") if not violations else \
+                "[bold red]" + "; ".join(v.message() for v in violations) + "[/]"
+            state = f"{t['fixed_state']:,}"
+            if mode_state is not None and t["fixed_state"] != mode_state:
+                state = f"[bold red]{state}[/]"
+            table.add_row(str(path), f"{t['params']:,}", state, f"{t['kv_cache']:,}", f"{t['flops']:,}", verdict)
+        console.print(table)
+    for check_name, message, values in set_problems:
+        console.print(f"[bold red]✗ {check_name}:[/] {message}")
+        groups: dict = {}
+        for path, value in values.items():
+            groups.setdefault(value, []).append(str(path))
+        for value, paths in sorted(groups.items()):
+            console.print(f"    {value:>14,}  {', '.join(paths)}")
+    if not errors and not set_problems and not any(v for *_, v in results):
+        checks = ["budgets"] + (["iso-state"] if args.iso_state else []) + \
+                 (["iso-params"] if args.iso_params is not None else [])
+        console.print(f"[bold green]✓ {len(results)} spec(s) pass:[/] {', '.join(checks)}")
+
+
+def _write(path: Path, text: str) -> None:
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="madsl", description="A DSL and compiler for mechanistic "
+                                                               "architecture design (MAD).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("compile", help="account a spec layer by layer, check its budget, or build the model")
+    p.add_argument("spec", nargs="?", help="a .mad spec file")
+    p.add_argument("-t", "--topology", help="a topology string, with the stdlib's paper defaults")
+    p.add_argument("--dim", type=_positive_int, help="model width (default: the spec's, or 128 with -t)")
+    p.add_argument("--vocab", type=_positive_int, help="vocabulary size (embedding and head)")
+    p.add_argument("--seq-len", type=_positive_int, help="sequence length for KV cache and FLOPs")
+    p.add_argument("--emit", choices=("summary", "json", "dot", "torch"), default="summary")
+    p.add_argument("-o", "--output", help="write the output to this file")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("expand", help="print the canonical, fully expanded layer list of a topology")
+    p.add_argument("topology")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_expand)
+
+    p = sub.add_parser("check", help="CI gate: budgets of specs, and iso-state / iso-parameter sets")
+    p.add_argument("specs", nargs="+", metavar="SPEC")
+    p.add_argument("--iso-state", action="store_true", help="all specs must have the same fixed state")
+    p.add_argument("--iso-params", metavar="TOL", help="all parameter counts within TOL (5%% or 0.05)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_check)
+
+    try:
+        from .runner import cli_commands
+    except ImportError:  # the runner is optional at this layer
+        cli_commands = None
+    if cli_commands is not None:
+        cli_commands.add_eval_parser(sub)
+        cli_commands.add_report_parser(sub)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except MadslError as err:
+        _print_error(err)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Located, human-readable errors.
+
+Every problem with user input (a spec file, a topology string, a budget) becomes
+a `MadslError` that knows where it happened (file, line, column, the source
+line) and renders like a compiler diagnostic:
+
+    error: unknown layer 'Hy'
+      --> specs/x.mad:4:12
+       |
+     4 | topology: (Hy:A)x2
+       |            ^^
+       = expected: a layer symbol (A, H, Mb, ...)
+       = hint: did you mean 'H'?
+
+The CLI prints `render()` and exits with status 2; no traceback reaches the user.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, replace
+from typing import Iterable
+
+
+@dataclass(frozen=True)
+class Location:
+    file: str | None = None  # None for a topology given on the command line
+    line: int | None = None  # 1-based
+    column: int | None = None  # 1-based
+    source_line: str | None = None
+    length: int = 1  # how many characters the caret underlines
+
+
+class MadslError(Exception):
+    """An error in user input, with its location."""
+
+    def __init__(self, message: str, location: Location | None = None, *,
+                 expected: str | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.location = location or Location()
+        self.expected = expected
+        self.hint = hint
+
+    def relocated(self, location: Location) -> "MadslError":
+        err = MadslError(self.message, location, expected=self.expected, hint=self.hint)
+        return err
+
+    def with_hint(self, hint: str | None) -> "MadslError":
+        return MadslError(self.message, self.location, expected=self.expected, hint=hint or self.hint)
+
+    def render(self) -> str:
+        loc = self.location
+        lines = [f"error: {self.message}"]
+        if loc.file is not None or loc.line is not None:
+            where = loc.file or "<topology>"
+            if loc.line is not None:
+                where += f":{loc.line}"
+                if loc.column is not None:
+                    where += f":{loc.column}"
+            lines.append(f"  --> {where}")
+        if loc.source_line is not None and loc.line is not None:
+            number = str(loc.line)
+            pad = " " * len(number)
+            lines.append(f" {pad} |")
+            lines.append(f" {number} | {loc.source_line.rstrip()}")
+            if loc.column is not None:
+                lines.append(f" {pad} | {' ' * (loc.column - 1)}{'^' * max(1, loc.length)}")
+        if self.expected:
+            lines.append(f"  = expected: {self.expected}")
+        if self.hint:
+            lines.append(f"  = hint: {self.hint}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        loc = self.location
+        return {"error": self.message, "file": loc.file, "line": loc.line, "column": loc.column,
+                "expected": self.expected, "hint": self.hint}
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
+    """'did you mean ...?' for the nearest candidate, if one is near enough."""
+    candidates = list(candidates)
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.5)
+    if not close:  # symbols are case-sensitive: 'h' should still suggest 'H'
+        lower = {c.lower(): c for c in candidates}
+        if word.lower() in lower:
+            close = [lower[word.lower()]]
+    return f"did you mean {close[0]!r}?" if close else None
+
+
+def at(location: Location, **changes) -> Location:
+    return replace(location, **changes)

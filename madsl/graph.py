@@ -1,0 +1,256 @@
+"""A resolved spec as a networkx graph, and its accounting.
+
+`build_graph(spec)` gives a `networkx.DiGraph` with one node per layer instance
+(its symbol, primitive, resolved hyperparameters and cost), plus nodes for the
+embedding, the parallel-branch sums, group connections and the output head.
+Edges carry a `kind`: "data" (the main path), "residual" (a block's skip path),
+"branch" (into/out of parallel mixers) and "group" (a group's connection).
+
+`account(spec)` walks it and returns an `Account`: one row per layer, the
+model-level parts (embedding, final norm, head, group gates) and totals. Shared
+layers (`H#a`) count their parameters once; state and FLOPs are per use.
+Everything here is analytic: no torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from . import topology as topo
+from .errors import MadslError
+from .primitives.base import Cost, Primitive
+from .spec import Spec
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    index: int  # position in the expanded stack, 0-based
+    block: int  # which block it belongs to
+    node: str  # graph node id
+    symbol: str
+    primitive: str
+    role: str  # "sequence", "channel", "both"
+    config: dict[str, Any]
+    params: int  # the layer's own parameters plus its pre-norm (0 for a repeated use of a shared tag)
+    norm_params: int
+    fixed_state: int
+    conv_state: int
+    kv_cache: int
+    flops: int
+    tag: str | None = None
+    shared: bool = False  # True for the second and later uses of a tag
+    branch: int | None = None  # index inside a parallel mixer
+    group_path: tuple[int, ...] = ()  # ids of the attribute groups that enclose it
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "block": self.block, "symbol": self.symbol, "primitive": self.primitive,
+                "role": self.role, "params": self.params, "norm_params": self.norm_params,
+                "fixed_state": self.fixed_state, "conv_state": self.conv_state, "kv_cache": self.kv_cache,
+                "flops": self.flops, "tag": self.tag, "shared": self.shared, "branch": self.branch,
+                "config": self.config}
+
+
+@dataclass(frozen=True)
+class PartRow:
+    """A model-level part that is not a layer of the topology."""
+
+    name: str  # "embedding", "final_norm", "head", "group_gate"
+    params: int
+    flops: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "params": self.params, "flops": self.flops}
+
+
+@dataclass
+class Account:
+    spec: Spec
+    seq_len: int
+    vocab: int | None
+    layers: list[LayerRow]
+    parts: list[PartRow]
+    graph: nx.DiGraph = field(repr=False)
+
+    @property
+    def totals(self) -> dict[str, int]:
+        return {
+            "params": sum(r.params for r in self.layers) + sum(p.params for p in self.parts),
+            "fixed_state": sum(r.fixed_state for r in self.layers),
+            "conv_state": sum(r.conv_state for r in self.layers),
+            "kv_cache": sum(r.kv_cache for r in self.layers),
+            "flops": sum(r.flops for r in self.layers) + sum(p.flops for p in self.parts),
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.spec.name,
+            "topology": self.spec.canonical(),
+            "dim": self.spec.dim,
+            "vocab": self.vocab,
+            "seq_len": self.seq_len,
+            "layers": [r.as_dict() for r in self.layers],
+            "parts": [p.as_dict() for p in self.parts],
+            "totals": self.totals,
+        }
+
+
+def norm_params(spec: Spec) -> int:
+    return spec.dim * (2 if spec.norm == "layer" else 1)
+
+
+def _mixers(block: topo.Block) -> tuple[topo.Layer, ...]:
+    return block.mixer.branches if isinstance(block.mixer, topo.Parallel) else (block.mixer,)
+
+
+class _Builder:
+    def __init__(self, spec: Spec, seq_len: int, vocab: int | None):
+        self.spec, self.seq_len, self.vocab = spec, seq_len, vocab
+        self.graph = nx.DiGraph(name=spec.name, dim=spec.dim, seq_len=seq_len, vocab=vocab)
+        self.rows: list[LayerRow] = []
+        self.parts: list[PartRow] = []
+        self.tags: dict[str, tuple[topo.Layer, str]] = {}  # tag -> (first layer, its node)
+        self.resolved: dict[topo.Layer, Primitive] = {}
+        self.block_index = 0
+        self.group_count = 0
+
+    def primitive(self, layer: topo.Layer) -> Primitive:
+        if layer not in self.resolved:
+            self.resolved[layer] = self.spec.primitive_for(layer)
+        return self.resolved[layer]
+
+    def check_tag(self, layer: topo.Layer) -> bool:
+        """True when this use of a tag repeats an earlier one (its parameters are shared)."""
+        if layer.tag is None:
+            return False
+        if layer.tag not in self.tags:
+            return False
+        first, _ = self.tags[layer.tag]
+        if (first.symbol, first.overrides) != (layer.symbol, layer.overrides):
+            raise self.spec.topology_error(MadslError(
+                f"tag #{layer.tag} is used for different layers: {topo.layer_text(first)} and "
+                f"{topo.layer_text(layer)}", hint="a tag names one shared module; use another tag "
+                                                  "for a different layer"), layer.span)
+        return True
+
+    def add_layer(self, layer: topo.Layer, role_slot: str, block: int, node_id: str,
+                  group_path: tuple[int, ...], branch: int | None, with_norm: bool) -> LayerRow:
+        prim = self.primitive(layer)
+        role = prim.role
+        if role_slot == "sequence" and role == "channel":
+            raise self.spec.topology_error(MadslError(
+                f"{layer.symbol} is a channel mixer ({prim.name}); it cannot stand in a sequence-mixer slot",
+                hint=f"pair it with a sequence mixer, e.g. H-{layer.symbol}"), layer.span)
+        if role_slot == "channel" and role != "channel":
+            raise self.spec.topology_error(MadslError(
+                f"{layer.symbol} is a {role} mixer ({prim.name}); after '-' comes a channel mixer",
+                hint="channel mixers: " + ", ".join(s for s, d in self.spec.symbols.items()
+                                                    if d.role() == "channel")), layer.span)
+        shared = self.check_tag(layer)
+        cost: Cost = prim.cost(self.seq_len)
+        norm = norm_params(self.spec) if with_norm else 0
+        row = LayerRow(index=len(self.rows), block=block, node=node_id, symbol=layer.symbol,
+                       primitive=prim.name, role=role, config=prim.config(),
+                       params=0 if shared else cost.params + norm, norm_params=0 if shared else norm,
+                       fixed_state=cost.fixed_state, conv_state=cost.conv_state,
+                       kv_cache=cost.kv_cache, flops=cost.flops, tag=layer.tag, shared=shared,
+                       branch=branch, group_path=group_path)
+        if layer.tag is not None and not shared:
+            self.tags[layer.tag] = (layer, node_id)
+        self.rows.append(row)
+        self.graph.add_node(node_id, kind="layer", row=row, primitive=prim, layer=layer)
+        if shared:
+            self.graph.add_edge(self.tags[layer.tag][1], node_id, kind="shares")
+        return row
+
+    def add_block(self, block: topo.Block, prev: str, group_path: tuple[int, ...]) -> str:
+        b = self.block_index
+        self.block_index += 1
+        mixers = _mixers(block)
+        # the channel mixer: written, or the spec's default unless the mixer mixes both
+        channel = block.channel
+        if channel is None:
+            both = all(self.primitive(m).role == "both" for m in mixers)
+            channel = None if both or self.spec.channel_mixer is None else topo.Layer(self.spec.channel_mixer)
+        elif channel.symbol == topo.NO_CHANNEL:
+            channel = None
+
+        if len(mixers) == 1:
+            mixer_out = f"b{b}.mixer"
+            self.add_layer(mixers[0], "sequence", b, mixer_out, group_path, None, with_norm=True)
+            self.graph.add_edge(prev, mixer_out, kind="data")
+        else:
+            # one pre-norm feeds every branch; their outputs are summed
+            fan_in = f"b{b}.sum"
+            self.graph.add_node(fan_in, kind="sum")
+            for i, m in enumerate(mixers):
+                node_id = f"b{b}.mixer{i}"
+                self.add_layer(m, "sequence", b, node_id, group_path, i, with_norm=(i == 0))
+                self.graph.add_edge(prev, node_id, kind="branch")
+                self.graph.add_edge(node_id, fan_in, kind="branch")
+            mixer_out = fan_in
+        after_mixer = f"b{b}.add0"
+        self.graph.add_node(after_mixer, kind="add")
+        self.graph.add_edge(mixer_out, after_mixer, kind="data")
+        self.graph.add_edge(prev, after_mixer, kind="residual")
+        if channel is None:
+            return after_mixer
+        channel_node = f"b{b}.channel"
+        self.add_layer(channel, "channel", b, channel_node, group_path, None, with_norm=True)
+        self.graph.add_edge(after_mixer, channel_node, kind="data")
+        out = f"b{b}.add1"
+        self.graph.add_node(out, kind="add")
+        self.graph.add_edge(channel_node, out, kind="data")
+        self.graph.add_edge(after_mixer, out, kind="residual")
+        return out
+
+    def add_nodes(self, nodes: topo.Topology, prev: str, group_path: tuple[int, ...]) -> str:
+        for node in nodes:
+            if isinstance(node, topo.Group):
+                gid = self.group_count
+                self.group_count += 1
+                residual = dict(node.attrs).get("residual", "none")
+                inner = self.add_nodes(node.body, prev, group_path + (gid,))
+                if residual == "none":
+                    prev = inner
+                    continue
+                joint = f"g{gid}.{residual}"
+                self.graph.add_node(joint, kind=f"group_{residual}", group=gid)
+                self.graph.add_edge(inner, joint, kind="data")
+                self.graph.add_edge(prev, joint, kind="group")
+                if residual == "gated":  # gate = sigmoid(Linear(dim, dim)) of the group's input
+                    d = self.spec.dim
+                    self.parts.append(PartRow(f"group_gate[{gid}]", d * d + d, 2 * self.seq_len * d * d))
+                prev = joint
+            else:
+                prev = self.add_block(node, prev, group_path)
+        return prev
+
+
+def account(spec: Spec, *, seq_len: int | None = None, vocab: int | None = None) -> Account:
+    """Analytic accounting of a spec at `seq_len` (default: the spec's) and `vocab`
+    (default: the spec's; without one, embedding and head are not counted)."""
+    seq_len = seq_len or spec.seq_len
+    vocab = vocab if vocab is not None else spec.vocab
+    b = _Builder(spec, seq_len, vocab)
+    b.graph.add_node("embedding", kind="embedding")
+    last = b.add_nodes(topo.expand(spec.topology), "embedding", ())
+    b.graph.add_node("final_norm", kind="norm")
+    b.graph.add_edge(last, "final_norm", kind="data")
+    b.graph.add_node("head", kind="head")
+    b.graph.add_edge("final_norm", "head", kind="data")
+    d = spec.dim
+    parts = []
+    if vocab is not None:
+        # MAD paper App. C.4.1 counts 4LDV FLOPs for the embedding layers (input and output)
+        parts.append(PartRow("embedding", vocab * d, 4 * seq_len * d * vocab))
+    parts.append(PartRow("final_norm", norm_params(spec)))
+    if vocab is not None and not spec.tie_embeddings:
+        parts.append(PartRow("head", vocab * d))
+    return Account(spec, seq_len, vocab, b.rows, parts + b.parts, b.graph)
+
+
+def build_graph(spec: Spec, **kwargs) -> nx.DiGraph:
+    return account(spec, **kwargs).graph
+

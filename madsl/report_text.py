@@ -1,0 +1,84 @@
+"""Human and machine renderings of accounts and budget checks (rich tables, JSON, DOT)."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .budget import Violation
+from .graph import Account
+
+
+def human(n: float) -> str:
+    """1234567 -> '1.23M' (exact values go in JSON; tables are for reading)."""
+    n = float(n)
+    for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def account_table(account: Account, violations: list[Violation] | None = None):
+    from rich.table import Table
+
+    violated = {v.quantity for v in violations or []}
+    spec = account.spec
+    title = f"{spec.name}: {spec.canonical()}  (dim {spec.dim}, L={account.seq_len}" + \
+            (f", vocab {account.vocab})" if account.vocab else ", no vocab)")
+    table = Table(title=title, title_justify="left", show_footer=True)
+    totals = account.totals
+    columns = [("#", None), ("layer", None), ("primitive", None), ("params", "params"),
+               ("fixed state", "fixed_state"), ("conv state", "conv_state"),
+               (f"KV cache @{account.seq_len}", "kv_cache"), ("FLOPs", "flops")]
+    for header, quantity in columns:
+        footer = ""
+        if quantity:
+            footer = f"{totals[quantity]:,}"
+            if quantity in violated:
+                footer = f"[bold red]{footer}[/]"
+        elif header == "layer":
+            footer = "total"
+        table.add_column(header, footer=footer, justify="right" if quantity or header == "#" else "left")
+    for row in account.layers:
+        symbol = row.symbol + (f"#{row.tag}" if row.tag else "") + (" (shared)" if row.shared else "")
+        # highlight the layers that contribute to a violated quantity
+        style = "red" if any(getattr(row, q) for q in violated if q != "flops" and q != "params") else None
+        table.add_row(str(row.index), symbol, row.primitive, f"{row.params:,}", f"{row.fixed_state:,}",
+                      f"{row.conv_state:,}", f"{row.kv_cache:,}", f"{row.flops:,}", style=style)
+    for part in account.parts:
+        table.add_row("", part.name, "", f"{part.params:,}", "", "", "", f"{part.flops:,}" if part.flops else "",
+                      style="dim")
+    return table
+
+
+def account_json(account: Account, violations: list[Violation] | None = None) -> dict[str, Any]:
+    out = account.as_dict()
+    out["budget"] = {q: {"bound": b.text, "ok": b.contains(out["totals"][q])}
+                     for q, b in account.spec.budget.items()}
+    out["ok"] = not violations
+    return out
+
+
+def account_dot(account: Account) -> str:
+    """Graphviz DOT of the architecture graph."""
+    lines = [f'digraph "{account.spec.name}" {{', "  rankdir=TB;", '  node [shape=box, fontname="monospace"];']
+    for node, data in account.graph.nodes(data=True):
+        kind = data.get("kind")
+        if kind == "layer":
+            row = data["row"]
+            label = f"{row.symbol}\\n{row.primitive}\\n{row.params:,} params"
+            if row.fixed_state:
+                label += f"\\nstate {row.fixed_state:,}"
+            lines.append(f'  "{node}" [label="{label}"];')
+        elif kind in ("add", "sum"):
+            lines.append(f'  "{node}" [label="+", shape=circle];')
+        else:
+            lines.append(f'  "{node}" [label="{node}", shape=ellipse];')
+    styles = {"residual": "dashed", "branch": "solid", "group": "bold", "shares": "dotted", "data": "solid"}
+    for a, b, data in account.graph.edges(data=True):
+        lines.append(f'  "{a}" -> "{b}" [style={styles.get(data.get("kind"), "solid")}];')
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False)

@@ -1,0 +1,280 @@
+"""The runner's Python API: `evaluate` specs on MAD tasks, `report` the results.
+
+    summary = evaluate(["specs/paper/striped-hyena-moe.mad"], protocol="quick", workers=2)
+    print(report("madsl-results.db"))
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from madsl.errors import Location, MadslError
+from madsl.runner.executor import Executor, Reporter, RunJob, make_executor, run_jobs
+from madsl.runner.protocols import (Overrides, build_plan, check_setting_keys, get_protocol,
+                                    overrides_from_spec_eval, resolve_task_names)
+from madsl.runner.report import load_scores, render_text
+from madsl.runner.report import report as _report
+from madsl.runner.store import DEFAULT_DB, RunIdentity, Store, canonical_json, madsl_version, sha256
+
+DEFAULT_PROTOCOL = "quick"
+
+
+# --- specs and models ----------------------------------------------------------------------
+
+def spec_identity(spec: Any) -> str:
+    """The text whose hash identifies a spec's model: canonical topology plus every setting
+    that changes the model (width, norm, embeddings, the parameters of the layers it uses)."""
+    canonical = spec.canonical()
+    identity: dict[str, Any] = {"canonical": canonical}
+    for attr in ("dim", "vocab", "norm", "tie_embeddings", "channel_mixer"):
+        if hasattr(spec, attr):
+            identity[attr] = getattr(spec, attr)
+    symbols = getattr(spec, "symbols", None)
+    if isinstance(symbols, Mapping):
+        used = set(re.findall(r"[A-Za-z][A-Za-z0-9_]*", canonical)) | {getattr(spec, "channel_mixer", None)}
+        identity["layers"] = {s: {"primitive": getattr(d, "primitive", None), "params": getattr(d, "params", None)}
+                              for s, d in sorted(symbols.items()) if s in used}
+    return canonical_json(identity)
+
+
+@dataclass
+class CompiledSpecFactory:
+    """Builds the model of a spec with `madsl.compile` (re-loads the spec file in worker processes)."""
+
+    spec: Any
+    path: str | None = None
+
+    def __call__(self, vocab_size: int, max_seq_len: int, num_classes: int | None = None):
+        import madsl
+
+        spec = self.spec
+        if spec is None:
+            from madsl.spec import load_spec
+
+            spec = load_spec(self.path)
+        return madsl.compile(spec, vocab_size=vocab_size, max_seq_len=max_seq_len, num_classes=num_classes)
+
+    def __getstate__(self) -> dict:
+        # Spec objects need not pickle; a worker process loads the file again.
+        return {"spec": None if self.path else self.spec, "path": self.path}
+
+
+def _load_specs(items: Sequence[Any]) -> list[tuple[Any, str | None]]:
+    out = []
+    for item in items:
+        if isinstance(item, (str, os.PathLike)):
+            from madsl.spec import load_spec
+
+            if not Path(item).exists():
+                raise MadslError(f"no such spec file: {item}")
+            out.append((load_spec(item), str(item)))
+        else:
+            path = getattr(item, "path", None)
+            out.append((item, str(path) if path else None))
+    return out
+
+
+def _task_registry(registry: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+    """name -> Task, and the names `all` stands for."""
+    if registry is not None:
+        return dict(registry), list(registry)
+    from madsl.tasks import MAD_TASKS, get_task, TASKS
+
+    return {name: get_task(name) for name in TASKS}, list(MAD_TASKS)
+
+
+def _setting_label(task: Any, setting: Mapping[str, Any]) -> str:
+    changed = [f"{k}={v}" for k, v in setting.items() if task.baseline.get(k) != v]
+    return ", ".join(changed) if changed else "baseline"
+
+
+# --- progress ------------------------------------------------------------------------------
+
+class RichReporter(Reporter):
+    """Progress bars: one for all runs, one per running run (epochs), a line per finished run."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console)
+        self.overall = None
+        self.bars: dict[str, Any] = {}
+        self.started_at: dict[str, float] = {}
+
+    def __enter__(self) -> "RichReporter":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+    def planned(self, total: int, already_done: int) -> None:
+        self.overall = self.progress.add_task("runs", total=total, completed=already_done,
+                                              info=f"{already_done} already done" if already_done else "")
+
+    def started(self, job: RunJob) -> None:
+        self.started_at[job.run_id] = time.monotonic()
+        self.bars[job.run_id] = self.progress.add_task(f"  {job.label}", total=job.train.epochs, info="starting")
+
+    def progress(self, job: RunJob, epoch: int, step: int, steps: int) -> None:
+        bar = self.bars.get(job.run_id)
+        if bar is not None:
+            self.progress.update(bar, completed=epoch - 1 + step / steps,
+                                 info=f"epoch {epoch}/{job.train.epochs} step {step}/{steps}")
+
+    def epoch(self, job: RunJob, metrics: Mapping[str, Any]) -> None:
+        bar = self.bars.get(job.run_id)
+        acc = metrics.get("eval_macro_acc")
+        if bar is not None:
+            self.progress.update(bar, completed=metrics["epoch"],
+                                 info=f"epoch {metrics['epoch']}" + (f" acc {acc:.3f}" if acc is not None else
+                                                                     f" loss {metrics['eval_loss']:.3g}"))
+
+    def ended(self, job: RunJob, status: str, detail: str = "") -> None:
+        bar = self.bars.pop(job.run_id, None)
+        if bar is not None:
+            self.progress.remove_task(bar)
+        if self.overall is not None and status in ("done", "skipped", "failed"):
+            self.progress.advance(self.overall)
+        mark = {"done": "[green]done[/]", "failed": "[red]failed[/]", "skipped": "[dim]skipped[/]",
+                "interrupted": "[yellow]interrupted[/]"}.get(status, status)
+        took = time.monotonic() - self.started_at.pop(job.run_id, time.monotonic())
+        self.console.print(f"{mark} {job.label}" + (f"  {detail}" if detail else "") +
+                           (f"  ({took:.0f} s)" if status == "done" and took else ""), highlight=False)
+
+    def message(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+
+# --- evaluate ------------------------------------------------------------------------------
+
+def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), protocol: str | None = None,
+             db: str | os.PathLike = DEFAULT_DB, workers: int = 1, device: str = "auto",
+             settings_overrides: Mapping[str, Any] | None = None, lr: float | Sequence[float] | None = None,
+             wd: float | Sequence[float] | None = None, epochs: int | None = None, seed: int | None = None,
+             batch_size: int | None = None, eval_lengths: Sequence[int] | None = None, progress: bool = True,
+             model_factory: Callable[[Any], Any] | None = None, task_registry: Mapping[str, Any] | None = None,
+             executor: Executor | None = None) -> dict:
+    """Evaluate specs on tasks under a protocol; finished runs in `db` are never repeated.
+
+    spec_paths: .mad files (or Spec objects). tasks: task names or "all" (None: the spec's
+    eval.tasks, else all). protocol: None -> the spec's eval.protocol, else "quick".
+    Knobs given here win over the spec's `eval:` section, which wins over the protocol.
+    model_factory(spec) -> factory(vocab_size, max_seq_len, num_classes) replaces madsl.compile.
+    Returns a summary: counts of runs, failures, and the scores of these specs.
+    """
+    if workers < 1:
+        raise MadslError(f"--workers must be at least 1, got {workers}")
+    if device not in ("auto", "cpu", "cuda"):
+        raise MadslError(f"unknown device {device!r}", expected="auto, cpu or cuda")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise MadslError("--device cuda: no CUDA device is available", hint="use --device auto or cpu")
+    as_tuple = lambda v, kind: None if v is None else tuple(kind(x) for x in (v if isinstance(v, (list, tuple)) else [v]))  # noqa: E731
+    cli = Overrides(protocol=protocol, tasks=None if tasks is None else tuple(tasks),
+                    settings=dict(settings_overrides or {}), lrs=as_tuple(lr, float), wds=as_tuple(wd, float),
+                    epochs=epochs, batch_size=batch_size, seeds=as_tuple(seed, int),
+                    eval_lengths=as_tuple(eval_lengths, int))
+    if protocol is not None:
+        get_protocol(protocol)
+    registry, all_tasks = _task_registry(task_registry)
+    specs = _load_specs(spec_paths)
+    if not specs:
+        raise MadslError("no spec to evaluate", hint="madsl eval SPEC.mad ...")
+
+    store = Store(db)
+    jobs: list[RunJob] = []
+    skip_at: float | None = None
+    protocols_used: set[str] = set()
+    try:
+        for spec, path in specs:
+            from_spec = overrides_from_spec_eval(getattr(spec, "eval", None), path)
+            merged = cli.over(from_spec.over(Overrides(protocol=DEFAULT_PROTOCOL)))
+            task_objs = [registry[n] for n in resolve_task_names(merged.tasks, all_tasks, registry)]
+            check_setting_keys(task_objs, from_spec.settings, f"{path or spec.name}: eval.set")
+            check_setting_keys(task_objs, cli.settings, "--set")
+            plan = build_plan(task_objs, merged, source="--set/eval.set")
+            protocols_used.add(plan.protocol.name)
+            if plan.protocol.skip_solved:
+                skip_at = plan.protocol.early_stop_acc
+            identity_text = spec_identity(spec)
+            spec_hash = sha256(identity_text)
+            store.add_spec(spec_hash, spec.name, identity_text, path)
+            factory = model_factory(spec) if model_factory is not None else CompiledSpecFactory(spec, path)
+            identities = []
+            for run in plan.runs:
+                identity = RunIdentity(spec_hash, run.task, dict(run.settings), vars(run.train).copy(),
+                                       madsl_version())
+                identities.append((identity, spec.name))
+                task = registry[run.task]
+                label = (f"{spec.name} · {run.task} · {_setting_label(task, run.settings)} · "
+                         f"lr {run.train.lr:g} wd {run.train.wd:g}" + (f" · seed {run.train.seed}"
+                                                                      if run.train.seed else ""))
+                jobs.append(RunJob(run_id=identity.run_id, task=task, setting=dict(run.settings), train=run.train,
+                                   model_factory=factory, checkpoint_path=str(store.checkpoint_path(identity.run_id)),
+                                   data_dir=str(store.data_dir), device=device, label=label))
+            store.add_runs(identities, plan.protocol.name)
+        # the same run can be asked for twice (two specs with the same model): run it once
+        unique = list({job.run_id: job for job in jobs}.values())
+
+        stop = threading.Event()
+        previous_handler = None
+
+        def on_sigint(signum, frame):  # first Ctrl-C: stop cleanly; second: abort
+            if stop.is_set():
+                raise KeyboardInterrupt
+            stop.set()
+
+        if threading.current_thread() is threading.main_thread():
+            previous_handler = signal.signal(signal.SIGINT, on_sigint)
+        runner = executor or make_executor(workers)
+        try:
+            if progress:
+                with RichReporter() as reporter:
+                    outcome = run_jobs(store, unique, runner, reporter, skip_solved_at=skip_at,
+                                       stop_requested=stop.is_set)
+            else:
+                outcome = run_jobs(store, unique, runner, None, skip_solved_at=skip_at, stop_requested=stop.is_set)
+        finally:
+            if previous_handler is not None:
+                signal.signal(signal.SIGINT, previous_handler)
+    finally:
+        store.close()
+
+    scores = load_scores(db, run_ids=[j.run_id for j in unique])
+    summary = {
+        "db": str(db), "protocols": sorted(protocols_used), "runs": len(unique), "done": len(outcome.done),
+        "already_done": len(outcome.already_done), "skipped": len(outcome.skipped),
+        "failed": dict(outcome.failed), "interrupted": len(outcome.interrupted), "complete": outcome.complete,
+        "scores": [{"spec": s.spec, "spec_hash": s.spec_hash, "score": s.score,
+                    "tasks": {t: ts.score for t, ts in s.tasks.items()}} for s in scores],
+    }
+    if progress:
+        from rich.console import Console
+
+        console = Console()
+        console.print(render_text(scores, width=console.width), end="", highlight=False)
+        if outcome.failed:
+            console.print(f"[red]{len(outcome.failed)} run(s) failed[/]; rerun `madsl eval` to retry them "
+                          f"(errors are in the runs table of {db})", highlight=False)
+        if outcome.interrupted:
+            console.print(f"[yellow]interrupted[/]: {len(outcome.interrupted)} run(s) left; "
+                          f"rerun the same command to resume", highlight=False)
+    return summary
+
+
+def report(db: str | os.PathLike = DEFAULT_DB, fmt: str = "text", plot: str | os.PathLike | None = None,
+           protocol: str | None = None) -> str:
+    """The leaderboard of a results database (text, json or csv); `plot` writes a heatmap PNG."""
+    return _report(db, fmt=fmt, plot=plot, protocol=protocol)

@@ -1,0 +1,411 @@
+"""Executing runs: the executor interface, two local executors, and the coordinator.
+
+An executor takes `RunJob`s and reports `Event`s; it never touches the results
+store. The coordinator (`run_jobs`) claims runs in the store, hands them to an
+executor, and writes what the events report. A distributed backend (Slurm, Ray,
+a job queue) implements `Executor` — `submit`, `poll`, `request_stop`, `close`
+— and runs `execute_job` wherever it likes; train.py does not change.
+
+    ThreadExecutor      one run at a time in a background thread of this process (--workers 1)
+    ProcessExecutor     a pool of N spawned worker processes (--workers N), each with
+                        torch.set_num_threads(max(1, cores // N))
+
+Stopping (Ctrl-C): `request_stop` asks running jobs to checkpoint and report
+"interrupted"; the coordinator gives those runs back as pending, so the next
+`madsl eval` resumes them.
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import time
+import traceback
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol
+
+from madsl.runner.protocols import TrainSettings
+
+HEARTBEAT_EVERY_S = 30.0
+PROGRESS_EVERY_S = 0.5
+
+
+class ModelFactory(Protocol):
+    """Builds a fresh backbone with the compiler's interface (picklable for process pools)."""
+
+    def __call__(self, vocab_size: int, max_seq_len: int, num_classes: int | None = None) -> Any: ...
+
+
+@dataclass
+class RunJob:
+    """Everything a worker needs to execute one run (picklable)."""
+
+    run_id: str
+    task: Any  # a madsl.tasks Task
+    setting: Mapping[str, Any]
+    train: TrainSettings
+    model_factory: ModelFactory
+    checkpoint_path: str
+    data_dir: str | None = None
+    device: str = "auto"
+    label: str = ""  # for progress displays
+
+
+@dataclass
+class Event:
+    kind: str  # started | progress | epoch | finished | failed | interrupted
+    run_id: str
+    data: dict = field(default_factory=dict)
+
+
+# --- what a worker does --------------------------------------------------------------------
+
+def load_split(task: Any, setting: Mapping[str, Any], split: str, seed: int, data_dir: str | None):
+    """Task data from the on-disk cache (generated on a miss)."""
+    try:
+        from madsl.tasks.cache import load_or_generate
+    except ImportError:  # the cache module is optional for stand-in tasks
+        return task.generate(setting, split, seed)
+    return load_or_generate(task, setting, split, seed, data_dir)
+
+
+def execute_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
+    """Run one job to its end and report through `emit`. Never raises."""
+    from madsl.runner.heads import TaskModel
+    from madsl.runner.train import RunInterrupted, TrainHooks, resolve_device, train_run
+
+    try:
+        device = resolve_device(job.device)
+        emit(Event("started", job.run_id, {"pid": os.getpid(), "device": str(device)}))
+        task, setting, seed = job.task, dict(job.setting), job.train.seed
+        train_data = load_split(task, setting, "train", seed, job.data_dir)
+        test_data = load_split(task, setting, "test", seed, job.data_dir)
+        vocab_size = task.vocab_size(setting)
+        num_classes = task.num_classes(setting)
+        input_dim = task.input_dim(setting) if hasattr(task, "input_dim") else 0
+        seq_len = max([int(train_data.inputs.shape[1]), *job.train.eval_lengths])
+        head = getattr(task, "head", "lm")
+
+        def build_model() -> TaskModel:
+            # The backbone's own output layer serves lm / classify; compression and regress read features.
+            out = num_classes if head in ("lm", "classify") and num_classes != vocab_size else None
+            backbone = job.model_factory(vocab_size=vocab_size, max_seq_len=seq_len, num_classes=out)
+            return TaskModel(backbone, head, num_classes=num_classes,
+                             target_len=int(train_data.targets.shape[1]) if head == "compression" else None,
+                             input_dim=input_dim,
+                             compression_position=int(dict(train_data.meta).get("compression_position", -1)))
+
+        last_progress = [0.0]
+
+        def on_progress(epoch: int, step: int, steps: int) -> None:
+            now = time.monotonic()
+            if now - last_progress[0] >= PROGRESS_EVERY_S or step == steps:
+                last_progress[0] = now
+                emit(Event("progress", job.run_id, {"epoch": epoch, "step": step, "steps": steps}))
+
+        def on_epoch(metrics) -> None:
+            emit(Event("epoch", job.run_id, {"metrics": vars(metrics).copy()}))
+
+        def length_data(length: int):
+            return load_split(task, {**setting, "seq_len": length}, "test", seed, job.data_dir)
+
+        result = train_run(job.train, build_model, train_data, test_data, num_classes=max(num_classes, 1),
+                           device=device, checkpoint_path=Path(job.checkpoint_path),
+                           hooks=TrainHooks(on_epoch=on_epoch, on_progress=on_progress, should_stop=should_stop),
+                           length_data=length_data)
+        emit(Event("finished", job.run_id, {"result": result.to_dict(), "device": str(device)}))
+    except RunInterrupted as err:
+        emit(Event("interrupted", job.run_id, {"message": str(err)}))
+    except BaseException as err:  # noqa: BLE001 - report, never take the executor down
+        emit(Event("failed", job.run_id, {"error": f"{type(err).__name__}: {err}",
+                                          "traceback": traceback.format_exc()}))
+
+
+# --- executors -----------------------------------------------------------------------------
+
+class Executor(ABC):
+    """Runs jobs somewhere and reports their events. `slots`: how many run at once."""
+
+    slots: int = 1
+
+    @abstractmethod
+    def submit(self, job: RunJob) -> None: ...
+
+    @abstractmethod
+    def poll(self, timeout: float) -> list[Event]:
+        """Events since the last poll (waits up to `timeout` for the first)."""
+
+    @abstractmethod
+    def request_stop(self) -> None:
+        """Ask running jobs to checkpoint and stop; jobs not yet started report interrupted."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+def _drain(events: "queue.Queue[Event]", timeout: float) -> list[Event]:
+    out: list[Event] = []
+    try:
+        out.append(events.get(timeout=timeout))
+        while True:
+            out.append(events.get_nowait())
+    except queue.Empty:
+        pass
+    return out
+
+
+class ThreadExecutor(Executor):
+    """Runs jobs one after another in a background thread of this process."""
+
+    def __init__(self, threads: int | None = None):
+        self.slots = 1
+        self.threads = threads
+        self._events: queue.Queue[Event] = queue.Queue()
+        self._stop = threading.Event()
+        self._pending: collections.deque[RunJob] = collections.deque()
+        self._worker: threading.Thread | None = None
+
+    def submit(self, job: RunJob) -> None:
+        self._pending.append(job)
+        self._start_next()
+
+    def _start_next(self) -> None:
+        if (self._worker is not None and self._worker.is_alive()) or not self._pending:
+            return
+        job = self._pending.popleft()
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)
+        self._worker = threading.Thread(target=execute_job, args=(job, self._events.put, self._stop.is_set),
+                                        name=f"madsl-run-{job.run_id[:8]}", daemon=True)
+        self._worker.start()
+
+    def poll(self, timeout: float) -> list[Event]:
+        events = _drain(self._events, timeout)
+        if self._worker is not None and not self._worker.is_alive():
+            events += _drain(self._events, 0.0)
+            self._worker = None
+            if self._stop.is_set():
+                while self._pending:
+                    events.append(Event("interrupted", self._pending.popleft().run_id, {"message": "not started"}))
+            self._start_next()
+        return events
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._worker is not None:
+            self._worker.join()
+
+
+# Set in each worker process by the pool initializer.
+_WORKER_EVENTS: Any = None
+_WORKER_STOP: Any = None
+
+
+def _worker_init(events: Any, stop: Any, threads: int) -> None:
+    global _WORKER_EVENTS, _WORKER_STOP
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides how to stop
+    _WORKER_EVENTS, _WORKER_STOP = events, stop
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _worker_main(job: RunJob) -> None:
+    execute_job(job, _WORKER_EVENTS.put, _WORKER_STOP.is_set)
+
+
+class ProcessExecutor(Executor):
+    """A pool of `workers` spawned processes; each runs one job at a time."""
+
+    def __init__(self, workers: int, cores: int | None = None):
+        cores = cores or os.cpu_count() or 1
+        self.slots = workers
+        self.threads_per_worker = max(1, cores // workers)
+        context = mp.get_context("spawn")  # fork after torch has started threads can deadlock
+        self._events = context.Queue()
+        self._stop = context.Event()
+        self._pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=workers, mp_context=context, initializer=_worker_init,
+            initargs=(self._events, self._stop, self.threads_per_worker))
+        self._futures: dict[concurrent.futures.Future, str] = {}
+
+    def submit(self, job: RunJob) -> None:
+        self._futures[self._pool.submit(_worker_main, job)] = job.run_id
+
+    def poll(self, timeout: float) -> list[Event]:
+        events = _drain(self._events, timeout)
+        for future in [f for f in self._futures if f.done()]:
+            run_id = self._futures.pop(future)
+            events += _drain(self._events, 0.05)  # the job's last events precede its future's result
+            err = future.exception() if not future.cancelled() else None
+            if future.cancelled():
+                events.append(Event("interrupted", run_id, {"message": "not started"}))
+            elif err is not None:  # the worker process died (killed, out of memory)
+                events.append(Event("failed", run_id, {"error": f"worker died: {type(err).__name__}: {err}",
+                                                       "traceback": ""}))
+        return events
+
+    def request_stop(self) -> None:
+        self._stop.set()
+        for future in self._futures:
+            future.cancel()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def make_executor(workers: int) -> Executor:
+    return ThreadExecutor() if workers <= 1 else ProcessExecutor(workers)
+
+
+# --- the coordinator -----------------------------------------------------------------------
+
+class Reporter:
+    """What the coordinator tells the user; the default says nothing."""
+
+    def planned(self, total: int, already_done: int) -> None: ...
+
+    def started(self, job: RunJob) -> None: ...
+
+    def progress(self, job: RunJob, epoch: int, step: int, steps: int) -> None: ...
+
+    def epoch(self, job: RunJob, metrics: Mapping[str, Any]) -> None: ...
+
+    def ended(self, job: RunJob, status: str, detail: str = "") -> None: ...
+
+    def message(self, text: str) -> None: ...
+
+
+@dataclass
+class Outcome:
+    done: list[str] = field(default_factory=list)  # finished in this call
+    already_done: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # a sibling grid point solved the setting
+    failed: dict[str, str] = field(default_factory=dict)
+    interrupted: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.failed and not self.interrupted
+
+
+def run_jobs(store, jobs: list[RunJob], executor: Executor, reporter: Reporter | None = None,
+             skip_solved_at: float | None = None, stop_requested: Callable[[], bool] = lambda: False,
+             wait_poll_s: float = 2.0) -> Outcome:
+    """Claim, execute and record `jobs` (already registered in `store`).
+
+    skip_solved_at: skip a job when a done run of the same setting (other lr/wd)
+    reached this eval accuracy. stop_requested: polled; once true, no new job
+    starts and running ones are asked to checkpoint and stop.
+    """
+    from madsl.runner.store import owner_tag
+
+    reporter = reporter or Reporter()
+    owner = owner_tag()
+    outcome = Outcome()
+    todo = collections.deque(jobs)
+    waiting: list[RunJob] = []  # claimed by another live process: check back later
+    active: dict[str, RunJob] = {}
+    by_id = {job.run_id: job for job in jobs}
+    last_heartbeat = time.monotonic()
+    stopping = False
+
+    initially_done = {j.run_id for j in jobs if (row := store.run(j.run_id)) is not None and row["status"] == "done"}
+    reporter.planned(len(jobs), len(initially_done))
+
+    def handle(event: Event) -> None:
+        job = by_id.get(event.run_id)
+        if job is None:
+            return
+        if event.kind == "started":
+            reporter.started(job)
+        elif event.kind == "progress":
+            reporter.progress(job, event.data["epoch"], event.data["step"], event.data["steps"])
+        elif event.kind == "epoch":
+            store.record_epoch(job.run_id, event.data["metrics"])
+            store.heartbeat([job.run_id], owner)
+            reporter.epoch(job, event.data["metrics"])
+        elif event.kind == "finished":
+            store.finish(job.run_id, event.data["result"], event.data.get("device"))
+            Path(job.checkpoint_path).unlink(missing_ok=True)  # the store has it all now
+            active.pop(job.run_id, None)
+            outcome.done.append(job.run_id)
+            best = event.data["result"]["best"]
+            reporter.ended(job, "done", _fmt_acc(best.get("eval_macro_acc")))
+        elif event.kind == "failed":
+            store.release(job.run_id, "failed", event.data.get("traceback") or event.data["error"], owner)
+            active.pop(job.run_id, None)
+            outcome.failed[job.run_id] = event.data["error"]
+            reporter.ended(job, "failed", event.data["error"])
+        elif event.kind == "interrupted":
+            store.release(job.run_id, "pending", None, owner)
+            active.pop(job.run_id, None)
+            outcome.interrupted.append(job.run_id)
+            reporter.ended(job, "interrupted")
+
+    try:
+        while todo or active or waiting:
+            if not stopping and stop_requested():
+                stopping = True
+                executor.request_stop()
+                reporter.message("stopping: running runs checkpoint and stop (Ctrl-C again to abort)")
+            if stopping:
+                outcome.interrupted += [j.run_id for j in todo] + [j.run_id for j in waiting]
+                todo.clear()
+                waiting.clear()
+            while todo and len(active) < executor.slots:
+                job = todo.popleft()
+                if job.run_id in initially_done:
+                    outcome.already_done.append(job.run_id)
+                    continue
+                if skip_solved_at is not None and (sibling := store.solved_sibling(job.run_id, skip_solved_at)):
+                    store.mark_skipped(job.run_id, f"solved by {sibling}")
+                    outcome.skipped.append(job.run_id)
+                    reporter.ended(job, "skipped", "setting solved at another lr/wd")
+                    continue
+                previous = store.claim(job.run_id, owner)
+                if previous is None:
+                    row = store.run(job.run_id)
+                    if row["status"] == "done":
+                        outcome.already_done.append(job.run_id)
+                        reporter.ended(job, "done", "finished elsewhere")
+                    else:
+                        waiting.append(job)
+                    continue
+                if previous == "running":
+                    reporter.message(f"resuming {job.label} (its previous process died)")
+                active[job.run_id] = job
+                executor.submit(job)
+            if not todo and not active and waiting:
+                time.sleep(wait_poll_s)  # another process runs these; take them over if it dies
+                todo.extend(waiting)
+                waiting.clear()
+                continue
+            for event in executor.poll(timeout=0.2):
+                handle(event)
+            if active and time.monotonic() - last_heartbeat > HEARTBEAT_EVERY_S:
+                store.heartbeat(list(active), owner)
+                last_heartbeat = time.monotonic()
+    finally:
+        # on an abort (second Ctrl-C) the runs stay "running" under our pid: the next
+        # eval sees the pid dead and resumes them from their checkpoints
+        executor.close()
+        for event in executor.poll(timeout=0.0):
+            handle(event)
+    return outcome
+
+
+def _fmt_acc(value: float | None) -> str:
+    return "" if value is None else f"acc {value:.3f}"

@@ -1,0 +1,100 @@
+"""Output heads: how a compiled backbone is read out for each kind of task.
+
+The backbone (what `madsl.compile` returns) maps tokens to logits and exposes
+`features(tokens=None, embeds=None)`, the hidden states after the final norm.
+A `TaskModel` puts the head a task needs on top of it:
+
+    lm           next-token logits at every position (the backbone's own output layer)
+    compression  a two-layer MLP decoder reads the backbone's output at the compression
+                 token plus a fixed sin-cos embedding of the position to reconstruct
+                 (MAD paper App. B.1.5), for every position of the target
+    classify     the backbone's logits at the last position
+    regress      real-valued inputs projected to the model width (instead of the token
+                 embedding), a linear readout at every position, MSE loss
+
+`TaskModel.forward` returns outputs aligned with the task's targets: logits
+(..., C) for the class heads, values (...) for regress.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+CLASS_HEADS = ("lm", "compression", "classify")
+HEADS = (*CLASS_HEADS, "regress")
+
+
+def sincos_position_embedding(num_positions: int, dim: int) -> torch.Tensor:
+    """Fixed (num_positions, dim) embedding: sines in the first half, cosines in the second."""
+    half = dim // 2
+    freq = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / max(half - 1, 1)))
+    angles = torch.arange(num_positions, dtype=torch.float32)[:, None] * freq[None, :]
+    emb = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+    if dim % 2:
+        emb = torch.cat([emb, torch.zeros(num_positions, 1)], dim=1)
+    return emb
+
+
+def _init_linear(module: nn.Module) -> None:
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+class CompressionDecoder(nn.Module):
+    """Two-layer MLP decoder; input: the compression token's output + sin-cos position."""
+
+    def __init__(self, dim: int, num_classes: int, num_positions: int, token_position: int = -1):
+        super().__init__()
+        self.token_position = token_position
+        self.register_buffer("positions", sincos_position_embedding(num_positions, dim), persistent=False)
+        self.mlp = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, dim), nn.GELU(),
+                                 nn.LayerNorm(dim), nn.Linear(dim, dim), nn.GELU())
+        self.out = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, num_classes))
+        _init_linear(self)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        code = features[:, self.token_position]  # (B, D)
+        x = code[:, None, :] + self.positions[None]  # (B, P, D): one query per position to rebuild
+        return self.out(self.mlp(x))  # (B, P, C)
+
+
+class TaskModel(nn.Module):
+    """Backbone + head. `kind` is "classes" (cross-entropy) or "regression" (MSE)."""
+
+    def __init__(self, backbone: nn.Module, head: str, *, num_classes: int | None = None,
+                 target_len: int | None = None, input_dim: int = 0, compression_position: int = -1):
+        super().__init__()
+        if head not in HEADS:
+            raise ValueError(f"unknown head {head!r}; heads: {', '.join(HEADS)}")
+        self.backbone = backbone
+        self.head = head
+        self.kind = "regression" if head == "regress" else "classes"
+        dim = backbone.dim
+        if head == "compression":
+            assert num_classes is not None and target_len is not None
+            self.decoder = CompressionDecoder(dim, num_classes, target_len, compression_position)
+        elif head == "regress":
+            assert input_dim > 0, "regress head needs real-valued inputs (input_dim > 0)"
+            self.input_proj = nn.Linear(input_dim, dim)
+            self.readout = nn.Linear(dim, 1)
+            _init_linear(self.input_proj)
+            _init_linear(self.readout)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if self.head == "lm":
+            return self.backbone(inputs)
+        if self.head == "classify":
+            return self.backbone(inputs)[:, -1]
+        if self.head == "compression":
+            return self.decoder(self.backbone.features(tokens=inputs))
+        h = self.backbone.features(embeds=self.input_proj(inputs))
+        return self.readout(h).squeeze(-1)
+
+    def aux_loss(self) -> torch.Tensor | float:
+        aux = getattr(self.backbone, "aux_loss", None)
+        return aux() if aux is not None else 0.0

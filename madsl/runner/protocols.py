@@ -1,0 +1,315 @@
+"""Evaluation protocols: which task settings to run and how to train on each.
+
+A protocol is data: a choice of task settings (the paper's full difficulty
+sweep, or the baseline setting of each task), a learning-rate x weight-decay
+grid, a number of epochs and a few knobs. `resolve_plan` turns a protocol plus
+overrides into the concrete list of runs.
+
+Precedence of every knob: command line > the spec's `eval:` section > protocol.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, Mapping, Sequence
+
+from madsl.errors import Location, MadslError, did_you_mean
+
+SettingsChoice = Literal["sweep", "baseline"]
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    description: str
+    settings: SettingsChoice  # "sweep": baseline + difficulty sweep; "baseline": the baseline only
+    lrs: tuple[float, ...]
+    wds: tuple[float, ...]
+    epochs: int
+    batch_size: int = 128
+    seeds: tuple[int, ...] = (0,)
+    # Task-setting overrides the protocol itself applies (a reduced budget), by task
+    # name or "*" for every task; a knob a task does not have is skipped.
+    task_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    min_lr: float = 1e-6  # cosine decay floor (the reference implementation's default)
+    early_stop_acc: float = 0.999  # stop once eval (class-averaged) accuracy reaches this
+    # Skip the remaining grid points of a setting once one grid point reached
+    # early_stop_acc: the best accuracy over the grid can then gain at most 0.001.
+    skip_solved: bool = False
+
+
+PAPER_GRID_LR = (1e-4, 5e-4, 1e-3)
+PAPER_GRID_WD = (0.0, 0.1)
+
+PROTOCOLS: dict[str, Protocol] = {
+    "paper": Protocol(
+        name="paper",
+        description="MAD paper Table B.1: every setting of every difficulty sweep, lr x wd grid, 200 epochs",
+        settings="sweep", lrs=PAPER_GRID_LR, wds=PAPER_GRID_WD, epochs=200),
+    "baseline": Protocol(
+        name="baseline",
+        description="the baseline setting of each task, full lr x wd grid, 200 epochs",
+        settings="baseline", lrs=PAPER_GRID_LR, wds=PAPER_GRID_WD, epochs=200),
+    # Chosen from measurements on 2 CPU cores (docs/runner.md, "The quick protocol").
+    "quick": Protocol(
+        name="quick",
+        description="baseline settings, reduced budget: ~10 minutes for one 4-layer width-128 "
+                    "architecture on 2 CPU cores",
+        settings="baseline", lrs=(1e-3,), wds=(0.0,), epochs=8,
+        task_settings={"*": {"num_train_examples": 2048}},
+        skip_solved=True),
+    "smoke": Protocol(
+        name="smoke",
+        description="seconds: tiny data, 2 epochs; for tests",
+        settings="baseline", lrs=(1e-3,), wds=(0.0,), epochs=2,
+        task_settings={"*": {"num_train_examples": 64, "num_test_examples": 32}},
+        skip_solved=True),
+}
+
+
+def get_protocol(name: str) -> Protocol:
+    if name not in PROTOCOLS:
+        raise MadslError(f"unknown protocol {name!r}", expected="one of " + ", ".join(PROTOCOLS),
+                         hint=did_you_mean(name, PROTOCOLS))
+    return PROTOCOLS[name]
+
+
+# --- the user's knobs ---------------------------------------------------------------------
+
+@dataclass
+class Overrides:
+    """Knobs a user sets on top of a protocol; None / empty means "not set"."""
+
+    protocol: str | None = None
+    tasks: tuple[str, ...] | None = None
+    settings: dict[str, Any] = field(default_factory=dict)  # "knob" or "task.knob" -> value
+    lrs: tuple[float, ...] | None = None
+    wds: tuple[float, ...] | None = None
+    epochs: int | None = None
+    batch_size: int | None = None
+    seeds: tuple[int, ...] | None = None
+    eval_lengths: tuple[int, ...] | None = None
+
+    def over(self, lower: "Overrides") -> "Overrides":
+        """These overrides on top of `lower` (ours win; settings merge key by key)."""
+        merged = dataclasses.replace(lower)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "settings":
+                merged.settings = {**lower.settings, **value}
+            elif value is not None:
+                setattr(merged, f.name, value)
+        return merged
+
+
+# The keys a spec's `eval:` section may have, and how each maps onto Overrides.
+SPEC_EVAL_KEYS = ("protocol", "tasks", "task", "set", "lr", "wd", "epochs", "batch_size", "seed",
+                  "eval_lengths")
+
+
+def _as_tuple(value: Any, kind: type, key: str, where: Location) -> tuple:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    out = []
+    for v in values:
+        if kind is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if kind is float and isinstance(v, str):  # YAML 1.1 reads 1e-3 as a string
+            try:
+                v = float(v)
+            except ValueError:
+                pass
+        if not isinstance(v, kind) or isinstance(v, bool):
+            raise MadslError(f"eval.{key}: expected {'a number' if kind is float else 'an integer'}"
+                             f"{' or a list of them' if key != 'epochs' else ''}, got {v!r}", where)
+        out.append(v)
+    if not out:
+        raise MadslError(f"eval.{key}: the list is empty", where)
+    return tuple(out)
+
+
+def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str | None = None) -> Overrides:
+    """The `eval:` section of a spec as Overrides. Unknown keys are errors."""
+    where = Location(file=spec_file)
+    section = dict(section or {})
+    for key in section:
+        if key not in SPEC_EVAL_KEYS:
+            raise MadslError(f"eval: unknown key {key!r}", where, expected=", ".join(SPEC_EVAL_KEYS),
+                             hint=did_you_mean(key, SPEC_EVAL_KEYS))
+    out = Overrides()
+    if "protocol" in section:
+        out.protocol = str(section["protocol"])
+        get_protocol(out.protocol)
+    tasks = section.get("tasks", section.get("task"))
+    if tasks is not None:
+        out.tasks = tuple(tasks) if isinstance(tasks, (list, tuple)) else (str(tasks),)
+    if "set" in section:
+        if not isinstance(section["set"], Mapping):
+            raise MadslError("eval.set: expected a mapping of task settings (knob: value)", where)
+        out.settings = dict(section["set"])
+    if "lr" in section:
+        out.lrs = _as_tuple(section["lr"], float, "lr", where)
+    if "wd" in section:
+        out.wds = _as_tuple(section["wd"], float, "wd", where)
+    if "epochs" in section:
+        out.epochs = _as_tuple(section["epochs"], int, "epochs", where)[0]
+    if "batch_size" in section:
+        out.batch_size = _as_tuple(section["batch_size"], int, "batch_size", where)[0]
+    if "seed" in section:
+        out.seeds = _as_tuple(section["seed"], int, "seed", where)
+    if "eval_lengths" in section:
+        out.eval_lengths = _as_tuple(section["eval_lengths"], int, "eval_lengths", where)
+    return out
+
+
+def parse_set_option(text: str) -> tuple[str, Any]:
+    """`KEY=VALUE` (or `TASK.KEY=VALUE`) from the command line; VALUE is read as YAML."""
+    import yaml
+
+    if "=" not in text:
+        raise MadslError(f"--set {text!r}: expected KEY=VALUE", hint="e.g. --set seq_len=512")
+    key, _, raw = text.partition("=")
+    key = key.strip()
+    if not key:
+        raise MadslError(f"--set {text!r}: the key is empty", hint="e.g. --set seq_len=512")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    if value is None:
+        raise MadslError(f"--set {text!r}: the value is empty", hint="e.g. --set seq_len=512")
+    if isinstance(value, str):  # YAML 1.1 leaves 1e-3 a string
+        try:
+            value = int(value) if value.lstrip("-").isdigit() else float(value)
+        except ValueError:
+            pass
+    return key, value
+
+
+# --- the plan: concrete runs --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Everything about how one run trains (task setting and model aside)."""
+
+    lr: float
+    wd: float
+    epochs: int
+    batch_size: int
+    seed: int
+    min_lr: float
+    early_stop_acc: float
+    eval_lengths: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    task: str
+    settings: Mapping[str, Any]
+    train: TrainSettings
+
+
+@dataclass(frozen=True)
+class Plan:
+    protocol: Protocol
+    runs: tuple[PlannedRun, ...]
+
+
+def _check_value(task_name: str, knob: str, value: Any, baseline_value: Any, source: str) -> Any:
+    """Type-check a setting value against the type of the task's baseline value."""
+    if baseline_value is None:
+        return value
+    expected = type(baseline_value)
+    if isinstance(value, bool) == isinstance(baseline_value, bool):
+        if expected is float and isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, expected):
+            return value
+        if isinstance(baseline_value, (list, tuple)) and isinstance(value, (list, tuple)):
+            return expected(value)
+    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+    raise MadslError(f"{source} {knob}={value!r}: {task_name}.{knob} must be "
+                     f"{names.get(expected, expected.__name__)}", hint=f"its baseline value is {baseline_value!r}")
+
+
+def resolve_task_names(names: Iterable[str] | None, all_tasks: Sequence[str], known: Iterable[str]) -> list[str]:
+    """`all` -> the MAD tasks; unknown names are errors with a did-you-mean."""
+    known = list(known)
+    out: list[str] = []
+    for name in names or ("all",):
+        if name == "all":
+            out.extend(t for t in all_tasks if t not in out)
+        elif name in known:
+            if name not in out:
+                out.append(name)
+        else:
+            raise MadslError(f"unknown task {name!r}", expected="all, " + ", ".join(known),
+                             hint=did_you_mean(name, [*known, "all"]))
+    return out
+
+
+def apply_setting_overrides(task, settings: Mapping[str, Any], overrides: Mapping[str, Any],
+                            source: str) -> dict[str, Any]:
+    """Apply `knob` / `task.knob` overrides that concern `task` (type-checked)."""
+    out = dict(settings)
+    for key, value in overrides.items():
+        scope, _, knob = key.rpartition(".")
+        if scope and scope != task.name:
+            continue
+        if knob in task.baseline:
+            out[knob] = _check_value(task.name, knob, value, task.baseline[knob], source)
+    return out
+
+
+def check_setting_keys(tasks: Sequence, overrides: Mapping[str, Any], source: str) -> None:
+    """Every override key must be a knob of at least one selected task (or of the task it names)."""
+    for key in overrides:
+        scope, _, knob = key.rpartition(".")
+        scoped = [t for t in tasks if t.name == scope] if scope else list(tasks)
+        if scope and not scoped:
+            names = [t.name for t in tasks]
+            raise MadslError(f"{source} {key}: task {scope!r} is not among the tasks evaluated",
+                             expected=", ".join(names), hint=did_you_mean(scope, names))
+        knobs = sorted({k for t in scoped for k in t.baseline})
+        if not any(knob in t.baseline for t in scoped):
+            where = scope or ", ".join(t.name for t in scoped)
+            raise MadslError(f"{source} {key}: no setting {knob!r} in {where}",
+                             expected="one of " + ", ".join(knobs), hint=did_you_mean(knob, knobs))
+
+
+def build_plan(tasks: Sequence, overrides: Overrides, source: str = "--set") -> Plan:
+    """The runs of a protocol for `tasks` (Task objects), with `overrides` applied."""
+    protocol = get_protocol(overrides.protocol or "quick")
+    check_setting_keys(tasks, overrides.settings, source)
+    lrs = overrides.lrs or protocol.lrs
+    wds = overrides.wds or protocol.wds
+    epochs = overrides.epochs if overrides.epochs is not None else protocol.epochs
+    batch_size = overrides.batch_size if overrides.batch_size is not None else protocol.batch_size
+    seeds = overrides.seeds or protocol.seeds
+    for name, value in (("epochs", epochs), ("batch size", batch_size)):
+        if value < 1:
+            raise MadslError(f"{name} must be at least 1, got {value}")
+    for name, values in (("lr", lrs), ("wd", wds)):
+        if any(v < 0 for v in values) or (name == "lr" and any(v == 0 for v in values)):
+            raise MadslError(f"{name} must be positive, got {', '.join(map(str, values))}")
+    runs: list[PlannedRun] = []
+    for task in tasks:
+        base = [dict(task.baseline)] if protocol.settings == "baseline" else task.sweep_settings()
+        lengths = overrides.eval_lengths if overrides.eval_lengths is not None else tuple(task.eval_seq_lens)
+        seen: list[dict] = []
+        for setting in base:
+            for scope in ("*", task.name):  # the protocol's budget, then the user's knobs
+                budget = {k: v for k, v in protocol.task_settings.get(scope, {}).items() if k in task.baseline}
+                setting = apply_setting_overrides(task, setting, budget, f"protocol {protocol.name}")
+            setting = apply_setting_overrides(task, setting, overrides.settings, source)
+            if setting in seen:  # an override can collapse sweep points onto each other
+                continue
+            seen.append(setting)
+            for seed in seeds:
+                for lr in sorted(lrs, reverse=True):  # large lr first: solves soonest (skip_solved)
+                    for wd in wds:
+                        runs.append(PlannedRun(task.name, setting, TrainSettings(
+                            lr=float(lr), wd=float(wd), epochs=int(epochs), batch_size=int(batch_size),
+                            seed=int(seed), min_lr=protocol.min_lr, early_stop_acc=protocol.early_stop_acc,
+                            eval_lengths=tuple(int(x) for x in lengths))))
+    return Plan(protocol, tuple(runs))

@@ -1,0 +1,201 @@
+"""`madsl report`: the leaderboard of a results database.
+
+    text   a table architectures x tasks with the MAD score, then per task: score,
+           settings, runs, best lr / wd, seconds per run
+    json   a list of records: one per (spec, task) with `spec`, `task`, `score`, ...,
+           and one per spec with `task: "MAD"` and `aggregate: true`
+    csv    the same records as rows
+    plot   a heatmap PNG like Fig. 3.7 of the MAD paper (needs matplotlib: madsl[plot])
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+from madsl.errors import MadslError
+from madsl.runner.scores import SpecScore, spec_scores
+from madsl.runner.store import Store
+
+FORMATS = ("text", "json", "csv")
+AGGREGATE = "MAD"
+RECORD_FIELDS = ("spec", "protocol", "task", "aggregate", "score", "metric", "settings", "runs_done", "runs_total",
+                 "best_lr", "best_wd", "seconds_per_run", "spec_hash")
+
+
+def mad_task_order() -> list[str]:
+    try:
+        from madsl.tasks import MAD_TASKS
+
+        return list(MAD_TASKS)
+    except ImportError:
+        return ["in-context-recall", "fuzzy-in-context-recall", "noisy-in-context-recall",
+                "selective-copying", "compression", "memorization"]
+
+
+def load_scores(db: str | os.PathLike, protocol: str | None = None,
+                spec_hashes: Sequence[str] | None = None, run_ids: Sequence[str] | None = None) -> list[SpecScore]:
+    """Scores of the specs in a database (optionally only some protocols, specs or runs)."""
+    if not Path(db).exists():
+        raise MadslError(f"no results database at {db}", hint="run `madsl eval` first, or pass --db PATH")
+    store = Store(db)
+    try:
+        rows = store.runs()
+        labels = store.labels()
+    finally:
+        store.close()
+    if spec_hashes is not None:
+        rows = [r for r in rows if r["spec_hash"] in set(spec_hashes)]
+    if run_ids is not None:  # exactly these runs, whichever protocols asked for them
+        wanted = set(run_ids)
+        rows = [r for r in rows if r["run_id"] in wanted]
+        labels = {}
+    if protocol is not None:
+        labels = {k: [p for p in v if p == protocol] for k, v in labels.items()}
+        rows = [r for r in rows if labels.get(r["run_id"])]
+    return spec_scores(rows, labels, mad_task_order())
+
+
+def records(scores: Sequence[SpecScore]) -> list[dict]:
+    out: list[dict] = []
+    for s in scores:
+        for t in s.tasks.values():
+            out.append({**{k: None for k in RECORD_FIELDS}, **t.record(), "aggregate": False})
+        out.append({**{k: None for k in RECORD_FIELDS},
+                    "spec": s.spec, "spec_hash": s.spec_hash, "protocol": s.protocol, "task": AGGREGATE,
+                    "aggregate": True, "score": s.score, "metric": "accuracy",
+                    "settings": sum(t.settings for t in s.tasks.values()),
+                    "runs_done": s.runs_done, "runs_total": s.runs_total, "seconds_per_run": s.seconds_per_run})
+    return [{k: r[k] for k in RECORD_FIELDS} for r in out]
+
+
+def _row_name(s: SpecScore, scores: Sequence[SpecScore]) -> str:
+    several = sum(1 for o in scores if o.spec_hash == s.spec_hash) > 1
+    name = s.spec
+    if sum(1 for o in scores if o.spec == s.spec and o.spec_hash != s.spec_hash):
+        name += f" ({s.spec_hash[:8]})"  # two versions of a spec with the same name
+    return f"{name} [{s.protocol}]" if several and s.protocol else name
+
+
+def _fmt(value: float | None, metric: str = "accuracy") -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if metric == "accuracy" else f"{value:.3g}"
+
+
+def _fmt_seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f} s" if value < 120 else f"{value / 60:.1f} min"
+
+
+def task_columns(scores: Sequence[SpecScore]) -> list[str]:
+    order = mad_task_order()
+    seen = {t for s in scores for t in s.tasks}
+    return [t for t in order if t in seen] + sorted(seen - set(order))
+
+
+def render_text(scores: Sequence[SpecScore], width: int = 160) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    if not scores:
+        return "no runs in the database yet\n"
+    columns = task_columns(scores)
+    board = Table(title="MAD leaderboard (class-averaged eval accuracy; best over lr x wd, mean over settings)")
+    board.add_column("architecture")
+    for t in columns:
+        board.add_column(t, justify="right")
+    board.add_column("MAD score", justify="right", style="bold")
+    board.add_column("runs", justify="right")
+    board.add_column("time/run", justify="right")
+    for s in scores:
+        cells = []
+        for t in columns:
+            ts = s.tasks.get(t)
+            cells.append("-" if ts is None else _fmt(ts.score, ts.metric) + ("" if ts.metric == "accuracy" else " mse"))
+        board.add_row(_row_name(s, scores), *cells, _fmt(s.score), f"{s.runs_done}/{s.runs_total}",
+                      _fmt_seconds(s.seconds_per_run))
+    detail = Table(title="per task")
+    for name, justify in (("architecture", "left"), ("task", "left"), ("score", "right"), ("settings", "right"),
+                          ("runs", "right"), ("best lr", "right"), ("best wd", "right"), ("time/run", "right")):
+        detail.add_column(name, justify=justify)
+    for s in scores:
+        for t in s.tasks.values():
+            detail.add_row(_row_name(s, scores), t.task, _fmt(t.score, t.metric), str(t.settings),
+                           f"{t.runs_done}/{t.runs_total}", "-" if t.best_lr is None else f"{t.best_lr:g}",
+                           "-" if t.best_wd is None else f"{t.best_wd:g}", _fmt_seconds(t.seconds_per_run))
+    console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
+    console.print(board)
+    console.print(detail)
+    return console.file.getvalue()
+
+
+def render(scores: Sequence[SpecScore], fmt: str = "text") -> str:
+    if fmt == "json":
+        return json.dumps(records(scores), indent=2) + "\n"
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=list(RECORD_FIELDS), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records(scores))
+        return buffer.getvalue()
+    if fmt == "text":
+        return render_text(scores)
+    raise MadslError(f"unknown report format {fmt!r}", expected=", ".join(FORMATS))
+
+
+def plot_heatmap(scores: Sequence[SpecScore], path: str | os.PathLike) -> Path:
+    """A heatmap architectures x (tasks + MAD score), best architecture on top (like Fig. 3.7)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MadslError("--plot needs matplotlib, which is not installed",
+                         hint="pip install 'madsl[plot]'") from None
+    import numpy as np
+
+    if not scores:
+        raise MadslError("nothing to plot: the database has no finished runs")
+    columns = task_columns(scores)
+    labels = [_row_name(s, scores) for s in scores]
+    values = np.full((len(scores), len(columns) + 1), np.nan)
+    for i, s in enumerate(scores):
+        for j, t in enumerate(columns):
+            ts = s.tasks.get(t)
+            if ts is not None and ts.score is not None and ts.metric == "accuracy":
+                values[i, j] = ts.score
+        values[i, -1] = np.nan if s.score is None else s.score
+    fig, ax = plt.subplots(figsize=(1.3 * (len(columns) + 1) + 3, 0.45 * len(scores) + 1.8))
+    image = ax.imshow(values, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(columns) + 1), [*columns, "MAD score"], rotation=35, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    for (i, j), value in np.ndenumerate(values):
+        if not np.isnan(value):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                    color="black" if value > 0.6 else "white")
+    ax.axvline(len(columns) - 0.5, color="white", linewidth=2)
+    fig.colorbar(image, ax=ax, label="accuracy")
+    ax.set_title("MAD: eval accuracy per task (best over lr x wd, mean over settings)")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path
+
+
+def report(db: str | os.PathLike = "madsl-results.db", fmt: str = "text", plot: str | os.PathLike | None = None,
+           protocol: str | None = None) -> str:
+    """The leaderboard of `db` as text, json or csv; with `plot`, also write a heatmap PNG there."""
+    if fmt not in FORMATS:
+        raise MadslError(f"unknown report format {fmt!r}", expected=", ".join(FORMATS))
+    scores = load_scores(db, protocol=protocol)
+    if plot is not None:
+        plot_heatmap(scores, plot)
+    return render(scores, fmt)

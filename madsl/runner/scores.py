@@ -1,0 +1,137 @@
+"""MAD scores from finished runs (MAD paper §3.2, App. B.4).
+
+    run accuracy    class-averaged eval accuracy of the run's best epoch (lowest eval perplexity)
+    setting score   the best run accuracy over the lr x wd grid (mean over seeds if several)
+    task score      mean over the task's settings (baseline + difficulty sweep) of the setting scores
+    MAD score       mean over tasks of the task scores
+
+Regression tasks (head "regress") have no accuracy: their score is the eval MSE
+(lower is better; best over the grid = lowest), reported with metric "mse" and
+left out of the MAD score.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+
+@dataclass
+class TaskScore:
+    spec_hash: str
+    spec: str
+    protocol: str
+    task: str
+    score: float | None
+    metric: str  # "accuracy" or "mse"
+    settings: int  # settings with at least one finished run
+    runs_done: int
+    runs_total: int
+    best_lr: float | None
+    best_wd: float | None
+    seconds_per_run: float | None
+    setting_scores: dict[str, float] = field(default_factory=dict)  # setting JSON -> score
+
+    def record(self) -> dict:
+        out = asdict(self)
+        out.pop("setting_scores")
+        return out
+
+
+@dataclass
+class SpecScore:
+    spec_hash: str
+    spec: str
+    protocol: str
+    score: float | None  # MAD score: mean over the accuracy-scored tasks
+    tasks: dict[str, TaskScore]
+    runs_done: int
+    runs_total: int
+    seconds_per_run: float | None
+
+
+def run_accuracy(row: Mapping[str, Any]) -> float | None:
+    return row["best_eval_acc"]
+
+
+def _is_regression(rows: Sequence[Mapping[str, Any]]) -> bool:
+    done = [r for r in rows if r["status"] == "done"]
+    return bool(done) and all(r["best_eval_acc"] is None and r["best_eval_ppl"] is None for r in done)
+
+
+def setting_score(rows: Sequence[Mapping[str, Any]], regression: bool = False) -> tuple[float | None, Mapping | None]:
+    """Best over the grid (per seed), mean over seeds. Returns (score, the best run of the first seed)."""
+    by_seed: dict[int, list] = defaultdict(list)
+    for r in rows:
+        if r["status"] != "done":
+            continue
+        value = r["best_eval_loss"] if regression else run_accuracy(r)
+        if value is not None:
+            by_seed[r["seed"]].append((value, r))
+    if not by_seed:
+        return None, None
+    pick = min if regression else max
+    bests = [pick(values, key=lambda vr: vr[0]) for _, values in sorted(by_seed.items())]
+    return statistics.fmean(v for v, _ in bests), bests[0][1]
+
+
+def task_score(rows: Sequence[Mapping[str, Any]], spec_hash: str, spec: str, protocol: str, task: str) -> TaskScore:
+    """The task score of one spec from its runs of that task (any status)."""
+    regression = _is_regression(rows)
+    by_setting: dict[str, list] = defaultdict(list)
+    for r in rows:
+        by_setting[r["setting"]].append(r)
+    setting_scores: dict[str, float] = {}
+    best_grid_points: list[tuple[float, float]] = []
+    for setting, group in by_setting.items():
+        score, best = setting_score(group, regression)
+        if score is not None:
+            setting_scores[setting] = score
+            best_grid_points.append((best["lr"], best["wd"]))
+    done = [r for r in rows if r["status"] == "done"]
+    seconds = [r["train_seconds"] for r in done if r["train_seconds"] is not None]
+    # The grid point that is best in most settings (ties: the first seen).
+    best_lr, best_wd = Counter(best_grid_points).most_common(1)[0][0] if best_grid_points else (None, None)
+    return TaskScore(
+        spec_hash=spec_hash, spec=spec, protocol=protocol, task=task,
+        score=statistics.fmean(setting_scores.values()) if setting_scores else None,
+        metric="mse" if regression else "accuracy", settings=len(setting_scores), runs_done=len(done),
+        runs_total=len([r for r in rows if r["status"] != "skipped"]),
+        best_lr=best_lr, best_wd=best_wd, seconds_per_run=statistics.fmean(seconds) if seconds else None,
+        setting_scores=setting_scores)
+
+
+def mad_score(task_scores: Iterable[TaskScore]) -> float | None:
+    values = [t.score for t in task_scores if t.metric == "accuracy" and t.score is not None]
+    return statistics.fmean(values) if values else None
+
+
+def spec_scores(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence[str]] | None = None,
+                task_order: Sequence[str] = ()) -> list[SpecScore]:
+    """Scores of every (spec, protocol) in `rows`, best MAD score first.
+
+    labels: run_id -> protocols that asked for it; a run counts in each of them.
+    """
+    groups: dict[tuple[str, str], list] = defaultdict(list)
+    names: dict[str, str] = {}
+    for r in rows:
+        names[r["spec_hash"]] = r["spec_name"]
+        for protocol in (labels or {}).get(r["run_id"], None) or [""]:
+            groups[(r["spec_hash"], protocol)].append(r)
+    out: list[SpecScore] = []
+    order = {t: i for i, t in enumerate(task_order)}
+    for (spec_hash, protocol), group in groups.items():
+        by_task: dict[str, list] = defaultdict(list)
+        for r in group:
+            by_task[r["task"]].append(r)
+        tasks = {t: task_score(by_task[t], spec_hash, names[spec_hash], protocol, t)
+                 for t in sorted(by_task, key=lambda t: (order.get(t, len(order)), t))}
+        done = [r for r in group if r["status"] == "done"]
+        seconds = [r["train_seconds"] for r in done if r["train_seconds"] is not None]
+        out.append(SpecScore(spec_hash=spec_hash, spec=names[spec_hash], protocol=protocol,
+                             score=mad_score(tasks.values()), tasks=tasks, runs_done=len(done),
+                             runs_total=len([r for r in group if r["status"] != "skipped"]),
+                             seconds_per_run=statistics.fmean(seconds) if seconds else None))
+    out.sort(key=lambda s: (s.score is None, -(s.score or 0.0), s.spec, s.protocol))
+    return out

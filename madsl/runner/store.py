@@ -1,0 +1,346 @@
+"""The results store: one SQLite database (WAL mode) with every run, its status,
+its per-epoch metrics and the specs they belong to.
+
+Tables (docs/runner.md has the full schema):
+    specs         spec_hash -> name, identity text, path
+    runs          one row per run identity: settings, status, owner, timings, best metrics
+    epochs        (run_id, epoch) -> train/eval loss, perplexity, accuracies, lr, seconds
+    length_evals  (run_id, length) -> evaluation of the best model at another sequence length
+    run_labels    (run_id, protocol): which protocols asked for a run (a run can serve several)
+
+Status: pending -> running -> done | failed (| skipped). A run marked done is
+never run again. A "running" run whose owner process died (same host, pid gone)
+or whose heartbeat is older than `stale_after_s` can be claimed again and
+resumes from its checkpoint. Checkpoints live in a folder beside the database:
+`<db without suffix>.files/checkpoints/<run_id>.pt`; generated task data is
+cached in `<...>.files/data/`.
+
+Every write is one transaction; only the coordinating process writes (workers
+report through events), so concurrency is limited to several `madsl eval`
+processes sharing a database, which claims make safe.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+DEFAULT_DB = "madsl-results.db"
+SCHEMA_VERSION = 1
+STALE_AFTER_S = 600.0  # a running run whose heartbeat is this old is presumed dead
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS specs (
+    spec_hash TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    identity TEXT NOT NULL,
+    path TEXT,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    spec_hash TEXT NOT NULL REFERENCES specs(spec_hash),
+    spec_name TEXT NOT NULL,
+    task TEXT NOT NULL,
+    setting TEXT NOT NULL,          -- canonical JSON of the task setting
+    setting_hash TEXT NOT NULL,
+    lr REAL NOT NULL,
+    wd REAL NOT NULL,
+    epochs INTEGER NOT NULL,
+    batch_size INTEGER NOT NULL,
+    seed INTEGER NOT NULL,
+    train_config TEXT NOT NULL,     -- canonical JSON of all training settings
+    madsl_version TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending','running','done','failed','skipped')),
+    owner TEXT,                     -- host:pid of the process running it
+    heartbeat REAL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    created REAL NOT NULL,
+    started REAL,
+    finished REAL,
+    device TEXT,
+    train_seconds REAL,
+    epochs_done INTEGER,
+    best_epoch INTEGER,
+    best_eval_loss REAL,
+    best_eval_ppl REAL,
+    best_eval_acc REAL,             -- class-averaged accuracy at the best (lowest eval ppl) epoch
+    best_eval_token_acc REAL,       -- per-token accuracy at that epoch
+    max_eval_acc REAL,              -- best class-averaged eval accuracy over all epochs
+    early_stopped INTEGER,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_by_group ON runs (spec_hash, task, setting_hash, seed);
+CREATE TABLE IF NOT EXISTS epochs (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    epoch INTEGER NOT NULL,
+    lr REAL, seconds REAL,
+    train_loss REAL, train_ppl REAL, train_acc REAL, train_macro_acc REAL,
+    eval_loss REAL, eval_ppl REAL, eval_acc REAL, eval_macro_acc REAL,
+    PRIMARY KEY (run_id, epoch)
+);
+CREATE TABLE IF NOT EXISTS length_evals (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    length INTEGER NOT NULL,
+    status TEXT NOT NULL,           -- ok | oom | error
+    seconds REAL, loss REAL, ppl REAL, acc REAL, macro_acc REAL, error TEXT,
+    PRIMARY KEY (run_id, length)
+);
+CREATE TABLE IF NOT EXISTS run_labels (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    protocol TEXT NOT NULL,
+    PRIMARY KEY (run_id, protocol)
+);
+"""
+
+EPOCH_COLUMNS = ("lr", "seconds", "train_loss", "train_ppl", "train_acc", "train_macro_acc",
+                 "eval_loss", "eval_ppl", "eval_acc", "eval_macro_acc")
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"not JSON serializable: {value!r}")
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def madsl_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("madsl")
+    except Exception:  # noqa: BLE001 - a source checkout that is not installed
+        return "0+unknown"
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What makes a run: the same identity always gives the same run id and result."""
+
+    spec_hash: str
+    task: str
+    setting: Mapping[str, Any]
+    train_config: Mapping[str, Any]  # lr, wd, epochs, batch size, seed, min lr, early stop, eval lengths
+    madsl_version: str
+
+    @property
+    def run_id(self) -> str:
+        return sha256(canonical_json({"spec": self.spec_hash, "task": self.task, "setting": self.setting,
+                                      "train": self.train_config, "madsl": self.madsl_version}))
+
+
+def owner_tag() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner_is_dead(owner: str | None, heartbeat: float | None, stale_after_s: float, now: float) -> bool:
+    """A running run's owner is gone: its pid is dead on this host, or its heartbeat is stale."""
+    if owner is None or heartbeat is None:
+        return True
+    host, _, pid = owner.rpartition(":")
+    if host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid)):
+        return True
+    return now - heartbeat > stale_after_s
+
+
+class Store:
+    """Access to one results database. Not shared across processes: open one per process."""
+
+    def __init__(self, path: str | os.PathLike = DEFAULT_DB, stale_after_s: float = STALE_AFTER_S):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.stale_after_s = stale_after_s
+        self.conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)  # we manage transactions
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute("PRAGMA foreign_keys=ON")
+        self.conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")  # idempotent: IF NOT EXISTS
+        with self.transaction() as c:
+            row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                c.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) != SCHEMA_VERSION:
+                raise RuntimeError(f"{self.path}: results database schema {row[0]}, this madsl reads {SCHEMA_VERSION}")
+
+    # --- plumbing ---------------------------------------------------------------------
+    @property
+    def files_dir(self) -> Path:
+        return self.path.with_name(self.path.stem + ".files")
+
+    def checkpoint_path(self, run_id: str) -> Path:
+        return self.files_dir / "checkpoints" / f"{run_id}.pt"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.files_dir / "data"
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error): writes are all or nothing."""
+        if self.conn.in_transaction:
+            yield self.conn
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # --- registering ------------------------------------------------------------------
+    def add_spec(self, spec_hash: str, name: str, identity: str, path: str | None) -> None:
+        with self.transaction() as c:
+            c.execute("INSERT INTO specs (spec_hash, name, identity, path, created) VALUES (?,?,?,?,?) "
+                      "ON CONFLICT(spec_hash) DO UPDATE SET name=excluded.name, "
+                      "path=COALESCE(excluded.path, specs.path)",
+                      (spec_hash, name, identity, path, time.time()))
+
+    def add_runs(self, runs: Sequence[tuple[RunIdentity, str]], protocol: str) -> None:
+        """Register runs (identity, spec name) as pending unless they exist; label them with the protocol."""
+        now = time.time()
+        with self.transaction() as c:
+            for identity, spec_name in runs:
+                tc = identity.train_config
+                setting = canonical_json(identity.setting)
+                c.execute(
+                    "INSERT OR IGNORE INTO runs (run_id, spec_hash, spec_name, task, setting, setting_hash, lr, wd, "
+                    "epochs, batch_size, seed, train_config, madsl_version, status, created) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,'pending',?)",
+                    (identity.run_id, identity.spec_hash, spec_name, identity.task, setting, sha256(setting),
+                     tc["lr"], tc["wd"], tc["epochs"], tc["batch_size"], tc["seed"], canonical_json(tc),
+                     identity.madsl_version, now))
+                c.execute("INSERT OR IGNORE INTO run_labels VALUES (?,?)", (identity.run_id, protocol))
+
+    # --- claiming and status ----------------------------------------------------------
+    def claim(self, run_id: str, owner: str | None = None, retry_failed: bool = True) -> str | None:
+        """Atomically take a run to execute. Returns the previous status ('pending', 'failed',
+        'skipped' or 'running' for a dead owner's run), or None if it is done or taken."""
+        owner = owner or owner_tag()
+        now = time.time()
+        with self.transaction() as c:
+            row = c.execute("SELECT status, owner, heartbeat FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                raise KeyError(run_id)
+            status = row["status"]
+            if status == "done" or (status == "failed" and not retry_failed):
+                return None
+            if status == "running" and not owner_is_dead(row["owner"], row["heartbeat"], self.stale_after_s, now):
+                return None
+            c.execute("UPDATE runs SET status='running', owner=?, heartbeat=?, attempts=attempts+1, "
+                      "started=COALESCE(started, ?), error=NULL WHERE run_id=?", (owner, now, now, run_id))
+            return status
+
+    def heartbeat(self, run_ids: Sequence[str], owner: str | None = None) -> None:
+        owner = owner or owner_tag()
+        with self.transaction() as c:
+            c.executemany("UPDATE runs SET heartbeat=? WHERE run_id=? AND owner=? AND status='running'",
+                          [(time.time(), r, owner) for r in run_ids])
+
+    def release(self, run_id: str, status: str = "pending", error: str | None = None,
+                owner: str | None = None) -> None:
+        """Give a claimed run back (interrupted -> pending, or failed with its error)."""
+        owner = owner or owner_tag()
+        with self.transaction() as c:
+            c.execute("UPDATE runs SET status=?, owner=NULL, heartbeat=NULL, error=? "
+                      "WHERE run_id=? AND owner=? AND status='running'", (status, error, run_id, owner))
+
+    def mark_skipped(self, run_id: str, reason: str) -> None:
+        with self.transaction() as c:
+            c.execute("UPDATE runs SET status='skipped', error=? WHERE run_id=? AND status IN ('pending','failed')",
+                      (reason, run_id))
+
+    def record_epoch(self, run_id: str, metrics: Mapping[str, Any]) -> None:
+        with self.transaction() as c:
+            self._write_epoch(c, run_id, metrics)
+
+    @staticmethod
+    def _write_epoch(c: sqlite3.Connection, run_id: str, m: Mapping[str, Any]) -> None:
+        c.execute(f"INSERT OR REPLACE INTO epochs (run_id, epoch, {', '.join(EPOCH_COLUMNS)}) "
+                  f"VALUES (?, ?, {', '.join('?' * len(EPOCH_COLUMNS))})",
+                  (run_id, m["epoch"], *(m.get(k) for k in EPOCH_COLUMNS)))
+
+    def finish(self, run_id: str, result: Mapping[str, Any], device: str | None = None) -> None:
+        """One transaction: every epoch, the length evaluations, the best metrics, status done."""
+        best = result["best"]
+        with self.transaction() as c:
+            for m in result["history"]:
+                self._write_epoch(c, run_id, m)
+            for ev in result.get("length_evals", []):
+                c.execute("INSERT OR REPLACE INTO length_evals VALUES (?,?,?,?,?,?,?,?,?)",
+                          (run_id, ev["length"], ev["status"], ev.get("seconds"), ev.get("loss"), ev.get("ppl"),
+                           ev.get("acc"), ev.get("macro_acc"), ev.get("error")))
+            c.execute(
+                "UPDATE runs SET status='done', owner=NULL, heartbeat=NULL, finished=?, device=COALESCE(?, device), "
+                "train_seconds=?, epochs_done=?, best_epoch=?, best_eval_loss=?, best_eval_ppl=?, best_eval_acc=?, "
+                "best_eval_token_acc=?, max_eval_acc=?, early_stopped=?, error=NULL WHERE run_id=?",
+                (time.time(), device, result["train_seconds"], result["epochs_done"], result["best_epoch"],
+                 best["eval_loss"], best["eval_ppl"], best["eval_macro_acc"], best["eval_acc"],
+                 result["max_eval_macro_acc"], int(result["early_stopped"]), run_id))
+
+    # --- reading ----------------------------------------------------------------------
+    def run(self, run_id: str) -> sqlite3.Row | None:
+        return self.conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+
+    def runs(self, status: str | None = None) -> list[sqlite3.Row]:
+        if status is None:
+            return self.conn.execute("SELECT * FROM runs ORDER BY created, run_id").fetchall()
+        return self.conn.execute("SELECT * FROM runs WHERE status=? ORDER BY created, run_id", (status,)).fetchall()
+
+    def epochs(self, run_id: str) -> list[sqlite3.Row]:
+        return self.conn.execute("SELECT * FROM epochs WHERE run_id=? ORDER BY epoch", (run_id,)).fetchall()
+
+    def length_evals(self, run_id: str) -> list[sqlite3.Row]:
+        return self.conn.execute("SELECT * FROM length_evals WHERE run_id=? ORDER BY length", (run_id,)).fetchall()
+
+    def labels(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for row in self.conn.execute("SELECT run_id, protocol FROM run_labels ORDER BY protocol"):
+            out.setdefault(row[0], []).append(row[1])
+        return out
+
+    def specs(self) -> dict[str, sqlite3.Row]:
+        return {row["spec_hash"]: row for row in self.conn.execute("SELECT * FROM specs")}
+
+    def solved_sibling(self, run_id: str, threshold: float) -> str | None:
+        """A done run of the same spec, task, setting, seed and budget that reached `threshold`."""
+        row = self.run(run_id)
+        if row is None:
+            return None
+        hit = self.conn.execute(
+            "SELECT run_id FROM runs WHERE spec_hash=? AND task=? AND setting_hash=? AND seed=? AND epochs=? "
+            "AND batch_size=? AND status='done' AND best_eval_acc>=? AND run_id!=? LIMIT 1",
+            (row["spec_hash"], row["task"], row["setting_hash"], row["seed"], row["epochs"], row["batch_size"],
+             threshold, run_id)).fetchone()
+        return hit[0] if hit else None

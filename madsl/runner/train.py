@@ -1,0 +1,421 @@
+"""One training run: a model, one task setting, one point of the lr x wd grid.
+
+MAD paper Table B.1: AdamW with betas (0.9, 0.98), batch 128, cosine decay, no
+dropout, cross-entropy on the target positions (IGNORE = -100 elsewhere), plus
+the model's auxiliary loss (MoE load balancing). After every epoch the model is
+evaluated on the test split; the run's result is the epoch with the lowest
+evaluation perplexity (the reference implementation keeps that checkpoint), and
+training stops early once evaluation accuracy reaches `early_stop_acc`.
+
+Accuracy is the class-averaged ("macro") accuracy over scored positions, as
+torchmetrics' MulticlassAccuracy computes it in the reference implementation;
+per-token accuracy is recorded next to it.
+
+Resumable and deterministic: model init and data order derive from the seed
+(the data order of epoch e from (seed, e) alone), and a checkpoint (model,
+optimizer, scheduler, RNG states, position, history) is written atomically after
+every epoch, every `checkpoint_every_s` seconds and when asked to stop. A run
+resumed from its checkpoint ends exactly where an uninterrupted run ends.
+
+This module knows nothing of the results store or of executors.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from madsl.runner.heads import TaskModel
+from madsl.runner.protocols import TrainSettings
+
+IGNORE = -100
+BETAS = (0.9, 0.98)
+CHECKPOINT_VERSION = 1
+
+
+class RunInterrupted(Exception):
+    """Training stopped on request; the checkpoint holds everything to resume."""
+
+
+# --- metrics -------------------------------------------------------------------------------
+
+class MetricAccumulator:
+    """Sums over one pass through a split: loss, token counts, per-class hits.
+
+    Class-averaged accuracy follows torchmetrics' macro average: the mean over
+    classes of hits / occurrences as targets, over classes that occur as a target
+    or a prediction (a class only ever predicted, wrongly, counts as 0).
+    """
+
+    def __init__(self, kind: str, num_classes: int):
+        self.kind, self.num_classes = kind, num_classes
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss_sum = 0.0
+        self.count = 0
+        self.correct = 0
+        self.hits = torch.zeros(self.num_classes, dtype=torch.long)
+        self.support = torch.zeros(self.num_classes, dtype=torch.long)
+        self.predicted = torch.zeros(self.num_classes, dtype=torch.long)
+
+    @torch.no_grad()
+    def update(self, outputs: torch.Tensor, targets: torch.Tensor, loss_sum: torch.Tensor) -> None:
+        self.loss_sum += float(loss_sum)
+        if self.kind == "regression":
+            self.count += int((~torch.isnan(targets)).sum())
+            return
+        flat_targets = targets.reshape(-1)
+        mask = flat_targets != IGNORE
+        scored = flat_targets[mask]
+        predictions = outputs.reshape(-1, outputs.shape[-1])[mask].argmax(-1)
+        hit = predictions == scored
+        self.count += int(scored.numel())
+        self.correct += int(hit.sum())
+        n = self.num_classes
+        self.hits += torch.bincount(scored[hit], minlength=n)[:n].cpu()
+        self.support += torch.bincount(scored, minlength=n)[:n].cpu()
+        self.predicted += torch.bincount(predictions, minlength=n)[:n].cpu()
+
+    def compute(self) -> dict[str, float | None]:
+        count = max(self.count, 1)
+        loss = self.loss_sum / count
+        if self.kind == "regression":
+            return {"loss": loss, "ppl": None, "acc": None, "macro_acc": None}
+        present = (self.support + self.predicted) > 0
+        per_class = self.hits.double() / self.support.clamp(min=1).double()
+        macro = float(per_class[present].mean()) if bool(present.any()) else 0.0
+        return {"loss": loss, "ppl": math.exp(min(loss, 700.0)), "acc": self.correct / count, "macro_acc": macro}
+
+    def state_dict(self) -> dict:
+        return {"loss_sum": self.loss_sum, "count": self.count, "correct": self.correct,
+                "hits": self.hits.clone(), "support": self.support.clone(), "predicted": self.predicted.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, value in state.items():
+            setattr(self, key, value.clone() if torch.is_tensor(value) else value)
+
+
+@dataclass
+class EpochMetrics:
+    epoch: int  # 1-based
+    lr: float  # learning rate at the end of the epoch
+    seconds: float  # wall time of the epoch (training + evaluation)
+    train_loss: float
+    train_ppl: float | None
+    train_acc: float | None
+    train_macro_acc: float | None
+    eval_loss: float
+    eval_ppl: float | None
+    eval_acc: float | None
+    eval_macro_acc: float | None
+
+    def selection_key(self) -> float:
+        """Lower is better: eval perplexity (eval MSE for regression); NaN counts as worst."""
+        value = self.eval_ppl if self.eval_ppl is not None else self.eval_loss
+        return math.inf if value is None or math.isnan(value) else value
+
+
+@dataclass
+class RunResult:
+    epochs_done: int
+    best_epoch: int
+    best: EpochMetrics  # the epoch with the lowest eval perplexity
+    max_eval_macro_acc: float | None  # best eval accuracy over all epochs
+    max_eval_acc: float | None
+    early_stopped: bool
+    train_seconds: float
+    history: list[EpochMetrics]
+    length_evals: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunResult":
+        data = dict(data)
+        data["best"] = EpochMetrics(**data["best"])
+        data["history"] = [EpochMetrics(**h) for h in data["history"]]
+        return cls(**data)
+
+
+# --- the loop ------------------------------------------------------------------------------
+
+@dataclass
+class TrainHooks:
+    """Callbacks of a run. `on_epoch` is called after the epoch's checkpoint is written."""
+
+    on_epoch: Callable[[EpochMetrics], None] | None = None
+    on_progress: Callable[[int, int, int], None] | None = None  # (epoch, step, steps per epoch)
+    should_stop: Callable[[], bool] | None = None
+    checkpoint_every_s: float = 300.0  # also checkpoint mid-epoch this often (long epochs)
+
+
+def build_optimizer(model: torch.nn.Module, lr: float, wd: float, device: torch.device) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices only (no biases, norms, or `_no_weight_decay` tensors)."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        (decay if p.ndim >= 2 and not getattr(p, "_no_weight_decay", False) else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
+    try:  # the fused kernel makes the step ~25x cheaper on the CPU
+        return torch.optim.AdamW(groups, lr=lr, betas=BETAS, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(groups, lr=lr, betas=BETAS)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda: no CUDA device is available")
+    return torch.device(device)
+
+
+def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The data order of an epoch depends on (seed, epoch) only, so a resumed run sees the same."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=generator)
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    """Atomic: write a temporary file beside it, fsync, then rename over the old one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _loss(model: TaskModel, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean loss over scored positions for the gradient, summed loss for the metrics)."""
+    if model.kind == "regression":
+        mask = ~torch.isnan(targets)
+        total = F.mse_loss(outputs[mask], targets[mask], reduction="sum")
+        count = mask.sum()
+    else:
+        flat_targets = targets.reshape(-1)
+        total = F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]).float(), flat_targets,
+                                ignore_index=IGNORE, reduction="sum")
+        count = (flat_targets != IGNORE).sum()
+    return total / count.clamp(min=1), total.detach()
+
+
+@torch.no_grad()
+def evaluate(model: TaskModel, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int,
+             num_classes: int) -> dict[str, float | None]:
+    was_training = model.training
+    model.eval()
+    acc = MetricAccumulator(model.kind, num_classes)
+    for start in range(0, inputs.shape[0], batch_size):
+        x, y = inputs[start:start + batch_size], targets[start:start + batch_size]
+        outputs = model(x)
+        _, loss_sum = _loss(model, outputs, y)
+        acc.update(outputs, y, loss_sum)
+    model.train(was_training)
+    return acc.compute()
+
+
+def _to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if tensor.dtype == torch.float64:
+        tensor = tensor.float()
+    return tensor.to(device)
+
+
+def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], train_data, test_data, *,
+              num_classes: int, device: torch.device | str = "cpu", checkpoint_path: Path | None = None,
+              hooks: TrainHooks | None = None,
+              length_data: Callable[[int], Any] | None = None) -> RunResult:
+    """Train one run to the end (or raise RunInterrupted), resuming from `checkpoint_path` if it exists.
+
+    build_model: returns a fresh TaskModel; called after seeding, so its init is deterministic.
+    train_data, test_data: TaskData (numpy inputs / targets).
+    length_data: for settings.eval_lengths, returns the test TaskData at a sequence length.
+    """
+    hooks = hooks or TrainHooks()
+    device = torch.device(device) if isinstance(device, str) else device
+    checkpoint_path = Path(checkpoint_path) if checkpoint_path is not None else None
+
+    torch.manual_seed(settings.seed)
+    random.seed(settings.seed)
+    np.random.seed(settings.seed % 2**32)
+    model = build_model().to(device)
+    optimizer = build_optimizer(model, settings.lr, settings.wd, device)
+    n_train = train_data.inputs.shape[0]
+    steps_per_epoch = math.ceil(n_train / settings.batch_size)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
+        optimizer, T_max=settings.epochs * steps_per_epoch, eta_min=min(settings.min_lr, settings.lr))
+
+    train_x, train_y = _to_tensor(train_data.inputs, device), _to_tensor(train_data.targets, device)
+    test_x, test_y = _to_tensor(test_data.inputs, device), _to_tensor(test_data.targets, device)
+    train_metrics = MetricAccumulator(model.kind, num_classes)
+
+    # where we are: the next epoch (0-based) and the steps of it already done
+    epoch, step, epoch_seconds, train_seconds = 0, 0, 0.0, 0.0
+    history: list[EpochMetrics] = []
+    best: EpochMetrics | None = None
+    best_state: dict | None = None
+    finished = False
+    keep_best_state = bool(settings.eval_lengths)
+
+    state = load_checkpoint(checkpoint_path) if checkpoint_path is not None else None
+    if state is not None:
+        if state.get("version") != CHECKPOINT_VERSION or state.get("settings") != asdict(settings):
+            raise RuntimeError(f"checkpoint {checkpoint_path} belongs to another run; delete it to start over")
+        if state.get("result") is not None:  # finished, only the bookkeeping was lost
+            return RunResult.from_dict(state["result"])
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        train_metrics.load_state_dict(state["train_metrics"])
+        epoch, step = state["epoch"], state["step"]
+        epoch_seconds, train_seconds = state["epoch_seconds"], state["train_seconds"]
+        history = [EpochMetrics(**h) for h in state["history"]]
+        best = EpochMetrics(**state["best"]) if state["best"] else None
+        best_state = state.get("best_state")
+        finished = state["finished"]
+        _set_rng_state(state["rng"])
+
+    def checkpoint(result: RunResult | None = None) -> None:
+        if checkpoint_path is None:
+            return
+        save_checkpoint(checkpoint_path, {
+            "version": CHECKPOINT_VERSION, "settings": asdict(settings),
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "train_metrics": train_metrics.state_dict(), "rng": _rng_state(),
+            "epoch": epoch, "step": step, "epoch_seconds": epoch_seconds, "train_seconds": train_seconds,
+            "history": [asdict(h) for h in history], "best": asdict(best) if best else None,
+            "best_state": best_state, "finished": finished,
+            "result": result.to_dict() if result is not None else None})
+
+    model.train()
+    last_checkpoint = time.monotonic()
+    while not finished:
+        order = _epoch_order(n_train, settings.seed, epoch).to(device)
+        started = time.monotonic()
+        while step < steps_per_epoch:
+            if hooks.should_stop is not None and hooks.should_stop():
+                elapsed = time.monotonic() - started
+                epoch_seconds += elapsed
+                train_seconds += elapsed
+                checkpoint()
+                raise RunInterrupted(f"stopped at epoch {epoch + 1}, step {step}")
+            index = order[step * settings.batch_size:(step + 1) * settings.batch_size]
+            x, y = train_x[index], train_y[index]
+            outputs = model(x)
+            loss, loss_sum = _loss(model, outputs, y)
+            optimizer.zero_grad(set_to_none=True)
+            (loss + model.aux_loss()).backward()
+            optimizer.step()
+            scheduler.step()
+            train_metrics.update(outputs.detach(), y, loss_sum)
+            step += 1
+            if hooks.on_progress is not None:
+                hooks.on_progress(epoch + 1, step, steps_per_epoch)
+            if time.monotonic() - last_checkpoint > hooks.checkpoint_every_s and step < steps_per_epoch:
+                elapsed = time.monotonic() - started
+                epoch_seconds, train_seconds, started = epoch_seconds + elapsed, train_seconds + elapsed, time.monotonic()
+                checkpoint()
+                last_checkpoint = time.monotonic()
+
+        train = train_metrics.compute()
+        evaluation = evaluate(model, test_x, test_y, settings.batch_size, num_classes)
+        elapsed = time.monotonic() - started
+        metrics = EpochMetrics(
+            epoch=epoch + 1, lr=scheduler.get_last_lr()[0], seconds=epoch_seconds + elapsed,
+            train_loss=train["loss"], train_ppl=train["ppl"], train_acc=train["acc"],
+            train_macro_acc=train["macro_acc"], eval_loss=evaluation["loss"], eval_ppl=evaluation["ppl"],
+            eval_acc=evaluation["acc"], eval_macro_acc=evaluation["macro_acc"])
+        history.append(metrics)
+        train_seconds += elapsed
+        if best is None or metrics.selection_key() < best.selection_key():
+            best = metrics
+            if keep_best_state:
+                best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        solved = metrics.eval_macro_acc is not None and metrics.eval_macro_acc >= settings.early_stop_acc
+        epoch, step, epoch_seconds = epoch + 1, 0, 0.0
+        train_metrics.reset()
+        finished = solved or epoch >= settings.epochs
+        checkpoint()
+        last_checkpoint = time.monotonic()
+        if hooks.on_epoch is not None:
+            hooks.on_epoch(metrics)
+
+    assert best is not None
+    length_evals: list[dict] = []
+    if settings.eval_lengths and length_data is not None:
+        if best_state is not None:
+            model.load_state_dict(best_state)
+        tokens_per_batch = settings.batch_size * max(int(train_data.inputs.shape[1]), 1)
+        for length in settings.eval_lengths:
+            length_evals.append(_evaluate_length(model, length, length_data, tokens_per_batch, num_classes, device))
+
+    accs = [h.eval_macro_acc for h in history if h.eval_macro_acc is not None]
+    token_accs = [h.eval_acc for h in history if h.eval_acc is not None]
+    result = RunResult(
+        epochs_done=len(history), best_epoch=best.epoch, best=best,
+        max_eval_macro_acc=max(accs) if accs else None, max_eval_acc=max(token_accs) if token_accs else None,
+        early_stopped=len(history) < settings.epochs, train_seconds=train_seconds, history=history,
+        length_evals=length_evals)
+    checkpoint(result)
+    return result
+
+
+def _is_out_of_memory(err: BaseException) -> bool:
+    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate" in text
+                                              or "not enough memory" in text)
+
+
+def _evaluate_length(model: TaskModel, length: int, length_data: Callable[[int], Any], tokens_per_batch: int,
+                     num_classes: int, device: torch.device) -> dict:
+    """Evaluate the best model at another sequence length; running out of memory is a result, not a crash."""
+    started = time.monotonic()
+    try:
+        data = length_data(length)
+        x, y = _to_tensor(data.inputs, device), _to_tensor(data.targets, device)
+        metrics = evaluate(model, x, y, max(1, tokens_per_batch // max(length, 1)), num_classes)
+        status = "ok"
+    except Exception as err:  # noqa: BLE001 - any failure at one length must not lose the run
+        if not _is_out_of_memory(err):
+            metrics, status = {"error": f"{type(err).__name__}: {err}"}, "error"
+        else:
+            metrics, status = {}, "oom"
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return {"length": length, "status": status, "seconds": time.monotonic() - started, **metrics}

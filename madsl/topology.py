@@ -1,0 +1,434 @@
+"""Topology strings -> plain data, and back.
+
+`parse(text)` runs the Lark grammar (grammar/topology.lark) and turns the tree
+into frozen dataclasses. `expand()` unrolls repeats and drops groups that carry
+no attributes, giving the architecture's one true shape; `canonical()` prints
+an expanded topology in one normal form, so that two spellings of the same
+architecture print, and compare, equal:
+
+    canonical(expand(parse("(1H:1A)x12"))) == "(H:A)x12"
+    parse(canonical(t)) expands to the same thing as t   (round trip)
+
+Nothing here knows what a symbol means; the spec layer resolves symbols.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, Iterator, Union
+
+import lark
+
+from .errors import Location, MadslError
+from .resources import grammar_file
+
+Value = Union[int, float, bool, str, None]
+Settings = tuple[tuple[str, Value], ...]  # sorted (key, value) pairs
+
+GROUP_ATTRIBUTES = {"residual": ("add", "none", "gated")}
+NO_CHANNEL = "none"  # `H-none`: a block without a channel mixer
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where a node was written inside the topology string (1-based line and column)."""
+
+    line: int
+    column: int
+    length: int
+
+
+@dataclass(frozen=True)
+class Layer:
+    symbol: str
+    overrides: Settings = ()
+    tag: str | None = None
+    span: Span | None = field(default=None, compare=False, repr=False)
+    # where each override's key and value were written: (key, key span, value span)
+    override_spans: tuple[tuple[str, Span, Span], ...] = field(default=(), compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Sequence mixers applied to the same input; their outputs are summed."""
+
+    branches: tuple[Layer, ...]
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A residual block: a sequence mixer and (optionally) its channel mixer.
+
+    channel is None when the topology does not name one (the spec's default
+    applies) and Layer("none") when the topology asks for none."""
+
+    mixer: Layer | Parallel
+    channel: Layer | None = None
+
+
+@dataclass(frozen=True)
+class Group:
+    body: tuple["Node", ...]
+    attrs: Settings = ()
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Repeat:
+    node: Union[Block, Group]
+    count: int
+
+
+Node = Union[Block, Group, Repeat]
+Topology = tuple[Node, ...]
+
+# --- parsing ------------------------------------------------------------------------
+
+@cache
+def _parser() -> lark.Lark:
+    return lark.Lark(grammar_file().read_text(encoding="utf-8"), parser="lalr",
+                     propagate_positions=True, maybe_placeholders=False)
+
+
+def _span(meta: Any) -> Span:
+    length = (meta.end_pos - meta.start_pos) if not meta.empty else 1
+    return Span(meta.line, meta.column, max(1, length))
+
+
+def _tok_span(tok: lark.Token) -> Span:
+    return Span(tok.line, tok.column, max(1, len(tok)))
+
+
+@lark.v_args(meta=True)
+class _ToData(lark.Transformer):
+    def start(self, meta, children):
+        return children[0]
+
+    def sequence(self, meta, children):
+        return tuple(children)
+
+    def item(self, meta, children):
+        if len(children) == 1:
+            return children[0]
+        count_tok, node = children
+        count = _count(count_tok)
+        if isinstance(node, Repeat):  # 2(H:A)x3: both counts multiply
+            return Repeat(node.node, count * node.count)
+        return Repeat(node, count) if count != 1 else node
+
+    def group(self, meta, children):
+        body, attrs, count = children[0], (), None
+        for child in children[1:]:
+            if isinstance(child, tuple) and child and child[0] == "attrs":
+                attrs = child[1]
+            else:
+                count = child
+        for key, value, key_span, value_span in attrs:
+            if key not in GROUP_ATTRIBUTES:
+                raise _TopologyError(f"unknown group attribute {key!r}", key_span,
+                                     expected=", ".join(GROUP_ATTRIBUTES),
+                                     hint=_nearest(key, GROUP_ATTRIBUTES))
+            if value not in GROUP_ATTRIBUTES[key]:
+                raise _TopologyError(f"{key} must be one of {', '.join(GROUP_ATTRIBUTES[key])}, got {value!r}",
+                                     value_span, hint=_nearest(str(value), GROUP_ATTRIBUTES[key]))
+        # residual=none is what a bare group already is: drop it so both spellings are one architecture
+        attrs = tuple(a for a in attrs if not (a[0] == "residual" and a[1] == "none"))
+        group = Group(body, _settings(attrs, meta), _span(meta))
+        return Repeat(group, count) if count not in (None, 1) else group
+
+    def repeat(self, meta, children):
+        return _count(children[1])
+
+    def block(self, meta, children):
+        mixer = children[0]
+        channel = children[1] if len(children) > 1 else None
+        return Block(mixer, channel)
+
+    def parallel(self, meta, children):
+        return Parallel(tuple(children), _span(meta))
+
+    def layer(self, meta, children):
+        symbol_tok = children[0]
+        tag, overrides = None, ()
+        for child in children[1:]:
+            if isinstance(child, str) and not isinstance(child, tuple):
+                tag = child
+            else:
+                overrides = child[1]
+        return Layer(str(symbol_tok), _settings(overrides, meta), tag, _tok_span(symbol_tok),
+                     tuple((k, ks, vs) for k, _, ks, vs in overrides))
+
+    def tag(self, meta, children):
+        return str(children[0])
+
+    def attrs(self, meta, children):
+        return ("attrs", tuple(children))
+
+    def setting(self, meta, children):
+        key_tok, (value, value_span) = children
+        return (str(key_tok), value, _tok_span(key_tok), value_span)
+
+    def number(self, meta, children):
+        text = str(children[0])
+        value: Value = float(text) if any(c in text for c in ".eE") else int(text)
+        return value, _tok_span(children[0])
+
+    def word(self, meta, children):
+        text = str(children[0])
+        value: Value = {"true": True, "false": False, "null": None}.get(text.lower(), text) \
+            if text.lower() in ("true", "false", "null") else text
+        return value, _tok_span(children[0])
+
+    def string(self, meta, children):
+        return str(children[0])[1:-1], _tok_span(children[0])
+
+
+def _settings(raw: tuple, meta: Any) -> Settings:
+    seen: dict[str, Value] = {}
+    for key, value, key_span, _ in raw:
+        if key in seen:
+            raise _TopologyError(f"{key!r} is set twice", key_span)
+        seen[key] = value
+    return tuple(sorted(seen.items()))
+
+
+def _count(tok: lark.Token) -> int:
+    value = int(str(tok))
+    if value < 1:
+        raise _TopologyError(f"a count must be at least 1, got {value}", _tok_span(tok),
+                             hint="leave the layer or group out instead of repeating it 0 times")
+    return value
+
+
+def _nearest(word: str, options) -> str | None:
+    from .errors import did_you_mean
+    return did_you_mean(word, options)
+
+
+class _TopologyError(Exception):
+    def __init__(self, message: str, span: Span, expected: str | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message, self.span, self.expected, self.hint = message, span, expected, hint
+
+
+# Friendly names for the grammar's terminals in "expected ..." messages.
+_TERMINALS = {
+    "COUNT": "a count", "SYMBOL": "a layer symbol", "TAG": "a tag name", "NAME": "a parameter name",
+    "NUMBER": "a number", "STRING": "a quoted string", "REPEAT": "'x' and a count",
+    "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'", "LBRACE": "'{'", "RBRACE": "'}'",
+    "COLON": "':'", "MINUS": "'-'", "VBAR": "'|'", "COMMA": "','", "EQUAL": "'='", "HASH": "'#'",
+    "$END": "the end of the topology",
+}
+
+
+def _expected(names) -> str:
+    friendly = sorted({_TERMINALS.get(n, n) for n in names})
+    return ", ".join(friendly)
+
+
+def parse(text: str) -> Topology:
+    """Parse a topology string. Raises TopologySyntaxError (a MadslError) with the
+    1-based line and column inside `text`."""
+    if not text.strip():
+        raise TopologySyntaxError("the topology is empty", Span(1, 1, 1),
+                                  expected="a layer symbol, e.g. 'H:A' or '(2H:2A)x6'")
+    try:
+        tree = _parser().parse(text)
+        return _ToData().transform(tree)
+    except lark.exceptions.VisitError as err:
+        inner = err.orig_exc
+        if isinstance(inner, _TopologyError):
+            raise TopologySyntaxError(inner.message, inner.span, expected=inner.expected, hint=inner.hint) from None
+        raise
+    except lark.exceptions.UnexpectedCharacters as err:
+        char = text.splitlines()[err.line - 1][err.column - 1] if text.splitlines() else "?"
+        hint = None
+        if char == "{":
+            hint = "attributes go right after a layer or a group, before any repeat: (H:A){residual=gated}x2"
+        elif char in "*×xX":
+            hint = "repeat a group with a suffix, (H:A)x2, or a layer with a prefix, 2H"
+        raise TopologySyntaxError(f"unexpected character {char!r}", Span(err.line, err.column, 1),
+                                  expected=_expected(err.allowed or []), hint=hint) from None
+    except lark.exceptions.UnexpectedEOF as err:
+        lines = text.splitlines() or [""]
+        raise TopologySyntaxError("the topology ends too early", Span(len(lines), len(lines[-1]) + 1, 1),
+                                  expected=_expected(err.expected)) from None
+    except lark.exceptions.UnexpectedToken as err:
+        tok = err.token
+        if tok.type == "$END":
+            lines = text.splitlines() or [""]
+            span = Span(len(lines), len(lines[-1].rstrip()) + 1, 1)
+            message = "the topology ends too early"
+        else:
+            span = _tok_span(tok)
+            message = f"unexpected {str(tok)!r}"
+        hint = None
+        if tok.type == "RSQB" and "VBAR" in err.expected:
+            hint = "parallel branches need at least two mixers: [H | mA]"
+        elif tok.type == "RPAR" and "SYMBOL" in err.expected:
+            hint = "a group needs at least one layer: remove '()' or put layers inside"
+        elif tok.type == "COUNT" and "SYMBOL" not in err.expected:
+            hint = "a count goes before a layer (4A) or after a group's 'x' ((H:A)x4)"
+        elif tok.type == "LBRACE":
+            hint = "attributes go right after a layer or a group, before any repeat: (H:A){residual=gated}x2"
+        raise TopologySyntaxError(message, span, expected=_expected(err.expected), hint=hint) from None
+
+
+class TopologySyntaxError(MadslError):
+    """A MadslError located inside a topology string (span in string coordinates)."""
+
+    def __init__(self, message: str, span: Span, *, expected: str | None = None, hint: str | None = None,
+                 text: str | None = None):
+        super().__init__(message, Location(None, span.line, span.column, None, span.length),
+                         expected=expected, hint=hint)
+        self.span = span
+
+
+def locate(err: MadslError, span: Span | None, text: str, base: Location | None = None) -> MadslError:
+    """Give an error that happened at `span` inside topology `text` a full location.
+
+    `base` is where the topology string starts in its file (line, column of its
+    first character); without it the topology stands alone (e.g. `-t` on the CLI)."""
+    if span is None:
+        return err
+    lines = text.splitlines() or [""]
+    if base is None or base.line is None:
+        src = lines[span.line - 1] if span.line - 1 < len(lines) else ""
+        return err.relocated(Location(None, span.line, span.column, src, span.length))
+    line = base.line + span.line - 1
+    column = (base.column if span.line == 1 else 1) + span.column - 1
+    return err.relocated(Location(base.file, line, column, None, span.length))
+
+
+# --- structure ----------------------------------------------------------------------
+
+def expand(topology: Topology) -> Topology:
+    """Unroll repeats and flatten groups without attributes."""
+    out: list[Node] = []
+    for node in topology:
+        out.extend(_expand_node(node))
+    return tuple(out)
+
+
+def _expand_node(node: Node) -> Iterator[Node]:
+    if isinstance(node, Repeat):
+        inner = list(_expand_node(node.node))
+        for _ in range(node.count):
+            yield from inner
+    elif isinstance(node, Group):
+        body = expand(node.body)
+        if node.attrs:
+            yield Group(body, node.attrs, node.span)
+        else:
+            yield from body
+    else:
+        yield node
+
+
+def blocks(topology: Topology) -> Iterator[Block]:
+    """Every block of the expanded topology, in order (descending into groups)."""
+    for node in expand(topology):
+        if isinstance(node, Group):
+            yield from blocks(node.body)
+        else:
+            yield node
+
+
+def layers(topology: Topology) -> Iterator[Layer]:
+    """Every layer occurrence as written (not expanded), for error checking."""
+    for node in topology:
+        if isinstance(node, Repeat):
+            yield from layers((node.node,))
+        elif isinstance(node, Group):
+            yield from layers(node.body)
+        else:
+            yield from (node.mixer.branches if isinstance(node.mixer, Parallel) else (node.mixer,))
+            if node.channel is not None:
+                yield node.channel
+
+
+def map_blocks(topology: Topology, fn) -> Topology:
+    """Apply fn to every block of an expanded topology, keeping groups."""
+    out = []
+    for node in topology:
+        if isinstance(node, Group):
+            out.append(Group(map_blocks(node.body, fn), node.attrs, node.span))
+        elif isinstance(node, Repeat):
+            out.append(Repeat(map_blocks((node.node,), fn)[0], node.count))
+        else:
+            out.append(fn(node))
+    return tuple(out)
+
+
+# --- printing -----------------------------------------------------------------------
+
+def _value(v: Value) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, str):
+        return v if v.isidentifier() else f'"{v}"'
+    return repr(v)
+
+
+def _settings_text(settings: Settings) -> str:
+    return "{" + ",".join(f"{k}={_value(v)}" for k, v in settings) + "}" if settings else ""
+
+
+def layer_text(layer: Layer) -> str:
+    return layer.symbol + (f"#{layer.tag}" if layer.tag else "") + _settings_text(layer.overrides)
+
+
+def block_text(block: Block) -> str:
+    if isinstance(block.mixer, Parallel):
+        mixer = "[" + " | ".join(layer_text(b) for b in block.mixer.branches) + "]"
+    else:
+        mixer = layer_text(block.mixer)
+    return mixer + (f"-{layer_text(block.channel)}" if block.channel is not None else "")
+
+
+def expanded_text(topology: Topology) -> str:
+    """The fully expanded form: every block written out, separated by ' : '."""
+    parts = []
+    for node in expand(topology):
+        if isinstance(node, Group):
+            parts.append(f"({expanded_text(node.body)}){_settings_text(node.attrs)}")
+        else:
+            parts.append(block_text(node))
+    return " : ".join(parts)
+
+
+def canonical(topology: Topology) -> str:
+    """One normal form per architecture: expanded, then compressed deterministically.
+
+    A sequence that is k > 1 copies of a shorter one prints as (period)xk; what
+    remains is run-length encoded (4A). Groups with attributes print as
+    (body){attrs}."""
+    return _compress(list(expand(topology)))
+
+
+def _unit(node: Node) -> str:
+    if isinstance(node, Group):
+        return f"({_compress(list(node.body))}){_settings_text(node.attrs)}"
+    return block_text(node)
+
+
+def _compress(nodes: list[Node]) -> str:
+    n = len(nodes)
+    for period in range(1, n // 2 + 1):
+        if n % period == 0 and nodes[:period] * (n // period) == nodes:
+            inner = _compress(nodes[:period])
+            if period == 1:
+                return f"{n}{inner}"
+            return f"({inner})x{n // period}"
+    parts, i = [], 0
+    while i < n:
+        j = i
+        while j < n and nodes[j] == nodes[i]:
+            j += 1
+        unit = _unit(nodes[i])
+        parts.append(f"{j - i}{unit}" if j - i > 1 else unit)
+        i = j
+    return ":".join(parts)

@@ -1,0 +1,154 @@
+"""Spec files: schema, extends, symbols, overrides, and located errors for bad input."""
+import random
+from pathlib import Path
+
+import pytest
+
+from madsl import account, load_spec
+from madsl.errors import MadslError
+
+GOOD = """\
+name: test
+dim: 128
+topology: (H-MoE:mA-MoE)
+layers:
+  mA: {heads: 16, head_dim: 8}
+budget:
+  fixed_state: 2048
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "spec.mad") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def error_of(tmp_path, text) -> MadslError:
+    with pytest.raises(MadslError) as info:
+        spec = load_spec(write(tmp_path, text))
+        account(spec)
+    return info.value
+
+
+def test_good_spec_loads(tmp_path):
+    spec = load_spec(write(tmp_path, GOOD))
+    assert spec.name == "test" and spec.dim == 128
+    assert account(spec).totals["fixed_state"] == 2048
+
+
+@pytest.mark.parametrize("text,message,line,column", [
+    ("name: x\ndim: 128\ntopology: (Hy:A)x2\n", "unknown layer 'Hy'", 3, 12),
+    ("name: x\ndim: 128\ntopology: '(H:Ax)x2'\n", "unknown layer 'Ax'", 3, 15),
+    ("name: x\ndim: 128\ntopology: (H:A)x0\n", "at least 1", 3, 17),
+    ("name: x\ndim: 128\ntopolgy: H\n", "unknown key 'topolgy'", 3, 1),
+    ("name: x\ndim: 128\n", "missing required key 'topology'", 1, 1),
+    ("name: x\ndim: -4\ntopology: H\n", "dim must be a positive integer", 2, 6),
+    ("name: x\ndim: wide\ntopology: H\n", "dim must be an integer", 2, 6),
+    ("name: x\ndim: 128\ntopology: Sg\n", "channel mixer", 3, 11),
+    ("name: x\ndim: 128\ntopology: H-mA\n", "after '-' comes a channel mixer", 3, 13),
+    ("name: x\ndim: 128\ntopology: A{heads=3}\n", "does not divide", 3, 19),
+    ("name: x\ndim: 128\ntopology: A{hedas=4}\n", "no parameter 'hedas'", 3, 13),
+    ("name: x\ndim: 128\ntopology: A\nlayers:\n  A: {heads: 3}\n", "does not divide", 5, 14),
+    ("name: x\ndim: 128\ntopology: A\nlayers:\n  A: {heads: four}\n", "must be an int", 5, 14),
+    ("name: x\ndim: 128\ntopology: A\nlayers:\n  A: {hedas: 4}\n", "no parameter 'hedas'", 5, 7),
+    ("name: x\ndim: 128\ntopology: X\nlayers:\n  X: {heads: 4}\n", "needs `primitive:` or `base:`", 5, 3),
+    ("name: x\ndim: 128\ntopology: X\nlayers:\n  X: {primitive: atention}\n", "unknown primitive", 5, 18),
+    ("name: x\ndim: 128\ntopology: H\nbudget:\n  fixed_sate: 4096\n", "unknown budget", 5, 3),
+    ("name: x\ndim: 128\ntopology: H\nbudget:\n  params: lots\n", "budget.params", 5, 11),
+    ("name: x\ndim: 128\ntopology: H\nnorm: batch\n", "norm must be one of", 4, 7),
+    ("name: x\ndim: 128\ndim: 64\ntopology: H\n", "duplicate key 'dim'", 3, 1),
+    ("name: x\ndim: 128\ntopology: H#a:A:H#a{order=3}\n", "tag #a is used for different layers", 3, 17),
+    ("name: x\n dim: 128\ntopology: H\n", "invalid YAML", 2, 5),
+    ("name: x\ndim: 128\ntopology: H\nchannel_mixer: Sgg\n", "unknown channel mixer", 4, 16),
+    ("name: x\ndim: 128\ntopology: He{expert_width=8}\n", "must equal dim", 3, 27),
+    ("- a\n- b\n", "a spec must be a YAML mapping", 1, 1),
+])
+def test_bad_specs_give_located_errors(tmp_path, text, message, line, column):
+    err = error_of(tmp_path, text)
+    assert message in err.message, err.render()
+    assert err.location.file.endswith("spec.mad")
+    assert (err.location.line, err.location.column) == (line, column), err.render()
+    assert err.location.source_line is not None
+    assert "^" in err.render()
+
+
+def test_did_you_mean(tmp_path):
+    assert "did you mean 'H'" in error_of(tmp_path, "name: x\ndim: 128\ntopology: Hy:A\n").render()
+    assert "did you mean 'topology'" in error_of(tmp_path, "name: x\ndim: 128\ntopolgy: H\n").render()
+    assert "did you mean 'heads'" in error_of(tmp_path, "name: x\ndim: 128\ntopology: A{hedas=2}\n").render()
+
+
+def test_extends_merges_layers_and_locates_errors_in_the_right_file(tmp_path):
+    write(tmp_path, "name: base\ndim: 128\ntopology: (H:A)x2\nlayers:\n  A: {heads: 4}\n", "base.mad")
+    child = write(tmp_path, "name: child\nextends: base.mad\nlayers:\n  A: {bias: true}\n", "child.mad")
+    spec = load_spec(child)
+    assert spec.name == "child" and spec.symbols["A"].params["heads"] == 4 and spec.symbols["A"].params["bias"]
+    write(tmp_path, "name: bad\nextends: base.mad\ntopology: (H:Q)x2\n", "bad.mad")
+    with pytest.raises(MadslError) as info:
+        load_spec(tmp_path / "bad.mad")
+    assert info.value.location.file.endswith("bad.mad") and info.value.location.line == 3
+
+
+def test_extends_cycle_and_missing(tmp_path):
+    write(tmp_path, "name: a\nextends: b.mad\n", "a.mad")
+    write(tmp_path, "name: b\nextends: a.mad\n", "b.mad")
+    with pytest.raises(MadslError, match="cycle"):
+        load_spec(tmp_path / "a.mad")
+    write(tmp_path, "name: c\nextends: nope.mad\n", "c.mad")
+    with pytest.raises(MadslError, match="does not exist"):
+        load_spec(tmp_path / "c.mad")
+
+
+def test_new_symbols_by_primitive_and_base(tmp_path):
+    spec = load_spec(write(tmp_path, "name: x\ndim: 64\ntopology: Big:Wide\nlayers:\n"
+                                     "  Big: {primitive: attention, heads: 2}\n  Wide: {base: Big, heads: 4}\n"))
+    rows = account(spec).layers
+    assert [r.config["heads"] for r in rows if r.role == "sequence"] == [2, 4]
+
+
+def test_default_channel_mixer_and_mamba_takes_none(tmp_path):
+    spec = load_spec(write(tmp_path, "name: x\ndim: 128\ntopology: H:Mb\n"))
+    assert [r.symbol for r in account(spec).layers] == ["H", "Sg", "Mb"]
+    spec = load_spec(write(tmp_path, "name: x\ndim: 128\ntopology: H:A-MoE\nchannel_mixer: none\n"))
+    assert [r.symbol for r in account(spec).layers] == ["H", "A", "MoE"]
+    assert spec.canonical() == "H:A-MoE"
+    assert load_spec(write(tmp_path, "name: x\ndim: 128\ntopology: H-Sg:H\n")).canonical() == "2H"
+
+
+VALID_FOR_FUZZ = """\
+name: fuzz
+dim: 128
+topology: (2H-Sg:[mA | Mb]:A{heads=4})x2
+layers:
+  A: {heads: 16, head_dim: 8}
+budget:
+  params: 2M ± 50%
+  fixed_state: {max: 100000}
+"""
+
+
+def test_hundreds_of_malformed_specs_never_crash(tmp_path):
+    """Random edits of a valid spec: each either loads or gives a located MadslError; nothing else escapes."""
+    rng = random.Random(0)
+    alphabet = "():[]{}|#-=,xX×0123456789 \nHAMbSgoe'\"%±k"
+    located = 0
+    for i in range(400):
+        chars = list(VALID_FOR_FUZZ)
+        for _ in range(rng.randint(1, 3)):
+            pos = rng.randrange(len(chars))
+            op = rng.random()
+            if op < 0.4:
+                del chars[pos]
+            elif op < 0.7:
+                chars.insert(pos, rng.choice(alphabet))
+            else:
+                chars[pos] = rng.choice(alphabet)
+        path = write(tmp_path, "".join(chars), f"fuzz{i}.mad")
+        try:
+            account(load_spec(path))
+        except MadslError as err:
+            assert err.location.file == str(path), err.render()
+            assert err.location.line is not None, err.render()
+            located += 1
+    assert located > 100
