@@ -149,10 +149,13 @@ class _Builder:
                                                     if d.role() == "channel")), layer.span)
         shared = self.check_tag(layer)
         cost: Cost = prim.cost(self.seq_len)
-        norm = norm_params(self.spec) if with_norm else 0
+        # a layer's pre-norm belongs to it (and is shared with it), except in a parallel
+        # block, where one norm owned by the block feeds every branch
+        norm_shared = shared and branch is None
+        norm = 0 if norm_shared or not with_norm else norm_params(self.spec)
         row = LayerRow(index=len(self.rows), block=block, node=node_id, symbol=layer.symbol,
                        primitive=prim.name, role=role, config=prim.config(),
-                       params=0 if shared else cost.params + norm, norm_params=0 if shared else norm,
+                       params=(0 if shared else cost.params) + norm, norm_params=norm,
                        fixed_state=cost.fixed_state, conv_state=cost.conv_state,
                        kv_cache=cost.kv_cache, flops=cost.flops, tag=layer.tag, shared=shared,
                        branch=branch, group_path=group_path)

@@ -77,6 +77,7 @@ class Spec:
     budget_seq_len: int | None = None
     eval: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    data: dict[str, Any] = field(default_factory=dict, repr=False)  # the merged YAML, to rebuild the spec
     # where things are written, for located errors
     topology_base: Location | None = None
     source_map: "SourceMap | None" = field(default=None, repr=False)
@@ -156,6 +157,11 @@ def load_spec(path: str | Path, *, overrides: dict[str, Any] | None = None) -> S
     if overrides:
         data.update(overrides)
     return _build(data, source_map, path)
+
+
+def spec_from_data(data: dict[str, Any]) -> Spec:
+    """A spec from already-merged data (e.g. stored with a saved model)."""
+    return _build(dict(data), None, None)
 
 
 def spec_from_topology(text: str, *, dim: int = 128, vocab: int | None = None,
@@ -299,7 +305,8 @@ def _build(data: dict, where: SourceMap | None, path: Path | None) -> Spec:
                 channel_mixer=data.get("channel_mixer", "Sg"), vocab=data.get("vocab"),
                 seq_len=data.get("seq_len", DEFAULT_SEQ_LEN), norm=data.get("norm", "rms"),
                 tie_embeddings=data.get("tie_embeddings", True), description=data.get("description", ""),
-                eval=dict(data.get("eval") or {}), path=path, topology_base=topology_base, source_map=where)
+                eval=dict(data.get("eval") or {}), path=path, data=dict(data),
+                topology_base=topology_base, source_map=where)
     if spec.channel_mixer == topo.NO_CHANNEL:
         spec.channel_mixer = None
     try:
