@@ -43,7 +43,7 @@ class FuzzyInContextRecall(SampledTask):
         half = s["vocab_size"] // 2
         return Vocab.of(keys=half, values=half, pad=1)
 
-    def check(self, s: Mapping[str, Any]) -> None:
+    def check_knobs(self, s: Mapping[str, Any]) -> None:
         v = self.require_int(s, "vocab_size", 2)
         self.require(v % 2 == 0, f"vocab_size must be even (split equally into keys and values), got {v}")
         a = self.require_int(s, "max_key_len", 1)
@@ -57,9 +57,12 @@ class FuzzyInContextRecall(SampledTask):
                      f"tokens each, got {seq_len}")
 
     def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
-        # at least this many whole pairs precede the probe, each key starting with a uniform key token
-        pair = s["max_key_len"] + s["max_value_len"]
-        return (s["seq_len"] + 1 - pair) // pair * math.log2(s["vocab_size"] // 2)
+        # a test row holds at least this many whole pairs before the probe, each key a uniform
+        # ordered choice of max_key_len distinct key tokens
+        a, num_keys = s["max_key_len"], s["vocab_size"] // 2
+        pair = a + s["max_value_len"]
+        pairs = (s["seq_len"] + 1 - pair) // pair
+        return pairs * sum(math.log2(num_keys - i) for i in range(a))
 
     def sample(self, s: Mapping[str, Any], split: Split, num: int,
                rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
@@ -82,23 +85,22 @@ class FuzzyInContextRecall(SampledTask):
         vocab = self.vocab(s)
         a, b = s["max_key_len"], s["max_value_len"]
         num_keys, stream = s["vocab_size"] // 2, s["seq_len"] + 1
-        rows = np.arange(num)
-        pair_ids = np.arange(max_pairs)
+        rows, pair_ids = np.arange(num), np.arange(max_pairs)
 
-        # candidate pairs: key and value lengths, distinct tokens, key identity as one integer code
-        key_len = rng.integers(min_key_len, a + 1, (num, max_pairs))
-        value_len = rng.integers(1, b + 1, (num, max_pairs))
-        key_tokens = distinct_tokens(rng, num_keys, (num, max_pairs), a)
-        value_tokens = vocab.start("values") + distinct_tokens(rng, num_keys, (num, max_pairs), b)
-        key_slots = np.arange(a) < key_len[..., None]
-        digits = np.where(key_slots, key_tokens, num_keys)  # num_keys marks "no token": lengths differ -> codes differ
-        codes = (digits * (num_keys + 1) ** np.arange(a - 1, -1, -1)).sum(axis=-1)
+        # candidate pairs: lengths, distinct tokens, and each key's identity as one integer
+        key_len = rng.integers(min_key_len, a + 1, (num, max_pairs), dtype=np.int32)
+        value_len = rng.integers(1, b + 1, (num, max_pairs), dtype=np.int32)
+        key_tokens = distinct_tokens(rng, num_keys, (num, max_pairs), a, np.int32)
+        value_tokens = distinct_tokens(rng, num_keys, (num, max_pairs), b, np.int32) + np.int32(vocab.start("values"))
+        codes = np.zeros((num, max_pairs), dtype=np.int64)
+        for i in range(a):  # base num_keys + 1, digit num_keys = "no token": lengths differ -> codes differ
+            codes = codes * (num_keys + 1) + np.where(i < key_len, key_tokens[..., i], num_keys)
 
         # a repeated key takes the value of its first occurrence
         first = first_index(codes)
+        repeated = first < pair_ids
         value_len = np.take_along_axis(value_len, first, axis=1)
         value_tokens = np.take_along_axis(value_tokens, first[..., None], axis=1)
-        repeated = first < pair_ids
 
         # how many pairs fit: the probe repeats pair p, drawn among pairs that fit even with a longest probe
         ends = np.cumsum(key_len + value_len, axis=1)
@@ -108,23 +110,24 @@ class FuzzyInContextRecall(SampledTask):
         kept = (ends <= (stream - probe_len)[:, None]).sum(axis=1)
         pad = stream - ends[rows, kept - 1] - probe_len
 
-        # lay out [pad ...] + kept pairs + probe: every (pair, token slot) in order, used or not
-        slot_tokens = np.concatenate([key_tokens, value_tokens], axis=2)
-        slot_used = np.concatenate([key_slots, np.arange(b) < value_len[..., None]], axis=2)
-        is_value_slot = np.arange(a + b) >= a
-        slot_scored = repeated[..., None] & is_value_slot  # the probe is a repeat: its value slots are scored
-        slot_tokens = np.concatenate([slot_tokens, slot_tokens[rows, probe, None]], axis=1).reshape(num, -1)
-        probe_used = slot_used[rows, probe, None]
-        slot_used = np.concatenate([slot_used & (pair_ids < kept[:, None])[..., None], probe_used], axis=1).reshape(num, -1)
-        slot_scored = np.concatenate([slot_scored, np.broadcast_to(is_value_slot, (num, 1, a + b))], axis=1).reshape(num, -1)
+        # every (pair, token slot) of a row in order -- kept pairs, then the probe -- with a flag
+        # bit on scored slots (values of repeated keys; the probe is a repeat) so one compaction moves both
+        flag = 1 << int(vocab.size).bit_length()
+        slots = np.empty((num, max_pairs + 1, a + b), dtype=np.int32)
+        slots[:, :-1, :a] = key_tokens
+        slots[:, :-1, a:] = value_tokens + np.int32(flag) * repeated[..., None]
+        slots[:, -1] = slots[rows, probe]
+        slots[:, -1, a:] |= flag
+        used = np.empty(slots.shape, dtype=bool)
+        used[:, :-1, :a] = np.arange(a) < key_len[..., None]
+        used[:, :-1, a:] = np.arange(b) < value_len[..., None]
+        used[:, -1] = used[rows, probe]
+        used[:, :-1] &= (pair_ids < kept[:, None])[..., None]
 
         # used slots, in row-major order, fill each row after its pad: both masks hold stream - pad per row
-        after_pad = np.arange(stream) >= pad[:, None]
-        tokens = np.full((num, stream), vocab.token("pad"), dtype=np.int64)
-        scored = np.zeros((num, stream), dtype=bool)
-        tokens[after_pad] = slot_tokens[slot_used]
-        scored[after_pad] = slot_scored[slot_used]
-        return tokens, scored
+        flagged = np.full((num, stream), vocab.token("pad"), dtype=np.int32)
+        flagged[np.arange(stream) >= pad[:, None]] = slots[used]
+        return flagged & (flag - 1), flagged >= flag
 
 
 TASKS = (FuzzyInContextRecall(),)

@@ -43,7 +43,7 @@ class InContextRecall(SampledTask):
         half = s["vocab_size"] // 2
         return Vocab.of(keys=half, values=half, noise=s.get("noise_vocab_size", 0))
 
-    def check(self, s: Mapping[str, Any]) -> None:
+    def check_knobs(self, s: Mapping[str, Any]) -> None:
         v = self.require_int(s, "vocab_size", 2)
         self.require(v % 2 == 0, f"vocab_size must be even (split equally into keys and values), got {v}")
         self.require_int(s, "seq_len", 2)
@@ -72,7 +72,7 @@ class InContextRecall(SampledTask):
         rows = np.arange(num)[:, None]
 
         # random order of pair items (2 tokens) and noise items (1 token)
-        is_pair = random_subset_mask(rng, num, items, num_pairs)
+        is_pair = random_subset_mask(rng, num, items, num_pairs) if num_noise else np.ones((num, items), dtype=bool)
         lengths = 1 + is_pair
         starts = np.cumsum(lengths, axis=1) - lengths
         key_pos = starts[is_pair].reshape(num, num_pairs)
@@ -81,7 +81,8 @@ class InContextRecall(SampledTask):
         keys = rng.integers(0, num_keys, (num, num_pairs))
         mapping = rng.integers(0, num_keys, (num, num_keys))  # this sequence's key -> value map
         values = vocab.start("values") + mapping[rows, keys]
-        noise = vocab.start("noise") + rng.integers(0, max(1, s.get("noise_vocab_size", 0)), (num, num_noise))
+        noise_vocab = max(1, vocab.block("noise").size)  # without noise nothing is drawn: shape (num, 0)
+        noise = vocab.start("noise") + rng.integers(0, noise_vocab, (num, num_noise))
 
         stream = np.empty((num, 2 * num_pairs + num_noise), dtype=np.int64)
         stream[rows, key_pos] = keys
@@ -104,8 +105,8 @@ class NoisyInContextRecall(InContextRecall):
                 "num_train_examples": 12_800, "num_test_examples": 1_280}
     sweep = {**InContextRecall.sweep, "frac_noise": (0.2, 0.4, 0.6, 0.8)}
 
-    def check(self, s: Mapping[str, Any]) -> None:
-        super().check(s)
+    def check_knobs(self, s: Mapping[str, Any]) -> None:
+        super().check_knobs(s)
         frac = s["frac_noise"]
         self.require(isinstance(frac, (int, float)) and 0 <= frac < 1,
                      f"frac_noise must be a share in [0, 1), got {frac!r}")

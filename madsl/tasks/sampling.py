@@ -76,7 +76,11 @@ class Rows:
 
 
 class SampledTask(Task):
-    """A task whose rows are i.i.d. draws; subclasses implement `sample`, `check`, `min_entropy_bits`."""
+    """A task whose rows are i.i.d. draws.
+
+    Subclasses implement `vocab`, `check_knobs`, `sample` and `min_entropy_bits`
+    (and `shared` / `describe` where they have shared state or extra facts).
+    """
 
     def vocab(self, settings: Mapping[str, Any]) -> Vocab:
         raise NotImplementedError
@@ -85,7 +89,17 @@ class SampledTask(Task):
         return self.vocab(settings).size
 
     def check(self, settings: Mapping[str, Any]) -> None:
-        """Raise ValueError naming the bad setting; the split sizes are checked by `generate`."""
+        """Raise ValueError naming the bad setting and why (the runner calls this before any run)."""
+        for split in SPLIT_STREAMS:
+            self.require_int(settings, f"num_{split}_examples", 1)
+        self.check_knobs(settings)
+
+    def check_knobs(self, settings: Mapping[str, Any]) -> None:
+        """The task's own knobs: raise ValueError (via `require`) for a bad one."""
+
+    def describe(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """Task-specific facts about a setting for the meta (JSON-friendly)."""
+        return {}
 
     def shared(self, settings: Mapping[str, Any], seed: int) -> dict[str, np.ndarray]:
         """State both splits share (drawn from `shared_rng`); passed to `sample`, stored in meta."""
@@ -96,7 +110,11 @@ class SampledTask(Task):
         raise NotImplementedError
 
     def min_entropy_bits(self, settings: Mapping[str, Any]) -> float:
-        """Lower bound on -log2 of the probability of the likeliest input row (0: always check overlap)."""
+        """Lower bound on -log2 P(likeliest test-split input row); 0 means: always check for overlap.
+
+        A test row equals a given train row with probability at most 2**-bound, whatever
+        the train distribution, hence the union bound N_train * N_test * 2**-bound.
+        """
         return 0.0
 
     def require(self, ok: bool, message: str) -> None:
@@ -114,8 +132,8 @@ class SampledTask(Task):
         self.require(split in SPLIT_STREAMS, f"split must be 'train' or 'test', got {split!r}")
         is_seed = isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0
         self.require(is_seed, f"seed must be a non-negative integer, got {seed!r}")
-        num = {split_: self.require_int(s, f"num_{split_}_examples", 1) for split_ in SPLIT_STREAMS}
         self.check(s)
+        num = {split_: int(s[f"num_{split_}_examples"]) for split_ in SPLIT_STREAMS}
 
         shared = self.shared(s, seed)
         rows = self.sample(s, split, num[split], split_rng(self.name, seed, split), shared)
@@ -125,7 +143,7 @@ class SampledTask(Task):
             resampled = self._redraw_overlap(s, seed, rows, shared)
 
         meta: dict[str, Any] = {"task": self.name, "split": split, "seed": int(seed), "settings": s,
-                                "num_resampled": resampled, **shared, **rows.extras}
+                                "num_resampled": resampled, **self.describe(s), **shared, **rows.extras}
         if self.input_dim(s) == 0:
             meta["vocab"] = self.vocab(s).layout()
         return TaskData(rows.inputs, rows.targets, meta)
