@@ -11,23 +11,20 @@ value_dim); state (batch, heads, key_dim, value_dim). Every function returns
 
 - `gla_recurrent`: the plain sequential recurrence, one step per token. The reference.
 - `gla_chunked`: the chunked parallel form for the CPU (pure PyTorch, autograd
-  backward). Time is cut into chunks of `chunk_size`; inside a chunk the outputs
-  are masked matmuls; the state is carried from chunk to chunk.
+  backward). Time is cut into chunks; inside a chunk the outputs are masked
+  matmuls; the state is carried from chunk to chunk (L / chunk Python steps).
 - `gla_fla_chunk`: flash-linear-attention's Triton chunk kernel (CUDA only;
   imported lazily, never at module import).
 
 Numerics of the chunked form. With b the cumulative log gate inside a chunk
 (b_t = g_1 + ... + g_t, non-increasing), the weight of key s in query t is
-exp(b_t - b_s) <= 1 for s <= t. Factoring it as exp(b_t - r) * exp(r - b_s) turns
-the intra-chunk sum into a matmul, but each factor alone can overflow or underflow
-when the gates decay fast (exp(-b_s) alone overflows float32 once the chunk has
-decayed by e^-88). The chunk is therefore cut further into sub-chunks of
-`sub_chunk_size`, and the rows of sub-chunk i use r = b at the start of sub-chunk i:
-for keys in earlier sub-chunks both factors are <= 1 (always safe); only keys in
-the query's own sub-chunk see a factor >= 1, bounded by the decay across one
-sub-chunk. If that decay exceeds what the dtype can hold, those diagonal blocks
-are computed exactly from exp(b_t - b_s) elementwise (slower, but never wrong).
-The state update uses exp(b_last - b_s) <= 1 and exp(b_t) <= 1 only.
+exp(b_t - b_s) <= 1 for s <= t. The intra-chunk sum becomes a matmul by factoring
+it as exp(b_t - r) * exp(r - b_s), with r the middle of the chunk's range of b (per
+channel), so that no factor exceeds exp(half the chunk's decay). Where a chunk decays
+by more than the dtype can hold that way (float32: e^-140, i.e. a mean log gate
+below -2.2 per step at chunk 64, a gate logit below about -35), the chunk is halved
+until none does (down to 1, the recurrence itself): exact for any gates, and free
+for ordinary ones. The carried state only ever sees factors <= 1.
 """
 from __future__ import annotations
 
@@ -62,78 +59,87 @@ def gla_recurrent(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
 
 
 def _safe_exponent(dtype: torch.dtype) -> float:
-    """Largest x such that exp(x) and exp(-x) are normal numbers of `dtype`, with margin."""
-    return -math.log(torch.finfo(dtype).tiny) - 8.0
+    """|x| up to which exp(x) is a normal number of `dtype` with room for the magnitude of
+    q and k (float32: 69.8, float64: 567)."""
+    return -0.8 * math.log(torch.finfo(dtype).tiny)
+
+
+def default_chunk_size(key_dim: int, value_dim: int) -> int:
+    """Chunk length for `gla_chunked`. Per token, intra-chunk work grows with the chunk
+    (chunk x (key_dim + value_dim)) and the carried states shrink with it (key_dim x
+    value_dim per chunk, element-wise work and a Python step each): measured on the
+    CPU, 64 suits small heads (mAlg: 16 x 16) and 128 large ones (Alg: 128 x 128)."""
+    return 64 if key_dim * value_dim <= 64 * 64 else 128
+
+
+def _largest_safe_chunk(log_decay: Tensor, chunk: int) -> int:
+    """Halve `chunk` until no chunk decays, after its first step, by more than twice the
+    dtype's safe exponent (what the factorisation in `gla_chunked` needs); chunk 1 is
+    always safe."""
+    limit = 2 * _safe_exponent(log_decay.dtype)
+    length = log_decay.shape[-2]
+    with torch.no_grad():
+        while chunk > 1:
+            padded = -(-length // chunk) * chunk
+            g = F.pad(log_decay, (0, 0, 0, padded - length)).unflatten(-2, (padded // chunk, chunk))
+            if -g[..., 1:, :].sum(-2).min() <= limit:
+                break
+            chunk //= 2
+    return chunk
 
 
 def gla_chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
                 initial_state: Tensor | None = None,
-                chunk_size: int = 64, sub_chunk_size: int = 16) -> tuple[Tensor, Tensor]:
-    """Chunked parallel form; equal to `gla_recurrent` up to rounding, for any gate values."""
-    if chunk_size % sub_chunk_size:
-        raise ValueError(f"chunk_size={chunk_size} must be a multiple of sub_chunk_size={sub_chunk_size}")
+                chunk_size: int | None = None) -> tuple[Tensor, Tensor]:
+    """Chunked parallel form; equal to `gla_recurrent` up to rounding, for any gate values.
+    `chunk_size` None: `default_chunk_size`. Sequences shorter than a chunk use one chunk."""
+    if q.dtype in (torch.float16, torch.bfloat16):  # cumulative gates need float32's mantissa
+        out, final_state = gla_chunked(q.float(), k.float(), v.float(), log_decay.float(),
+                                       None if initial_state is None else initial_state.float(), chunk_size)
+        return out.to(v.dtype), final_state.to(v.dtype)
     batch, heads, length, key_dim = q.shape
     value_dim = v.shape[-1]
-    # Short sequences use one chunk rounded up to whole sub-chunks rather than a full chunk.
-    sub = min(sub_chunk_size, length)
-    chunk = min(chunk_size, -(-length // sub) * sub)
+    chunk = min(chunk_size or default_chunk_size(key_dim, value_dim), length)
+    chunk = _largest_safe_chunk(log_decay, chunk)
     padded = -(-length // chunk) * chunk
     if padded != length:
         # Padding: k = v = 0 adds nothing to the state, g = 0 does not decay it,
         # so outputs and the final state are those of the unpadded sequence.
         pad = (0, 0, 0, padded - length)
         q, k, v, log_decay = (F.pad(x, pad) for x in (q, k, v, log_decay))
-    n_chunks, n_sub = padded // chunk, chunk // sub
-    shape = (batch, heads, n_chunks, chunk)
-    q, k, v = q.reshape(*shape, key_dim), k.reshape(*shape, key_dim), v.reshape(*shape, value_dim)
-    b = log_decay.reshape(*shape, key_dim).cumsum(dim=-2)  # cumulative log gate within each chunk
-    b_last = b[..., -1, :]  # (batch, heads, n_chunks, key_dim)
+    n_chunks = padded // chunk
+    q, k, v, log_decay = (x.unflatten(-2, (n_chunks, chunk)) for x in (q, k, v, log_decay))
 
-    # ---- intra-chunk: A[t, s] = sum_k q_t k_s exp(b_t - b_s), s <= t ----------------------------
-    b_sub = b.view(*shape[:3], n_sub, sub, key_dim)
-    ref = b_sub[..., 0, :]  # b at the first position of each sub-chunk: (.., n_sub, key_dim)
-    q_in = q.view_as(b_sub) * (b_sub - ref.unsqueeze(-2)).exp()  # factors <= 1
-    # Row block i scales every key s of the chunk by exp(ref_i - b_s): (.., n_sub, chunk, key_dim).
-    key_exponent = ref.unsqueeze(-2) - b.unsqueeze(-3)
-    key_block = torch.arange(chunk, device=q.device) // sub
-    row_block = torch.arange(n_sub, device=q.device)
-    within_sub_decay = (ref - b_sub[..., -1, :]).amax() if sub > 1 else b.new_zeros(())
-    exact_diagonal = bool(within_sub_decay > _safe_exponent(q.dtype))
-    if exact_diagonal:
-        # Keys in the query's own sub-chunk would overflow: leave them to the exact path below.
-        hidden = key_block[None, :] >= row_block[:, None]
-    else:
-        hidden = key_block[None, :] > row_block[:, None]
-    key_exponent = key_exponent.masked_fill(hidden.unsqueeze(-1), -math.inf)
-    k_in = k.unsqueeze(-3) * key_exponent.exp()
-    scores = (q_in @ k_in.transpose(-1, -2)).reshape(*shape, chunk)  # (.., chunk t, chunk s)
-    if exact_diagonal:
-        k_sub = k.view_as(b_sub)
-        causal_sub = torch.ones(sub, sub, dtype=torch.bool, device=q.device).tril()
-        rel = (b_sub.unsqueeze(-2) - b_sub.unsqueeze(-3)).masked_fill(~causal_sub.unsqueeze(-1), -math.inf)
-        diag = (q.view_as(b_sub).unsqueeze(-2) * k_sub.unsqueeze(-3) * rel.exp()).sum(-1)  # (.., n_sub, t, s)
-        eye = torch.eye(n_sub, dtype=q.dtype, device=q.device)
-        scores = scores + (diag.unsqueeze(-2) * eye[:, None, :, None]).reshape(*shape, chunk)
+    b = log_decay.cumsum(dim=-2)  # cumulative log gate within each chunk, non-increasing
+    b_last = b[..., -1:, :]
+    # Reference point: the middle of each chunk's (and channel's) range [b_last, b_first],
+    # so that |b_t - ref| <= limit for every t (see _largest_safe_chunk).
+    ref = 0.5 * (b[..., :1, :] + b_last)
+    # Two exps rather than a division by one: the division's gradient, 1 / rel^2, would overflow.
+    q_in = q * (b - ref).exp()  # q_t exp(b_t - ref)
+    k_in = k * (ref - b).exp()  # k_s exp(ref - b_s)
+    # Intra-chunk: scores[t, s] = sum_k q_t k_s exp(b_t - b_s) for s <= t.
     causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
-    scores = scores.masked_fill(~causal, 0.0)
+    scores = (q_in @ k_in.transpose(-1, -2)).masked_fill(~causal, 0.0)
     out = scores @ v
 
-    # ---- inter-chunk: carry the state across chunks ----------------------------------------------
-    k_to_end = k * (b_last.unsqueeze(-2) - b).exp()  # decay from s to the end of its chunk, <= 1
-    chunk_updates = k_to_end.transpose(-1, -2) @ v  # (.., n_chunks, key_dim, value_dim)
-    chunk_decay = b_last.exp().unsqueeze(-1)  # (.., n_chunks, key_dim, 1)
-    state = (initial_state if initial_state is not None
-             else q.new_zeros(batch, heads, key_dim, value_dim))
+    # Inter-chunk: the state carried in decays to t by exp(b_t); each chunk adds
+    # sum_s exp(b_last - b_s) k_s v_s^T and decays what it carries by exp(b_last).
+    chunk_updates = (k_in * (b_last - ref).exp()).transpose(-1, -2) @ v  # (.., n_chunks, key_dim, value_dim)
+    chunk_decay = b_last.exp().transpose(-1, -2)  # (.., n_chunks, key_dim, 1)
     if n_chunks == 1 and initial_state is None:
-        final_state = chunk_updates[:, :, 0]  # nothing carried in: skip the readout of a zero state
+        final_state = chunk_updates[:, :, 0]  # nothing carried in: skip reading out a zero state
     else:
+        state = (initial_state if initial_state is not None
+                 else q.new_zeros(batch, heads, key_dim, value_dim))
         states_before = []
-        for n in range(n_chunks):
+        # unbind, not indexing: one backward node for all chunks (each index's backward
+        # would write a full-size zero gradient, quadratic in the number of chunks).
+        for decay, update in zip(chunk_decay.unbind(2), chunk_updates.unbind(2)):
             states_before.append(state)
-            state = chunk_decay[:, :, n] * state + chunk_updates[:, :, n]
+            state = decay * state + update
         final_state = state
-        q_from_start = q * b.exp()  # decay from the chunk start to t, <= 1
-        out = out + q_from_start @ torch.stack(states_before, dim=2)
+        out = out + (q * b.exp()) @ torch.stack(states_before, dim=2)
     out = out.reshape(batch, heads, padded, value_dim)[:, :, :length]
     return out, final_state
 
@@ -151,19 +157,14 @@ def fla_chunk_gla():
 def gla_fla_chunk(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
                   initial_state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
     """fla's Triton chunk kernel on CUDA tensors (same layout and semantics as above).
-    fla versions differ in the default layout (`head_first`), so it is passed explicitly
-    where the installed version has it; q is already scaled, hence scale=1."""
+    fla takes (batch, L, heads, dim); versions that still have `head_first` (whose default
+    changed over time) get head_first=False explicitly. q is already scaled: scale=1."""
     chunk_gla = fla_chunk_gla()
     if chunk_gla is None:
         raise RuntimeError("flash-linear-attention is not installed (pip install flash-linear-attention)")
-    params = inspect.signature(chunk_gla).parameters
     kwargs: dict = {"scale": 1.0, "initial_state": initial_state, "output_final_state": True}
-    if "head_first" in params:
-        kwargs["head_first"] = True
-        result = chunk_gla(q, k, v, log_decay, **kwargs)
-        o, final_state = result if isinstance(result, tuple) else (result, None)
-        return o, final_state
-    # Newer versions take (batch, L, heads, dim) only.
+    if "head_first" in inspect.signature(chunk_gla).parameters:
+        kwargs["head_first"] = False
     q, k, v, log_decay = (x.transpose(1, 2).contiguous() for x in (q, k, v, log_decay))
     result = chunk_gla(q, k, v, log_decay, **kwargs)
     o, final_state = result if isinstance(result, tuple) else (result, None)

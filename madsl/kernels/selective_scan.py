@@ -63,11 +63,16 @@ def _default_chunk_len(batch: int, d_inner: int, d_state: int, length: int) -> i
 
 
 class _ChunkBuffers:
-    """Preallocated per-chunk work buffers, reused by every chunk of one call."""
+    """Preallocated per-chunk work buffers, reused by every chunk of one call.
+
+    States are laid out (step, batch, d_state, d_inner): d_inner is contiguous in every
+    elementwise op, so they vectorise (mamba-ssm's (.., d_state)-innermost layout gives
+    inner loops of length d_state), and the contractions over d_state or d_inner are
+    batched matmuls over the merged (step, batch) axis."""
 
     def __init__(self, chunk_len: int, batch: int, d_inner: int, d_state: int, like: Tensor,
                  with_grad: bool):
-        shape = (batch, d_inner, d_state)
+        shape = (batch, d_state, d_inner)
         self.decay = like.new_empty(chunk_len, *shape)  # exp(delta*A) per step
         self.states = like.new_empty(chunk_len + 1, *shape)  # [h_{start-1}, h_start, ...]
         self.decay_steps = self.decay.unbind(0)
@@ -78,15 +83,21 @@ class _ChunkBuffers:
 
 
 def _recompute_chunk(buf: _ChunkBuffers, steps: int, delta_c: Tensor, delta_u_c: Tensor,
-                     B_c: Tensor, A: Tensor, h_start: Tensor) -> None:
-    """Fill buf.decay[:steps] and buf.states[:steps+1] for one chunk starting from h_start."""
+                     B_c: Tensor, A_T: Tensor, h_start: Tensor) -> None:
+    """Fill buf.decay[:steps] and buf.states[:steps+1] for one chunk starting from h_start.
+    delta_c, delta_u_c: (T, batch, d_inner); B_c: (T, batch, d_state); A_T: (d_state, d_inner)."""
     decay, states = buf.decay[:steps], buf.states[1:steps + 1]
     buf.states[0].copy_(h_start)  # first: h_start may alias the buffer's last state
-    torch.mul(delta_c.unsqueeze(-1), A, out=decay).exp_()
-    torch.mul(delta_u_c.unsqueeze(-1), B_c.unsqueeze(-2), out=states)  # delta*u*B
+    torch.mul(delta_c.unsqueeze(2), A_T, out=decay).exp_()
+    torch.mul(delta_u_c.unsqueeze(2), B_c.unsqueeze(-1), out=states)  # delta*u*B
     decay_steps, state_steps = buf.decay_steps, buf.state_steps
     for t in range(steps):  # h_t = exp(delta_t A) h_{t-1} + delta_t u_t B_t, in place
         state_steps[t + 1].addcmul_(decay_steps[t], state_steps[t])
+
+
+def _rows(x: Tensor) -> Tensor:
+    """(T, batch, k) or (T, batch, d_state, d_inner) -> (T*batch, ...), for bmm."""
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
 class SelectiveScanCPU(torch.autograd.Function):
@@ -100,75 +111,62 @@ class SelectiveScanCPU(torch.autograd.Function):
         cdtype = _compute_dtype(dtype_in)
         batch, d_inner, length = u.shape
         d_state = A.shape[1]
-        A_ = A.to(cdtype)
+        A_T = A.to(cdtype).t().contiguous()
         u_t = _time_major(u, cdtype)
-        delta_raw_t = _time_major(delta, cdtype)
         B_t, C_t = _time_major(B, cdtype), _time_major(C, cdtype)
         z_t = _time_major(z, cdtype) if z is not None else None
-        bias = delta_bias.to(cdtype) if delta_bias is not None else None
-
-        delta_t = _new_time_major(length, batch, d_inner, u_t)
-        if bias is not None:
-            torch.add(delta_raw_t, bias, out=delta_t)
+        delta_pre = _new_time_major(length, batch, d_inner, u_t)  # delta + bias
+        if delta_bias is not None:
+            torch.add(_time_major(delta, cdtype), delta_bias.to(cdtype), out=delta_pre)
         else:
-            delta_t.copy_(delta_raw_t)
-        if delta_softplus:
-            delta_t.copy_(F.softplus(delta_t))  # functional softplus is threshold-stable
+            delta_pre.copy_(_time_major(delta, cdtype))
+        delta_t = F.softplus(delta_pre) if delta_softplus else delta_pre
         delta_u = delta_t * u_t
 
         T = chunk_len or _default_chunk_len(batch, d_inner, d_state, length)
         n_chunks = (length + T - 1) // T
         buf = _ChunkBuffers(min(T, length), batch, d_inner, d_state, u_t, with_grad=False)
-        chunk_starts = u_t.new_empty(n_chunks, batch, d_inner, d_state)  # h before each chunk
+        chunk_starts = u_t.new_empty(n_chunks, batch, d_state, d_inner)  # h before each chunk
         y = _new_time_major(length, batch, d_inner, u_t)  # sum_n h C (+ D u below)
-        h = u_t.new_zeros(batch, d_inner, d_state)
+        h = u_t.new_zeros(batch, d_state, d_inner)
         for c in range(n_chunks):
             t0, t1 = c * T, min(length, (c + 1) * T)
             chunk_starts[c].copy_(h)
-            _recompute_chunk(buf, t1 - t0, delta_t[t0:t1], delta_u[t0:t1], B_t[t0:t1], A_,
+            _recompute_chunk(buf, t1 - t0, delta_t[t0:t1], delta_u[t0:t1], B_t[t0:t1], A_T,
                              chunk_starts[c])
             states = buf.states[1:t1 - t0 + 1]
-            y[t0:t1] = torch.matmul(states, C_t[t0:t1].unsqueeze(-1)).squeeze(-1)
+            y[t0:t1] = torch.bmm(_rows(C_t[t0:t1]).unsqueeze(1), _rows(states)).view(t1 - t0, batch, d_inner)
             h = buf.states[t1 - t0]
         if D is not None:
             y.addcmul_(u_t, D.to(cdtype))
         out = y * F.silu(z_t) if z_t is not None else y
 
-        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, chunk_starts, y)
-        ctx.meta = (delta_softplus, T, cdtype)
+        ctx.save_for_backward(u, delta_pre, delta_t, A, B, C, D, z, delta_bias, chunk_starts, y)
+        ctx.meta = (delta_softplus, T, cdtype, delta.dtype)
         out = _to_user_layout(out).to(dtype_in)
         if not return_last_state:
             return out
-        last_state = h.clone()
+        last_state = h.permute(0, 2, 1).contiguous()  # (batch, d_inner, d_state)
         ctx.mark_non_differentiable(last_state)
         return out, last_state
 
     @staticmethod
     def backward(ctx, grad_out: Tensor, *unused):
-        u, delta, A, B, C, D, z, delta_bias, chunk_starts, y = ctx.saved_tensors
-        delta_softplus, T, cdtype = ctx.meta
+        u, delta_pre, delta_t, A, B, C, D, z, delta_bias, chunk_starts, y = ctx.saved_tensors
+        delta_softplus, T, cdtype, delta_dtype = ctx.meta
         batch, d_inner, length = u.shape
         d_state = A.shape[1]
-        A_ = A.to(cdtype)
+        A_T = A.to(cdtype).t().contiguous()
         u_t = _time_major(u, cdtype)
-        delta_raw_t = _time_major(delta, cdtype)
         B_t, C_t = _time_major(B, cdtype), _time_major(C, cdtype)
         grad_out_t = _time_major(grad_out, cdtype)
-        bias = delta_bias.to(cdtype) if delta_bias is not None else None
-
-        # Recompute the cheap (L, batch, d_inner) quantities instead of saving them.
-        delta_pre = delta_raw_t + bias if bias is not None else delta_raw_t
-        delta_t = F.softplus(delta_pre) if delta_softplus else delta_pre
         delta_u = delta_t * u_t
 
         # Output gate: out = y * silu(z).
         if z is not None:
             z_t = _time_major(z, cdtype)
-            sig_z = torch.sigmoid(z_t)
-            grad_y = grad_out_t * z_t * sig_z  # dL/dy = g * silu(z)
-            # d silu/dz = sig(z) * (1 + z * (1 - sig(z)))
-            dsilu = sig_z * (1 + z_t * (1 - sig_z))
-            grad_z_t = grad_out_t * y * dsilu
+            grad_y = grad_out_t * F.silu(z_t)
+            grad_z_t = torch.ops.aten.silu_backward(grad_out_t * y, z_t)
         else:
             grad_y, grad_z_t = grad_out_t, None
 
@@ -182,57 +180,61 @@ class SelectiveScanCPU(torch.autograd.Function):
         grad_delta_t = _new_time_major(length, batch, d_inner, u_t)
         grad_B_t = _new_time_major(length, batch, d_state, u_t)
         grad_C_t = _new_time_major(length, batch, d_state, u_t)
-        grad_A = torch.zeros_like(A_)
+        grad_A_T = torch.zeros_like(A_T)
 
         buf = _ChunkBuffers(min(T, length), batch, d_inner, d_state, u_t, with_grad=True)
-        # a_{t+1} * dL/dh_{t+1} flowing into the last step of the chunk before it.
-        carry = u_t.new_zeros(batch, d_inner, d_state)
+        # exp(delta_{t+1} A) * dL/dh_{t+1}, flowing into the last step of the chunk before.
+        carry = u_t.new_zeros(batch, d_state, d_inner)
         n_chunks = chunk_starts.shape[0]
         for c in reversed(range(n_chunks)):
             t0, t1 = c * T, min(length, (c + 1) * T)
             steps = t1 - t0
             delta_c, delta_u_c, B_c, C_c = delta_t[t0:t1], delta_u[t0:t1], B_t[t0:t1], C_t[t0:t1]
             grad_y_c = grad_y[t0:t1]
-            _recompute_chunk(buf, steps, delta_c, delta_u_c, B_c, A_, chunk_starts[c])
+            _recompute_chunk(buf, steps, delta_c, delta_u_c, B_c, A_T, chunk_starts[c])
             decay = buf.decay[:steps]
-            states = buf.states[1:steps + 1]
             prev_states = buf.states[:steps]
             grad_h = buf.grad_states[:steps]
 
-            # y_t = sum_n h_t C_t  ->  dC_t = sum_d dy_t h_t
-            grad_C_t[t0:t1] = torch.matmul(grad_y_c.unsqueeze(-2), states).squeeze(-2)
+            # y_t = C_t . h_t  ->  dC_t = h_t dy_t  (sum over d_inner)
+            states = _rows(buf.states[1:steps + 1])
+            grad_C_t[t0:t1] = torch.bmm(states, _rows(grad_y_c).unsqueeze(-1)).view(steps, batch, d_state)
 
-            # Reverse recurrence: G_t = dy_t C_t + exp(delta_{t+1} A) G_{t+1}.
-            torch.mul(grad_y_c.unsqueeze(-1), C_c.unsqueeze(-2), out=grad_h)
+            # Reverse-time recurrence: G_t = dy_t C_t + exp(delta_{t+1} A) G_{t+1}.
+            torch.mul(grad_y_c.unsqueeze(2), C_c.unsqueeze(-1), out=grad_h)
             grad_h[steps - 1].add_(carry)
             decay_steps, grad_steps = buf.decay_steps, buf.grad_steps
             for t in range(steps - 2, -1, -1):
                 grad_steps[t].addcmul_(decay_steps[t + 1], grad_steps[t + 1])
             torch.mul(decay[0], grad_h[0], out=carry)
 
-            # Input term b_t = delta_t u_t B_t.
-            grad_b_dot_B = torch.matmul(grad_h, B_c.unsqueeze(-1)).squeeze(-1)  # sum_n G B
-            grad_B_t[t0:t1] = torch.matmul(delta_u_c.unsqueeze(-2), grad_h).squeeze(-2)
-            grad_u_t[t0:t1].addcmul_(grad_b_dot_B, delta_c)
+            # Decay a_t = exp(delta_t A): dL/d(delta_t A) = G_t * h_{t-1} * a_t.
+            grad_log_decay = prev_states.mul_(decay).mul_(grad_h)  # overwrites h_{t-1}
+            grad_delta_c = grad_delta_t[t0:t1]
+            torch.mul(grad_log_decay[:, :, 0], A_T[0], out=grad_delta_c)
+            for n in range(1, d_state):
+                grad_delta_c.addcmul_(grad_log_decay[:, :, n], A_T[n])
+            scratch = torch.mul(grad_log_decay, delta_c.unsqueeze(2), out=decay)  # decay is spent
+            grad_A_T.add_(scratch.sum((0, 1)))
 
-            # Decay term a_t = exp(delta_t A): dL/da_t * a_t = G_t h_{t-1} a_t.
-            grad_log_decay = prev_states.mul_(decay).mul_(grad_h)  # reuses the state buffer
-            grad_A.add_(torch.einsum("tbdn,tbd->dn", grad_log_decay, delta_c))
-            grad_delta_c = (grad_log_decay * A_).sum(-1)
+            # Input b_t = delta_t u_t B_t.
+            grad_h_rows = _rows(grad_h)
+            grad_B_t[t0:t1] = torch.bmm(grad_h_rows, _rows(delta_u_c).unsqueeze(-1)).view(steps, batch, d_state)
+            grad_b_dot_B = torch.bmm(_rows(B_c).unsqueeze(1), grad_h_rows).view(steps, batch, d_inner)
+            grad_u_t[t0:t1].addcmul_(grad_b_dot_B, delta_c)
             grad_delta_c.addcmul_(grad_b_dot_B, u_t[t0:t1])
-            grad_delta_t[t0:t1] = grad_delta_c
 
         if delta_softplus:
-            grad_delta_t.mul_(torch.sigmoid(delta_pre))
+            grad_delta_t = torch.ops.aten.softplus_backward(grad_delta_t, delta_pre, 1.0, 20.0)
         grad_bias = grad_delta_t.sum((0, 1)) if delta_bias is not None else None
 
-        def user(x: Tensor | None, like: Tensor | None):
-            return None if x is None else _to_user_layout(x).to(like.dtype)
+        def user(x: Tensor, dtype: torch.dtype) -> Tensor:
+            return _to_user_layout(x).to(dtype)
 
-        return (user(grad_u_t, u), user(grad_delta_t, delta), grad_A.to(A.dtype),
-                user(grad_B_t, B), user(grad_C_t, C),
+        return (user(grad_u_t, u.dtype), user(grad_delta_t, delta_dtype), grad_A_T.t().to(A.dtype),
+                user(grad_B_t, B.dtype), user(grad_C_t, C.dtype),
                 grad_D.to(D.dtype) if grad_D is not None else None,
-                user(grad_z_t, z) if z is not None else None,
+                user(grad_z_t, z.dtype) if z is not None else None,
                 grad_bias.to(delta_bias.dtype) if grad_bias is not None else None,
                 None, None, None)
 

@@ -30,20 +30,6 @@ from madsl.kernels.gla import fla_chunk_gla, gla_chunked, gla_fla_chunk, gla_rec
 Kernel = Literal["auto", "chunked", "recurrent", "fla"]
 
 
-class _RMSNorm(nn.Module):
-    """RMSNorm over the last axis with a weight only (no bias); computed in float32 at least."""
-
-    def __init__(self, dim: int, eps: float = 1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: Tensor) -> Tensor:
-        x_f = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-        x_f = x_f * torch.rsqrt(x_f.pow(2).mean(-1, keepdim=True) + self.eps)
-        return x_f.to(x.dtype) * self.weight
-
-
 class GatedLinearAttention(nn.Module):
     def __init__(self, dim: int, heads: int, key_dim: int | None, value_dim: int | None,
                  gate_low_rank: int, gate_normalizer: float, output_gate: bool):
@@ -56,8 +42,7 @@ class GatedLinearAttention(nn.Module):
         self.output_gate = output_gate
         self.scale = self.key_dim ** -0.5
         self.kernel: Kernel = "auto"
-        self.chunk_size = 64  # chunked kernel: chunk and sub-chunk lengths (see madsl.kernels.gla)
-        self.sub_chunk_size = 16
+        self.chunk_size: int | None = None  # chunked kernel; None: default_chunk_size(key_dim, value_dim)
 
         key_width, value_width = heads * self.key_dim, heads * self.value_dim
         self.q_proj = nn.Linear(dim, key_width, bias=False)
@@ -66,7 +51,7 @@ class GatedLinearAttention(nn.Module):
         self.g_proj = nn.Linear(dim, value_width, bias=False) if output_gate else None
         self.gk_proj = nn.Sequential(nn.Linear(dim, gate_low_rank, bias=False),
                                      nn.Linear(gate_low_rank, key_width, bias=True))
-        self.g_norm = _RMSNorm(self.value_dim)
+        self.g_norm = nn.RMSNorm(self.value_dim, eps=1e-5)
         self.o_proj = nn.Linear(value_width, dim, bias=False)
         self.reset_parameters()
 
@@ -105,8 +90,7 @@ class GatedLinearAttention(nn.Module):
         q, k, v, log_decay = (t.transpose(1, 2) for t in self._project(x))  # (B, heads, L, .)
         kernel = self._select_kernel(x)
         if kernel == "chunked":
-            o, _ = gla_chunked(q, k, v, log_decay, chunk_size=self.chunk_size,
-                               sub_chunk_size=self.sub_chunk_size)
+            o, _ = gla_chunked(q, k, v, log_decay, chunk_size=self.chunk_size)
         elif kernel == "recurrent":
             o, _ = gla_recurrent(q, k, v, log_decay)
         elif kernel == "fla":

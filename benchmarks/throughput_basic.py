@@ -1,0 +1,130 @@
+"""Forward + backward throughput of attention, GLA, SwiGLU and MoE layers on the CPU.
+
+    python benchmarks/throughput_basic.py            # every case, 2 threads
+    python benchmarks/throughput_basic.py --only mAlg --repeats 5
+
+One layer at width 128, input requiring grad (as inside a model), a random upstream
+gradient (a `.sum()` loss would hand matmul backward stride-0 gradients, which sends
+CPU bmm down a per-matrix slow path and measures the wrong thing). Each case runs in
+its own process so that its peak memory can be read: peak RSS over the RSS after
+setup, i.e. activations, gradients and workspace of one step.
+
+Cases: the MAD setting (batch 128 x length 128) for mA, A, mAlg (chunked kernel and
+the plain recurrence, same run), Alg, Sg, MoE (dense and gathered dispatch); then
+GLA at 1k / 4k / 16k tokens per sequence with 16k tokens per batch, where a linear
+kernel keeps tokens/s flat.
+
+Times are the best of `--repeats` steps after one warm-up (the machine is shared;
+the median is printed too).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+WIDTH = 128
+
+# name: (symbol, hyperparameter overrides, module attributes to set, batch, length)
+CASES: dict[str, tuple[str, dict, dict, int, int]] = {
+    "mA": ("mA", {}, {}, 128, 128),
+    "A": ("A", {}, {}, 128, 128),
+    "mAlg chunked": ("mAlg", {}, {"kernel": "chunked"}, 128, 128),
+    "mAlg recurrent": ("mAlg", {}, {"kernel": "recurrent"}, 128, 128),
+    "Alg chunked": ("Alg", {}, {"kernel": "chunked"}, 128, 128),
+    "Sg": ("Sg", {}, {}, 128, 128),
+    "MoE dense": ("MoE", {}, {"dense_dispatch": True}, 128, 128),
+    "MoE gather": ("MoE", {}, {"dense_dispatch": False}, 128, 128),
+    "mAlg L=1k": ("mAlg", {}, {"kernel": "chunked"}, 16, 1024),
+    "mAlg L=4k": ("mAlg", {}, {"kernel": "chunked"}, 4, 4096),
+    "mAlg L=16k": ("mAlg", {}, {"kernel": "chunked"}, 1, 16384),
+    "Alg L=1k": ("Alg", {}, {"kernel": "chunked"}, 16, 1024),
+    "Alg L=4k": ("Alg", {}, {"kernel": "chunked"}, 4, 4096),
+    "Alg L=16k": ("Alg", {}, {"kernel": "chunked"}, 1, 16384),
+}
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def measure(name: str, repeats: int, threads: int) -> dict:
+    import torch
+
+    from madsl import stdlib
+
+    torch.set_num_threads(threads)
+    symbol, overrides, attributes, batch, length = CASES[name]
+    sym = stdlib.symbols()[symbol]
+    entry = stdlib.primitives()[sym.primitive]
+    torch.manual_seed(0)
+    layer = entry.cls.create(WIDTH, {**entry.defaults, **sym.params, **overrides}).build()
+    for key, value in attributes.items():
+        setattr(layer, key, value)
+    x = torch.randn(batch, length, WIDTH, requires_grad=True)
+    upstream = torch.randn(batch, length, WIDTH)
+    baseline = _rss_bytes()
+
+    times = []
+    for _ in range(repeats + 1):  # the first is a warm-up
+        layer.zero_grad(set_to_none=True)
+        x.grad = None
+        start = time.perf_counter()
+        y = layer(x)
+        aux = getattr(layer, "aux_loss", None)
+        if aux is not None:
+            torch.autograd.backward([y, aux], [upstream, torch.ones_like(aux)])
+        else:
+            y.backward(upstream)
+        times.append(time.perf_counter() - start)
+        del y
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    best, median = min(times[1:]), statistics.median(times[1:])
+    tokens = batch * length
+    return {"name": name, "batch": batch, "length": length, "best_s": best, "median_s": median,
+            "tokens_per_s": tokens / best, "median_tokens_per_s": tokens / median,
+            "peak_mib": max(0, peak - baseline) / 2**20}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="*", help="case names (or prefixes) to run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # child process: run one case, print JSON
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.one, args.repeats, args.threads)))
+        return
+
+    names = [n for n in CASES if not args.only or any(n.startswith(p) for p in args.only)]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    print(f"forward + backward, width {WIDTH}, {args.threads} threads, best of {args.repeats}")
+    print(f"{'case':<16} {'batch x len':>12} {'tokens/s':>10} {'(median)':>10} {'ms/step':>9} {'peak MiB':>9}")
+    results = {}
+    for name in names:
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name,
+                              "--repeats", str(args.repeats), "--threads", str(args.threads)],
+                             capture_output=True, text=True, env=env, check=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        results[name] = r
+        print(f"{name:<16} {r['batch']:>5} x {r['length']:<5} {r['tokens_per_s']:>10,.0f} "
+              f"{r['median_tokens_per_s']:>10,.0f} {1e3 * r['best_s']:>9.1f} {r['peak_mib']:>9.0f}")
+    if "mAlg chunked" in results and "mAlg recurrent" in results:
+        ratio = results["mAlg recurrent"]["best_s"] / results["mAlg chunked"]["best_s"]
+        print(f"mAlg: chunked kernel is {ratio:.1f}x faster than the plain recurrence (same run)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

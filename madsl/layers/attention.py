@@ -1,0 +1,103 @@
+"""Multi-head causal self-attention (`A`, `mA`): the torch module of `madsl.primitives.attention`.
+
+    q, k, v = split(qkv(x))                  one fused projection dim -> 3 x heads x head_dim
+    q, k    = rotary(q), rotary(k)           optional; rotate-half convention (GPT-NeoX / Llama)
+    out     = out(softmax(q k^T / sqrt(head_dim) + causal mask) v)
+
+Attention runs through `torch.nn.functional.scaled_dot_product_attention` (fused
+kernels where PyTorch has them). Step mode keeps a growing KV cache: state
+{"k": (B, heads, T, head_dim), "v": (B, heads, T, head_dim), "pos": (B,) int64}, so
+k and v together hold the accounting's kv_cache(T) numbers per sequence; "pos" is
+the position of the next token (what rotary needs; it equals T).
+
+Init (as the MAD reference, whose attention is flash-attn's MHA inside a language
+model that zeroes every Linear bias): PyTorch's default Linear init for the weights
+(kaiming-uniform, bound 1/sqrt(fan_in)), biases zero.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def _apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    return x * cos + _rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, heads: int, head_dim: int | None, rotary: bool,
+                 rotary_base: float, bias: bool):
+        super().__init__()
+        self.dim = dim
+        self.heads = heads
+        self.head_dim = head_dim if head_dim is not None else dim // heads
+        self.rotary = rotary
+        self.rotary_base = float(rotary_base)
+        inner = heads * self.head_dim
+        self.qkv = nn.Linear(dim, 3 * inner, bias=bias)
+        self.out = nn.Linear(inner, dim, bias=bias)
+        # cos/sin tables of the rotary embedding, grown on demand (no parameters, not saved).
+        self._rotary_cache: tuple[Tensor, Tensor] | None = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for linear in (self.qkv, self.out):
+            linear.reset_parameters()
+            if linear.bias is not None:
+                nn.init.zeros_(linear.bias)
+
+    def _rotary_tables(self, length: int, like: Tensor) -> tuple[Tensor, Tensor]:
+        """cos, sin of shape (>= length, head_dim) in `like`'s dtype and device."""
+        cache = self._rotary_cache
+        if (cache is None or cache[0].shape[0] < length or cache[0].device != like.device
+                or cache[0].dtype != like.dtype):
+            # Round the length up so that step mode does not rebuild the table every token.
+            size = max(256, 1 << (length - 1).bit_length())
+            precision = torch.float64 if like.dtype == torch.float64 else torch.float32
+            exponents = torch.arange(0, self.head_dim, 2, device=like.device, dtype=precision) / self.head_dim
+            inv_freq = self.rotary_base ** -exponents
+            angles = torch.outer(torch.arange(size, device=like.device, dtype=precision), inv_freq)
+            angles = torch.cat((angles, angles), dim=-1)  # rotate-half pairs channel i with i + head_dim/2
+            cache = (angles.cos().to(like.dtype), angles.sin().to(like.dtype))
+            self._rotary_cache = cache
+        return cache
+
+    # ---- parallel (training) form -----------------------------------------------------------------
+    def forward(self, x: Tensor) -> Tensor:
+        batch, length, _ = x.shape
+        q, k, v = self.qkv(x).view(batch, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if self.rotary:
+            cos, sin = self._rotary_tables(length, x)
+            cos, sin = cos[:length], sin[:length]
+            q, k = _apply_rotary(q, cos, sin), _apply_rotary(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, heads, L, head_dim)
+        return self.out(y.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
+
+    # ---- recurrent (inference) form ---------------------------------------------------------------
+    def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
+        dtype = dtype if dtype is not None else self.out.weight.dtype
+        device = device if device is not None else self.out.weight.device
+        empty = torch.zeros(batch, self.heads, 0, self.head_dim, device=device, dtype=dtype)
+        return {"k": empty, "v": empty.clone(),
+                "pos": torch.zeros(batch, dtype=torch.long, device=device)}
+
+    def step(self, x_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        batch = x_t.shape[0]
+        q, k, v = self.qkv(x_t).view(batch, 3, self.heads, 1, self.head_dim).unbind(1)  # (B, heads, 1, hd)
+        pos = state["pos"]
+        if self.rotary:
+            cos, sin = self._rotary_tables(state["k"].shape[2] + 1, x_t)
+            cos, sin = cos[pos][:, None, None], sin[pos][:, None, None]  # (B, 1, 1, head_dim)
+            q, k = _apply_rotary(q, cos, sin), _apply_rotary(k, cos, sin)
+        keys = torch.cat((state["k"], k), dim=2)
+        values = torch.cat((state["v"], v), dim=2)
+        # The new token attends to every cached one: no mask (is_causal would align top-left).
+        y = F.scaled_dot_product_attention(q, keys, values)  # (B, heads, 1, head_dim)
+        out = self.out(y.reshape(batch, self.heads * self.head_dim))
+        return out, {"k": keys, "v": values, "pos": pos + 1}

@@ -1,0 +1,99 @@
+"""Hyena operator (`H`): the torch module of `madsl.primitives.hyena`.
+
+Layout (order N, as safari's `HyenaOperator`):
+
+    z = short_conv(in_proj(u))                      dim -> (N+1)*dim, depthwise causal conv of short_filter taps
+    x_0, x_1, ..., x_{N-1}, v = split(z)            dim channels each
+    for o = 0 .. N-2:  v = h_o * (v * x_{N-1-o})    long causal conv by group o of the filter's channels
+    y = out_proj(v * x_0)
+
+The long filter has (N-1)*dim channels (group o is channels o*dim .. (o+1)*dim),
+`filter=modal` (a recurrence, finite state) or `filter=hyena` (implicit MLP, with a
+per-channel skip term): see `madsl.layers.filters`.
+
+Init (safari's HyenaOperator): nn.Linear's and nn.Conv1d's default init for in_proj,
+out_proj and short_conv (uniform in +-1/sqrt(fan_in); fan_in = short_filter for the
+depthwise conv); biases where `bias`. The long filters document their own.
+
+State for `step`: "conv" (B, (N+1)*dim, short_filter-1), the last in_proj outputs;
+modal: "fixed" complex (B, (N-1)*dim, filter_states) = 2048 numbers at width 128;
+hyena: "fixed" empty and "cache" (B, (N-1)*dim, t), every past filter input.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from madsl.kernels.fftconv import ConvMethod, causal_conv, short_causal_conv
+from madsl.layers.filters import build_filter
+
+FilterKind = Literal["modal", "hyena"]
+
+
+class Hyena(nn.Module):
+    def __init__(self, dim: int, order: int, short_filter: int, filter: FilterKind, filter_states: int,
+                 filter_order: int, filter_emb_dim: int, bias: bool):
+        super().__init__()
+        if order < 2:
+            raise ValueError(f"hyena: order must be at least 2, got {order}")
+        self.dim = dim
+        self.order = order
+        self.short_filter = short_filter
+        self.conv_method: ConvMethod = "auto"  # see madsl.kernels.fftconv.causal_conv
+        width = (order + 1) * dim
+        self.in_proj = nn.Linear(dim, width, bias=bias)
+        # holds the depthwise weights; applied causally by short_causal_conv (and by hand in step)
+        self.short_conv = nn.Conv1d(width, width, short_filter, groups=width, bias=bias)
+        self.long_filter = build_filter(filter, (order - 1) * dim, filter_states=filter_states,
+                                        filter_order=filter_order, filter_emb_dim=filter_emb_dim)
+        self.out_proj = nn.Linear(dim, dim, bias=bias)
+
+    def _group(self, o: int) -> slice:
+        """Filter channels of long convolution o."""
+        return slice(o * self.dim, (o + 1) * self.dim)
+
+    # ---- parallel (training) form -----------------------------------------------------------------
+    def forward(self, u: Tensor) -> Tensor:
+        seq_len = u.shape[1]
+        z = short_causal_conv(self.in_proj(u), self.short_conv.weight, self.short_conv.bias)  # (B, (N+1)*dim, L)
+        *gates, v = z.split(self.dim, dim=1)
+        taps = self.long_filter(seq_len)
+        skip = self.long_filter.skip
+        for o in range(self.order - 1):
+            group = self._group(o)
+            v = causal_conv(v * gates[self.order - 1 - o], taps[group],
+                            None if skip is None else skip[group], method=self.conv_method)
+        return self.out_proj((v * gates[0]).transpose(1, 2))
+
+    # ---- recurrent (inference) form ---------------------------------------------------------------
+    def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
+        device = device if device is not None else self.in_proj.weight.device
+        dtype = dtype if dtype is not None else self.in_proj.weight.dtype
+        state = self.long_filter.init_state(batch, device, dtype)
+        state["conv"] = torch.zeros(batch, self.in_proj.out_features, self.short_filter - 1,
+                                    device=device, dtype=dtype)
+        return state
+
+    def step(self, u_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        window = torch.cat([state["conv"], self.in_proj(u_t).unsqueeze(-1)], dim=-1)  # (B, width, short_filter)
+        z = (window * self.short_conv.weight.squeeze(1)).sum(-1)
+        if self.short_conv.bias is not None:
+            z = z + self.short_conv.bias
+        *gates, v = z.split(self.dim, dim=-1)
+
+        filter_state = {key: value for key, value in state.items() if key != "conv"}
+        channel_keys = self.long_filter.channel_keys  # state entries whose axis 1 is the filter channel
+        # the implicit filter's taps up to this step, computed once for all groups
+        taps = self.long_filter(state["cache"].shape[-1] + 1) if "cache" in state else None
+        parts: list[dict[str, Tensor]] = []
+        for o in range(self.order - 1):
+            group = self._group(o)
+            part = {key: value[:, group] if key in channel_keys else value for key, value in filter_state.items()}
+            v, part = self.long_filter.step(v * gates[self.order - 1 - o], part, group, taps=taps)
+            parts.append(part)
+        new_state = {key: torch.cat([part[key] for part in parts], dim=1) if key in channel_keys else parts[-1][key]
+                     for key in filter_state}
+        new_state["conv"] = window[..., 1:]
+        return self.out_proj(v * gates[0]), new_state

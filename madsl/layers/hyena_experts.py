@@ -1,0 +1,96 @@
+"""Hyena experts (`He`): the torch module of `madsl.primitives.hyena_experts`.
+
+An order-2 Hyena over dim = experts * expert_width channels, grouped into experts
+(expert e owns channels e*expert_width .. (e+1)*expert_width of x_0, x_1, v and the
+long filter); a router mixes the experts' outputs per token (MAD paper §3.3):
+
+    z = short_conv(in_proj(u));  x_0, x_1, v = split(z)        dim -> 3*dim, as Hyena
+    o = x_0 * (h * (v * x_1))                                  (B, L, experts, expert_width)
+    w_t = softmax over the top-`active` router logits of u_t W_g; every other expert gets exactly 0
+    y_t = out_proj( sum_e w_{t,e} o_{t,e} )                    out_proj: expert_width -> dim
+
+All experts are computed densely (cheaper on a CPU than gathering), but the output is
+the sparse definition: an unselected expert has weight 0 and no gradient flows through it.
+(The MAD reference code sets the unselected logits to 0 instead of -inf before its
+softmax, so they keep weight; that bug is not reproduced.) Ties at the k-th logit are
+broken by torch.topk.
+
+Init: Hyena's (safari: nn.Linear / nn.Conv1d defaults); the router is nn.Linear's
+default without bias (the MAD reference's router is a plain nn.Linear).
+
+State for `step`: as Hyena at order 2 over dim channels: "conv" (B, 3*dim,
+short_filter-1); modal: "fixed" complex (B, dim, filter_states) = 2048 at width 128,
+all experts' states, since which experts are active depends on the input;
+hyena: "fixed" empty and "cache" (B, dim, t).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from madsl.kernels.fftconv import ConvMethod, causal_conv, short_causal_conv
+from madsl.layers.filters import build_filter
+
+
+class HyenaExperts(nn.Module):
+    def __init__(self, dim: int, experts: int, expert_width: int, active: int, short_filter: int,
+                 filter: Literal["modal", "hyena"], filter_states: int, filter_order: int, filter_emb_dim: int,
+                 bias: bool):
+        super().__init__()
+        if experts * expert_width != dim:
+            raise ValueError(f"hyena_experts: experts*expert_width = {experts * expert_width} must equal dim = {dim}")
+        if not 0 < active <= experts:
+            raise ValueError(f"hyena_experts: active={active} must be in 1..experts={experts}")
+        self.dim = dim
+        self.experts = experts
+        self.expert_width = expert_width
+        self.active = active
+        self.short_filter = short_filter
+        self.conv_method: ConvMethod = "auto"
+        self.router = nn.Linear(dim, experts, bias=False)
+        self.in_proj = nn.Linear(dim, 3 * dim, bias=bias)
+        # holds the depthwise weights; applied causally by short_causal_conv (and by hand in step)
+        self.short_conv = nn.Conv1d(3 * dim, 3 * dim, short_filter, groups=3 * dim, bias=bias)
+        self.long_filter = build_filter(filter, dim, filter_states=filter_states, filter_order=filter_order,
+                                        filter_emb_dim=filter_emb_dim)
+        self.out_proj = nn.Linear(expert_width, dim, bias=bias)
+
+    def routing_weights(self, u: Tensor) -> Tensor:
+        """(..., dim) -> (..., experts): softmax over the top-`active` logits, exactly 0 elsewhere."""
+        logits = self.router(u)
+        top = logits.topk(self.active, dim=-1)
+        return torch.zeros_like(logits).scatter(-1, top.indices, torch.softmax(top.values, dim=-1))
+
+    def _combine(self, expert_out: Tensor, weights: Tensor) -> Tensor:
+        """expert_out (..., dim), weights (..., experts) -> out_proj(sum_e w_e o_e) (..., dim)."""
+        per_expert = expert_out.unflatten(-1, (self.experts, self.expert_width))
+        return self.out_proj((weights.unsqueeze(-1) * per_expert).sum(-2))
+
+    # ---- parallel (training) form -----------------------------------------------------------------
+    def forward(self, u: Tensor) -> Tensor:
+        seq_len = u.shape[1]
+        z = short_causal_conv(self.in_proj(u), self.short_conv.weight, self.short_conv.bias)  # (B, 3*dim, L)
+        out_gate, in_gate, v = z.split(self.dim, dim=1)
+        v = causal_conv(v * in_gate, self.long_filter(seq_len), self.long_filter.skip, method=self.conv_method)
+        return self._combine((v * out_gate).transpose(1, 2), self.routing_weights(u))
+
+    # ---- recurrent (inference) form ---------------------------------------------------------------
+    def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
+        device = device if device is not None else self.in_proj.weight.device
+        dtype = dtype if dtype is not None else self.in_proj.weight.dtype
+        state = self.long_filter.init_state(batch, device, dtype)
+        state["conv"] = torch.zeros(batch, 3 * self.dim, self.short_filter - 1, device=device, dtype=dtype)
+        return state
+
+    def step(self, u_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        window = torch.cat([state["conv"], self.in_proj(u_t).unsqueeze(-1)], dim=-1)  # (B, 3*dim, short_filter)
+        z = (window * self.short_conv.weight.squeeze(1)).sum(-1)
+        if self.short_conv.bias is not None:
+            z = z + self.short_conv.bias
+        out_gate, in_gate, v = z.split(self.dim, dim=-1)
+        filter_state = {key: value for key, value in state.items() if key != "conv"}
+        v, new_state = self.long_filter.step(v * in_gate, filter_state)
+        new_state["conv"] = window[..., 1:]
+        return self._combine(v * out_gate, self.routing_weights(u_t)), new_state

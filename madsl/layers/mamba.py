@@ -1,0 +1,138 @@
+"""Mamba (`Mb`), the selective state-space layer of Gu & Dao (2023), as in mamba-ssm's
+`mamba_simple.Mamba`: same parameter names, shapes and initialisation, so state
+dicts move between the two. The selective scan runs on mamba-ssm's CUDA kernel when
+the tensors are on CUDA and mamba-ssm imports, else on madsl's fused CPU scan
+(`madsl.kernels.selective_scan`). Nothing here imports mamba-ssm or triton eagerly.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from madsl.kernels.selective_scan import selective_scan
+
+
+def _at_least_fp32(t: Tensor) -> Tensor:
+    # The SSM parameters enter the scan in float32 even in a half-precision model
+    # (as in mamba-ssm), and in float64 when the model is float64.
+    return t if t.dtype == torch.float64 else t.float()
+
+
+class Mamba(nn.Module):
+    """x -> in_proj -> (x, z); x -> causal depthwise conv -> SiLU -> selective SSM
+    (input-dependent dt, B, C) -> + D*x -> * SiLU(z) -> out_proj.
+
+    Shapes: d_inner = expand * dim, dt_rank = ceil(dim / 16) when None.
+      in_proj   Linear(dim, 2*d_inner, bias=bias)
+      conv1d    Conv1d(d_inner, d_inner, d_conv, groups=d_inner, padding=d_conv-1, bias=conv_bias)
+      x_proj    Linear(d_inner, dt_rank + 2*d_state, bias=False)
+      dt_proj   Linear(dt_rank, d_inner, bias=True)
+      A_log     (d_inner, d_state);  A = -exp(A_log)
+      D         (d_inner,)
+      out_proj  Linear(d_inner, dim, bias=bias)
+
+    Initialisation (as mamba-ssm): in_proj, conv1d, x_proj and out_proj keep PyTorch's
+    defaults; dt_proj.weight ~ U(-s, s) with s = dt_rank^-0.5 * dt_scale; dt_proj.bias
+    = softplus^-1(dt) with dt = exp(U(log dt_min, log dt_max)) clamped below at
+    dt_init_floor, so that softplus(bias) starts log-uniform in [dt_min, dt_max]
+    (marked `_no_reinit`); A_log[d, n] = log(n + 1) (S4D-real: A = -1, -2, ..., -d_state
+    for every channel); D = 1. A_log and D are marked `_no_weight_decay`.
+
+    State for `step`: "fixed" (batch, d_inner, d_state), the SSM state; "conv"
+    (batch, d_inner, d_conv - 1), the last d_conv - 1 conv inputs (mamba-ssm keeps
+    d_conv of them; the oldest is never used).
+    """
+
+    def __init__(self, dim: int, d_state: int = 4, d_conv: int = 4, expand: int = 2,
+                 dt_rank: int | None = None, bias: bool = False, conv_bias: bool = False,
+                 dt_min: float = 0.001, dt_max: float = 0.1, dt_scale: float = 1.0,
+                 dt_init_floor: float = 1e-4, device=None, dtype=None):
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.dim = dim
+        self.d_state = d_state
+        self.d_conv = d_conv
+        self.expand = expand
+        self.d_inner = expand * dim
+        self.dt_rank = dt_rank if dt_rank is not None else math.ceil(dim / 16)
+
+        self.in_proj = nn.Linear(dim, 2 * self.d_inner, bias=bias, **factory)
+        self.conv1d = nn.Conv1d(self.d_inner, self.d_inner, kernel_size=d_conv, groups=self.d_inner,
+                                padding=d_conv - 1, bias=conv_bias, **factory)
+        self.x_proj = nn.Linear(self.d_inner, self.dt_rank + 2 * d_state, bias=False, **factory)
+        self.dt_proj = nn.Linear(self.dt_rank, self.d_inner, bias=True, **factory)
+
+        # dt_proj keeps the variance of dt at initialisation; its bias sets dt's range.
+        dt_init_std = self.dt_rank ** -0.5 * dt_scale
+        nn.init.uniform_(self.dt_proj.weight, -dt_init_std, dt_init_std)
+        log_dt = (torch.rand(self.d_inner, device=device)
+                  * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+        dt = torch.exp(log_dt).clamp(min=dt_init_floor)
+        inverse_softplus_dt = dt + torch.log(-torch.expm1(-dt))  # softplus(this) == dt
+        with torch.no_grad():
+            self.dt_proj.bias.copy_(inverse_softplus_dt)
+        self.dt_proj.bias._no_reinit = True  # a model-wide "zero all biases" must skip it
+
+        # S4D-real: A[d, n] = -(n + 1). Kept in float32 like mamba-ssm.
+        A = torch.arange(1, d_state + 1, dtype=torch.float32, device=device).repeat(self.d_inner, 1)
+        self.A_log = nn.Parameter(torch.log(A))
+        self.A_log._no_weight_decay = True
+        self.D = nn.Parameter(torch.ones(self.d_inner, device=device))  # skip connection
+        self.D._no_weight_decay = True
+
+        self.out_proj = nn.Linear(self.d_inner, dim, bias=bias, **factory)
+
+    # --- parallel (training) form ------------------------------------------------------
+    def forward(self, x: Tensor) -> Tensor:
+        """x: (batch, L, dim) -> (batch, L, dim), causal."""
+        x_in, z = self.in_proj(x).chunk(2, dim=-1)  # (batch, L, d_inner) each
+        x_conv = F.silu(self._causal_conv(x_in))
+        x_dbl = self.x_proj(x_conv)  # (batch, L, dt_rank + 2*d_state)
+        dt, B, C = torch.split(x_dbl, [self.dt_rank, self.d_state, self.d_state], dim=-1)
+        dt = F.linear(dt, self.dt_proj.weight)  # its bias is added inside the scan
+        A = -torch.exp(_at_least_fp32(self.A_log))
+        # The scan takes mamba-ssm's (batch, channels, L); transposed views of
+        # (batch, L, channels) tensors are what the CPU scan reads without copies.
+        y = selective_scan(x_conv.transpose(1, 2), dt.transpose(1, 2), A,
+                           B.transpose(1, 2), C.transpose(1, 2), _at_least_fp32(self.D),
+                           z=z.transpose(1, 2), delta_bias=_at_least_fp32(self.dt_proj.bias),
+                           delta_softplus=True)
+        return self.out_proj(y.transpose(1, 2).to(x.dtype))
+
+    def _causal_conv(self, x: Tensor) -> Tensor:
+        """Depthwise causal convolution, (batch, L, d_inner) -> (batch, L, d_inner).
+        nn.Conv1d on contiguous (batch, d_inner, L) copies was the fastest CPU variant
+        measured (shifted multiply-adds in place, a custom Function: no faster)."""
+        length = x.shape[1]
+        out = self.conv1d(x.transpose(1, 2).contiguous())[..., :length]
+        return out.transpose(1, 2).contiguous()
+
+    # --- recurrent (inference) form ----------------------------------------------------
+    def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
+        device = device if device is not None else self.out_proj.weight.device
+        dtype = dtype if dtype is not None else self.out_proj.weight.dtype
+        return {"fixed": torch.zeros(batch, self.d_inner, self.d_state, device=device, dtype=dtype),
+                "conv": torch.zeros(batch, self.d_inner, self.d_conv - 1, device=device, dtype=dtype)}
+
+    def step(self, x_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """One token: x_t (batch, dim) -> (y_t (batch, dim), new state). The input state
+        is not modified."""
+        x_in, z = self.in_proj(x_t).chunk(2, dim=-1)  # (batch, d_inner)
+        window = torch.cat([state["conv"], x_in.unsqueeze(-1)], dim=-1)  # (batch, d_inner, d_conv)
+        x_conv = (window * self.conv1d.weight[:, 0, :]).sum(-1)
+        if self.conv1d.bias is not None:
+            x_conv = x_conv + self.conv1d.bias
+        x_conv = F.silu(x_conv)
+
+        dt, B, C = torch.split(self.x_proj(x_conv), [self.dt_rank, self.d_state, self.d_state], dim=-1)
+        dt = F.softplus(self.dt_proj(dt))  # (batch, d_inner)
+        A = -torch.exp(self.A_log.to(dt.dtype))  # (d_inner, d_state)
+        h = state["fixed"]
+        h = torch.exp(dt.unsqueeze(-1) * A) * h + (dt * x_conv).unsqueeze(-1) * B.unsqueeze(1)
+        y = (h * C.unsqueeze(1)).sum(-1) + self.D.to(dt.dtype) * x_conv
+        y = y * F.silu(z)
+        return self.out_proj(y), {"fixed": h, "conv": window[..., 1:]}

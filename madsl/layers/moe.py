@@ -1,0 +1,114 @@
+"""Mixture-of-experts SwiGLU channel mixer (`MoE`): the torch module of `madsl.primitives.moe`.
+
+    logits = router(x)                                   dim -> experts, no bias
+    top    = the `active` largest logits per token; w = softmax over those only
+             (every other expert has weight exactly 0)
+    out    = sum_{e in top} w_e * down_e(silu(gate_e x) * up_e x)
+
+Experts are stacked weights: w_gate, w_up (experts, dim, expert_width) and w_down
+(experts, expert_width, dim), no biases.
+
+Two ways to compute the same sum, picked by `dense_dispatch` (set in __init__ from
+the sizes, may be overridden):
+- dense: every expert on every token as three big matmuls (the experts' widths
+  concatenated), then the per-expert outputs weighted by w (zero for unselected
+  experts, which therefore contribute exactly nothing). experts/active times the
+  FLOPs of the sparse sum, but at MAD sizes (8 experts x 16) all experts together
+  are one 128-wide layer and this is several times faster on the CPU than gathering.
+- gather: tokens sorted by expert, one small matmul chain per expert on its tokens,
+  outputs scattered back. Only the FLOPs of the sparse sum; wins for wide experts.
+
+Load balancing (Switch Transformer): with f_e the fraction of the batch's routing
+slots (tokens x active) sent to expert e and P_e the mean router probability
+(softmax over all experts), aux_loss = aux_loss_weight * experts * sum_e f_e P_e,
+which is aux_loss_weight at perfect balance. Stored in `self.aux_loss` each forward.
+
+Init: what nn.Linear does, per expert: router kaiming-uniform (bound 1/sqrt(dim));
+expert weights uniform with bound 1/sqrt(fan_in) (dim for gate/up, expert_width for down).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class MoE(nn.Module):
+    def __init__(self, dim: int, experts: int, expert_width: int, active: int, aux_loss_weight: float):
+        super().__init__()
+        self.dim = dim
+        self.experts = experts
+        self.expert_width = expert_width
+        self.active = active
+        self.aux_loss_weight = float(aux_loss_weight)
+        self.router = nn.Linear(dim, experts, bias=False)
+        self.w_gate = nn.Parameter(torch.empty(experts, dim, expert_width))
+        self.w_up = nn.Parameter(torch.empty(experts, dim, expert_width))
+        self.w_down = nn.Parameter(torch.empty(experts, expert_width, dim))
+        # Dense while the extra FLOPs of running every expert are cheap next to the
+        # overhead of gathering (benchmarks/throughput_basic.py measures both).
+        self.dense_dispatch = experts * expert_width <= 2 * dim or experts <= 2 * active
+        self.aux_loss: Tensor | None = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.router.reset_parameters()
+        for weight, fan_in in ((self.w_gate, self.dim), (self.w_up, self.dim), (self.w_down, self.expert_width)):
+            bound = 1.0 / math.sqrt(fan_in)
+            nn.init.uniform_(weight, -bound, bound)
+
+    def __getstate__(self) -> dict:
+        # The last aux_loss hangs on the autograd graph, which neither deepcopy nor pickle can copy.
+        state = super().__getstate__()
+        return {**state, "aux_loss": None}
+
+    def forward(self, x: Tensor) -> Tensor:
+        tokens = x.reshape(-1, self.dim)
+        logits = self.router(tokens)  # (T, experts)
+        top_logits, top_experts = logits.topk(self.active, dim=-1)  # (T, active)
+        top_weights = top_logits.softmax(dim=-1)
+        self.aux_loss = self._load_balancing_loss(logits, top_experts)
+        if self.dense_dispatch:
+            out = self._dense(tokens, top_experts, top_weights)
+        else:
+            out = self._gather(tokens, top_experts, top_weights)
+        return out.view_as(x)
+
+    def _load_balancing_loss(self, logits: Tensor, top_experts: Tensor) -> Tensor:
+        probs = logits.float().softmax(dim=-1).mean(dim=0)  # P_e
+        counts = torch.bincount(top_experts.flatten(), minlength=self.experts)
+        fractions = counts.to(probs.dtype) / top_experts.numel()  # f_e (no gradient: counts)
+        return self.aux_loss_weight * self.experts * (fractions * probs).sum()
+
+    def _dense(self, tokens: Tensor, top_experts: Tensor, top_weights: Tensor) -> Tensor:
+        n_tokens = tokens.shape[0]
+        width = self.experts * self.expert_width
+        # (experts, dim, width) -> (dim, experts * width): all experts side by side.
+        gate_up = torch.cat((self.w_gate, self.w_up), dim=0).permute(1, 0, 2).reshape(self.dim, 2 * width)
+        gate, up = (tokens @ gate_up).split(width, dim=-1)
+        hidden = (F.silu(gate) * up).view(n_tokens, self.experts, self.expert_width)
+        weights = torch.zeros(n_tokens, self.experts, dtype=top_weights.dtype, device=tokens.device)
+        weights = weights.scatter(1, top_experts, top_weights)  # exactly 0 for unselected experts
+        hidden = (hidden * weights.unsqueeze(-1)).view(n_tokens, width)
+        return hidden @ self.w_down.reshape(width, self.dim)
+
+    def _gather(self, tokens: Tensor, top_experts: Tensor, top_weights: Tensor) -> Tensor:
+        flat_experts = top_experts.flatten()  # routing slots, token-major
+        order = torch.argsort(flat_experts, stable=True)
+        slot_tokens = order // self.active  # the token of each sorted slot
+        counts = torch.bincount(flat_experts, minlength=self.experts).tolist()
+        sorted_inputs = tokens[slot_tokens]
+        sorted_weights = top_weights.flatten()[order].unsqueeze(-1)
+        outputs = []
+        start = 0
+        for expert, count in enumerate(counts):
+            if count == 0:
+                continue
+            chunk = sorted_inputs[start:start + count]
+            hidden = F.silu(chunk @ self.w_gate[expert]) * (chunk @ self.w_up[expert])
+            outputs.append(hidden @ self.w_down[expert])
+            start += count
+        expert_out = torch.cat(outputs) * sorted_weights
+        return torch.zeros_like(tokens).index_add(0, slot_tokens, expert_out)

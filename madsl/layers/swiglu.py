@@ -1,0 +1,30 @@
+"""SwiGLU channel mixer (`Sg`): the torch module of `madsl.primitives.swiglu`.
+
+    out = w2(silu(w1 x) * w3 x)          w1, w3: dim -> inner; w2: inner -> dim
+
+Init (as the MAD reference's SwiGLU inside its language model, which zeroes every
+Linear bias): PyTorch's default Linear init for the weights (kaiming-uniform, bound
+1/sqrt(fan_in)), biases zero.
+"""
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, dim: int, inner: int, bias: bool):
+        super().__init__()
+        self.w1 = nn.Linear(dim, inner, bias=bias)  # gate
+        self.w3 = nn.Linear(dim, inner, bias=bias)  # value
+        self.w2 = nn.Linear(inner, dim, bias=bias)  # down
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for linear in (self.w1, self.w3, self.w2):
+            linear.reset_parameters()
+            if linear.bias is not None:
+                nn.init.zeros_(linear.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))

@@ -1,0 +1,301 @@
+"""Attention, gated linear attention, SwiGLU and MoE: parameter parity with the
+accounting, causality, step == forward, chunked GLA == recurrent GLA, MoE routing,
+and that a few training steps reduce a loss. Tiny sizes; one thread."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from madsl import stdlib
+from madsl.kernels.gla import _largest_safe_chunk, gla_chunked, gla_recurrent
+from madsl.layers.attention import Attention
+from madsl.layers.gla import GatedLinearAttention
+from madsl.layers.moe import MoE
+
+torch.set_num_threads(1)
+
+
+def build(symbol: str, dim: int = 32, **overrides):
+    """(accounting primitive, torch module) of a stdlib symbol with some defaults overridden."""
+    sym = stdlib.symbols()[symbol]
+    entry = stdlib.primitives()[sym.primitive]
+    prim = entry.cls.create(dim, {**entry.defaults, **sym.params, **overrides})
+    return prim, prim.build()
+
+
+def n_params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+# ---- parameter parity ---------------------------------------------------------------------------
+
+PARITY = [
+    ("A", 128, {}),
+    ("A", 32, {"bias": True}),
+    ("A", 32, {"rotary": False}),
+    ("mA", 128, {}),
+    ("mA", 32, {"heads": 4, "head_dim": 6, "rotary": False, "bias": True}),  # head_dim != dim / heads
+    ("mA", 24, {"heads": 3, "head_dim": 10}),
+    ("Alg", 128, {}),
+    ("mAlg", 128, {}),
+    ("mAlg", 32, {"heads": 2, "key_dim": 8, "value_dim": 12, "gate_low_rank": 4}),
+    ("mAlg", 32, {"heads": 4, "key_dim": None, "value_dim": None, "output_gate": False}),
+    ("Sg", 128, {}),
+    ("Sg", 32, {"inner": 48, "bias": True}),
+    ("MoE", 128, {}),
+    ("MoE", 32, {"experts": 4, "expert_width": 24, "active": 1}),
+    ("MoE", 32, {"experts": 16, "expert_width": 8, "active": 16, "aux_loss_weight": 0.0}),
+]
+
+
+@pytest.mark.parametrize("symbol,dim,overrides", PARITY)
+def test_param_parity(symbol, dim, overrides):
+    prim, module = build(symbol, dim, **overrides)
+    assert n_params(module) == prim.params()
+
+
+def test_init_is_deterministic():
+    for symbol in ("mA", "mAlg", "Sg", "MoE"):
+        torch.manual_seed(3)
+        _, a = build(symbol)
+        torch.manual_seed(3)
+        _, b = build(symbol)
+        for (name, p), q in zip(a.named_parameters(), b.parameters()):
+            assert torch.equal(p, q), (symbol, name)
+
+
+def test_rotary_has_no_parameters_or_saved_buffers():
+    _, with_rotary = build("mA", rotary=True)
+    _, without = build("mA", rotary=False)
+    with_rotary(torch.randn(1, 5, 32))
+    assert with_rotary.state_dict().keys() == without.state_dict().keys()
+
+
+# ---- causality ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("symbol", ["A", "mA", "Alg", "mAlg"])
+def test_causal(symbol):
+    torch.manual_seed(0)
+    _, layer = build(symbol)
+    layer.double()
+    x = torch.randn(2, 40, 32, dtype=torch.float64)
+    t = 17
+    x2 = x.clone()
+    x2[:, t + 1] += torch.randn(2, 32, dtype=torch.float64)
+    y, y2 = layer(x), layer(x2)
+    # Up to rounding: the chunked GLA kernel factors its decays around a reference point
+    # taken over the whole chunk, so future tokens of the same chunk touch the last bits.
+    torch.testing.assert_close(y2[:, : t + 1], y[:, : t + 1], rtol=1e-13, atol=1e-13)
+    assert (y2[:, t + 1] - y[:, t + 1]).abs().max() > 1e-3
+
+
+# ---- step == forward ----------------------------------------------------------------------------
+
+def run_steps(layer, x):
+    state = layer.init_state(x.shape[0], dtype=x.dtype)
+    outs = []
+    for t in range(x.shape[1]):
+        y_t, state = layer.step(x[:, t], state)
+        outs.append(y_t)
+    return torch.stack(outs, dim=1), state
+
+
+STEP_CASES = [
+    ("A", {"rotary": True}),
+    ("A", {"rotary": False}),
+    ("mA", {"rotary": True}),
+    ("mA", {"heads": 4, "head_dim": 6, "rotary": True, "bias": True}),
+    ("mAlg", {}),
+    ("Alg", {}),
+    ("mAlg", {"heads": 2, "key_dim": 8, "value_dim": 12, "output_gate": False}),
+]
+
+
+@pytest.mark.parametrize("symbol,overrides", STEP_CASES)
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-4)])
+def test_step_matches_forward(symbol, overrides, dtype, tol):
+    torch.manual_seed(0)
+    prim, layer = build(symbol, **overrides)
+    layer.to(dtype)
+    length = 70  # GLA: more than one chunk (64) and not a multiple of it
+    x = torch.randn(2, length, 32, dtype=dtype)
+    y_forward = layer(x)
+    y_steps, state = run_steps(layer, x)
+    torch.testing.assert_close(y_steps, y_forward, rtol=tol, atol=tol)
+    # The state holds what the accounting says, per sequence.
+    if isinstance(layer, Attention):
+        assert state["k"][0].numel() + state["v"][0].numel() == prim.kv_cache(length)
+        assert state["pos"].tolist() == [length, length]
+    else:
+        assert state["fixed"][0].numel() == prim.fixed_state()
+
+
+# ---- chunked GLA == recurrent GLA ---------------------------------------------------------------
+
+@pytest.mark.parametrize("length,chunk", [(64, 16), (100, 32), (7, 64), (129, 64)])
+@pytest.mark.parametrize("gate_scale", [1.0, 1000.0])  # 1000: decays of e^-250 per step on average
+def test_chunked_matches_recurrent(length, chunk, gate_scale):
+    torch.manual_seed(length)
+    batch, heads, key_dim, value_dim = 2, 3, 8, 5
+    shapes = [(batch, heads, length, d) for d in (key_dim, key_dim, value_dim, key_dim)]
+    inputs = [torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in shapes]
+    initial = torch.randn(batch, heads, key_dim, value_dim, dtype=torch.float64)
+    weights = torch.randn(batch, heads, length, value_dim, dtype=torch.float64)
+
+    def run(kernel, **kw):
+        q, k, v, gate_logits = inputs
+        log_decay = F.logsigmoid(gate_scale * gate_logits) / 4
+        o, final = kernel(q, k, v, log_decay, initial, **kw)
+        loss = (o * weights).sum() + final.square().sum()
+        return (o, final, *torch.autograd.grad(loss, inputs))
+
+    expected = run(gla_recurrent)
+    got = run(gla_chunked, chunk_size=chunk)
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("gate_scale", [1.0, 40.0])
+def test_chunked_float32_and_no_initial_state(gate_scale):
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(2, 2, 150, d) for d in (16, 16, 16))
+    log_decay = F.logsigmoid(gate_scale * torch.randn(2, 2, 150, 16)) / 16
+    o_ref, s_ref = gla_recurrent(q, k, v, log_decay)
+    o, s = gla_chunked(q, k, v, log_decay)
+    assert torch.isfinite(o).all()
+    torch.testing.assert_close(o, o_ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(s, s_ref, rtol=1e-4, atol=1e-4)
+
+
+def test_chunk_halves_only_for_extreme_gates():
+    ordinary = F.logsigmoid(torch.randn(2, 2, 256, 16)) / 16  # what the layer produces at init
+    assert _largest_safe_chunk(ordinary, 64) == 64
+    extreme = torch.full((1, 1, 256, 4), -5.0)  # float32 holds e^-140 per chunk: 64 -> 16
+    assert _largest_safe_chunk(extreme, 64) == 16
+    assert _largest_safe_chunk(extreme.double(), 64) == 64
+
+
+def test_gla_layer_kernels_agree():
+    torch.manual_seed(0)
+    _, layer = build("mAlg")
+    layer.double()
+    x = torch.randn(2, 45, 32, dtype=torch.float64)
+    layer.kernel = "recurrent"
+    y_ref = layer(x)
+    layer.kernel = "chunked"
+    layer.chunk_size = 16
+    torch.testing.assert_close(layer(x), y_ref, rtol=1e-10, atol=1e-10)
+
+
+# ---- MoE ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_moe_unselected_experts_have_no_effect(dense):
+    torch.manual_seed(0)
+    _, moe = build("MoE", experts=6, expert_width=8, active=2)
+    moe.dense_dispatch = dense
+    x = torch.randn(1, 2, 32)  # 2 tokens x 2 active: at least 2 of the 6 experts unused
+    chosen = moe.router(x.reshape(-1, 32)).topk(2, dim=-1).indices
+    unused = sorted(set(range(6)) - set(chosen.flatten().tolist()))
+    y = moe(x)
+    perturbed = copy.deepcopy(moe)
+    perturbed.dense_dispatch = dense
+    with torch.no_grad():  # (deepcopy after a forward: the MoE drops its aux_loss graph)
+        for w in (perturbed.w_gate, perturbed.w_up, perturbed.w_down):
+            w[unused] += 100.0
+    assert torch.equal(perturbed(x), y)
+    # Unselected experts get no gradient; the router gets one through the top-k softmax.
+    y.square().sum().backward()
+    assert torch.all(moe.w_down.grad[unused] == 0)
+    assert moe.router.weight.grad.abs().sum() > 0
+
+
+def test_moe_matches_sparse_definition_and_paths_agree():
+    torch.manual_seed(1)
+    _, moe = build("MoE", experts=5, expert_width=6, active=3)
+    moe.double()
+    x = torch.randn(2, 7, 32, dtype=torch.float64)
+    tokens = x.reshape(-1, 32)
+    logits = moe.router(tokens)
+    expected = torch.zeros_like(tokens)
+    for i, token in enumerate(tokens):
+        top = logits[i].topk(3)
+        for weight, e in zip(top.values.softmax(-1), top.indices):
+            hidden = F.silu(token @ moe.w_gate[e]) * (token @ moe.w_up[e])
+            expected[i] += weight * (hidden @ moe.w_down[e])
+    for dense in (True, False):
+        moe.dense_dispatch = dense
+        torch.testing.assert_close(moe(x).reshape(-1, 32), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_moe_aux_loss():
+    torch.manual_seed(0)
+    _, moe = build("MoE")
+    assert moe.aux_loss is None
+    moe(torch.randn(2, 9, 32))
+    aux = moe.aux_loss
+    assert aux.ndim == 0 and torch.isfinite(aux) and aux > 0
+    aux.backward()
+    assert moe.router.weight.grad.abs().sum() > 0  # it trains the router
+    # A uniform router (P_e = 1/experts) gives exactly aux_loss_weight, whatever the dispatch.
+    with torch.no_grad():
+        moe.router.weight.zero_()
+    moe(torch.randn(3, 8, 32))
+    assert moe.aux_loss.item() == pytest.approx(moe.aux_loss_weight, rel=1e-6)
+
+
+# ---- training reduces a loss --------------------------------------------------------------------
+
+@pytest.mark.parametrize("symbol", ["A", "mA", "mAlg", "Sg", "MoE"])
+def test_few_steps_reduce_loss(symbol):
+    torch.manual_seed(0)
+    _, layer = build(symbol, dim=16)
+    x = torch.randn(4, 12, 16)
+    target = torch.randn(4, 12, 16)
+    opt = torch.optim.Adam(layer.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(15):
+        loss = F.mse_loss(layer(x), target)
+        aux = getattr(layer, "aux_loss", None)
+        total = loss + aux if aux is not None else loss
+        opt.zero_grad()
+        total.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.9 * losses[0]
+
+
+def test_moe_chooses_dense_at_mad_sizes():
+    assert MoE(128, 8, 16, 2, 0.01).dense_dispatch
+    assert not MoE(128, 8, 512, 2, 0.01).dense_dispatch
+
+
+def test_gla_state_is_float_state_of_right_shape():
+    _, layer = build("mAlg", dim=128)
+    state = layer.init_state(3)
+    assert state["fixed"].shape == (3, 8, 16, 16)
+    assert isinstance(layer, GatedLinearAttention)
+
+
+def test_fla_wrapper_layout(monkeypatch):
+    """The CUDA path's plumbing, on the CPU: a stand-in for fla's chunk_gla with fla's
+    (batch, L, heads, dim) layout and signature must give the recurrence's result."""
+    import madsl.kernels.gla as kernels
+
+    def fake_chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False,
+                       cu_seqlens=None, head_first=True):
+        assert not head_first and scale == 1.0
+        o, final = gla_recurrent(*(x.transpose(1, 2) for x in (q, k, v, g)), initial_state)
+        return o.transpose(1, 2), final
+
+    monkeypatch.setattr(kernels, "fla_chunk_gla", lambda: fake_chunk_gla)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 10, d, dtype=torch.float64) for d in (4, 4, 5))
+    log_decay = F.logsigmoid(torch.randn(2, 3, 10, 4, dtype=torch.float64))
+    o, final = kernels.gla_fla_chunk(q, k, v, log_decay)
+    o_ref, final_ref = gla_recurrent(q, k, v, log_decay)
+    torch.testing.assert_close(o, o_ref)
+    torch.testing.assert_close(final, final_ref)
