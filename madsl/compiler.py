@@ -25,6 +25,8 @@ class _Compiler:
     def __init__(self, spec: Spec):
         self.spec = spec
         self.tagged: dict[str, nn.Module] = {}
+        # every built layer module under the names `freeze` accepts: its symbol and "#tag"
+        self.named: dict[str, list[nn.Module]] = {}
 
     def unit(self, layer: topo.Layer) -> nn.Module:
         if layer.tag is not None and layer.tag in self.tagged:
@@ -37,10 +39,14 @@ class _Compiler:
     def layer(self, layer: topo.Layer) -> nn.Module:
         prim = self.spec.primitive_for(layer)
         try:
-            return prim.build()
+            module = prim.build()
         except (ValueError, RuntimeError) as err:  # a combination the module cannot realise
             raise self.spec.topology_error(MadslError(f"{layer.symbol} cannot be compiled: {err}"),
                                            layer.span) from None
+        self.named.setdefault(layer.symbol, []).append(module)
+        if layer.tag is not None:
+            self.named.setdefault(f"#{layer.tag}", []).append(module)
+        return module
 
     def bare_layer(self, layer: topo.Layer) -> nn.Module:
         if layer.tag is not None:
@@ -90,10 +96,12 @@ def compile_spec(spec: Spec | str | Path, *, vocab_size: int | None = None, max_
     account(spec)  # validates the whole topology (roles, tags) with located errors before building
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        body = _Compiler(spec).nodes(topo.expand(spec.topology))
+        compiler = _Compiler(spec)
+        body = compiler.nodes(topo.expand(spec.topology))
         model = Model(body, spec.dim, vocab_size, num_classes or vocab_size, spec.norm, spec.tie_embeddings,
                       max_seq_len or spec.seq_len)
     model.spec = spec
+    model.named_layers = compiler.named
     if device is not None:
         model = model.to(device)
     return model

@@ -80,6 +80,7 @@ class Model(nn.Module):
                  tie_embeddings: bool, max_seq_len: int | None = None):
         super().__init__()
         self.dim, self.vocab_size, self.num_classes, self.max_seq_len = dim, vocab_size, num_classes, max_seq_len
+        self.named_layers: dict[str, list[nn.Module]] = {}  # set by the compiler: symbol or "#tag" -> modules
         self.embedding = nn.Embedding(vocab_size, dim)
         self.body = nn.Sequential(*body)
         self.final_norm = make_norm(norm, dim)
@@ -108,6 +109,25 @@ class Model(nn.Module):
             if isinstance(loss, torch.Tensor):
                 total = total + loss
         return total
+
+    def freeze(self, names: list[str]) -> int:
+        """Stop training the layers named by symbol (`Mb`), tag (`#a`) or `embedding`;
+        returns how many parameters were frozen. Unknown names raise KeyError."""
+        frozen = 0
+        for name in names:
+            if name == "embedding":
+                modules = [self.embedding]
+            elif name in self.named_layers:
+                modules = self.named_layers[name]
+            else:
+                known = sorted(self.named_layers) + ["embedding"]
+                raise KeyError(f"no layer named {name!r} to freeze; layers: {', '.join(known)}")
+            for module in modules:
+                for p in module.parameters():
+                    if p.requires_grad:
+                        p.requires_grad_(False)
+                        frozen += p.numel()
+        return frozen
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -104,3 +104,14 @@ def test_cli_emit_torch(tmp_path):
 def test_compile_errors_are_located():
     with pytest.raises(madsl.MadslError):
         madsl.compile(madsl.spec_from_topology("H"))  # no vocabulary
+
+
+def test_freeze_named_layers():
+    model = madsl.compile(madsl.spec_from_topology("2A:(2Mb){residual=gated}", dim=32), vocab_size=8)
+    frozen = model.freeze(["Mb"])
+    mamba_params = sum(p.numel() for m in model.named_layers["Mb"] for p in m.parameters())
+    assert frozen == mamba_params > 0
+    assert all(not p.requires_grad for m in model.named_layers["Mb"] for p in m.parameters())
+    assert all(p.requires_grad for m in model.named_layers["A"] for p in m.parameters())
+    with pytest.raises(KeyError, match="did you mean|layers:"):
+        model.freeze(["Mx"])
