@@ -1,7 +1,7 @@
-"""Forward + backward throughput of attention, GLA, SwiGLU and MoE layers on the CPU.
+"""Forward + backward throughput of every layer primitive on the CPU.
 
-    python benchmarks/throughput_basic.py            # every case, 2 threads
-    python benchmarks/throughput_basic.py --only mAlg --repeats 5
+    python benchmarks/throughput.py            # every case, 2 threads
+    python benchmarks/throughput.py --only mAlg Mb --repeats 5
 
 One layer at width 128, input requiring grad (as inside a model), a random upstream
 gradient (a `.sum()` loss would hand matmul backward stride-0 gradients, which sends
@@ -9,10 +9,11 @@ CPU bmm down a per-matrix slow path and measures the wrong thing). Each case run
 its own process so that its peak memory can be read: peak RSS over the RSS after
 setup, i.e. activations, gradients and workspace of one step.
 
-Cases: the MAD setting (batch 128 x length 128) for mA, A, mAlg (chunked kernel and
-the plain recurrence, same run), Alg, Sg, MoE (dense and gathered dispatch); then
-GLA at 1k / 4k / 16k tokens per sequence with 16k tokens per batch, where a linear
-kernel keeps tokens/s flat.
+Cases: the MAD setting (batch 128 x length 128) for every primitive, with Mamba's
+fused CPU scan and GLA's chunked kernel each next to the plain sequential
+recurrence measured in the same run; then the subquadratic primitives at 1k / 4k /
+16k tokens per sequence with 16k tokens per batch (a linear kernel keeps tokens/s
+flat, an n log n one declines slowly).
 
 Times are the best of `--repeats` steps after one warm-up (the machine is shared;
 the median is printed too).
@@ -32,6 +33,11 @@ WIDTH = 128
 
 # name: (symbol, hyperparameter overrides, module attributes to set, batch, length)
 CASES: dict[str, tuple[str, dict, dict, int, int]] = {
+    "H": ("H", {}, {}, 128, 128),
+    "mH": ("mH", {}, {}, 128, 128),
+    "He": ("He", {}, {}, 128, 128),
+    "Mb scan": ("Mb", {}, {}, 128, 128),
+    "Mb recurrent": ("Mb", {}, {"scan": "reference"}, 128, 128),
     "mA": ("mA", {}, {}, 128, 128),
     "A": ("A", {}, {}, 128, 128),
     "mAlg chunked": ("mAlg", {}, {"kernel": "chunked"}, 128, 128),
@@ -46,6 +52,17 @@ CASES: dict[str, tuple[str, dict, dict, int, int]] = {
     "Alg L=1k": ("Alg", {}, {"kernel": "chunked"}, 16, 1024),
     "Alg L=4k": ("Alg", {}, {"kernel": "chunked"}, 4, 4096),
     "Alg L=16k": ("Alg", {}, {"kernel": "chunked"}, 1, 16384),
+    "H L=1k": ("H", {}, {}, 16, 1024),
+    "H L=4k": ("H", {}, {}, 4, 4096),
+    "H L=16k": ("H", {}, {}, 1, 16384),
+    "mH L=1k": ("mH", {}, {}, 16, 1024),
+    "mH L=4k": ("mH", {}, {}, 4, 4096),
+    "mH L=16k": ("mH", {}, {}, 1, 16384),
+    "He L=1k": ("He", {}, {}, 16, 1024),
+    "He L=16k": ("He", {}, {}, 1, 16384),
+    "Mb L=1k": ("Mb", {}, {}, 16, 1024),
+    "Mb L=4k": ("Mb", {}, {}, 4, 4096),
+    "Mb L=16k": ("Mb", {}, {}, 1, 16384),
 }
 
 
@@ -66,7 +83,12 @@ def measure(name: str, repeats: int, threads: int) -> dict:
     torch.manual_seed(0)
     layer = entry.cls.create(WIDTH, {**entry.defaults, **sym.params, **overrides}).build()
     for key, value in attributes.items():
-        setattr(layer, key, value)
+        if key == "scan":  # Mamba's baseline: the plain autograd recurrence instead of the fused scan
+            import madsl.layers.mamba as mamba
+            from madsl.kernels.selective_scan import selective_scan_reference
+            mamba.selective_scan = selective_scan_reference
+        else:
+            setattr(layer, key, value)
     x = torch.randn(batch, length, WIDTH, requires_grad=True)
     upstream = torch.randn(batch, length, WIDTH)
     baseline = _rss_bytes()
@@ -118,9 +140,11 @@ def main() -> None:
         results[name] = r
         print(f"{name:<16} {r['batch']:>5} x {r['length']:<5} {r['tokens_per_s']:>10,.0f} "
               f"{r['median_tokens_per_s']:>10,.0f} {1e3 * r['best_s']:>9.1f} {r['peak_mib']:>9.0f}")
-    if "mAlg chunked" in results and "mAlg recurrent" in results:
-        ratio = results["mAlg recurrent"]["best_s"] / results["mAlg chunked"]["best_s"]
-        print(f"mAlg: chunked kernel is {ratio:.1f}x faster than the plain recurrence (same run)")
+    for fast, slow, what in (("mAlg chunked", "mAlg recurrent", "mAlg: chunked kernel"),
+                             ("Mb scan", "Mb recurrent", "Mb: fused CPU scan")):
+        if fast in results and slow in results:
+            ratio = results[slow]["best_s"] / results[fast]["best_s"]
+            print(f"{what} is {ratio:.1f}x faster than the plain sequential recurrence (same run)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
