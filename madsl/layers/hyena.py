@@ -7,17 +7,19 @@ Layout (order N, as safari's `HyenaOperator`):
     for o = 0 .. N-2:  v = h_o * (v * x_{N-1-o})    long causal conv by group o of the filter's channels
     y = out_proj(v * x_0)
 
-The long filter has (N-1)*dim channels (group o is channels o*dim .. (o+1)*dim),
-`filter=modal` (a recurrence, finite state) or `filter=hyena` (implicit MLP, with a
-per-channel skip term): see `madsl.layers.filters`.
+The long filter has (N-1)*dim channels (group o is channels o*dim .. (o+1)*dim), one
+of the families of `madsl.layers.filters`: with a finite state (`modal`, `s4d`,
+`rational`, `conv1d`) or keeping past inputs (`fno`, `ckconv`, `hyena`); `s4d`,
+`rational` and `hyena` add a per-channel skip term.
 
 Init (safari's HyenaOperator): nn.Linear's and nn.Conv1d's default init for in_proj,
 out_proj and short_conv (uniform in +-1/sqrt(fan_in); fan_in = short_filter for the
 depthwise conv); biases where `bias`. The long filters document their own.
 
 State for `step`: "conv" (B, (N+1)*dim, short_filter-1), the last in_proj outputs;
-modal: "fixed" complex (B, (N-1)*dim, filter_states) = 2048 numbers at width 128;
-hyena: "fixed" empty and "cache" (B, (N-1)*dim, t), every past filter input.
+modal: "fixed" complex (B, (N-1)*dim, filter_states) = 2048 numbers at width 128
+(s4d, rational, conv1d: their own "fixed" state, see the filters);
+fno, ckconv, hyena: "fixed" empty and "cache" (B, (N-1)*dim, t), the past filter inputs.
 """
 from __future__ import annotations
 
@@ -29,12 +31,13 @@ from torch import Tensor, nn
 from madsl.kernels.fftconv import ConvMethod, causal_conv, short_causal_conv
 from madsl.layers.filters import build_filter
 
-FilterKind = Literal["modal", "hyena"]
+FilterKind = Literal["modal", "s4d", "rational", "conv1d", "fno", "ckconv", "hyena"]
 
 
 class Hyena(nn.Module):
     def __init__(self, dim: int, order: int, short_filter: int, filter: FilterKind, filter_states: int,
-                 filter_order: int, filter_emb_dim: int, bias: bool):
+                 filter_order: int, filter_emb_dim: int, filter_size: int, filter_modes: int, filter_length: int,
+                 bias: bool):
         super().__init__()
         if order < 2:
             raise ValueError(f"hyena: order must be at least 2, got {order}")
@@ -47,7 +50,9 @@ class Hyena(nn.Module):
         # holds the depthwise weights; applied causally by short_causal_conv (and by hand in step)
         self.short_conv = nn.Conv1d(width, width, short_filter, groups=width, bias=bias)
         self.long_filter = build_filter(filter, (order - 1) * dim, filter_states=filter_states,
-                                        filter_order=filter_order, filter_emb_dim=filter_emb_dim)
+                                        filter_order=filter_order, filter_emb_dim=filter_emb_dim,
+                                        filter_size=filter_size, filter_modes=filter_modes,
+                                        filter_length=filter_length)
         self.out_proj = nn.Linear(dim, dim, bias=bias)
 
     def _group(self, o: int) -> slice:

@@ -20,24 +20,23 @@ default without bias (the MAD reference's router is a plain nn.Linear).
 
 State for `step`: as Hyena at order 2 over dim channels: "conv" (B, 3*dim,
 short_filter-1); modal: "fixed" complex (B, dim, filter_states) = 2048 at width 128,
-all experts' states, since which experts are active depends on the input;
-hyena: "fixed" empty and "cache" (B, dim, t).
+all experts' states, since which experts are active depends on the input; the other
+filter families carry their own state (madsl.layers.filters), as in Hyena.
 """
 from __future__ import annotations
-
-from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
 from madsl.kernels.fftconv import ConvMethod, causal_conv, short_causal_conv
 from madsl.layers.filters import build_filter
+from madsl.layers.hyena import FilterKind
 
 
 class HyenaExperts(nn.Module):
     def __init__(self, dim: int, experts: int, expert_width: int, active: int, short_filter: int,
-                 filter: Literal["modal", "hyena"], filter_states: int, filter_order: int, filter_emb_dim: int,
-                 bias: bool):
+                 filter: FilterKind, filter_states: int, filter_order: int, filter_emb_dim: int,
+                 filter_size: int, filter_modes: int, filter_length: int, bias: bool):
         super().__init__()
         if experts * expert_width != dim:
             raise ValueError(f"hyena_experts: experts*expert_width = {experts * expert_width} must equal dim = {dim}")
@@ -54,7 +53,8 @@ class HyenaExperts(nn.Module):
         # holds the depthwise weights; applied causally by short_causal_conv (and by hand in step)
         self.short_conv = nn.Conv1d(3 * dim, 3 * dim, short_filter, groups=3 * dim, bias=bias)
         self.long_filter = build_filter(filter, dim, filter_states=filter_states, filter_order=filter_order,
-                                        filter_emb_dim=filter_emb_dim)
+                                        filter_emb_dim=filter_emb_dim, filter_size=filter_size,
+                                        filter_modes=filter_modes, filter_length=filter_length)
         self.out_proj = nn.Linear(expert_width, dim, bias=bias)
 
     def routing_weights(self, u: Tensor) -> Tensor:

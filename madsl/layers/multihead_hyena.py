@@ -20,14 +20,14 @@ madsl.kernels.fftconv.TOEPLITZ_MAX_LEN):
 
 Init as Hyena (safari): nn.Linear / nn.Conv1d defaults; the filter documents its own.
 
-State for `step`: "conv" (B, 3*dim, short_filter-1); modal: "fixed" complex
+State for `step`: "conv" (B, 3*dim, short_filter-1) and the filter's state over its
+heads, each with the head's head_dim x head_dim outer-product channels
+(madsl.layers.filters, `extra` dims): modal: "fixed" complex
 (B, heads, head_dim, head_dim, filter_states) = 16*8*8*2 = 2048 numbers at width 128;
 hyena: "fixed" empty and "cache" (B, heads, head_dim, head_dim, t), the past outer
-products (the accounting's kv_cache).
+products (the accounting's kv_cache); the other families alike.
 """
 from __future__ import annotations
-
-from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -40,12 +40,14 @@ from madsl.kernels.fftconv import (
     short_causal_conv,
     toeplitz_matrix,
 )
-from madsl.layers.filters import HyenaFilter, build_filter
+from madsl.layers.filters import build_filter
+from madsl.layers.hyena import FilterKind
 
 
 class MultiHeadHyena(nn.Module):
-    def __init__(self, dim: int, heads: int, order: int, short_filter: int, filter: Literal["modal", "hyena"],
-                 filter_states: int, filter_order: int, filter_emb_dim: int, bias: bool):
+    def __init__(self, dim: int, heads: int, order: int, short_filter: int, filter: FilterKind,
+                 filter_states: int, filter_order: int, filter_emb_dim: int, filter_size: int, filter_modes: int,
+                 filter_length: int, bias: bool):
         super().__init__()
         if order != 2:
             raise ValueError(f"multihead_hyena: only order 2 (q, k, v) is defined, got {order}")
@@ -60,7 +62,8 @@ class MultiHeadHyena(nn.Module):
         # holds the depthwise weights; applied causally by short_causal_conv (and by hand in step)
         self.short_conv = nn.Conv1d(3 * dim, 3 * dim, short_filter, groups=3 * dim, bias=bias)
         self.long_filter = build_filter(filter, heads, filter_states=filter_states, filter_order=filter_order,
-                                        filter_emb_dim=filter_emb_dim)
+                                        filter_emb_dim=filter_emb_dim, filter_size=filter_size,
+                                        filter_modes=filter_modes, filter_length=filter_length)
         self.out_proj = nn.Linear(dim, dim, bias=bias)
 
     # ---- parallel (training) form -----------------------------------------------------------------
@@ -105,14 +108,8 @@ class MultiHeadHyena(nn.Module):
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
         device = device if device is not None else self.in_proj.weight.device
         dtype = dtype if dtype is not None else self.in_proj.weight.dtype
-        per_head = (batch, self.heads, self.head_dim, self.head_dim)
-        if isinstance(self.long_filter, HyenaFilter):
-            state = {"fixed": torch.zeros(batch, 0, device=device, dtype=dtype),
-                     "cache": torch.zeros(*per_head, 0, device=device, dtype=dtype)}
-        else:
-            complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
-            state = {"fixed": torch.zeros(*per_head, self.long_filter.filter_states, device=device,
-                                          dtype=complex_dtype)}
+        # every head's filter runs over the head's head_dim x head_dim outer-product channels
+        state = self.long_filter.init_state(batch, device, dtype, extra=(self.head_dim, self.head_dim))
         state["conv"] = torch.zeros(batch, 3 * self.dim, self.short_filter - 1, device=device, dtype=dtype)
         return state
 
@@ -125,17 +122,8 @@ class MultiHeadHyena(nn.Module):
         q, k, v = (part.reshape(batch, self.heads, self.head_dim) for part in z.split(self.dim, dim=-1))
         kv = k.unsqueeze(-1) * v.unsqueeze(-2)  # (B, heads, head_dim, head_dim)
 
-        if isinstance(self.long_filter, HyenaFilter):
-            cache = torch.cat([state["cache"], kv.unsqueeze(-1)], dim=-1)
-            taps = self.long_filter(cache.shape[-1])  # (heads, t)
-            mixed = (cache * taps.flip(-1)[:, None, None, :]).sum(-1) + self.long_filter.skip[:, None, None] * kv
-            new_state = {"fixed": state["fixed"], "cache": cache}
-        else:
-            poles = torch.exp(self.long_filter.log_poles())[:, None, None, :]  # (heads, 1, 1, filter_states)
-            residues = self.long_filter.residues()[:, None, None, :]
-            fixed = poles * state["fixed"] + kv.unsqueeze(-1)
-            mixed = (fixed * residues).real.sum(-1).to(kv.dtype)
-            new_state = {"fixed": fixed}
+        filter_state = {key: value for key, value in state.items() if key != "conv"}
+        mixed, new_state = self.long_filter.step(kv, filter_state)  # (B, heads, head_dim, head_dim)
         y = (q.unsqueeze(-1) * mixed).sum(-2)  # (B, heads, head_dim)
         new_state["conv"] = window[..., 1:]
         return self.out_proj(y.reshape(batch, self.dim)), new_state

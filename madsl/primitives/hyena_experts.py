@@ -12,17 +12,17 @@ others get exactly zero) and the weighted sum goes through `out_proj`
 expert_width -> dim.
 
 State: all experts' filter states, since which experts are active depends on
-the input: experts * expert_width * filter_states = 2048 at width 128.
+the input: experts * expert_width * filter_states = 2048 at width 128 (modal
+filter; any filter family of filters.py works, over dim channels as in Hyena).
 FLOPs: App. C.4.8 (router L D A, projections 6LD^2, convs 18LD, featurization
 S L D_moh G, convolution and gates 10 L log2(L) D_moh G + 4 L D_moh G, out 2 L D_moh D).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
 from .base import ConfigError, Primitive, log2, positive
-from .filters import filter_cost
+from .filters import filter_config, filter_cost, validate_filter
+from .hyena import FilterKind
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,13 @@ class HyenaExperts(Primitive):
     expert_width: int
     active: int
     short_filter: int
-    filter: Literal["modal", "hyena"]
+    filter: FilterKind
     filter_states: int
     filter_order: int
     filter_emb_dim: int
+    filter_size: int
+    filter_modes: int
+    filter_length: int
     bias: bool
 
     name = "hyena_experts"
@@ -42,8 +45,8 @@ class HyenaExperts(Primitive):
     module = "madsl.layers.hyena_experts:HyenaExperts"
 
     def validate(self) -> None:
-        positive(self, "experts", "expert_width", "active", "short_filter", "filter_states",
-                 "filter_order", "filter_emb_dim")
+        positive(self, "experts", "expert_width", "active", "short_filter")
+        validate_filter(self)
         if self.active > self.experts:
             raise ConfigError("active", f"hyena_experts: active={self.active} exceeds experts={self.experts}")
         if self.experts * self.expert_width != self.dim:
@@ -54,8 +57,7 @@ class HyenaExperts(Primitive):
                               if self.dim % self.experts == 0 else None)
 
     def _filter(self):
-        return filter_cost(self.filter, self.dim, filter_states=self.filter_states,
-                           filter_order=self.filter_order, filter_emb_dim=self.filter_emb_dim)
+        return filter_cost(self.filter, self.dim, **filter_config(self))
 
     def params(self) -> int:
         D, P, W = self.dim, 3 * self.dim, self.expert_width
@@ -72,10 +74,11 @@ class HyenaExperts(Primitive):
         return 3 * self.dim * (self.short_filter - 1)
 
     def kv_cache(self, seq_len: int) -> int:
-        return self._filter().dynamic_per_token * seq_len
+        return self._filter().dynamic_state(seq_len)
 
     def flops(self, seq_len: int) -> int:
         L, D, W, G = seq_len, self.dim, self.expert_width, self.active
-        featurization = self._filter().featurization_flops_per_token // self.experts * G * L
+        # the active experts' share of the featurization (App. C.4.8: S L D_moh G)
+        featurization = self._filter().featurization_flops(L) * G // self.experts
         return (L * D * self.experts + 6 * L * D * D + 2 * self.short_filter * L * 3 * D + featurization
                 + round(10 * L * log2(L) * W * G) + 4 * L * W * G + 2 * L * W * D)

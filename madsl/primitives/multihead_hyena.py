@@ -11,17 +11,18 @@ channels), then read out with q_t: y_t = q_t . (h * (k (x) v))_t. This is the
 outer-product head trick of MAD paper §2.2, which raises the state from head_dim
 to head_dim^2 per head without parameters. `out_proj` dim -> dim.
 
-State: heads * head_dim^2 * filter_states = 16*8*8*2 = 2048 at width 128.
+State: heads * head_dim^2 * filter_states = 16*8*8*2 = 2048 at width 128 (modal
+filter). Every filter family of filters.py works here, one filter per head: its
+fixed or dynamic state per filter channel is multiplied by head_dim^2.
 FLOPs: MAD paper App. C.4.3 (projections 6LD^2, convs 18LD, featurization S L H,
 convolution and gates 10 L log2(L) D^2/H + 4 L D^2/H, out layer 2LD^2).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
 from .base import ConfigError, Primitive, divides, log2, positive
-from .filters import filter_cost
+from .filters import filter_config, filter_cost, validate_filter
+from .hyena import FilterKind
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,13 @@ class MultiHeadHyena(Primitive):
     heads: int
     order: int
     short_filter: int
-    filter: Literal["modal", "hyena"]
+    filter: FilterKind
     filter_states: int
     filter_order: int
     filter_emb_dim: int
+    filter_size: int
+    filter_modes: int
+    filter_length: int
     bias: bool
 
     name = "multihead_hyena"
@@ -40,18 +44,18 @@ class MultiHeadHyena(Primitive):
     module = "madsl.layers.multihead_hyena:MultiHeadHyena"
 
     def validate(self) -> None:
-        positive(self, "heads", "short_filter", "filter_states", "filter_order", "filter_emb_dim")
+        positive(self, "heads", "short_filter")
         divides(self, "heads", self.heads, self.dim, "dim")
         if self.order != 2:
             raise ConfigError("order", f"multihead_hyena: only order 2 (q, k, v) is defined, got {self.order}")
+        validate_filter(self)
 
     @property
     def head_dim(self) -> int:
         return self.dim // self.heads
 
     def _filter(self):
-        return filter_cost(self.filter, self.heads, filter_states=self.filter_states,
-                           filter_order=self.filter_order, filter_emb_dim=self.filter_emb_dim)
+        return filter_cost(self.filter, self.heads, **filter_config(self))
 
     def params(self) -> int:
         D, P = self.dim, 3 * self.dim
@@ -68,12 +72,12 @@ class MultiHeadHyena(Primitive):
         return 3 * self.dim * (self.short_filter - 1)
 
     def kv_cache(self, seq_len: int) -> int:
-        return self._filter().dynamic_per_token * self.head_dim * self.head_dim * seq_len
+        return self._filter().dynamic_state(seq_len) * self.head_dim * self.head_dim
 
     def flops(self, seq_len: int) -> int:
         L, D, H = seq_len, self.dim, self.heads
         projections = 6 * L * D * D
         short_convs = 2 * self.short_filter * L * 3 * D
-        featurization = self._filter().featurization_flops_per_token * L
+        featurization = self._filter().featurization_flops(L)
         conv_and_gates = round(10 * L * log2(L) * D * D / H) + 4 * L * D * D // H
         return projections + short_convs + featurization + conv_and_gates + 2 * L * D * D
