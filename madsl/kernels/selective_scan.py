@@ -9,11 +9,11 @@ input-dependent `B`, `C` (one group):
     out_t  = y_t * silu(z_t)
 
 Shapes (mamba-ssm's layout): u, delta, z (batch, d_inner, L); A (d_inner, d_state);
-B, C (batch, d_state, L); D, delta_bias (d_inner,). Any strides are accepted
-without copies; the cheapest input is a transposed view of a (batch, L, channels)
-tensor, which is what `madsl.layers.mamba.Mamba` passes. Outputs and input
-gradients are returned the same way: (batch, channels, L) views of
-(batch, L, channels) storage.
+B, C (batch, d_state, L); D, delta_bias (d_inner,). Any strides are accepted. Inputs
+whose channel axis is contiguous are read in place: transposed views of
+(batch, L, channels) tensors, which is what `madsl.layers.mamba.Mamba` passes;
+contiguous (batch, channels, L) inputs are copied once. Outputs and input gradients
+are (batch, channels, L) views of (batch, L, channels) storage.
 
 Memory. Nothing of size (batch, L, d_inner, d_state) is ever allocated. Time is cut
 into chunks of `chunk_len` steps (about 2^20 state elements per chunk); per chunk
@@ -22,8 +22,9 @@ op each, and the recurrence runs as one in-place fused multiply-add per step on 
 (batch, d_inner, d_state) slice. Forward keeps only the state at the start of
 each chunk (L/chunk_len states); backward recomputes each chunk's states from
 there (one extra forward recurrence) and runs the reverse-time recurrence of the
-state gradient. Extra memory is O(batch*L*d_inner) for the saved inputs plus
-O(batch*d_inner*d_state*(chunk_len + L/chunk_len)).
+state gradient. Saved for backward: the inputs, delta + bias, softplus of it and
+y (each batch*L*d_inner) and the chunk start states; work buffers are
+O(batch*d_inner*d_state*chunk_len).
 """
 from __future__ import annotations
 
@@ -265,7 +266,11 @@ def _mamba_ssm_scan():
         try:
             from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
             _cuda_scan = selective_scan_fn
-        except Exception:  # not installed, or built without CUDA
+        except Exception as err:  # not installed, or built without CUDA
+            import warnings
+
+            warnings.warn(f"mamba_ssm unavailable ({err!r}); CUDA tensors use madsl's "
+                          "sequential scan, which is slow on a GPU", stacklevel=3)
             _cuda_scan = False
     return _cuda_scan or None
 
