@@ -80,6 +80,7 @@ class Spec:
     data: dict[str, Any] = field(default_factory=dict, repr=False)  # the merged YAML, to rebuild the spec
     # where things are written, for located errors
     topology_base: Location | None = None
+    topology_style: str | None = None  # YAML scalar style of the topology: None, "'", '"', "|", ">"
     source_map: "SourceMap | None" = field(default=None, repr=False)
 
     def canonical(self) -> str:
@@ -90,6 +91,20 @@ class Spec:
         base = self.topology_base
         if base is None or base.line is None:
             return topo.locate(err, span, self.topology_text)
+        if base.column is None and span is not None and self.source_map is not None:
+            # a block scalar (`topology: |` or `>`): map the position back to the indented file lines
+            line, column = base.line + span.line - 1, span.column
+            if self.topology_style == ">":  # folded: the file's lines were joined by single spaces
+                line = base.line
+                while True:
+                    content = self.source_map.line(base.file, line).strip()
+                    if column <= len(content) + 1 or not content:
+                        break
+                    column -= len(content) + 1
+                    line += 1
+            text = self.source_map.line(base.file, line)
+            indent = len(text) - len(text.lstrip(" "))
+            return err.relocated(Location(base.file, line, indent + column, text, span.length))
         located = topo.locate(err, span, self.topology_text, base)
         loc = located.location
         if self.source_map is not None and loc.file is not None and loc.line is not None:
@@ -277,8 +292,11 @@ def _build(data: dict, where: SourceMap | None, path: Path | None) -> Spec:
         else:
             ok = isinstance(value, allowed)
         if not ok:
+            hint = None
+            if key == "topology" and isinstance(value, (list, dict)):
+                hint = "YAML reads [...] and {...} as lists and mappings: quote the topology, e.g. topology: '[H | mA]'"
             raise MadslError(f"{key} must be {' or '.join(_TYPE_NAMES[t] for t in allowed)}, got {value!r}",
-                             value_loc(key))
+                             value_loc(key), hint=hint)
         if key in _CHOICES and value not in _CHOICES[key]:
             raise MadslError(f"{key} must be one of {', '.join(_CHOICES[key])}, got {value!r}", value_loc(key),
                              hint=did_you_mean(str(value), _CHOICES[key]))
@@ -290,14 +308,14 @@ def _build(data: dict, where: SourceMap | None, path: Path | None) -> Spec:
 
     symbols = _symbol_table(data.get("layers") or {}, key_loc, value_loc)
 
-    topology_base = None
+    topology_base, style = None, None
     if where is not None:
         start = value_loc("topology")
         style = where.style(("topology",))
         if style in ("'", '"'):  # the string starts after its opening quote
             start = Location(start.file, start.line, start.column + 1, start.source_line)
         if style in ("|", ">"):  # block scalar: the text starts on the next line, indented
-            start = Location(start.file, start.line + 1, 1, None)
+            start = Location(start.file, start.line + 1, None, None)
         topology_base = start
 
     text = data["topology"]
@@ -306,7 +324,7 @@ def _build(data: dict, where: SourceMap | None, path: Path | None) -> Spec:
                 seq_len=data.get("seq_len", DEFAULT_SEQ_LEN), norm=data.get("norm", "rms"),
                 tie_embeddings=data.get("tie_embeddings", True), description=data.get("description", ""),
                 eval=dict(data.get("eval") or {}), path=path, data=dict(data),
-                topology_base=topology_base, source_map=where)
+                topology_base=topology_base, topology_style=style, source_map=where)
     if spec.channel_mixer == topo.NO_CHANNEL:
         spec.channel_mixer = None
     try:

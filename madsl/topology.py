@@ -235,7 +235,7 @@ def parse(text: str) -> Topology:
                                   expected="a layer symbol, e.g. 'H:A' or '(2H:2A)x6'")
     try:
         tree = _parser().parse(text)
-        return _ToData().transform(tree)
+        parsed = _ToData().transform(tree)
     except lark.exceptions.VisitError as err:
         inner = err.orig_exc
         if isinstance(inner, _TopologyError):
@@ -273,6 +273,12 @@ def parse(text: str) -> Topology:
         elif tok.type == "LBRACE":
             hint = "attributes go right after a layer or a group, before any repeat: (H:A){residual=gated}x2"
         raise TopologySyntaxError(message, span, expected=_expected(err.expected), hint=hint) from None
+    blocks_total = size(parsed)
+    if blocks_total > MAX_BLOCKS:
+        raise TopologySyntaxError(f"the topology expands to {blocks_total:,} blocks; the limit is {MAX_BLOCKS:,}",
+                                  Span(1, 1, max(1, len(text.splitlines()[0]) if text.splitlines() else 1)),
+                                  hint="check the repeat counts")
+    return parsed
 
 
 class TopologySyntaxError(MadslError):
@@ -302,6 +308,22 @@ def locate(err: MadslError, span: Span | None, text: str, base: Location | None 
 
 
 # --- structure ----------------------------------------------------------------------
+
+MAX_BLOCKS = 100_000  # an expanded topology longer than this is a typo, not an architecture
+
+
+def size(topology: Topology) -> int:
+    """Number of blocks after expansion, computed without expanding."""
+    total = 0
+    for node in topology:
+        if isinstance(node, Repeat):
+            total += node.count * size((node.node,))
+        elif isinstance(node, Group):
+            total += size(node.body)
+        else:
+            total += 1
+    return total
+
 
 def expand(topology: Topology) -> Topology:
     """Unroll repeats and flatten groups without attributes."""

@@ -61,8 +61,13 @@ def load(path: Path | str, text: str | None = None) -> Located:
             text = Path(path).read_text(encoding="utf-8")
         except FileNotFoundError:
             raise MadslError(f"no such spec file: {file}", hint="check the path") from None
-        except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
-            raise MadslError(f"cannot read spec file {file}: {err.__class__.__name__}") from None
+        except UnicodeDecodeError:
+            raise MadslError(f"{file} is not UTF-8 text", Location(file), hint="a spec is a YAML text file") from None
+        except IsADirectoryError:
+            raise MadslError(f"{file} is a directory", Location(file), hint=f"give the spec files in it: {file}/*.mad") \
+                from None
+        except PermissionError:
+            raise MadslError(f"cannot read {file}: permission denied", Location(file)) from None
     lines = text.splitlines()
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)

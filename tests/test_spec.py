@@ -152,3 +152,33 @@ def test_hundreds_of_malformed_specs_never_crash(tmp_path):
             assert err.location.line is not None, err.render()
             located += 1
     assert located > 100
+
+
+def test_hundreds_of_malformed_topologies_never_crash():
+    """Random strings over the topology alphabet: each parses and accounts, or gives a located MadslError."""
+    from madsl import spec_from_topology
+
+    rng = random.Random(1)
+    tokens = ["H", "A", "mA", "Mb", "Sg", "MoE", "Hy", "(", ")", "[", "]", "|", ":", "-", "x", "×", "2", "0", "12",
+              "{", "}", "=", ",", "heads", "residual", "gated", "#", "a", " ", "none", "4.5", "'s'", "*"]
+    failures = 0
+    for _ in range(500):
+        text = "".join(rng.choice(tokens) for _ in range(rng.randint(1, 12)))
+        try:
+            account(spec_from_topology(text, dim=64))
+        except MadslError as err:
+            assert err.location.line is not None and err.location.column is not None, (text, err.render())
+            assert "^" in err.render()
+            failures += 1
+    assert failures > 300
+
+
+@pytest.mark.parametrize("style", ["|", ">"])
+def test_errors_inside_block_scalar_topologies_point_into_the_file(tmp_path, style):
+    err = error_of(tmp_path, f"name: x\ndim: 128\ntopology: {style}\n  (H:A)x2\n  :Hy\n")
+    assert (err.location.line, err.location.column) == (5, 4), err.render()
+
+
+def test_unquoted_parallel_topology_gets_a_quoting_hint(tmp_path):
+    err = error_of(tmp_path, "name: x\ndim: 128\ntopology: [H | mA]\n")
+    assert "quote the topology" in err.render()

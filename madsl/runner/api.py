@@ -50,7 +50,7 @@ class CompiledSpecFactory:
     spec: Any
     path: str | None = None
 
-    def __call__(self, vocab_size: int, max_seq_len: int, num_classes: int | None = None):
+    def __call__(self, vocab_size: int, max_seq_len: int, num_classes: int | None = None, seed: int = 0):
         import madsl
 
         spec = self.spec
@@ -58,7 +58,8 @@ class CompiledSpecFactory:
             from madsl.spec import load_spec
 
             spec = load_spec(self.path)
-        return madsl.compile(spec, vocab_size=vocab_size, max_seq_len=max_seq_len, num_classes=num_classes)
+        return madsl.compile(spec, vocab_size=vocab_size, max_seq_len=max_seq_len, num_classes=num_classes,
+                             seed=seed)
 
     def __getstate__(self) -> dict:
         # Spec objects need not pickle; a worker process loads the file again.
@@ -87,6 +88,23 @@ def _task_registry(registry: Mapping[str, Any] | None) -> tuple[dict[str, Any], 
     from madsl.tasks import MAD_TASKS, get_task, TASKS
 
     return {name: get_task(name) for name in TASKS}, list(MAD_TASKS)
+
+
+def _check_settings(registry: Mapping[str, Any], plan) -> None:
+    """Let each task reject bad settings now (exit 2) rather than fail its runs later."""
+    seen: set[str] = set()
+    for run in plan.runs:
+        key = canonical_json([run.task, run.settings])
+        task = registry[run.task]
+        if key in seen or not hasattr(task, "check"):
+            continue
+        seen.add(key)
+        try:
+            task.check(task.settings(**run.settings))
+        except (ValueError, KeyError) as err:
+            message = str(err.args[0]) if err.args else str(err)
+            raise MadslError(f"bad setting for {run.task}: {message}", hint="check your --set / eval.set values") \
+                from None
 
 
 def _setting_label(task: Any, setting: Mapping[str, Any]) -> str:
@@ -163,13 +181,16 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
              wd: float | Sequence[float] | None = None, epochs: int | None = None, seed: int | None = None,
              batch_size: int | None = None, eval_lengths: Sequence[int] | None = None, progress: bool = True,
              model_factory: Callable[[Any], Any] | None = None, task_registry: Mapping[str, Any] | None = None,
-             executor: Executor | None = None) -> dict:
+             executor: Executor | None = None, reporter: Reporter | None = None,
+             stop_requested: Callable[[], bool] | None = None) -> dict:
     """Evaluate specs on tasks under a protocol; finished runs in `db` are never repeated.
 
     spec_paths: .mad files (or Spec objects). tasks: task names or "all" (None: the spec's
     eval.tasks, else all). protocol: None -> the spec's eval.protocol, else "quick".
     Knobs given here win over the spec's `eval:` section, which wins over the protocol.
     model_factory(spec) -> factory(vocab_size, max_seq_len, num_classes) replaces madsl.compile.
+    reporter: receives progress (default: rich progress bars if `progress`, else nothing).
+    stop_requested: polled; once true, runs checkpoint and stop (as on Ctrl-C).
     Returns a summary: counts of runs, failures, and the scores of these specs.
     """
     if workers < 1:
@@ -188,10 +209,10 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
                     eval_lengths=as_tuple(eval_lengths, int))
     if protocol is not None:
         get_protocol(protocol)
-    registry, all_tasks = _task_registry(task_registry)
     specs = _load_specs(spec_paths)
     if not specs:
         raise MadslError("no spec to evaluate", hint="madsl eval SPEC.mad ...")
+    registry, all_tasks = _task_registry(task_registry)
 
     store = Store(db)
     jobs: list[RunJob] = []
@@ -205,6 +226,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
             check_setting_keys(task_objs, from_spec.settings, f"{path or spec.name}: eval.set")
             check_setting_keys(task_objs, cli.settings, "--set")
             plan = build_plan(task_objs, merged, source="--set/eval.set")
+            _check_settings(registry, plan)
             protocols_used.add(plan.protocol.name)
             if plan.protocol.skip_solved:
                 skip_at = plan.protocol.early_stop_acc
@@ -239,13 +261,15 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
         if threading.current_thread() is threading.main_thread():
             previous_handler = signal.signal(signal.SIGINT, on_sigint)
         runner = executor or make_executor(workers)
+        should_stop = (lambda: stop.is_set() or stop_requested()) if stop_requested else stop.is_set
         try:
-            if progress:
-                with RichReporter() as reporter:
-                    outcome = run_jobs(store, unique, runner, reporter, skip_solved_at=skip_at,
-                                       stop_requested=stop.is_set)
+            if reporter is None and progress:
+                with RichReporter() as rich_reporter:
+                    outcome = run_jobs(store, unique, runner, rich_reporter, skip_solved_at=skip_at,
+                                       stop_requested=should_stop)
             else:
-                outcome = run_jobs(store, unique, runner, None, skip_solved_at=skip_at, stop_requested=stop.is_set)
+                outcome = run_jobs(store, unique, runner, reporter, skip_solved_at=skip_at,
+                                   stop_requested=should_stop)
         finally:
             if previous_handler is not None:
                 signal.signal(signal.SIGINT, previous_handler)

@@ -39,7 +39,7 @@ PROGRESS_EVERY_S = 0.5
 class ModelFactory(Protocol):
     """Builds a fresh backbone with the compiler's interface (picklable for process pools)."""
 
-    def __call__(self, vocab_size: int, max_seq_len: int, num_classes: int | None = None) -> Any: ...
+    def __call__(self, vocab_size: int, max_seq_len: int, num_classes: int | None = None, seed: int = 0) -> Any: ...
 
 
 @dataclass
@@ -95,7 +95,7 @@ def execute_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callabl
         def build_model() -> TaskModel:
             # The backbone's own output layer serves lm / classify; compression and regress read features.
             out = num_classes if head in ("lm", "classify") and num_classes != vocab_size else None
-            backbone = job.model_factory(vocab_size=vocab_size, max_seq_len=seq_len, num_classes=out)
+            backbone = job.model_factory(vocab_size=vocab_size, max_seq_len=seq_len, num_classes=out, seed=seed)
             return TaskModel(backbone, head, num_classes=num_classes,
                              target_len=int(train_data.targets.shape[1]) if head == "compression" else None,
                              input_dim=input_dim,

@@ -39,6 +39,7 @@ from madsl.runner.protocols import TrainSettings
 IGNORE = -100
 BETAS = (0.9, 0.98)
 CHECKPOINT_VERSION = 1
+EVAL_BATCH = 128  # evaluation batches are at least this large (no gradients: memory is not the limit)
 
 
 class RunInterrupted(Exception):
@@ -60,48 +61,56 @@ class MetricAccumulator:
         self.reset()
 
     def reset(self) -> None:
-        self.loss_sum = 0.0
-        self.count = 0
-        self.correct = 0
+        # sums stay on the model's device (no host sync per step); moved to the CPU to compute
+        self.loss_sum = torch.zeros((), dtype=torch.float64)
+        self.count = torch.zeros((), dtype=torch.long)
+        self.correct = torch.zeros((), dtype=torch.long)
         self.hits = torch.zeros(self.num_classes, dtype=torch.long)
         self.support = torch.zeros(self.num_classes, dtype=torch.long)
         self.predicted = torch.zeros(self.num_classes, dtype=torch.long)
 
+    def _to(self, device: torch.device) -> None:
+        if self.hits.device != device:
+            for key in ("loss_sum", "count", "correct", "hits", "support", "predicted"):
+                setattr(self, key, getattr(self, key).to(device))
+
     @torch.no_grad()
     def update(self, outputs: torch.Tensor, targets: torch.Tensor, loss_sum: torch.Tensor) -> None:
-        self.loss_sum += float(loss_sum)
+        self._to(outputs.device)
+        self.loss_sum += loss_sum.double()
         if self.kind == "regression":
-            self.count += int((~torch.isnan(targets)).sum())
+            self.count += (~torch.isnan(targets)).sum()
             return
         flat_targets = targets.reshape(-1)
         mask = flat_targets != IGNORE
         scored = flat_targets[mask]
         predictions = outputs.reshape(-1, outputs.shape[-1])[mask].argmax(-1)
         hit = predictions == scored
-        self.count += int(scored.numel())
-        self.correct += int(hit.sum())
         n = self.num_classes
-        self.hits += torch.bincount(scored[hit], minlength=n)[:n].cpu()
-        self.support += torch.bincount(scored, minlength=n)[:n].cpu()
-        self.predicted += torch.bincount(predictions, minlength=n)[:n].cpu()
+        self.count += scored.numel()
+        self.correct += hit.sum()
+        self.hits += torch.bincount(scored[hit], minlength=n)[:n]
+        self.support += torch.bincount(scored, minlength=n)[:n]
+        self.predicted += torch.bincount(predictions, minlength=n)[:n]
 
     def compute(self) -> dict[str, float | None]:
-        count = max(self.count, 1)
-        loss = self.loss_sum / count
+        count = max(int(self.count), 1)
+        loss = float(self.loss_sum) / count
         if self.kind == "regression":
             return {"loss": loss, "ppl": None, "acc": None, "macro_acc": None}
-        present = (self.support + self.predicted) > 0
-        per_class = self.hits.double() / self.support.clamp(min=1).double()
+        hits, support, predicted = self.hits.cpu(), self.support.cpu(), self.predicted.cpu()
+        present = (support + predicted) > 0
+        per_class = hits.double() / support.clamp(min=1).double()
         macro = float(per_class[present].mean()) if bool(present.any()) else 0.0
-        return {"loss": loss, "ppl": math.exp(min(loss, 700.0)), "acc": self.correct / count, "macro_acc": macro}
+        return {"loss": loss, "ppl": math.exp(min(loss, 700.0)), "acc": int(self.correct) / count, "macro_acc": macro}
 
     def state_dict(self) -> dict:
-        return {"loss_sum": self.loss_sum, "count": self.count, "correct": self.correct,
-                "hits": self.hits.clone(), "support": self.support.clone(), "predicted": self.predicted.clone()}
+        return {key: getattr(self, key).detach().cpu().clone()
+                for key in ("loss_sum", "count", "correct", "hits", "support", "predicted")}
 
     def load_state_dict(self, state: dict) -> None:
         for key, value in state.items():
-            setattr(self, key, value.clone() if torch.is_tensor(value) else value)
+            setattr(self, key, value.clone())
 
 
 @dataclass
@@ -352,7 +361,7 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
                 last_checkpoint = time.monotonic()
 
         train = train_metrics.compute()
-        evaluation = evaluate(model, test_x, test_y, settings.batch_size, num_classes)
+        evaluation = evaluate(model, test_x, test_y, max(settings.batch_size, EVAL_BATCH), num_classes)
         elapsed = time.monotonic() - started
         metrics = EpochMetrics(
             epoch=epoch + 1, lr=scheduler.get_last_lr()[0], seconds=epoch_seconds + elapsed,
