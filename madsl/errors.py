@@ -28,6 +28,7 @@ class Location:
     column: int | None = None  # 1-based
     source_line: str | None = None
     length: int = 1  # how many characters the caret underlines
+    topology_column: int | None = None  # for an error inside a topology string in a file: the column in the string
 
 
 class MadslError(Exception):
@@ -57,6 +58,8 @@ class MadslError(Exception):
                 where += f":{loc.line}"
                 if loc.column is not None:
                     where += f":{loc.column}"
+            if loc.topology_column is not None and loc.file is not None:
+                where += f" (column {loc.topology_column} of the topology)"
             lines.append(f"  --> {where}")
         if loc.source_line is not None and loc.line is not None:
             number = str(loc.line)
@@ -74,6 +77,7 @@ class MadslError(Exception):
     def to_dict(self) -> dict:
         loc = self.location
         return {"error": self.message, "file": loc.file, "line": loc.line, "column": loc.column,
+                "topology_column": loc.topology_column,
                 "expected": self.expected, "hint": self.hint}
 
     def __str__(self) -> str:

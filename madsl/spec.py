@@ -104,12 +104,13 @@ class Spec:
                     line += 1
             text = self.source_map.line(base.file, line)
             indent = len(text) - len(text.lstrip(" "))
-            return err.relocated(Location(base.file, line, indent + column, text, span.length))
+            return err.relocated(Location(base.file, line, indent + column, text, span.length, span.column))
         located = topo.locate(err, span, self.topology_text, base)
         loc = located.location
         if self.source_map is not None and loc.file is not None and loc.line is not None:
             located = located.relocated(Location(loc.file, loc.line, loc.column,
-                                                 self.source_map.line(loc.file, loc.line), loc.length))
+                                                 self.source_map.line(loc.file, loc.line), loc.length,
+                                                 span.column if span is not None else None))
         return located
 
     def primitive_for(self, layer: topo.Layer) -> Primitive:

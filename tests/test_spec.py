@@ -73,6 +73,11 @@ def test_bad_specs_give_located_errors(tmp_path, text, message, line, column):
     assert "^" in err.render()
 
 
+def test_errors_inside_a_topology_also_give_the_column_in_the_string(tmp_path):
+    err = error_of(tmp_path, "name: x\ndim: 128\ntopology: (H:Ax)x2\n")
+    assert err.location.topology_column == 4 and "column 4 of the topology" in err.render()
+
+
 def test_did_you_mean(tmp_path):
     assert "did you mean 'H'" in error_of(tmp_path, "name: x\ndim: 128\ntopology: Hy:A\n").render()
     assert "did you mean 'topology'" in error_of(tmp_path, "name: x\ndim: 128\ntopolgy: H\n").render()
