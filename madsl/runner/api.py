@@ -8,15 +8,16 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from madsl.errors import Location, MadslError
+from madsl.errors import MadslError
 from madsl.runner.executor import Executor, Reporter, RunJob, make_executor, run_jobs
-from madsl.runner.protocols import (Overrides, build_plan, check_setting_keys, get_protocol,
+from madsl.runner.protocols import (Overrides, budgeted_baseline, build_plan, check_setting_keys, get_protocol,
                                     overrides_from_spec_eval, resolve_task_names)
 from madsl.runner.report import load_scores, render_text
 from madsl.runner.report import report as _report
@@ -107,8 +108,8 @@ def _check_settings(registry: Mapping[str, Any], plan) -> None:
                 from None
 
 
-def _setting_label(task: Any, setting: Mapping[str, Any]) -> str:
-    changed = [f"{k}={v}" for k, v in setting.items() if task.baseline.get(k) != v]
+def _setting_label(baseline: Mapping[str, Any], setting: Mapping[str, Any]) -> str:
+    changed = [f"{k}={v}" for k, v in setting.items() if baseline.get(k) != v]
     return ", ".join(changed) if changed else "baseline"
 
 
@@ -121,48 +122,48 @@ class RichReporter(Reporter):
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.console = Console(stderr=True)
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console)
+        self.console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+        self.view = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console)
         self.overall = None
         self.bars: dict[str, Any] = {}
         self.started_at: dict[str, float] = {}
 
     def __enter__(self) -> "RichReporter":
-        self.progress.start()
+        self.view.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.progress.stop()
+        self.view.stop()
 
     def planned(self, total: int, already_done: int) -> None:
-        self.overall = self.progress.add_task("runs", total=total, completed=already_done,
+        self.overall = self.view.add_task("runs", total=total, completed=already_done,
                                               info=f"{already_done} already done" if already_done else "")
 
     def started(self, job: RunJob) -> None:
         self.started_at[job.run_id] = time.monotonic()
-        self.bars[job.run_id] = self.progress.add_task(f"  {job.label}", total=job.train.epochs, info="starting")
+        self.bars[job.run_id] = self.view.add_task(f"  {job.label}", total=job.train.epochs, info="starting")
 
     def progress(self, job: RunJob, epoch: int, step: int, steps: int) -> None:
         bar = self.bars.get(job.run_id)
         if bar is not None:
-            self.progress.update(bar, completed=epoch - 1 + step / steps,
+            self.view.update(bar, completed=epoch - 1 + step / steps,
                                  info=f"epoch {epoch}/{job.train.epochs} step {step}/{steps}")
 
     def epoch(self, job: RunJob, metrics: Mapping[str, Any]) -> None:
         bar = self.bars.get(job.run_id)
         acc = metrics.get("eval_macro_acc")
         if bar is not None:
-            self.progress.update(bar, completed=metrics["epoch"],
+            self.view.update(bar, completed=metrics["epoch"],
                                  info=f"epoch {metrics['epoch']}" + (f" acc {acc:.3f}" if acc is not None else
                                                                      f" loss {metrics['eval_loss']:.3g}"))
 
     def ended(self, job: RunJob, status: str, detail: str = "") -> None:
         bar = self.bars.pop(job.run_id, None)
         if bar is not None:
-            self.progress.remove_task(bar)
+            self.view.remove_task(bar)
         if self.overall is not None and status in ("done", "skipped", "failed"):
-            self.progress.advance(self.overall)
+            self.view.advance(self.overall)
         mark = {"done": "[green]done[/]", "failed": "[red]failed[/]", "skipped": "[dim]skipped[/]",
                 "interrupted": "[yellow]interrupted[/]"}.get(status, status)
         took = time.monotonic() - self.started_at.pop(job.run_id, time.monotonic())
@@ -240,7 +241,8 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
                                        madsl_version())
                 identities.append((identity, spec.name))
                 task = registry[run.task]
-                label = (f"{spec.name} · {run.task} · {_setting_label(task, run.settings)} · "
+                baseline = budgeted_baseline(task, plan.protocol)
+                label = (f"{spec.name} · {run.task} · {_setting_label(baseline, run.settings)} · "
                          f"lr {run.train.lr:g} wd {run.train.wd:g}" + (f" · seed {run.train.seed}"
                                                                       if run.train.seed else ""))
                 jobs.append(RunJob(run_id=identity.run_id, task=task, setting=dict(run.settings), train=run.train,
@@ -281,13 +283,14 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
         "db": str(db), "protocols": sorted(protocols_used), "runs": len(unique), "done": len(outcome.done),
         "already_done": len(outcome.already_done), "skipped": len(outcome.skipped),
         "failed": dict(outcome.failed), "interrupted": len(outcome.interrupted), "complete": outcome.complete,
+        "run_ids": [j.run_id for j in unique],
         "scores": [{"spec": s.spec, "spec_hash": s.spec_hash, "score": s.score,
                     "tasks": {t: ts.score for t, ts in s.tasks.items()}} for s in scores],
     }
     if progress:
         from rich.console import Console
 
-        console = Console()
+        console = Console(width=None if sys.stdout.isatty() else 160)
         console.print(render_text(scores, width=console.width), end="", highlight=False)
         if outcome.failed:
             console.print(f"[red]{len(outcome.failed)} run(s) failed[/]; rerun `madsl eval` to retry them "

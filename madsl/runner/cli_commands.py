@@ -124,7 +124,7 @@ def cmd_eval(args) -> int:
     elif args.quiet:
         from madsl.runner.report import load_scores, render_text
 
-        print(render_text(load_scores(args.db, spec_hashes=[s["spec_hash"] for s in summary["scores"]])), end="")
+        print(render_text(load_scores(args.db, run_ids=summary["run_ids"])), end="")
     if summary["interrupted"]:
         return EXIT_INTERRUPTED
     return EXIT_RUNS_FAILED if summary["failed"] else EXIT_OK

@@ -34,6 +34,8 @@ from madsl.runner.protocols import TrainSettings
 
 HEARTBEAT_EVERY_S = 30.0
 PROGRESS_EVERY_S = 0.5
+SILENT_GRACE_S = 30.0  # a finished worker job's events must arrive within this
+TERMINAL = ("finished", "failed", "interrupted")
 
 
 class ModelFactory(Protocol):
@@ -239,20 +241,33 @@ class ProcessExecutor(Executor):
             max_workers=workers, mp_context=context, initializer=_worker_init,
             initargs=(self._events, self._stop, self.threads_per_worker))
         self._futures: dict[concurrent.futures.Future, str] = {}
+        self._reported: set[str] = set()  # run ids whose terminal event arrived
+        self._silent_since: dict[str, float] = {}
 
     def submit(self, job: RunJob) -> None:
         self._futures[self._pool.submit(_worker_main, job)] = job.run_id
 
     def poll(self, timeout: float) -> list[Event]:
         events = _drain(self._events, timeout)
+        self._reported.update(e.run_id for e in events if e.kind in TERMINAL)
+        now = time.monotonic()
         for future in [f for f in self._futures if f.done()]:
-            run_id = self._futures.pop(future)
-            events += _drain(self._events, 0.05)  # the job's last events precede its future's result
-            err = future.exception() if not future.cancelled() else None
-            if future.cancelled():
+            run_id = self._futures[future]
+            if run_id in self._reported:  # its events came through: nothing more to say
+                del self._futures[future]
+                self._reported.discard(run_id)
+            elif future.cancelled():
+                del self._futures[future]
                 events.append(Event("interrupted", run_id, {"message": "not started"}))
-            elif err is not None:  # the worker process died (killed, out of memory)
+            elif future.exception() is not None:  # the worker process died (killed, out of memory)
+                del self._futures[future]
+                err = future.exception()
                 events.append(Event("failed", run_id, {"error": f"worker died: {type(err).__name__}: {err}",
+                                                       "traceback": ""}))
+            elif now - self._silent_since.setdefault(run_id, now) > SILENT_GRACE_S:
+                # the job returned but its last events never arrived (the queue's feeder is async)
+                del self._futures[future]
+                events.append(Event("failed", run_id, {"error": "worker ended without reporting a result",
                                                        "traceback": ""}))
         return events
 

@@ -2,7 +2,7 @@
 
 A protocol is data: a choice of task settings (the paper's full difficulty
 sweep, or the baseline setting of each task), a learning-rate x weight-decay
-grid, a number of epochs and a few knobs. `resolve_plan` turns a protocol plus
+grid, a number of epochs and a few knobs. `build_plan` turns a protocol plus
 overrides into the concrete list of runs.
 
 Precedence of every knob: command line > the spec's `eval:` section > protocol.
@@ -10,7 +10,6 @@ Precedence of every knob: command line > the spec's `eval:` section > protocol.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
@@ -68,7 +67,7 @@ PROTOCOLS: dict[str, Protocol] = {
             "selective-copying": {"num_train_examples": 1024},
             "compression": {"num_train_examples": 4096},
         },
-        task_epochs={"compression": 6, "memorization": 64},
+        task_epochs={"compression": 6, "memorization": 32},
         skip_solved=True),
     "smoke": Protocol(
         name="smoke",
@@ -288,6 +287,15 @@ def check_setting_keys(tasks: Sequence, overrides: Mapping[str, Any], source: st
                              expected="one of " + ", ".join(knobs), hint=did_you_mean(knob, knobs))
 
 
+def budgeted_baseline(task, protocol: Protocol) -> dict[str, Any]:
+    """The task's baseline with the protocol's own budget overrides (e.g. quick's smaller train set)."""
+    setting = dict(task.baseline)
+    for scope in ("*", task.name):
+        budget = {k: v for k, v in protocol.task_settings.get(scope, {}).items() if k in task.baseline}
+        setting = apply_setting_overrides(task, setting, budget, f"protocol {protocol.name}")
+    return setting
+
+
 def build_plan(tasks: Sequence, overrides: Overrides, source: str = "--set") -> Plan:
     """The runs of a protocol for `tasks` (Task objects), with `overrides` applied."""
     protocol = get_protocol(overrides.protocol or "quick")
@@ -309,10 +317,10 @@ def build_plan(tasks: Sequence, overrides: Overrides, source: str = "--set") -> 
         base = [dict(task.baseline)] if protocol.settings == "baseline" else task.sweep_settings()
         lengths = overrides.eval_lengths if overrides.eval_lengths is not None else tuple(task.eval_seq_lens)
         seen: list[dict] = []
+        budget = {k: v for k, v in budgeted_baseline(task, protocol).items() if task.baseline[k] != v}
         for setting in base:
-            for scope in ("*", task.name):  # the protocol's budget, then the user's knobs
-                budget = {k: v for k, v in protocol.task_settings.get(scope, {}).items() if k in task.baseline}
-                setting = apply_setting_overrides(task, setting, budget, f"protocol {protocol.name}")
+            # the protocol's budget (where the sweep point keeps the baseline value), then the user's knobs
+            setting = {**setting, **{k: v for k, v in budget.items() if setting[k] == task.baseline[k]}}
             setting = apply_setting_overrides(task, setting, overrides.settings, source)
             if setting in seen:  # an override can collapse sweep points onto each other
                 continue

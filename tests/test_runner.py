@@ -1,0 +1,499 @@
+"""The runner: training, store, resume, executors, scores, reports, protocols.
+
+Everything here runs on a small stand-in model and toy tasks with the
+interfaces of the compiler and of madsl.tasks, so the runner is tested on its
+own; one thread per process keeps the file fast next to other busy processes.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from madsl.errors import MadslError
+from madsl.runner import scores as scoring
+from madsl.runner.api import evaluate
+from madsl.runner.executor import Reporter
+from madsl.runner.heads import TaskModel, sincos_position_embedding
+from madsl.runner.protocols import (Overrides, TrainSettings, build_plan, overrides_from_spec_eval,
+                                    parse_set_option, resolve_task_names)
+from madsl.runner.report import report
+from madsl.runner.store import Store
+from madsl.runner.train import MetricAccumulator, train_run
+from madsl.tasks.base import IGNORE, Task, TaskData
+
+torch.set_num_threads(1)
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+# --- stand-ins for the compiler and the tasks ----------------------------------------------
+
+class StandInModel(nn.Module):
+    """Embedding, a causal depthwise conv, a causal running mean, an MLP, a norm, a linear head."""
+
+    def __init__(self, vocab_size: int, max_seq_len: int, num_classes: int | None = None, dim: int = 32):
+        super().__init__()
+        self.dim = dim
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.conv = nn.Conv1d(dim, dim, 4, groups=dim, padding=3)
+        self.mix = nn.Linear(2 * dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+        self.norm = nn.LayerNorm(dim)
+        self.out = nn.Linear(dim, num_classes or vocab_size)
+
+    def features(self, tokens=None, embeds=None):
+        x = self.embed(tokens) if embeds is None else embeds
+        length = x.shape[1]
+        local = self.conv(x.transpose(1, 2))[..., :length].transpose(1, 2)
+        mean = x.cumsum(1) / torch.arange(1, length + 1, device=x.device)[None, :, None]
+        x = x + self.mix(torch.cat([local, mean], -1))
+        return self.norm(x + self.mlp(x))
+
+    def forward(self, tokens):
+        return self.out(self.features(tokens))
+
+    def aux_loss(self):
+        return torch.zeros(())
+
+
+@dataclass
+class StandInFactory:
+    dim: int = 32
+
+    def __call__(self, vocab_size, max_seq_len, num_classes=None, seed=0):
+        torch.manual_seed(seed)
+        return StandInModel(vocab_size, max_seq_len, num_classes, self.dim)
+
+
+@dataclass
+class FakeSpec:
+    name: str
+    text: str
+    eval: dict = field(default_factory=dict)
+
+    def canonical(self) -> str:
+        return self.text
+
+
+def standin_factory(spec):
+    return StandInFactory()
+
+
+class ToyPrevious(Task):
+    """Predict the token before the current one (a causal conv learns it in a few epochs)."""
+
+    name = "toy-previous"
+    baseline = {"vocab_size": 8, "seq_len": 16, "num_train_examples": 256, "num_test_examples": 64}
+    sweep = {"seq_len": (16, 24)}
+
+    def vocab_size(self, settings):
+        return settings["vocab_size"]
+
+    def generate(self, settings, split, seed):
+        s = self.settings(**settings)
+        rng = np.random.default_rng([seed, 0 if split == "train" else 1])
+        n = s[f"num_{split}_examples"]
+        x = rng.integers(0, s["vocab_size"], (n, s["seq_len"]))
+        y = np.full_like(x, IGNORE)
+        y[:, 1:] = x[:, :-1]
+        return TaskData(x.astype(np.int64), y.astype(np.int64))
+
+
+class ToyCompression(Task):
+    name = "toy-compression"
+    head = "compression"
+    baseline = {"vocab_size": 6, "seq_len": 6, "num_train_examples": 128, "num_test_examples": 32}
+
+    def vocab_size(self, settings):
+        return settings["vocab_size"]
+
+    def generate(self, settings, split, seed):
+        s = self.settings(**settings)
+        rng = np.random.default_rng([seed, 0 if split == "train" else 1])
+        n = s[f"num_{split}_examples"]
+        x = rng.integers(0, s["vocab_size"] - 1, (n, s["seq_len"]))
+        x[:, -1] = s["vocab_size"] - 1  # the compression token
+        y = x.copy()
+        y[:, -1] = IGNORE
+        return TaskData(x.astype(np.int64), y.astype(np.int64))
+
+
+class ToyClassify(Task):
+    name = "toy-classify"
+    head = "classify"
+    baseline = {"vocab_size": 5, "seq_len": 8, "num_train_examples": 128, "num_test_examples": 32}
+
+    def vocab_size(self, settings):
+        return settings["vocab_size"]
+
+    def num_classes(self, settings):
+        return 2
+
+    def generate(self, settings, split, seed):
+        s = self.settings(**settings)
+        rng = np.random.default_rng([seed, 0 if split == "train" else 1])
+        n = s[f"num_{split}_examples"]
+        x = rng.integers(0, s["vocab_size"], (n, s["seq_len"]))
+        return TaskData(x.astype(np.int64), (x[:, 0] % 2).astype(np.int64))
+
+
+class ToyRegress(Task):
+    name = "toy-regress"
+    head = "regress"
+    baseline = {"seq_len": 8, "input_dim": 3, "num_train_examples": 128, "num_test_examples": 32}
+
+    def vocab_size(self, settings):
+        return 1
+
+    def input_dim(self, settings):
+        return settings["input_dim"]
+
+    def generate(self, settings, split, seed):
+        s = self.settings(**settings)
+        rng = np.random.default_rng([seed, 0 if split == "train" else 1])
+        n = s[f"num_{split}_examples"]
+        x = rng.standard_normal((n, s["seq_len"], s["input_dim"])).astype(np.float32)
+        y = x.sum(-1)
+        y[:, :2] = np.nan
+        return TaskData(x, y.astype(np.float32))
+
+
+TOY_TASKS = {t.name: t for t in (ToyPrevious(), ToyCompression(), ToyClassify(), ToyRegress())}
+
+
+def run_toy_eval(db, epochs=4, tasks=("toy-previous",), spec=None, lr=3e-3, **kwargs):
+    return evaluate([spec or FakeSpec("standin", "standin-v1")], tasks=tasks, protocol="smoke", db=db,
+                    epochs=epochs, lr=lr, progress=False, model_factory=standin_factory,
+                    task_registry=TOY_TASKS, **kwargs)
+
+
+def epoch_rows(db):
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT run_id, epoch, eval_loss, eval_macro_acc FROM epochs "
+                            "ORDER BY run_id, epoch").fetchall()
+
+
+def run_rows(db):
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        return [dict(r) for r in conn.execute("SELECT * FROM runs ORDER BY run_id")]
+
+
+# --- training ------------------------------------------------------------------------------
+
+def test_training_decreases_loss_and_learns():
+    task = TOY_TASKS["toy-previous"]
+    settings = dict(task.baseline)
+    train, test = task.generate(settings, "train", 0), task.generate(settings, "test", 0)
+    cfg = TrainSettings(lr=3e-3, wd=0.0, epochs=6, batch_size=32, seed=0, min_lr=1e-6, early_stop_acc=0.999)
+    result = train_run(cfg, lambda: TaskModel(StandInModel(8, 16), "lm"), train, test, num_classes=8)
+    losses = [h.eval_loss for h in result.history]
+    assert losses[-1] < losses[0] * 0.5
+    assert result.best.eval_macro_acc > 0.9
+    assert result.best_epoch == min(result.history, key=lambda h: h.eval_ppl).epoch
+    assert result.early_stopped == (result.epochs_done < 6)
+
+
+@pytest.mark.parametrize("name", ["toy-compression", "toy-classify", "toy-regress"])
+def test_heads_train(name):
+    task = TOY_TASKS[name]
+    s = dict(task.baseline)
+    train, test = task.generate(s, "train", 0), task.generate(s, "test", 0)
+    cfg = TrainSettings(lr=3e-3, wd=0.1, epochs=2, batch_size=32, seed=0, min_lr=1e-6, early_stop_acc=0.999)
+    target_len = train.targets.shape[1] if task.head == "compression" else None
+    build = lambda: TaskModel(StandInModel(task.vocab_size(s), 16, 2 if name == "toy-classify" else None),  # noqa
+                              task.head, num_classes=task.num_classes(s), target_len=target_len,
+                              input_dim=task.input_dim(s))
+    result = train_run(cfg, build, train, test, num_classes=task.num_classes(s))
+    assert result.epochs_done == 2
+    if name == "toy-regress":
+        assert result.best.eval_ppl is None and result.best.eval_macro_acc is None
+        assert result.history[-1].eval_loss < result.history[0].train_loss
+    else:
+        assert 0.0 <= result.best.eval_macro_acc <= 1.0
+
+
+def test_macro_accuracy_follows_torchmetrics_convention():
+    acc = MetricAccumulator("classes", 4)
+    logits = torch.full((1, 6, 4), -10.0)
+    predictions = [0, 0, 1, 1, 3, 0]  # class 3 is predicted but never a target
+    targets = torch.tensor([[0, 0, 1, 2, 1, IGNORE]])
+    for i, p in enumerate(predictions):
+        logits[0, i, p] = 10.0
+    acc.update(logits, targets, torch.tensor(0.0))
+    out = acc.compute()
+    assert out["acc"] == pytest.approx(3 / 5)
+    # class 0: 2/2, class 1: 1/2, class 2: 0/1, class 3: 0 (predicted only) -> mean over 4 classes
+    assert out["macro_acc"] == pytest.approx((1 + 0.5 + 0 + 0) / 4)
+
+
+def test_sincos_positions_are_fixed_and_distinct():
+    emb = sincos_position_embedding(32, 16)
+    assert emb.shape == (32, 16)
+    assert torch.allclose(emb[0, :8], torch.zeros(8)) and torch.allclose(emb[0, 8:], torch.ones(8))
+    assert torch.cdist(emb, emb).add(torch.eye(32)).min() > 0.1
+
+
+# --- the store, rerunning, resuming --------------------------------------------------------
+
+def test_eval_records_epochs_and_rerun_repeats_nothing(tmp_path):
+    db = tmp_path / "r.db"
+    first = run_toy_eval(db, wd=[0.0, 0.1])
+    assert first["complete"] and first["done"] == 2 and first["runs"] == 2
+    runs = run_rows(db)
+    assert {r["status"] for r in runs} == {"done"}
+    epochs = epoch_rows(db)
+    for r in runs:
+        assert r["epochs_done"] == len([e for e in epochs if e[0] == r["run_id"]]) > 0
+        assert r["best_eval_acc"] is not None and r["train_seconds"] > 0
+        assert not Path(Store(db).checkpoint_path(r["run_id"])).exists()  # cleaned up once done
+    second = run_toy_eval(db, wd=[0.0, 0.1])
+    assert second["done"] == 0 and second["already_done"] == 2
+    assert epoch_rows(db) == epochs and [r["finished"] for r in run_rows(db)] == [r["finished"] for r in runs]
+
+
+def test_same_identity_same_run_id_and_new_budget_new_run(tmp_path):
+    db = tmp_path / "r.db"
+    run_toy_eval(db, epochs=2)
+    run_toy_eval(db, epochs=3)
+    assert len(run_rows(db)) == 2
+    run_toy_eval(db, epochs=2, spec=FakeSpec("renamed", "standin-v1"))  # same model, other name: same run
+    assert len(run_rows(db)) == 2
+
+
+def _uninterrupted(tmp_path, epochs):
+    db = tmp_path / "reference.db"
+    run_toy_eval(db, epochs=epochs)
+    return run_rows(db)[0], epoch_rows(db)
+
+
+def _same_result(a_run, a_epochs, b_run, b_epochs):
+    assert a_run["run_id"] == b_run["run_id"]
+    for key in ("best_epoch", "epochs_done", "best_eval_acc", "best_eval_loss", "best_eval_ppl", "max_eval_acc"):
+        assert a_run[key] == pytest.approx(b_run[key], rel=1e-6, abs=1e-7), key
+    assert [e[1:] for e in a_epochs] == pytest.approx([e[1:] for e in b_epochs], rel=1e-6, abs=1e-7)
+
+
+def test_graceful_stop_resumes_to_the_same_result(tmp_path):
+    epochs = 6
+    reference_run, reference_epochs = _uninterrupted(tmp_path, epochs)
+
+    class StopAfterTwoEpochs(Reporter):
+        stop = False
+
+        def epoch(self, job, metrics):
+            self.stop = metrics["epoch"] >= 2
+
+    db = tmp_path / "r.db"
+    reporter = StopAfterTwoEpochs()
+    # the Ctrl-C path: the coordinator asks the run to stop; it checkpoints mid-epoch and becomes pending
+    stopped = run_toy_eval(db, epochs=epochs, reporter=reporter, stop_requested=lambda: reporter.stop)
+    assert stopped["interrupted"] == 1 and not stopped["complete"]
+    run = run_rows(db)[0]
+    assert run["status"] == "pending"
+    assert Store(db).checkpoint_path(run["run_id"]).exists()
+    assert 2 <= len(epoch_rows(db)) < epochs
+
+    resumed = run_toy_eval(db, epochs=epochs)
+    assert resumed["done"] == 1 and resumed["complete"]
+    run = run_rows(db)[0]
+    assert run["attempts"] == 2
+    _same_result(reference_run, reference_epochs, run, epoch_rows(db))
+
+
+KILL_SCRIPT = """
+import sys, torch
+torch.set_num_threads(1)
+sys.path.insert(0, {tests!r})
+import test_runner as t
+t.run_toy_eval({db!r}, epochs={epochs}, tasks=("toy-previous",), **{extra})
+"""
+
+
+def test_kill_9_resumes_from_checkpoint_to_the_same_result(tmp_path):
+    epochs = 12
+    extra = {"settings_overrides": {"num_train_examples": 512}, "lr": 3e-4}
+    reference_db = tmp_path / "reference.db"
+    run_toy_eval(reference_db, epochs=epochs, **extra)
+    reference_run, reference_epochs = run_rows(reference_db)[0], epoch_rows(reference_db)
+    assert reference_run["epochs_done"] >= 8  # no early stop before there is something left to kill
+
+    db = tmp_path / "r.db"
+    script = KILL_SCRIPT.format(tests=str(TESTS_DIR), db=str(db), epochs=epochs, extra=repr(extra))
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=TESTS_DIR.parent,
+                            env={**os.environ, "PYTHONPATH": str(TESTS_DIR.parent)})
+    deadline = time.monotonic() + 40
+    try:
+        while time.monotonic() < deadline:
+            if db.exists() and proc.poll() is None:
+                try:
+                    if len(epoch_rows(db)) >= 3:
+                        break
+                except sqlite3.OperationalError:
+                    pass
+            assert proc.poll() is None, "the eval finished before it could be killed"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    run = run_rows(db)[0]
+    assert run["status"] == "running"  # as the dead process left it
+    checkpoint = Store(db).checkpoint_path(run["run_id"])
+    assert checkpoint.exists()
+    done_before = torch.load(checkpoint, weights_only=False)["epoch"]
+    assert 3 <= done_before < reference_run["epochs_done"]
+
+    resumed = run_toy_eval(db, epochs=epochs, **extra)
+    assert resumed["done"] == 1
+    run = run_rows(db)[0]
+    assert run["status"] == "done" and run["attempts"] == 2
+    _same_result(reference_run, reference_epochs, run, epoch_rows(db))
+
+
+def test_process_pool_executor(tmp_path):
+    db = tmp_path / "r.db"
+    summary = run_toy_eval(db, epochs=2, wd=[0.0, 0.1], workers=2)
+    assert summary["complete"] and summary["done"] == 2
+    assert {r["status"] for r in run_rows(db)} == {"done"}
+
+
+def test_skip_solved_grid_points(tmp_path):
+    db = tmp_path / "r.db"
+    # smoke skips the rest of a setting's grid once one grid point reaches 0.999
+    summary = run_toy_eval(db, epochs=30, lr=[3e-3, 1e-5], settings_overrides={"num_train_examples": 512})
+    statuses = sorted(r["status"] for r in run_rows(db))
+    assert statuses == ["done", "skipped"] and summary["skipped"] == 1 and summary["complete"]
+
+
+# --- scores and reports ----------------------------------------------------------------------
+
+def _row(spec, task, setting, lr, wd, acc, seed=0, status="done", seconds=1.0, regression=False):
+    return {"run_id": f"{spec}{task}{setting}{lr}{wd}{seed}", "spec_hash": spec, "spec_name": spec, "task": task,
+            "setting": setting, "lr": lr, "wd": wd, "seed": seed, "status": status, "train_seconds": seconds,
+            "best_eval_acc": None if regression else acc, "best_eval_ppl": None if regression else 1.0,
+            "best_eval_loss": acc}
+
+
+def test_scores_math():
+    rows = [
+        _row("a", "t1", "s1", 1e-3, 0.0, 0.5), _row("a", "t1", "s1", 1e-4, 0.0, 0.9),
+        _row("a", "t1", "s2", 1e-3, 0.0, 0.7), _row("a", "t1", "s2", 1e-4, 0.0, 0.3),
+        _row("a", "t1", "s2", 5e-4, 0.0, 0.99, status="failed"),  # unfinished runs do not count
+        _row("a", "t2", "s1", 1e-3, 0.1, 0.2), _row("a", "t2", "s1", 1e-3, 0.1, 0.4, seed=1),
+        _row("a", "t3", "s1", 1e-3, 0.0, 0.05, regression=True),  # MSE: not in the MAD score
+        _row("b", "t1", "s1", 1e-3, 0.0, 1.0),
+    ]
+    by_spec = {s.spec: s for s in scoring.spec_scores(rows)}
+    a = by_spec["a"]
+    assert a.tasks["t1"].score == pytest.approx((0.9 + 0.7) / 2)
+    assert a.tasks["t2"].score == pytest.approx((0.2 + 0.4) / 2)  # mean over seeds of the grid best
+    assert a.tasks["t3"].metric == "mse" and a.tasks["t3"].score == pytest.approx(0.05)
+    assert a.score == pytest.approx(((0.9 + 0.7) / 2 + 0.3) / 2)
+    assert a.tasks["t1"].runs_done == 4 and a.tasks["t1"].runs_total == 5
+    assert a.tasks["t2"].best_lr == 1e-3 and a.tasks["t2"].best_wd == 0.1
+    assert [s.spec for s in scoring.spec_scores(rows)] == ["b", "a"]  # best first
+
+
+def test_report_json_csv_text(tmp_path):
+    db = tmp_path / "r.db"
+    run_toy_eval(db, epochs=2, tasks=("toy-previous", "toy-classify"))
+    run_toy_eval(db, epochs=2, tasks=("toy-previous",), spec=FakeSpec("other", "standin-v2"))
+    records = json.loads(report(db, fmt="json"))
+    aggregates = [r for r in records if r["aggregate"]]
+    per_task = [r for r in records if not r["aggregate"]]
+    assert {r["spec"] for r in aggregates} == {"standin", "other"}
+    assert {(r["spec"], r["task"]) for r in per_task} == {("standin", "toy-previous"), ("standin", "toy-classify"),
+                                                          ("other", "toy-previous")}
+    for r in records:
+        assert {"spec", "task", "score", "best_lr", "best_wd", "seconds_per_run"} <= set(r)
+        assert 0.0 <= r["score"] <= 1.0
+    standin = {r["task"]: r["score"] for r in records if r["spec"] == "standin"}
+    assert standin["MAD"] == pytest.approx((standin["toy-previous"] + standin["toy-classify"]) / 2)
+    rows = list(csv.DictReader(io.StringIO(report(db, fmt="csv"))))
+    assert len(rows) == len(records) and float(rows[0]["score"]) == pytest.approx(records[0]["score"])
+    text = report(db)
+    assert "standin" in text and "toy-previous" in text and "MAD score" in text
+
+
+def test_report_errors(tmp_path):
+    with pytest.raises(MadslError, match="no results database"):
+        report(tmp_path / "missing.db")
+    db = tmp_path / "r.db"
+    Store(db).close()
+    with pytest.raises(MadslError, match="format"):
+        report(db, fmt="xml")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        with pytest.raises(MadslError) as err:
+            report(db, plot=tmp_path / "x.png")
+        assert "madsl[plot]" in err.value.render()
+
+
+# --- protocols and overrides ---------------------------------------------------------------
+
+def test_protocol_override_precedence():
+    tasks = [TOY_TASKS["toy-previous"]]
+    protocol_only = build_plan(tasks, Overrides(protocol="quick"))
+    assert {r.train.epochs for r in protocol_only.runs} == {5}
+    spec = overrides_from_spec_eval({"protocol": "smoke", "epochs": 3, "lr": [1e-3, 1e-4], "set": {"seq_len": 24}})
+    cli = Overrides(epochs=5, settings={"seq_len": 20})
+    assert [r.train.epochs for r in build_plan(tasks, spec.over(Overrides(protocol="quick"))).runs] == [3, 3]
+    plan = build_plan(tasks, cli.over(spec.over(Overrides(protocol="quick"))))
+    assert plan.protocol.name == "smoke"  # from the spec
+    assert {r.train.epochs for r in plan.runs} == {5}  # CLI > spec > protocol
+    assert sorted(r.train.lr for r in plan.runs) == [1e-4, 1e-3]  # spec > protocol
+    assert {r.settings["seq_len"] for r in plan.runs} == {20}  # CLI --set > spec eval.set
+    assert {r.settings["num_train_examples"] for r in plan.runs} == {64}  # smoke's budget
+    paper = build_plan(tasks, Overrides(protocol="paper"))
+    assert len(paper.runs) == 2 * 6 and {r.train.epochs for r in paper.runs} == {200}
+    assert {(r.train.lr, r.train.wd) for r in paper.runs} == {(a, b) for a in (1e-4, 5e-4, 1e-3) for b in (0.0, 0.1)}
+    collapsed = build_plan(tasks, Overrides(protocol="paper", settings={"seq_len": 16}))
+    assert len(collapsed.runs) == 6  # the two sweep points became one setting
+
+
+def test_bad_overrides_are_located_errors():
+    tasks = [TOY_TASKS["toy-previous"], TOY_TASKS["toy-classify"]]
+    with pytest.raises(MadslError) as err:
+        build_plan(tasks, Overrides(settings={"seq_lne": 32}))
+    assert "did you mean 'seq_len'" in err.value.render()
+    with pytest.raises(MadslError, match="must be an integer"):
+        build_plan(tasks, Overrides(settings={"seq_len": "long"}))
+    with pytest.raises(MadslError) as err:
+        build_plan(tasks, Overrides(settings={"toy-previus.seq_len": 32}))
+    assert "did you mean 'toy-previous'" in err.value.render()
+    with pytest.raises(MadslError) as err:
+        resolve_task_names(["toy-previos"], ["toy-previous"], TOY_TASKS)
+    assert "did you mean 'toy-previous'" in err.value.render()
+    with pytest.raises(MadslError) as err:
+        overrides_from_spec_eval({"epoch": 3}, "x.mad")
+    assert "did you mean 'epochs'" in err.value.render() and "x.mad" in err.value.render()
+    with pytest.raises(MadslError, match="unknown protocol"):
+        build_plan(tasks, Overrides(protocol="quik"))
+    assert parse_set_option("seq_len=512") == ("seq_len", 512)
+    assert parse_set_option("frac_noise=0.4") == ("frac_noise", 0.4)
+    with pytest.raises(MadslError):
+        parse_set_option("seq_len")
+
+
+def test_cli_bad_input_exits_2(tmp_path, capsys):
+    from madsl.cli import main
+
+    assert main(["eval", str(tmp_path / "missing.mad"), "--db", str(tmp_path / "r.db")]) == 2
+    assert "no such spec file" in capsys.readouterr().err
+    assert main(["eval", "x.mad", "--set", "seq_len", "--db", str(tmp_path / "r.db")]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
+    assert main(["report", "--db", str(tmp_path / "missing.db")]) == 2
