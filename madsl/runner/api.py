@@ -176,11 +176,30 @@ class RichReporter(Reporter):
 
 # --- evaluate ------------------------------------------------------------------------------
 
+def _check_freeze(spec: Any, names: Sequence[str], path: Any) -> None:
+    """Every name to freeze must name layers of the spec: a symbol used in its topology, a #tag, or embedding."""
+    if not names:
+        return
+    from madsl import topology as topo
+    from madsl.errors import did_you_mean
+
+    written = {layer.symbol for layer in topo.layers(spec.topology)} | \
+              {f"#{layer.tag}" for layer in topo.layers(spec.topology) if layer.tag}
+    if spec.channel_mixer:
+        written.add(spec.channel_mixer)
+    for name in names:
+        if name != "embedding" and name not in written:
+            raise MadslError(f"{path or spec.name}: nothing named {name!r} to freeze",
+                             expected="a symbol of the topology, a #tag or embedding: "
+                                      + ", ".join(sorted(written | {"embedding"})),
+                             hint=did_you_mean(name, written | {"embedding"}))
+
 def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), protocol: str | None = None,
              db: str | os.PathLike = DEFAULT_DB, workers: int = 1, device: str = "auto",
              settings_overrides: Mapping[str, Any] | None = None, lr: float | Sequence[float] | None = None,
              wd: float | Sequence[float] | None = None, epochs: int | None = None, seed: int | None = None,
-             batch_size: int | None = None, eval_lengths: Sequence[int] | None = None, progress: bool = True,
+             batch_size: int | None = None, eval_lengths: Sequence[int] | None = None,
+             freeze: Sequence[str] | None = None, progress: bool = True,
              model_factory: Callable[[Any], Any] | None = None, task_registry: Mapping[str, Any] | None = None,
              executor: Executor | None = None, reporter: Reporter | None = None,
              stop_requested: Callable[[], bool] | None = None) -> dict:
@@ -207,7 +226,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
     cli = Overrides(protocol=protocol, tasks=None if tasks is None else tuple(tasks),
                     settings=dict(settings_overrides or {}), lrs=as_tuple(lr, float), wds=as_tuple(wd, float),
                     epochs=epochs, batch_size=batch_size, seeds=as_tuple(seed, int),
-                    eval_lengths=as_tuple(eval_lengths, int))
+                    eval_lengths=as_tuple(eval_lengths, int), freeze=as_tuple(freeze, str))
     if protocol is not None:
         get_protocol(protocol)
     specs = _load_specs(spec_paths)
@@ -227,6 +246,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
             check_setting_keys(task_objs, from_spec.settings, f"{path or spec.name}: eval.set")
             check_setting_keys(task_objs, cli.settings, "--set")
             plan = build_plan(task_objs, merged, source="--set/eval.set")
+            _check_freeze(spec, merged.freeze or (), path)
             _check_settings(registry, plan)
             protocols_used.add(plan.protocol.name)
             if plan.protocol.skip_solved:

@@ -79,6 +79,8 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_non_negative_int, action="append", help="seed(s) of data, init and order")
     p.add_argument("--eval-lengths", type=_lengths, metavar="L1,L2,...",
                    help="after training, also evaluate the best model at these sequence lengths")
+    p.add_argument("--freeze", action="append", metavar="NAME",
+                   help="do not train these layers: a symbol (Mb), a tag (#a) or embedding; repeatable")
     p.add_argument("--quiet", action="store_true", help="no progress bars, only the final table")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="json: print the run summary as JSON instead of tables")
@@ -110,7 +112,8 @@ def cmd_eval(args) -> int:
         summary = evaluate(args.specs, tasks=args.tasks, protocol=args.protocol, db=args.db, workers=args.workers,
                            device=args.device, settings_overrides=settings, lr=args.lr, wd=args.wd,
                            epochs=args.epochs, seed=args.seed, batch_size=args.batch_size,
-                           eval_lengths=args.eval_lengths, progress=not args.quiet and args.format == "text")
+                           eval_lengths=args.eval_lengths, freeze=args.freeze,
+                           progress=not args.quiet and args.format == "text")
     except MadslError as err:
         print(err.render(), file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -98,6 +98,8 @@ def execute_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callabl
             # The backbone's own output layer serves lm / classify; compression and regress read features.
             out = num_classes if head in ("lm", "classify") and num_classes != vocab_size else None
             backbone = job.model_factory(vocab_size=vocab_size, max_seq_len=seq_len, num_classes=out, seed=seed)
+            if job.train.freeze:  # hybrid fine-tuning: some layers keep their weights
+                backbone.freeze(list(job.train.freeze))
             return TaskModel(backbone, head, num_classes=num_classes,
                              target_len=int(train_data.targets.shape[1]) if head == "compression" else None,
                              input_dim=input_dim,

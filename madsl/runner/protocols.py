@@ -100,6 +100,7 @@ class Overrides:
     batch_size: int | None = None
     seeds: tuple[int, ...] | None = None
     eval_lengths: tuple[int, ...] | None = None
+    freeze: tuple[str, ...] | None = None  # layers not trained: symbols, "#tag"s or "embedding"
 
     def over(self, lower: "Overrides") -> "Overrides":
         """These overrides on top of `lower` (ours win; settings merge key by key)."""
@@ -115,7 +116,7 @@ class Overrides:
 
 # The keys a spec's `eval:` section may have, and how each maps onto Overrides.
 SPEC_EVAL_KEYS = ("protocol", "tasks", "task", "set", "lr", "wd", "epochs", "batch_size", "seed",
-                  "eval_lengths")
+                  "eval_lengths", "freeze")
 
 
 def _as_tuple(value: Any, kind: type, key: str, where: Location) -> tuple:
@@ -169,6 +170,12 @@ def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str |
         out.seeds = _as_tuple(section["seed"], int, "seed", where)
     if "eval_lengths" in section:
         out.eval_lengths = _as_tuple(section["eval_lengths"], int, "eval_lengths", where)
+    if "freeze" in section:
+        names = section["freeze"] if isinstance(section["freeze"], list) else [section["freeze"]]
+        if not names or not all(isinstance(n, str) and n for n in names):
+            raise MadslError(f"eval.freeze: expected layer names (symbols, #tags or embedding), got "
+                             f"{section['freeze']!r}", where)
+        out.freeze = tuple(names)
     return out
 
 
@@ -210,6 +217,7 @@ class TrainSettings:
     min_lr: float
     early_stop_acc: float
     eval_lengths: tuple[int, ...] = ()
+    freeze: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -331,5 +339,6 @@ def build_plan(tasks: Sequence, overrides: Overrides, source: str = "--set") -> 
                         runs.append(PlannedRun(task.name, setting, TrainSettings(
                             lr=float(lr), wd=float(wd), epochs=int(epochs_for(task)), batch_size=int(batch_size),
                             seed=int(seed), min_lr=protocol.min_lr, early_stop_acc=protocol.early_stop_acc,
-                            eval_lengths=tuple(int(x) for x in lengths))))
+                            eval_lengths=tuple(int(x) for x in lengths),
+                            freeze=tuple(overrides.freeze or ()))))
     return Plan(protocol, tuple(runs))
