@@ -499,3 +499,20 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     assert main(["eval", "x.mad", "--set", "seq_len", "--db", str(tmp_path / "r.db")]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
     assert main(["report", "--db", str(tmp_path / "missing.db")]) == 2
+
+
+def test_spec_identity_covers_what_changes_the_model(tmp_path):
+    from madsl.runner.api import spec_identity
+    from madsl.spec import load_spec
+
+    paper = TESTS_DIR.parent / "specs" / "paper"
+    base = load_spec(paper / "hyena-sg.mad")
+    (tmp_path / "renamed.mad").write_text(f"extends: {paper / 'hyena-sg.mad'}\nname: renamed\n"
+                                          "eval: {protocol: smoke}\n")
+    (tmp_path / "order3.mad").write_text(f"extends: {paper / 'hyena-sg.mad'}\nname: order3\n"
+                                         "layers: {H: {order: 3}}\n")
+    (tmp_path / "wide.mad").write_text(f"extends: {paper / 'hyena-sg.mad'}\nname: wide\ndim: 256\n")
+    assert spec_identity(load_spec(tmp_path / "renamed.mad")) == spec_identity(base)
+    assert spec_identity(load_spec(tmp_path / "order3.mad")) != spec_identity(base)
+    assert spec_identity(load_spec(tmp_path / "wide.mad")) != spec_identity(base)
+    assert spec_identity(load_spec(paper / "mh-hyena-sg.mad")) != spec_identity(base)

@@ -17,8 +17,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from madsl.errors import MadslError
 from madsl.runner.executor import Executor, Reporter, RunJob, make_executor, run_jobs
-from madsl.runner.protocols import (Overrides, budgeted_baseline, build_plan, check_setting_keys, get_protocol,
-                                    overrides_from_spec_eval, resolve_task_names)
+from madsl.runner.protocols import (Overrides, apply_setting_overrides, budgeted_baseline, build_plan,
+                                    check_setting_keys, get_protocol, overrides_from_spec_eval, resolve_task_names)
 from madsl.runner.report import load_scores, render_text
 from madsl.runner.report import report as _report
 from madsl.runner.store import DEFAULT_DB, RunIdentity, Store, canonical_json, madsl_version, sha256
@@ -222,7 +222,11 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
 
         if not torch.cuda.is_available():
             raise MadslError("--device cuda: no CUDA device is available", hint="use --device auto or cpu")
-    as_tuple = lambda v, kind: None if v is None else tuple(kind(x) for x in (v if isinstance(v, (list, tuple)) else [v]))  # noqa: E731
+    def as_tuple(value, kind):  # one value or several -> a tuple (None stays None: "not set")
+        if value is None:
+            return None
+        return tuple(kind(x) for x in (value if isinstance(value, (list, tuple)) else [value]))
+
     cli = Overrides(protocol=protocol, tasks=None if tasks is None else tuple(tasks),
                     settings=dict(settings_overrides or {}), lrs=as_tuple(lr, float), wds=as_tuple(wd, float),
                     epochs=epochs, batch_size=batch_size, seeds=as_tuple(seed, int),
@@ -245,7 +249,11 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
             task_objs = [registry[n] for n in resolve_task_names(merged.tasks, all_tasks, registry)]
             check_setting_keys(task_objs, from_spec.settings, f"{path or spec.name}: eval.set")
             check_setting_keys(task_objs, cli.settings, "--set")
-            plan = build_plan(task_objs, merged, source="--set/eval.set")
+            for task_obj in task_objs:  # type errors, reported where the value was written
+                apply_setting_overrides(task_obj, task_obj.baseline, from_spec.settings,
+                                        f"{path or spec.name}: eval.set")
+                apply_setting_overrides(task_obj, task_obj.baseline, cli.settings, "--set")
+            plan = build_plan(task_objs, merged, source="--set")
             _check_freeze(spec, merged.freeze or (), path)
             _check_settings(registry, plan)
             protocols_used.add(plan.protocol.name)

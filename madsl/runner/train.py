@@ -356,7 +356,8 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
                 hooks.on_progress(epoch + 1, step, steps_per_epoch)
             if time.monotonic() - last_checkpoint > hooks.checkpoint_every_s and step < steps_per_epoch:
                 elapsed = time.monotonic() - started
-                epoch_seconds, train_seconds, started = epoch_seconds + elapsed, train_seconds + elapsed, time.monotonic()
+                epoch_seconds, train_seconds = epoch_seconds + elapsed, train_seconds + elapsed
+                started = time.monotonic()
                 checkpoint()
                 last_checkpoint = time.monotonic()
 
