@@ -9,18 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from madsl.cli import _positive_int  # the one definition; this module is the CLI's own wiring
+
 EXIT_OK, EXIT_BAD_INPUT, EXIT_RUNS_FAILED, EXIT_INTERRUPTED = 0, 2, 3, 130
 PROTOCOL_NAMES = ("smoke", "quick", "baseline", "paper")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _non_negative_int(text: str) -> int:
