@@ -87,6 +87,25 @@ class Spec:
         """The canonical topology (channel mixers equal to the default elided)."""
         return topo.canonical(resolve_channels(self))
 
+    def symbols_used(self) -> list[str]:
+        """The symbols the model is built from: every layer written in the topology plus
+        the default channel mixer where a block falls back to it."""
+        used = {layer.symbol for layer in topo.layers(self.topology)}
+        if self.channel_mixer and any(block.channel is None and not _mixes_both(self, block)
+                                      for block in topo.blocks(self.topology)):
+            used.add(self.channel_mixer)
+        return sorted(used & set(self.symbols))
+
+    def identity(self) -> dict[str, Any]:
+        """Everything that determines the model built from this spec, as plain data: the
+        canonical topology, the model-wide settings and the resolved parameters of every
+        symbol used. Name, description, budgets and eval section are not part of it, so a
+        renamed or re-budgeted spec keeps its identity (and a results store its runs)."""
+        return {"canonical": self.canonical(), "dim": self.dim, "vocab": self.vocab, "norm": self.norm,
+                "tie_embeddings": self.tie_embeddings, "channel_mixer": self.channel_mixer,
+                "layers": {s: {"primitive": self.symbols[s].primitive, "params": self.symbols[s].params}
+                           for s in self.symbols_used()}}
+
     def topology_error(self, err: MadslError, span: topo.Span | None) -> MadslError:
         base = self.topology_base
         if base is None or base.line is None:

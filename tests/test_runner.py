@@ -87,6 +87,9 @@ class FakeSpec:
     def canonical(self) -> str:
         return self.text
 
+    def identity(self) -> dict:
+        return {"canonical": self.text}
+
 
 def standin_factory(spec):
     return StandInFactory()
@@ -516,3 +519,16 @@ def test_spec_identity_covers_what_changes_the_model(tmp_path):
     assert spec_identity(load_spec(tmp_path / "order3.mad")) != spec_identity(base)
     assert spec_identity(load_spec(tmp_path / "wide.mad")) != spec_identity(base)
     assert spec_identity(load_spec(paper / "mh-hyena-sg.mad")) != spec_identity(base)
+
+
+def test_spec_identity_ignores_symbols_the_model_does_not_use(tmp_path):
+    from madsl.spec import load_spec
+
+    paper = TESTS_DIR.parent / "specs" / "paper"
+    mamba = load_spec(paper / "mamba.mad")  # Mamba mixes channels itself: no Sg anywhere
+    assert mamba.symbols_used() == ["Mb"]
+    (tmp_path / "sg.mad").write_text(f"extends: {paper / 'mamba.mad'}\nlayers: {{Sg: {{inner: 64}}}}\n")
+    (tmp_path / "mb.mad").write_text(f"extends: {paper / 'mamba.mad'}\nlayers: {{Mb: {{d_state: 8}}}}\n")
+    assert load_spec(tmp_path / "sg.mad").identity() == mamba.identity()
+    assert load_spec(tmp_path / "mb.mad").identity() != mamba.identity()
+    assert load_spec(paper / "hyena-sg.mad").symbols_used() == ["H", "Sg"]

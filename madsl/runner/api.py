@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 import threading
@@ -29,19 +28,8 @@ DEFAULT_PROTOCOL = "quick"
 # --- specs and models ----------------------------------------------------------------------
 
 def spec_identity(spec: Any) -> str:
-    """The text whose hash identifies a spec's model: canonical topology plus every setting
-    that changes the model (width, norm, embeddings, the parameters of the layers it uses)."""
-    canonical = spec.canonical()
-    identity: dict[str, Any] = {"canonical": canonical}
-    for attr in ("dim", "vocab", "norm", "tie_embeddings", "channel_mixer"):
-        if hasattr(spec, attr):
-            identity[attr] = getattr(spec, attr)
-    symbols = getattr(spec, "symbols", None)
-    if isinstance(symbols, Mapping):
-        used = set(re.findall(r"[A-Za-z][A-Za-z0-9_]*", canonical)) | {getattr(spec, "channel_mixer", None)}
-        identity["layers"] = {s: {"primitive": getattr(d, "primitive", None), "params": getattr(d, "params", None)}
-                              for s, d in sorted(symbols.items()) if s in used}
-    return canonical_json(identity)
+    """The text whose hash identifies a spec's model (`Spec.identity`, as canonical JSON)."""
+    return canonical_json(spec.identity())
 
 
 @dataclass
