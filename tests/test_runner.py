@@ -532,3 +532,28 @@ def test_spec_identity_ignores_symbols_the_model_does_not_use(tmp_path):
     assert load_spec(tmp_path / "sg.mad").identity() == mamba.identity()
     assert load_spec(tmp_path / "mb.mad").identity() != mamba.identity()
     assert load_spec(paper / "hyena-sg.mad").symbols_used() == ["H", "Sg"]
+
+
+def test_eval_lengths_are_recorded_reported_and_out_of_memory_is_a_result(tmp_path):
+    db = tmp_path / "r.db"
+    too_long = 1 << 40  # 64 test rows x 2**40 tokens: numpy cannot allocate it
+    summary = run_toy_eval(db, epochs=8, eval_lengths=(8, 16, 32, too_long),
+                           settings_overrides={"num_train_examples": 256, "num_test_examples": 64})
+    assert summary["complete"]
+    records = json.loads(report(db, fmt="json"))
+    task = next(r for r in records if r["task"] == "toy-previous")
+    by_length = {ev["length"]: ev for ev in task["length_evals"]}
+    assert sorted(by_length) == [8, 16, 32, too_long]
+    assert by_length[too_long]["status"] == "oom" and by_length[too_long]["acc"] is None
+    # at the training length the best checkpoint on the same test set scores what the run scored
+    assert by_length[16]["macro_acc"] == pytest.approx(task["score"])
+    assert all(0.0 <= by_length[n]["acc"] <= 1.0 and by_length[n]["status"] == "ok" for n in (8, 16, 32))
+    assert all(ev["setting"]["seq_len"] == 16 for ev in task["length_evals"])
+    text = report(db)
+    assert "length extrapolation" in text and "OOM" in text and "2^40" in text
+    header = next(line for line in text.splitlines() if "trained at" in line)
+    assert header.index(" 8 ") < header.index(" 16 ") < header.index(" 32 ") < header.index("2^40")
+    row = next(line for line in text.splitlines() if "toy-previous" in line and "OOM" in line)
+    assert f"{by_length[32]['acc']:.3f}" in row
+    csv_text = report(db, fmt="csv")
+    assert '""status"": ""oom""' in csv_text

@@ -1,10 +1,12 @@
 """`madsl report`: the leaderboard of a results database.
 
     text   a table architectures x tasks with the MAD score, then per task: score,
-           settings, runs, best lr / wd, seconds per run
+           settings, runs, best lr / wd, seconds per run; where runs were evaluated at
+           other sequence lengths (--eval-lengths), a length-extrapolation table
     json   a list of records: one per (spec, task) with `spec`, `task`, `score`, ...,
+           `length_evals` (the best run's accuracy per evaluation length, per setting),
            and one per spec with `task: "MAD"` and `aggregate: true`
-    csv    the same records as rows
+    csv    the same records as rows (`length_evals` as JSON text)
     plot   a heatmap PNG like Fig. 3.7 of the MAD paper (needs matplotlib: madsl[plot])
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ from madsl.runner.store import Store
 FORMATS = ("text", "json", "csv")
 AGGREGATE = "MAD"
 RECORD_FIELDS = ("spec", "protocol", "task", "aggregate", "score", "metric", "settings", "runs_done", "runs_total",
-                 "best_lr", "best_wd", "seconds_per_run", "spec_hash")
+                 "best_lr", "best_wd", "seconds_per_run", "spec_hash", "length_evals")
 
 
 def mad_task_order() -> list[str]:
@@ -45,6 +47,7 @@ def load_scores(db: str | os.PathLike, protocol: str | None = None,
     try:
         rows = store.runs()
         labels = store.labels()
+        length_evals = store.all_length_evals()
     finally:
         store.close()
     if spec_hashes is not None:
@@ -56,7 +59,7 @@ def load_scores(db: str | os.PathLike, protocol: str | None = None,
     if protocol is not None:
         labels = {k: [p for p in v if p == protocol] for k, v in labels.items()}
         rows = [r for r in rows if labels.get(r["run_id"])]
-    return spec_scores(rows, labels, mad_task_order())
+    return spec_scores(rows, labels, mad_task_order(), length_evals)
 
 
 def records(scores: Sequence[SpecScore]) -> list[dict]:
@@ -68,7 +71,8 @@ def records(scores: Sequence[SpecScore]) -> list[dict]:
                     "spec": s.spec, "spec_hash": s.spec_hash, "protocol": s.protocol, "task": AGGREGATE,
                     "aggregate": True, "score": s.score, "metric": "accuracy",
                     "settings": sum(t.settings for t in s.tasks.values()),
-                    "runs_done": s.runs_done, "runs_total": s.runs_total, "seconds_per_run": s.seconds_per_run})
+                    "runs_done": s.runs_done, "runs_total": s.runs_total, "seconds_per_run": s.seconds_per_run,
+                    "length_evals": []})
     return [{k: r[k] for k in RECORD_FIELDS} for r in out]
 
 
@@ -131,7 +135,51 @@ def render_text(scores: Sequence[SpecScore], width: int = 160) -> str:
     console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
     console.print(board)
     console.print(detail)
+    lengths = length_table(scores)
+    if lengths is not None:
+        console.print(lengths)
     return console.file.getvalue()
+
+
+def _length_cell(ev: dict) -> str:
+    if ev["status"] == "oom":
+        return "OOM"
+    if ev["status"] != "ok" or ev["acc"] is None:
+        return "error"
+    return f"{ev['acc']:.3f}"
+
+
+def length_table(scores: Sequence[SpecScore]):
+    """Length extrapolation (Mamba paper Table 11): the best run of each setting, evaluated
+    at every --eval-lengths length; accuracy = share of scored positions predicted right."""
+    from rich.table import Table
+
+    def key(ev: dict) -> str:
+        return json.dumps(ev["setting"], sort_keys=True)
+
+    rows = [(s, t, json.loads(setting), [ev for ev in t.length_evals if key(ev) == setting])
+            for s in scores for t in s.tasks.values()
+            for setting in dict.fromkeys(key(ev) for ev in t.length_evals)]
+    if not rows:
+        return None
+    lengths = sorted({ev["length"] for *_, evs in rows for ev in evs})
+    table = Table(title="length extrapolation (accuracy of the best model at each evaluation length; "
+                        "OOM = out of memory)")
+    for name in ("architecture", "task", "trained at"):
+        table.add_column(name)
+    for length in lengths:
+        table.add_column(_length_label(length), justify="right")
+    for s, t, setting, evs in rows:
+        trained = setting.get("seq_len")
+        by_length = {ev["length"]: ev for ev in evs}
+        table.add_row(_row_name(s, scores), t.task, "-" if trained is None else str(trained),
+                      *(_length_cell(by_length[n]) if n in by_length else "" for n in lengths))
+    return table
+
+
+def _length_label(length: int) -> str:
+    exponent = length.bit_length() - 1
+    return f"2^{exponent}" if length == 1 << exponent and length >= 1024 else str(length)
 
 
 def render(scores: Sequence[SpecScore], fmt: str = "text") -> str:
@@ -141,7 +189,7 @@ def render(scores: Sequence[SpecScore], fmt: str = "text") -> str:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=list(RECORD_FIELDS), lineterminator="\n")
         writer.writeheader()
-        writer.writerows(records(scores))
+        writer.writerows({**r, "length_evals": json.dumps(r["length_evals"])} for r in records(scores))
         return buffer.getvalue()
     if fmt == "text":
         return render_text(scores)

@@ -11,6 +11,7 @@ left out of the MAD score.
 """
 from __future__ import annotations
 
+import json
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
@@ -32,10 +33,15 @@ class TaskScore:
     best_wd: float | None
     seconds_per_run: float | None
     setting_scores: dict[str, float] = field(default_factory=dict)  # setting JSON -> score
+    best_runs: dict[str, str] = field(default_factory=dict)  # setting JSON -> run_id of its best run
+    # The best run's evaluations at other sequence lengths (--eval-lengths), per setting:
+    # {"setting": {knob: value}, "length", "status" (ok | oom | error), "acc", "macro_acc", "loss", "seconds"}
+    length_evals: list[dict[str, Any]] = field(default_factory=list)
 
     def record(self) -> dict:
         out = asdict(self)
         out.pop("setting_scores")
+        out.pop("best_runs")
         return out
 
 
@@ -83,11 +89,13 @@ def task_score(rows: Sequence[Mapping[str, Any]], spec_hash: str, spec: str, pro
     for r in rows:
         by_setting[r["setting"]].append(r)
     setting_scores: dict[str, float] = {}
+    best_runs: dict[str, str] = {}
     best_grid_points: list[tuple[float, float]] = []
     for setting, group in by_setting.items():
         score, best = setting_score(group, regression)
         if score is not None:
             setting_scores[setting] = score
+            best_runs[setting] = best["run_id"]
             best_grid_points.append((best["lr"], best["wd"]))
     done = [r for r in rows if r["status"] == "done"]
     seconds = [r["train_seconds"] for r in done if r["train_seconds"] is not None]
@@ -99,7 +107,7 @@ def task_score(rows: Sequence[Mapping[str, Any]], spec_hash: str, spec: str, pro
         metric="mse" if regression else "accuracy", settings=len(setting_scores), runs_done=len(done),
         runs_total=len([r for r in rows if r["status"] != "skipped"]),
         best_lr=best_lr, best_wd=best_wd, seconds_per_run=statistics.fmean(seconds) if seconds else None,
-        setting_scores=setting_scores)
+        setting_scores=setting_scores, best_runs=best_runs)
 
 
 def mad_score(task_scores: Iterable[TaskScore]) -> float | None:
@@ -108,10 +116,13 @@ def mad_score(task_scores: Iterable[TaskScore]) -> float | None:
 
 
 def spec_scores(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence[str]] | None = None,
-                task_order: Sequence[str] = ()) -> list[SpecScore]:
+                task_order: Sequence[str] = (),
+                length_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> list[SpecScore]:
     """Scores of every (spec, protocol) in `rows`, best MAD score first.
 
     labels: run_id -> protocols that asked for it; a run counts in each of them.
+    length_evals: run_id -> its rows of the store's length_evals table; the best run of
+    each setting lends its rows to the task score.
     """
     groups: dict[tuple[str, str], list] = defaultdict(list)
     names: dict[str, str] = {}
@@ -127,6 +138,12 @@ def spec_scores(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence
             by_task[r["task"]].append(r)
         tasks = {t: task_score(by_task[t], spec_hash, names[spec_hash], protocol, t)
                  for t in sorted(by_task, key=lambda t: (order.get(t, len(order)), t))}
+        for ts in tasks.values():
+            ts.length_evals = [{"setting": json.loads(setting), "length": ev["length"], "status": ev["status"],
+                                "acc": ev["acc"], "macro_acc": ev["macro_acc"], "loss": ev["loss"],
+                                "seconds": ev["seconds"]}
+                               for setting, run_id in ts.best_runs.items()
+                               for ev in (length_evals or {}).get(run_id, ())]
         done = [r for r in group if r["status"] == "done"]
         seconds = [r["train_seconds"] for r in done if r["train_seconds"] is not None]
         out.append(SpecScore(spec_hash=spec_hash, spec=names[spec_hash], protocol=protocol,

@@ -324,6 +324,13 @@ class Store:
     def length_evals(self, run_id: str) -> list[sqlite3.Row]:
         return self.conn.execute("SELECT * FROM length_evals WHERE run_id=? ORDER BY length", (run_id,)).fetchall()
 
+    def all_length_evals(self) -> dict[str, list[sqlite3.Row]]:
+        """run_id -> its length evaluations, by length."""
+        out: dict[str, list[sqlite3.Row]] = {}
+        for row in self.conn.execute("SELECT * FROM length_evals ORDER BY run_id, length"):
+            out.setdefault(row["run_id"], []).append(row)
+        return out
+
     def labels(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for row in self.conn.execute("SELECT run_id, protocol FROM run_labels ORDER BY protocol"):
