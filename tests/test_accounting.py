@@ -48,10 +48,10 @@ def test_striped_architectures_total_2048_and_every_bundled_budget_holds():
 
 
 def test_exact_parameter_counts_by_hand():
-    # Mamba at width 128 (mamba-ssm layout): in_proj 128*512, conv 256*4, x_proj 256*16,
+    # Mamba at width 128 (mamba-ssm layout): in_proj 128*512, conv 256*4 + bias 256, x_proj 256*16,
     # dt_proj 8*256+256, A_log 256*4, D 256, out_proj 256*128, plus a pre-norm of 128
     (mb,) = account(spec_from_topology("Mb")).layers
-    assert mb.params == 65536 + 1024 + 4096 + 2304 + 1024 + 256 + 32768 + 128
+    assert mb.params == 65536 + 1024 + 256 + 4096 + 2304 + 1024 + 256 + 32768 + 128
     # SwiGLU 3*128*512 and attention 4*128*128, each with its pre-norm
     a, sg = account(spec_from_topology("A")).layers
     assert sg.params == 3 * 128 * 512 + 128 and a.params == 4 * 128 * 128 + 128
