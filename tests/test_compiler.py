@@ -115,3 +115,30 @@ def test_freeze_named_layers():
     assert all(p.requires_grad for m in model.named_layers["A"] for p in m.parameters())
     with pytest.raises(KeyError, match="did you mean|layers:"):
         model.freeze(["Mx"])
+
+
+BUNDLED_SPECS = sorted(glob.glob("specs/**/*.mad", recursive=True))
+
+
+@pytest.mark.parametrize("path", [p for p in BUNDLED_SPECS if p not in PAPER_SPECS])
+def test_every_bundled_spec_meets_its_budget_compiles_and_plans(path):
+    from madsl.budget import check
+    from madsl.runner.api import plan_spec
+
+    spec = madsl.load_spec(path)
+    assert check(madsl.account(spec).totals, spec.budget) == []
+    model = madsl.compile(spec, vocab_size=16, max_seq_len=64)
+    assert n_params(model) == madsl.account(spec, vocab=16).totals["params"]
+    plan = plan_spec(spec, path)  # its eval: section is what `madsl eval SPEC` runs
+    assert plan.runs
+    if "eval" in spec.data and "tasks" in spec.data["eval"]:
+        assert {run.task for run in plan.runs} == set(spec.data["eval"]["tasks"])
+
+
+def test_induction_specs_train_at_256_and_evaluate_far_beyond():
+    from madsl.runner.api import plan_spec
+
+    for path in ("specs/induction/mamba.mad", "specs/induction/attention-rope.mad"):
+        (run,) = plan_spec(madsl.load_spec(path), path).runs
+        assert run.task == "induction-heads" and run.settings["seq_len"] == 256
+        assert max(run.train.eval_lengths) >= 2**16 and 256 in run.train.eval_lengths

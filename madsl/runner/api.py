@@ -182,6 +182,28 @@ def _check_freeze(spec: Any, names: Sequence[str], path: Any) -> None:
                                       + ", ".join(sorted(written | {"embedding"})),
                              hint=did_you_mean(name, written | {"embedding"}))
 
+def plan_spec(spec: Any, path: str | None, cli: Overrides | None = None,
+              registry: Mapping[str, Any] | None = None, all_tasks: Sequence[str] | None = None):
+    """The runs `madsl eval` would make of one spec: its `eval:` section under the command
+    line's overrides `cli`, on the default protocol. Bad keys, values and task names raise
+    located MadslErrors, so this also validates a spec's eval section without running it."""
+    if registry is None:
+        registry, all_tasks = _task_registry(None)
+    cli = cli or Overrides()
+    from_spec = overrides_from_spec_eval(getattr(spec, "eval", None), path)
+    merged = cli.over(from_spec.over(Overrides(protocol=DEFAULT_PROTOCOL)))
+    task_objs = [registry[n] for n in resolve_task_names(merged.tasks, all_tasks, registry)]
+    check_setting_keys(task_objs, from_spec.settings, f"{path or spec.name}: eval.set")
+    check_setting_keys(task_objs, cli.settings, "--set")
+    for task_obj in task_objs:  # type errors, reported where the value was written
+        apply_setting_overrides(task_obj, task_obj.baseline, from_spec.settings, f"{path or spec.name}: eval.set")
+        apply_setting_overrides(task_obj, task_obj.baseline, cli.settings, "--set")
+    plan = build_plan(task_objs, merged, source="--set")
+    _check_freeze(spec, merged.freeze or (), path)
+    _check_settings(registry, plan)
+    return plan
+
+
 def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), protocol: str | None = None,
              db: str | os.PathLike = DEFAULT_DB, workers: int = 1, device: str = "auto",
              settings_overrides: Mapping[str, Any] | None = None, lr: float | Sequence[float] | None = None,
@@ -232,18 +254,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
     protocols_used: set[str] = set()
     try:
         for spec, path in specs:
-            from_spec = overrides_from_spec_eval(getattr(spec, "eval", None), path)
-            merged = cli.over(from_spec.over(Overrides(protocol=DEFAULT_PROTOCOL)))
-            task_objs = [registry[n] for n in resolve_task_names(merged.tasks, all_tasks, registry)]
-            check_setting_keys(task_objs, from_spec.settings, f"{path or spec.name}: eval.set")
-            check_setting_keys(task_objs, cli.settings, "--set")
-            for task_obj in task_objs:  # type errors, reported where the value was written
-                apply_setting_overrides(task_obj, task_obj.baseline, from_spec.settings,
-                                        f"{path or spec.name}: eval.set")
-                apply_setting_overrides(task_obj, task_obj.baseline, cli.settings, "--set")
-            plan = build_plan(task_objs, merged, source="--set")
-            _check_freeze(spec, merged.freeze or (), path)
-            _check_settings(registry, plan)
+            plan = plan_spec(spec, path, cli, registry, all_tasks)
             protocols_used.add(plan.protocol.name)
             if plan.protocol.skip_solved:
                 skip_at = plan.protocol.early_stop_acc
