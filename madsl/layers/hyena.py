@@ -23,15 +23,12 @@ fno, ckconv, hyena: "fixed" empty and "cache" (B, (N-1)*dim, t), the past filter
 """
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import Tensor, nn
 
 from madsl.kernels.fftconv import ConvMethod, causal_conv, short_causal_conv
 from madsl.layers.filters import build_filter
-
-FilterKind = Literal["modal", "s4d", "rational", "conv1d", "fno", "ckconv", "hyena"]
+from madsl.primitives.filters import FilterKind
 
 
 class Hyena(nn.Module):

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from madsl.kernels.fftconv import ConvMethod, causal_conv, short_causal_conv
 from madsl.layers.filters import build_filter
-from madsl.layers.hyena import FilterKind
+from madsl.primitives.filters import FilterKind
 
 
 class HyenaExperts(nn.Module):

@@ -41,7 +41,7 @@ from madsl.kernels.fftconv import (
     toeplitz_matrix,
 )
 from madsl.layers.filters import build_filter
-from madsl.layers.hyena import FilterKind
+from madsl.primitives.filters import FilterKind
 
 
 class MultiHeadHyena(nn.Module):

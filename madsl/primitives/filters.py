@@ -65,9 +65,28 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from .base import ConfigError
+from .base import ConfigError, Primitive
+
+FilterKind = Literal["modal", "s4d", "rational", "conv1d", "fno", "ckconv", "hyena"]
+
+
+@dataclass(frozen=True)
+class LongFilterPrimitive(Primitive):
+    """The hyperparameters every Hyena-family primitive shares: its short explicit filter,
+    the long filter's family and that family's sizes (the table above), and the bias of
+    the projections. Subclasses add their own fields after these."""
+
+    short_filter: int
+    filter: FilterKind
+    filter_states: int
+    filter_order: int
+    filter_emb_dim: int
+    filter_size: int
+    filter_modes: int
+    filter_length: int
+    bias: bool
 
 FILTERS = ("modal", "s4d", "rational", "conv1d", "fno", "ckconv", "hyena")
 

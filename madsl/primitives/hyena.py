@@ -24,26 +24,14 @@ generalised to order N: (N+1) projections, (N-1) FFT convolutions, N gates.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-from .base import ConfigError, Primitive, log2, positive
-from .filters import filter_config, filter_cost, validate_filter
-
-FilterKind = Literal["modal", "s4d", "rational", "conv1d", "fno", "ckconv", "hyena"]
+from .base import ConfigError, log2, positive
+from .filters import LongFilterPrimitive, filter_config, filter_cost, validate_filter
 
 
 @dataclass(frozen=True)
-class Hyena(Primitive):
+class Hyena(LongFilterPrimitive):
     order: int
-    short_filter: int
-    filter: FilterKind
-    filter_states: int
-    filter_order: int
-    filter_emb_dim: int
-    filter_size: int
-    filter_modes: int
-    filter_length: int
-    bias: bool
 
     name = "hyena"
     role = "sequence"

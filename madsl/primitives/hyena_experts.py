@@ -20,25 +20,16 @@ S L D_moh G, convolution and gates 10 L log2(L) D_moh G + 4 L D_moh G, out 2 L D
 from __future__ import annotations
 
 from dataclasses import dataclass
-from .base import ConfigError, Primitive, log2, positive
-from .filters import filter_config, filter_cost, validate_filter
-from .hyena import FilterKind
+
+from .base import ConfigError, log2, positive
+from .filters import LongFilterPrimitive, filter_config, filter_cost, validate_filter
 
 
 @dataclass(frozen=True)
-class HyenaExperts(Primitive):
+class HyenaExperts(LongFilterPrimitive):
     experts: int
     expert_width: int
     active: int
-    short_filter: int
-    filter: FilterKind
-    filter_states: int
-    filter_order: int
-    filter_emb_dim: int
-    filter_size: int
-    filter_modes: int
-    filter_length: int
-    bias: bool
 
     name = "hyena_experts"
     role = "sequence"

@@ -20,24 +20,15 @@ convolution and gates 10 L log2(L) D^2/H + 4 L D^2/H, out layer 2LD^2).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from .base import ConfigError, Primitive, divides, log2, positive
-from .filters import filter_config, filter_cost, validate_filter
-from .hyena import FilterKind
+
+from .base import ConfigError, divides, log2, positive
+from .filters import LongFilterPrimitive, filter_config, filter_cost, validate_filter
 
 
 @dataclass(frozen=True)
-class MultiHeadHyena(Primitive):
+class MultiHeadHyena(LongFilterPrimitive):
     heads: int
     order: int
-    short_filter: int
-    filter: FilterKind
-    filter_states: int
-    filter_order: int
-    filter_emb_dim: int
-    filter_size: int
-    filter_modes: int
-    filter_length: int
-    bias: bool
 
     name = "multihead_hyena"
     role = "sequence"
