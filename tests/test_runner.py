@@ -557,3 +557,38 @@ def test_eval_lengths_are_recorded_reported_and_out_of_memory_is_a_result(tmp_pa
     assert f"{by_length[32]['acc']:.3f}" in row
     csv_text = report(db, fmt="csv")
     assert '""status"": ""oom""' in csv_text
+
+
+def test_length_evaluations_stop_cleanly_and_resume_without_redoing_a_length(tmp_path):
+    from madsl.runner.train import RunInterrupted, TrainHooks
+
+    task = TOY_TASKS["toy-previous"]
+    settings = dict(task.baseline)
+    train, test = task.generate(settings, "train", 0), task.generate(settings, "test", 0)
+    cfg = TrainSettings(lr=3e-3, wd=0.0, epochs=2, batch_size=32, seed=0, min_lr=1e-6, early_stop_acc=0.999,
+                        eval_lengths=(8, 24, 40))
+    drawn: list[int] = []
+
+    def length_data(length):
+        drawn.append(length)
+        return task.generate({**settings, "seq_len": length}, "test", 0)
+
+    def run(hooks=None, checkpoint=None):
+        return train_run(cfg, lambda: TaskModel(StandInModel(8, 64), "lm"), train, test, num_classes=8,
+                         checkpoint_path=checkpoint, hooks=hooks, length_data=length_data)
+
+    uninterrupted = run()
+    assert [ev["length"] for ev in uninterrupted.length_evals] == [8, 24, 40]
+    drawn.clear()
+    started: list[int] = []
+    hooks = TrainHooks(on_length=lambda length, index, count: started.append(length),
+                       should_stop=lambda: len(started) == 2)  # a Ctrl-C while length 24 is evaluated
+    checkpoint = tmp_path / "run.pt"
+    with pytest.raises(RunInterrupted, match="length 40"):
+        run(hooks, checkpoint)
+    assert drawn == [8, 24]
+    drawn.clear()
+    resumed = run(TrainHooks(), checkpoint)
+    assert drawn == [40]  # neither training nor the lengths already done are repeated
+    assert [(ev["length"], ev["acc"]) for ev in resumed.length_evals] == \
+        [(ev["length"], ev["acc"]) for ev in uninterrupted.length_evals]

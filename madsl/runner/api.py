@@ -146,6 +146,11 @@ class RichReporter(Reporter):
                                  info=f"epoch {metrics['epoch']}" + (f" acc {acc:.3f}" if acc is not None else
                                                                      f" loss {metrics['eval_loss']:.3g}"))
 
+    def length(self, job: RunJob, length: int, index: int, count: int) -> None:
+        bar = self.bars.get(job.run_id)
+        if bar is not None:
+            self.view.update(bar, info=f"evaluating at length {length:,} ({index + 1}/{count})")
+
     def ended(self, job: RunJob, status: str, detail: str = "") -> None:
         bar = self.bars.pop(job.run_id, None)
         if bar is not None:

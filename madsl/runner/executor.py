@@ -116,12 +116,16 @@ def execute_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callabl
         def on_epoch(metrics) -> None:
             emit(Event("epoch", job.run_id, {"metrics": vars(metrics).copy()}))
 
+        def on_length(length: int, index: int, count: int) -> None:
+            emit(Event("length", job.run_id, {"length": length, "index": index, "count": count}))
+
         def length_data(length: int):
             return load_split(task, {**setting, "seq_len": length}, "test", seed, job.data_dir)
 
         result = train_run(job.train, build_model, train_data, test_data, num_classes=max(num_classes, 1),
                            device=device, checkpoint_path=Path(job.checkpoint_path),
-                           hooks=TrainHooks(on_epoch=on_epoch, on_progress=on_progress, should_stop=should_stop),
+                           hooks=TrainHooks(on_epoch=on_epoch, on_progress=on_progress, should_stop=should_stop,
+                                            on_length=on_length),
                            length_data=length_data)
         emit(Event("finished", job.run_id, {"result": result.to_dict(), "device": str(device)}))
     except RunInterrupted as err:
@@ -300,6 +304,8 @@ class Reporter:
 
     def epoch(self, job: RunJob, metrics: Mapping[str, Any]) -> None: ...
 
+    def length(self, job: RunJob, length: int, index: int, count: int) -> None: ...
+
     def ended(self, job: RunJob, status: str, detail: str = "") -> None: ...
 
     def message(self, text: str) -> None: ...
@@ -350,6 +356,9 @@ def run_jobs(store, jobs: list[RunJob], executor: Executor, reporter: Reporter |
             reporter.started(job)
         elif event.kind == "progress":
             reporter.progress(job, event.data["epoch"], event.data["step"], event.data["steps"])
+        elif event.kind == "length":
+            store.heartbeat([job.run_id], owner)
+            reporter.length(job, event.data["length"], event.data["index"], event.data["count"])
         elif event.kind == "epoch":
             store.record_epoch(job.run_id, event.data["metrics"])
             store.heartbeat([job.run_id], owner)

@@ -165,6 +165,7 @@ class TrainHooks:
     on_epoch: Callable[[EpochMetrics], None] | None = None
     on_progress: Callable[[int, int, int], None] | None = None  # (epoch, step, steps per epoch)
     should_stop: Callable[[], bool] | None = None
+    on_length: Callable[[int, int, int], None] | None = None  # (length, index, count): evaluating at it
     checkpoint_every_s: float = 300.0  # also checkpoint mid-epoch this often (long epochs)
 
 
@@ -299,6 +300,7 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
     best_state: dict | None = None
     finished = False
     keep_best_state = bool(settings.eval_lengths)
+    length_evals: list[dict] = []  # done so far, in settings.eval_lengths order (checkpointed one by one)
 
     state = load_checkpoint(checkpoint_path) if checkpoint_path is not None else None
     if state is not None:
@@ -316,6 +318,7 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
         best = EpochMetrics(**state["best"]) if state["best"] else None
         best_state = state.get("best_state")
         finished = state["finished"]
+        length_evals = list(state.get("length_evals", []))
         _set_rng_state(state["rng"])
 
     def checkpoint(result: RunResult | None = None) -> None:
@@ -327,7 +330,7 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
             "train_metrics": train_metrics.state_dict(), "rng": _rng_state(),
             "epoch": epoch, "step": step, "epoch_seconds": epoch_seconds, "train_seconds": train_seconds,
             "history": [asdict(h) for h in history], "best": asdict(best) if best else None,
-            "best_state": best_state, "finished": finished,
+            "best_state": best_state, "finished": finished, "length_evals": length_evals,
             "result": result.to_dict() if result is not None else None})
 
     model.train()
@@ -385,13 +388,23 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
             hooks.on_epoch(metrics)
 
     assert best is not None
-    length_evals: list[dict] = []
     if settings.eval_lengths and length_data is not None:
+        # One length at a time, each checkpointed: long lengths can take hours (attention is
+        # quadratic), and a stop or a crash must not lose the lengths already done.
         if best_state is not None:
             model.load_state_dict(best_state)
         tokens_per_batch = settings.batch_size * max(int(train_data.inputs.shape[1]), 1)
-        for length in settings.eval_lengths:
-            length_evals.append(_evaluate_length(model, length, length_data, tokens_per_batch, num_classes, device))
+        lengths = settings.eval_lengths
+        for index in range(len(length_evals), len(lengths)):
+            if hooks.should_stop is not None and hooks.should_stop():
+                checkpoint()
+                raise RunInterrupted(f"stopped before evaluating at length {lengths[index]} "
+                                     f"({index} of {len(lengths)} lengths done)")
+            if hooks.on_length is not None:
+                hooks.on_length(lengths[index], index, len(lengths))
+            length_evals.append(_evaluate_length(model, lengths[index], length_data, tokens_per_batch,
+                                                 num_classes, device))
+            checkpoint()
 
     accs = [h.eval_macro_acc for h in history if h.eval_macro_acc is not None]
     token_accs = [h.eval_acc for h in history if h.eval_acc is not None]
