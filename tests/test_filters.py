@@ -27,6 +27,8 @@ from madsl.primitives.base import ConfigError  # noqa: E402
 from madsl.primitives.filters import FILTERS, filter_cost  # noqa: E402
 from madsl.stdlib import primitives  # noqa: E402
 
+from layer_helpers import make, n_params, run_steps  # noqa: E402
+
 # small settings that exercise every hyperparameter a family reads (fno: 5 modes of a
 # 32-point spectrum, so a 40-step sequence outgrows the filter; rational: order 4)
 SMALL = {"filter_states": 4, "filter_order": 8, "filter_emb_dim": 5, "filter_size": 6, "filter_modes": 5,
@@ -34,14 +36,8 @@ SMALL = {"filter_states": 4, "filter_order": 8, "filter_emb_dim": 5, "filter_siz
 SEQ_LEN = 24
 
 
-def make(name: str, dim: int, **overrides):
-    entry = primitives()[name]
-    prim = entry.cls.create(dim, {**entry.defaults, **overrides})
-    return prim, prim.build()
 
 
-def n_params(module: torch.nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
 
 
 def randomise(module: torch.nn.Module) -> None:
@@ -54,13 +50,6 @@ def randomise(module: torch.nn.Module) -> None:
                 filt.numerator.normal_(0, 0.5)
 
 
-def run_steps(module, x: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    state = module.init_state(x.shape[0], dtype=x.dtype)
-    outputs = []
-    for t in range(x.shape[1]):
-        y_t, state = module.step(x[:, t], state)
-        outputs.append(y_t)
-    return torch.stack(outputs, dim=1), state
 
 
 def impulse_response(filt, steps: int) -> torch.Tensor:

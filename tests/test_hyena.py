@@ -18,27 +18,15 @@ from madsl.layers.filters import HyenaFilter, ModalFilter  # noqa: E402
 from madsl.primitives.filters import filter_cost  # noqa: E402
 from madsl.stdlib import primitives  # noqa: E402
 
+from layer_helpers import make, n_params, run_steps  # noqa: E402
+
 CONV_METHODS = ("fft", "toeplitz")
 
 
-def make(name: str, dim: int, **overrides):
-    """(accounting primitive, torch module) for a primitive at the stdlib defaults plus overrides."""
-    entry = primitives()[name]
-    prim = entry.cls.create(dim, {**entry.defaults, **overrides})
-    return prim, prim.build()
 
 
-def n_params(module: torch.nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
 
 
-def run_steps(module, x: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    state = module.init_state(x.shape[0], dtype=x.dtype)
-    outputs = []
-    for t in range(x.shape[1]):
-        y_t, state = module.step(x[:, t], state)
-        outputs.append(y_t)
-    return torch.stack(outputs, dim=1), state
 
 
 # ---- parameter parity --------------------------------------------------------------------------------

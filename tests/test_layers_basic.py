@@ -15,6 +15,8 @@ from madsl.layers.attention import Attention
 from madsl.layers.gla import GatedLinearAttention
 from madsl.layers.moe import MoE
 
+from layer_helpers import n_params, run_steps
+
 torch.set_num_threads(1)
 
 
@@ -26,8 +28,6 @@ def build(symbol: str, dim: int = 32, **overrides):
     return prim, prim.build()
 
 
-def n_params(module: torch.nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
 
 
 # ---- parameter parity ---------------------------------------------------------------------------
@@ -94,13 +94,6 @@ def test_causal(symbol):
 
 # ---- step == forward ----------------------------------------------------------------------------
 
-def run_steps(layer, x):
-    state = layer.init_state(x.shape[0], dtype=x.dtype)
-    outs = []
-    for t in range(x.shape[1]):
-        y_t, state = layer.step(x[:, t], state)
-        outs.append(y_t)
-    return torch.stack(outs, dim=1), state
 
 
 STEP_CASES = [
