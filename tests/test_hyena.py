@@ -16,7 +16,6 @@ from madsl.kernels.fftconv import (  # noqa: E402
 )
 from madsl.layers.filters import HyenaFilter, ModalFilter  # noqa: E402
 from madsl.primitives.filters import filter_cost  # noqa: E402
-from madsl.stdlib import primitives  # noqa: E402
 
 from layer_helpers import make, n_params, run_steps  # noqa: E402
 
