@@ -592,3 +592,19 @@ def test_length_evaluations_stop_cleanly_and_resume_without_redoing_a_length(tmp
     assert drawn == [40]  # neither training nor the lengths already done are repeated
     assert [(ev["length"], ev["acc"]) for ev in resumed.length_evals] == \
         [(ev["length"], ev["acc"]) for ev in uninterrupted.length_evals]
+
+
+def test_eval_lengths_are_checked_against_the_task_before_anything_runs(tmp_path, capsys):
+    from madsl.cli import main
+
+    spec = str(TESTS_DIR.parent / "specs" / "paper" / "hyena-sg.mad")
+    db = tmp_path / "r.db"
+    assert main(["eval", spec, "--task", "arithmetic", "--protocol", "smoke", "--eval-lengths", "8",
+                 "--db", str(db), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "'arithmetic' has no seq_len" in err and "Traceback" not in err
+    assert main(["eval", spec, "--task", "induction-heads", "--protocol", "smoke", "--eval-lengths", "2,64",
+                 "--db", str(db), "--quiet"]) == 2
+    assert "length 2 is not a valid induction-heads setting" in capsys.readouterr().err
+    assert not sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE name='runs'").fetchone() \
+        or not sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0]

@@ -94,6 +94,26 @@ def _check_settings(registry: Mapping[str, Any], plan) -> None:
             message = str(err.args[0]) if err.args else str(err)
             raise MadslError(f"bad setting for {run.task}: {message}", hint="check your --set / eval.set values") \
                 from None
+        _check_eval_lengths(task, run.settings, run.train.eval_lengths)
+
+
+def _check_eval_lengths(task: Any, settings: Mapping[str, Any], lengths: Sequence[int]) -> None:
+    """Length extrapolation changes a task's seq_len: the task must have one, and each length
+    must be a valid setting of it (a bad length would otherwise only show as "error" rows)."""
+    if not lengths:
+        return
+    if "seq_len" not in task.baseline:
+        raise MadslError(f"--eval-lengths / eval.eval_lengths: task {task.name!r} has no seq_len setting "
+                         "to evaluate at other lengths",
+                         expected="tasks whose length is their seq_len setting",
+                         hint=f"leave {task.name} out (--task NAME) or drop the evaluation lengths")
+    for length in lengths:
+        try:
+            task.check(task.settings(**{**settings, "seq_len": length}))
+        except (ValueError, KeyError) as err:
+            message = str(err.args[0]) if err.args else str(err)
+            raise MadslError(f"--eval-lengths / eval.eval_lengths: length {length} is not a valid "
+                             f"{task.name} setting: {message}") from None
 
 
 def _setting_label(baseline: Mapping[str, Any], setting: Mapping[str, Any]) -> str:
