@@ -608,3 +608,17 @@ def test_eval_lengths_are_checked_against_the_task_before_anything_runs(tmp_path
     assert "length 2 is not a valid induction-heads setting" in capsys.readouterr().err
     assert not sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE name='runs'").fetchone() \
         or not sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+
+
+def test_eval_section_errors_point_at_the_line_and_column_in_the_spec(tmp_path, capsys):
+    from madsl.cli import main
+
+    base = TESTS_DIR.parent / "specs" / "induction" / "mamba.mad"
+    cases = {"lr: abc": ("eval.lr", 3, 7), "lrr: 1": ("unknown key 'lrr'", 3, 3),
+             "eval_lengths: [64, -5]": ("length -5 is not a valid", 3, 17)}
+    for body, (message, line, column) in cases.items():
+        spec = tmp_path / "bad.mad"
+        spec.write_text(f"extends: {base}\neval:\n  {body}\n")
+        assert main(["eval", str(spec), "--db", str(tmp_path / "r.db"), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and f"{spec}:{line}:{column}" in err and "Traceback" not in err

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from madsl.errors import MadslError
+from madsl.errors import Location, MadslError
 from madsl.runner.executor import Executor, Reporter, RunJob, make_executor, run_jobs
 from madsl.runner.protocols import (Overrides, apply_setting_overrides, budgeted_baseline, build_plan,
                                     check_setting_keys, get_protocol, overrides_from_spec_eval, resolve_task_names)
@@ -79,7 +79,7 @@ def _task_registry(registry: Mapping[str, Any] | None) -> tuple[dict[str, Any], 
     return {name: get_task(name) for name in TASKS}, list(MAD_TASKS)
 
 
-def _check_settings(registry: Mapping[str, Any], plan) -> None:
+def _check_settings(registry: Mapping[str, Any], plan, lengths_where: Location | None = None) -> None:
     """Let each task reject bad settings now (exit 2) rather than fail its runs later."""
     seen: set[str] = set()
     for run in plan.runs:
@@ -94,17 +94,18 @@ def _check_settings(registry: Mapping[str, Any], plan) -> None:
             message = str(err.args[0]) if err.args else str(err)
             raise MadslError(f"bad setting for {run.task}: {message}", hint="check your --set / eval.set values") \
                 from None
-        _check_eval_lengths(task, run.settings, run.train.eval_lengths)
+        _check_eval_lengths(task, run.settings, run.train.eval_lengths, lengths_where)
 
 
-def _check_eval_lengths(task: Any, settings: Mapping[str, Any], lengths: Sequence[int]) -> None:
+def _check_eval_lengths(task: Any, settings: Mapping[str, Any], lengths: Sequence[int],
+                        where: Location | None = None) -> None:
     """Length extrapolation changes a task's seq_len: the task must have one, and each length
     must be a valid setting of it (a bad length would otherwise only show as "error" rows)."""
     if not lengths:
         return
     if "seq_len" not in task.baseline:
         raise MadslError(f"--eval-lengths / eval.eval_lengths: task {task.name!r} has no seq_len setting "
-                         "to evaluate at other lengths",
+                         "to evaluate at other lengths", where,
                          expected="tasks whose length is their seq_len setting",
                          hint=f"leave {task.name} out (--task NAME) or drop the evaluation lengths")
     for length in lengths:
@@ -113,7 +114,7 @@ def _check_eval_lengths(task: Any, settings: Mapping[str, Any], lengths: Sequenc
         except (ValueError, KeyError) as err:
             message = str(err.args[0]) if err.args else str(err)
             raise MadslError(f"--eval-lengths / eval.eval_lengths: length {length} is not a valid "
-                             f"{task.name} setting: {message}") from None
+                             f"{task.name} setting: {message}", where) from None
 
 
 def _setting_label(baseline: Mapping[str, Any], setting: Mapping[str, Any]) -> str:
@@ -215,7 +216,7 @@ def plan_spec(spec: Any, path: str | None, cli: Overrides | None = None,
     if registry is None:
         registry, all_tasks = _task_registry(None)
     cli = cli or Overrides()
-    from_spec = overrides_from_spec_eval(getattr(spec, "eval", None), path)
+    from_spec = overrides_from_spec_eval(getattr(spec, "eval", None), path, getattr(spec, "source_map", None))
     merged = cli.over(from_spec.over(Overrides(protocol=DEFAULT_PROTOCOL)))
     task_objs = [registry[n] for n in resolve_task_names(merged.tasks, all_tasks, registry)]
     check_setting_keys(task_objs, from_spec.settings, f"{path or spec.name}: eval.set")
@@ -225,7 +226,10 @@ def plan_spec(spec: Any, path: str | None, cli: Overrides | None = None,
         apply_setting_overrides(task_obj, task_obj.baseline, cli.settings, "--set")
     plan = build_plan(task_objs, merged, source="--set")
     _check_freeze(spec, merged.freeze or (), path)
-    _check_settings(registry, plan)
+    lengths_where = None  # where the evaluation lengths were written, when in the spec
+    if cli.eval_lengths is None and from_spec.eval_lengths is not None and getattr(spec, "source_map", None):
+        lengths_where = spec.source_map.value(("eval", "eval_lengths"))
+    _check_settings(registry, plan, lengths_where)
     return plan
 
 

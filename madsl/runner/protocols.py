@@ -139,13 +139,23 @@ def _as_tuple(value: Any, kind: type, key: str, where: Location) -> tuple:
     return tuple(out)
 
 
-def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str | None = None) -> Overrides:
-    """The `eval:` section of a spec as Overrides. Unknown keys are errors."""
-    where = Location(file=spec_file)
+def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str | None = None,
+                             source_map: Any = None) -> Overrides:
+    """The `eval:` section of a spec as Overrides. Unknown keys and bad values are errors,
+    located at the key or value in the spec file when `source_map` (the Spec's) is given."""
     section = dict(section or {})
+
+    def at(key: str, part: str = "value") -> Location:
+        if source_map is not None:
+            try:
+                return getattr(source_map, part)(("eval", key))
+            except (KeyError, AttributeError, TypeError):
+                pass
+        return Location(file=spec_file)
+
     for key in section:
         if key not in SPEC_EVAL_KEYS:
-            raise MadslError(f"eval: unknown key {key!r}", where, expected=", ".join(SPEC_EVAL_KEYS),
+            raise MadslError(f"eval: unknown key {key!r}", at(key, "key"), expected=", ".join(SPEC_EVAL_KEYS),
                              hint=did_you_mean(key, SPEC_EVAL_KEYS))
     out = Overrides()
     if "protocol" in section:
@@ -156,25 +166,25 @@ def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str |
         out.tasks = tuple(tasks) if isinstance(tasks, (list, tuple)) else (str(tasks),)
     if "set" in section:
         if not isinstance(section["set"], Mapping):
-            raise MadslError("eval.set: expected a mapping of task settings (knob: value)", where)
+            raise MadslError("eval.set: expected a mapping of task settings (knob: value)", at("set"))
         out.settings = dict(section["set"])
     if "lr" in section:
-        out.lrs = _as_tuple(section["lr"], float, "lr", where)
+        out.lrs = _as_tuple(section["lr"], float, "lr", at("lr"))
     if "wd" in section:
-        out.wds = _as_tuple(section["wd"], float, "wd", where)
+        out.wds = _as_tuple(section["wd"], float, "wd", at("wd"))
     if "epochs" in section:
-        out.epochs = _as_tuple(section["epochs"], int, "epochs", where)[0]
+        out.epochs = _as_tuple(section["epochs"], int, "epochs", at("epochs"))[0]
     if "batch_size" in section:
-        out.batch_size = _as_tuple(section["batch_size"], int, "batch_size", where)[0]
+        out.batch_size = _as_tuple(section["batch_size"], int, "batch_size", at("batch_size"))[0]
     if "seed" in section:
-        out.seeds = _as_tuple(section["seed"], int, "seed", where)
+        out.seeds = _as_tuple(section["seed"], int, "seed", at("seed"))
     if "eval_lengths" in section:
-        out.eval_lengths = _as_tuple(section["eval_lengths"], int, "eval_lengths", where)
+        out.eval_lengths = _as_tuple(section["eval_lengths"], int, "eval_lengths", at("eval_lengths"))
     if "freeze" in section:
         names = section["freeze"] if isinstance(section["freeze"], list) else [section["freeze"]]
         if not names or not all(isinstance(n, str) and n for n in names):
             raise MadslError(f"eval.freeze: expected layer names (symbols, #tags or embedding), got "
-                             f"{section['freeze']!r}", where)
+                             f"{section['freeze']!r}", at("freeze"))
         out.freeze = tuple(names)
     return out
 
