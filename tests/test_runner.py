@@ -95,38 +95,39 @@ def standin_factory(spec):
     return StandInFactory()
 
 
-class ToyPrevious(Task):
+class ToyTask(Task):
+    """What the toy tasks share: their settings, a split's generator and its row count."""
+
+    def vocab_size(self, settings):
+        return settings["vocab_size"]
+
+    def draw(self, settings, split, seed):
+        s = self.settings(**settings)
+        return s, np.random.default_rng([seed, 0 if split == "train" else 1]), s[f"num_{split}_examples"]
+
+
+class ToyPrevious(ToyTask):
     """Predict the token before the current one (a causal conv learns it in a few epochs)."""
 
     name = "toy-previous"
     baseline = {"vocab_size": 8, "seq_len": 16, "num_train_examples": 256, "num_test_examples": 64}
     sweep = {"seq_len": (16, 24)}
 
-    def vocab_size(self, settings):
-        return settings["vocab_size"]
-
     def generate(self, settings, split, seed):
-        s = self.settings(**settings)
-        rng = np.random.default_rng([seed, 0 if split == "train" else 1])
-        n = s[f"num_{split}_examples"]
+        s, rng, n = self.draw(settings, split, seed)
         x = rng.integers(0, s["vocab_size"], (n, s["seq_len"]))
         y = np.full_like(x, IGNORE)
         y[:, 1:] = x[:, :-1]
         return TaskData(x.astype(np.int64), y.astype(np.int64))
 
 
-class ToyCompression(Task):
+class ToyCompression(ToyTask):
     name = "toy-compression"
     head = "compression"
     baseline = {"vocab_size": 6, "seq_len": 6, "num_train_examples": 128, "num_test_examples": 32}
 
-    def vocab_size(self, settings):
-        return settings["vocab_size"]
-
     def generate(self, settings, split, seed):
-        s = self.settings(**settings)
-        rng = np.random.default_rng([seed, 0 if split == "train" else 1])
-        n = s[f"num_{split}_examples"]
+        s, rng, n = self.draw(settings, split, seed)
         x = rng.integers(0, s["vocab_size"] - 1, (n, s["seq_len"]))
         x[:, -1] = s["vocab_size"] - 1  # the compression token
         y = x.copy()
@@ -134,26 +135,21 @@ class ToyCompression(Task):
         return TaskData(x.astype(np.int64), y.astype(np.int64))
 
 
-class ToyClassify(Task):
+class ToyClassify(ToyTask):
     name = "toy-classify"
     head = "classify"
     baseline = {"vocab_size": 5, "seq_len": 8, "num_train_examples": 128, "num_test_examples": 32}
-
-    def vocab_size(self, settings):
-        return settings["vocab_size"]
 
     def num_classes(self, settings):
         return 2
 
     def generate(self, settings, split, seed):
-        s = self.settings(**settings)
-        rng = np.random.default_rng([seed, 0 if split == "train" else 1])
-        n = s[f"num_{split}_examples"]
+        s, rng, n = self.draw(settings, split, seed)
         x = rng.integers(0, s["vocab_size"], (n, s["seq_len"]))
         return TaskData(x.astype(np.int64), (x[:, 0] % 2).astype(np.int64))
 
 
-class ToyRegress(Task):
+class ToyRegress(ToyTask):
     name = "toy-regress"
     head = "regress"
     baseline = {"seq_len": 8, "input_dim": 3, "num_train_examples": 128, "num_test_examples": 32}
@@ -165,9 +161,7 @@ class ToyRegress(Task):
         return settings["input_dim"]
 
     def generate(self, settings, split, seed):
-        s = self.settings(**settings)
-        rng = np.random.default_rng([seed, 0 if split == "train" else 1])
-        n = s[f"num_{split}_examples"]
+        s, rng, n = self.draw(settings, split, seed)
         x = rng.standard_normal((n, s["seq_len"], s["input_dim"])).astype(np.float32)
         y = x.sum(-1)
         y[:, :2] = np.nan
