@@ -62,12 +62,7 @@ class _Compiler:
             mixer: nn.Module = self.unit(mixers[0])
         else:
             mixer = Parallel(make_norm(spec.norm, spec.dim), [self.bare_layer(m) for m in mixers])
-        channel_layer = block.channel
-        if channel_layer is None:
-            both = all(spec.primitive_for(m).role == "both" for m in mixers)
-            channel_layer = None if both or spec.channel_mixer is None else topo.Layer(spec.channel_mixer)
-        elif channel_layer.symbol == topo.NO_CHANNEL:
-            channel_layer = None
+        channel_layer = spec.channel_for(block)
         return Block(mixer, self.unit(channel_layer) if channel_layer is not None else None)
 
     def nodes(self, nodes: topo.Topology) -> list[nn.Module]:

@@ -171,13 +171,7 @@ class _Builder:
         b = self.block_index
         self.block_index += 1
         mixers = _mixers(block)
-        # the channel mixer: written, or the spec's default unless the mixer mixes both
-        channel = block.channel
-        if channel is None:
-            both = all(self.primitive(m).role == "both" for m in mixers)
-            channel = None if both or self.spec.channel_mixer is None else topo.Layer(self.spec.channel_mixer)
-        elif channel.symbol == topo.NO_CHANNEL:
-            channel = None
+        channel = self.spec.channel_for(block)
 
         if len(mixers) == 1:
             mixer_out = f"b{b}.mixer"

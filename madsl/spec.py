@@ -91,9 +91,8 @@ class Spec:
         """The symbols the model is built from: every layer written in the topology plus
         the default channel mixer where a block falls back to it."""
         used = {layer.symbol for layer in topo.layers(self.topology)}
-        if self.channel_mixer and any(block.channel is None and not _mixes_both(self, block)
-                                      for block in topo.blocks(self.topology)):
-            used.add(self.channel_mixer)
+        used |= {channel.symbol for block in topo.blocks(self.topology)
+                 if (channel := self.channel_for(block)) is not None}
         return sorted(used & set(self.symbols))
 
     def identity(self) -> dict[str, Any]:
@@ -132,6 +131,16 @@ class Spec:
                                                  span.column if span is not None else None))
         return located
 
+    def channel_for(self, block: topo.Block) -> topo.Layer | None:
+        """The channel mixer a block gets (the one answer to this question): the one written
+        after '-', none for `-none`, else the spec's default channel mixer, unless every
+        sequence mixer of the block mixes channels itself (Mamba)."""
+        if block.channel is not None:
+            return None if block.channel.symbol == topo.NO_CHANNEL else block.channel
+        if self.channel_mixer is None or _mixes_both(self, block):
+            return None
+        return topo.Layer(self.channel_mixer)
+
     def primitive_for(self, layer: topo.Layer) -> Primitive:
         """The primitive a layer occurrence stands for: symbol defaults + overrides, validated."""
         definition = self.symbols.get(layer.symbol)
@@ -166,12 +175,12 @@ class Spec:
 def resolve_channels(spec: Spec) -> topo.Topology:
     """The expanded topology with every block's channel mixer made explicit or elided
     when it is the spec's default (so `H` and `H-Sg` print alike under Sg)."""
-    default = spec.channel_mixer
-
     def fix(block: topo.Block) -> topo.Block:
         channel = block.channel
         if channel is not None and not channel.overrides and not channel.tag:
-            if channel.symbol == (default or topo.NO_CHANNEL) and not _mixes_both(spec, block):
+            # written as what the block would get anyway (`H-Sg` under Sg, `Mb-none`): elide it
+            implied = spec.channel_for(topo.Block(block.mixer, None))
+            if (implied.symbol if implied else topo.NO_CHANNEL) == channel.symbol:
                 channel = None
         return topo.Block(block.mixer, channel)
 
