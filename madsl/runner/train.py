@@ -212,6 +212,12 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
 def save_checkpoint(path: Path, state: dict) -> None:
     """Atomic: write a temporary file beside it, fsync, then rename over the old one."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -265,6 +271,196 @@ def _to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return tensor.to(device)
 
 
+@dataclass
+class RunData:
+    """A run's splits as tensors on its device."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+
+    @classmethod
+    def from_tasks(cls, train_data, test_data, device: torch.device) -> "RunData":
+        return cls(_to_tensor(train_data.inputs, device), _to_tensor(train_data.targets, device),
+                   _to_tensor(test_data.inputs, device), _to_tensor(test_data.targets, device))
+
+
+@dataclass
+class RunState:
+    """Everything a run is at a moment: what it trains, where it is, what it has seen.
+
+    `to_checkpoint` / `from_checkpoint` round-trip it exactly (RNG states included),
+    which is what makes a resumed run end where an uninterrupted one ends.
+    """
+
+    settings: TrainSettings
+    model: TaskModel
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    train_metrics: MetricAccumulator  # sums over the current epoch's steps so far
+    steps_per_epoch: int
+    num_classes: int
+    epoch: int = 0  # the next epoch to train (0-based)
+    step: int = 0  # steps of it already done
+    epoch_seconds: float = 0.0  # time spent in it so far (over interruptions)
+    train_seconds: float = 0.0
+    history: list[EpochMetrics] = field(default_factory=list)
+    best: EpochMetrics | None = None
+    best_state: dict | None = None  # the best epoch's weights, kept when lengths are evaluated after
+    finished: bool = False  # training is over (length evaluations may remain)
+    length_evals: list[dict] = field(default_factory=list)  # in settings.eval_lengths order
+
+    @classmethod
+    def start(cls, settings: TrainSettings, build_model: Callable[[], TaskModel], device: torch.device,
+              num_train: int, num_classes: int) -> "RunState":
+        """A fresh run: seeded, so the model's init is deterministic."""
+        _seed_everything(settings.seed)
+        model = build_model().to(device)
+        optimizer = build_optimizer(model, settings.lr, settings.wd, device)
+        steps_per_epoch = math.ceil(num_train / settings.batch_size)
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
+            optimizer, T_max=settings.epochs * steps_per_epoch, eta_min=min(settings.min_lr, settings.lr))
+        return cls(settings, model, optimizer, scheduler, MetricAccumulator(model.kind, num_classes),
+                   steps_per_epoch, num_classes)
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Mapping[str, Any], settings: TrainSettings,
+                        build_model: Callable[[], TaskModel], device: torch.device, num_train: int,
+                        num_classes: int) -> "RunState":
+        """The run where `checkpoint` (from `to_checkpoint`) left it, RNG states included."""
+        state = cls.start(settings, build_model, device, num_train, num_classes)
+        state.model.load_state_dict(checkpoint["model"])
+        state.optimizer.load_state_dict(checkpoint["optimizer"])
+        state.scheduler.load_state_dict(checkpoint["scheduler"])
+        state.train_metrics.load_state_dict(checkpoint["train_metrics"])
+        state.epoch, state.step = checkpoint["epoch"], checkpoint["step"]
+        state.epoch_seconds, state.train_seconds = checkpoint["epoch_seconds"], checkpoint["train_seconds"]
+        state.history = [EpochMetrics(**h) for h in checkpoint["history"]]
+        state.best = EpochMetrics(**checkpoint["best"]) if checkpoint["best"] else None
+        state.best_state = checkpoint.get("best_state")
+        state.finished = checkpoint["finished"]
+        state.length_evals = list(checkpoint.get("length_evals", []))
+        _set_rng_state(checkpoint["rng"])
+        return state
+
+    def to_checkpoint(self, result: RunResult | None = None) -> dict:
+        return {
+            "version": CHECKPOINT_VERSION, "settings": asdict(self.settings),
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "train_metrics": self.train_metrics.state_dict(),
+            "rng": _rng_state(), "epoch": self.epoch, "step": self.step, "epoch_seconds": self.epoch_seconds,
+            "train_seconds": self.train_seconds, "history": [asdict(h) for h in self.history],
+            "best": asdict(self.best) if self.best else None, "best_state": self.best_state,
+            "finished": self.finished, "length_evals": self.length_evals,
+            "result": result.to_dict() if result is not None else None}
+
+    def end_epoch(self, metrics: EpochMetrics) -> None:
+        """Record a finished epoch: history, best so far, and whether training is over."""
+        self.history.append(metrics)
+        if self.best is None or metrics.selection_key() < self.best.selection_key():
+            self.best = metrics
+            if self.settings.eval_lengths:
+                self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        solved = metrics.eval_macro_acc is not None and metrics.eval_macro_acc >= self.settings.early_stop_acc
+        self.epoch, self.step, self.epoch_seconds = self.epoch + 1, 0, 0.0
+        self.train_metrics.reset()
+        self.finished = solved or self.epoch >= self.settings.epochs
+
+    def result(self) -> RunResult:
+        assert self.best is not None
+        accs = [h.eval_macro_acc for h in self.history if h.eval_macro_acc is not None]
+        token_accs = [h.eval_acc for h in self.history if h.eval_acc is not None]
+        return RunResult(
+            epochs_done=len(self.history), best_epoch=self.best.epoch, best=self.best,
+            max_eval_macro_acc=max(accs) if accs else None, max_eval_acc=max(token_accs) if token_accs else None,
+            early_stopped=len(self.history) < self.settings.epochs, train_seconds=self.train_seconds,
+            history=self.history, length_evals=self.length_evals)
+
+
+class Checkpointer:
+    """Writes a run's checkpoint (nowhere when the run has no path) and remembers when it last did."""
+
+    def __init__(self, path: Path | None, every_s: float):
+        self.path, self.every_s = path, every_s
+        self.last = time.monotonic()
+
+    def save(self, state: RunState, result: RunResult | None = None) -> None:
+        if self.path is not None:
+            save_checkpoint(self.path, state.to_checkpoint(result))
+        self.last = time.monotonic()
+
+    def due(self) -> bool:
+        return time.monotonic() - self.last > self.every_s
+
+
+def train_epoch(state: RunState, data: RunData, hooks: TrainHooks, checkpointer: Checkpointer) -> EpochMetrics:
+    """Train the rest of `state.epoch` from `state.step`, then evaluate; raises RunInterrupted on a stop."""
+    settings, model = state.settings, state.model
+    order = _epoch_order(data.train_x.shape[0], settings.seed, state.epoch).to(data.train_x.device)
+    started = time.monotonic()
+
+    def bank_time() -> None:  # move the time since `started` into the run's clocks
+        nonlocal started
+        elapsed = time.monotonic() - started
+        state.epoch_seconds += elapsed
+        state.train_seconds += elapsed
+        started = time.monotonic()
+
+    while state.step < state.steps_per_epoch:
+        if hooks.should_stop is not None and hooks.should_stop():
+            bank_time()
+            checkpointer.save(state)
+            raise RunInterrupted(f"stopped at epoch {state.epoch + 1}, step {state.step}")
+        index = order[state.step * settings.batch_size:(state.step + 1) * settings.batch_size]
+        x, y = data.train_x[index], data.train_y[index]
+        outputs = model(x)
+        loss, loss_sum = _loss(model, outputs, y)
+        state.optimizer.zero_grad(set_to_none=True)
+        (loss + model.aux_loss()).backward()
+        state.optimizer.step()
+        state.scheduler.step()
+        state.train_metrics.update(outputs.detach(), y, loss_sum)
+        state.step += 1
+        if hooks.on_progress is not None:
+            hooks.on_progress(state.epoch + 1, state.step, state.steps_per_epoch)
+        if checkpointer.due() and state.step < state.steps_per_epoch:  # long epochs: checkpoint mid-way
+            bank_time()
+            checkpointer.save(state)
+
+    train = state.train_metrics.compute()
+    evaluation = evaluate(model, data.test_x, data.test_y, max(settings.batch_size, EVAL_BATCH), state.num_classes)
+    elapsed = time.monotonic() - started
+    state.train_seconds += elapsed
+    return EpochMetrics(
+        epoch=state.epoch + 1, lr=state.scheduler.get_last_lr()[0], seconds=state.epoch_seconds + elapsed,
+        train_loss=train["loss"], train_ppl=train["ppl"], train_acc=train["acc"],
+        train_macro_acc=train["macro_acc"], eval_loss=evaluation["loss"], eval_ppl=evaluation["ppl"],
+        eval_acc=evaluation["acc"], eval_macro_acc=evaluation["macro_acc"])
+
+
+def evaluate_lengths(state: RunState, length_data: Callable[[int], Any], tokens_per_batch: int,
+                     device: torch.device, hooks: TrainHooks, checkpointer: Checkpointer) -> None:
+    """Evaluate the best weights at each of settings.eval_lengths not yet done, appending to state.length_evals.
+
+    One length at a time, each checkpointed: long lengths can take hours (attention is
+    quadratic), and a stop or a crash must not lose the lengths already done.
+    """
+    if state.best_state is not None:
+        state.model.load_state_dict(state.best_state)
+    lengths = state.settings.eval_lengths
+    for index in range(len(state.length_evals), len(lengths)):
+        if hooks.should_stop is not None and hooks.should_stop():
+            checkpointer.save(state)
+            raise RunInterrupted(f"stopped before evaluating at length {lengths[index]} "
+                                 f"({index} of {len(lengths)} lengths done)")
+        if hooks.on_length is not None:
+            hooks.on_length(lengths[index], index, len(lengths))
+        state.length_evals.append(_evaluate_length(state.model, lengths[index], length_data, tokens_per_batch,
+                                                   state.num_classes, device))
+        checkpointer.save(state)
+
+
 def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], train_data, test_data, *,
               num_classes: int, device: torch.device | str = "cpu", checkpoint_path: Path | None = None,
               hooks: TrainHooks | None = None,
@@ -278,142 +474,34 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
     hooks = hooks or TrainHooks()
     device = torch.device(device) if isinstance(device, str) else device
     checkpoint_path = Path(checkpoint_path) if checkpoint_path is not None else None
+    num_train = train_data.inputs.shape[0]
 
-    torch.manual_seed(settings.seed)
-    random.seed(settings.seed)
-    np.random.seed(settings.seed % 2**32)
-    model = build_model().to(device)
-    optimizer = build_optimizer(model, settings.lr, settings.wd, device)
-    n_train = train_data.inputs.shape[0]
-    steps_per_epoch = math.ceil(n_train / settings.batch_size)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
-        optimizer, T_max=settings.epochs * steps_per_epoch, eta_min=min(settings.min_lr, settings.lr))
-
-    train_x, train_y = _to_tensor(train_data.inputs, device), _to_tensor(train_data.targets, device)
-    test_x, test_y = _to_tensor(test_data.inputs, device), _to_tensor(test_data.targets, device)
-    train_metrics = MetricAccumulator(model.kind, num_classes)
-
-    # where we are: the next epoch (0-based) and the steps of it already done
-    epoch, step, epoch_seconds, train_seconds = 0, 0, 0.0, 0.0
-    history: list[EpochMetrics] = []
-    best: EpochMetrics | None = None
-    best_state: dict | None = None
-    finished = False
-    keep_best_state = bool(settings.eval_lengths)
-    length_evals: list[dict] = []  # done so far, in settings.eval_lengths order (checkpointed one by one)
-
-    state = load_checkpoint(checkpoint_path) if checkpoint_path is not None else None
-    if state is not None:
-        if state.get("version") != CHECKPOINT_VERSION or state.get("settings") != asdict(settings):
+    saved = load_checkpoint(checkpoint_path) if checkpoint_path is not None else None
+    if saved is None:
+        state = RunState.start(settings, build_model, device, num_train, num_classes)
+    else:
+        if saved.get("version") != CHECKPOINT_VERSION or saved.get("settings") != asdict(settings):
             raise RuntimeError(f"checkpoint {checkpoint_path} belongs to another run; delete it to start over")
-        if state.get("result") is not None:  # finished, only the bookkeeping was lost
-            return RunResult.from_dict(state["result"])
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        train_metrics.load_state_dict(state["train_metrics"])
-        epoch, step = state["epoch"], state["step"]
-        epoch_seconds, train_seconds = state["epoch_seconds"], state["train_seconds"]
-        history = [EpochMetrics(**h) for h in state["history"]]
-        best = EpochMetrics(**state["best"]) if state["best"] else None
-        best_state = state.get("best_state")
-        finished = state["finished"]
-        length_evals = list(state.get("length_evals", []))
-        _set_rng_state(state["rng"])
+        if saved.get("result") is not None:  # finished, only the bookkeeping was lost
+            return RunResult.from_dict(saved["result"])
+        state = RunState.from_checkpoint(saved, settings, build_model, device, num_train, num_classes)
+    data = RunData.from_tasks(train_data, test_data, device)
+    checkpointer = Checkpointer(checkpoint_path, hooks.checkpoint_every_s)
 
-    def checkpoint(result: RunResult | None = None) -> None:
-        if checkpoint_path is None:
-            return
-        save_checkpoint(checkpoint_path, {
-            "version": CHECKPOINT_VERSION, "settings": asdict(settings),
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "train_metrics": train_metrics.state_dict(), "rng": _rng_state(),
-            "epoch": epoch, "step": step, "epoch_seconds": epoch_seconds, "train_seconds": train_seconds,
-            "history": [asdict(h) for h in history], "best": asdict(best) if best else None,
-            "best_state": best_state, "finished": finished, "length_evals": length_evals,
-            "result": result.to_dict() if result is not None else None})
-
-    model.train()
-    last_checkpoint = time.monotonic()
-    while not finished:
-        order = _epoch_order(n_train, settings.seed, epoch).to(device)
-        started = time.monotonic()
-        while step < steps_per_epoch:
-            if hooks.should_stop is not None and hooks.should_stop():
-                elapsed = time.monotonic() - started
-                epoch_seconds += elapsed
-                train_seconds += elapsed
-                checkpoint()
-                raise RunInterrupted(f"stopped at epoch {epoch + 1}, step {step}")
-            index = order[step * settings.batch_size:(step + 1) * settings.batch_size]
-            x, y = train_x[index], train_y[index]
-            outputs = model(x)
-            loss, loss_sum = _loss(model, outputs, y)
-            optimizer.zero_grad(set_to_none=True)
-            (loss + model.aux_loss()).backward()
-            optimizer.step()
-            scheduler.step()
-            train_metrics.update(outputs.detach(), y, loss_sum)
-            step += 1
-            if hooks.on_progress is not None:
-                hooks.on_progress(epoch + 1, step, steps_per_epoch)
-            if time.monotonic() - last_checkpoint > hooks.checkpoint_every_s and step < steps_per_epoch:
-                elapsed = time.monotonic() - started
-                epoch_seconds, train_seconds = epoch_seconds + elapsed, train_seconds + elapsed
-                started = time.monotonic()
-                checkpoint()
-                last_checkpoint = time.monotonic()
-
-        train = train_metrics.compute()
-        evaluation = evaluate(model, test_x, test_y, max(settings.batch_size, EVAL_BATCH), num_classes)
-        elapsed = time.monotonic() - started
-        metrics = EpochMetrics(
-            epoch=epoch + 1, lr=scheduler.get_last_lr()[0], seconds=epoch_seconds + elapsed,
-            train_loss=train["loss"], train_ppl=train["ppl"], train_acc=train["acc"],
-            train_macro_acc=train["macro_acc"], eval_loss=evaluation["loss"], eval_ppl=evaluation["ppl"],
-            eval_acc=evaluation["acc"], eval_macro_acc=evaluation["macro_acc"])
-        history.append(metrics)
-        train_seconds += elapsed
-        if best is None or metrics.selection_key() < best.selection_key():
-            best = metrics
-            if keep_best_state:
-                best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        solved = metrics.eval_macro_acc is not None and metrics.eval_macro_acc >= settings.early_stop_acc
-        epoch, step, epoch_seconds = epoch + 1, 0, 0.0
-        train_metrics.reset()
-        finished = solved or epoch >= settings.epochs
-        checkpoint()
-        last_checkpoint = time.monotonic()
+    state.model.train()
+    while not state.finished:
+        metrics = train_epoch(state, data, hooks, checkpointer)
+        state.end_epoch(metrics)
+        checkpointer.save(state)
         if hooks.on_epoch is not None:
             hooks.on_epoch(metrics)
 
-    assert best is not None
     if settings.eval_lengths and length_data is not None:
-        # One length at a time, each checkpointed: long lengths can take hours (attention is
-        # quadratic), and a stop or a crash must not lose the lengths already done.
-        if best_state is not None:
-            model.load_state_dict(best_state)
         tokens_per_batch = settings.batch_size * max(int(train_data.inputs.shape[1]), 1)
-        lengths = settings.eval_lengths
-        for index in range(len(length_evals), len(lengths)):
-            if hooks.should_stop is not None and hooks.should_stop():
-                checkpoint()
-                raise RunInterrupted(f"stopped before evaluating at length {lengths[index]} "
-                                     f"({index} of {len(lengths)} lengths done)")
-            if hooks.on_length is not None:
-                hooks.on_length(lengths[index], index, len(lengths))
-            length_evals.append(_evaluate_length(model, lengths[index], length_data, tokens_per_batch,
-                                                 num_classes, device))
-            checkpoint()
+        evaluate_lengths(state, length_data, tokens_per_batch, device, hooks, checkpointer)
 
-    accs = [h.eval_macro_acc for h in history if h.eval_macro_acc is not None]
-    token_accs = [h.eval_acc for h in history if h.eval_acc is not None]
-    result = RunResult(
-        epochs_done=len(history), best_epoch=best.epoch, best=best,
-        max_eval_macro_acc=max(accs) if accs else None, max_eval_acc=max(token_accs) if token_accs else None,
-        early_stopped=len(history) < settings.epochs, train_seconds=train_seconds, history=history,
-        length_evals=length_evals)
-    checkpoint(result)
+    result = state.result()
+    checkpointer.save(state, result)
     return result
 
 
