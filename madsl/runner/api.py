@@ -10,12 +10,13 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from madsl.errors import Location, MadslError
-from madsl.runner.executor import Executor, Reporter, RunJob, make_executor, run_jobs
+from madsl.runner.executor import Executor, Outcome, Reporter, RunJob, make_executor, run_jobs
 from madsl.runner.protocols import (Overrides, apply_setting_overrides, budgeted_baseline, build_plan,
                                     check_setting_keys, get_protocol, overrides_from_spec_eval, resolve_task_names)
 from madsl.runner.report import load_scores, render_text
@@ -252,6 +253,34 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
     stop_requested: polled; once true, runs checkpoint and stop (as on Ctrl-C).
     Returns a summary: counts of runs, failures, and the scores of these specs.
     """
+    _check_workers_and_device(workers, device)
+    cli = cli_overrides(protocol=protocol, tasks=tasks, settings=settings_overrides, lr=lr, wd=wd, epochs=epochs,
+                        seed=seed, batch_size=batch_size, eval_lengths=eval_lengths, freeze=freeze)
+    specs = _load_specs(spec_paths)
+    if not specs:
+        raise MadslError("no spec to evaluate", hint="madsl eval SPEC.mad ...")
+    store = Store(db)
+    try:
+        plan = plan_evaluation(store, specs, cli, task_registry, model_factory, device)
+        plan.register(store)
+        with stop_guard(stop_requested) as should_stop:
+            runner = executor or make_executor(workers)
+            if reporter is None and progress:
+                with RichReporter() as rich_reporter:
+                    outcome = run_jobs(store, plan.jobs, runner, rich_reporter, skip_solved_at=plan.skip_solved_at,
+                                       stop_requested=should_stop)
+            else:
+                outcome = run_jobs(store, plan.jobs, runner, reporter, skip_solved_at=plan.skip_solved_at,
+                                   stop_requested=should_stop)
+    finally:
+        store.close()
+    summary = summarize(db, plan, outcome)
+    if progress:
+        print_summary(db, summary, outcome)
+    return summary
+
+
+def _check_workers_and_device(workers: int, device: str) -> None:
     if workers < 1:
         raise MadslError(f"--workers must be at least 1, got {workers}")
     if device not in ("auto", "cpu", "cuda"):
@@ -261,100 +290,125 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
 
         if not torch.cuda.is_available():
             raise MadslError("--device cuda: no CUDA device is available", hint="use --device auto or cpu")
-    def as_tuple(value, kind):  # one value or several -> a tuple (None stays None: "not set")
+
+
+def cli_overrides(protocol: str | None = None, tasks: Sequence[str] | None = ("all",),
+                  settings: Mapping[str, Any] | None = None, lr=None, wd=None, epochs: int | None = None,
+                  seed=None, batch_size: int | None = None, eval_lengths=None, freeze=None) -> Overrides:
+    """The knobs of `evaluate` as Overrides (one value or several become tuples; None means "not set")."""
+    def as_tuple(value, kind):
         if value is None:
             return None
         return tuple(kind(x) for x in (value if isinstance(value, (list, tuple)) else [value]))
 
-    cli = Overrides(protocol=protocol, tasks=None if tasks is None else tuple(tasks),
-                    settings=dict(settings_overrides or {}), lrs=as_tuple(lr, float), wds=as_tuple(wd, float),
-                    epochs=epochs, batch_size=batch_size, seeds=as_tuple(seed, int),
-                    eval_lengths=as_tuple(eval_lengths, int), freeze=as_tuple(freeze, str))
     if protocol is not None:
         get_protocol(protocol)
-    specs = _load_specs(spec_paths)
-    if not specs:
-        raise MadslError("no spec to evaluate", hint="madsl eval SPEC.mad ...")
+    return Overrides(protocol=protocol, tasks=None if tasks is None else tuple(tasks),
+                     settings=dict(settings or {}), lrs=as_tuple(lr, float), wds=as_tuple(wd, float),
+                     epochs=epochs, batch_size=batch_size, seeds=as_tuple(seed, int),
+                     eval_lengths=as_tuple(eval_lengths, int), freeze=as_tuple(freeze, str))
+
+
+@dataclass
+class EvaluationPlan:
+    """The runs of an evaluation, before anything is written: jobs (each run once), what to
+    register in the store, and the protocols' early-skip threshold."""
+
+    jobs: list[RunJob]
+    specs: list[tuple[str, str, str, str | None]]  # (spec_hash, name, identity text, path)
+    runs: list[tuple[list[tuple[RunIdentity, str]], str]]  # (identities with their spec name, protocol)
+    skip_solved_at: float | None
+    protocols: set[str]
+
+    def register(self, store: Store) -> None:
+        for spec_row in self.specs:
+            store.add_spec(*spec_row)
+        for identities, protocol_name in self.runs:
+            store.add_runs(identities, protocol_name)
+
+
+def plan_evaluation(store: Store, specs: Sequence[tuple[Any, str | None]], cli: Overrides,
+                    task_registry: Mapping[str, Any] | None = None,
+                    model_factory: Callable[[Any], Any] | None = None, device: str = "auto") -> EvaluationPlan:
+    """Every run of every spec (validated, with its job), without writing to the store."""
     registry, all_tasks = _task_registry(task_registry)
-
-    store = Store(db)
     jobs: list[RunJob] = []
-    skip_at: float | None = None
-    protocols_used: set[str] = set()
+    plan = EvaluationPlan(jobs=[], specs=[], runs=[], skip_solved_at=None, protocols=set())
+    for spec, path in specs:
+        spec_plan = plan_spec(spec, path, cli, registry, all_tasks)
+        plan.protocols.add(spec_plan.protocol.name)
+        if spec_plan.protocol.skip_solved:
+            plan.skip_solved_at = spec_plan.protocol.early_stop_acc
+        identity_text = spec_identity(spec)
+        spec_hash = sha256(identity_text)
+        plan.specs.append((spec_hash, spec.name, identity_text, path))
+        factory = model_factory(spec) if model_factory is not None else CompiledSpecFactory(spec, path)
+        identities = []
+        for run in spec_plan.runs:
+            identity = RunIdentity(spec_hash, run.task, dict(run.settings), vars(run.train).copy(), madsl_version())
+            identities.append((identity, spec.name))
+            task = registry[run.task]
+            baseline = budgeted_baseline(task, spec_plan.protocol)
+            label = (f"{spec.name} · {run.task} · {_setting_label(baseline, run.settings)} · "
+                     f"lr {run.train.lr:g} wd {run.train.wd:g}" + (f" · seed {run.train.seed}"
+                                                                  if run.train.seed else ""))
+            jobs.append(RunJob(run_id=identity.run_id, task=task, setting=dict(run.settings), train=run.train,
+                               model_factory=factory, checkpoint_path=str(store.checkpoint_path(identity.run_id)),
+                               data_dir=str(store.data_dir), device=device, label=label))
+        plan.runs.append((identities, spec_plan.protocol.name))
+    # the same run can be asked for twice (two specs with the same model): run it once
+    plan.jobs = list({job.run_id: job for job in jobs}.values())
+    return plan
+
+
+@contextmanager
+def stop_guard(stop_requested: Callable[[], bool] | None = None) -> Iterator[Callable[[], bool]]:
+    """Ctrl-C handling while runs execute: the first asks runs to checkpoint and stop (the
+    callable yielded turns true), the second aborts (KeyboardInterrupt)."""
+    stop = threading.Event()
+    previous_handler = None
+
+    def on_sigint(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        previous_handler = signal.signal(signal.SIGINT, on_sigint)
     try:
-        for spec, path in specs:
-            plan = plan_spec(spec, path, cli, registry, all_tasks)
-            protocols_used.add(plan.protocol.name)
-            if plan.protocol.skip_solved:
-                skip_at = plan.protocol.early_stop_acc
-            identity_text = spec_identity(spec)
-            spec_hash = sha256(identity_text)
-            store.add_spec(spec_hash, spec.name, identity_text, path)
-            factory = model_factory(spec) if model_factory is not None else CompiledSpecFactory(spec, path)
-            identities = []
-            for run in plan.runs:
-                identity = RunIdentity(spec_hash, run.task, dict(run.settings), vars(run.train).copy(),
-                                       madsl_version())
-                identities.append((identity, spec.name))
-                task = registry[run.task]
-                baseline = budgeted_baseline(task, plan.protocol)
-                label = (f"{spec.name} · {run.task} · {_setting_label(baseline, run.settings)} · "
-                         f"lr {run.train.lr:g} wd {run.train.wd:g}" + (f" · seed {run.train.seed}"
-                                                                      if run.train.seed else ""))
-                jobs.append(RunJob(run_id=identity.run_id, task=task, setting=dict(run.settings), train=run.train,
-                                   model_factory=factory, checkpoint_path=str(store.checkpoint_path(identity.run_id)),
-                                   data_dir=str(store.data_dir), device=device, label=label))
-            store.add_runs(identities, plan.protocol.name)
-        # the same run can be asked for twice (two specs with the same model): run it once
-        unique = list({job.run_id: job for job in jobs}.values())
-
-        stop = threading.Event()
-        previous_handler = None
-
-        def on_sigint(signum, frame):  # first Ctrl-C: stop cleanly; second: abort
-            if stop.is_set():
-                raise KeyboardInterrupt
-            stop.set()
-
-        if threading.current_thread() is threading.main_thread():
-            previous_handler = signal.signal(signal.SIGINT, on_sigint)
-        runner = executor or make_executor(workers)
-        should_stop = (lambda: stop.is_set() or stop_requested()) if stop_requested else stop.is_set
-        try:
-            if reporter is None and progress:
-                with RichReporter() as rich_reporter:
-                    outcome = run_jobs(store, unique, runner, rich_reporter, skip_solved_at=skip_at,
-                                       stop_requested=should_stop)
-            else:
-                outcome = run_jobs(store, unique, runner, reporter, skip_solved_at=skip_at,
-                                   stop_requested=should_stop)
-        finally:
-            if previous_handler is not None:
-                signal.signal(signal.SIGINT, previous_handler)
+        yield (lambda: stop.is_set() or stop_requested()) if stop_requested else stop.is_set
     finally:
-        store.close()
+        if previous_handler is not None:
+            signal.signal(signal.SIGINT, previous_handler)
 
-    scores = load_scores(db, run_ids=[j.run_id for j in unique])
-    summary = {
-        "db": str(db), "protocols": sorted(protocols_used), "runs": len(unique), "done": len(outcome.done),
+
+def summarize(db: str | os.PathLike, plan: EvaluationPlan, outcome: Outcome) -> dict:
+    """The JSON summary of an evaluation: counts, failures and the scores of its specs."""
+    run_ids = [j.run_id for j in plan.jobs]
+    scores = load_scores(db, run_ids=run_ids)
+    return {
+        "db": str(db), "protocols": sorted(plan.protocols), "runs": len(plan.jobs), "done": len(outcome.done),
         "already_done": len(outcome.already_done), "skipped": len(outcome.skipped),
         "failed": dict(outcome.failed), "interrupted": len(outcome.interrupted), "complete": outcome.complete,
-        "run_ids": [j.run_id for j in unique],
+        "run_ids": run_ids,
         "scores": [{"spec": s.spec, "spec_hash": s.spec_hash, "score": s.score,
                     "tasks": {t: ts.score for t, ts in s.tasks.items()}} for s in scores],
     }
-    if progress:
-        from rich.console import Console
 
-        console = Console(width=None if sys.stdout.isatty() else 160)
-        console.print(render_text(scores, width=console.width), end="", highlight=False)
-        if outcome.failed:
-            console.print(f"[red]{len(outcome.failed)} run(s) failed[/]; rerun `madsl eval` to retry them "
-                          f"(errors are in the runs table of {db})", highlight=False)
-        if outcome.interrupted:
-            console.print(f"[yellow]interrupted[/]: {len(outcome.interrupted)} run(s) left; "
-                          f"rerun the same command to resume", highlight=False)
-    return summary
+
+def print_summary(db: str | os.PathLike, summary: dict, outcome: Outcome) -> None:
+    """The score table and what is left to do, on the terminal."""
+    from rich.console import Console
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(render_text(load_scores(db, run_ids=summary["run_ids"]), width=console.width), end="",
+                  highlight=False)
+    if outcome.failed:
+        console.print(f"[red]{len(outcome.failed)} run(s) failed[/]; rerun `madsl eval` to retry them "
+                      f"(errors are in the runs table of {db})", highlight=False)
+    if outcome.interrupted:
+        console.print(f"[yellow]interrupted[/]: {len(outcome.interrupted)} run(s) left; "
+                      f"rerun the same command to resume", highlight=False)
 
 
 def report(db: str | os.PathLike = DEFAULT_DB, fmt: str = "text", plot: str | os.PathLike | None = None,

@@ -333,104 +333,137 @@ def run_jobs(store, jobs: list[RunJob], executor: Executor, reporter: Reporter |
     reached this eval accuracy. stop_requested: polled; once true, no new job
     starts and running ones are asked to checkpoint and stop.
     """
-    from madsl.runner.store import owner_tag
+    return Coordinator(store, jobs, executor, reporter, skip_solved_at, stop_requested, wait_poll_s).run()
 
-    reporter = reporter or Reporter()
-    owner = owner_tag()
-    outcome = Outcome()
-    todo = collections.deque(jobs)
-    waiting: list[RunJob] = []  # claimed by another live process: check back later
-    active: dict[str, RunJob] = {}
-    by_id = {job.run_id: job for job in jobs}
-    last_heartbeat = time.monotonic()
-    stopping = False
 
-    initially_done = {j.run_id for j in jobs if (row := store.run(j.run_id)) is not None and row["status"] == "done"}
-    reporter.planned(len(jobs), len(initially_done))
+class Coordinator:
+    """The one writer of the store during a sweep: it claims runs, hands them to an executor
+    and records what the executor's events report."""
 
-    def handle(event: Event) -> None:
-        job = by_id.get(event.run_id)
-        if job is None:
+    def __init__(self, store, jobs: list[RunJob], executor: Executor, reporter: Reporter | None = None,
+                 skip_solved_at: float | None = None, stop_requested: Callable[[], bool] = lambda: False,
+                 wait_poll_s: float = 2.0):
+        from madsl.runner.store import owner_tag
+
+        self.store, self.executor, self.reporter = store, executor, reporter or Reporter()
+        self.skip_solved_at, self.stop_requested, self.wait_poll_s = skip_solved_at, stop_requested, wait_poll_s
+        self.owner = owner_tag()
+        self.outcome = Outcome()
+        self.todo = collections.deque(jobs)
+        self.waiting: list[RunJob] = []  # claimed by another live process: check back later
+        self.active: dict[str, RunJob] = {}
+        self.by_id = {job.run_id: job for job in jobs}
+        self.stopping = False
+        self.last_heartbeat = time.monotonic()
+        self.initially_done = {j.run_id for j in jobs
+                               if (row := store.run(j.run_id)) is not None and row["status"] == "done"}
+
+    def run(self) -> Outcome:
+        self.reporter.planned(len(self.todo), len(self.initially_done))
+        try:
+            while self.todo or self.active or self.waiting:
+                self._check_stop()
+                self._fill_slots()
+                if not self.todo and not self.active and self.waiting:
+                    time.sleep(self.wait_poll_s)  # another process runs these; take them over if it dies
+                    self.todo.extend(self.waiting)
+                    self.waiting.clear()
+                    continue
+                for event in self.executor.poll(timeout=0.2):
+                    self.handle(event)
+                self._heartbeat()
+        finally:
+            # on an abort (second Ctrl-C) the runs stay "running" under our pid: the next
+            # eval sees the pid dead and resumes them from their checkpoints
+            self.executor.close()
+            for event in self.executor.poll(timeout=0.0):
+                self.handle(event)
+        return self.outcome
+
+    # --- steps of the loop ------------------------------------------------------------
+    def _check_stop(self) -> None:
+        if not self.stopping and self.stop_requested():
+            self.stopping = True
+            self.executor.request_stop()
+            self.reporter.message("stopping: running runs checkpoint and stop (Ctrl-C again to abort)")
+        if self.stopping:
+            self.outcome.interrupted += [j.run_id for j in self.todo] + [j.run_id for j in self.waiting]
+            self.todo.clear()
+            self.waiting.clear()
+
+    def _fill_slots(self) -> None:
+        while self.todo and len(self.active) < self.executor.slots:
+            self._start(self.todo.popleft())
+
+    def _start(self, job: RunJob) -> None:
+        """Submit `job` unless it is done, solved by a sibling, or claimed by another live process."""
+        store, outcome = self.store, self.outcome
+        if job.run_id in self.initially_done:
+            outcome.already_done.append(job.run_id)
             return
-        if event.kind == "started":
-            reporter.started(job)
-        elif event.kind == "progress":
-            reporter.progress(job, event.data["epoch"], event.data["step"], event.data["steps"])
-        elif event.kind == "length":
-            store.heartbeat([job.run_id], owner)
-            reporter.length(job, event.data["length"], event.data["index"], event.data["count"])
-        elif event.kind == "epoch":
-            store.record_epoch(job.run_id, event.data["metrics"])
-            store.heartbeat([job.run_id], owner)
-            reporter.epoch(job, event.data["metrics"])
-        elif event.kind == "finished":
-            store.finish(job.run_id, event.data["result"], event.data.get("device"))
-            Path(job.checkpoint_path).unlink(missing_ok=True)  # the store has it all now
-            active.pop(job.run_id, None)
-            outcome.done.append(job.run_id)
-            best = event.data["result"]["best"]
-            reporter.ended(job, "done", _fmt_acc(best.get("eval_macro_acc")))
-        elif event.kind == "failed":
-            store.release(job.run_id, "failed", event.data.get("traceback") or event.data["error"], owner)
-            active.pop(job.run_id, None)
-            outcome.failed[job.run_id] = event.data["error"]
-            reporter.ended(job, "failed", event.data["error"])
-        elif event.kind == "interrupted":
-            store.release(job.run_id, "pending", None, owner)
-            active.pop(job.run_id, None)
-            outcome.interrupted.append(job.run_id)
-            reporter.ended(job, "interrupted")
+        if self.skip_solved_at is not None and (sibling := store.solved_sibling(job.run_id, self.skip_solved_at)):
+            store.mark_skipped(job.run_id, f"solved by {sibling}")
+            outcome.skipped.append(job.run_id)
+            self.reporter.ended(job, "skipped", "setting solved at another lr/wd")
+            return
+        previous = store.claim(job.run_id, self.owner)
+        if previous is None:
+            if store.run(job.run_id)["status"] == "done":
+                outcome.already_done.append(job.run_id)
+                self.reporter.ended(job, "done", "finished elsewhere")
+            else:
+                self.waiting.append(job)
+            return
+        if previous == "running":
+            self.reporter.message(f"resuming {job.label} (its previous process died)")
+        self.active[job.run_id] = job
+        self.executor.submit(job)
 
-    try:
-        while todo or active or waiting:
-            if not stopping and stop_requested():
-                stopping = True
-                executor.request_stop()
-                reporter.message("stopping: running runs checkpoint and stop (Ctrl-C again to abort)")
-            if stopping:
-                outcome.interrupted += [j.run_id for j in todo] + [j.run_id for j in waiting]
-                todo.clear()
-                waiting.clear()
-            while todo and len(active) < executor.slots:
-                job = todo.popleft()
-                if job.run_id in initially_done:
-                    outcome.already_done.append(job.run_id)
-                    continue
-                if skip_solved_at is not None and (sibling := store.solved_sibling(job.run_id, skip_solved_at)):
-                    store.mark_skipped(job.run_id, f"solved by {sibling}")
-                    outcome.skipped.append(job.run_id)
-                    reporter.ended(job, "skipped", "setting solved at another lr/wd")
-                    continue
-                previous = store.claim(job.run_id, owner)
-                if previous is None:
-                    row = store.run(job.run_id)
-                    if row["status"] == "done":
-                        outcome.already_done.append(job.run_id)
-                        reporter.ended(job, "done", "finished elsewhere")
-                    else:
-                        waiting.append(job)
-                    continue
-                if previous == "running":
-                    reporter.message(f"resuming {job.label} (its previous process died)")
-                active[job.run_id] = job
-                executor.submit(job)
-            if not todo and not active and waiting:
-                time.sleep(wait_poll_s)  # another process runs these; take them over if it dies
-                todo.extend(waiting)
-                waiting.clear()
-                continue
-            for event in executor.poll(timeout=0.2):
-                handle(event)
-            if active and time.monotonic() - last_heartbeat > HEARTBEAT_EVERY_S:
-                store.heartbeat(list(active), owner)
-                last_heartbeat = time.monotonic()
-    finally:
-        # on an abort (second Ctrl-C) the runs stay "running" under our pid: the next
-        # eval sees the pid dead and resumes them from their checkpoints
-        executor.close()
-        for event in executor.poll(timeout=0.0):
-            handle(event)
-    return outcome
+    def _heartbeat(self) -> None:
+        if self.active and time.monotonic() - self.last_heartbeat > HEARTBEAT_EVERY_S:
+            self.store.heartbeat(list(self.active), self.owner)
+            self.last_heartbeat = time.monotonic()
+
+    # --- events -----------------------------------------------------------------------
+    def handle(self, event: Event) -> None:
+        job = self.by_id.get(event.run_id)
+        handler = getattr(self, f"_on_{event.kind}", None)
+        if job is not None and handler is not None:
+            handler(job, event.data)
+
+    def _on_started(self, job: RunJob, data: dict) -> None:
+        self.reporter.started(job)
+
+    def _on_progress(self, job: RunJob, data: dict) -> None:
+        self.reporter.progress(job, data["epoch"], data["step"], data["steps"])
+
+    def _on_length(self, job: RunJob, data: dict) -> None:
+        self.store.heartbeat([job.run_id], self.owner)
+        self.reporter.length(job, data["length"], data["index"], data["count"])
+
+    def _on_epoch(self, job: RunJob, data: dict) -> None:
+        self.store.record_epoch(job.run_id, data["metrics"])
+        self.store.heartbeat([job.run_id], self.owner)
+        self.reporter.epoch(job, data["metrics"])
+
+    def _on_finished(self, job: RunJob, data: dict) -> None:
+        self.store.finish(job.run_id, data["result"], data.get("device"))
+        Path(job.checkpoint_path).unlink(missing_ok=True)  # the store has it all now
+        self.active.pop(job.run_id, None)
+        self.outcome.done.append(job.run_id)
+        self.reporter.ended(job, "done", _fmt_acc(data["result"]["best"].get("eval_macro_acc")))
+
+    def _on_failed(self, job: RunJob, data: dict) -> None:
+        self.store.release(job.run_id, "failed", data.get("traceback") or data["error"], self.owner)
+        self.active.pop(job.run_id, None)
+        self.outcome.failed[job.run_id] = data["error"]
+        self.reporter.ended(job, "failed", data["error"])
+
+    def _on_interrupted(self, job: RunJob, data: dict) -> None:
+        self.store.release(job.run_id, "pending", None, self.owner)
+        self.active.pop(job.run_id, None)
+        self.outcome.interrupted.append(job.run_id)
+        self.reporter.ended(job, "interrupted")
 
 
 def _fmt_acc(value: float | None) -> str:
