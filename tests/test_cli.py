@@ -87,3 +87,10 @@ def test_check_and_expand_do_not_import_torch():
             "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc or rc2 or rc3)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_eval_protocol_choices_are_the_runners_protocols():
+    from madsl.cli.evaluate import PROTOCOL_NAMES
+    from madsl.runner.protocols import PROTOCOLS
+
+    assert set(PROTOCOL_NAMES) == set(PROTOCOLS)

@@ -1,44 +1,48 @@
-"""The `madsl` command line.
+"""`madsl compile`, `madsl expand` and `madsl check`: a spec's layers, accounting and budgets.
 
-    madsl compile (SPEC | -t TOPOLOGY) [--dim N] [--vocab V] [--seq-len L] [--emit summary|json|dot|torch] [-o PATH]
-    madsl expand TOPOLOGY [--format text|json]
-    madsl check SPEC... [--iso-state] [--iso-params TOL] [--format text|json]
-    madsl eval SPEC... (see `madsl eval --help`)
-    madsl report (see `madsl report --help`)
-
-Exit codes: 0 success, 1 a budget is violated, 2 bad input. Bad input prints a
-located error and never a traceback. `compile` (except --emit torch), `expand`
-and `check` do not import torch.
+None of these imports torch (except `compile --emit torch`), so `madsl check` in CI starts
+in a fraction of a second.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING
 
-from .errors import MadslError
+from madsl.cli.arguments import positive_int
+from madsl.cli.common import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, make_console, print_error, write_atomic
+from madsl.errors import MadslError
 
-EXIT_OK, EXIT_BUDGET, EXIT_BAD_INPUT = 0, 1, 2
-
-
-def _console(stderr: bool = False):
-    from rich.console import Console
-
-    import shutil
-
-    # pipes and CI logs get a wide table instead of rich's 80-column default
-    width = None if sys.stdout.isatty() else max(140, shutil.get_terminal_size((140, 24)).columns)
-    return Console(stderr=stderr, highlight=False, width=width)
+if TYPE_CHECKING:
+    from madsl.spec import Spec
 
 
-def _print_error(err: MadslError) -> None:
-    print(err.render(), file=sys.stderr)
+def add_parsers(subparsers) -> None:
+    p = subparsers.add_parser("compile", help="account a spec layer by layer, check its budget, or build the model")
+    p.add_argument("spec", nargs="?", help="a .mad spec file")
+    p.add_argument("-t", "--topology", help="a topology string, with the stdlib's paper defaults")
+    p.add_argument("--dim", type=positive_int, help="model width (default: the spec's, or 128 with -t)")
+    p.add_argument("--vocab", type=positive_int, help="vocabulary size (embedding and head)")
+    p.add_argument("--seq-len", type=positive_int, help="sequence length for KV cache and FLOPs")
+    p.add_argument("--emit", choices=("summary", "json", "dot", "torch"), default="summary")
+    p.add_argument("-o", "--output", help="write the output to this file")
+    p.set_defaults(func=cmd_compile)
+
+    p = subparsers.add_parser("expand", help="print the canonical, fully expanded layer list of a topology")
+    p.add_argument("topology")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_expand)
+
+    p = subparsers.add_parser("check", help="CI gate: budgets of specs, and iso-state / iso-parameter sets")
+    p.add_argument("specs", nargs="+", metavar="SPEC")
+    p.add_argument("--iso-state", action="store_true", help="all specs must have the same fixed state")
+    p.add_argument("--iso-params", metavar="TOL", help="all parameter counts within TOL (5%% or 0.05)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_check)
 
 
-def _load(args) -> "Spec":  # noqa: F821
-    from .spec import load_spec, spec_from_topology
+def _load(args) -> Spec:
+    from madsl.spec import load_spec, spec_from_topology
 
     if args.topology is not None:
         if args.spec is not None:
@@ -54,9 +58,9 @@ def _load(args) -> "Spec":  # noqa: F821
 
 
 def cmd_compile(args) -> int:
-    from . import report_text
-    from .budget import check
-    from .graph import account
+    from madsl import report_text
+    from madsl.budget import check
+    from madsl.graph import account
 
     spec = _load(args)
     acc = account(spec, seq_len=spec.budget_seq_len if args.seq_len is None and spec.budget_seq_len else None)
@@ -71,11 +75,11 @@ def cmd_compile(args) -> int:
         text = None
     if text is not None:
         if args.output:
-            _write(Path(args.output), text + "\n")
+            write_atomic(Path(args.output), text + "\n")
         else:
             print(text)
         return EXIT_BUDGET if violations else EXIT_OK
-    console = _console()
+    console = make_console()
     console.print(report_text.account_table(acc, violations))
     _print_verdict(console, spec, violations)
     return EXIT_BUDGET if violations else EXIT_OK
@@ -84,7 +88,7 @@ def cmd_compile(args) -> int:
 def _emit_torch(spec, args) -> int:
     if not args.output:
         raise MadslError("--emit torch writes a file", hint="add -o model.pt")
-    from .compiler import compile_spec, save
+    from madsl.compiler import compile_spec, save
 
     vocab = args.vocab or spec.vocab
     if vocab is None:
@@ -109,7 +113,7 @@ def _print_verdict(console, spec, violations) -> None:
 
 
 def cmd_expand(args) -> int:
-    from . import topology as topo
+    from madsl import topology as topo
 
     try:
         parsed = topo.parse(args.topology)
@@ -123,7 +127,7 @@ def cmd_expand(args) -> int:
 
 
 def _block_symbols(block) -> list[str]:
-    from . import topology as topo
+    from madsl import topology as topo
 
     mixers = block.mixer.branches if isinstance(block.mixer, topo.Parallel) else (block.mixer,)
     out = [topo.layer_text(m) for m in mixers]
@@ -133,6 +137,7 @@ def _block_symbols(block) -> list[str]:
 
 
 def _parse_tolerance(text: str) -> float:
+    """A relative tolerance written as 5% or 0.05."""
     try:
         if text.endswith("%"):
             value = float(text[:-1]) / 100
@@ -146,9 +151,9 @@ def _parse_tolerance(text: str) -> float:
 
 
 def cmd_check(args) -> int:
-    from .budget import check
-    from .graph import account
-    from .spec import load_spec
+    from madsl.budget import check
+    from madsl.graph import account
+    from madsl.spec import load_spec
 
     tolerance = _parse_tolerance(args.iso_params) if args.iso_params is not None else None
     results, errors = [], []
@@ -193,9 +198,9 @@ def cmd_check(args) -> int:
 def _check_text(results, errors, set_problems, args) -> None:
     from rich.table import Table
 
-    console = _console()
+    console = make_console()
     for _, err in errors:
-        _print_error(err)
+        print_error(err)
     if results:
         table = Table(title="madsl check", title_justify="left")
         for header in ("spec", "params", "fixed state", "KV cache", "FLOPs", "budget"):
@@ -226,80 +231,3 @@ def _check_text(results, errors, set_problems, args) -> None:
         checks = ["budgets"] + (["iso-state"] if args.iso_state else []) + \
                  (["iso-params"] if args.iso_params is not None else [])
         console.print(f"[bold green]✓ {len(results)} spec(s) pass:[/] {', '.join(checks)}")
-
-
-def _write(path: Path, text: str) -> None:
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="madsl", description="A DSL and compiler for mechanistic "
-                                                               "architecture design (MAD).")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("compile", help="account a spec layer by layer, check its budget, or build the model")
-    p.add_argument("spec", nargs="?", help="a .mad spec file")
-    p.add_argument("-t", "--topology", help="a topology string, with the stdlib's paper defaults")
-    p.add_argument("--dim", type=_positive_int, help="model width (default: the spec's, or 128 with -t)")
-    p.add_argument("--vocab", type=_positive_int, help="vocabulary size (embedding and head)")
-    p.add_argument("--seq-len", type=_positive_int, help="sequence length for KV cache and FLOPs")
-    p.add_argument("--emit", choices=("summary", "json", "dot", "torch"), default="summary")
-    p.add_argument("-o", "--output", help="write the output to this file")
-    p.set_defaults(func=cmd_compile)
-
-    p = sub.add_parser("expand", help="print the canonical, fully expanded layer list of a topology")
-    p.add_argument("topology")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.set_defaults(func=cmd_expand)
-
-    p = sub.add_parser("check", help="CI gate: budgets of specs, and iso-state / iso-parameter sets")
-    p.add_argument("specs", nargs="+", metavar="SPEC")
-    p.add_argument("--iso-state", action="store_true", help="all specs must have the same fixed state")
-    p.add_argument("--iso-params", metavar="TOL", help="all parameter counts within TOL (5%% or 0.05)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.set_defaults(func=cmd_check)
-
-    try:
-        from .runner import cli_commands
-    except ImportError:  # the runner is optional at this layer
-        cli_commands = None
-    if cli_commands is not None:
-        cli_commands.add_eval_parser(sub)
-        cli_commands.add_report_parser(sub)
-    return parser
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except MadslError as err:
-        _print_error(err)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,35 @@
+"""What every command shares: exit codes, the console, error printing, atomic file writes."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from madsl.errors import MadslError
+
+# 0 success, 1 a budget is violated, 2 bad input (a located error, no traceback),
+# 3 some eval runs failed, 130 interrupted (eval runs are resumable)
+EXIT_OK, EXIT_BUDGET, EXIT_BAD_INPUT, EXIT_RUNS_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def make_console(stderr: bool = False):
+    from rich.console import Console
+
+    # pipes and CI logs get a wide table instead of rich's 80-column default
+    width = None if sys.stdout.isatty() else max(140, shutil.get_terminal_size((140, 24)).columns)
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+def print_error(err: MadslError) -> None:
+    print(err.render(), file=sys.stderr)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` via a temporary file in the same directory, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

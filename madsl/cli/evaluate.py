@@ -1,0 +1,75 @@
+"""`madsl eval`: train and score specs on the MAD tasks (the runner is imported when the command runs).
+
+Exit codes: 0 every run finished, 2 bad input (a located error, no traceback),
+3 some runs failed, 130 interrupted (the runs are resumable).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from madsl.cli.arguments import lengths, non_negative_int, non_negative_number, positive_int
+from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
+
+# the names of madsl.runner.protocols.PROTOCOLS, spelled out so `--help` does not import the runner;
+# tests/test_cli.py checks the two agree
+PROTOCOL_NAMES = ("smoke", "quick", "baseline", "paper")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "eval", help="train and score specs on the MAD tasks; resumable, results in an SQLite database",
+        description="Train every spec on every task setting of a protocol and record the results. "
+                    "An interrupted eval resumes where it stopped when run again; finished runs are never "
+                    "repeated. Precedence of every knob: command line > the spec's eval: section > protocol.")
+    p.add_argument("specs", nargs="+", metavar="SPEC", help=".mad spec files")
+    p.add_argument("--task", action="append", dest="tasks", metavar="NAME",
+                   help="a task name, or all (the six MAD tasks); repeatable (default: all)")
+    p.add_argument("--protocol", choices=PROTOCOL_NAMES, default=None,
+                   help="smoke (seconds), quick (~10 min per architecture on 2 CPU cores), baseline "
+                        "(baseline settings, full grid, 200 epochs), paper (every setting; default: the "
+                        "spec's eval.protocol, else quick)")
+    p.add_argument("--db", default="madsl-results.db", help="results database (default: %(default)s)")
+    p.add_argument("--workers", type=positive_int, default=1, help="runs in parallel (local processes)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--set", action="append", dest="settings", default=[], metavar="KEY=VALUE",
+                   help="a task setting, e.g. seq_len=512, or TASK.KEY=VALUE for one task; repeatable")
+    p.add_argument("--lr", type=non_negative_number, action="append", help="learning rate(s) instead of the grid's")
+    p.add_argument("--wd", type=non_negative_number, action="append", help="weight decay(s) instead of the grid's")
+    p.add_argument("--epochs", type=positive_int)
+    p.add_argument("--batch-size", type=positive_int)
+    p.add_argument("--seed", type=non_negative_int, action="append", help="seed(s) of data, init and order")
+    p.add_argument("--eval-lengths", type=lengths, metavar="L1,L2,...",
+                   help="after training, also evaluate the best model at these sequence lengths")
+    p.add_argument("--freeze", action="append", metavar="NAME",
+                   help="do not train these layers: a symbol (Mb), a tag (#a) or embedding; repeatable")
+    p.add_argument("--quiet", action="store_true", help="no progress bars, only the final table")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="json: print the run summary as JSON instead of tables")
+    p.set_defaults(func=cmd_eval)
+
+
+def cmd_eval(args) -> int:
+    """Bad input raises MadslError (main() prints it, exit 2)."""
+    from madsl.runner.api import evaluate
+    from madsl.runner.protocols import parse_set_option
+
+    settings = dict(parse_set_option(text) for text in args.settings)
+    try:
+        summary = evaluate(args.specs, tasks=args.tasks, protocol=args.protocol, db=args.db, workers=args.workers,
+                           device=args.device, settings_overrides=settings, lr=args.lr, wd=args.wd,
+                           epochs=args.epochs, seed=args.seed, batch_size=args.batch_size,
+                           eval_lengths=args.eval_lengths, freeze=args.freeze,
+                           progress=not args.quiet and args.format == "text")
+    except KeyboardInterrupt:
+        print("aborted; rerun the same command to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if args.format == "json":
+        print(json.dumps(summary, indent=2))
+    elif args.quiet:
+        from madsl.runner.report import load_scores, render_text
+
+        print(render_text(load_scores(args.db, run_ids=summary["run_ids"])), end="")
+    if summary["interrupted"]:
+        return EXIT_INTERRUPTED
+    return EXIT_RUNS_FAILED if summary["failed"] else EXIT_OK
