@@ -10,8 +10,8 @@ value_dim); state (batch, heads, key_dim, value_dim). Every function returns
 (o, final_state) with o of v's shape.
 
 - `gla_recurrent`: the plain sequential recurrence, one step per token. The reference.
-- `gla_chunked`: the chunked parallel form for the CPU (pure PyTorch, autograd
-  backward). Time is cut into chunks; inside a chunk the outputs are masked
+- `gla_chunked`: the chunked parallel form (pure PyTorch, autograd backward): the
+  CPU path, and the GPU path when fla is not installed. Time is cut into chunks; inside a chunk the outputs are masked
   matmuls; the state is carried from chunk to chunk (L / chunk Python steps).
 - `gla_fla_chunk`: flash-linear-attention's Triton chunk kernel (CUDA only;
   imported lazily, never at module import).
@@ -36,15 +36,31 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from madsl.kernels import cuda
 
+
+def _full_precision(fn):
+    """The recurrences run in the inputs' dtype with autocast off: under a bf16 autocast the
+    matmuls would otherwise round the carried state and the cumulative gates to bf16."""
+    @functools.wraps(fn)
+    def wrapped(q: Tensor, *args, **kwargs):
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            return fn(q, *args, **kwargs)
+    return wrapped
+
+
+@_full_precision
 def gla_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, log_decay_t: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
     """One token: q_t, k_t, log_decay_t (batch, heads, key_dim); v_t (batch, heads, value_dim);
     state (batch, heads, key_dim, value_dim). Returns (o_t (batch, heads, value_dim), new state)."""
+    dtype = torch.promote_types(q_t.dtype, state.dtype)
+    q_t, k_t, v_t, log_decay_t, state = (x.to(dtype) for x in (q_t, k_t, v_t, log_decay_t, state))
     state = log_decay_t.exp().unsqueeze(-1) * state + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)
     o_t = (q_t.unsqueeze(-2) @ state).squeeze(-2)
     return o_t, state
 
 
+@_full_precision
 def gla_recurrent(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
                   initial_state: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The sequential recurrence, token by token (reference; O(L) Python steps)."""
@@ -88,6 +104,7 @@ def _largest_safe_chunk(log_decay: Tensor, chunk: int) -> int:
     return chunk
 
 
+@_full_precision
 def gla_chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
                 initial_state: Tensor | None = None,
                 chunk_size: int | None = None) -> tuple[Tensor, Tensor]:
@@ -144,24 +161,24 @@ def gla_chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
     return out, final_state
 
 
-@functools.lru_cache(maxsize=1)
 def fla_chunk_gla():
-    """flash-linear-attention's `chunk_gla`, or None when fla is not installed."""
-    try:
-        from fla.ops.gla import chunk_gla
-    except Exception:  # ImportError, or a broken Triton install
-        return None
-    return chunk_gla
+    """flash-linear-attention's `chunk_gla`, or None (after a one-time warning naming the
+    extra) when fla does not import. Only asked for CUDA tensors."""
+    return cuda.chunk_gla()
 
 
 def gla_fla_chunk(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
                   initial_state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
     """fla's Triton chunk kernel on CUDA tensors (same layout and semantics as above).
     fla takes (batch, L, heads, dim); versions that still have `head_first` (whose default
-    changed over time) get head_first=False explicitly. q is already scaled: scale=1."""
+    changed over time) get head_first=False explicitly. q is already scaled: scale=1.
+    fla keeps the cumulative gates and the backward's states in float32 itself; it wants
+    a float32 initial state."""
     chunk_gla = fla_chunk_gla()
     if chunk_gla is None:
-        raise RuntimeError("flash-linear-attention is not installed (pip install flash-linear-attention)")
+        raise RuntimeError(f"flash-linear-attention is not installed ({cuda.EXTRA_HINT})")
+    if initial_state is not None:
+        initial_state = initial_state.float()
     kwargs: dict = {"scale": 1.0, "initial_state": initial_state, "output_final_state": True}
     if "head_first" in inspect.signature(chunk_gla).parameters:
         kwargs["head_first"] = False

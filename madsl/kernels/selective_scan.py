@@ -25,12 +25,19 @@ there (one extra forward recurrence) and runs the reverse-time recurrence of the
 state gradient. Saved for backward: the inputs, delta + bias, softplus of it and
 y (each batch*L*d_inner) and the chunk start states; work buffers are
 O(batch*d_inner*d_state*chunk_len).
+
+`selective_scan` dispatches by device: this scan on the CPU; on CUDA mamba-ssm's
+kernel, or without it the chunked parallel scan of `selective_scan_chunked` (the
+step-by-step loop here would launch several kernels per time step on a GPU).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from madsl.kernels import cuda
+from madsl.kernels.selective_scan_chunked import selective_scan_chunked
 
 # State elements (batch * d_inner * d_state * steps) held per chunk buffer. 2^18 (1 MiB of
 # float32 per buffer, so the chunk's working set stays in cache) was the fastest of 2^17..2^20
@@ -156,6 +163,11 @@ class SelectiveScanCPU(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out: Tensor, *unused):
+        with torch.autocast(device_type=grad_out.device.type, enabled=False):
+            return SelectiveScanCPU._backward(ctx, grad_out)
+
+    @staticmethod
+    def _backward(ctx, grad_out: Tensor):
         u, delta_pre, delta_t, A, B, C, D, z, delta_bias, chunk_starts, y = ctx.saved_tensors
         delta_softplus, T, cdtype, delta_dtype = ctx.meta
         batch, d_inner, length = u.shape
@@ -255,38 +267,25 @@ def selective_scan_cpu(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor
     """
     if A.is_complex() or B.dim() != 3 or C.dim() != 3:
         raise NotImplementedError("selective_scan_cpu: real A and (batch, d_state, L) B, C only")
-    return SelectiveScanCPU.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
-                                  return_last_state, chunk_len)
-
-
-_cuda_scan = None  # cached mamba_ssm.selective_scan_fn, or False when unavailable
-
-
-def _mamba_ssm_scan():
-    """mamba-ssm's CUDA kernel, imported on first use only (it needs CUDA and triton)."""
-    global _cuda_scan
-    if _cuda_scan is None:
-        try:
-            from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
-            _cuda_scan = selective_scan_fn
-        except Exception as err:  # not installed, or built without CUDA
-            import warnings
-
-            warnings.warn(f"mamba_ssm unavailable ({err!r}); CUDA tensors use madsl's "
-                          "sequential scan, which is slow on a GPU", stacklevel=3)
-            _cuda_scan = False
-    return _cuda_scan or None
+    # The scan is computed in float32 (float64) whatever autocast says (its bmm would run in
+    # bf16); the backward disables autocast itself.
+    with torch.autocast(device_type=u.device.type, enabled=False):
+        return SelectiveScanCPU.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                                      return_last_state, chunk_len)
 
 
 def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
                    D: Tensor | None = None, z: Tensor | None = None,
                    delta_bias: Tensor | None = None, delta_softplus: bool = False,
                    return_last_state: bool = False):
-    """Dispatch: mamba-ssm's CUDA kernel for CUDA tensors when it imports, else ours."""
+    """Dispatch. CUDA tensors: mamba-ssm's `selective_scan_fn` when it imports, else the
+    chunked parallel scan (`selective_scan_chunked`, after a one-time warning naming the
+    extra); never this module's step-by-step loop. Other devices: the fused CPU scan."""
     if u.is_cuda:
-        cuda_scan = _mamba_ssm_scan()
+        cuda_scan = cuda.selective_scan_fn() if u.dtype != torch.float64 else None
         if cuda_scan is not None:
             return cuda_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+        return selective_scan_chunked(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
     return selective_scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
 
 

@@ -4,8 +4,10 @@
     q, k    = rotary(q), rotary(k)           optional; rotate-half convention (GPT-NeoX / Llama)
     out     = out(softmax(q k^T / sqrt(head_dim) + causal mask) v)
 
-Attention runs through `torch.nn.functional.scaled_dot_product_attention` (fused
-kernels where PyTorch has them). Step mode keeps a growing KV cache: state
+Attention runs through `torch.nn.functional.scaled_dot_product_attention`, which picks
+its fused backend itself: on CUDA flash attention for bf16/fp16 (under autocast) and
+the memory-efficient kernel for fp32; on the CPU its flash kernel. All of them keep the
+softmax statistics (row max and sum) in float32. Step mode keeps a growing KV cache: state
 {"k": (B, heads, T, head_dim), "v": (B, heads, T, head_dim), "pos": (B,) int64}, so
 k and v together hold the accounting's kv_cache(T) numbers per sequence; "pos" is
 the position of the next token (what rotary needs; it equals T).

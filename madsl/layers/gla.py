@@ -83,7 +83,8 @@ class GatedLinearAttention(nn.Module):
     def _select_kernel(self, x: Tensor) -> str:
         if self.kernel != "auto":
             return self.kernel
-        return "fla" if x.is_cuda and fla_chunk_gla() is not None else "chunked"
+        use_fla = x.is_cuda and x.dtype != torch.float64 and fla_chunk_gla() is not None  # fla: no float64
+        return "fla" if use_fla else "chunked"
 
     # ---- parallel (training) form -----------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:

@@ -1,8 +1,13 @@
 """Mamba (`Mb`), the selective state-space layer of Gu & Dao (2023), as in mamba-ssm's
 `mamba_simple.Mamba`: same parameter names, shapes and initialisation, so state
-dicts move between the two. The selective scan runs on mamba-ssm's CUDA kernel when
-the tensors are on CUDA and mamba-ssm imports, else on madsl's fused CPU scan
-(`madsl.kernels.selective_scan`). Nothing here imports mamba-ssm or triton eagerly.
+dicts move between the two. Kernels, by device (`madsl.kernels`):
+
+    CUDA, mamba-ssm and causal-conv1d    mamba-ssm's `mamba_inner_fn` (the whole inner block fused)
+    CUDA, either one missing             causal-conv1d's conv (else torch's Conv1d) and
+                                         mamba-ssm's scan (else the chunked parallel scan)
+    CPU (and float64 anywhere)           torch's Conv1d and madsl's fused CPU scan / chunked scan
+
+Nothing here imports mamba-ssm, causal-conv1d or triton eagerly.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from madsl.kernels import cuda
 from madsl.kernels.selective_scan import selective_scan
 
 
@@ -89,8 +95,11 @@ class Mamba(nn.Module):
     # --- parallel (training) form ------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
         """x: (batch, L, dim) -> (batch, L, dim), causal."""
+        fused = self._cuda_kernels(x)
+        if fused is not None:
+            return self._forward_fused(x, fused)
         x_in, z = self.in_proj(x).chunk(2, dim=-1)  # (batch, L, d_inner) each
-        x_conv = F.silu(self._causal_conv(x_in))
+        x_conv = self._causal_conv_silu(x_in)
         x_dbl = self.x_proj(x_conv)  # (batch, L, dt_rank + 2*d_state)
         dt, B, C = torch.split(x_dbl, [self.dt_rank, self.d_state, self.d_state], dim=-1)
         dt = F.linear(dt, self.dt_proj.weight)  # its bias is added inside the scan
@@ -103,13 +112,43 @@ class Mamba(nn.Module):
                            delta_softplus=True)
         return self.out_proj(y.transpose(1, 2).to(x.dtype))
 
-    def _causal_conv(self, x: Tensor) -> Tensor:
-        """Depthwise causal convolution, (batch, L, d_inner) -> (batch, L, d_inner).
-        nn.Conv1d on contiguous (batch, d_inner, L) copies was the fastest CPU variant
-        measured (shifted multiply-adds in place, a custom Function: no faster)."""
+    def _cuda_kernels(self, x: Tensor):
+        """mamba-ssm's fused `mamba_inner_fn` where it applies: CUDA, not float64 (its
+        kernels take fp32/fp16/bf16), a conv width causal-conv1d supports (2..4)."""
+        if not x.is_cuda or x.dtype == torch.float64 or not 2 <= self.d_conv <= 4:
+            return None
+        return cuda.mamba_inner_fn()
+
+    def _forward_fused(self, x: Tensor, mamba_inner_fn) -> Tensor:
+        """mamba-ssm's fast path (as its `Mamba.forward`): xz (batch, 2*d_inner, L); B, C
+        None = input-dependent; A, D and dt's bias in float32. Returns (batch, L, dim)."""
+        xz = self.in_proj(x).transpose(1, 2)
+        A = -torch.exp(_at_least_fp32(self.A_log))
+        return mamba_inner_fn(xz, self.conv1d.weight, self.conv1d.bias, self.x_proj.weight,
+                              self.dt_proj.weight, self.out_proj.weight, self.out_proj.bias,
+                              A, None, None, _at_least_fp32(self.D),
+                              delta_bias=_at_least_fp32(self.dt_proj.bias), delta_softplus=True)
+
+    def _cuda_conv(self, x: Tensor):
+        """causal-conv1d's `causal_conv1d_fn` where it applies (as `_cuda_kernels`)."""
+        if not x.is_cuda or x.dtype == torch.float64 or not 2 <= self.d_conv <= 4:
+            return None
+        return cuda.causal_conv1d_fn()
+
+    def _causal_conv_silu(self, x: Tensor) -> Tensor:
+        """SiLU of the depthwise causal convolution, (batch, L, d_inner) -> (batch, L, d_inner).
+        On CUDA causal-conv1d's kernel (conv and SiLU fused; x (batch, d_inner, L), weight
+        (d_inner, width)) where it applies. On the CPU nn.Conv1d on contiguous
+        (batch, d_inner, L) copies was the fastest variant measured (shifted
+        multiply-adds in place, a custom Function: no faster)."""
+        conv_fn = self._cuda_conv(x)
+        if conv_fn is not None:
+            out = conv_fn(x.transpose(1, 2).contiguous(), self.conv1d.weight[:, 0, :],
+                          self.conv1d.bias, activation="silu")
+            return out.transpose(1, 2)
         length = x.shape[1]
         out = self.conv1d(x.transpose(1, 2).contiguous())[..., :length]
-        return out.transpose(1, 2).contiguous()
+        return F.silu(out.transpose(1, 2).contiguous())
 
     # --- recurrent (inference) form ----------------------------------------------------
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
