@@ -13,6 +13,8 @@ Nothing here knows what a symbol means; the spec layer resolves symbols.
 """
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Iterator, Union
@@ -27,6 +29,13 @@ Settings = tuple[tuple[str, Value], ...]  # sorted (key, value) pairs
 
 GROUP_ATTRIBUTES = {"residual": ("add", "none", "gated")}
 NO_CHANNEL = "none"  # `H-none`: a block without a channel mixer
+
+# Limits, checked before the expensive work so that any input answers in seconds
+# (docs/language.md#limits). A topology longer than these is a typo, not an architecture.
+MAX_BLOCKS = 1024  # after expansion; a parallel block counts once per branch
+MAX_NESTING = 32  # parentheses inside parentheses
+MAX_CHARS = 65_536  # the topology string itself
+MAX_INTEGER = 2**63 - 1  # parameter values are 64-bit integers or finite floats
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,11 @@ class Layer:
     span: Span | None = field(default=None, compare=False, repr=False)
     # where each override's key and value were written: (key, key span, value span)
     override_spans: tuple[tuple[str, Span, Span], ...] = field(default=(), compare=False, repr=False)
+    # the type of each override, so that 1, 1.0 and true (equal in Python) stay three layers
+    override_types: tuple[str, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "override_types", tuple(type(v).__name__ for _, v in self.overrides))
 
 
 @dataclass(frozen=True)
@@ -170,9 +184,7 @@ class _ToData(lark.Transformer):
         return (str(key_tok), value, _tok_span(key_tok), value_span)
 
     def number(self, meta, children):
-        text = str(children[0])
-        value: Value = float(text) if any(c in text for c in ".eE") else int(text)
-        return value, _tok_span(children[0])
+        return _number(children[0]), _tok_span(children[0])
 
     def word(self, meta, children):
         text = str(children[0])
@@ -181,7 +193,11 @@ class _ToData(lark.Transformer):
         return value, _tok_span(children[0])
 
     def string(self, meta, children):
-        return str(children[0])[1:-1], _tok_span(children[0])
+        text = str(children[0])[1:-1]
+        if _CONTROL.search(text):
+            raise _TopologyError("a quoted value cannot contain control characters (newlines, tabs, ...)",
+                                 _tok_span(children[0]), hint="write the value on one line")
+        return text, _tok_span(children[0])
 
 
 def _settings(raw: tuple, meta: Any) -> Settings:
@@ -194,11 +210,43 @@ def _settings(raw: tuple, meta: Any) -> Settings:
 
 
 def _count(tok: lark.Token) -> int:
-    value = int(str(tok))
+    digits = str(tok).lstrip("0")
+    if len(digits) > len(str(MAX_BLOCKS)) or int(digits or 0) > MAX_BLOCKS:
+        shown = digits if len(digits) <= 20 else f"{digits[:8]}... ({len(digits):,} digits)"
+        raise _TopologyError(f"a count of {shown} is beyond the limit of {MAX_BLOCKS:,} blocks", _tok_span(tok),
+                             hint="check the repeat counts")
+    value = int(digits or 0)
     if value < 1:
         raise _TopologyError(f"a count must be at least 1, got {value}", _tok_span(tok),
                              hint="leave the layer or group out instead of repeating it 0 times")
     return value
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _number(tok: lark.Token) -> int | float:
+    """A parameter value: a 64-bit integer or a finite float (nothing rounds to inf or 0 unnoticed)."""
+    text = str(tok)
+    mantissa = re.split("[eE]", text)[0]
+    if any(c in text for c in ".eE"):
+        value = float(text)
+        if not math.isfinite(value):
+            raise _TopologyError(f"{_short(text)} is out of range", _tok_span(tok),
+                                 expected="a finite number (at most about 1.8e308)")
+        if value == 0 and any(c in "123456789" for c in mantissa):
+            raise _TopologyError(f"{_short(text)} is too small to represent; it would read as 0",
+                                 _tok_span(tok), expected="a number at least about 2.2e-308 in size, or 0")
+        return value
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > len(str(MAX_INTEGER)) or int(digits or 0) > MAX_INTEGER:
+        raise _TopologyError(f"the integer {_short(text)} is too large", _tok_span(tok),
+                             expected=f"an integer of at most {MAX_INTEGER:,} in size")
+    return int(text)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text):,} characters)"
 
 
 def _nearest(word: str, options) -> str | None:
@@ -227,12 +275,58 @@ def _expected(names) -> str:
     return ", ".join(friendly)
 
 
+def _prescan(text: str) -> None:
+    """Enforce the size and nesting limits in one linear pass, before the parser runs:
+    the parser and the tree walks are the expensive (and recursive) part."""
+    if len(text) > MAX_CHARS:
+        raise TopologySyntaxError(f"the topology is {len(text):,} characters long; the limit is {MAX_CHARS:,}",
+                                  Span(1, 1, 1), hint="repeat a group, (H:A)x12, instead of writing it out")
+    depth, separators, line, column, i = 0, 0, 1, 1, 0
+    while i < len(text):
+        char = text[i]
+        if char in "\"'":  # a quoted value: its characters are not structure
+            end = text.find(char, i + 1)
+            if end < 0:
+                return  # unterminated: the parser reports it
+            skipped = text[i:end + 1]
+            if "\n" in skipped:
+                line, column = line + skipped.count("\n"), len(skipped) - skipped.rfind("\n")
+            else:
+                column += len(skipped)
+            i = end + 1
+            continue
+        if char == "(":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise TopologySyntaxError(f"groups are nested more than {MAX_NESTING} deep", Span(line, column, 1),
+                                          hint="a deeper nesting is a typo, not an architecture")
+        elif char == ")":
+            depth = max(0, depth - 1)
+        elif char in ":|":  # every ':' or '|' separates two blocks (or branches) of the expansion
+            separators += 1
+            if separators >= MAX_BLOCKS:
+                raise TopologySyntaxError(f"the topology has more than {MAX_BLOCKS:,} blocks; "
+                                          f"the limit is {MAX_BLOCKS:,}", Span(line, column, 1),
+                                          hint="repeat a group, (H:A)x12, instead of writing it out")
+        if char == "\n":
+            line, column = line + 1, 1
+        else:
+            column += 1
+        i += 1
+
+
+def _end_span(text: str) -> Span:
+    lines = text.split("\n")
+    return Span(len(lines), len(lines[-1].rstrip()) + 1, 1)
+
+
 def parse(text: str) -> Topology:
     """Parse a topology string. Raises TopologySyntaxError (a MadslError) with the
-    1-based line and column inside `text`."""
+    1-based line and column inside `text`; never another exception."""
     if not text.strip():
         raise TopologySyntaxError("the topology is empty", Span(1, 1, 1),
                                   expected="a layer symbol, e.g. 'H:A' or '(2H:2A)x6'")
+    _prescan(text)
     try:
         tree = _parser().parse(text)
         parsed = _ToData().transform(tree)
@@ -242,27 +336,27 @@ def parse(text: str) -> Topology:
             raise TopologySyntaxError(inner.message, inner.span, expected=inner.expected, hint=inner.hint) from None
         raise
     except lark.exceptions.UnexpectedCharacters as err:
-        char = text.splitlines()[err.line - 1][err.column - 1] if text.splitlines() else "?"
+        char = err.char
         hint = None
         if char == "{":
             hint = "attributes go right after a layer or a group, before any repeat: (H:A){residual=gated}x2"
         elif char in "*×xX":
             hint = "repeat a group with a suffix, (H:A)x2, or a layer with a prefix, 2H"
+        elif char in "\"'":
+            hint = "a quoted value needs its closing quote"
         raise TopologySyntaxError(f"unexpected character {char!r}", Span(err.line, err.column, 1),
                                   expected=_expected(err.allowed or []), hint=hint) from None
     except lark.exceptions.UnexpectedEOF as err:
-        lines = text.splitlines() or [""]
-        raise TopologySyntaxError("the topology ends too early", Span(len(lines), len(lines[-1]) + 1, 1),
+        raise TopologySyntaxError("the topology ends too early", _end_span(text),
                                   expected=_expected(err.expected)) from None
     except lark.exceptions.UnexpectedToken as err:
         tok = err.token
         if tok.type == "$END":
-            lines = text.splitlines() or [""]
-            span = Span(len(lines), len(lines[-1].rstrip()) + 1, 1)
+            span = _end_span(text)
             message = "the topology ends too early"
         else:
             span = _tok_span(tok)
-            message = f"unexpected {str(tok)!r}"
+            message = f"unexpected {_short(str(tok))!r}"
         hint = None
         if tok.type == "RSQB" and "VBAR" in err.expected:
             hint = "parallel branches need at least two mixers: [H | mA]"
@@ -275,9 +369,9 @@ def parse(text: str) -> Topology:
         raise TopologySyntaxError(message, span, expected=_expected(err.expected), hint=hint) from None
     blocks_total = size(parsed)
     if blocks_total > MAX_BLOCKS:
+        first = text.split("\n")[0]
         raise TopologySyntaxError(f"the topology expands to {blocks_total:,} blocks; the limit is {MAX_BLOCKS:,}",
-                                  Span(1, 1, max(1, len(text.splitlines()[0]) if text.splitlines() else 1)),
-                                  hint="check the repeat counts")
+                                  Span(1, 1, max(1, len(first.rstrip()))), hint="check the repeat counts")
     return parsed
 
 
@@ -298,7 +392,7 @@ def locate(err: MadslError, span: Span | None, text: str, base: Location | None 
     first character); without it the topology stands alone (e.g. `-t` on the CLI)."""
     if span is None:
         return err
-    lines = text.splitlines() or [""]
+    lines = text.split("\n")
     if base is None or base.line is None:
         src = lines[span.line - 1] if span.line - 1 < len(lines) else ""
         return err.relocated(Location(None, span.line, span.column, src, span.length))
@@ -309,11 +403,9 @@ def locate(err: MadslError, span: Span | None, text: str, base: Location | None 
 
 # --- structure ----------------------------------------------------------------------
 
-MAX_BLOCKS = 100_000  # an expanded topology longer than this is a typo, not an architecture
-
-
 def size(topology: Topology) -> int:
-    """Number of blocks after expansion, computed without expanding."""
+    """Number of blocks after expansion (a parallel block counts once per branch),
+    computed without expanding."""
     total = 0
     for node in topology:
         if isinstance(node, Repeat):
@@ -321,7 +413,7 @@ def size(topology: Topology) -> int:
         elif isinstance(node, Group):
             total += size(node.body)
         else:
-            total += 1
+            total += len(node.mixer.branches) if isinstance(node.mixer, Parallel) else 1
     return total
 
 

@@ -16,6 +16,7 @@ import yaml
 from .errors import Location, MadslError
 
 KeyPath = tuple[Any, ...]
+MAX_SPEC_BYTES = 128 * 1024  # a spec is a page of YAML; more is not a spec (and would take long to read)
 
 
 @dataclass
@@ -58,7 +59,12 @@ def load(path: Path | str, text: str | None = None) -> Located:
     file = str(path)
     if text is None:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            with open(path, "rb") as f:  # read at most one byte past the limit (a spec may be /dev/zero)
+                raw = f.read(MAX_SPEC_BYTES + 1)
+            if len(raw) > MAX_SPEC_BYTES:
+                raise MadslError(f"{file} is larger than {MAX_SPEC_BYTES // 1024} KiB; a spec is at most that long",
+                                 Location(file), hint="is this a spec file?")
+            text = raw.decode("utf-8")
         except FileNotFoundError:
             raise MadslError(f"no such spec file: {file}", hint="check the path") from None
         except UnicodeDecodeError:
@@ -68,6 +74,8 @@ def load(path: Path | str, text: str | None = None) -> Located:
                 from None
         except PermissionError:
             raise MadslError(f"cannot read {file}: permission denied", Location(file)) from None
+        except OSError as err:  # a path under a file, a name too long, an I/O error, ...
+            raise MadslError(f"cannot read {file}: {err.strerror or err}", Location(file)) from None
     lines = text.splitlines()
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)

@@ -1,0 +1,106 @@
+"""Adversarial input: every bad topology or spec is a located MadslError (exit 2 from the CLI,
+no traceback) that answers fast, whatever its size, depth or numbers."""
+import subprocess
+import sys
+import time
+
+import pytest
+
+from madsl import topology as topo
+from madsl.errors import MadslError
+from madsl.spec import load_spec, spec_from_topology
+
+
+def topology_error(text: str) -> MadslError:
+    with pytest.raises(topo.TopologySyntaxError) as info:
+        topo.parse(text)
+    return topo.locate(info.value, info.value.span, text)
+
+
+HUGE = "9" * 5000  # past Python's 4,300-digit limit on int()
+
+BAD_TOPOLOGIES = [  # (text, message, column)
+    ("(" * 300 + "H" + ")" * 300, "nested more than 32 deep", 33),
+    ("(" * 33 + "H" + ")" * 33, "nested more than 32 deep", 33),
+    (HUGE + "H", "beyond the limit of 1,024 blocks", 1),
+    ("(H:A)x" + HUGE, "beyond the limit of 1,024 blocks", 7),
+    ("(H:A)x1025", "beyond the limit", 7),
+    ("A{heads=" + HUGE + "}", "too large", 9),
+    ("A{heads=9223372036854775808}", "too large", 9),
+    ("A{rotary_base=1e999}", "out of range", 15),
+    ("A{rotary_base=-" + HUGE + ".0}", "out of range", 15),
+    ("A{rotary_base=1e-999}", "too small to represent", 15),
+    ("((H:A)x1000)x1000", "expands to 2,000,000 blocks", 1),
+    ("(H:A)x512:H", "expands to 1,025 blocks", 1),
+    ("[" + "|".join(["A"] * 1100) + "]", "more than 1,024 blocks", 2049),
+    (":".join(["H"] * 1_000_000), "characters long; the limit is 65,536", 1),
+    ('A{x="a\nb"}', "control characters", 5),
+    ("H\x1c", "unexpected character", 2),
+    ("H\u2028:A", "unexpected character", 2),
+    ('A{x="ab}', "unexpected character", 5),
+]
+
+
+@pytest.mark.parametrize("text,message,column", BAD_TOPOLOGIES, ids=range(len(BAD_TOPOLOGIES)))
+def test_bad_topologies_are_located_errors_fast(text, message, column):
+    start = time.perf_counter()
+    err = topology_error(text)
+    assert time.perf_counter() - start < 1.0
+    assert message in err.message, err.render()
+    assert (err.location.line, err.location.column) == (1, column), err.render()
+    assert "^" in err.render()
+
+
+def test_limits_hold_at_the_boundary():
+    assert topo.size(topo.parse("(" * 32 + "H" + ")" * 32)) == 1
+    assert topo.size(topo.parse("(H:A)x512")) == topo.MAX_BLOCKS == 1024
+    assert topo.size(topo.parse("[H | mA]:H")) == 3  # a parallel block counts once per branch
+    assert topo.size(topo.parse(":".join(["H"] * 1024))) == 1024
+    value = dict(topo.parse("A{x=9223372036854775807}")[0].mixer.overrides)["x"]
+    assert value == 2**63 - 1
+    assert dict(topo.parse("A{x=1e308, y=0.0, z=0e5}")[0].mixer.overrides) == {"x": 1e308, "y": 0.0, "z": 0.0}
+
+
+def test_the_largest_accepted_topology_resolves_quickly():
+    # 1,024 blocks that do not compress: the whole spec pipeline (parse, resolve, canonical form)
+    text = ":".join(["H", "A", "Mb", "mA-MoE", "[H | mA]", "Alg"][i * 7 % 6] for i in range(860))
+    assert 900 < topo.size(topo.parse(text)) <= topo.MAX_BLOCKS
+    start = time.perf_counter()
+    spec = spec_from_topology(text)
+    spec.identity()
+    assert time.perf_counter() - start < 5.0
+
+
+def test_spec_files_past_the_size_limit_are_refused_unread(tmp_path):
+    path = tmp_path / "big.mad"
+    path.write_text("name: big\ndim: 128\ntopology: H\n" + "# padding\n" * 20_000)
+    with pytest.raises(MadslError, match="larger than 128 KiB") as info:
+        load_spec(path)
+    assert info.value.location.file == str(path)
+
+
+def madsl(*args):
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "madsl", *args], capture_output=True, text=True, timeout=60)
+    return proc, time.perf_counter() - start
+
+
+@pytest.mark.parametrize("args,message", [
+    (["check", "/dev/zero"], "larger than 128 KiB"),
+    (["check", "README.md/x.mad"], "cannot read"),
+    (["compile", "-t", "(" * 400 + "H" + ")" * 400], "nested more than 32 deep"),
+    (["expand", "(H)x" + HUGE], "beyond the limit"),
+    (["compile", "-t", "A{rotary_base=1e999}"], "out of range"),
+])
+def test_cli_bad_input_exits_2_without_traceback(args, message):
+    proc, seconds = madsl(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and message in proc.stderr, proc.stderr
+    assert seconds < 10
+
+
+def test_cli_a_million_block_spec_is_refused_before_parsing(tmp_path):
+    path = tmp_path / "million.mad"
+    path.write_text("name: m\ndim: 128\ntopology: (H:A)x500000\n")
+    proc, _ = madsl("check", str(path))
+    assert proc.returncode == 2 and "beyond the limit" in proc.stderr and f"{path}:3:" in proc.stderr, proc.stderr
