@@ -24,17 +24,49 @@ class BudgetError(ValueError):
 
 
 def parse_quantity(value: Any) -> float:
+    """A count (parameters, state, FLOPs): a finite number, at least 0."""
     if isinstance(value, bool):
         raise BudgetError(f"expected a number, got {value!r}")
     if isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise BudgetError(f"expected a finite number, got {value!r}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond any float
+            number = math.inf
+        return _counted(number, value)
     if isinstance(value, str):
         match = _QUANTITY.match(value)
         if match:
-            return float(match.group(1)) * _SUFFIX[match.group(2)]
-    raise BudgetError(f"expected a number such as 4096, 500k or 1.2M, got {value!r}")
+            return _counted(float(match.group(1)) * _SUFFIX[match.group(2)], value)
+    raise BudgetError(f"expected a number such as 4096, 500k or 1.2M, got {_shown(value)}")
+
+
+def _counted(number: float, written: Any) -> float:
+    if not math.isfinite(number):
+        raise BudgetError(f"expected a finite number, got {_shown(written)}")
+    if number < 0:
+        raise BudgetError(f"a budget counts something and cannot be negative, got {_shown(written)}")
+    return number
+
+
+def parse_tolerance(text: str) -> float:
+    """A relative tolerance written as 5% or 0.05: finite and at least 0."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise BudgetError(f"expected a tolerance such as 5% or 0.05, got {_shown(text)}") from None
+    if not math.isfinite(value):
+        raise BudgetError(f"expected a finite tolerance such as 5% or 0.05, got {_shown(text)}")
+    if value < 0:
+        raise BudgetError("a tolerance cannot be negative")
+    return value
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = repr(value)
+    except ValueError:  # an integer past Python's 4,300-digit limit on printing
+        return "an integer of more than 4,300 digits"
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text):,} characters)"
 
 
 @dataclass(frozen=True)
@@ -59,11 +91,12 @@ class Bound:
 
 
 def parse_bound(value: Any) -> Bound:
-    text = str(value)
+    """A budget as written in a spec; raises BudgetError for anything that is not a bound on a count."""
+    text = value if isinstance(value, str) else _shown(value)
     if isinstance(value, dict):
         unknown = set(value) - {"min", "max"}
         if unknown or not value:
-            raise BudgetError(f"a budget mapping takes 'min' and/or 'max', got {sorted(map(str, value))}")
+            raise BudgetError(f"a budget mapping takes 'min' and/or 'max', got {sorted(map(_shown, value))}")
         low = parse_quantity(value["min"]) if "min" in value else -math.inf
         high = parse_quantity(value["max"]) if "max" in value else math.inf
         if low > high:
@@ -78,14 +111,14 @@ def parse_bound(value: Any) -> Bound:
         tolerance = _TOLERANCE.match(value)
         if tolerance:
             center = parse_quantity(tolerance.group(1))
-            amount = float(tolerance.group(2))
             unit = tolerance.group(3)
-            if amount < 0:
-                raise BudgetError("a tolerance cannot be negative")
-            delta = abs(center) * amount / 100 if unit == "%" else amount * _SUFFIX[unit]
+            if unit == "%":
+                delta = center * parse_tolerance(tolerance.group(2) + "%")
+            else:
+                delta = parse_quantity(tolerance.group(2) + unit)
             return Bound(center - delta, center + delta, text)
         if "±" in value or "+-" in value:
-            raise BudgetError(f"expected VALUE ± TOLERANCE such as '4096 ± 0%' or '500k ± 10%', got {value!r}")
+            raise BudgetError(f"expected VALUE ± TOLERANCE such as '4096 ± 0%' or '500k ± 10%', got {_shown(value)}")
     center = parse_quantity(value)
     return Bound(center, center, text)
 

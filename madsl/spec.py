@@ -173,18 +173,46 @@ class Spec:
 
 
 def resolve_channels(spec: Spec) -> topo.Topology:
-    """The expanded topology with every block's channel mixer made explicit or elided
-    when it is the spec's default (so `H` and `H-Sg` print alike under Sg)."""
+    """The expanded topology as one model has one form: overrides that restate a symbol's
+    value dropped (`A{heads=1}` is `A` where A has one head) and every block's channel
+    mixer elided when it is the one the block gets anyway (`H` and `H-Sg` under Sg)."""
+    restated: dict[topo.Layer, topo.Layer] = {}
+
+    def bare(layer: topo.Layer) -> topo.Layer:
+        if layer not in restated:
+            restated[layer] = _without_restated(spec, layer)
+        return restated[layer]
+
     def fix(block: topo.Block) -> topo.Block:
-        channel = block.channel
+        mixer = block.mixer
+        mixer = topo.Parallel(tuple(map(bare, mixer.branches)), mixer.span) if isinstance(mixer, topo.Parallel) \
+            else bare(mixer)
+        channel = bare(block.channel) if block.channel is not None else None
         if channel is not None and not channel.overrides and not channel.tag:
             # written as what the block would get anyway (`H-Sg` under Sg, `Mb-none`): elide it
-            implied = spec.channel_for(topo.Block(block.mixer, None))
+            implied = spec.channel_for(topo.Block(mixer, None))
             if (implied.symbol if implied else topo.NO_CHANNEL) == channel.symbol:
                 channel = None
-        return topo.Block(block.mixer, channel)
+        return topo.Block(mixer, channel)
 
     return topo.map_blocks(topo.expand(spec.topology), fix)
+
+
+def _without_restated(spec: Spec, layer: topo.Layer) -> topo.Layer:
+    """The layer without the overrides whose value (as the primitive reads it: 10000 for a
+    float is 10000.0) is the symbol's own."""
+    definition = spec.symbols.get(layer.symbol)
+    if not layer.overrides or definition is None:
+        return layer
+    entry = stdlib.primitives()[definition.primitive]
+    resolved = spec.primitive_for(layer).config()
+    try:
+        own = entry.cls.create(spec.dim, dict(definition.params)).config()
+    except ConfigError:  # the symbol alone is invalid here (only its overrides make it valid)
+        own = definition.params
+    kept = tuple((k, v) for k, v in layer.overrides
+                 if not (type(resolved[k]) is type(own.get(k)) and resolved[k] == own.get(k)))
+    return layer if len(kept) == len(layer.overrides) else topo.Layer(layer.symbol, kept, layer.tag, layer.span)
 
 
 def _mixes_both(spec: Spec, block: topo.Block) -> bool:

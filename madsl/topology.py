@@ -477,14 +477,26 @@ def map_blocks(topology: Topology, fn) -> Topology:
 
 # --- printing -----------------------------------------------------------------------
 
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # the grammar's NAME: a value that may go unquoted
+_KEYWORDS = ("true", "false", "null")  # words that read back as true, false and null (any case)
+
+
 def _value(v: Value) -> str:
+    """A value as the parser reads it back: the same value of the same type."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if v is None:
         return "null"
     if isinstance(v, str):
-        return v if v.isidentifier() else f'"{v}"'
-    return repr(v)
+        if _WORD.fullmatch(v) and v.lower() not in _KEYWORDS:
+            return v
+        for quote in "\"'":  # the grammar has no escapes: a string with both quotes cannot be written
+            if quote not in v:
+                return f"{quote}{v}{quote}"
+        raise ValueError(f"{v!r} contains both quote characters and cannot be written in a topology")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(f"{v!r} cannot be written in a topology: numbers are finite")
+    return repr(v)  # ints, and floats in Python's shortest round-tripping form (1e+16, 0.1)
 
 
 def _settings_text(settings: Settings) -> str:

@@ -104,3 +104,51 @@ def test_cli_a_million_block_spec_is_refused_before_parsing(tmp_path):
     path.write_text("name: m\ndim: 128\ntopology: (H:A)x500000\n")
     proc, _ = madsl("check", str(path))
     assert proc.returncode == 2 and "beyond the limit" in proc.stderr and f"{path}:3:" in proc.stderr, proc.stderr
+
+
+# --- one model, one identity -------------------------------------------------------------
+
+@pytest.mark.parametrize("a,b", [
+    ("A{heads=1}", "A"), ("A{rotary_base=10000}", "A"), ("H-Sg{inner=512}", "H"), ("A{heads=1}:A", "(A)x2"),
+    ("[A{heads=1} | H]-MoE", "[A | H]-MoE"), ("Mb{d_state=4}-none", "Mb"), ("A#t{heads=1}:H:A#t", "A#t:H:A#t"),
+])
+def test_overrides_that_restate_a_default_do_not_change_the_identity(a, b):
+    assert spec_from_topology(a).identity() == spec_from_topology(b).identity()
+    assert spec_from_topology(a).canonical() == spec_from_topology(b).canonical()
+
+
+def test_overrides_compare_with_the_spec_s_own_symbol_values(tmp_path):
+    def spec(topology):
+        path = tmp_path / "s.mad"
+        path.write_text(f"name: s\ndim: 128\ntopology: '{topology}'\nlayers:\n  A: {{heads: 4}}\n")
+        return load_spec(path)
+
+    assert spec("A{heads=4}").identity() == spec("A").identity()
+    assert spec("A{heads=1}").canonical() == "A{heads=1}"  # not this spec's A any more
+    assert spec_from_topology("A{heads=2}").identity() != spec_from_topology("A").identity()
+
+
+# --- budgets -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bound,message", [
+    ("-5", "cannot be negative"), ("1e400", "finite"), ("1.0e+400", "finite"), (".nan", "finite"),
+    ("<= -1", "cannot be negative"), ("{max: 1e400}", "finite"), ("{min: -1k}", "cannot be negative"),
+    ("500k ± 1e400%", "finite"), ("500k ± -5", "cannot be negative"), ("500k ± -5%", "cannot be negative"),
+    ("-5 ± 10%", "cannot be negative"),
+])
+def test_budgets_that_bound_nothing_are_bad_input(tmp_path, bound, message):
+    path = tmp_path / "b.mad"
+    path.write_text(f"name: b\ndim: 128\ntopology: H\nbudget:\n  params: {bound}\n")
+    with pytest.raises(MadslError, match=message) as info:
+        load_spec(path)
+    assert (info.value.location.line, info.value.location.column) == (5, 11)
+
+
+def test_cli_bad_budgets_and_tolerances_exit_2(tmp_path):
+    path = tmp_path / "b.mad"
+    path.write_text("name: b\ndim: 128\ntopology: H\nbudget:\n  params: -5\n")
+    proc, _ = madsl("check", str(path))
+    assert proc.returncode == 2 and f"{path}:5:11" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    for tolerance in ("nan", "inf", "-1%"):
+        proc, _ = madsl("check", "specs/paper/hyena-sg.mad", "--iso-params", tolerance)
+        assert proc.returncode == 2 and "--iso-params" in proc.stderr, proc.stdout + proc.stderr

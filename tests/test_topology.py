@@ -89,3 +89,23 @@ def test_bad_topologies_give_located_errors(text, message):
     rendered = err.render()
     assert err.location.line == 1 and err.location.column >= 1
     assert "^" in rendered and "-->" in rendered
+
+
+@pytest.mark.parametrize("text,printed", [
+    ('A{heads="true"}', 'A{heads="true"}'), ("A{heads='NULL'}", 'A{heads="NULL"}'), ("A{x=True}", "A{x=true}"),
+    ('A{x="é"}', 'A{x="é"}'), ("A{x='say \"hi\"'}", "A{x='say \"hi\"'}"), ('A{x="it\'s"}', 'A{x="it\'s"}'),
+    ('A{x="4"}', 'A{x="4"}'), ('A{x=""}', 'A{x=""}'), ('A{x="a b,}"}', 'A{x="a b,}"}'), ("A{x=1e16}", "A{x=1e+16}"),
+    ("A{x=1.5e-7}", "A{x=1.5e-07}"), ("A{x=-3}", "A{x=-3}"), ('A{x="inf"}', "A{x=inf}"),
+])
+def test_canonical_values_read_back_as_the_same_value_and_type(text, printed):
+    parsed = topo.parse(text)
+    assert topo.canonical(parsed) == printed
+    again = topo.parse(printed)
+    assert again == parsed
+    assert [type(v) for _, v in again[0].mixer.overrides] == [type(v) for _, v in parsed[0].mixer.overrides]
+
+
+def test_equal_values_of_different_types_are_different_layers():
+    # 1 == 1.0 == True in Python; in a topology they are three different settings
+    assert topo.canonical(topo.parse("A{x=1}:A{x=1.0}:A{x=true}")) == "A{x=1}:A{x=1.0}:A{x=true}"
+    assert topo.canonical(topo.parse("A{x=1}:A{x=1}")) == "2A{x=1}"

@@ -138,16 +138,12 @@ def _block_symbols(block) -> list[str]:
 
 def _parse_tolerance(text: str) -> float:
     """A relative tolerance written as 5% or 0.05."""
+    from madsl.budget import BudgetError, parse_tolerance
+
     try:
-        if text.endswith("%"):
-            value = float(text[:-1]) / 100
-        else:
-            value = float(text)
-    except ValueError:
-        raise MadslError(f"--iso-params takes a tolerance such as 5% or 0.05, got {text!r}") from None
-    if value < 0:
-        raise MadslError("--iso-params tolerance cannot be negative")
-    return value
+        return parse_tolerance(text)
+    except BudgetError as err:
+        raise MadslError(f"--iso-params: {err}") from None
 
 
 def cmd_check(args) -> int:
