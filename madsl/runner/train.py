@@ -22,7 +22,6 @@ This module knows nothing of the results store or of executors.
 from __future__ import annotations
 
 import math
-import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -33,12 +32,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from madsl.runner.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from madsl.runner.heads import TaskModel
 from madsl.runner.protocols import TrainSettings
 
 IGNORE = -100
 BETAS = (0.9, 0.98)
-CHECKPOINT_VERSION = 1
 EVAL_BATCH = 128  # evaluation batches are at least this large (no gradients: memory is not the limit)
 
 
@@ -197,42 +196,10 @@ def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=generator)
 
 
-def _rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed % 2**32)
-
-
-def save_checkpoint(path: Path, state: dict) -> None:
-    """Atomic: write a temporary file beside it, fsync, then rename over the old one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: Path) -> dict | None:
-    if not path.exists():
-        return None
-    return torch.load(path, map_location="cpu", weights_only=False)
 
 
 def _loss(model: TaskModel, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -329,27 +296,30 @@ class RunState:
                         build_model: Callable[[], TaskModel], device: torch.device, num_train: int,
                         num_classes: int) -> "RunState":
         """The run where `checkpoint` (from `to_checkpoint`) left it, RNG states included."""
-        state = cls.start(settings, build_model, device, num_train, num_classes)
-        state.model.load_state_dict(checkpoint["model"])
-        state.optimizer.load_state_dict(checkpoint["optimizer"])
-        state.scheduler.load_state_dict(checkpoint["scheduler"])
-        state.train_metrics.load_state_dict(checkpoint["train_metrics"])
-        state.epoch, state.step = checkpoint["epoch"], checkpoint["step"]
-        state.epoch_seconds, state.train_seconds = checkpoint["epoch_seconds"], checkpoint["train_seconds"]
-        state.history = [EpochMetrics(**h) for h in checkpoint["history"]]
-        state.best = EpochMetrics(**checkpoint["best"]) if checkpoint["best"] else None
-        state.best_state = checkpoint.get("best_state")
-        state.finished = checkpoint["finished"]
-        state.length_evals = list(checkpoint.get("length_evals", []))
-        _set_rng_state(checkpoint["rng"])
-        return state
+        return cls.start(settings, build_model, device, num_train, num_classes).restore(checkpoint)
+
+    def restore(self, checkpoint: Mapping[str, Any]) -> "RunState":
+        """Load `checkpoint` into this freshly started state (KeyError / TypeError / ... if it does not fit)."""
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        self.train_metrics.load_state_dict(checkpoint["train_metrics"])
+        self.epoch, self.step = int(checkpoint["epoch"]), int(checkpoint["step"])
+        self.epoch_seconds, self.train_seconds = float(checkpoint["epoch_seconds"]), float(checkpoint["train_seconds"])
+        self.history = [EpochMetrics(**h) for h in checkpoint["history"]]
+        self.best = EpochMetrics(**checkpoint["best"]) if checkpoint["best"] else None
+        self.best_state = checkpoint.get("best_state")
+        self.finished = bool(checkpoint["finished"])
+        self.length_evals = list(checkpoint.get("length_evals", []))
+        set_rng_state(checkpoint["rng"])
+        return self
 
     def to_checkpoint(self, result: RunResult | None = None) -> dict:
         return {
-            "version": CHECKPOINT_VERSION, "settings": asdict(self.settings),
+            "settings": asdict(self.settings),
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(), "train_metrics": self.train_metrics.state_dict(),
-            "rng": _rng_state(), "epoch": self.epoch, "step": self.step, "epoch_seconds": self.epoch_seconds,
+            "rng": rng_state(), "epoch": self.epoch, "step": self.step, "epoch_seconds": self.epoch_seconds,
             "train_seconds": self.train_seconds, "history": [asdict(h) for h in self.history],
             "best": asdict(self.best) if self.best else None, "best_state": self.best_state,
             "finished": self.finished, "length_evals": self.length_evals,
@@ -477,14 +447,21 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
     num_train = train_data.inputs.shape[0]
 
     saved = load_checkpoint(checkpoint_path) if checkpoint_path is not None else None
-    if saved is None:
-        state = RunState.start(settings, build_model, device, num_train, num_classes)
-    else:
-        if saved.get("version") != CHECKPOINT_VERSION or saved.get("settings") != asdict(settings):
-            raise RuntimeError(f"checkpoint {checkpoint_path} belongs to another run; delete it to start over")
+    if saved is not None:
+        if saved.get("settings") != asdict(settings):
+            raise CheckpointError(checkpoint_path, "belongs to another run (other training settings)")
         if saved.get("result") is not None:  # finished, only the bookkeeping was lost
-            return RunResult.from_dict(saved["result"])
-        state = RunState.from_checkpoint(saved, settings, build_model, device, num_train, num_classes)
+            try:
+                return RunResult.from_dict(saved["result"])
+            except (KeyError, TypeError, ValueError) as err:
+                raise CheckpointError(checkpoint_path, f"holds a malformed result ({type(err).__name__})") from None
+    state = RunState.start(settings, build_model, device, num_train, num_classes)
+    if saved is not None:
+        try:
+            state.restore(saved)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as err:
+            raise CheckpointError(checkpoint_path, f"does not hold this run's state ({type(err).__name__}: "
+                                                   f"{str(err)[:200]})") from None
     data = RunData.from_tasks(train_data, test_data, device)
     checkpointer = Checkpointer(checkpoint_path, hooks.checkpoint_every_s)
 

@@ -1,0 +1,167 @@
+"""Checkpoints are data: a file beside a results database never runs code, and a failed write leaves nothing."""
+from __future__ import annotations
+
+import errno
+import io
+import pickle
+import random
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+import torch
+
+from madsl.runner import checkpoint as checkpoints
+from madsl.runner.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from madsl.runner.executor import Reporter
+from madsl.runner.heads import TaskModel
+from madsl.runner.protocols import TrainSettings
+from madsl.runner.store import Store
+from madsl.runner.train import train_run
+from runner_helpers import TOY_TASKS, StandInModel, run_rows, run_toy_eval
+
+torch.set_num_threads(1)
+
+
+class Planted:
+    """A pickle that, if ever unpickled by a full unpickler, creates `marker`."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _pending_run(db):
+    """A run stopped after its first epoch: pending, with a checkpoint the next eval resumes from."""
+    class StopAfterOneEpoch(Reporter):
+        stop = False
+
+        def epoch(self, job, metrics):
+            self.stop = True
+
+    reporter = StopAfterOneEpoch()
+    run_toy_eval(db, epochs=3, reporter=reporter, stop_requested=lambda: reporter.stop)
+    run = run_rows(db)[0]
+    assert run["status"] == "pending"
+    path = Store(db).checkpoint_path(run["run_id"])
+    assert load_checkpoint(path)["epoch"] >= 1
+    return path
+
+
+@pytest.mark.parametrize("wrapping", ["pickle", "torch.save"])
+def test_a_planted_pickle_at_a_pending_runs_checkpoint_never_runs(tmp_path, wrapping):
+    db = tmp_path / "r.db"
+    path = _pending_run(db)
+    marker = tmp_path / "pwned"
+    planted = {"format": checkpoints.FORMAT, "version": checkpoints.VERSION, "model": Planted(marker)}
+    if wrapping == "pickle":
+        path.write_bytes(pickle.dumps(planted))
+    else:
+        torch.save(planted, path)
+    content = path.read_bytes()
+
+    summary = run_toy_eval(db, epochs=3)
+    assert not marker.exists()
+    assert len(summary["failed"]) == 1 and not summary["complete"]
+    run = run_rows(db)[0]
+    assert run["status"] == "failed" and str(path) in run["error"] and "not loaded" in run["error"]
+    assert path.read_bytes() == content  # left for its owner to look at, not deleted behind their back
+
+    path.unlink()  # as the error says: delete it and the run starts over
+    assert run_toy_eval(db, epochs=3)["done"] == 1 and not marker.exists()
+    assert run_rows(db)[0]["status"] == "done"
+
+
+def _real_checkpoint_bytes(tmp_path) -> bytes:
+    path = tmp_path / "real.pt"
+    save_checkpoint(path, {"epoch": 1, "weights": torch.randn(64, 64)})
+    return path.read_bytes()
+
+
+NOT_CHECKPOINTS = {
+    "garbage bytes": lambda tmp: bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8)),
+    "empty": lambda tmp: b"",
+    "truncated": lambda tmp: _real_checkpoint_bytes(tmp)[:3000],
+    "text": lambda tmp: b"epoch: 3\n",
+    "torch file without the tag": lambda tmp: _torch_bytes({"model": {"w": torch.ones(2)}, "epoch": 1}),
+    "format 1": lambda tmp: _torch_bytes({"version": 1, "epoch": 1}),
+    "newer format": lambda tmp: _torch_bytes({"format": checkpoints.FORMAT, "version": 99}),
+    "a tensor": lambda tmp: _torch_bytes(torch.ones(3)),
+}
+
+
+def _torch_bytes(obj) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_CHECKPOINTS))
+def test_a_file_that_is_not_a_checkpoint_is_an_error_naming_it(tmp_path, kind):
+    path = tmp_path / "run.pt"
+    path.write_bytes(NOT_CHECKPOINTS[kind](tmp_path))
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(path)
+    assert str(path) in str(err.value) and "delete it" in str(err.value)
+    assert "weights_only=False" not in str(err.value)  # never advise the unsafe way out
+    (tmp_path / "dir.pt").mkdir()
+    with pytest.raises(CheckpointError):
+        load_checkpoint(tmp_path / "dir.pt")
+    assert load_checkpoint(tmp_path / "missing.pt") is None
+
+
+def _toy_run(checkpoint, epochs=2, lr=3e-3):
+    task = TOY_TASKS["toy-previous"]
+    settings = dict(task.baseline)
+    train, test = task.generate(settings, "train", 0), task.generate(settings, "test", 0)
+    cfg = TrainSettings(lr=lr, wd=0.0, epochs=epochs, batch_size=32, seed=0, min_lr=1e-6, early_stop_acc=0.999)
+    return cfg, lambda: train_run(cfg, lambda: TaskModel(StandInModel(8, 16), "lm"), train, test, num_classes=8,
+                                  checkpoint_path=checkpoint)
+
+
+def test_a_tagged_checkpoint_of_another_run_or_with_missing_state_is_refused(tmp_path):
+    path = tmp_path / "run.pt"
+    cfg, run = _toy_run(path, lr=1e-3)
+    other, _ = _toy_run(path, lr=3e-3)
+    save_checkpoint(path, {"settings": asdict(other), "epoch": 1})
+    with pytest.raises(CheckpointError, match="belongs to another run"):
+        run()
+    save_checkpoint(path, {"settings": asdict(cfg), "epoch": 1, "result": None})  # the model is missing
+    with pytest.raises(CheckpointError, match="does not hold this run's state"):
+        run()
+
+
+def test_rng_states_round_trip_through_a_data_only_file(tmp_path):
+    torch.manual_seed(1), np.random.seed(2), random.seed(3)
+    np.random.standard_normal()  # leaves numpy a cached gaussian
+    save_checkpoint(tmp_path / "rng.pt", {"rng": rng_state()})
+    expected = (torch.rand(3), np.random.standard_normal(3), random.random())
+    torch.manual_seed(7), np.random.seed(7), random.seed(7)
+    set_rng_state(load_checkpoint(tmp_path / "rng.pt")["rng"])
+    drawn = (torch.rand(3), np.random.standard_normal(3), random.random())
+    assert torch.equal(drawn[0], expected[0]) and np.array_equal(drawn[1], expected[1]) and drawn[2] == expected[2]
+
+
+@pytest.mark.parametrize("fail_in", ["write", "fsync", "rename"])
+def test_a_failed_checkpoint_write_leaves_no_partial_file(tmp_path, monkeypatch, fail_in):
+    path = tmp_path / "checkpoints" / "run.pt"
+    save_checkpoint(path, {"epoch": 1})
+    disk_full = OSError(errno.ENOSPC, "No space left on device")
+
+    def partial_save(obj, f):
+        f.write(b"PK\x03\x04 half a zip")
+        raise disk_full
+
+    def fail(*args, **kwargs):
+        raise disk_full
+
+    target = {"write": (checkpoints.torch, "save", partial_save), "fsync": (checkpoints.os, "fsync", fail),
+              "rename": (checkpoints.os, "replace", fail)}[fail_in]
+    monkeypatch.setattr(*target)
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint(path, {"epoch": 2})
+    monkeypatch.undo()
+    assert [p.name for p in path.parent.iterdir()] == ["run.pt"]
+    assert load_checkpoint(path)["epoch"] == 1  # the previous checkpoint, whole
