@@ -51,6 +51,14 @@ def primitives() -> dict[str, PrimitiveEntry]:
     return out
 
 
+def primitive(name: str, dim: int, **params: Any) -> Primitive:
+    """The primitive `name` at width `dim`: its stdlib defaults with `params` over them,
+    validated (ConfigError otherwise). `.build()` gives its torch module, e.g.
+    `primitive("mamba", 64, d_state=16).build()`."""
+    entry = primitives()[name]
+    return entry.cls.create(dim, {**entry.defaults, **params})
+
+
 @cache
 def symbols() -> dict[str, SymbolEntry]:
     data = yaml.safe_load((stdlib_dir() / "symbols.yaml").read_text(encoding="utf-8"))

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import torch
 
-from madsl.stdlib import primitives
+from madsl.stdlib import primitive
 
 
 def make(name: str, dim: int, **overrides):
     """(accounting primitive, torch module) for a primitive at the stdlib defaults plus overrides."""
-    entry = primitives()[name]
-    prim = entry.cls.create(dim, {**entry.defaults, **overrides})
+    prim = primitive(name, dim, **overrides)
     return prim, prim.build()
 
 

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from madsl.primitives.attention import Attention as AttentionPrimitive
+
 
 def _rotate_half(x: Tensor) -> Tensor:
     first, second = x.chunk(2, dim=-1)
@@ -33,17 +35,15 @@ def _apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int, head_dim: int | None, rotary: bool,
-                 rotary_base: float, bias: bool):
+    def __init__(self, p: AttentionPrimitive):
         super().__init__()
-        self.dim = dim
-        self.heads = heads
-        self.head_dim = head_dim if head_dim is not None else dim // heads
-        self.rotary = rotary
-        self.rotary_base = float(rotary_base)
-        inner = heads * self.head_dim
-        self.qkv = nn.Linear(dim, 3 * inner, bias=bias)
-        self.out = nn.Linear(inner, dim, bias=bias)
+        self.dim = p.dim
+        self.heads = p.heads
+        self.head_dim = p.inner_head_dim
+        self.rotary = p.rotary
+        self.rotary_base = float(p.rotary_base)
+        self.qkv = nn.Linear(p.dim, 3 * p.inner, bias=p.bias)
+        self.out = nn.Linear(p.inner, p.dim, bias=p.bias)
         # cos/sin tables of the rotary embedding, grown on demand (no parameters, not saved).
         self._rotary_cache: tuple[Tensor, Tensor] | None = None
         self.reset_parameters()

@@ -23,6 +23,7 @@ entry (empty, shape (B, 0), for the cached filters).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -285,8 +286,6 @@ class RationalFilter(nn.Module):
 
     def __init__(self, channels: int, filter_states: int, filter_length: int):
         super().__init__()
-        if filter_length <= filter_states:
-            raise ValueError(f"filter_length={filter_length} must exceed the order filter_states={filter_states}")
         self.channels = channels
         self.filter_states = filter_states
         self.filter_length = filter_length
@@ -425,9 +424,6 @@ class FNOFilter(nn.Module):
 
     def __init__(self, channels: int, filter_modes: int, filter_length: int):
         super().__init__()
-        if filter_modes > filter_length // 2 + 1:
-            raise ValueError(f"filter_modes={filter_modes} exceeds the {filter_length // 2 + 1} frequencies "
-                             f"of filter_length={filter_length}")
         self.channels = channels
         self.filter_length = filter_length
         self.weight_real = nn.Parameter(torch.rand(channels, filter_modes))
@@ -555,8 +551,6 @@ class HyenaFilter(nn.Module):
                  reference_length: int = 1024, sine_frequency: float = 1.0,
                  fast_decay_pct: float = 0.3, slow_decay_pct: float = 1.5, decay_target: float = 1e-2):
         super().__init__()
-        if filter_emb_dim < 3 or filter_emb_dim % 2 == 0:
-            raise ValueError("filter_emb_dim must be odd and >= 3 (time plus sine/cosine pairs)")
         self.channels = channels
         self.filter_emb_dim = filter_emb_dim
         self.reference_length = reference_length
@@ -604,30 +598,22 @@ class HyenaFilter(nn.Module):
 LongFilter = ModalFilter | S4DFilter | RationalFilter | Conv1dFilter | FNOFilter | CKConvFilter | HyenaFilter
 
 
-def build_filter(kind: str, channels: int, *, filter_states: int | None = None, filter_order: int | None = None,
-                 filter_emb_dim: int | None = None, filter_size: int | None = None, filter_modes: int | None = None,
-                 filter_length: int | None = None) -> LongFilter:
-    """The filter module named by a layer's `filter` hyperparameter (the kinds of
-    madsl.primitives.filters.FILTERS); only the hyperparameters the kind uses are read."""
-    def need(name: str, value: int | None) -> int:
-        if value is None:
-            raise ValueError(f"filter {kind!r} needs {name}")
-        return value
+# The module of each filter family, from the filter's channel count and the layer's filter
+# sizes (`madsl.primitives.filters.FILTER_FIELDS`, validated there by `validate_filter`).
+FILTER_MODULES: dict[str, Callable[..., nn.Module]] = {
+    "modal": lambda channels, sizes: ModalFilter(channels, sizes["filter_states"]),
+    "s4d": lambda channels, sizes: S4DFilter(channels, sizes["filter_states"]),
+    "rational": lambda channels, sizes: RationalFilter(channels, sizes["filter_states"], sizes["filter_length"]),
+    "conv1d": lambda channels, sizes: Conv1dFilter(channels, sizes["filter_size"]),
+    "fno": lambda channels, sizes: FNOFilter(channels, sizes["filter_modes"], sizes["filter_length"]),
+    "ckconv": lambda channels, sizes: CKConvFilter(channels, sizes["filter_order"], sizes["filter_length"]),
+    "hyena": lambda channels, sizes: HyenaFilter(channels, sizes["filter_order"], sizes["filter_emb_dim"],
+                                                 reference_length=sizes["filter_length"]),
+}
 
-    if kind == "modal":
-        return ModalFilter(channels, need("filter_states", filter_states))
-    if kind == "s4d":
-        return S4DFilter(channels, need("filter_states", filter_states))
-    if kind == "rational":
-        return RationalFilter(channels, need("filter_states", filter_states), need("filter_length", filter_length))
-    if kind == "conv1d":
-        return Conv1dFilter(channels, need("filter_size", filter_size))
-    if kind == "fno":
-        return FNOFilter(channels, need("filter_modes", filter_modes), need("filter_length", filter_length))
-    if kind == "ckconv":
-        return CKConvFilter(channels, need("filter_order", filter_order), need("filter_length", filter_length))
-    if kind == "hyena":
-        extra = {} if filter_length is None else {"reference_length": filter_length}
-        return HyenaFilter(channels, need("filter_order", filter_order), need("filter_emb_dim", filter_emb_dim),
-                           **extra)
-    raise ValueError(f"unknown filter {kind!r} (expected modal, s4d, rational, conv1d, fno, ckconv or hyena)")
+
+def build_filter(kind: str, channels: int, **sizes: int) -> nn.Module:
+    """The filter module named by a layer's `filter` hyperparameter (the kinds of
+    madsl.primitives.filters.FILTERS) with `channels` channels; `sizes` are the layer's
+    filter hyperparameters (each kind reads the ones it uses)."""
+    return FILTER_MODULES[kind](channels, sizes)

@@ -25,20 +25,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from madsl.primitives.gla import GatedLinearAttention as GLAPrimitive
 from madsl.kernels.gla import fla_chunk_gla, gla_chunked, gla_fla_chunk, gla_recurrent, gla_step
 
 Kernel = Literal["auto", "chunked", "recurrent", "fla"]
 
 
 class GatedLinearAttention(nn.Module):
-    def __init__(self, dim: int, heads: int, key_dim: int | None, value_dim: int | None,
-                 gate_low_rank: int, gate_normalizer: float, output_gate: bool):
+    def __init__(self, p: GLAPrimitive):
         super().__init__()
+        dim, heads, gate_low_rank, output_gate = p.dim, p.heads, p.gate_low_rank, p.output_gate
         self.dim = dim
         self.heads = heads
-        self.key_dim = key_dim if key_dim is not None else dim // heads
-        self.value_dim = value_dim if value_dim is not None else dim // heads
-        self.gate_normalizer = float(gate_normalizer)
+        self.key_dim = p.dk
+        self.value_dim = p.dv
+        self.gate_normalizer = float(p.gate_normalizer)
         self.output_gate = output_gate
         self.scale = self.key_dim ** -0.5
         self.kernel: Kernel = "auto"

@@ -28,28 +28,23 @@ from torch import Tensor, nn
 
 from madsl.kernels.fftconv import ConvMethod, causal_conv, short_causal_conv
 from madsl.layers.filters import build_filter
-from madsl.primitives.filters import FilterKind
+from madsl.primitives.filters import filter_config
+from madsl.primitives.hyena import Hyena as HyenaPrimitive
 
 
 class Hyena(nn.Module):
-    def __init__(self, dim: int, order: int, short_filter: int, filter: FilterKind, filter_states: int,
-                 filter_order: int, filter_emb_dim: int, filter_size: int, filter_modes: int, filter_length: int,
-                 bias: bool):
+    def __init__(self, p: HyenaPrimitive):
         super().__init__()
-        if order < 2:
-            raise ValueError(f"hyena: order must be at least 2, got {order}")
+        dim, bias = p.dim, p.bias
         self.dim = dim
-        self.order = order
-        self.short_filter = short_filter
+        self.order = p.order
+        self.short_filter = p.short_filter
         self.conv_method: ConvMethod = "auto"  # see madsl.kernels.fftconv.causal_conv
-        width = (order + 1) * dim
+        width = (p.order + 1) * dim
         self.in_proj = nn.Linear(dim, width, bias=bias)
         # holds the depthwise weights; applied causally by short_causal_conv (and by hand in step)
-        self.short_conv = nn.Conv1d(width, width, short_filter, groups=width, bias=bias)
-        self.long_filter = build_filter(filter, (order - 1) * dim, filter_states=filter_states,
-                                        filter_order=filter_order, filter_emb_dim=filter_emb_dim,
-                                        filter_size=filter_size, filter_modes=filter_modes,
-                                        filter_length=filter_length)
+        self.short_conv = nn.Conv1d(width, width, p.short_filter, groups=width, bias=bias)
+        self.long_filter = build_filter(p.filter, p.filter_channels, **filter_config(p))
         self.out_proj = nn.Linear(dim, dim, bias=bias)
 
     def _group(self, o: int) -> slice:

@@ -30,32 +30,26 @@ from torch import Tensor, nn
 
 from madsl.kernels.fftconv import ConvMethod, causal_conv, short_causal_conv
 from madsl.layers.filters import build_filter
-from madsl.primitives.filters import FilterKind
+from madsl.primitives.filters import filter_config
+from madsl.primitives.hyena_experts import HyenaExperts as HyenaExpertsPrimitive
 
 
 class HyenaExperts(nn.Module):
-    def __init__(self, dim: int, experts: int, expert_width: int, active: int, short_filter: int,
-                 filter: FilterKind, filter_states: int, filter_order: int, filter_emb_dim: int,
-                 filter_size: int, filter_modes: int, filter_length: int, bias: bool):
+    def __init__(self, p: HyenaExpertsPrimitive):
         super().__init__()
-        if experts * expert_width != dim:
-            raise ValueError(f"hyena_experts: experts*expert_width = {experts * expert_width} must equal dim = {dim}")
-        if not 0 < active <= experts:
-            raise ValueError(f"hyena_experts: active={active} must be in 1..experts={experts}")
+        dim, bias = p.dim, p.bias
         self.dim = dim
-        self.experts = experts
-        self.expert_width = expert_width
-        self.active = active
-        self.short_filter = short_filter
+        self.experts = p.experts
+        self.expert_width = p.expert_width
+        self.active = p.active
+        self.short_filter = p.short_filter
         self.conv_method: ConvMethod = "auto"
-        self.router = nn.Linear(dim, experts, bias=False)
+        self.router = nn.Linear(dim, p.experts, bias=False)
         self.in_proj = nn.Linear(dim, 3 * dim, bias=bias)
         # holds the depthwise weights; applied causally by short_causal_conv (and by hand in step)
-        self.short_conv = nn.Conv1d(3 * dim, 3 * dim, short_filter, groups=3 * dim, bias=bias)
-        self.long_filter = build_filter(filter, dim, filter_states=filter_states, filter_order=filter_order,
-                                        filter_emb_dim=filter_emb_dim, filter_size=filter_size,
-                                        filter_modes=filter_modes, filter_length=filter_length)
-        self.out_proj = nn.Linear(expert_width, dim, bias=bias)
+        self.short_conv = nn.Conv1d(3 * dim, 3 * dim, p.short_filter, groups=3 * dim, bias=bias)
+        self.long_filter = build_filter(p.filter, dim, **filter_config(p))
+        self.out_proj = nn.Linear(p.expert_width, dim, bias=bias)
 
     def routing_weights(self, u: Tensor) -> Tensor:
         """(..., dim) -> (..., experts): softmax over the top-`active` logits, exactly 0 elsewhere."""

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from madsl.kernels import cuda
 from madsl.kernels.selective_scan import selective_scan
+from madsl.primitives.mamba import Mamba as MambaPrimitive
 
 
 def _at_least_fp32(t: Tensor) -> Tensor:
@@ -32,6 +33,8 @@ class Mamba(nn.Module):
     """x -> in_proj -> (x, z); x -> causal depthwise conv -> SiLU -> selective SSM
     (input-dependent dt, B, C) -> + D*x -> * SiLU(z) -> out_proj.
 
+    Built from its resolved primitive (`madsl.primitives.mamba.Mamba`: hyperparameters,
+    their validation and the derived sizes d_inner and dt_rank live there).
     Shapes: d_inner = expand * dim, dt_rank = ceil(dim / 16) when None.
       in_proj   Linear(dim, 2*d_inner, bias=bias)
       conv1d    Conv1d(d_inner, d_inner, d_conv, groups=d_inner, padding=d_conv-1, bias=conv_bias)
@@ -53,44 +56,44 @@ class Mamba(nn.Module):
     d_conv of them; the oldest is never used).
     """
 
-    def __init__(self, dim: int, d_state: int = 4, d_conv: int = 4, expand: int = 2,
-                 dt_rank: int | None = None, bias: bool = False, conv_bias: bool = False,
-                 dt_min: float = 0.001, dt_max: float = 0.1, dt_scale: float = 1.0,
-                 dt_init_floor: float = 1e-4, device=None, dtype=None):
+    # dt initialisation (mamba-ssm's defaults): softplus(dt bias) log-uniform in [DT_MIN, DT_MAX]
+    DT_MIN, DT_MAX, DT_SCALE, DT_INIT_FLOOR = 0.001, 0.1, 1.0, 1e-4
+
+    def __init__(self, p: MambaPrimitive):
         super().__init__()
-        factory = {"device": device, "dtype": dtype}
+        dim, d_state, d_conv = p.dim, p.d_state, p.d_conv
         self.dim = dim
         self.d_state = d_state
         self.d_conv = d_conv
-        self.expand = expand
-        self.d_inner = expand * dim
-        self.dt_rank = dt_rank if dt_rank is not None else math.ceil(dim / 16)
+        self.expand = p.expand
+        self.d_inner = p.d_inner
+        self.dt_rank = p.rank
 
-        self.in_proj = nn.Linear(dim, 2 * self.d_inner, bias=bias, **factory)
+        self.in_proj = nn.Linear(dim, 2 * self.d_inner, bias=p.bias)
         self.conv1d = nn.Conv1d(self.d_inner, self.d_inner, kernel_size=d_conv, groups=self.d_inner,
-                                padding=d_conv - 1, bias=conv_bias, **factory)
-        self.x_proj = nn.Linear(self.d_inner, self.dt_rank + 2 * d_state, bias=False, **factory)
-        self.dt_proj = nn.Linear(self.dt_rank, self.d_inner, bias=True, **factory)
+                                padding=d_conv - 1, bias=p.conv_bias)
+        self.x_proj = nn.Linear(self.d_inner, self.dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = nn.Linear(self.dt_rank, self.d_inner, bias=True)
 
         # dt_proj keeps the variance of dt at initialisation; its bias sets dt's range.
-        dt_init_std = self.dt_rank ** -0.5 * dt_scale
+        dt_init_std = self.dt_rank ** -0.5 * self.DT_SCALE
         nn.init.uniform_(self.dt_proj.weight, -dt_init_std, dt_init_std)
-        log_dt = (torch.rand(self.d_inner, device=device)
-                  * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
-        dt = torch.exp(log_dt).clamp(min=dt_init_floor)
+        log_dt = (torch.rand(self.d_inner)
+                  * (math.log(self.DT_MAX) - math.log(self.DT_MIN)) + math.log(self.DT_MIN))
+        dt = torch.exp(log_dt).clamp(min=self.DT_INIT_FLOOR)
         inverse_softplus_dt = dt + torch.log(-torch.expm1(-dt))  # softplus(this) == dt
         with torch.no_grad():
             self.dt_proj.bias.copy_(inverse_softplus_dt)
         self.dt_proj.bias._no_reinit = True  # a model-wide "zero all biases" must skip it
 
         # S4D-real: A[d, n] = -(n + 1). Kept in float32 like mamba-ssm.
-        A = torch.arange(1, d_state + 1, dtype=torch.float32, device=device).repeat(self.d_inner, 1)
+        A = torch.arange(1, d_state + 1, dtype=torch.float32).repeat(self.d_inner, 1)
         self.A_log = nn.Parameter(torch.log(A))
         self.A_log._no_weight_decay = True
-        self.D = nn.Parameter(torch.ones(self.d_inner, device=device))  # skip connection
+        self.D = nn.Parameter(torch.ones(self.d_inner))  # skip connection
         self.D._no_weight_decay = True
 
-        self.out_proj = nn.Linear(self.d_inner, dim, bias=bias, **factory)
+        self.out_proj = nn.Linear(self.d_inner, dim, bias=p.bias)
 
     # --- parallel (training) form ------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:

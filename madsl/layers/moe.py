@@ -34,22 +34,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from madsl.primitives.moe import MoE as MoEPrimitive
+
 
 class MoE(nn.Module):
-    def __init__(self, dim: int, experts: int, expert_width: int, active: int, aux_loss_weight: float):
+    def __init__(self, p: MoEPrimitive):
         super().__init__()
+        dim, experts, expert_width = p.dim, p.experts, p.expert_width
         self.dim = dim
         self.experts = experts
         self.expert_width = expert_width
-        self.active = active
-        self.aux_loss_weight = float(aux_loss_weight)
+        self.active = p.active
+        self.aux_loss_weight = float(p.aux_loss_weight)
         self.router = nn.Linear(dim, experts, bias=False)
         self.w_gate = nn.Parameter(torch.empty(experts, dim, expert_width))
         self.w_up = nn.Parameter(torch.empty(experts, dim, expert_width))
         self.w_down = nn.Parameter(torch.empty(experts, expert_width, dim))
         # Dense while the extra FLOPs of running every expert are cheap next to the
         # overhead of gathering (benchmarks/throughput_basic.py measures both).
-        self.dense_dispatch = experts * expert_width <= 2 * dim or experts <= 2 * active
+        self.dense_dispatch = experts * expert_width <= 2 * dim or experts <= 2 * p.active
         self.aux_loss: Tensor | None = None
         self.reset_parameters()
 

@@ -41,29 +41,24 @@ from madsl.kernels.fftconv import (
     toeplitz_matrix,
 )
 from madsl.layers.filters import build_filter
-from madsl.primitives.filters import FilterKind
+from madsl.primitives.filters import filter_config
+from madsl.primitives.multihead_hyena import MultiHeadHyena as MultiHeadHyenaPrimitive
 
 
 class MultiHeadHyena(nn.Module):
-    def __init__(self, dim: int, heads: int, order: int, short_filter: int, filter: FilterKind,
-                 filter_states: int, filter_order: int, filter_emb_dim: int, filter_size: int, filter_modes: int,
-                 filter_length: int, bias: bool):
+    def __init__(self, p: MultiHeadHyenaPrimitive):
         super().__init__()
-        if order != 2:
-            raise ValueError(f"multihead_hyena: only order 2 (q, k, v) is defined, got {order}")
-        if dim % heads:
-            raise ValueError(f"multihead_hyena: heads={heads} does not divide dim={dim}")
+        dim, bias = p.dim, p.bias
         self.dim = dim
-        self.heads = heads
-        self.head_dim = dim // heads
-        self.short_filter = short_filter
+        self.heads = p.heads
+        self.head_dim = p.head_dim
+        self.short_filter = p.short_filter
         self.conv_method: ConvMethod = "auto"
-        self.in_proj = nn.Linear(dim, 3 * dim, bias=bias)
+        width = (p.order + 1) * dim  # q, k, v: the primitive admits order 2 only
+        self.in_proj = nn.Linear(dim, width, bias=bias)
         # holds the depthwise weights; applied causally by short_causal_conv (and by hand in step)
-        self.short_conv = nn.Conv1d(3 * dim, 3 * dim, short_filter, groups=3 * dim, bias=bias)
-        self.long_filter = build_filter(filter, heads, filter_states=filter_states, filter_order=filter_order,
-                                        filter_emb_dim=filter_emb_dim, filter_size=filter_size,
-                                        filter_modes=filter_modes, filter_length=filter_length)
+        self.short_conv = nn.Conv1d(width, width, p.short_filter, groups=width, bias=bias)
+        self.long_filter = build_filter(p.filter, p.heads, **filter_config(p))
         self.out_proj = nn.Linear(dim, dim, bias=bias)
 
     # ---- parallel (training) form -----------------------------------------------------------------

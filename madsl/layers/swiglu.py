@@ -11,13 +11,15 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from madsl.primitives.swiglu import SwiGLU as SwiGLUPrimitive
+
 
 class SwiGLU(nn.Module):
-    def __init__(self, dim: int, inner: int, bias: bool):
+    def __init__(self, p: SwiGLUPrimitive):
         super().__init__()
-        self.w1 = nn.Linear(dim, inner, bias=bias)  # gate
-        self.w3 = nn.Linear(dim, inner, bias=bias)  # value
-        self.w2 = nn.Linear(inner, dim, bias=bias)  # down
+        self.w1 = nn.Linear(p.dim, p.inner, bias=p.bias)  # gate
+        self.w3 = nn.Linear(p.dim, p.inner, bias=p.bias)  # value
+        self.w2 = nn.Linear(p.inner, p.dim, bias=p.bias)  # down
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

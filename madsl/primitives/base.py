@@ -111,7 +111,7 @@ class Primitive:
     def build(self):  # -> torch.nn.Module
         module_name, _, class_name = self.module.partition(":")
         cls = getattr(importlib.import_module(module_name), class_name)
-        return cls(dim=self.dim, **self.config())
+        return cls(self)
 
 
 def positive(prim: Primitive, *keys: str) -> None:

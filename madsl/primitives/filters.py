@@ -119,51 +119,68 @@ def _mlp(inputs: int, width: int, outputs: int, out_bias: bool) -> int:
     return (inputs * width + width) + 2 * (width * width + width) + width * outputs + (outputs if out_bias else 0)
 
 
-def filter_cost(kind: str, channels: int, *, filter_states: int | None = None, filter_order: int | None = None,
-                filter_emb_dim: int | None = None, filter_size: int | None = None, filter_modes: int | None = None,
-                filter_length: int | None = None) -> FilterCost:
-    """Parameters, state and featurization FLOPs of `channels` long filters of the given kind.
-    Only the hyperparameters the kind uses need to be given."""
-    def need(name: str, value: int | None) -> int:
-        if value is None:
-            raise ValueError(f"filter {kind!r} needs {name}")
-        return value
+def _modal(channels: int, n: int) -> FilterCost:
+    return FilterCost(params=4 * channels * n, fixed_state=channels * n, dynamic_per_token=0,
+                      featurization_flops_per_token=n * channels)
 
-    if kind == "modal":
-        n = need("filter_states", filter_states)
-        return FilterCost(params=4 * channels * n, fixed_state=channels * n, dynamic_per_token=0,
-                          featurization_flops_per_token=n * channels)
-    if kind == "s4d":
-        n = need("filter_states", filter_states)
-        # per mode: log(-Re A), Im A, Re C, Im C; per channel: log dt and the skip D
-        return FilterCost(params=channels * (4 * n + 2), fixed_state=channels * n, dynamic_per_token=0,
-                          featurization_flops_per_token=n * channels)
-    if kind == "rational":
-        n = need("filter_states", filter_states)
-        # denominator (n, through its reflection coefficients), numerator (n), skip h0
-        return FilterCost(params=channels * (2 * n + 1), fixed_state=channels * n, dynamic_per_token=0,
-                          featurization_flops_per_token=n * channels)
-    if kind == "conv1d":
-        taps = need("filter_size", filter_size)
-        return FilterCost(params=channels * taps, fixed_state=channels * (taps - 1), dynamic_per_token=0,
-                          featurization_flops_per_token=0)
-    if kind == "fno":
-        modes, length = need("filter_modes", filter_modes), need("filter_length", filter_length)
-        inverse_fft = round(2.5 * length * math.log2(max(length, 2))) * channels
-        return FilterCost(params=2 * channels * modes, fixed_state=0, dynamic_per_token=channels,
-                          featurization_flops_per_token=0, dynamic_cap=length - 1,
-                          featurization_flops_per_sequence=inverse_fft)
-    if kind == "ckconv":
-        width = need("filter_order", filter_order)
-        return FilterCost(params=_mlp(1, width, channels, out_bias=True), fixed_state=0,
-                          dynamic_per_token=channels, featurization_flops_per_token=width * channels)
-    if kind == "hyena":
-        width, emb = need("filter_order", filter_order), need("filter_emb_dim", filter_emb_dim)
-        sine_freq = width
-        skip = channels
-        return FilterCost(params=_mlp(emb, width, channels, out_bias=False) + sine_freq + skip, fixed_state=0,
-                          dynamic_per_token=channels, featurization_flops_per_token=width * channels)
-    raise ValueError(f"unknown filter {kind!r} (expected one of {', '.join(FILTERS)})")
+
+def _s4d(channels: int, n: int) -> FilterCost:
+    # per mode: log(-Re A), Im A, Re C, Im C; per channel: log dt and the skip D
+    return FilterCost(params=channels * (4 * n + 2), fixed_state=channels * n, dynamic_per_token=0,
+                      featurization_flops_per_token=n * channels)
+
+
+def _rational(channels: int, n: int) -> FilterCost:
+    # denominator (n, through its reflection coefficients), numerator (n), skip h0
+    return FilterCost(params=channels * (2 * n + 1), fixed_state=channels * n, dynamic_per_token=0,
+                      featurization_flops_per_token=n * channels)
+
+
+def _conv1d(channels: int, taps: int) -> FilterCost:
+    return FilterCost(params=channels * taps, fixed_state=channels * (taps - 1), dynamic_per_token=0,
+                      featurization_flops_per_token=0)
+
+
+def _fno(channels: int, modes: int, length: int) -> FilterCost:
+    inverse_fft = round(2.5 * length * math.log2(max(length, 2))) * channels
+    return FilterCost(params=2 * channels * modes, fixed_state=0, dynamic_per_token=channels,
+                      featurization_flops_per_token=0, dynamic_cap=length - 1,
+                      featurization_flops_per_sequence=inverse_fft)
+
+
+def _ckconv(channels: int, width: int) -> FilterCost:
+    return FilterCost(params=_mlp(1, width, channels, out_bias=True), fixed_state=0,
+                      dynamic_per_token=channels, featurization_flops_per_token=width * channels)
+
+
+def _hyena(channels: int, width: int, emb: int) -> FilterCost:
+    sine_freq, skip = width, channels  # one learned frequency per hidden unit; a skip per channel
+    return FilterCost(params=_mlp(emb, width, channels, out_bias=False) + sine_freq + skip, fixed_state=0,
+                      dynamic_per_token=channels, featurization_flops_per_token=width * channels)
+
+
+# Each family's cost function and the filter sizes it reads, in order.
+_FILTER_COSTS: dict[str, tuple[Any, tuple[str, ...]]] = {
+    "modal": (_modal, ("filter_states",)),
+    "s4d": (_s4d, ("filter_states",)),
+    "rational": (_rational, ("filter_states",)),
+    "conv1d": (_conv1d, ("filter_size",)),
+    "fno": (_fno, ("filter_modes", "filter_length")),
+    "ckconv": (_ckconv, ("filter_order",)),
+    "hyena": (_hyena, ("filter_order", "filter_emb_dim")),
+}
+
+
+def filter_cost(kind: str, channels: int, **sizes: int | None) -> FilterCost:
+    """Parameters, state and featurization FLOPs of `channels` long filters of the given kind.
+    Only the sizes the kind uses (FILTER_FIELDS) need to be given."""
+    if kind not in _FILTER_COSTS:
+        raise ValueError(f"unknown filter {kind!r} (expected one of {', '.join(FILTERS)})")
+    cost, needs = _FILTER_COSTS[kind]
+    missing = [name for name in needs if sizes.get(name) is None]
+    if missing:
+        raise ValueError(f"filter {kind!r} needs {missing[0]}")
+    return cost(channels, *(sizes[name] for name in needs))
 
 
 def filter_config(prim: Any) -> dict[str, int]:

@@ -1,0 +1,241 @@
+"""The primitive contract, checked for every primitive the stdlib registers.
+
+A primitive is two halves joined only by its resolved hyperparameters: the accounting
+(`madsl/primitives/<name>.py`, no torch) and the module (`madsl/layers/<name>.py`,
+built by `Primitive.build()` from the primitive itself). For every registered
+primitive, at the MAD width with the stdlib defaults, at a second width, and with each
+hyperparameter moved away from its default (generated here from the primitive's
+fields, not listed by hand), this test checks that
+
+- the module's parameters equal the accounted `params()` to the unit;
+- the module is built from the primitive alone and reads every one of its fields;
+- a sequence mixer's recurrent state, measured from `step` after L tokens, equals the
+  accounted fixed state, convolution state and KV cache (kv_cache(L));
+- step mode over a sequence equals the parallel forward (float64, perturbed weights);
+- a channel mixer mixes nothing across positions (its step is itself, token by token);
+- backward gives finite gradients to the input and to every parameter.
+
+A primitive registered in stdlib/primitives.yaml that breaks any of these fails the suite.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, Literal
+
+import pytest
+import torch
+
+from madsl.primitives.base import ConfigError, Primitive
+from madsl.stdlib import primitives
+
+torch.set_num_threads(1)
+
+MAD_WIDTH = 128
+SECOND_WIDTH = 40  # small, and not a power of two: divisibility rules get exercised
+SEQ_LEN = 11
+BATCH = 2
+STATE_KEYS = {"fixed": "fixed_state", "conv": "conv_state", "k": "kv_cache", "v": "kv_cache",
+              "cache": "kv_cache"}
+
+
+# ---- generating settings from a primitive's fields ----------------------------------------------
+
+def _valid(cls: type[Primitive], dim: int, config: dict[str, Any]) -> Primitive | None:
+    try:
+        return cls.create(dim, config)
+    except ConfigError:
+        return None
+
+
+def _alternatives(annotation: Any, value: Any) -> list[Any]:
+    """Values other than `value` that a field of this type can take, nearest first."""
+    origin, options = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):  # Optional[...]: None and a value of the type
+        inner = next(o for o in options if o is not type(None))
+        return ([None] if value is not None else [8, 4, 6]) + (
+            _alternatives(inner, value) if value is not None else [])
+    if origin is Literal:
+        return [o for o in options if o != value]
+    if annotation is bool:
+        return [not value]
+    if annotation is int:
+        return [v for v in (2 * value, value // 2, value + 1, value + 2) if v >= 1 and v != value]
+    if annotation is float:
+        return [2.0 * value, 0.5 * value] if value else [0.5]
+    return []
+
+
+def _at_width(entry, dim: int) -> Primitive | None:
+    """The stdlib defaults at width `dim`; where they do not validate there (e.g. experts x
+    expert_width must equal the width), the integer defaults are scaled with the width, one
+    at a time and then all together, and the first setting that validates is taken."""
+    fields = entry.cls.fields()
+    candidates = [dict(entry.defaults)]
+    ints = [k for k, t in fields.items() if t is int]
+    scaled = {k: max(1, round(entry.defaults[k] * dim / MAD_WIDTH)) for k in ints}
+    candidates += [{**entry.defaults, k: scaled[k]} for k in ints]
+    candidates.append({**entry.defaults, **scaled})
+    for config in candidates:
+        prim = _valid(entry.cls, dim, config)
+        if prim is not None:
+            return prim
+    return None
+
+
+def _accounting(prim: Primitive) -> tuple:
+    return (prim.params(), prim.fixed_state(), prim.conv_state(), prim.kv_cache(SEQ_LEN), prim.flops(SEQ_LEN))
+
+
+def settings(name: str) -> list[Primitive]:
+    """The settings a primitive is checked at: MAD-width defaults, a second width, and each field
+    moved to up to two valid other values. For the non-default options of a choice field
+    (e.g. Hyena's filter family), a moved field is kept only where it changes the accounting:
+    fields that only another option reads are not rebuilt for every option."""
+    entry = primitives()[name]
+    out = [entry.cls.create(MAD_WIDTH, dict(entry.defaults))]
+    base = _at_width(entry, SECOND_WIDTH)
+    assert base is not None, f"{name}: no setting validates at width {SECOND_WIDTH}"
+    out.append(base)
+    fields = entry.cls.fields()
+    choices = [k for k, t in fields.items() if typing.get_origin(t) is Literal]
+    bases = [base] + [p for k in choices for v in _alternatives(fields[k], getattr(base, k))
+                      if (p := _valid(entry.cls, base.dim, {**base.config(), k: v})) is not None]
+    for index, start in enumerate(bases):
+        for key, annotation in fields.items():
+            if key in choices:
+                continue
+            moved = [p for v in _alternatives(annotation, getattr(start, key))
+                     if (p := _valid(entry.cls, start.dim, {**start.config(), key: v})) is not None]
+            if index > 0:  # a non-default choice: only what its accounting sees
+                moved = [p for p in moved if _accounting(p) != _accounting(start)]
+            out += moved[:2]
+        if index > 0:
+            out.append(start)
+    unique = list(dict.fromkeys(out))  # primitives are frozen dataclasses: hashable, comparable
+    return unique
+
+
+CASES = [(name, prim) for name in sorted(primitives()) for prim in settings(name)]
+
+
+def _case_id(case) -> str:
+    name, prim = case
+    return f"{name}[dim={prim.dim}," + ",".join(f"{k}={v}" for k, v in prim.config().items()) + "]"
+
+
+# ---- the contract --------------------------------------------------------------------------------
+
+def _build(prim: Primitive, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return prim.build()
+
+
+def _perturbed(module: torch.nn.Module) -> torch.nn.Module:
+    """Weights moved off their structured initialisation (zero biases, ones, exact ladders), so
+    that every term of forward and step is exercised."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator, dtype=p.dtype))
+    return module
+
+
+def _aux_loss(module: torch.nn.Module) -> torch.Tensor | float:
+    aux = getattr(module, "aux_loss", None)
+    return aux if aux is not None else 0.0
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_parameters_equal_the_accounting(case):
+    name, prim = case
+    module = _build(prim)
+    assert sum(p.numel() for p in module.parameters()) == prim.params(), name
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_forward_step_state_and_backward(case):
+    name, prim = case
+    module = _perturbed(_build(prim)).double()
+    x = torch.randn(BATCH, SEQ_LEN, prim.dim, dtype=torch.float64, requires_grad=True)
+    y = module(x)
+    assert y.shape == x.shape
+
+    if prim.role == "channel":
+        # no state, and position-wise: each token alone gives the same output
+        assert (prim.fixed_state(), prim.conv_state(), prim.kv_cache(SEQ_LEN)) == (0, 0, 0)
+        alone = torch.cat([module(x[:, t:t + 1]) for t in range(SEQ_LEN)], dim=1)
+        torch.testing.assert_close(alone, y, rtol=1e-10, atol=1e-10)
+    else:
+        with torch.no_grad():
+            state = module.init_state(BATCH, dtype=torch.float64)
+            outputs = []
+            for t in range(SEQ_LEN):
+                before = {k: v.clone() for k, v in state.items()}
+                y_t, new_state = module.step(x[:, t].detach(), state)
+                assert all(torch.equal(state[k], before[k]) for k in state), "step modified its input state"
+                state = new_state
+                outputs.append(y_t)
+        torch.testing.assert_close(torch.stack(outputs, 1), y.detach(), rtol=1e-9, atol=1e-9)
+        measured = {"fixed_state": 0, "conv_state": 0, "kv_cache": 0}
+        for key, value in state.items():
+            if key in STATE_KEYS:
+                measured[STATE_KEYS[key]] += value[0].numel()
+            else:  # bookkeeping only (attention's next position): one number per sequence at most
+                assert value[0].numel() <= 1 and not value.is_floating_point(), f"unaccounted state {key!r}"
+        assert measured == {"fixed_state": prim.fixed_state(), "conv_state": prim.conv_state(),
+                            "kv_cache": prim.kv_cache(SEQ_LEN)}
+
+    (y.square().mean() + _aux_loss(module)).backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+    for pname, p in module.named_parameters():
+        assert p.grad is not None, f"{name}: {pname} gets no gradient"
+        assert torch.isfinite(p.grad).all(), f"{name}: {pname} has a non-finite gradient"
+
+
+class _Reads:
+    """Records which fields of a primitive a module's constructor reads."""
+
+    def __init__(self, prim: Primitive):
+        self.read: set[str] = set()
+        names = {f.name for f in dataclasses.fields(prim)}
+        read = self.read
+
+        class Recording(type(prim)):
+            def __getattribute__(self, attr):
+                if attr in names:
+                    read.add(attr)
+                return object.__getattribute__(self, attr)
+
+        self.prim = Recording(**{f.name: getattr(prim, f.name) for f in dataclasses.fields(prim)})
+
+
+@pytest.mark.parametrize("name", sorted(primitives()))
+def test_the_module_is_built_from_the_primitive_and_reads_every_field(name):
+    """`build()` hands the module the primitive and nothing else, and over the checked
+    settings the module reads every hyperparameter: none is ignored, and none has a second
+    default inside the module."""
+    cases = [prim for n, prim in CASES if n == name]
+    read: set[str] = set()
+    for prim in cases:
+        reads = _Reads(prim)
+        torch.manual_seed(0)
+        reads.prim.build()
+        read |= reads.read
+    fields = {f.name for f in dataclasses.fields(cases[0])}
+    assert read == fields, f"{name}: the module never reads {sorted(fields - read)}"
+    cls = primitives()[name].cls
+    module_cls = type(cases[0].build())
+    import inspect
+
+    parameters = list(inspect.signature(module_cls.__init__).parameters.values())[1:]
+    assert len(parameters) == 1 and parameters[0].default is inspect.Parameter.empty, (
+        f"{module_cls.__name__}.__init__ must take the resolved {cls.__name__} primitive alone")
+
+
+def test_every_registered_primitive_is_checked_at_several_settings():
+    counts = {name: sum(1 for n, _ in CASES if n == name) for name in primitives()}
+    assert all(count >= 4 for count in counts.values()), counts
+    assert math.prod(counts.values()) > 0
