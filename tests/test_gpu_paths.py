@@ -13,6 +13,7 @@ from madsl.kernels import cuda
 from madsl.kernels.selective_scan import selective_scan_cpu, selective_scan_reference
 from madsl.kernels.selective_scan_chunked import _largest_safe_chunk, selective_scan_chunked
 from madsl.layers.mamba import Mamba
+from madsl.stdlib import primitive
 
 
 def _inputs(batch, d_inner, d_state, length, dtype=torch.float64, delta_shift=-1.0, seed=0):
@@ -114,7 +115,7 @@ def test_mamba_fused_cuda_path_plumbing(monkeypatch, bias):
     """Mamba's mamba_inner_fn call (as on CUDA), through the stand-in: equal to the
     CPU path, forward and parameter gradients, float64."""
     torch.manual_seed(0)
-    layer = Mamba(16, d_state=4, d_conv=4, expand=2, bias=bias, conv_bias=bias).double()
+    layer = primitive("mamba", 16, d_state=4, d_conv=4, expand=2, bias=bias, conv_bias=bias).build().double()
     x = torch.randn(2, 11, 16, dtype=torch.float64)
 
     def grads():
@@ -133,7 +134,7 @@ def test_mamba_unfused_cuda_path_plumbing(monkeypatch):
     import madsl.layers.mamba as mamba_module
 
     torch.manual_seed(1)
-    layer = Mamba(16, d_state=4, d_conv=3, expand=2, conv_bias=True).double()
+    layer = primitive("mamba", 16, d_state=4, d_conv=3, expand=2, conv_bias=True).build().double()
     x = torch.randn(2, 9, 16, dtype=torch.float64)
 
     def grads():
