@@ -32,6 +32,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--db", default="madsl-results.db", help="results database (default: %(default)s)")
     p.add_argument("--workers", type=positive_int, default=1, help="runs in parallel (local processes)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--precision", choices=("fp32", "bf16", "auto"), default=None,
+                   help="fp32; bf16 (autocast, float32 master weights; exit 2 where the device has no bf16); "
+                        "auto: bf16 on a CUDA device with bf16, else fp32 (default: the spec's eval.precision, "
+                        "else fp32)")
     p.add_argument("--set", action="append", dest="settings", default=[], metavar="KEY=VALUE",
                    help="a task setting, e.g. seq_len=512, or TASK.KEY=VALUE for one task; repeatable")
     p.add_argument("--lr", type=non_negative_number, action="append", help="learning rate(s) instead of the grid's")
@@ -59,7 +63,7 @@ def cmd_eval(args) -> int:
         summary = evaluate(args.specs, tasks=args.tasks, protocol=args.protocol, db=args.db, workers=args.workers,
                            device=args.device, settings_overrides=settings, lr=args.lr, wd=args.wd,
                            epochs=args.epochs, seed=args.seed, batch_size=args.batch_size,
-                           eval_lengths=args.eval_lengths, freeze=args.freeze,
+                           eval_lengths=args.eval_lengths, freeze=args.freeze, precision=args.precision,
                            progress=not args.quiet and args.format == "text")
     except KeyboardInterrupt:
         print("aborted; rerun the same command to resume", file=sys.stderr)

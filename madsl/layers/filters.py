@@ -34,6 +34,25 @@ from madsl.kernels.fftconv import full_precision
 _ALL = slice(None)
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+class FullPrecisionFilter(nn.Module):
+    """A filter's parameters and buffers stay float32 (float64) when the model is cast
+    to half precision (`model.to(torch.bfloat16)`, `.half()`): filter generation and the
+    FFT convolution run in full precision (complex bf16 does not exist), and the layers
+    cast the filter's output to the input's dtype. Device moves apply as usual."""
+
+    def _apply(self, fn, recurse=True):
+        def keep_full_precision(t: Tensor) -> Tensor:
+            out = fn(t)
+            if out.dtype in _HALF and t.dtype not in _HALF:
+                return t.to(device=out.device)
+            return out
+
+        return super()._apply(keep_full_precision, recurse)
+
+
 def _complex_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.complex128 if dtype == torch.float64 else torch.complex64
 
@@ -102,7 +121,7 @@ def _empty_cache(channels: int, batch: int, extra: tuple[int, ...], device, dtyp
 
 # ---- state-space filters (finite state) -----------------------------------------------------------
 
-class ModalFilter(nn.Module):
+class ModalFilter(FullPrecisionFilter):
     """Sum of damped complex exponentials per channel ("modal" form of Laughing Hyena):
 
         h[c, t] = Re( sum_n R[c, n] * lambda[c, n] ** t ),   t = 0, 1, ...
@@ -176,7 +195,7 @@ class ModalFilter(nn.Module):
         return y.to(u_t.dtype), {"fixed": x}
 
 
-class S4DFilter(nn.Module):
+class S4DFilter(FullPrecisionFilter):
     """The diagonal state-space kernel of S4D (Gu et al. 2022, "On the Parameterization and
     Initialization of Diagonal State Space Models"), the long filter of H3 (Dao et al. 2022):
 
@@ -243,7 +262,7 @@ class S4DFilter(nn.Module):
         return y + _over(self.skip[channels], extra) * u_t, {"fixed": x}
 
 
-class RationalFilter(nn.Module):
+class RationalFilter(FullPrecisionFilter):
     """A rational transfer function of order n per channel (the Hyena paper's TransferFunc,
     App. A.1; RTF, Parnichkun et al. 2024, "State-Free Inference of State-Space Models: The
     Transfer Function Approach"):
@@ -360,7 +379,7 @@ class RationalFilter(nn.Module):
         return y, {"fixed": torch.cat([w.unsqueeze(-1), past[..., :-1]], dim=-1)}
 
 
-class Conv1dFilter(nn.Module):
+class Conv1dFilter(FullPrecisionFilter):
     """Explicit taps (the Hyena paper's "Conv1d" baseline, App. A.1: a regular depthwise
     convolution with a fixed filter size, 64 there): h[c, t] = weight[c, t] for t < filter_size,
     zero beyond. channels * filter_size parameters, no bias (the tap at t = 0 is the direct term).
@@ -398,7 +417,7 @@ class Conv1dFilter(nn.Module):
 
 # ---- filters without finite state (cached) --------------------------------------------------------
 
-class FNOFilter(nn.Module):
+class FNOFilter(FullPrecisionFilter):
     """Explicit in the frequency domain (Fourier Neural Operator, Li et al. 2020; the Hyena
     paper's "FNO" baseline, App. A.1, 64 modes): per channel, complex weights W_m on the lowest
     `filter_modes` frequencies of a spectrum of resolution M = `filter_length`, zero elsewhere;
@@ -455,7 +474,7 @@ class _Sin(nn.Module):
         return torch.sin(self.freq * x)
 
 
-class CKConvFilter(nn.Module):
+class CKConvFilter(FullPrecisionFilter):
     """Continuous kernel convolution (Romero et al. 2021, "CKConv"; the Hyena paper's CKConv
     baseline, App. A.1): the filter is an MLP of the time coordinate alone, with SIREN sine
     activations (Sitzmann et al. 2020), no positional features, no window, no skip:
@@ -512,7 +531,7 @@ class CKConvFilter(nn.Module):
         return _cached_step(u_t, state, channels, taps, None)
 
 
-class HyenaFilter(nn.Module):
+class HyenaFilter(FullPrecisionFilter):
     """The implicit long filter of the Hyena paper (App. A; safari's `HyenaFilter`):
 
         z(t)    = [t_n, cos(f_b w), -sin(f_b w)]                    filter_emb_dim features

@@ -76,7 +76,7 @@ class GatedLinearAttention(nn.Module):
 
     def _readout(self, o: Tensor, x: Tensor) -> Tensor:
         """o (..., heads, value_dim), x (..., dim) -> (..., dim): norm, output gate, o_proj."""
-        o = self.g_norm(o)
+        o = self.g_norm(o.to(self.g_norm.weight.dtype))  # under autocast: the norm's statistics in float32
         if self.g_proj is not None:
             o = o * F.silu(self.g_proj(x).view_as(o))
         return self.o_proj(o.flatten(-2))

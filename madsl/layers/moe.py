@@ -69,7 +69,10 @@ class MoE(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         tokens = x.reshape(-1, self.dim)
-        logits = self.router(tokens)  # (T, experts)
+        # Routing in full precision under autocast: a bf16 router flips the top-k choice of
+        # near-tied tokens, which changes the output discretely (tests/test_precision.py).
+        with torch.autocast(device_type=tokens.device.type, enabled=False):
+            logits = F.linear(tokens.to(self.router.weight.dtype), self.router.weight)  # (T, experts)
         top_logits, top_experts = logits.topk(self.active, dim=-1)  # (T, active)
         top_weights = top_logits.softmax(dim=-1)
         self.aux_loss = self._load_balancing_loss(logits, top_experts)

@@ -5,6 +5,8 @@
 """
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import signal
 import sys
@@ -21,6 +23,7 @@ from madsl.runner.protocols import (Overrides, apply_setting_overrides, budgeted
                                     check_setting_keys, get_protocol, overrides_from_spec_eval, resolve_task_names)
 from madsl.runner.report import load_scores, render_text
 from madsl.runner.report import report as _report
+from madsl.runner.precision import check_precision, resolve_precision, train_config_identity
 from madsl.runner.store import DEFAULT_DB, RunIdentity, Store, canonical_json, madsl_version, sha256
 
 DEFAULT_PROTOCOL = "quick"
@@ -239,7 +242,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
              settings_overrides: Mapping[str, Any] | None = None, lr: float | Sequence[float] | None = None,
              wd: float | Sequence[float] | None = None, epochs: int | None = None, seed: int | None = None,
              batch_size: int | None = None, eval_lengths: Sequence[int] | None = None,
-             freeze: Sequence[str] | None = None, progress: bool = True,
+             freeze: Sequence[str] | None = None, precision: str | None = None, progress: bool = True,
              model_factory: Callable[[Any], Any] | None = None, task_registry: Mapping[str, Any] | None = None,
              executor: Executor | None = None, reporter: Reporter | None = None,
              stop_requested: Callable[[], bool] | None = None) -> dict:
@@ -255,7 +258,8 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
     """
     _check_workers_and_device(workers, device)
     cli = cli_overrides(protocol=protocol, tasks=tasks, settings=settings_overrides, lr=lr, wd=wd, epochs=epochs,
-                        seed=seed, batch_size=batch_size, eval_lengths=eval_lengths, freeze=freeze)
+                        seed=seed, batch_size=batch_size, eval_lengths=eval_lengths, freeze=freeze,
+                        precision=precision)
     specs = _load_specs(spec_paths)
     if not specs:
         raise MadslError("no spec to evaluate", hint="madsl eval SPEC.mad ...")
@@ -280,6 +284,15 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
     return summary
 
 
+def _planned_device(device: str) -> str:
+    """The device kind the runs will train on (what `auto` precision resolves against)."""
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
 def _check_workers_and_device(workers: int, device: str) -> None:
     if workers < 1:
         raise MadslError(f"--workers must be at least 1, got {workers}")
@@ -294,7 +307,8 @@ def _check_workers_and_device(workers: int, device: str) -> None:
 
 def cli_overrides(protocol: str | None = None, tasks: Sequence[str] | None = ("all",),
                   settings: Mapping[str, Any] | None = None, lr=None, wd=None, epochs: int | None = None,
-                  seed=None, batch_size: int | None = None, eval_lengths=None, freeze=None) -> Overrides:
+                  seed=None, batch_size: int | None = None, eval_lengths=None, freeze=None,
+                  precision: str | None = None) -> Overrides:
     """The knobs of `evaluate` as Overrides (one value or several become tuples; None means "not set")."""
     def as_tuple(value, kind):
         if value is None:
@@ -303,10 +317,12 @@ def cli_overrides(protocol: str | None = None, tasks: Sequence[str] | None = ("a
 
     if protocol is not None:
         get_protocol(protocol)
+    if precision is not None:
+        check_precision(precision)
     return Overrides(protocol=protocol, tasks=None if tasks is None else tuple(tasks),
                      settings=dict(settings or {}), lrs=as_tuple(lr, float), wds=as_tuple(wd, float),
                      epochs=epochs, batch_size=batch_size, seeds=as_tuple(seed, int),
-                     eval_lengths=as_tuple(eval_lengths, int), freeze=as_tuple(freeze, str))
+                     eval_lengths=as_tuple(eval_lengths, int), freeze=as_tuple(freeze, str), precision=precision)
 
 
 @dataclass
@@ -345,14 +361,17 @@ def plan_evaluation(store: Store, specs: Sequence[tuple[Any, str | None]], cli: 
         factory = model_factory(spec) if model_factory is not None else CompiledSpecFactory(spec, path)
         identities = []
         for run in spec_plan.runs:
-            identity = RunIdentity(spec_hash, run.task, dict(run.settings), vars(run.train).copy(), madsl_version())
+            train = dataclasses.replace(run.train, precision=resolve_precision(run.train.precision,
+                                                                             _planned_device(device)))
+            identity = RunIdentity(spec_hash, run.task, dict(run.settings), train_config_identity(vars(train)),
+                                   madsl_version())
             identities.append((identity, spec.name))
             task = registry[run.task]
             baseline = budgeted_baseline(task, spec_plan.protocol)
             label = (f"{spec.name} · {run.task} · {_setting_label(baseline, run.settings)} · "
                      f"lr {run.train.lr:g} wd {run.train.wd:g}" + (f" · seed {run.train.seed}"
                                                                   if run.train.seed else ""))
-            jobs.append(RunJob(run_id=identity.run_id, task=task, setting=dict(run.settings), train=run.train,
+            jobs.append(RunJob(run_id=identity.run_id, task=task, setting=dict(run.settings), train=train,
                                model_factory=factory, checkpoint_path=str(store.checkpoint_path(identity.run_id)),
                                data_dir=str(store.data_dir), device=device, label=label))
         plan.runs.append((identities, spec_plan.protocol.name))

@@ -101,6 +101,7 @@ class Overrides:
     seeds: tuple[int, ...] | None = None
     eval_lengths: tuple[int, ...] | None = None
     freeze: tuple[str, ...] | None = None  # layers not trained: symbols, "#tag"s or "embedding"
+    precision: str | None = None  # fp32, bf16 or auto (madsl.runner.precision)
 
     def over(self, lower: "Overrides") -> "Overrides":
         """These overrides on top of `lower` (ours win; settings merge key by key)."""
@@ -116,7 +117,7 @@ class Overrides:
 
 # The keys a spec's `eval:` section may have, and how each maps onto Overrides.
 SPEC_EVAL_KEYS = ("protocol", "tasks", "task", "set", "lr", "wd", "epochs", "batch_size", "seed",
-                  "eval_lengths", "freeze")
+                  "eval_lengths", "freeze", "precision")
 
 
 def _as_tuple(value: Any, kind: type, key: str, where: Location) -> tuple:
@@ -186,6 +187,13 @@ def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str |
             raise MadslError(f"eval.freeze: expected layer names (symbols, #tags or embedding), got "
                              f"{section['freeze']!r}", at("freeze"))
         out.freeze = tuple(names)
+    if "precision" in section:
+        from madsl.runner.precision import PRECISIONS
+
+        if section["precision"] not in PRECISIONS:
+            raise MadslError(f"eval.precision: unknown precision {section['precision']!r}", at("precision"),
+                             expected=", ".join(PRECISIONS))
+        out.precision = section["precision"]
     return out
 
 
@@ -228,6 +236,7 @@ class TrainSettings:
     early_stop_acc: float
     eval_lengths: tuple[int, ...] = ()
     freeze: tuple[str, ...] = ()
+    precision: str = "fp32"  # fp32 or bf16 once planned for a device; "auto" before
 
 
 @dataclass(frozen=True)
@@ -350,5 +359,6 @@ def build_plan(tasks: Sequence, overrides: Overrides, source: str = "--set") -> 
                             lr=float(lr), wd=float(wd), epochs=int(epochs_for(task)), batch_size=int(batch_size),
                             seed=int(seed), min_lr=protocol.min_lr, early_stop_acc=protocol.early_stop_acc,
                             eval_lengths=tuple(int(x) for x in lengths),
-                            freeze=tuple(overrides.freeze or ()))))
+                            freeze=tuple(overrides.freeze or ()),
+                            precision=overrides.precision or "fp32")))
     return Plan(protocol, tuple(runs))

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from madsl.runner.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from madsl.runner.heads import TaskModel
+from madsl.runner.precision import autocast, configure_device
 from madsl.runner.protocols import TrainSettings
 
 IGNORE = -100
@@ -202,11 +203,16 @@ def _seed_everything(seed: int) -> None:
     np.random.seed(seed % 2**32)
 
 
+def same_settings(saved: Mapping[str, Any] | None, settings: TrainSettings) -> bool:
+    """A checkpoint's settings are these (checkpoints from before `precision` existed are fp32)."""
+    return isinstance(saved, Mapping) and {"precision": "fp32", **saved} == asdict(settings)
+
+
 def _loss(model: TaskModel, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean loss over scored positions for the gradient, summed loss for the metrics)."""
     if model.kind == "regression":
         mask = ~torch.isnan(targets)
-        total = F.mse_loss(outputs[mask], targets[mask], reduction="sum")
+        total = F.mse_loss(outputs[mask].float(), targets[mask], reduction="sum")
         count = mask.sum()
     else:
         flat_targets = targets.reshape(-1)
@@ -218,13 +224,14 @@ def _loss(model: TaskModel, outputs: torch.Tensor, targets: torch.Tensor) -> tup
 
 @torch.no_grad()
 def evaluate(model: TaskModel, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int,
-             num_classes: int) -> dict[str, float | None]:
+             num_classes: int, precision: str = "fp32") -> dict[str, float | None]:
     was_training = model.training
     model.eval()
     acc = MetricAccumulator(model.kind, num_classes)
     for start in range(0, inputs.shape[0], batch_size):
         x, y = inputs[start:start + batch_size], targets[start:start + batch_size]
-        outputs = model(x)
+        with autocast(precision, x.device):
+            outputs = model(x)
         _, loss_sum = _loss(model, outputs, y)
         acc.update(outputs, y, loss_sum)
     model.train(was_training)
@@ -384,7 +391,8 @@ def train_epoch(state: RunState, data: RunData, hooks: TrainHooks, checkpointer:
             raise RunInterrupted(f"stopped at epoch {state.epoch + 1}, step {state.step}")
         index = order[state.step * settings.batch_size:(state.step + 1) * settings.batch_size]
         x, y = data.train_x[index], data.train_y[index]
-        outputs = model(x)
+        with autocast(settings.precision, x.device):  # the forward only; backward follows its dtypes
+            outputs = model(x)
         loss, loss_sum = _loss(model, outputs, y)
         state.optimizer.zero_grad(set_to_none=True)
         (loss + model.aux_loss()).backward()
@@ -399,7 +407,8 @@ def train_epoch(state: RunState, data: RunData, hooks: TrainHooks, checkpointer:
             checkpointer.save(state)
 
     train = state.train_metrics.compute()
-    evaluation = evaluate(model, data.test_x, data.test_y, max(settings.batch_size, EVAL_BATCH), state.num_classes)
+    evaluation = evaluate(model, data.test_x, data.test_y, max(settings.batch_size, EVAL_BATCH), state.num_classes,
+                          settings.precision)
     elapsed = time.monotonic() - started
     state.train_seconds += elapsed
     return EpochMetrics(
@@ -427,7 +436,7 @@ def evaluate_lengths(state: RunState, length_data: Callable[[int], Any], tokens_
         if hooks.on_length is not None:
             hooks.on_length(lengths[index], index, len(lengths))
         state.length_evals.append(_evaluate_length(state.model, lengths[index], length_data, tokens_per_batch,
-                                                   state.num_classes, device))
+                                                   state.num_classes, device, state.settings.precision))
         checkpointer.save(state)
 
 
@@ -448,7 +457,7 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
 
     saved = load_checkpoint(checkpoint_path) if checkpoint_path is not None else None
     if saved is not None:
-        if saved.get("settings") != asdict(settings):
+        if not same_settings(saved.get("settings"), settings):
             raise CheckpointError(checkpoint_path, "belongs to another run (other training settings)")
         if saved.get("result") is not None:  # finished, only the bookkeeping was lost
             try:
@@ -464,6 +473,7 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
                                                    f"{str(err)[:200]})") from None
     data = RunData.from_tasks(train_data, test_data, device)
     checkpointer = Checkpointer(checkpoint_path, hooks.checkpoint_every_s)
+    configure_device(device)
 
     state.model.train()
     while not state.finished:
@@ -491,13 +501,13 @@ def _is_out_of_memory(err: BaseException) -> bool:
 
 
 def _evaluate_length(model: TaskModel, length: int, length_data: Callable[[int], Any], tokens_per_batch: int,
-                     num_classes: int, device: torch.device) -> dict:
+                     num_classes: int, device: torch.device, precision: str = "fp32") -> dict:
     """Evaluate the best model at another sequence length; running out of memory is a result, not a crash."""
     started = time.monotonic()
     try:
         data = length_data(length)
         x, y = _to_tensor(data.inputs, device), _to_tensor(data.targets, device)
-        metrics = evaluate(model, x, y, max(1, tokens_per_batch // max(length, 1)), num_classes)
+        metrics = evaluate(model, x, y, max(1, tokens_per_batch // max(length, 1)), num_classes, precision)
         status = "ok"
     except Exception as err:  # noqa: BLE001 - any failure at one length must not lose the run
         if not _is_out_of_memory(err):
