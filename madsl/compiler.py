@@ -1,8 +1,8 @@
-"""Spec -> torch.nn.Module, by walking the same expanded topology the accounting walks.
+"""Spec -> torch.nn.Module, by walking the plan the accounting reads (`madsl.graph.build_graph`).
 
-Each layer is built by its primitive (`Primitive.build()`), so the module of a
-layer and its accounting come from the same resolved hyperparameters. Weight
-sharing: the first use of a tag builds the unit, later uses reuse the object.
+Each layer is built by the resolved primitive its plan node holds (`Primitive.build()`),
+so a layer's module and its accounting come from the same object. Weight sharing: the
+first use of a tag builds the unit, later uses reuse the object.
 """
 from __future__ import annotations
 
@@ -11,35 +11,31 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 import torch
 from torch import nn
 
-from . import topology as topo
 from .errors import MadslError
-from .graph import account
+from .graph import build_graph, layer_nodes
 from .model import Block, GroupConnection, Model, Parallel, PreNorm, make_norm
 from .spec import Spec, load_spec, spec_from_data
 
 
 class _Compiler:
-    def __init__(self, spec: Spec):
-        self.spec = spec
+    """Builds the modules of a plan (`madsl.graph.build_graph`), node by node: each layer from
+    the primitive its node holds, blocks in stack order, nested into the groups that enclose
+    them. Weight sharing: the first use of a tag builds the unit, later uses reuse the object."""
+
+    def __init__(self, spec: Spec, plan: nx.DiGraph):
+        self.spec, self.plan = spec, plan
         self.tagged: dict[str, nn.Module] = {}
         # every built layer module under the names `freeze` accepts: its symbol and "#tag"
         self.named: dict[str, list[nn.Module]] = {}
 
-    def unit(self, layer: topo.Layer) -> nn.Module:
-        if layer.tag is not None and layer.tag in self.tagged:
-            return self.tagged[layer.tag]
-        unit = PreNorm(make_norm(self.spec.norm, self.spec.dim), self.layer(layer))
-        if layer.tag is not None:
-            self.tagged[layer.tag] = unit
-        return unit
-
-    def layer(self, layer: topo.Layer) -> nn.Module:
-        prim = self.spec.primitive_for(layer)
+    def layer(self, node: dict) -> nn.Module:
+        layer = node["layer"]
         try:
-            module = prim.build()
+            module = node["primitive"].build()
         except (ValueError, RuntimeError) as err:  # a combination the module cannot realise
             raise self.spec.topology_error(MadslError(f"{layer.symbol} cannot be compiled: {err}"),
                                            layer.span) from None
@@ -48,34 +44,61 @@ class _Compiler:
             self.named.setdefault(f"#{layer.tag}", []).append(module)
         return module
 
-    def bare_layer(self, layer: topo.Layer) -> nn.Module:
-        if layer.tag is not None:
-            if layer.tag not in self.tagged:
-                self.tagged[layer.tag] = self.layer(layer)
-            return self.tagged[layer.tag]
-        return self.layer(layer)
+    def unit(self, node: dict) -> nn.Module:
+        """The layer with its pre-norm."""
+        tag = node["layer"].tag
+        if tag is not None and tag in self.tagged:
+            return self.tagged[tag]
+        unit = PreNorm(make_norm(self.spec.norm, self.spec.dim), self.layer(node))
+        if tag is not None:
+            self.tagged[tag] = unit
+        return unit
 
-    def block(self, block: topo.Block) -> Block:
-        spec = self.spec
-        mixers = block.mixer.branches if isinstance(block.mixer, topo.Parallel) else (block.mixer,)
+    def bare_layer(self, node: dict) -> nn.Module:
+        """A parallel branch: the layer alone (the block owns the norm)."""
+        tag = node["layer"].tag
+        if tag is None:
+            return self.layer(node)
+        if tag not in self.tagged:
+            self.tagged[tag] = self.layer(node)
+        return self.tagged[tag]
+
+    def block(self, nodes: list[dict]) -> Block:
+        mixers = [n for n in nodes if n["slot"] == "sequence"]
+        channels = [n for n in nodes if n["slot"] == "channel"]
         if len(mixers) == 1:
             mixer: nn.Module = self.unit(mixers[0])
         else:
-            mixer = Parallel(make_norm(spec.norm, spec.dim), [self.bare_layer(m) for m in mixers])
-        channel_layer = spec.channel_for(block)
-        return Block(mixer, self.unit(channel_layer) if channel_layer is not None else None)
+            mixer = Parallel(make_norm(self.spec.norm, self.spec.dim), [self.bare_layer(m) for m in mixers])
+        return Block(mixer, self.unit(channels[0]) if channels else None)
 
-    def nodes(self, nodes: topo.Topology) -> list[nn.Module]:
-        out: list[nn.Module] = []
-        for node in nodes:
-            if isinstance(node, topo.Group):
-                body = self.nodes(node.body)
-                residual = dict(node.attrs).get("residual", "none")
-                out.append(GroupConnection(body, residual, self.spec.dim) if residual != "none" else
-                           nn.Sequential(*body))
-            else:
-                out.append(self.block(node))
-        return out
+    def body(self) -> list[nn.Module]:
+        """The blocks in stack order, each group's blocks wrapped in its connection."""
+        groups: dict[int, str] = self.plan.graph["groups"]
+        by_block: dict[int, list[dict]] = {}
+        for node in layer_nodes(self.plan):
+            by_block.setdefault(node["row"].block, []).append(node)
+        top: list[nn.Module] = []
+        open_groups: list[tuple[int, list[nn.Module]]] = []  # outermost first
+
+        def close() -> None:
+            gid, members = open_groups.pop()
+            residual = groups[gid]
+            module = (GroupConnection(members, residual, self.spec.dim) if residual != "none"
+                      else nn.Sequential(*members))
+            (open_groups[-1][1] if open_groups else top).append(module)
+
+        for block in sorted(by_block):
+            nodes = by_block[block]
+            path = nodes[0]["row"].group_path
+            while open_groups and [g for g, _ in open_groups] != list(path[:len(open_groups)]):
+                close()
+            for gid in path[len(open_groups):]:
+                open_groups.append((gid, []))
+            (open_groups[-1][1] if open_groups else top).append(self.block(nodes))
+        while open_groups:
+            close()
+        return top
 
 
 def compile_spec(spec: Spec | str | Path, *, vocab_size: int | None = None, max_seq_len: int | None = None,
@@ -88,14 +111,16 @@ def compile_spec(spec: Spec | str | Path, *, vocab_size: int | None = None, max_
     if vocab_size is None:
         raise MadslError(f"{spec.name}: compiling needs a vocabulary size",
                          hint="pass vocab_size=..., or set `vocab:` in the spec")
-    account(spec)  # validates the whole topology (roles, tags) with located errors before building
+    # the plan: every layer resolved and validated (roles, tags: located errors) before anything is built
+    plan = build_graph(spec, seq_len=max_seq_len or spec.seq_len, vocab=vocab_size)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        compiler = _Compiler(spec)
-        body = compiler.nodes(topo.expand(spec.topology))
+        compiler = _Compiler(spec, plan)
+        body = compiler.body()
         model = Model(body, spec.dim, vocab_size, num_classes or vocab_size, spec.norm, spec.tie_embeddings,
                       max_seq_len or spec.seq_len)
     model.spec = spec
+    model.plan = plan  # the graph the model was built from (`madsl compile --emit dot` draws it)
     model.named_layers = compiler.named
     if device is not None:
         model = model.to(device)

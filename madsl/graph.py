@@ -1,15 +1,17 @@
-"""A resolved spec as a networkx graph, and its accounting.
+"""The plan: a resolved spec as a networkx graph, and the accounting that reads it.
 
-`build_graph(spec)` gives a `networkx.DiGraph` with one node per layer instance
-(its symbol, primitive, resolved hyperparameters and cost), plus nodes for the
-embedding, the parallel-branch sums, group connections and the output head.
-Edges carry a `kind`: "data" (the main path), "residual" (a block's skip path),
-"branch" (into/out of parallel mixers) and "group" (a group's connection).
+`build_graph(spec)` resolves every layer occurrence once (its primitive, validated,
+with located errors for roles and tags) into a `networkx.DiGraph`: one node per layer
+instance (its symbol, resolved primitive, cost, block, branch, enclosing groups), plus
+nodes for the embedding, the parallel-branch sums, the residual adds, group connections,
+the final norm and the head. Edges carry a `kind`: "data" (the main path), "residual" (a
+block's skip path), "branch" (into/out of parallel mixers), "group" (a group's
+connection) and "shares" (a tagged layer's later uses to its first).
 
-`account(spec)` walks it and returns an `Account`: one row per layer, the
-model-level parts (embedding, final norm, head, group gates) and totals. Shared
-layers (`H#a`) count their parameters once; state and FLOPs are per use.
-Everything here is analytic: no torch.
+Both halves of madsl read this one graph: `account(spec)` sums it into an `Account` (one
+row per layer, the model-level parts, totals), and the compiler (`madsl/compiler.py`)
+builds the torch modules by walking it, so what is counted is what is built. Shared
+layers (`H#a`) count their parameters once; state and FLOPs are per use. No torch here.
 """
 from __future__ import annotations
 
@@ -114,6 +116,7 @@ class _Builder:
         self.resolved: dict[topo.Layer, Primitive] = {}
         self.block_index = 0
         self.group_count = 0
+        self.groups: dict[int, str] = {}  # group id -> its residual connection ("none", "add", "gated")
 
     def primitive(self, layer: topo.Layer) -> Primitive:
         if layer not in self.resolved:
@@ -162,7 +165,7 @@ class _Builder:
         if layer.tag is not None and not shared:
             self.tags[layer.tag] = (layer, node_id)
         self.rows.append(row)
-        self.graph.add_node(node_id, kind="layer", row=row, primitive=prim, layer=layer)
+        self.graph.add_node(node_id, kind="layer", slot=role_slot, row=row, primitive=prim, layer=layer)
         if shared:
             self.graph.add_edge(self.tags[layer.tag][1], node_id, kind="shares")
         return row
@@ -208,6 +211,7 @@ class _Builder:
                 gid = self.group_count
                 self.group_count += 1
                 residual = dict(node.attrs).get("residual", "none")
+                self.groups[gid] = residual
                 inner = self.add_nodes(node.body, prev, group_path + (gid,))
                 if residual == "none":
                     prev = inner
@@ -225,9 +229,9 @@ class _Builder:
         return prev
 
 
-def account(spec: Spec, *, seq_len: int | None = None, vocab: int | None = None) -> Account:
-    """Analytic accounting of a spec at `seq_len` (default: the spec's) and `vocab`
-    (default: the spec's; without one, embedding and head are not counted)."""
+def build_graph(spec: Spec, *, seq_len: int | None = None, vocab: int | None = None) -> nx.DiGraph:
+    """The plan of a spec at `seq_len` (default: the spec's) and `vocab` (default: the spec's;
+    without one, embedding and head are not counted). Raises located MadslErrors."""
     seq_len = seq_len or spec.seq_len
     vocab = vocab if vocab is not None else spec.vocab
     b = _Builder(spec, seq_len, vocab)
@@ -245,9 +249,23 @@ def account(spec: Spec, *, seq_len: int | None = None, vocab: int | None = None)
     parts.append(PartRow("final_norm", norm_params(spec)))
     if vocab is not None and not spec.tie_embeddings:
         parts.append(PartRow("head", vocab * d))
-    return Account(spec, seq_len, vocab, b.rows, parts + b.parts, b.graph)
+    b.graph.graph.update(parts=parts + b.parts, groups=b.groups, blocks=b.block_index)
+    return b.graph
 
 
-def build_graph(spec: Spec, **kwargs) -> nx.DiGraph:
-    return account(spec, **kwargs).graph
+def layer_nodes(plan: nx.DiGraph) -> list[dict[str, Any]]:
+    """The layer nodes' data in stack order (row.index)."""
+    layers = [data for _, data in plan.nodes(data=True) if data.get("kind") == "layer"]
+    return sorted(layers, key=lambda data: data["row"].index)
 
+
+def account(spec: Spec, *, seq_len: int | None = None, vocab: int | None = None) -> Account:
+    """Analytic accounting of a spec: its plan (`build_graph`), summed."""
+    plan = build_graph(spec, seq_len=seq_len, vocab=vocab)
+    return account_plan(spec, plan)
+
+
+def account_plan(spec: Spec, plan: nx.DiGraph) -> Account:
+    """The accounting read from a plan built by `build_graph`."""
+    return Account(spec, plan.graph["seq_len"], plan.graph["vocab"], [d["row"] for d in layer_nodes(plan)],
+                   list(plan.graph["parts"]), plan)

@@ -29,6 +29,18 @@ def test_every_paper_spec_compiles_with_exact_parameter_parity(path):
     assert logits.shape == (2, 32, 16) and torch.isfinite(logits).all()
 
 
+def test_the_model_is_built_from_the_plan_the_accounting_reads():
+    """One plan: the compiler builds each layer from the primitive its graph node holds."""
+    from madsl.graph import account_plan, layer_nodes
+
+    spec = madsl.spec_from_topology("(H#a:A)x2:[H | mA]:(Mb:Mb){residual=gated}", dim=32)
+    model = madsl.compile(spec, vocab_size=8)
+    assert account_plan(spec, model.plan).totals["params"] == n_params(model)
+    built = [id(m) for modules in model.named_layers.values() for m in modules]
+    nodes = layer_nodes(model.plan)  # 4 + 4 Sg, H + mA + Sg, 2 Mb
+    assert len(nodes) == 13 and len(set(built)) == 13 - sum(n["row"].shared for n in nodes) == 12
+
+
 @pytest.mark.parametrize("topology", [
     "A", "mA", "H", "mH", "He", "Mb", "Alg", "mAlg", "H-MoE", "A{heads=4,bias=true}", "Mb{bias=true,conv_bias=true}",
     "H{order=3}", 'H{filter="hyena"}', "[H | mA]-Sg", "H#a:A:H#a", "(A:2Mb){residual=gated}",
