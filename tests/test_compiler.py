@@ -103,16 +103,13 @@ def _learns_the_copy(model, max_steps: int = 150) -> float:
 
 
 def _mixer_spec(name: str) -> madsl.Spec:
-    """Two layers of the primitive's first stdlib symbol, at width 32 (settings as the contract test)."""
+    """Two layers of the primitive at width 32, at the settings the contract test checks there."""
+    from madsl.spec import spec_from_data
     from test_contract import _at_width
 
-    entry = stdlib.primitives()[name]
-    symbol, definition = next((s, e) for s, e in stdlib.symbols().items() if e.primitive == name)
-    prim = _at_width(entry, 32)
-    resolved = {**entry.defaults, **definition.params}
-    changed = ",".join(f"{k}={'none' if v is None else v}" for k, v in prim.config().items() if v != resolved[k])
-    layer = symbol + (f"{{{changed}}}" if changed else "")
-    return madsl.spec_from_topology(f"{layer}:{layer}", dim=32)
+    params = _at_width(stdlib.primitives()[name], 32).config()
+    return spec_from_data({"name": f"two-{name}", "dim": 32, "topology": "X:X",
+                           "layers": {"X": {"primitive": name, **params}}})
 
 
 SEQUENCE_PRIMITIVES = sorted(n for n, e in stdlib.primitives().items() if e.cls.role != "channel")
