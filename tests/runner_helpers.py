@@ -7,6 +7,8 @@ real compiled path).
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,25 +24,35 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 # --- stand-ins for the compiler and the tasks ----------------------------------------------
 
+class CausalMixer(nn.Module):
+    """The stand-in's sequence mixer: a causal depthwise conv and a causal running mean, added to the input."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.conv = nn.Conv1d(dim, dim, 4, groups=dim, padding=3)
+        self.mix = nn.Linear(2 * dim, dim)
+
+    def forward(self, x):
+        length = x.shape[1]
+        local = self.conv(x.transpose(1, 2))[..., :length].transpose(1, 2)
+        mean = x.cumsum(1) / torch.arange(1, length + 1, device=x.device)[None, :, None]
+        return x + self.mix(torch.cat([local, mean], -1))
+
+
 class StandInModel(nn.Module):
-    """Embedding, a causal depthwise conv, a causal running mean, an MLP, a norm, a linear head."""
+    """Embedding, a sequence mixer (CausalMixer), an MLP, a norm, a linear head."""
 
     def __init__(self, vocab_size: int, max_seq_len: int, num_classes: int | None = None, dim: int = 32):
         super().__init__()
         self.dim = dim
         self.embed = nn.Embedding(vocab_size, dim)
-        self.conv = nn.Conv1d(dim, dim, 4, groups=dim, padding=3)
-        self.mix = nn.Linear(2 * dim, dim)
+        self.mixer = CausalMixer(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
         self.norm = nn.LayerNorm(dim)
         self.out = nn.Linear(dim, num_classes or vocab_size)
 
     def features(self, tokens=None, embeds=None):
-        x = self.embed(tokens) if embeds is None else embeds
-        length = x.shape[1]
-        local = self.conv(x.transpose(1, 2))[..., :length].transpose(1, 2)
-        mean = x.cumsum(1) / torch.arange(1, length + 1, device=x.device)[None, :, None]
-        x = x + self.mix(torch.cat([local, mean], -1))
+        x = self.mixer(self.embed(tokens) if embeds is None else embeds)
         return self.norm(x + self.mlp(x))
 
     def forward(self, tokens):
@@ -50,6 +62,15 @@ class StandInModel(nn.Module):
         return torch.zeros(())
 
 
+def without_sequence_mixing(model: StandInModel) -> StandInModel:
+    """The control of every "learns" test: the same model with its sequence mixer replaced by identity.
+
+    Every position then sees only its own token, so a task that needs mixing cannot be learned.
+    """
+    model.mixer = nn.Identity()
+    return model
+
+
 @dataclass
 class StandInFactory:
     dim: int = 32
@@ -57,6 +78,46 @@ class StandInFactory:
     def __call__(self, vocab_size, max_seq_len, num_classes=None, seed=0):
         torch.manual_seed(seed)
         return StandInModel(vocab_size, max_seq_len, num_classes, self.dim)
+
+
+@dataclass
+class PausingFactory(StandInFactory):
+    """Stand-ins whose training pauses for good at training step `pause_at` (1-based, over epochs),
+    once the results database `db` shows `epochs_recorded` epoch rows; then `ready` is written.
+
+    A test that kills the process after `ready` appears kills it at a known point: the
+    checkpoint and the store both hold exactly the epochs before that step.
+    """
+
+    db: str = ""
+    ready: str = ""
+    pause_at: int = 0
+    epochs_recorded: int = 0
+
+    def __call__(self, vocab_size, max_seq_len, num_classes=None, seed=0):
+        model = super().__call__(vocab_size, max_seq_len, num_classes, seed)
+        steps = [0]
+
+        def count_training_steps(module, args):
+            if module.training:
+                steps[0] += 1
+                if steps[0] == self.pause_at:
+                    self._pause()
+
+        model.register_forward_pre_hook(count_training_steps)
+        return model
+
+    def _pause(self) -> None:
+        while True:
+            try:
+                with sqlite3.connect(self.db) as conn:
+                    if conn.execute("SELECT COUNT(*) FROM epochs").fetchone()[0] >= self.epochs_recorded:
+                        break
+            except sqlite3.OperationalError:  # busy: the coordinator is writing
+                pass
+            time.sleep(0.02)
+        Path(self.ready).write_text("paused")
+        threading.Event().wait()
 
 
 @dataclass
@@ -127,7 +188,7 @@ class ToyClassify(ToyTask):
     def generate(self, settings, split, seed):
         s, rng, n = self.draw(settings, split, seed)
         x = rng.integers(0, s["vocab_size"], (n, s["seq_len"]))
-        return TaskData(x.astype(np.int64), (x[:, 0] % 2).astype(np.int64))
+        return TaskData(x.astype(np.int64), (x[:, -2] % 2).astype(np.int64))  # needs the token before the last
 
 
 class ToyRegress(ToyTask):
@@ -144,17 +205,18 @@ class ToyRegress(ToyTask):
     def generate(self, settings, split, seed):
         s, rng, n = self.draw(settings, split, seed)
         x = rng.standard_normal((n, s["seq_len"], s["input_dim"])).astype(np.float32)
-        y = x.sum(-1)
-        y[:, :2] = np.nan
+        y = np.full(x.shape[:2], np.nan, dtype=np.float32)
+        y[:, 2:] = x[:, 1:-1].sum(-1)  # the previous position's sum: needs sequence mixing
         return TaskData(x, y.astype(np.float32))
 
 
 TOY_TASKS = {t.name: t for t in (ToyPrevious(), ToyCompression(), ToyClassify(), ToyRegress())}
 
 
-def run_toy_eval(db, epochs=4, tasks=("toy-previous",), spec=None, lr=3e-3, **kwargs):
+def run_toy_eval(db, epochs=4, tasks=("toy-previous",), spec=None, lr=3e-3, model_factory=standin_factory,
+                 **kwargs):
     return evaluate([spec or FakeSpec("standin", "standin-v1")], tasks=tasks, protocol="smoke", db=db,
-                    epochs=epochs, lr=lr, progress=False, model_factory=standin_factory,
+                    epochs=epochs, lr=lr, progress=False, model_factory=model_factory,
                     task_registry=TOY_TASKS, **kwargs)
 
 

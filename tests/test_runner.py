@@ -25,63 +25,94 @@ from madsl.runner import scores as scoring
 from madsl.runner.checkpoint import load_checkpoint
 from madsl.runner.executor import Reporter
 from madsl.runner.heads import TaskModel, sincos_position_embedding
-from madsl.runner.protocols import (Overrides, TrainSettings, build_plan, overrides_from_spec_eval,
+from madsl.runner.protocols import (PROTOCOLS, Overrides, TrainSettings, build_plan, overrides_from_spec_eval,
                                     parse_set_option, resolve_task_names)
 from madsl.runner.report import report
 from madsl.runner.store import Store
 from madsl.runner.train import MetricAccumulator, train_run
 from madsl.tasks.base import IGNORE
-from runner_helpers import TESTS_DIR, TOY_TASKS, FakeSpec, StandInModel, epoch_rows, run_rows, run_toy_eval
+from runner_helpers import (TESTS_DIR, TOY_TASKS, FakeSpec, StandInModel, epoch_rows, run_rows, run_toy_eval,
+                            without_sequence_mixing)
 
 torch.set_num_threads(1)
 
 
 # --- training ------------------------------------------------------------------------------
 
+def _train_toy(name, epochs, mixing=True, lr=3e-3, wd=0.0):
+    """Train the stand-in on a toy task; mixing=False replaces its sequence mixer by identity (the control)."""
+    task = TOY_TASKS[name]
+    s = dict(task.baseline)
+    train, test = task.generate(s, "train", 0), task.generate(s, "test", 0)
+    cfg = TrainSettings(lr=lr, wd=wd, epochs=epochs, batch_size=32, seed=0, min_lr=1e-6, early_stop_acc=0.999)
+    target_len = train.targets.shape[1] if task.head == "compression" else None
+
+    def build():
+        backbone = StandInModel(task.vocab_size(s), 16, 2 if name == "toy-classify" else None)
+        return TaskModel(backbone if mixing else without_sequence_mixing(backbone), task.head,
+                         num_classes=task.num_classes(s), target_len=target_len, input_dim=task.input_dim(s))
+
+    return train_run(cfg, build, train, test, num_classes=task.num_classes(s))
+
+
 def test_training_decreases_loss_and_learns():
-    task = TOY_TASKS["toy-previous"]
-    settings = dict(task.baseline)
-    train, test = task.generate(settings, "train", 0), task.generate(settings, "test", 0)
-    cfg = TrainSettings(lr=3e-3, wd=0.0, epochs=6, batch_size=32, seed=0, min_lr=1e-6, early_stop_acc=0.999)
-    result = train_run(cfg, lambda: TaskModel(StandInModel(8, 16), "lm"), train, test, num_classes=8)
+    # toy-previous needs sequence mixing: a position alone says nothing of the token before it
+    result = _train_toy("toy-previous", epochs=6)
     losses = [h.eval_loss for h in result.history]
     assert losses[-1] < losses[0] * 0.5
     assert result.best.eval_macro_acc > 0.9
     assert result.best_epoch == min(result.history, key=lambda h: h.eval_ppl).epoch
     assert result.early_stopped == (result.epochs_done < 6)
+    # the control: the same model and training with the sequence mixer replaced by identity learns nothing
+    control = _train_toy("toy-previous", epochs=6, mixing=False)
+    assert control.history[-1].eval_loss > control.history[0].eval_loss * 0.95
+    assert control.best.eval_macro_acc < 0.25  # 8 classes: chance is 0.125
 
 
 @pytest.mark.parametrize("name", ["toy-compression", "toy-classify", "toy-regress"])
-def test_heads_train(name):
-    task = TOY_TASKS[name]
-    s = dict(task.baseline)
-    train, test = task.generate(s, "train", 0), task.generate(s, "test", 0)
-    cfg = TrainSettings(lr=3e-3, wd=0.1, epochs=2, batch_size=32, seed=0, min_lr=1e-6, early_stop_acc=0.999)
-    target_len = train.targets.shape[1] if task.head == "compression" else None
-    build = lambda: TaskModel(StandInModel(task.vocab_size(s), 16, 2 if name == "toy-classify" else None),  # noqa
-                              task.head, num_classes=task.num_classes(s), target_len=target_len,
-                              input_dim=task.input_dim(s))
-    result = train_run(cfg, build, train, test, num_classes=task.num_classes(s))
-    assert result.epochs_done == 2
+def test_heads_train_and_learn_what_needs_sequence_mixing(name):
+    # each toy task's target needs another position (tests/runner_helpers.py); the control has no mixer
+    result, control = _train_toy(name, epochs=10, wd=0.1), _train_toy(name, epochs=10, wd=0.1, mixing=False)
+    assert result.epochs_done == 10
     if name == "toy-regress":
         assert result.best.eval_ppl is None and result.best.eval_macro_acc is None
-        assert result.history[-1].eval_loss < result.history[0].train_loss
+        assert result.best.eval_loss < 0.6 * control.best.eval_loss
     else:
-        assert 0.0 <= result.best.eval_macro_acc <= 1.0
+        assert result.best.eval_macro_acc > control.best.eval_macro_acc + 0.15
 
 
-def test_macro_accuracy_follows_torchmetrics_convention():
-    acc = MetricAccumulator("classes", 4)
+def _macro_accuracy_cases():
+    # hand-made: class 3 is predicted but never a target (counts 0), IGNORE is not scored
     logits = torch.full((1, 6, 4), -10.0)
-    predictions = [0, 0, 1, 1, 3, 0]  # class 3 is predicted but never a target
-    targets = torch.tensor([[0, 0, 1, 2, 1, IGNORE]])
-    for i, p in enumerate(predictions):
+    for i, p in enumerate([0, 0, 1, 1, 3, 0]):
         logits[0, i, p] = 10.0
-    acc.update(logits, targets, torch.tensor(0.0))
-    out = acc.compute()
-    assert out["acc"] == pytest.approx(3 / 5)
-    # class 0: 2/2, class 1: 1/2, class 2: 0/1, class 3: 0 (predicted only) -> mean over 4 classes
-    assert out["macro_acc"] == pytest.approx((1 + 0.5 + 0 + 0) / 4)
+    yield "hand-made", 4, [(logits, torch.tensor([[0, 0, 1, 2, 1, IGNORE]]))]
+    # random batches: skewed predictions (some classes never predicted), classes 6-7 never targets, IGNOREs
+    rng = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(3):
+        logits = torch.randn(4, 9, 8, generator=rng) + torch.tensor([2.0, 1, 0, 0, -1, -2, 0.5, -9])
+        targets = torch.randint(0, 6, (4, 9), generator=rng)
+        targets[torch.rand(4, 9, generator=rng) < 0.2] = IGNORE
+        batches.append((logits, targets))
+    yield "random", 8, batches
+
+
+@pytest.mark.parametrize("case", list(_macro_accuracy_cases()), ids=lambda case: case[0])
+def test_macro_accuracy_matches_torchmetrics(case):
+    from torchmetrics.classification import MulticlassAccuracy
+
+    _, num_classes, batches = case
+    ours = MetricAccumulator("classes", num_classes)
+    macro = MulticlassAccuracy(num_classes=num_classes, average="macro", ignore_index=IGNORE)
+    micro = MulticlassAccuracy(num_classes=num_classes, average="micro", ignore_index=IGNORE)
+    for logits, targets in batches:
+        ours.update(logits, targets, torch.tensor(0.0))
+        for metric in (macro, micro):
+            metric.update(logits.reshape(-1, num_classes), targets.reshape(-1))
+    out = ours.compute()
+    assert out["macro_acc"] == pytest.approx(float(macro.compute()), abs=1e-6)
+    assert out["acc"] == pytest.approx(float(micro.compute()), abs=1e-6)
 
 
 def test_sincos_positions_are_fixed_and_distinct():
@@ -165,42 +196,44 @@ import sys, torch
 torch.set_num_threads(1)
 sys.path.insert(0, {tests!r})
 import runner_helpers as t
-t.run_toy_eval({db!r}, epochs={epochs}, tasks=("toy-previous",), **{extra})
+factory = t.PausingFactory(db={db!r}, ready={ready!r}, pause_at={pause_at}, epochs_recorded={paused_epochs})
+t.run_toy_eval({db!r}, epochs={epochs}, model_factory=lambda spec: factory, **{extra})
 """
 
 
 def test_kill_9_resumes_from_checkpoint_to_the_same_result(tmp_path):
-    epochs = 12
+    epochs, paused_epochs = 12, 3
     extra = {"settings_overrides": {"num_train_examples": 512}, "lr": 3e-4}
     reference_db = tmp_path / "reference.db"
     run_toy_eval(reference_db, epochs=epochs, **extra)
     reference_run, reference_epochs = run_rows(reference_db)[0], epoch_rows(reference_db)
-    assert reference_run["epochs_done"] >= 8  # no early stop before there is something left to kill
+    assert reference_run["epochs_done"] > paused_epochs + 1  # no early stop before the point of the kill
 
-    db = tmp_path / "r.db"
-    script = KILL_SCRIPT.format(tests=str(TESTS_DIR), db=str(db), epochs=epochs, extra=repr(extra))
+    # Event-driven, no deadline to race: the eval pauses itself at the first step of epoch 4 once the
+    # store holds epochs 1-3 and says so in `ready`; only then is it killed.
+    db, ready = tmp_path / "r.db", tmp_path / "ready"
+    steps_per_epoch = -(-512 // PROTOCOLS["smoke"].batch_size)
+    script = KILL_SCRIPT.format(tests=str(TESTS_DIR), db=str(db), ready=str(ready), epochs=epochs,
+                                pause_at=paused_epochs * steps_per_epoch + 1, paused_epochs=paused_epochs,
+                                extra=repr(extra))
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=TESTS_DIR.parent,
                             env={**os.environ, "PYTHONPATH": str(TESTS_DIR.parent)})
-    deadline = time.monotonic() + 40
     try:
-        while time.monotonic() < deadline:
-            if db.exists() and proc.poll() is None:
-                try:
-                    if len(epoch_rows(db)) >= 3:
-                        break
-                except sqlite3.OperationalError:
-                    pass
-            assert proc.poll() is None, "the eval finished before it could be killed"
+        waited = time.monotonic()
+        while not ready.exists():
+            assert proc.poll() is None, f"the eval ended (status {proc.returncode}) before it paused"
+            assert time.monotonic() - waited < 600, "the eval never paused (a safety net, not a deadline)"
             time.sleep(0.02)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
+        if proc.poll() is None:
+            proc.kill()
         proc.wait()
     run = run_rows(db)[0]
     assert run["status"] == "running"  # as the dead process left it
+    assert len(epoch_rows(db)) == paused_epochs
     checkpoint = Store(db).checkpoint_path(run["run_id"])
-    assert checkpoint.exists()
-    done_before = load_checkpoint(checkpoint)["epoch"]
-    assert 3 <= done_before < reference_run["epochs_done"]
+    assert load_checkpoint(checkpoint)["epoch"] == paused_epochs
 
     resumed = run_toy_eval(db, epochs=epochs, **extra)
     assert resumed["done"] == 1
@@ -293,8 +326,10 @@ def test_report_errors(tmp_path):
 
 def test_protocol_override_precedence():
     tasks = [TOY_TASKS["toy-previous"]]
+    quick, smoke = PROTOCOLS["quick"], PROTOCOLS["smoke"]
+    assert quick.epochs != 3 and quick.lrs != (1e-3, 1e-4)  # else the precedence below would prove nothing
     protocol_only = build_plan(tasks, Overrides(protocol="quick"))
-    assert {r.train.epochs for r in protocol_only.runs} == {5}
+    assert {r.train.epochs for r in protocol_only.runs} == {quick.epochs}
     spec = overrides_from_spec_eval({"protocol": "smoke", "epochs": 3, "lr": [1e-3, 1e-4], "set": {"seq_len": 24}})
     cli = Overrides(epochs=5, settings={"seq_len": 20})
     assert [r.train.epochs for r in build_plan(tasks, spec.over(Overrides(protocol="quick"))).runs] == [3, 3]
@@ -303,7 +338,8 @@ def test_protocol_override_precedence():
     assert {r.train.epochs for r in plan.runs} == {5}  # CLI > spec > protocol
     assert sorted(r.train.lr for r in plan.runs) == [1e-4, 1e-3]  # spec > protocol
     assert {r.settings["seq_len"] for r in plan.runs} == {20}  # CLI --set > spec eval.set
-    assert {r.settings["num_train_examples"] for r in plan.runs} == {64}  # smoke's budget
+    assert {r.settings["num_train_examples"] for r in plan.runs} == {smoke.task_settings["*"]["num_train_examples"]}
+    # the paper protocol is MAD Table B.1 (what users compare against): its grid and epochs are pinned
     paper = build_plan(tasks, Overrides(protocol="paper"))
     assert len(paper.runs) == 2 * 6 and {r.train.epochs for r in paper.runs} == {200}
     assert {(r.train.lr, r.train.wd) for r in paper.runs} == {(a, b) for a in (1e-4, 5e-4, 1e-3) for b in (0.0, 0.1)}
