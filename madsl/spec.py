@@ -102,7 +102,7 @@ class Spec:
         renamed or re-budgeted spec keeps its identity (and a results store its runs)."""
         return {"canonical": self.canonical(), "dim": self.dim, "vocab": self.vocab, "norm": self.norm,
                 "tie_embeddings": self.tie_embeddings, "channel_mixer": self.channel_mixer,
-                "layers": {s: {"primitive": self.symbols[s].primitive, "params": self.symbols[s].params}
+                "layers": {s: {"primitive": self.symbols[s].primitive, "params": _identity_params(self.symbols[s])}
                            for s in self.symbols_used()}}
 
     def topology_error(self, err: MadslError, span: topo.Span | None) -> MadslError:
@@ -213,6 +213,14 @@ def _without_restated(spec: Spec, layer: topo.Layer) -> topo.Layer:
     kept = tuple((k, v) for k, v in layer.overrides
                  if not (type(resolved[k]) is type(own.get(k)) and resolved[k] == own.get(k)))
     return layer if len(kept) == len(layer.overrides) else topo.Layer(layer.symbol, kept, layer.tag, layer.span)
+
+
+def _identity_params(definition: "SymbolDef") -> dict[str, Any]:
+    """A symbol's parameters as its spec's identity holds them: without the parameters its
+    primitive added later (`Primitive.identity_omits`) while they are at their stdlib default."""
+    entry = stdlib.primitives()[definition.primitive]
+    return {k: v for k, v in definition.params.items()
+            if not (k in entry.cls.identity_omits and v == entry.defaults.get(k))}
 
 
 def _mixes_both(spec: Spec, block: topo.Block) -> bool:

@@ -12,6 +12,12 @@ softmax statistics (row max and sum) in float32. Step mode keeps a growing KV ca
 k and v together hold the accounting's kv_cache(T) numbers per sequence; "pos" is
 the position of the next token (what rotary needs; it equals T).
 
+Sliding window (`window` w): the parallel form masks keys more than w - 1 tokens back
+(a banded causal mask); step mode keeps a ring buffer of the last w keys and values:
+the cache grows to w tokens, then token T overwrites slot T mod w. Keys are rotated
+before they are cached, so each carries its own position, and softmax does not depend
+on the order of the slots.
+
 Init (as the MAD reference, whose attention is flash-attn's MHA inside a language
 model that zeroes every Linear bias): PyTorch's default Linear init for the weights
 (kaiming-uniform, bound 1/sqrt(fan_in)), biases zero.
@@ -42,6 +48,7 @@ class Attention(nn.Module):
         self.head_dim = p.inner_head_dim
         self.rotary = p.rotary
         self.rotary_base = float(p.rotary_base)
+        self.window = p.window
         self.qkv = nn.Linear(p.dim, 3 * p.inner, bias=p.bias)
         self.out = nn.Linear(p.inner, p.dim, bias=p.bias)
         # cos/sin tables of the rotary embedding, grown on demand (no parameters, not saved).
@@ -78,7 +85,13 @@ class Attention(nn.Module):
             cos, sin = self._rotary_tables(length, x)
             cos, sin = cos[:length], sin[:length]
             q, k = _apply_rotary(q, cos, sin), _apply_rotary(k, cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, heads, L, head_dim)
+        if self.window is None or self.window >= length:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, heads, L, head_dim)
+        else:
+            back = torch.arange(length, device=x.device)
+            back = back[:, None] - back[None, :]  # query position - key position
+            band = (back >= 0) & (back < self.window)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=band)
         return self.out(y.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
 
     # ---- recurrent (inference) form ---------------------------------------------------------------
@@ -94,11 +107,19 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x_t).view(batch, 3, self.heads, 1, self.head_dim).unbind(1)  # (B, heads, 1, hd)
         pos = state["pos"]
         if self.rotary:
-            cos, sin = self._rotary_tables(state["k"].shape[2] + 1, x_t)
+            # positions run past the cache size once a window's ring buffer is full
+            seen = state["k"].shape[2] + 1 if self.window is None else int(pos.max()) + 1
+            cos, sin = self._rotary_tables(seen, x_t)
             cos, sin = cos[pos][:, None, None], sin[pos][:, None, None]  # (B, 1, 1, head_dim)
             q, k = _apply_rotary(q, cos, sin), _apply_rotary(k, cos, sin)
-        keys = torch.cat((state["k"], k), dim=2)
-        values = torch.cat((state["v"], v), dim=2)
+        cached = state["k"].shape[2]
+        if self.window is None or cached < self.window:
+            keys = torch.cat((state["k"], k), dim=2)
+            values = torch.cat((state["v"], v), dim=2)
+        else:  # the ring buffer is full: the new token takes the oldest one's slot
+            slot = (pos % self.window).view(batch, 1, 1, 1).expand(batch, self.heads, 1, self.head_dim)
+            keys = state["k"].scatter(2, slot, k)
+            values = state["v"].scatter(2, slot, v)
         # The new token attends to every cached one: no mask (is_causal would align top-left).
         y = F.scaled_dot_product_attention(q, keys, values)  # (B, heads, 1, head_dim)
         out = self.out(y.reshape(batch, self.heads * self.head_dim))

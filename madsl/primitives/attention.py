@@ -4,10 +4,15 @@ Defaults: MAD paper App. B.3.2 (16 heads, head dim 8, no bias for linear layers)
 rotary position embeddings as in Transformer++ (MAD paper App. C.4.1).
 
 Layout: a fused `qkv` projection dim -> 3*heads*head_dim and `out` heads*head_dim -> dim.
+Sliding window (`window`, null = full attention): each token attends to itself and the
+window - 1 tokens before it (flash-attn's window_size=(window - 1, 0); Mistral, Gemma).
+
 State: no fixed state; the KV cache holds keys and values of every past token,
-2 * heads * head_dim numbers per token (MAD paper §2.2: a dynamic state).
+2 * heads * head_dim numbers per token (MAD paper §2.2: a dynamic state); with a
+window, of the last min(L, window) tokens only: 2 * heads * head_dim * min(L, window).
 FLOPs: App. C.4.1 (projections 6LD^2, attention 4L^2D + 2HL^2, out layer 2LD^2),
-with D replaced by heads*head_dim where the inner width differs from the model width.
+with D replaced by heads*head_dim where the inner width differs from the model width;
+with a window, the L^2 (query, key) pairs become L * min(L, window).
 """
 from __future__ import annotations
 
@@ -23,13 +28,15 @@ class Attention(Primitive):
     rotary: bool
     rotary_base: float
     bias: bool
+    window: int | None  # sliding window in tokens (the current one included); None: full attention
 
     name = "attention"
     role = "sequence"
     module = "madsl.layers.attention:Attention"
+    identity_omits = ("window",)  # added later: specs without a window keep their run identities
 
     def validate(self) -> None:
-        positive(self, "heads", "head_dim")
+        positive(self, "heads", "head_dim", "window")
         if self.rotary_base <= 0:
             raise ConfigError("rotary_base", "attention: rotary_base must be positive")
         if self.head_dim is None:
@@ -51,9 +58,14 @@ class Attention(Primitive):
         out = self.inner * self.dim + (self.dim if self.bias else 0)
         return qkv + out
 
+    def attended(self, seq_len: int) -> int:
+        """Tokens a query sees at most: the whole sequence, or the window."""
+        return seq_len if self.window is None else min(seq_len, self.window)
+
     def kv_cache(self, seq_len: int) -> int:
-        return 2 * self.inner * seq_len
+        return 2 * self.inner * self.attended(seq_len)
 
     def flops(self, seq_len: int) -> int:
         L, D, I, H = seq_len, self.dim, self.inner, self.heads
-        return 6 * L * D * I + 4 * L * L * I + 2 * H * L * L + 2 * L * I * D
+        pairs = L * self.attended(L)
+        return 6 * L * D * I + 4 * pairs * I + 2 * H * pairs + 2 * L * I * D

@@ -53,6 +53,9 @@ class Primitive:
     role: ClassVar[Role]
     # "module.path:ClassName" of the torch module; imported lazily by build().
     module: ClassVar[str]
+    # Hyperparameters added after run identities were first stored: a spec's identity leaves
+    # them out while they are at their stdlib default, so that stored runs keep their ids.
+    identity_omits: ClassVar[tuple[str, ...]] = ()
 
     # --- construction and validation -------------------------------------------------
     @classmethod
