@@ -65,9 +65,10 @@ class MadslError(Exception):
             number = str(loc.line)
             pad = " " * len(number)
             lines.append(f" {pad} |")
-            lines.append(f" {number} | {loc.source_line.rstrip()}")
-            if loc.column is not None:
-                lines.append(f" {pad} | {' ' * (loc.column - 1)}{'^' * max(1, loc.length)}")
+            source, column = _window(loc.source_line.rstrip(), loc.column)
+            lines.append(f" {number} | {source}")
+            if column is not None:
+                lines.append(f" {pad} | {' ' * (column - 1)}{'^' * max(1, min(loc.length, SHOWN_WIDTH))}")
         if self.expected:
             lines.append(f"  = expected: {self.expected}")
         if self.hint:
@@ -82,6 +83,19 @@ class MadslError(Exception):
 
     def __str__(self) -> str:
         return self.render()
+
+
+SHOWN_WIDTH = 100  # a longer source line is shown as the part around the error
+
+
+def _window(line: str, column: int | None) -> tuple[str, int | None]:
+    """The part of a long source line around `column` (1-based), and the column inside it."""
+    if len(line) <= SHOWN_WIDTH:
+        return line, column
+    start = max(0, min((column or 1) - 1 - SHOWN_WIDTH // 2, len(line) - SHOWN_WIDTH))
+    shown = ("..." if start else "") + line[start:start + SHOWN_WIDTH] + \
+        ("..." if start + SHOWN_WIDTH < len(line) else "")
+    return shown, None if column is None else column - start + (3 if start else 0)
 
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:

@@ -152,3 +152,12 @@ def test_cli_bad_budgets_and_tolerances_exit_2(tmp_path):
     for tolerance in ("nan", "inf", "-1%"):
         proc, _ = madsl("check", "specs/paper/hyena-sg.mad", "--iso-params", tolerance)
         assert proc.returncode == 2 and "--iso-params" in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_an_error_in_a_long_line_shows_the_part_around_it():
+    text = ":".join(["H"] * 1000) + ":Hy{" + ",".join(f"k{i}=1" for i in range(4000)) + "}"
+    err = topology_error(text.replace("Hy{", "Hy{(", 1))
+    rendered = err.render()
+    assert len(rendered) < 1000 and err.location.column == 2004, rendered
+    source, caret = rendered.splitlines()[3:5]
+    assert source[caret.index("^")] == "(" and source.count("...") == 2
