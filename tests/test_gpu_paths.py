@@ -147,3 +147,29 @@ def test_mamba_unfused_cuda_path_plumbing(monkeypatch):
     monkeypatch.setattr(mamba_module, "selective_scan", selective_scan_chunked)
     for g, r in zip(grads(), ref):
         torch.testing.assert_close(g, r, atol=1e-10, rtol=1e-8)
+
+
+# --- placement on several devices ------------------------------------------------------
+def test_devices_are_checked_and_runs_placed_round_robin(tmp_path):
+    from madsl.errors import MadslError
+    from madsl.runner.api import place_devices, plan_evaluation
+    from madsl.runner.protocols import Overrides
+    from madsl.runner.store import Store
+    from madsl.spec import load_spec
+    from tests.test_cli import madsl
+
+    with pytest.raises(MadslError, match="cuda:7 does not exist"):
+        place_devices("auto", ["cuda:7"])
+    with pytest.raises(MadslError, match="unknown device 'gpu0'"):
+        place_devices("auto", ["gpu0"])
+    assert place_devices("cpu", None) is None
+    proc = madsl("eval", "specs/paper/hyena-sg.mad", "--devices", "cuda:7", "--db", str(tmp_path / "r.db"),
+                 check_rc=2)
+    assert "cuda:7" in proc.stderr
+
+    store = Store(tmp_path / "p.db")
+    spec = load_spec("specs/paper/hyena-sg.mad")
+    cli = Overrides(protocol="smoke", tasks=("memorization",), lrs=(1e-3, 1e-2, 3e-2))
+    plan = plan_evaluation(store, [(spec, "specs/paper/hyena-sg.mad")], cli, placement=["cpu", "meta"])
+    store.close()
+    assert [job.device for job in plan.jobs] == ["cpu", "meta", "cpu"]

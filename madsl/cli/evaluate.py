@@ -32,6 +32,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--db", default="madsl-results.db", help="results database (default: %(default)s)")
     p.add_argument("--workers", type=positive_int, default=1, help="runs in parallel (local processes)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--devices", type=lambda text: [d.strip() for d in text.split(",") if d.strip()],
+                   metavar="DEV,DEV", help="place runs on these devices round-robin, e.g. cuda:0,cuda:1 "
+                                           "(default on CUDA: every visible GPU)")
     p.add_argument("--precision", choices=("fp32", "bf16", "auto"), default=None,
                    help="fp32; bf16 (autocast, float32 master weights; exit 2 where the device has no bf16); "
                         "auto: bf16 on a CUDA device with bf16, else fp32 (default: the spec's eval.precision, "
@@ -61,7 +64,7 @@ def cmd_eval(args) -> int:
     settings = dict(parse_set_option(text) for text in args.settings)
     try:
         summary = evaluate(args.specs, tasks=args.tasks, protocol=args.protocol, db=args.db, workers=args.workers,
-                           device=args.device, settings_overrides=settings, lr=args.lr, wd=args.wd,
+                           device=args.device, devices=args.devices, settings_overrides=settings, lr=args.lr, wd=args.wd,
                            epochs=args.epochs, seed=args.seed, batch_size=args.batch_size,
                            eval_lengths=args.eval_lengths, freeze=args.freeze, precision=args.precision,
                            progress=not args.quiet and args.format == "text")

@@ -239,6 +239,7 @@ def plan_spec(spec: Any, path: str | None, cli: Overrides | None = None,
 
 def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), protocol: str | None = None,
              db: str | os.PathLike = DEFAULT_DB, workers: int = 1, device: str = "auto",
+             devices: Sequence[str] | None = None,
              settings_overrides: Mapping[str, Any] | None = None, lr: float | Sequence[float] | None = None,
              wd: float | Sequence[float] | None = None, epochs: int | None = None, seed: int | None = None,
              batch_size: int | None = None, eval_lengths: Sequence[int] | None = None,
@@ -257,6 +258,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
     Returns a summary: counts of runs, failures, and the scores of these specs.
     """
     _check_workers_and_device(workers, device)
+    placement = place_devices(device, devices)
     cli = cli_overrides(protocol=protocol, tasks=tasks, settings=settings_overrides, lr=lr, wd=wd, epochs=epochs,
                         seed=seed, batch_size=batch_size, eval_lengths=eval_lengths, freeze=freeze,
                         precision=precision)
@@ -265,7 +267,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
         raise MadslError("no spec to evaluate", hint="madsl eval SPEC.mad ...")
     store = Store(db)
     try:
-        plan = plan_evaluation(store, specs, cli, task_registry, model_factory, device)
+        plan = plan_evaluation(store, specs, cli, task_registry, model_factory, device, placement)
         plan.register(store)
         with stop_guard(stop_requested) as should_stop:
             runner = executor or make_executor(workers)
@@ -291,6 +293,30 @@ def _planned_device(device: str) -> str:
 
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
+
+
+def place_devices(device: str, devices: Sequence[str] | None) -> list[str] | None:
+    """The devices runs are placed on, round-robin in plan order (`--devices cuda:0,cuda:1`):
+    None for one device. Default on CUDA: every visible GPU. Each must exist (exit 2 otherwise)."""
+    import torch
+
+    if devices is None:
+        on_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+        count = torch.cuda.device_count() if on_cuda else 0
+        return [f"cuda:{i}" for i in range(count)] if count > 1 else None
+    if not devices:
+        raise MadslError("--devices: the list is empty", hint="e.g. --devices cuda:0,cuda:1")
+    for name in devices:
+        kind, _, index = name.partition(":")
+        if name == "cpu":
+            continue
+        if kind != "cuda" or not index.isdigit():
+            raise MadslError(f"--devices: unknown device {name!r}", expected="cpu or cuda:N, comma-separated")
+        if int(index) >= torch.cuda.device_count():
+            raise MadslError(f"--devices: {name} does not exist on this machine "
+                             f"({torch.cuda.device_count()} CUDA device(s) visible)",
+                             hint="see nvidia-smi, or CUDA_VISIBLE_DEVICES")
+    return list(devices)
 
 
 def _check_workers_and_device(workers: int, device: str) -> None:
@@ -345,7 +371,8 @@ class EvaluationPlan:
 
 def plan_evaluation(store: Store, specs: Sequence[tuple[Any, str | None]], cli: Overrides,
                     task_registry: Mapping[str, Any] | None = None,
-                    model_factory: Callable[[Any], Any] | None = None, device: str = "auto") -> EvaluationPlan:
+                    model_factory: Callable[[Any], Any] | None = None, device: str = "auto",
+                    placement: Sequence[str] | None = None) -> EvaluationPlan:
     """Every run of every spec (validated, with its job), without writing to the store."""
     registry, all_tasks = _task_registry(task_registry)
     jobs: list[RunJob] = []
@@ -373,7 +400,8 @@ def plan_evaluation(store: Store, specs: Sequence[tuple[Any, str | None]], cli: 
                                                                   if run.train.seed else ""))
             jobs.append(RunJob(run_id=identity.run_id, task=task, setting=dict(run.settings), train=train,
                                model_factory=factory, checkpoint_path=str(store.checkpoint_path(identity.run_id)),
-                               data_dir=str(store.data_dir), device=device, label=label))
+                               data_dir=str(store.data_dir),
+                               device=placement[len(jobs) % len(placement)] if placement else device, label=label))
         plan.runs.append((identities, spec_plan.protocol.name))
     # the same run can be asked for twice (two specs with the same model): run it once
     plan.jobs = list({job.run_id: job for job in jobs}.values())

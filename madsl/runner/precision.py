@@ -65,10 +65,13 @@ def autocast(precision: str, device: "torch.device") -> contextlib.AbstractConte
 
 
 def configure_device(device: "torch.device") -> None:
-    """TF32 matmuls and cuDNN convolutions on CUDA (no effect elsewhere)."""
+    """TF32 matmuls and cuDNN convolutions on CUDA (no effect elsewhere); a run placed on
+    cuda:N makes N the current device (Triton kernels launch on the current device)."""
     import torch
 
     if device.type == "cuda":
+        if device.index is not None:
+            torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 

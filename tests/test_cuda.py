@@ -1,0 +1,143 @@
+"""The CUDA lane (skipped without a GPU; `scripts/gpu_check.sh` runs it): the fused
+kernels against the CPU references, forward and backward; the pure-PyTorch GPU
+paths used without the `cuda` extra; a bf16 training step of every paper spec; step
+mode equal to the parallel forward on the device.
+
+Kernel tests that need the extra skip when its library does not import, so the lane
+also checks an install without it (the chunked fallbacks)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+from madsl.kernels import cuda  # noqa: E402
+from madsl.kernels.gla import gla_chunked, gla_fla_chunk, gla_recurrent  # noqa: E402
+from madsl.kernels.selective_scan import selective_scan_cpu, selective_scan_reference  # noqa: E402
+from madsl.kernels.selective_scan_chunked import selective_scan_chunked  # noqa: E402
+from tests.layer_helpers import make, run_steps  # noqa: E402
+
+DEVICE = torch.device("cuda")
+PAPER_SPECS = sorted(Path(__file__).resolve().parents[1].joinpath("specs", "paper").glob("*.mad"))
+
+
+def _scan_inputs(batch=2, d_inner=64, d_state=4, length=300, dtype=torch.float32, device="cpu"):
+    gen = torch.Generator().manual_seed(0)
+
+    def rand(*shape, scale=1.0, shift=0.0):
+        return torch.randn(*shape, generator=gen) * scale + shift
+
+    inputs = [rand(batch, d_inner, length), rand(batch, d_inner, length, scale=0.5, shift=-1.0),
+              -torch.rand(d_inner, d_state, generator=gen) - 0.5, rand(batch, d_state, length),
+              rand(batch, d_state, length), rand(d_inner), rand(batch, d_inner, length), rand(d_inner, scale=0.5)]
+    return [x.to(device=device, dtype=dtype).requires_grad_() for x in inputs]
+
+
+def _scan_and_grads(scan, inputs):
+    out, last = scan(*inputs, delta_softplus=True, return_last_state=True)
+    weights = torch.linspace(-1, 1, out.shape[-1], device=out.device)
+    grads = torch.autograd.grad((out.float() * weights).sum(), inputs)
+    return [out, last, *grads]
+
+
+def _assert_all_close(got, want, atol, rtol):
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.float().cpu(), w.float().cpu(), atol=atol, rtol=rtol)
+
+
+# --- kernel parity ---------------------------------------------------------------------------
+def test_mamba_ssm_selective_scan_matches_cpu_scan():
+    scan_fn = cuda.selective_scan_fn()
+    if scan_fn is None:
+        pytest.skip("mamba-ssm not installed")
+    cpu = _scan_and_grads(selective_scan_cpu, _scan_inputs())
+    _assert_all_close(_scan_and_grads(scan_fn, _scan_inputs(device=DEVICE)), cpu, atol=2e-3, rtol=2e-3)
+
+
+def test_chunked_scan_on_gpu_matches_cpu_reference_float64():
+    want = _scan_and_grads(selective_scan_reference, _scan_inputs(length=100, dtype=torch.float64))
+    got = _scan_and_grads(selective_scan_chunked, _scan_inputs(length=100, dtype=torch.float64, device=DEVICE))
+    _assert_all_close(got, want, atol=1e-9, rtol=1e-7)
+
+
+def test_fla_chunk_gla_matches_recurrence():
+    if cuda.chunk_gla() is None:
+        pytest.skip("flash-linear-attention not installed")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 200, d) * 0.5 for d in (32, 32, 48))
+    log_decay = F.logsigmoid(torch.randn(2, 4, 200, 32) + 3) / 4
+    inputs = [x.requires_grad_() for x in (q, k, v, log_decay)]
+    on_device = [x.detach().to(DEVICE).requires_grad_() for x in inputs]
+
+    def run(fn, xs):
+        o, final = fn(*xs)
+        grads = torch.autograd.grad((o.float() * o.detach().float().sign()).sum(), xs)
+        return [o, final, *grads]
+
+    _assert_all_close(run(gla_fla_chunk, on_device), run(gla_recurrent, inputs), atol=5e-3, rtol=5e-3)
+    _assert_all_close(run(gla_chunked, on_device), run(gla_recurrent, inputs), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["mamba", "gla", "attention", "hyena", "multihead_hyena", "hyena_experts", "moe"])
+def test_layer_on_device_matches_cpu_forward_and_backward(name):
+    """Each primitive's CUDA dispatch (mamba_inner_fn / fla / SDPA / cuFFT) in fp32 against its CPU path."""
+    torch.manual_seed(0)
+    _, layer = make(name, 128)
+    x = torch.randn(4, 96, 128)
+
+    def run(module, device):
+        module = module.to(device)
+        module.zero_grad(set_to_none=True)
+        xd = x.to(device).requires_grad_()
+        y = module(xd)
+        y.square().mean().backward()
+        return [y, xd.grad, *(p.grad for p in module.parameters() if p.grad is not None)]
+
+    want = run(layer, "cpu")
+    _assert_all_close(run(layer, DEVICE), want, atol=2e-3, rtol=2e-2)
+
+
+@pytest.mark.parametrize("name", ["mamba", "gla", "attention", "hyena", "multihead_hyena"])
+def test_step_mode_equals_parallel_forward_on_device(name):
+    torch.manual_seed(0)
+    _, layer = make(name, 128)
+    layer = layer.to(DEVICE).eval()
+    x = torch.randn(2, 40, 128, device=DEVICE)
+    with torch.no_grad():
+        parallel = layer(x)
+        stepped, _ = run_steps(layer, x)
+    torch.testing.assert_close(stepped, parallel, atol=1e-3, rtol=1e-3)
+
+
+# --- training --------------------------------------------------------------------------------
+@pytest.mark.parametrize("spec_path", PAPER_SPECS, ids=[p.stem for p in PAPER_SPECS])
+def test_bf16_training_step_of_every_paper_spec(spec_path):
+    import madsl
+    from madsl.runner.train import build_optimizer
+
+    model = madsl.compile(str(spec_path), vocab_size=64, max_seq_len=128, device=DEVICE)
+    optimizer = build_optimizer(model, 1e-3, 0.1, DEVICE)
+    tokens = torch.randint(0, 64, (8, 128), device=DEVICE)
+    losses = []
+    for _ in range(3):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+        optimizer.zero_grad(set_to_none=True)
+        (loss + model.aux_loss()).backward()
+        optimizer.step()
+        losses.append(float(loss))
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
+
+
+def test_bf16_smoke_eval_on_device(tmp_path):
+    from madsl.runner.api import evaluate
+
+    summary = evaluate([str(PAPER_SPECS[0].with_name("mamba.mad"))], tasks=["memorization"], protocol="smoke", device="cuda",
+                       precision="auto", db=tmp_path / "r.db", progress=False)
+    assert not summary["failed"]
