@@ -49,7 +49,7 @@ def epoch_seconds(spec, path: str, task_name: str, device: str, precision: str, 
     """Seconds of one runner epoch (train + eval) at the task's baseline setting, scaled to its
     full number of training examples when `examples` trims it; and the baseline setting."""
     registry, all_tasks = _task_registry(None)
-    overrides = Overrides(protocol="baseline", tasks=(task_name,), lrs=(1e-3,), wds=(0.0,), epochs=1,
+    overrides = Overrides(protocol="baseline", tasks=(task_name,), lrs=(1e-3,), wds=(0.0,), epochs=1, eval_lengths=(),
                           precision=resolve_precision(precision, "cuda" if device.startswith("cuda") else "cpu"))
     if examples is not None:
         overrides.settings = {"num_train_examples": examples, "num_test_examples": min(examples, 256)}
@@ -76,13 +76,13 @@ def main() -> int:
     parser.add_argument("--stop-fraction", type=float, default=1.0,
                         help="fraction of the 200 epochs early stopping leaves (measured elsewhere)")
     parser.add_argument("--quick", action="store_true",
-                        help="one spec (mamba) on 512 training examples per task, scaled up")
+                        help="one spec (mamba) on 256 training examples per task, scaled up")
     args = parser.parse_args()
     import torch
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     specs = args.specs[:1] if args.quick else args.specs
-    examples = 512 if args.quick else None
+    examples = 256 if args.quick else None
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
     print(f"device: {device} ({name}), precision {args.precision}, torch threads {torch.get_num_threads()}")
     registry, all_tasks = _task_registry(None)
