@@ -24,7 +24,8 @@ from madsl.runner.protocols import (Overrides, apply_setting_overrides, budgeted
 from madsl.runner.report import load_scores, render_text
 from madsl.runner.report import report as _report
 from madsl.runner.precision import check_precision, resolve_precision, train_config_identity
-from madsl.runner.store import DEFAULT_DB, RunIdentity, Store, canonical_json, madsl_version, sha256
+from madsl.runner.store import (DEFAULT_DB, RunIdentity, Store, StoreFiles, canonical_json, check_database,
+                                madsl_version, sha256)
 
 DEFAULT_PROTOCOL = "quick"
 
@@ -265,9 +266,10 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
     specs = _load_specs(spec_paths)
     if not specs:
         raise MadslError("no spec to evaluate", hint="madsl eval SPEC.mad ...")
-    store = Store(db)
+    check_database(db)  # a bad --db is refused before anything is planned or written
+    plan = plan_evaluation(StoreFiles(db), specs, cli, task_registry, model_factory, device, placement)
+    store = Store(db)  # created only now: bad input above leaves no database behind
     try:
-        plan = plan_evaluation(store, specs, cli, task_registry, model_factory, device, placement)
         plan.register(store)
         with stop_guard(stop_requested) as should_stop:
             runner = executor or make_executor(workers)
@@ -369,7 +371,7 @@ class EvaluationPlan:
             store.add_runs(identities, protocol_name)
 
 
-def plan_evaluation(store: Store, specs: Sequence[tuple[Any, str | None]], cli: Overrides,
+def plan_evaluation(store: StoreFiles, specs: Sequence[tuple[Any, str | None]], cli: Overrides,
                     task_registry: Mapping[str, Any] | None = None,
                     model_factory: Callable[[Any], Any] | None = None, device: str = "auto",
                     placement: Sequence[str] | None = None) -> EvaluationPlan:

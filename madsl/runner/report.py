@@ -43,7 +43,7 @@ def load_scores(db: str | os.PathLike, protocol: str | None = None,
     """Scores of the specs in a database (optionally only some protocols, specs or runs)."""
     if not Path(db).exists():
         raise MadslError(f"no results database at {db}", hint="run `madsl eval` first, or pass --db PATH")
-    store = Store(db)
+    store = Store(db, create=False)
     try:
         rows = store.runs()
         labels = store.labels()

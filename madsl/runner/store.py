@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from madsl.errors import Location, MadslError
+
 DEFAULT_DB = "madsl-results.db"
 SCHEMA_VERSION = 1
 STALE_AFTER_S = 600.0  # a running run whose heartbeat is this old is presumed dead
@@ -170,30 +172,96 @@ def owner_is_dead(owner: str | None, heartbeat: float | None, stale_after_s: flo
     return now - heartbeat > stale_after_s
 
 
-class Store:
-    """Access to one results database. Not shared across processes: open one per process."""
+class StoreError(MadslError):
+    """A --db path that cannot be (or become) a madsl results database; nothing was changed."""
 
-    def __init__(self, path: str | os.PathLike = DEFAULT_DB, stale_after_s: float = STALE_AFTER_S):
+    def __init__(self, path: Path, problem: str, hint: str | None = None):
+        super().__init__(f"results database {path} {problem}", Location(file=str(path)), hint=hint)
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+MADSL_TABLES = ("meta", "runs")  # what every madsl results database has had since schema 1
+
+
+def check_database(path: str | os.PathLike, create: bool = True) -> None:
+    """Raise StoreError unless `path` is a madsl results database (or, with `create`, can become one).
+
+    Reads at most the file's header and its table list; creates and changes nothing, so a
+    command can refuse a bad --db before it writes anything, and a file that belongs to
+    something else is left exactly as it was.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise StoreError(path, "is a directory", hint="pass a file path, e.g. --db results/madsl-results.db")
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise StoreError(path, f"is under {ancestor}, which is not a directory")
+    if not path.exists():
+        if not create:
+            raise StoreError(path, "does not exist", hint="run `madsl eval` first, or pass --db PATH")
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise StoreError(path, f"cannot be created: {ancestor} is not writable")
+        return
+    if not path.is_file():
+        raise StoreError(path, "is not a regular file")
+    if not os.access(path, os.R_OK) or (create and not os.access(path, os.W_OK)):
+        raise StoreError(path, f"is not {'readable and writable' if create else 'readable'} (permissions)")
+    files_dir = store_files_dir(path)
+    if create and files_dir.exists() and not files_dir.is_dir():
+        raise StoreError(path, f"cannot keep its checkpoints and data: {files_dir} is a file")
+    with open(path, "rb") as f:
+        header = f.read(len(SQLITE_HEADER))
+    if not header:
+        return  # an empty file: SQLite reads it as an empty database
+    if header != SQLITE_HEADER:
+        raise StoreError(path, "is not an SQLite database", hint="madsl leaves it untouched; pass another --db")
+    _check_madsl_schema(path)
+
+
+def _check_madsl_schema(path: Path) -> None:
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            version = None
+            if "meta" in tables:
+                row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+                version = row[0] if row else None
+        finally:
+            conn.close()
+    except sqlite3.Error as err:
+        raise StoreError(path, f"cannot be read as an SQLite database ({err})") from None
+    if not tables:
+        return  # an empty SQLite database: nothing to take over
+    if not set(MADSL_TABLES) <= tables or version is None:
+        shown = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
+        raise StoreError(path, f"is an SQLite database of something else (tables: {shown})",
+                         hint="madsl leaves it untouched; pass another --db")
+    if not str(version).isdigit():
+        raise StoreError(path, f"has a schema_version that is not a number: {version!r}")
+    if int(version) != SCHEMA_VERSION:
+        newer = int(version) > SCHEMA_VERSION
+        raise StoreError(path, f"has schema version {version}; this madsl reads {SCHEMA_VERSION}",
+                         hint="it was written by a newer madsl: upgrade madsl to use it" if newer else None)
+
+
+def store_files_dir(db: str | os.PathLike) -> Path:
+    """The folder beside a database for its checkpoints and cached task data."""
+    path = Path(db)
+    return path.with_name(path.stem + ".files")
+
+
+class StoreFiles:
+    """Where a database keeps its files (no connection: planning needs the paths, not the database)."""
+
+    def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.stale_after_s = stale_after_s
-        self.conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)  # we manage transactions
-        self.conn.row_factory = sqlite3.Row
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute("PRAGMA foreign_keys=ON")
-        self.conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")  # idempotent: IF NOT EXISTS
-        with self.transaction() as c:
-            row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is None:
-                c.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) != SCHEMA_VERSION:
-                raise RuntimeError(f"{self.path}: results database schema {row[0]}, this madsl reads {SCHEMA_VERSION}")
 
-    # --- plumbing ---------------------------------------------------------------------
     @property
     def files_dir(self) -> Path:
-        return self.path.with_name(self.path.stem + ".files")
+        return store_files_dir(self.path)
 
     def checkpoint_path(self, run_id: str) -> Path:
         return self.files_dir / "checkpoints" / f"{run_id}.pt"
@@ -201,6 +269,41 @@ class Store:
     @property
     def data_dir(self) -> Path:
         return self.files_dir / "data"
+
+
+class Store(StoreFiles):
+    """Access to one results database. Not shared across processes: open one per process.
+
+    create=False (reading, as `madsl report`): the database must exist. Either way a
+    path that is not a madsl results database raises StoreError and is left untouched.
+    """
+
+    def __init__(self, path: str | os.PathLike = DEFAULT_DB, stale_after_s: float = STALE_AFTER_S,
+                 create: bool = True):
+        super().__init__(path)
+        self.stale_after_s = stale_after_s
+        check_database(self.path, create)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)  # we manage transactions
+            self.conn.row_factory = sqlite3.Row
+            self._open(create)
+        except (OSError, sqlite3.Error) as err:
+            raise StoreError(self.path, f"cannot be opened ({err})") from None
+
+    def _open(self, create: bool) -> None:
+        if create:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute("PRAGMA foreign_keys=ON")
+        tables = {row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not {"meta", "specs", "runs", "epochs", "length_evals", "run_labels"} <= tables:
+            self.conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")  # idempotent: IF NOT EXISTS
+        if self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() is None:
+            with self.transaction() as c:  # a new database (reading one changes nothing)
+                c.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    # --- plumbing ---------------------------------------------------------------------
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

@@ -1,0 +1,95 @@
+"""The results store refuses every --db that is not (and cannot become) a madsl results database.
+
+`madsl eval` and `madsl report` exit 2 with a message naming the path and no traceback;
+a file that belongs to something else is left byte for byte as it was, and `eval`
+creates no database before it has checked its input.
+"""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from madsl.cli import main
+from madsl.runner.store import SCHEMA_VERSION, Store
+
+SPEC = str(Path(__file__).resolve().parent.parent / "specs" / "paper" / "hyena-sg.mad")
+EVAL = ["eval", SPEC, "--task", "memorization", "--protocol", "smoke", "--quiet"]
+
+
+def _sqlite(path: Path, *statements: str) -> None:
+    with sqlite3.connect(path) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def _make(kind: str, tmp: Path) -> Path:
+    """A bad --db of the given kind; returns the path to pass."""
+    if kind == "directory":
+        (tmp / "dir.db").mkdir()
+        return tmp / "dir.db"
+    if kind == "under a file":
+        (tmp / "file").write_text("x")
+        return tmp / "file" / "r.db"
+    path = tmp / "r.db"
+    if kind == "random bytes":
+        path.write_bytes(bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8)))
+    elif kind == "text file":
+        path.write_text("name,score\nhyena,0.8\n")
+    elif kind == "another program's SQLite":
+        _sqlite(path, "CREATE TABLE users (name TEXT)", "INSERT INTO users VALUES ('ada')")
+    elif kind == "newer schema":
+        _sqlite(path, "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+                "CREATE TABLE runs (run_id TEXT PRIMARY KEY)",
+                f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION + 1}')")
+    elif kind == "files folder is a file":
+        Store(path).close()
+        (tmp / "r.files").write_text("x")
+    return path
+
+
+BAD = ["directory", "under a file", "random bytes", "text file", "another program's SQLite", "newer schema",
+       "files folder is a file"]
+
+
+@pytest.mark.parametrize("kind", BAD)
+def test_an_unusable_db_is_a_clear_error_for_eval_and_report(tmp_path, capsys, kind):
+    db = _make(kind, tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    commands = [[*EVAL, "--db", str(db)]]
+    if kind != "files folder is a file":  # report only reads: it needs no files folder
+        commands.append(["report", "--db", str(db)])
+    for argv in commands:
+        assert main(argv) == 2, argv[0]
+        err = capsys.readouterr().err
+        assert str(db) in err and "Traceback" not in err, err
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before  # left untouched: no tables added, no WAL switch, no -wal / -shm files
+
+
+def test_a_newer_schema_asks_for_a_newer_madsl(tmp_path, capsys):
+    db = _make("newer schema", tmp_path)
+    assert main(["report", "--db", str(db)]) == 2
+    assert f"schema version {SCHEMA_VERSION + 1}" in capsys.readouterr().err
+
+
+def test_eval_creates_no_database_before_it_rejects_bad_input(tmp_path, capsys):
+    db = tmp_path / "new.db"
+    assert main([*EVAL, "--set", "no_such_knob=1", "--db", str(db)]) == 2
+    assert "no_such_knob" in capsys.readouterr().err
+    assert not db.exists() and not (tmp_path / "new.files").exists()
+
+
+def test_an_empty_file_becomes_a_database_and_report_only_reads_it(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    db.touch()  # e.g. made by mktemp: SQLite reads an empty file as an empty database
+    Store(db).close()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT value FROM meta").fetchone() == (str(SCHEMA_VERSION),)
+    conn.close()
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert main(["report", "--db", str(db)]) == 0
+    assert "no runs" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
