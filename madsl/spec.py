@@ -1,63 +1,32 @@
 """Spec files (`.mad`, YAML) -> validated `Spec` objects.
 
-Schema (every key is checked; unknown keys are errors, never ignored):
+    load_spec(path)            a spec file, with what it `extends:` merged in
+    spec_from_data(data)       already-merged data (e.g. stored with a saved model)
+    spec_from_topology(text)   a topology string and the stdlib defaults (`madsl compile -t`)
 
-    name: str                       required
-    description: str
-    extends: path                   another spec, relative to this file; this one's keys win
-    dim: int                        model width, required
-    vocab: int                      vocabulary size (embedding and head); optional
-    seq_len: int                    length used for KV cache and FLOP accounting (default 128)
-    topology: str                   the topology string, required
-    channel_mixer: SYMBOL | none    the channel mixer of blocks that name none (default Sg)
-    norm: rms | layer               pre-norm kind (default rms)
-    tie_embeddings: bool            output head shares the embedding (default true)
-    layers: {SYMBOL: {...}}         override a symbol's parameters, or define a new symbol
-                                    with `primitive: NAME` or `base: SYMBOL`
-    budget: {QUANTITY: BOUND, seq_len: int}   see budget.py
-    eval: {...}                     settings for `madsl eval` (checked by the runner)
+Building a spec goes through one module per concern: spec_files.py (reading,
+`extends:`, merging, where each value is written), spec_schema.py (the top-level
+keys and the budget section), spec_symbols.py (the symbol table), topology.py
+(the topology string); this module checks how they fit together (the channel
+mixer, every layer of the topology resolving) and answers questions about the
+result (`Spec.channel_for`, `Spec.primitive_for`, the canonical form, the identity).
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import budget as budgets
-from . import stdlib
-from . import topology as topo
-from .errors import Location, MadslError, did_you_mean
-from .primitives.base import ConfigError, Primitive
-from .yamlsource import Located, load
+from madsl import budget as budgets
+from madsl import stdlib
+from madsl import topology as topo
+from madsl.errors import MadslError, did_you_mean
+from madsl.primitives.base import ConfigError, Primitive
+from madsl.spec_files import Locator, SourceMap, load_merged
+from madsl.spec_schema import check_top_level, parse_budget
+from madsl.spec_symbols import SymbolDef, symbol_table
 
-SYMBOL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 DEFAULT_SEQ_LEN = 128
-
-_TYPES: dict[str, tuple[type, ...]] = {
-    "name": (str,), "description": (str,), "extends": (str,), "dim": (int,), "vocab": (int,),
-    "seq_len": (int,), "topology": (str,), "channel_mixer": (str, type(None)), "norm": (str,),
-    "tie_embeddings": (bool,), "layers": (dict,), "budget": (dict,), "eval": (dict,),
-}
-_REQUIRED = ("name", "dim", "topology")
-_CHOICES = {"norm": ("rms", "layer")}
-_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "a mapping",
-               type(None): "none"}
-
-
-@dataclass(frozen=True)
-class SymbolDef:
-    """What a symbol means in one spec: a primitive and its parameters (defaults applied)."""
-
-    symbol: str
-    primitive: str
-    params: dict[str, Any]
-    source: str  # provenance of the defaults, or "spec" for spec-defined symbols
-    # where each parameter was last set in a spec file (for errors), by key
-    where: dict[str, Location] = field(default_factory=dict, compare=False)
-
-    def role(self) -> str:
-        return stdlib.primitives()[self.primitive].cls.role
 
 
 @dataclass
@@ -78,10 +47,7 @@ class Spec:
     eval: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
     data: dict[str, Any] = field(default_factory=dict, repr=False)  # the merged YAML, to rebuild the spec
-    # where things are written, for located errors
-    topology_base: Location | None = None
-    topology_style: str | None = None  # YAML scalar style of the topology: None, "'", '"', "|", ">"
-    source_map: "SourceMap | None" = field(default=None, repr=False)
+    source_map: SourceMap | None = field(default=None, repr=False)  # where things are written, for errors
 
     def canonical(self) -> str:
         """The canonical topology (channel mixers equal to the default elided)."""
@@ -106,30 +72,11 @@ class Spec:
                            for s in self.symbols_used()}}
 
     def topology_error(self, err: MadslError, span: topo.Span | None) -> MadslError:
-        base = self.topology_base
-        if base is None or base.line is None:
+        """`err`, which happened at `span` inside the topology string, located in the spec file."""
+        if span is None or self.source_map is None:
             return topo.locate(err, span, self.topology_text)
-        if base.column is None and span is not None and self.source_map is not None:
-            # a block scalar (`topology: |` or `>`): map the position back to the indented file lines
-            line, column = base.line + span.line - 1, span.column
-            if self.topology_style == ">":  # folded: the file's lines were joined by single spaces
-                line = base.line
-                while True:
-                    content = self.source_map.line(base.file, line).strip()
-                    if column <= len(content) + 1 or not content:
-                        break
-                    column -= len(content) + 1
-                    line += 1
-            text = self.source_map.line(base.file, line)
-            indent = len(text) - len(text.lstrip(" "))
-            return err.relocated(Location(base.file, line, indent + column, text, span.length, span.column))
-        located = topo.locate(err, span, self.topology_text, base)
-        loc = located.location
-        if self.source_map is not None and loc.file is not None and loc.line is not None:
-            located = located.relocated(Location(loc.file, loc.line, loc.column,
-                                                 self.source_map.line(loc.file, loc.line), loc.length,
-                                                 span.column if span is not None else None))
-        return located
+        location = self.source_map.position(("topology",), span.line, span.column, span.length)
+        return err.relocated(replace(location, topology_column=span.column))
 
     def channel_for(self, block: topo.Block) -> topo.Layer | None:
         """The channel mixer a block gets (the one answer to this question): the one written
@@ -228,12 +175,12 @@ def _mixes_both(spec: Spec, block: topo.Block) -> bool:
     return all(m.symbol in spec.symbols and spec.symbols[m.symbol].role() == "both" for m in mixers)
 
 
-# --- loading ---------------------------------------------------------------------------
+# --- building ----------------------------------------------------------------------------
 
 def load_spec(path: str | Path, *, overrides: dict[str, Any] | None = None) -> Spec:
     """Load, merge (`extends:`), validate and resolve a spec file. Raises MadslError."""
     path = Path(path)
-    data, source_map = _load_merged(path, chain=())
+    data, source_map = load_merged(path)
     if overrides:
         data.update(overrides)
     return _build(data, source_map, path)
@@ -256,140 +203,16 @@ def spec_from_topology(text: str, *, dim: int = 128, vocab: int | None = None,
     return _build(data, None, None)
 
 
-class SourceMap:
-    """Where each key and value of a (possibly `extends`-merged) spec is written:
-    in this file if it sets the key, else in the spec it extends."""
-
-    def __init__(self, located: Located, parent: "SourceMap | None"):
-        self.located, self.parent = located, parent
-        self.mine = set(_paths(located.data))
-
-    def _owner(self, key_path: tuple) -> "SourceMap":
-        if key_path in self.mine or self.parent is None:
-            return self
-        return self.parent._owner(key_path)
-
-    def key(self, key_path: tuple) -> Location:
-        return self._owner(key_path).located.key(key_path)
-
-    def value(self, key_path: tuple) -> Location:
-        return self._owner(key_path).located.value(key_path)
-
-    def style(self, key_path: tuple) -> str | None:
-        return self._owner(key_path).located.value_styles.get(key_path)
-
-    def line(self, file: str, number: int) -> str:
-        if self.located.file == file or self.parent is None:
-            return self.located.line(number)
-        return self.parent.line(file, number)
-
-
-def _load_merged(path: Path, chain: tuple[Path, ...]) -> tuple[dict, SourceMap]:
-    located = load(path)
-    file_data = located.data
-    if file_data is None:
-        raise MadslError("the spec file is empty", Location(str(path), 1, 1, ""),
-                         expected="a mapping with at least name, dim and topology")
-    if not isinstance(file_data, dict):
-        raise MadslError("a spec must be a YAML mapping", located.value(()),
-                         expected="keys such as name, dim, topology")
-    parent_data: dict = {}
-    parent_map: SourceMap | None = None
-    if "extends" in file_data:
-        ref = file_data["extends"]
-        if not isinstance(ref, str):
-            raise MadslError("extends must be a path to another spec", located.value(("extends",)))
-        parent = (path.parent / ref).resolve()
-        if parent in chain or parent == path.resolve():
-            raise MadslError(f"extends makes a cycle: {' -> '.join(str(p) for p in chain + (parent,))}",
-                             located.value(("extends",)), hint="a spec cannot extend itself")
-        if not parent.is_file():
-            raise MadslError(f"extends names a spec that does not exist: {ref}", located.value(("extends",)),
-                             hint=f"paths are relative to {path.parent}/")
-        parent_data, parent_map = _load_merged(parent, chain + (path.resolve(),))
-    merged = _merge(parent_data, {k: v for k, v in file_data.items() if k != "extends"})
-    return merged, SourceMap(located, parent_map)
-
-
-def _paths(data: Any, prefix: tuple = ()):
-    if isinstance(data, dict):
-        for key, value in data.items():
-            yield prefix + (key,)
-            yield from _paths(value, prefix + (key,))
-
-
-def _merge(base: dict, over: dict) -> dict:
-    """`extends` semantics: mappings merge key by key (layers per symbol), other values replace."""
-    out = dict(base)
-    for key, value in over.items():
-        if key in ("layers", "budget", "eval") and isinstance(value, dict) and isinstance(out.get(key), dict):
-            merged = dict(out[key])
-            for sub, sub_value in value.items():
-                if key == "layers" and isinstance(sub_value, dict) and isinstance(merged.get(sub), dict):
-                    merged[sub] = {**merged[sub], **sub_value}
-                else:
-                    merged[sub] = sub_value
-            out[key] = merged
-        else:
-            out[key] = value
-    return out
-
-
-def _build(data: dict, where: SourceMap | None, path: Path | None) -> Spec:
-    def key_loc(*key_path) -> Location | None:
-        return where.key(tuple(key_path)) if where else None
-
-    def value_loc(*key_path) -> Location | None:
-        return where.value(tuple(key_path)) if where else None
-
-    for key in data:
-        if key not in _TYPES:
-            raise MadslError(f"unknown key {key!r}", key_loc(key),
-                             expected="one of " + ", ".join(_TYPES), hint=did_you_mean(str(key), _TYPES))
-    for key in _REQUIRED:
-        if key not in data:
-            raise MadslError(f"missing required key {key!r}", key_loc(),
-                             hint=f"add `{key}: ...` to the spec" + (" (or to the spec it extends)" if path else ""))
-    for key, value in data.items():
-        allowed = _TYPES[key]
-        if isinstance(value, bool) and bool not in allowed:
-            ok = False
-        else:
-            ok = isinstance(value, allowed)
-        if not ok:
-            hint = None
-            if key == "topology" and isinstance(value, (list, dict)):
-                hint = "YAML reads [...] and {...} as lists and mappings: quote the topology, e.g. topology: '[H | mA]'"
-            raise MadslError(f"{key} must be {' or '.join(_TYPE_NAMES[t] for t in allowed)}, got {value!r}",
-                             value_loc(key), hint=hint)
-        if key in _CHOICES and value not in _CHOICES[key]:
-            raise MadslError(f"{key} must be one of {', '.join(_CHOICES[key])}, got {value!r}", value_loc(key),
-                             hint=did_you_mean(str(value), _CHOICES[key]))
-    for key in ("dim", "vocab", "seq_len"):
-        if key in data and data[key] <= 0:
-            raise MadslError(f"{key} must be a positive integer, got {data[key]}", value_loc(key))
-    if not data["name"].strip():
-        raise MadslError("name must not be empty", value_loc("name"))
-
-    symbols = _symbol_table(data.get("layers") or {}, key_loc, value_loc)
-
-    topology_base, style = None, None
-    if where is not None:
-        start = value_loc("topology")
-        style = where.style(("topology",))
-        if style in ("'", '"'):  # the string starts after its opening quote
-            start = Location(start.file, start.line, start.column + 1, start.source_line)
-        if style in ("|", ">"):  # block scalar: the text starts on the next line, indented
-            start = Location(start.file, start.line + 1, None, None)
-        topology_base = start
-
+def _build(data: dict, source_map: SourceMap | None, path: Path | None) -> Spec:
+    at = Locator(source_map)
+    check_top_level(data, at, from_file=path is not None)
+    symbols = symbol_table(data.get("layers") or {}, at)
     text = data["topology"]
     spec = Spec(name=data["name"], dim=data["dim"], topology_text=text, topology=(), symbols=symbols,
                 channel_mixer=data.get("channel_mixer", "Sg"), vocab=data.get("vocab"),
                 seq_len=data.get("seq_len", DEFAULT_SEQ_LEN), norm=data.get("norm", "rms"),
                 tie_embeddings=data.get("tie_embeddings", True), description=data.get("description", ""),
-                eval=dict(data.get("eval") or {}), path=path, data=dict(data),
-                topology_base=topology_base, topology_style=style, source_map=where)
+                eval=dict(data.get("eval") or {}), path=path, data=dict(data), source_map=source_map)
     if spec.channel_mixer == topo.NO_CHANNEL:
         spec.channel_mixer = None
     try:
@@ -399,117 +222,16 @@ def _build(data: dict, where: SourceMap | None, path: Path | None) -> Spec:
 
     if spec.channel_mixer is not None:
         if spec.channel_mixer not in symbols:
-            raise MadslError(f"unknown channel mixer {spec.channel_mixer!r}", value_loc("channel_mixer"),
+            raise MadslError(f"unknown channel mixer {spec.channel_mixer!r}", at.value("channel_mixer"),
                              hint=did_you_mean(spec.channel_mixer, symbols) or "use a channel mixer symbol or none")
         if symbols[spec.channel_mixer].role() != "channel":
             raise MadslError(f"channel_mixer {spec.channel_mixer!r} is a {symbols[spec.channel_mixer].role()} "
-                             f"mixer, not a channel mixer", value_loc("channel_mixer"),
+                             f"mixer, not a channel mixer", at.value("channel_mixer"),
                              hint="channel mixers: " + ", ".join(s for s, d in symbols.items()
                                                                 if d.role() == "channel"))
-    spec.budget, spec.budget_seq_len = _budget(data.get("budget") or {}, key_loc, value_loc)
+    spec.budget, spec.budget_seq_len = parse_budget(data.get("budget") or {}, at)
     # every layer written in the topology must resolve (unknown symbols, bad overrides) at load time
     for layer in dict.fromkeys(topo.layers(spec.topology)):
         if layer.symbol != topo.NO_CHANNEL:
             spec.primitive_for(layer)
     return spec
-
-
-def _symbol_table(layers: dict, key_loc, value_loc) -> dict[str, SymbolDef]:
-    prims = stdlib.primitives()
-    table: dict[str, SymbolDef] = {}
-    for sym, entry in stdlib.symbols().items():
-        params = {**prims[entry.primitive].defaults, **entry.params}
-        table[sym] = SymbolDef(sym, entry.primitive, params, entry.source or prims[entry.primitive].source)
-
-    pending = dict(layers)
-    # symbols may be based on each other in any order; resolve until nothing changes
-    while pending:
-        progressed = False
-        for sym in list(pending):
-            body = pending[sym]
-            sym_text = str(sym)
-            if not isinstance(sym, str) or not SYMBOL_RE.match(sym) or sym == topo.NO_CHANNEL:
-                raise MadslError(f"{sym_text!r} is not a valid layer symbol", key_loc("layers", sym),
-                                 expected="a letter followed by letters, digits or '_' (and not 'none')")
-            if body is None:
-                body = {}
-            if not isinstance(body, dict):
-                raise MadslError(f"layers.{sym} must be a mapping of parameters, got {body!r}",
-                                 value_loc("layers", sym), hint=f"e.g. `{sym}: {{heads: 4}}`")
-            base_sym = body.get("base")
-            if base_sym is not None and base_sym in pending and base_sym != sym:
-                continue  # resolve the base first
-            table[sym] = _symbol_def(sym, body, table, prims, key_loc, value_loc)
-            del pending[sym]
-            progressed = True
-        if not progressed:
-            sym = next(iter(pending))
-            raise MadslError(f"layers.{sym}: `base:` symbols form a cycle ({', '.join(pending)})",
-                             value_loc("layers", sym, "base"))
-    return table
-
-
-def _symbol_def(sym: str, body: dict, table: dict[str, SymbolDef], prims, key_loc, value_loc) -> SymbolDef:
-    primitive = body.get("primitive")
-    base_sym = body.get("base")
-    if primitive is not None and base_sym is not None:
-        raise MadslError(f"layers.{sym}: give either `primitive:` or `base:`, not both",
-                         key_loc("layers", sym, "base"))
-    where: dict[str, Location] = {}
-    if base_sym is not None:
-        if not isinstance(base_sym, str) or base_sym not in table:
-            raise MadslError(f"layers.{sym}: unknown base symbol {base_sym!r}", value_loc("layers", sym, "base"),
-                             hint=did_you_mean(str(base_sym), table))
-        base = table[base_sym]
-        primitive, params, source = base.primitive, dict(base.params), f"spec (based on {base_sym})"
-        where.update(base.where)
-    elif primitive is not None:
-        if not isinstance(primitive, str) or primitive not in prims:
-            raise MadslError(f"layers.{sym}: unknown primitive {primitive!r}",
-                             value_loc("layers", sym, "primitive"),
-                             expected="one of " + ", ".join(prims), hint=did_you_mean(str(primitive), prims))
-        params, source = dict(prims[primitive].defaults), "spec"
-        if sym in table and table[sym].primitive == primitive:
-            params, source = dict(table[sym].params), table[sym].source
-    elif sym in table:
-        primitive, params, source = table[sym].primitive, dict(table[sym].params), table[sym].source
-        where.update(table[sym].where)
-    else:
-        raise MadslError(f"layers.{sym}: a new symbol needs `primitive:` or `base:`", key_loc("layers", sym),
-                         hint="e.g. `primitive: attention` or `base: mA`; primitives: " + ", ".join(prims)
-                         + (f"; or did you mean the symbol {did_you_mean(sym, table)[14:-1]}?"
-                            if did_you_mean(sym, table) else ""))
-    defaults = prims[primitive].defaults
-    for key, value in body.items():
-        if key in ("primitive", "base"):
-            continue
-        if key == "source":
-            source = str(value)
-            continue
-        if key not in defaults:
-            raise MadslError(f"layers.{sym}: {primitive} has no parameter {key!r}", key_loc("layers", sym, key),
-                             expected="one of " + ", ".join(defaults), hint=did_you_mean(str(key), defaults))
-        params[key] = value
-        where[key] = value_loc("layers", sym, key)
-    return SymbolDef(sym, primitive, params, source, where)
-
-
-def _budget(data: dict, key_loc, value_loc) -> tuple[dict[str, budgets.Bound], int | None]:
-    bounds: dict[str, budgets.Bound] = {}
-    seq_len = None
-    for key, value in data.items():
-        if key == "seq_len":
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise MadslError(f"budget.seq_len must be a positive integer, got {value!r}",
-                                 value_loc("budget", key))
-            seq_len = value
-            continue
-        if key not in budgets.QUANTITIES:
-            raise MadslError(f"unknown budget {key!r}", key_loc("budget", key),
-                             expected="one of " + ", ".join(budgets.QUANTITIES + ("seq_len",)),
-                             hint=did_you_mean(str(key), budgets.QUANTITIES))
-        try:
-            bounds[key] = budgets.parse_bound(value)
-        except budgets.BudgetError as err:
-            raise MadslError(f"budget.{key}: {err}", value_loc("budget", key)) from None
-    return bounds, seq_len

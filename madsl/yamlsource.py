@@ -1,13 +1,15 @@
 """YAML with source locations.
 
-Specs are read with `yaml.safe_load` semantics; alongside, the composed node
-tree gives every key and value its line and column, so that schema errors can
-point at the exact spot in the file. Duplicate keys are an error (PyYAML would
-silently keep the last one).
+Specs are read with `yaml.safe_load` semantics, in one pass: the text is composed
+into a node tree once, the tree gives every key and value its line and column (so
+schema errors point at the exact spot in the file), and the same tree is then
+constructed into plain data. Duplicate keys are an error (PyYAML would silently
+keep the last one). `Located.position` maps a position inside a string value
+(quoted, or a `|`/`>` block scalar) back to the file's line and column.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,32 @@ class Located:
         """Where the value at `path` is written (falls back to its key)."""
         return self.value_locs.get(path) or self.key(path)
 
+    def position(self, path: KeyPath, line: int, column: int, length: int = 1) -> Location:
+        """Where character (`line`, `column`) (1-based) of the string value at `path` is written in the file.
+
+        Plain and quoted scalars start where the value does (after the opening quote); a block
+        scalar (`|` or `>`) starts on the next line, each line after its indentation, and a
+        folded one (`>`) joined its lines with single spaces, so its one long line is walked
+        back over the file's lines. Escapes in double-quoted strings are not accounted for."""
+        start = self.value(path)
+        style = self.value_styles.get(path)
+        if style in ("|", ">"):
+            file_line = start.line + line
+            if style == ">":
+                file_line = start.line + 1
+                while True:
+                    content = self.line(file_line).strip()
+                    if column <= len(content) + 1 or not content:
+                        break
+                    column -= len(content) + 1
+                    file_line += 1
+            text = self.line(file_line)
+            return Location(self.file, file_line, len(text) - len(text.lstrip(" ")) + column, text, length)
+        first_column = start.column + (1 if style in ("'", '"') else 0)
+        file_line = start.line + line - 1
+        file_column = (first_column if line == 1 else 1) + column - 1
+        return replace(start, line=file_line, column=file_column, source_line=self.line(file_line), length=length)
+
 
 def _loc(file: str, text_lines: list[str], mark: yaml.Mark, end: yaml.Mark | None = None) -> Location:
     line = mark.line + 1
@@ -77,9 +105,16 @@ def load(path: Path | str, text: str | None = None) -> Located:
         except OSError as err:  # a path under a file, a name too long, an I/O error, ...
             raise MadslError(f"cannot read {file}: {err.strerror or err}", Location(file)) from None
     lines = text.splitlines()
+    loader = None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        loader = yaml.SafeLoader(text)  # checks the characters: inside the try
+        # what yaml.safe_load does, split in two so the node tree is walked for locations
+        # before construction (construction flattens `<<` merge keys into the tree)
+        node = loader.get_single_node()
+        located = Located(None, file, text, {}, {}, {})
+        if node is not None:
+            _walk(node, (), located, lines, loader)
+        located.data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         loc = _loc(file, lines, mark) if mark else Location(file)
@@ -92,39 +127,32 @@ def load(path: Path | str, text: str | None = None) -> Located:
         raise MadslError(f"invalid YAML: {problem}", loc, hint=hint) from None
     except yaml.YAMLError as err:
         raise MadslError(f"invalid YAML: {err}", Location(file)) from None
-    located = Located(data, file, text, {}, {}, {})
-    if node is not None:
-        _walk(node, (), located, lines)
+    finally:
+        if loader is not None:
+            loader.dispose()
     return located
 
 
-def _walk(node: yaml.Node, path: KeyPath, out: Located, lines: list[str]) -> None:
+def _walk(node: yaml.Node, path: KeyPath, out: Located, lines: list[str], loader: yaml.SafeLoader) -> None:
     out.value_locs[path] = _loc(out.file, lines, node.start_mark, node.end_mark)
     if isinstance(node, yaml.ScalarNode):
         out.value_styles[path] = node.style
     elif isinstance(node, yaml.MappingNode):
         seen: dict[Any, yaml.Node] = {}
         for key_node, value_node in node.value:
-            key = yaml.safe_load(yaml.serialize(key_node)) if not isinstance(key_node, yaml.ScalarNode) \
-                else _scalar(key_node)
-            if key == "<<":
+            where = _loc(out.file, lines, key_node.start_mark, key_node.end_mark)
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise MadslError("a key must be a plain value (a name or a number), not a list or mapping", where)
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys get no place of their own
                 continue
+            key = loader.construct_object(key_node)
             if key in seen:
-                raise MadslError(f"duplicate key {key!r}", _loc(out.file, lines, key_node.start_mark,
-                                                               key_node.end_mark),
+                raise MadslError(f"duplicate key {key!r}", where,
                                  hint=f"it was already set on line {seen[key].start_mark.line + 1}; keep one")
             seen[key] = key_node
-            out.key_locs[path + (key,)] = _loc(out.file, lines, key_node.start_mark, key_node.end_mark)
-            _walk(value_node, path + (key,), out, lines)
+            out.key_locs[path + (key,)] = where
+            _walk(value_node, path + (key,), out, lines, loader)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             out.key_locs[path + (i,)] = _loc(out.file, lines, item.start_mark, item.end_mark)
-            _walk(item, path + (i,), out, lines)
-
-
-def _scalar(node: yaml.ScalarNode) -> Any:
-    loader = yaml.SafeLoader("")
-    try:
-        return loader.construct_object(node, deep=True)
-    finally:
-        loader.dispose()
+            _walk(item, path + (i,), out, lines, loader)

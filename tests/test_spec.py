@@ -184,6 +184,28 @@ def test_errors_inside_block_scalar_topologies_point_into_the_file(tmp_path, sty
     assert (err.location.line, err.location.column) == (5, 4), err.render()
 
 
+def test_errors_in_a_topology_inherited_through_extends_point_into_the_parent_block_scalar(tmp_path):
+    write(tmp_path, "name: base\ndim: 128\ntopology: >\n  (H:A)x2 :\n  H : Hy\n", "base.mad")
+    err = error_of(tmp_path, "name: child\nextends: base.mad\n")
+    assert err.location.file.endswith("base.mad") and (err.location.line, err.location.column) == (5, 7), \
+        err.render()
+    assert err.location.source_line == "  H : Hy"
+
+
+def test_yaml_anchors_and_merge_keys_load_and_locate_like_safe_load(tmp_path):
+    spec = load_spec(write(tmp_path, "name: x\ndim: 128\ntopology: A:Wide\nlayers:\n  A: &att {heads: 4}\n"
+                                     "  Wide: {<<: *att, primitive: attention, heads: 8}\n"))
+    assert spec.symbols["A"].params["heads"] == 4 and spec.symbols["Wide"].params["heads"] == 8
+    err = error_of(tmp_path, "name: x\ndim: 128\ntopology: A\nlayers:\n  A: &att {heads: 4}\n"
+                             "  B: {<<: *att, heads: 3, primitive: attention}\n  C: {base: B}\ntopology: B\n")
+    assert "duplicate key 'topology'" in err.message and err.location.line == 8
+
+
+def test_a_list_as_a_mapping_key_is_a_located_error(tmp_path):
+    err = error_of(tmp_path, "name: x\ndim: 128\ntopology: H\n? [a, b]\n: 1\n")
+    assert "a key must be a plain value" in err.message and (err.location.line, err.location.column) == (4, 3)
+
+
 def test_unquoted_parallel_topology_gets_a_quoting_hint(tmp_path):
     err = error_of(tmp_path, "name: x\ndim: 128\ntopology: [H | mA]\n")
     assert "quote the topology" in err.render()

@@ -1,0 +1,89 @@
+"""The schema of a spec's top level and of its `budget:` section.
+
+Every key is checked; unknown keys are errors, never ignored:
+
+    name: str                       required
+    description: str
+    extends: path                   another spec (see docs/language.md); this one's keys win
+    dim: int                        model width, required
+    vocab: int                      vocabulary size (embedding and head); optional
+    seq_len: int                    length used for KV cache and FLOP accounting (default 128)
+    topology: str                   the topology string, required
+    channel_mixer: SYMBOL | none    the channel mixer of blocks that name none (default Sg)
+    norm: rms | layer               pre-norm kind (default rms)
+    tie_embeddings: bool            output head shares the embedding (default true)
+    layers: {SYMBOL: {...}}         override a symbol's parameters, or define a new symbol
+                                    with `primitive: NAME` or `base: SYMBOL` (spec_symbols.py)
+    budget: {QUANTITY: BOUND, seq_len: int}   see budget.py
+    eval: {...}                     settings for `madsl eval` (checked by the runner)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from madsl import budget as budgets
+from madsl.errors import MadslError, did_you_mean
+from madsl.spec_files import Locator
+
+TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,), "description": (str,), "extends": (str,), "dim": (int,), "vocab": (int,),
+    "seq_len": (int,), "topology": (str,), "channel_mixer": (str, type(None)), "norm": (str,),
+    "tie_embeddings": (bool,), "layers": (dict,), "budget": (dict,), "eval": (dict,),
+}
+REQUIRED = ("name", "dim", "topology")
+CHOICES = {"norm": ("rms", "layer")}
+POSITIVE = ("dim", "vocab", "seq_len")
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "a mapping",
+               type(None): "none"}
+
+
+def check_top_level(data: dict[str, Any], at: Locator, *, from_file: bool) -> None:
+    """Keys known, required keys present, every value of its type and range. Raises MadslError."""
+    for key in data:
+        if key not in TYPES:
+            raise MadslError(f"unknown key {key!r}", at.key(key),
+                             expected="one of " + ", ".join(TYPES), hint=did_you_mean(str(key), TYPES))
+    for key in REQUIRED:
+        if key not in data:
+            raise MadslError(f"missing required key {key!r}", at.key(),
+                             hint=f"add `{key}: ...` to the spec" + (" (or to the spec it extends)" if from_file
+                                                                    else ""))
+    for key, value in data.items():
+        allowed = TYPES[key]
+        # YAML's true/false are Python bools, and bool is an int: an integer key must not take them
+        if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
+            hint = None
+            if key == "topology" and isinstance(value, (list, dict)):
+                hint = "YAML reads [...] and {...} as lists and mappings: quote the topology, e.g. topology: '[H | mA]'"
+            raise MadslError(f"{key} must be {' or '.join(_TYPE_NAMES[t] for t in allowed)}, got {value!r}",
+                             at.value(key), hint=hint)
+        if key in CHOICES and value not in CHOICES[key]:
+            raise MadslError(f"{key} must be one of {', '.join(CHOICES[key])}, got {value!r}", at.value(key),
+                             hint=did_you_mean(str(value), CHOICES[key]))
+    for key in POSITIVE:
+        if key in data and data[key] <= 0:
+            raise MadslError(f"{key} must be a positive integer, got {data[key]}", at.value(key))
+    if not data["name"].strip():
+        raise MadslError("name must not be empty", at.value("name"))
+
+
+def parse_budget(section: dict[str, Any], at: Locator) -> tuple[dict[str, budgets.Bound], int | None]:
+    """The `budget:` section -> bounds by quantity, and the sequence length they are checked at."""
+    bounds: dict[str, budgets.Bound] = {}
+    seq_len = None
+    for key, value in section.items():
+        if key == "seq_len":
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise MadslError(f"budget.seq_len must be a positive integer, got {value!r}",
+                                 at.value("budget", key))
+            seq_len = value
+            continue
+        if key not in budgets.QUANTITIES:
+            raise MadslError(f"unknown budget {key!r}", at.key("budget", key),
+                             expected="one of " + ", ".join(budgets.QUANTITIES + ("seq_len",)),
+                             hint=did_you_mean(str(key), budgets.QUANTITIES))
+        try:
+            bounds[key] = budgets.parse_bound(value)
+        except budgets.BudgetError as err:
+            raise MadslError(f"budget.{key}: {err}", at.value("budget", key)) from None
+    return bounds, seq_len
