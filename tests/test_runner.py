@@ -387,11 +387,11 @@ def test_spec_identity_covers_what_changes_the_model(tmp_path):
 
     paper = TESTS_DIR.parent / "specs" / "paper"
     base = load_spec(paper / "hyena-sg.mad")
-    (tmp_path / "renamed.mad").write_text(f"extends: {paper / 'hyena-sg.mad'}\nname: renamed\n"
+    (tmp_path / "renamed.mad").write_text("extends: bundled:paper/hyena-sg\nname: renamed\n"
                                           "eval: {protocol: smoke}\n")
-    (tmp_path / "order3.mad").write_text(f"extends: {paper / 'hyena-sg.mad'}\nname: order3\n"
+    (tmp_path / "order3.mad").write_text("extends: bundled:paper/hyena-sg\nname: order3\n"
                                          "layers: {H: {order: 3}}\n")
-    (tmp_path / "wide.mad").write_text(f"extends: {paper / 'hyena-sg.mad'}\nname: wide\ndim: 256\n")
+    (tmp_path / "wide.mad").write_text("extends: bundled:paper/hyena-sg\nname: wide\ndim: 256\n")
     assert spec_identity(load_spec(tmp_path / "renamed.mad")) == spec_identity(base)
     assert spec_identity(load_spec(tmp_path / "order3.mad")) != spec_identity(base)
     assert spec_identity(load_spec(tmp_path / "wide.mad")) != spec_identity(base)
@@ -404,8 +404,8 @@ def test_spec_identity_ignores_symbols_the_model_does_not_use(tmp_path):
     paper = TESTS_DIR.parent / "specs" / "paper"
     mamba = load_spec(paper / "mamba.mad")  # Mamba mixes channels itself: no Sg anywhere
     assert mamba.symbols_used() == ["Mb"]
-    (tmp_path / "sg.mad").write_text(f"extends: {paper / 'mamba.mad'}\nlayers: {{Sg: {{inner: 64}}}}\n")
-    (tmp_path / "mb.mad").write_text(f"extends: {paper / 'mamba.mad'}\nlayers: {{Mb: {{d_state: 8}}}}\n")
+    (tmp_path / "sg.mad").write_text("extends: bundled:paper/mamba\nlayers: {Sg: {inner: 64}}\n")
+    (tmp_path / "mb.mad").write_text("extends: bundled:paper/mamba\nlayers: {Mb: {d_state: 8}}\n")
     assert load_spec(tmp_path / "sg.mad").identity() == mamba.identity()
     assert load_spec(tmp_path / "mb.mad").identity() != mamba.identity()
     assert load_spec(paper / "hyena-sg.mad").symbols_used() == ["H", "Sg"]
@@ -490,12 +490,11 @@ def test_eval_lengths_are_checked_against_the_task_before_anything_runs(tmp_path
 def test_eval_section_errors_point_at_the_line_and_column_in_the_spec(tmp_path, capsys):
     from madsl.cli import main
 
-    base = TESTS_DIR.parent / "specs" / "induction" / "mamba.mad"
     cases = {"lr: abc": ("eval.lr", 3, 7), "lrr: 1": ("unknown key 'lrr'", 3, 3),
              "eval_lengths: [64, -5]": ("length -5 is not a valid", 3, 17)}
     for body, (message, line, column) in cases.items():
         spec = tmp_path / "bad.mad"
-        spec.write_text(f"extends: {base}\neval:\n  {body}\n")
+        spec.write_text(f"extends: bundled:induction/mamba\neval:\n  {body}\n")
         assert main(["eval", str(spec), "--db", str(tmp_path / "r.db"), "--quiet"]) == 2
         err = capsys.readouterr().err
         assert message in err and f"{spec}:{line}:{column}" in err and "Traceback" not in err

@@ -209,3 +209,68 @@ def test_a_list_as_a_mapping_key_is_a_located_error(tmp_path):
 def test_unquoted_parallel_topology_gets_a_quoting_hint(tmp_path):
     err = error_of(tmp_path, "name: x\ndim: 128\ntopology: [H | mA]\n")
     assert "quote the topology" in err.render()
+
+
+# --- what extends: may name (docs/language.md, "extends") --------------------------------
+
+def extends_error(tmp_path, ref: str) -> MadslError:
+    err = error_of(tmp_path, f"name: x\nextends: {ref}\n")
+    assert err.location.file.endswith("spec.mad") and (err.location.line, err.location.column) == (2, 10), \
+        err.render()
+    return err
+
+
+@pytest.mark.parametrize("ref", ["/etc/passwd", "../../../../../../../etc/passwd", "~/base.mad"])
+def test_extends_refuses_absolute_paths_and_escapes_without_echoing_the_file(tmp_path, ref):
+    err = extends_error(tmp_path, ref)
+    assert "root:" not in err.render() and "expected: a relative path" in err.render()
+
+
+def test_extends_refuses_a_symlink_that_leads_out_of_the_spec_directory(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    write(outside, "name: secret\ndim: 64\ntopology: H\n", "secret.mad")
+    inside = tmp_path / "specs"
+    inside.mkdir()
+    (inside / "base.mad").symlink_to(outside / "secret.mad")
+    err = error_of(inside, "name: x\nextends: base.mad\n")
+    assert "may not leave this spec's directory" in err.message and "name: secret" not in err.render()
+    assert "MADSL_SPEC_ROOT" in err.render()
+
+
+def test_extends_refuses_a_file_that_is_not_a_spec_without_printing_it(tmp_path):
+    (tmp_path / "notes.txt").write_text("password: hunter2\n")
+    assert "must name a spec file" in extends_error(tmp_path, "notes.txt").message
+    (tmp_path / "list.yaml").write_text("- password\n- hunter2\n")
+    err = extends_error(tmp_path, "list.yaml")
+    assert "not a spec" in err.message and "hunter2" not in err.render()
+
+
+def test_extends_inside_the_tree_and_inside_madsl_spec_root_works(tmp_path, monkeypatch):
+    write(tmp_path, "name: base\ndim: 64\ntopology: H:A\n", "base.mad")
+    (tmp_path / "exp" / "deep").mkdir(parents=True)
+    write(tmp_path / "exp", "name: mid\nextends: deep/../../exp/deep/leaf.mad\n", "mid.mad")
+    write(tmp_path / "exp" / "deep", "name: leaf\ndim: 32\ntopology: H\n", "leaf.mad")
+    assert load_spec(tmp_path / "exp" / "mid.mad").dim == 32  # '..' that stays inside is fine
+    child = write(tmp_path / "exp", "name: child\nextends: ../base.mad\n", "child.mad")
+    with pytest.raises(MadslError, match="may not leave"):
+        load_spec(child)
+    monkeypatch.setenv("MADSL_SPEC_ROOT", str(tmp_path))
+    assert load_spec(child).canonical() == "H:A"
+
+
+def test_extends_a_bundled_spec_by_name(tmp_path):
+    spec = load_spec(write(tmp_path, "name: mine\nextends: bundled:paper/mamba\nseq_len: 64\n"))
+    assert spec.canonical() == load_spec("specs/paper/mamba.mad").canonical() and spec.seq_len == 64
+    # a bundled spec that itself extends a sibling (topologies/*.mad extend base-750m.mad)
+    assert load_spec(write(tmp_path, "name: t\nextends: bundled:topologies/d1-4h-4a-x3\n")).dim == 1536
+    err = extends_error(tmp_path, "bundled:paper/mambo")
+    assert "did you mean 'paper/mamba'" in err.render()
+    assert "no bundled spec" in extends_error(tmp_path, "bundled:../../etc/passwd").message
+
+
+def test_checking_a_file_that_is_not_a_spec_does_not_print_it(tmp_path):
+    (tmp_path / "notes.txt").write_text("password hunter2\n")
+    with pytest.raises(MadslError) as info:
+        load_spec(tmp_path / "notes.txt")
+    assert "not a spec file" in info.value.message and "hunter2" not in info.value.render()
