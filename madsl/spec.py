@@ -232,6 +232,42 @@ def _build(data: dict, source_map: SourceMap | None, path: Path | None) -> Spec:
     spec.budget, spec.budget_seq_len = parse_budget(data.get("budget") or {}, at)
     # every layer written in the topology must resolve (unknown symbols, bad overrides) at load time
     for layer in dict.fromkeys(topo.layers(spec.topology)):
-        if layer.symbol != topo.NO_CHANNEL:
+        if layer.symbol == topo.NO_CHANNEL:
+            _check_no_channel(spec, layer)
+        else:
             spec.primitive_for(layer)
+    _check_unused_symbols(spec, data.get("layers") or {}, at)
     return spec
+
+
+def _check_no_channel(spec: Spec, layer: topo.Layer) -> None:
+    """`-none` is the absence of a channel mixer: nothing to parametrise or tag."""
+    if layer.override_spans:
+        key, key_span, _ = layer.override_spans[0]
+        raise spec.topology_error(MadslError(f"none (no channel mixer) takes no parameters, got {key!r}",
+                                             hint="remove the {...} after none"), key_span)
+    if layer.overrides:
+        raise spec.topology_error(MadslError("none (no channel mixer) takes no parameters",
+                                             hint="remove the {...} after none"), layer.span)
+    if layer.tag:
+        raise spec.topology_error(MadslError(f"none (no channel mixer) takes no tag, got #{layer.tag}",
+                                             hint="tags name layers with weights to share; none has none"),
+                                  layer.span)
+
+
+def _check_unused_symbols(spec: Spec, layers: dict, at: Locator) -> None:
+    """A `layers:` entry the topology does not use is still checked at the spec's width, so a
+    typo in it is found now and not when the topology starts to use it. (A used symbol is checked
+    with its topology overrides applied, which may be what makes it valid.)"""
+    used = set(spec.symbols_used())
+    for symbol in layers:
+        if symbol in used:
+            continue
+        definition = spec.symbols[symbol]
+        try:
+            stdlib.primitives()[definition.primitive].cls.create(spec.dim, dict(definition.params))
+        except ConfigError as err:
+            where = definition.where.get(err.key) or at.key("layers", symbol)
+            raise MadslError(f"layers.{symbol}: {err.message}", where,
+                             hint=err.hint or f"{symbol} is not used by the topology, but every symbol under "
+                                              f"layers: must be valid at dim {spec.dim}") from None

@@ -63,6 +63,11 @@ def test_good_spec_loads(tmp_path):
     ("name: x\ndim: 128\ntopology: H\nchannel_mixer: Sgg\n", "unknown channel mixer", 4, 16),
     ("name: x\ndim: 128\ntopology: He{expert_width=8}\n", "must equal dim", 3, 27),
     ("- a\n- b\n", "a spec must be a YAML mapping", 1, 1),
+    # symbols under layers: that the topology does not use are checked too
+    ("name: x\ndim: 128\ntopology: H\nlayers:\n  Mb: {d_state: 0}\n", "layers.Mb: mamba: d_state", 5, 17),
+    ("name: x\ndim: 128\ntopology: H\nlayers:\n  A: {heads: 3}\n", "does not divide", 5, 14),
+    ("name: x\ndim: 128\ntopology: H-none{x=1}\n", "none (no channel mixer) takes no parameters", 3, 18),
+    ("name: x\ndim: 128\ntopology: H-none#a\n", "none (no channel mixer) takes no tag", 3, 13),
 ])
 def test_bad_specs_give_located_errors(tmp_path, text, message, line, column):
     err = error_of(tmp_path, text)
