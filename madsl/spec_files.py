@@ -192,7 +192,7 @@ def merge(base: dict, over: dict) -> dict:
 
 
 def _paths(data: Any, prefix: KeyPath = ()):
-    if isinstance(data, dict):
-        for key, value in data.items():
-            yield prefix + (key,)
-            yield from _paths(value, prefix + (key,))
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        yield prefix + (key,)
+        yield from _paths(value, prefix + (key,))

@@ -498,3 +498,26 @@ def test_eval_section_errors_point_at_the_line_and_column_in_the_spec(tmp_path, 
         assert main(["eval", str(spec), "--db", str(tmp_path / "r.db"), "--quiet"]) == 2
         err = capsys.readouterr().err
         assert message in err and f"{spec}:{line}:{column}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("body,message,column", [
+    ("protocol: nope", "unknown protocol 'nope'", 13), ("epochs: 0", "an integer at least 1, got 0", 11),
+    ("lr: [1e-3, -1]", "a number greater than 0, got -1.0", 14), ("lr: .nan", "greater than 0, got nan", 7),
+    ("wd: -0.1", "eval.wd", 7), ("batch_size: 0", "eval.batch_size", 15), ("tasks: 5", "expected task names", 10),
+    ("tasks: [compression, nope]", "unknown task 'nope'", 24), ("seed: -1", "eval.seed", 9),
+    ("epochs: [1, 2]", "expected an integer, got [1, 2]", 11), ("set: {seq_len: x}", "must be an integer", 18),
+    ("set: {nope: 3}", "no setting 'nope'", 9), ("set: 3", "eval.set", 8), ("set: {seq_len: }", "eval.set.seq_len", 17),
+    ("freeze: [Q]", "nothing named 'Q' to freeze", 11), ("freeze: 3", "eval.freeze", 11),
+])
+def test_every_bad_value_in_an_eval_section_is_located_in_the_spec(tmp_path, body, message, column):
+    from madsl.runner.api import plan_spec
+    from madsl.spec import load_spec
+
+    path = tmp_path / "bad.mad"
+    path.write_text(f"name: x\ndim: 64\ntopology: H:A\neval:\n  {body}\n")
+    with pytest.raises(MadslError) as info:
+        plan_spec(load_spec(path), str(path))
+    err = info.value
+    assert message in err.message, err.render()
+    assert (err.location.file, err.location.line, err.location.column) == (str(path), 5, column), err.render()
+    assert "^" in err.render()

@@ -19,8 +19,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from madsl.errors import Location, MadslError
 from madsl.runner.executor import Executor, Outcome, Reporter, RunJob, make_executor, run_jobs
-from madsl.runner.protocols import (Overrides, apply_setting_overrides, budgeted_baseline, build_plan,
-                                    check_setting_keys, get_protocol, overrides_from_spec_eval, resolve_task_names)
+from madsl.runner.protocols import (Overrides, SpecEvalWhere, apply_setting_overrides, budgeted_baseline,
+                                    build_plan, check_setting_keys, check_spec_settings, get_protocol,
+                                    overrides_from_spec_eval, resolve_task_names)
 from madsl.runner.report import load_scores, render_text
 from madsl.runner.report import report as _report
 from madsl.runner.precision import check_precision, resolve_precision, train_config_identity
@@ -195,7 +196,7 @@ class RichReporter(Reporter):
 
 # --- evaluate ------------------------------------------------------------------------------
 
-def _check_freeze(spec: Any, names: Sequence[str], path: Any) -> None:
+def _check_freeze(spec: Any, names: Sequence[str], path: Any, location: Any = None) -> None:
     """Every name to freeze must name layers of the spec: a symbol used in its topology, a #tag, or embedding."""
     if not names:
         return
@@ -208,7 +209,7 @@ def _check_freeze(spec: Any, names: Sequence[str], path: Any) -> None:
         written.add(spec.channel_mixer)
     for name in names:
         if name != "embedding" and name not in written:
-            raise MadslError(f"{path or spec.name}: nothing named {name!r} to freeze",
+            raise MadslError(f"{path or spec.name}: nothing named {name!r} to freeze", location,
                              expected="a symbol of the topology, a #tag or embedding: "
                                       + ", ".join(sorted(written | {"embedding"})),
                              hint=did_you_mean(name, written | {"embedding"}))
@@ -221,16 +222,18 @@ def plan_spec(spec: Any, path: str | None, cli: Overrides | None = None,
     if registry is None:
         registry, all_tasks = _task_registry(None)
     cli = cli or Overrides()
-    from_spec = overrides_from_spec_eval(getattr(spec, "eval", None), path, getattr(spec, "source_map", None))
+    where = SpecEvalWhere(getattr(spec, "source_map", None), path)
+    from_spec = overrides_from_spec_eval(getattr(spec, "eval", None), path, where.source_map,
+                                         task_names=list(registry))
     merged = cli.over(from_spec.over(Overrides(protocol=DEFAULT_PROTOCOL)))
     task_objs = [registry[n] for n in resolve_task_names(merged.tasks, all_tasks, registry)]
-    check_setting_keys(task_objs, from_spec.settings, f"{path or spec.name}: eval.set")
+    # unknown knobs and type errors, reported where they were written
+    check_spec_settings(task_objs, from_spec.settings, f"{path or spec.name}: eval.set", where)
     check_setting_keys(task_objs, cli.settings, "--set")
-    for task_obj in task_objs:  # type errors, reported where the value was written
-        apply_setting_overrides(task_obj, task_obj.baseline, from_spec.settings, f"{path or spec.name}: eval.set")
+    for task_obj in task_objs:
         apply_setting_overrides(task_obj, task_obj.baseline, cli.settings, "--set")
     plan = build_plan(task_objs, merged, source="--set")
-    _check_freeze(spec, merged.freeze or (), path)
+    _check_freeze(spec, merged.freeze or (), path, where.value("freeze") if cli.freeze is None else None)
     lengths_where = None  # where the evaluation lengths were written, when in the spec
     if cli.eval_lengths is None and from_spec.eval_lengths is not None and getattr(spec, "source_map", None):
         lengths_where = spec.source_map.value(("eval", "eval_lengths"))

@@ -10,6 +10,7 @@ Precedence of every knob: command line > the spec's `eval:` section > protocol.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
@@ -120,81 +121,148 @@ SPEC_EVAL_KEYS = ("protocol", "tasks", "task", "set", "lr", "wd", "epochs", "bat
                   "eval_lengths", "freeze", "precision")
 
 
-def _as_tuple(value: Any, kind: type, key: str, where: Location) -> tuple:
-    values = value if isinstance(value, (list, tuple)) else [value]
+class SpecEvalWhere:
+    """Where things of a spec's `eval:` section are written (the Spec's source map), for located errors;
+    without a source map (a Spec built from data), just the spec's file."""
+
+    def __init__(self, source_map: Any = None, spec_file: str | None = None):
+        self.source_map, self.spec_file = source_map, spec_file
+
+    def _find(self, part: str, key_path: tuple) -> Location:
+        if self.source_map is not None:
+            try:
+                return getattr(self.source_map, part)(("eval",) + key_path)
+            except (KeyError, AttributeError, TypeError):
+                pass
+        return Location(file=self.spec_file)
+
+    def key(self, *key_path: Any) -> Location:
+        return self._find("key", key_path)
+
+    def value(self, *key_path: Any) -> Location:
+        return self._find("value", key_path)
+
+
+def _numbers(value: Any, kind: type, key: str, where: SpecEvalWhere, *, minimum: float, inclusive: bool,
+             single: bool = False) -> tuple:
+    """A number or a list of numbers of `kind`, each finite and >= (or >) `minimum`; errors at the item."""
+    items = value if isinstance(value, list) else [value]
+    wanted = ("a number" if kind is float else "an integer") + ("" if single else " or a list of them")
+    if single and isinstance(value, list):
+        raise MadslError(f"eval.{key}: expected {wanted}, got {value!r}", where.value(key))
+    if not items:
+        raise MadslError(f"eval.{key}: the list is empty", where.value(key), expected=wanted)
     out = []
-    for v in values:
-        if kind is float and isinstance(v, int) and not isinstance(v, bool):
-            v = float(v)
+    for i, v in enumerate(items):
+        at = where.value(key, i) if isinstance(value, list) else where.value(key)
         if kind is float and isinstance(v, str):  # YAML 1.1 reads 1e-3 as a string
             try:
                 v = float(v)
             except ValueError:
                 pass
-        if not isinstance(v, kind) or isinstance(v, bool):
-            raise MadslError(f"eval.{key}: expected {'a number' if kind is float else 'an integer'}"
-                             f"{' or a list of them' if key != 'epochs' else ''}, got {v!r}", where)
+        if isinstance(v, bool) or not isinstance(v, (int, float) if kind is float else int):
+            raise MadslError(f"eval.{key}: expected {wanted}, got {v!r}", at)
+        v = kind(v)
+        if not math.isfinite(v) or v < minimum or (v == minimum and not inclusive):
+            bound = f"at least {minimum:g}" if inclusive else f"greater than {minimum:g}"
+            raise MadslError(f"eval.{key}: expected {'a number' if kind is float else 'an integer'} {bound}, "
+                             f"got {v!r}", at)
         out.append(v)
-    if not out:
-        raise MadslError(f"eval.{key}: the list is empty", where)
     return tuple(out)
 
 
+def _names(value: Any, key: str, what: str, where: SpecEvalWhere) -> tuple[str, ...]:
+    """A name or a list of names (non-empty strings); errors at the item."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise MadslError(f"eval.{key}: the list is empty", where.value(key), expected=what)
+    for i, name in enumerate(items):
+        if not isinstance(name, str) or not name:
+            at = where.value(key, i) if isinstance(value, list) else where.value(key)
+            raise MadslError(f"eval.{key}: expected {what}, got {name!r}", at)
+    return tuple(items)
+
+
 def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str | None = None,
-                             source_map: Any = None) -> Overrides:
-    """The `eval:` section of a spec as Overrides. Unknown keys and bad values are errors,
-    located at the key or value in the spec file when `source_map` (the Spec's) is given."""
+                             source_map: Any = None, task_names: Sequence[str] | None = None) -> Overrides:
+    """The `eval:` section of a spec as Overrides. Unknown keys and bad values (types, ranges,
+    protocol names, and task names when `task_names` is given) are errors, located at the key
+    or value in the spec file when `source_map` (the Spec's) is given."""
     section = dict(section or {})
-
-    def at(key: str, part: str = "value") -> Location:
-        if source_map is not None:
-            try:
-                return getattr(source_map, part)(("eval", key))
-            except (KeyError, AttributeError, TypeError):
-                pass
-        return Location(file=spec_file)
-
+    where = SpecEvalWhere(source_map, spec_file)
     for key in section:
         if key not in SPEC_EVAL_KEYS:
-            raise MadslError(f"eval: unknown key {key!r}", at(key, "key"), expected=", ".join(SPEC_EVAL_KEYS),
-                             hint=did_you_mean(key, SPEC_EVAL_KEYS))
+            raise MadslError(f"eval: unknown key {key!r}", where.key(key), expected=", ".join(SPEC_EVAL_KEYS),
+                             hint=did_you_mean(str(key), SPEC_EVAL_KEYS))
+    if "tasks" in section and "task" in section:
+        raise MadslError("eval: give either tasks: or task:, not both", where.key("task"))
     out = Overrides()
     if "protocol" in section:
-        out.protocol = str(section["protocol"])
-        get_protocol(out.protocol)
-    tasks = section.get("tasks", section.get("task"))
-    if tasks is not None:
-        out.tasks = tuple(tasks) if isinstance(tasks, (list, tuple)) else (str(tasks),)
+        name = section["protocol"]
+        if not isinstance(name, str) or name not in PROTOCOLS:
+            raise MadslError(f"eval.protocol: unknown protocol {name!r}", where.value("protocol"),
+                             expected="one of " + ", ".join(PROTOCOLS), hint=did_you_mean(str(name), PROTOCOLS))
+        out.protocol = name
+    task_key = "tasks" if "tasks" in section else "task"
+    if task_key in section:
+        out.tasks = _names(section[task_key], task_key, "task names", where)
+        known = ("all", *task_names) if task_names is not None else None
+        for i, name in enumerate(out.tasks):
+            if known is not None and name not in known:
+                at = where.value(task_key, i) if isinstance(section[task_key], list) else where.value(task_key)
+                raise MadslError(f"eval.{task_key}: unknown task {name!r}", at, expected=", ".join(known),
+                                 hint=did_you_mean(name, known))
     if "set" in section:
-        if not isinstance(section["set"], Mapping):
-            raise MadslError("eval.set: expected a mapping of task settings (knob: value)", at("set"))
-        out.settings = dict(section["set"])
+        settings = section["set"]
+        if not isinstance(settings, Mapping):
+            raise MadslError(f"eval.set: expected a mapping of task settings (knob: value), got {settings!r}",
+                             where.value("set"), hint="e.g. set: {seq_len: 256}")
+        for knob, value in settings.items():
+            if not isinstance(knob, str) or not knob:
+                raise MadslError(f"eval.set: a setting name must be a string, got {knob!r}", where.key("set", knob))
+            if value is None or isinstance(value, Mapping):
+                raise MadslError(f"eval.set.{knob}: expected a value, got {value!r}", where.value("set", knob))
+        out.settings = dict(settings)
     if "lr" in section:
-        out.lrs = _as_tuple(section["lr"], float, "lr", at("lr"))
+        out.lrs = _numbers(section["lr"], float, "lr", where, minimum=0, inclusive=False)
     if "wd" in section:
-        out.wds = _as_tuple(section["wd"], float, "wd", at("wd"))
+        out.wds = _numbers(section["wd"], float, "wd", where, minimum=0, inclusive=True)
     if "epochs" in section:
-        out.epochs = _as_tuple(section["epochs"], int, "epochs", at("epochs"))[0]
+        out.epochs = _numbers(section["epochs"], int, "epochs", where, minimum=1, inclusive=True, single=True)[0]
     if "batch_size" in section:
-        out.batch_size = _as_tuple(section["batch_size"], int, "batch_size", at("batch_size"))[0]
+        out.batch_size = _numbers(section["batch_size"], int, "batch_size", where, minimum=1, inclusive=True,
+                                  single=True)[0]
     if "seed" in section:
-        out.seeds = _as_tuple(section["seed"], int, "seed", at("seed"))
+        out.seeds = _numbers(section["seed"], int, "seed", where, minimum=0, inclusive=True)
     if "eval_lengths" in section:
-        out.eval_lengths = _as_tuple(section["eval_lengths"], int, "eval_lengths", at("eval_lengths"))
+        # (their range depends on the task: checked against it when the plan is made)
+        out.eval_lengths = _numbers(section["eval_lengths"], int, "eval_lengths", where, minimum=-math.inf,
+                                    inclusive=True)
     if "freeze" in section:
-        names = section["freeze"] if isinstance(section["freeze"], list) else [section["freeze"]]
-        if not names or not all(isinstance(n, str) and n for n in names):
-            raise MadslError(f"eval.freeze: expected layer names (symbols, #tags or embedding), got "
-                             f"{section['freeze']!r}", at("freeze"))
-        out.freeze = tuple(names)
+        out.freeze = _names(section["freeze"], "freeze", "layer names (symbols, #tags or embedding)", where)
     if "precision" in section:
         from madsl.runner.precision import PRECISIONS
 
         if section["precision"] not in PRECISIONS:
-            raise MadslError(f"eval.precision: unknown precision {section['precision']!r}", at("precision"),
-                             expected=", ".join(PRECISIONS))
+            raise MadslError(f"eval.precision: unknown precision {section['precision']!r}", where.value("precision"),
+                             expected=", ".join(PRECISIONS), hint=did_you_mean(str(section["precision"]), PRECISIONS))
         out.precision = section["precision"]
     return out
+
+
+def check_spec_settings(tasks: Sequence, settings: Mapping[str, Any], source: str, where: SpecEvalWhere) -> None:
+    """A spec's `eval.set` against the tasks evaluated: every knob is one of theirs, of its type;
+    errors at the knob (unknown) or its value (wrong type) in the spec file."""
+    for knob, value in settings.items():
+        try:
+            check_setting_keys(tasks, {knob: value}, source)
+        except MadslError as err:
+            raise err.relocated(where.key("set", knob)) from None
+        for task in tasks:
+            try:
+                apply_setting_overrides(task, task.baseline, {knob: value}, source)
+            except MadslError as err:
+                raise err.relocated(where.value("set", knob)) from None
 
 
 def parse_set_option(text: str) -> tuple[str, Any]:
