@@ -1,0 +1,87 @@
+"""DeltaNet (`DN`; Yang et al. 2024) and Gated DeltaNet (`GDN`; Yang, Kautz, Hatamizadeh 2024).
+
+The delta rule: per head, a key_dim x value_dim memory S that, at each token, replaces what it
+holds under the key k_t by the value v_t with strength beta_t in (0, 1); Gated DeltaNet
+first decays the whole memory by a data-dependent alpha_t in (0, 1) (Mamba-2's gate):
+
+    S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,   o_t = S_t^T q_t
+
+Layout of flash-linear-attention's `DeltaNet` / `GatedDeltaNet`: q_proj, k_proj dim ->
+heads*head_dim; v_proj dim -> heads*value_dim (value_dim = expand_v*head_dim); b_proj dim ->
+heads (beta = sigmoid); gated: a_proj dim -> heads, A_log and dt_bias per head (log alpha =
+-exp(A_log) softplus(a_proj(x) + dt_bias)); a short causal depthwise conv of d_conv taps over
+q, k and v (no bias; d_conv 0: none) followed by SiLU; q and k L2-normalised per head; an
+RMSNorm over each head's output (weight value_dim, shared by heads), gated by
+swish(g_proj(x)) with an output gate (g_proj dim -> heads*value_dim); o_proj heads*value_dim -> dim.
+No bias anywhere.
+
+Defaults (stdlib): 4 heads of key dimension 32, expand_v 2, conv 4, the MAD reference's
+gated-delta-net config (athms/mad-lab configs/layers/gated-delta-net.yml); DeltaNet: the same
+without gate and output gate (fla's DeltaNet defaults).
+
+State: heads*head_dim*value_dim (4*32*64 = 8192 at the default); the conv keeps the last
+d_conv-1 inputs of its heads*(2*head_dim + value_dim) channels, reported as conv_state.
+FLOPs (recurrent form): projections 2LD(2HK + HV + H [+ H gate] [+ HV output gate]), conv
+2L(2HK + HV)d_conv, delta rule 6LHKV (S^T k, the rank-one update, the readout) [+ LHKV decay],
+out 2LHVD.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import ConfigError, Primitive, divides, positive
+
+
+@dataclass(frozen=True)
+class DeltaNet(Primitive):
+    heads: int
+    head_dim: int | None  # key dimension per head; None: dim // heads
+    expand_v: int  # value dimension per head = expand_v * head_dim
+    d_conv: int  # taps of the short convolution over q, k, v; 0: none
+    gated: bool  # Gated DeltaNet's decay alpha_t
+    output_gate: bool  # swish(g_proj(x)) on the normalised output
+
+    name = "delta_net"
+    role = "sequence"
+    module = "madsl.layers.delta_net:DeltaNet"
+
+    def validate(self) -> None:
+        positive(self, "heads", "head_dim", "expand_v")
+        if self.d_conv < 0:
+            raise ConfigError("d_conv", f"delta_net: d_conv must be 0 (no short conv) or positive, got {self.d_conv}")
+        if self.head_dim is None:
+            divides(self, "heads", self.heads, self.dim, "dim")
+
+    @property
+    def key_dim(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.dim // self.heads
+
+    @property
+    def value_dim(self) -> int:
+        return self.expand_v * self.key_dim
+
+    @property
+    def conv_channels(self) -> int:
+        return self.heads * (2 * self.key_dim + self.value_dim)
+
+    def params(self) -> int:
+        D, H, K, V = self.dim, self.heads, self.key_dim, self.value_dim
+        total = D * H * (2 * K + V) + D * H + H * V * D + V  # q, k, v, b_proj, o_proj, o_norm
+        total += self.conv_channels * self.d_conv
+        if self.gated:
+            total += D * H + 2 * H  # a_proj, A_log, dt_bias
+        if self.output_gate:
+            total += D * H * V
+        return total
+
+    def fixed_state(self) -> int:
+        return self.heads * self.key_dim * self.value_dim
+
+    def conv_state(self) -> int:
+        return self.conv_channels * max(self.d_conv - 1, 0)
+
+    def flops(self, seq_len: int) -> int:
+        L, D, H, K, V = seq_len, self.dim, self.heads, self.key_dim, self.value_dim
+        projected = H * (2 * K + V) + H + (H if self.gated else 0) + (H * V if self.output_gate else 0)
+        recurrence = 6 * L * H * K * V + (L * H * K * V if self.gated else 0)
+        return 2 * L * D * projected + 2 * L * self.conv_channels * self.d_conv + recurrence + 2 * L * H * V * D
