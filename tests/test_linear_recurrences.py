@@ -71,3 +71,33 @@ def test_extreme_decays_stay_finite_in_float32():
     q, k, v, log_decay, beta, _ = (t.float() for t in _inputs(2))
     for out, _ in (decay_chunked(q, k, v, log_decay * 100), delta_chunked(q, k, v, beta, log_decay * 100)):
         assert torch.isfinite(out).all()
+
+
+def test_mamba2_layer_is_the_ssd_recurrence_of_its_weights():
+    """Mamba-2 written out from the module's own weights, one token at a time (Dao & Gu 2024, §3):
+    h_t = exp(dt_t A) h_{t-1} + dt_t B_t x_t^T, y_t = h_t^T C_t + D x_t, then the gated norm."""
+    from madsl.stdlib import primitive
+
+    torch.manual_seed(0)
+    p = primitive("mamba2", 16, d_state=6, head_dim=8, groups=2)
+    m = p.build().double()
+    u = torch.randn(2, 9, 16, dtype=torch.float64)
+    E, N, H, G = p.d_inner, p.d_state, p.heads, p.groups
+    z, xBC, dt = m.in_proj(u).split((E, E + 2 * G * N, H), dim=-1)
+    xBC = F.silu(F.conv1d(F.pad(xBC.transpose(1, 2), (p.d_conv - 1, 0)), m.conv.conv.weight, m.conv.conv.bias,
+                          groups=xBC.shape[-1])).transpose(1, 2)
+    x, Bm, Cm = xBC.split((E, G * N, G * N), dim=-1)
+    dt = F.softplus(dt + m.dt_bias)
+    A = -m.A_log.exp()
+    h = torch.zeros(2, H, p.head_dim, N, dtype=torch.float64)
+    ys = []
+    for t in range(9):
+        xt = x[:, t].view(2, H, p.head_dim)
+        group = torch.arange(H) // (H // G)
+        Bt, Ct = Bm[:, t].view(2, G, N)[:, group], Cm[:, t].view(2, G, N)[:, group]
+        h = (dt[:, t] * A).exp()[..., None, None] * h + dt[:, t, :, None, None] * xt[..., None] * Bt[:, :, None]
+        ys.append((h @ Ct[..., None])[..., 0] + m.D[:, None] * xt)
+    y = torch.stack(ys, 1).flatten(-2) * F.silu(z)
+    y = y.unflatten(-1, (G, -1))
+    y = (y * torch.rsqrt(y.square().mean(-1, keepdim=True) + 1e-5)).flatten(-2) * m.norm_weight
+    torch.testing.assert_close(m(u), m.out_proj(y), rtol=1e-10, atol=1e-10)
