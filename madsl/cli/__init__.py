@@ -3,6 +3,7 @@
     madsl compile (SPEC | -t TOPOLOGY) [--dim N] [--vocab V] [--seq-len L] [--emit summary|json|dot|torch] [-o PATH]
     madsl expand TOPOLOGY [--format text|json]
     madsl check SPEC... [--iso-state] [--iso-params TOL] [--format text|json]
+    madsl fit SPEC [--free SYMBOL.PARAM] [--match SPEC --on QUANTITY] [-o PATH]
     madsl eval SPEC... (see `madsl eval --help`)
     madsl report (see `madsl report --help`)
 
@@ -11,7 +12,7 @@ Exit codes: 0 success, 1 a budget is violated, 2 bad input, 3 some eval runs fai
 `compile` (except --emit torch), `expand` and `check` do not import torch; no module
 of this package imports torch or the runner at import time (the commands do, when run).
 
-One module per command group: layout.py (compile, expand, check), evaluate.py (eval),
+One module per command group: layout.py (compile, expand, check), fit.py (fit), evaluate.py (eval),
 report.py (report); arguments.py holds the argparse value types, common.py the exit
 codes and output helpers. Nothing outside this package imports it.
 """
@@ -21,7 +22,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from madsl.cli import evaluate, layout, report
+from madsl.cli import evaluate, fit, layout, report
 from madsl.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, print_error
 from madsl.errors import MadslError
 
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                                "architecture design (MAD).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     layout.add_parsers(sub)
+    fit.add_parser(sub)
     evaluate.add_parser(sub)
     report.add_parser(sub)
     return parser

@@ -1,0 +1,123 @@
+"""`madsl fit`: integer search over free hyperparameters to meet a budget."""
+from __future__ import annotations
+
+import pytest
+
+import madsl
+from madsl.budget import parse_bound
+from madsl.errors import MadslError
+from madsl.fit import solve, solved_data
+from madsl.spec import spec_from_data
+
+
+def spec(topology: str, budget: dict, **layers) -> madsl.Spec:
+    return spec_from_data({"name": "s", "dim": 128, "topology": topology, "budget": budget,
+                           "layers": layers})
+
+
+def test_exact_solution_when_one_exists():
+    result = solve(spec("H:H:mA", {"fixed_state": 4096}), ["H.filter_states"])
+    assert result.best.values == {"H.filter_states": 16} and result.best.totals["fixed_state"] == 4096
+
+
+def test_no_exact_solution_gives_the_closest_on_both_sides():
+    # three Hyena layers: 3 x 128 x n states; 4096 is not a multiple of 384
+    result = solve(spec("3H:mA", {"fixed_state": "4096 ± 0%"}), ["H.filter_states"])
+    assert result.best is None
+    assert (result.below.values, result.below.totals["fixed_state"]) == ({"H.filter_states": 10}, 3840)
+    assert (result.above.values, result.above.totals["fixed_state"]) == ({"H.filter_states": 11}, 4224)
+
+
+def test_one_sided_budget_takes_the_value_nearest_its_limit():
+    result = solve(spec("3H:mA", {"fixed_state": "<= 4096"}), ["H.filter_states"])
+    assert result.best.values == {"H.filter_states": 10}
+    assert all(s.totals["fixed_state"] <= 4096 for s in result.solutions)
+
+
+def test_invalid_values_are_skipped_and_a_decreasing_total_is_followed():
+    # GLA's state is heads x (128/heads)^2, falling with heads, which must divide the width
+    result = solve(spec("Alg", {"fixed_state": "<= 3000"}), ["Alg.heads"])
+    assert result.best.values == {"Alg.heads": 8} and result.best.totals["fixed_state"] == 2048
+    assert all(128 % s.values["Alg.heads"] == 0 for s in result.solutions)
+
+
+def test_iso_parameter_match_with_the_paper_mamba_within_one_percent():
+    target = madsl.account(madsl.load_spec("specs/paper/mamba.mad")).totals["params"]
+    hyena = madsl.load_spec("specs/paper/hyena-sg.mad")
+    result = solve(hyena, ["Sg.inner"], {"params": parse_bound(f"{target} ± 1%")})
+    assert abs(result.best.totals["params"] - target) <= 0.01 * target
+    solved = spec_from_data(solved_data(hyena, result.best))
+    assert madsl.account(solved).totals == result.best.totals
+
+
+@pytest.mark.parametrize("free,message", [
+    (["filter_states"], "SYMBOL.param"),
+    (["Mb.d_state"], "does not use"),
+    (["H.filter_statez"], "no parameter"),
+    (["H.filter"], "only integer parameters"),
+])
+def test_bad_free_parameters_are_errors(free, message):
+    with pytest.raises(MadslError, match=message):
+        solve(spec("H:mA", {"fixed_state": 4096}), free)
+
+
+def _madsl(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "madsl", *args], capture_output=True, text=True)
+
+
+def test_cli_writes_the_solved_spec_and_it_meets_the_budget(tmp_path):
+    source = tmp_path / "ha.mad"
+    source.write_text("name: hyena-attn\ndim: 128\ntopology: 3H:mA\nbudget:\n  fixed_state: <= 4096\n")
+    out = tmp_path / "solved.mad"
+    proc = _madsl("fit", str(source), "--free", "H.filter_states", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "H.filter_states=10" in proc.stdout
+    check = _madsl("check", str(out))
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert madsl.account(madsl.load_spec(out)).totals["fixed_state"] == 3840
+
+
+def test_cli_exits_1_without_a_solution_and_shows_both_sides(tmp_path):
+    source = tmp_path / "ha.mad"
+    source.write_text("name: hyena-attn\ndim: 128\ntopology: 3H:mA\nbudget:\n  fixed_state: 4096\n")
+    proc = _madsl("fit", str(source), "--free", "H.filter_states")
+    assert proc.returncode == 1
+    assert "closest below: H.filter_states=10" in proc.stdout and "closest above: H.filter_states=11" in proc.stdout
+
+
+def test_cli_iso_parameter_match(tmp_path):
+    proc = _madsl("fit", "specs/paper/hyena-sg.mad", "--match", "specs/paper/mamba.mad", "--on", "params",
+                  "--free", "Sg.inner", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    result = json.loads(proc.stdout)
+    target = madsl.account(madsl.load_spec("specs/paper/mamba.mad")).totals["params"]
+    assert abs(result["solution"]["totals"]["params"] - target) <= 0.01 * target
+
+
+@pytest.mark.parametrize("args", [["--free", "H.nope"], ["--match", "specs/paper/mamba.mad", "--on", "paramz"],
+                                  ["--match", "specs/paper/mamba.mad", "--tolerance", "nan"], []])
+def test_cli_bad_input_is_exit_2_without_traceback(args):
+    proc = _madsl("fit", "specs/paper/hyena-sg.mad", *args)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_cli_unwritable_output_is_exit_2(tmp_path):
+    proc = _madsl("fit", "specs/paper/hyena-sg.mad", "--match", "specs/paper/mamba.mad", "--on", "params",
+                  "--free", "Sg.inner", "-o", str(tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "cannot write" in proc.stderr
+
+
+def test_fit_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from madsl.cli import main; "
+            "main(['fit', 'specs/paper/hyena-sg.mad', '--match', 'specs/paper/mamba.mad', '--free', 'Sg.inner', "
+            "'--on', 'params', '--format', 'json']); assert 'torch' not in sys.modules, 'torch imported'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
