@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,34 +56,8 @@ class FitResult:
 
 
 def free_parameters(spec: Spec, free: list[str]) -> list[tuple[str, str]]:
-    """Check each `SYMBOL.param` names an integer hyperparameter of a symbol the spec uses."""
-    out = []
-    used = spec.symbols_used()
-    for item in free:
-        symbol, _, param = item.partition(".")
-        if not param:
-            raise MadslError(f"a free parameter is written SYMBOL.param, got {item!r}",
-                             hint="for example H.filter_states or Sg.inner")
-        if symbol not in used:
-            raise MadslError(f"{item}: the topology does not use {symbol!r}",
-                             expected="a symbol of the topology: " + ", ".join(used))
-        definition = spec.symbols[symbol]
-        from .stdlib import primitives
-
-        fields = primitives()[definition.primitive].cls.fields()
-        if param not in fields:
-            raise MadslError(f"{item}: {symbol} ({definition.primitive}) has no parameter {param!r}",
-                             expected="one of " + ", ".join(k for k, t in fields.items() if _is_int(t)))
-        if not _is_int(fields[param]):
-            raise MadslError(f"{item}: only integer parameters can be solved for; {param} is "
-                             f"{getattr(fields[param], '__name__', fields[param])}")
-        out.append((symbol, param))
-    return out
-
-
-def _is_int(annotation: Any) -> bool:
-    return annotation is int or (typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"),
-                                                                   "UnionType")) and int in typing.get_args(annotation))
+    """(symbol, param) of each `SYMBOL.param`, checked by the spec (`Spec.free_parameter`)."""
+    return [spec.free_parameter(item) for item in free]
 
 
 def with_values(spec: Spec, values: dict[tuple[str, str], int]) -> Spec:

@@ -13,6 +13,8 @@ result (`Spec.channel_for`, `Spec.primitive_for`, the canonical form, the identi
 """
 from __future__ import annotations
 
+import typing
+
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,7 @@ class Spec:
     description: str = ""
     budget: dict[str, budgets.Bound] = field(default_factory=dict)
     budget_seq_len: int | None = None
+    fit: list[str] = field(default_factory=list)  # free parameters `madsl fit` may set (budget.fit)
     eval: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
     data: dict[str, Any] = field(default_factory=dict, repr=False)  # the merged YAML, to rebuild the spec
@@ -87,6 +90,28 @@ class Spec:
         if self.channel_mixer is None or _mixes_both(self, block):
             return None
         return topo.Layer(self.channel_mixer)
+
+    def free_parameter(self, item: str) -> tuple[str, str]:
+        """`SYMBOL.param` -> (symbol, param), checked: a symbol the model uses and one of its
+        integer hyperparameters (what `madsl fit` can search over)."""
+        symbol, _, param = item.partition(".")
+        if not param:
+            raise MadslError(f"a free parameter is written SYMBOL.param, got {item!r}",
+                             hint="for example H.filter_states or Sg.inner")
+        used = self.symbols_used()
+        if symbol not in used:
+            raise MadslError(f"{item}: the topology does not use {symbol!r}",
+                             expected="a symbol of the topology: " + ", ".join(used),
+                             hint=did_you_mean(symbol, used))
+        fields = stdlib.primitives()[self.symbols[symbol].primitive].cls.fields()
+        integers = [k for k, t in fields.items() if t is int or int in typing.get_args(t)]
+        if param not in fields:
+            raise MadslError(f"{item}: {symbol} ({self.symbols[symbol].primitive}) has no parameter {param!r}",
+                             expected="one of " + ", ".join(integers), hint=did_you_mean(param, integers))
+        if param not in integers:
+            raise MadslError(f"{item}: only integer parameters can be solved for, and {param} is not one",
+                             expected="one of " + ", ".join(integers))
+        return symbol, param
 
     def primitive_for(self, layer: topo.Layer) -> Primitive:
         """The primitive a layer occurrence stands for: symbol defaults + overrides, validated."""
@@ -229,7 +254,7 @@ def _build(data: dict, source_map: SourceMap | None, path: Path | None) -> Spec:
                              f"mixer, not a channel mixer", at.value("channel_mixer"),
                              hint="channel mixers: " + ", ".join(s for s, d in symbols.items()
                                                                 if d.role() == "channel"))
-    spec.budget, spec.budget_seq_len = parse_budget(data.get("budget") or {}, at)
+    spec.budget, spec.budget_seq_len, spec.fit = parse_budget(data.get("budget") or {}, at)
     # every layer written in the topology must resolve (unknown symbols, bad overrides) at load time
     for layer in dict.fromkeys(topo.layers(spec.topology)):
         if layer.symbol == topo.NO_CHANNEL:
@@ -237,6 +262,11 @@ def _build(data: dict, source_map: SourceMap | None, path: Path | None) -> Spec:
         else:
             spec.primitive_for(layer)
     _check_unused_symbols(spec, data.get("layers") or {}, at)
+    for index, item in enumerate(spec.fit):
+        try:
+            spec.free_parameter(item)
+        except MadslError as err:
+            raise err.relocated(at.value("budget", "fit", index) or at.value("budget", "fit")) from None
     return spec
 
 

@@ -67,11 +67,21 @@ def check_top_level(data: dict[str, Any], at: Locator, *, from_file: bool) -> No
         raise MadslError("name must not be empty", at.value("name"))
 
 
-def parse_budget(section: dict[str, Any], at: Locator) -> tuple[dict[str, budgets.Bound], int | None]:
-    """The `budget:` section -> bounds by quantity, and the sequence length they are checked at."""
+def parse_budget(section: dict[str, Any], at: Locator
+                 ) -> tuple[dict[str, budgets.Bound], int | None, list[str]]:
+    """The `budget:` section -> bounds by quantity, the sequence length they are checked at,
+    and the free parameters (`fit: [H.filter_states]`) that `madsl fit` may set to meet them."""
     bounds: dict[str, budgets.Bound] = {}
     seq_len = None
+    fit: list[str] = []
     for key, value in section.items():
+        if key == "fit":
+            items = [value] if isinstance(value, str) else value
+            if not isinstance(items, list) or not items or not all(isinstance(i, str) for i in items):
+                raise MadslError(f"budget.fit must list free parameters, got {value!r}", at.value("budget", key),
+                                 expected="SYMBOL.param names such as [H.filter_states]")
+            fit = list(items)
+            continue
         if key == "seq_len":
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise MadslError(f"budget.seq_len must be a positive integer, got {value!r}",
@@ -80,10 +90,13 @@ def parse_budget(section: dict[str, Any], at: Locator) -> tuple[dict[str, budget
             continue
         if key not in budgets.QUANTITIES:
             raise MadslError(f"unknown budget {key!r}", at.key("budget", key),
-                             expected="one of " + ", ".join(budgets.QUANTITIES + ("seq_len",)),
-                             hint=did_you_mean(str(key), budgets.QUANTITIES))
+                             expected="one of " + ", ".join(budgets.QUANTITIES + ("seq_len", "fit")),
+                             hint=did_you_mean(str(key), budgets.QUANTITIES + ("fit",)))
         try:
             bounds[key] = budgets.parse_bound(value)
         except budgets.BudgetError as err:
             raise MadslError(f"budget.{key}: {err}", at.value("budget", key)) from None
-    return bounds, seq_len
+    if fit and not bounds:
+        raise MadslError("budget.fit needs a budget to fit to", at.key("budget", "fit"),
+                         hint="add a bound such as fixed_state: 4096 next to fit:")
+    return bounds, seq_len, fit

@@ -121,3 +121,34 @@ def test_fit_does_not_import_torch():
             "'--on', 'params', '--format', 'json']); assert 'torch' not in sys.modules, 'torch imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+FIT_SPEC = "name: hyena-attn\ndim: 128\ntopology: 3H:mA\nbudget:\n  fixed_state: <= 4096\n  fit: [H.filter_states]\n"
+
+
+def test_budget_fit_in_a_spec_check_reports_it_unsolved_and_compile_uses_the_solution(tmp_path):
+    source = tmp_path / "ha.mad"
+    source.write_text(FIT_SPEC)
+    assert madsl.load_spec(source).fit == ["H.filter_states"]
+    check = _madsl("check", str(source), "--format", "json")
+    import json
+
+    assert check.returncode == 1 and json.loads(check.stdout)["specs"][0]["fit_solved"] is False
+    compiled = _madsl("compile", str(source), "--emit", "json")
+    assert compiled.returncode == 0 and "H.filter_states=10" in compiled.stderr
+    assert json.loads(compiled.stdout)["totals"]["fixed_state"] == 3840
+    fitted = _madsl("fit", str(source), "-o", str(tmp_path / "solved.mad"))  # free list from budget.fit
+    assert fitted.returncode == 0 and _madsl("check", str(tmp_path / "solved.mad")).returncode == 0
+
+
+@pytest.mark.parametrize("fit,message,column", [
+    ("[H.filter_statez]", "no parameter 'filter_statez'", 9),
+    ("[Mb.d_state]", "does not use 'Mb'", 9),
+    ("5", "must list free parameters", 8),
+])
+def test_bad_budget_fit_entries_are_located(tmp_path, fit, message, column):
+    source = tmp_path / "bad.mad"
+    source.write_text(FIT_SPEC.replace("[H.filter_states]", fit))
+    with pytest.raises(MadslError, match=message) as info:
+        madsl.load_spec(source)
+    assert (info.value.location.line, info.value.location.column) == (6, column)

@@ -63,8 +63,20 @@ def cmd_compile(args) -> int:
     from madsl.graph import account
 
     spec = _load(args)
-    acc = account(spec, seq_len=spec.budget_seq_len if args.seq_len is None and spec.budget_seq_len else None)
+    seq_len = spec.budget_seq_len if args.seq_len is None and spec.budget_seq_len else None
+    acc = account(spec, seq_len=seq_len)
     violations = check(acc.totals, spec.budget)
+    if violations and spec.fit:  # budget.fit: compile the solved spec, and say so
+        from madsl.fit import solve, with_values
+
+        solution = solve(spec, spec.fit, seq_len=seq_len).best
+        if solution is not None:
+            spec = with_values(spec, {spec.free_parameter(k): v for k, v in solution.values.items()})
+            acc = account(spec, seq_len=seq_len)
+            violations = check(acc.totals, spec.budget)
+            make_console(stderr=True).print(
+                "[yellow]budget.fit: using the solution[/] " + ", ".join(f"{k}={v}" for k, v in solution.values.items())
+                + f" (write it into the spec with `madsl fit {args.spec} -o FILE`)")
     if args.emit == "torch":
         return _emit_torch(spec, args)
     if args.emit == "json":
@@ -179,6 +191,7 @@ def cmd_check(args) -> int:
         print(json.dumps({
             "ok": not violated and not errors,
             "specs": [{"path": str(p), "name": s.name, "ok": not v, "totals": a.totals,
+                       **({"fit": s.fit, "fit_solved": not v} if s.fit else {}),
                        "violations": [{"quantity": x.quantity, "actual": x.actual, "budget": x.bound.text}
                                       for x in v]} for p, s, a, v in results],
             "errors": [{"path": str(p), **e.to_dict()} for p, e in errors],
@@ -211,6 +224,8 @@ def _check_text(results, errors, set_problems, args) -> None:
             t = acc.totals
             verdict = ("[green]ok[/]" if spec.budget else "[dim]none[/]") if not violations else \
                 "[bold red]" + "; ".join(v.message() for v in violations) + "[/]"
+            if violations and spec.fit:
+                verdict += f" [yellow](budget.fit is not solved yet: run `madsl fit {path}`)[/]"
             state = f"{t['fixed_state']:,}"
             if mode_state is not None and t["fixed_state"] != mode_state:
                 state = f"[bold red]{state}[/]"
