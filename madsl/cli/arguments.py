@@ -34,6 +34,16 @@ def non_negative_number(text: str) -> float:
     return value
 
 
+def positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
 def lengths(text: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]

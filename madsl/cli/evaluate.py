@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from madsl.cli.arguments import lengths, non_negative_int, non_negative_number, positive_int
+from madsl.cli.arguments import lengths, non_negative_int, non_negative_number, positive_int, positive_number
 from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
 
 # the names of madsl.runner.protocols.PROTOCOLS, spelled out so `--help` does not import the runner;
@@ -39,6 +39,16 @@ def add_parser(subparsers) -> None:
                    help="fp32; bf16 (autocast, float32 master weights; exit 2 where the device has no bf16); "
                         "auto: bf16 on a CUDA device with bf16, else fp32 (default: the spec's eval.precision, "
                         "else fp32)")
+    cluster = p.add_argument_group("where runs execute (docs/cluster.md)")
+    cluster.add_argument("--executor", default="local", metavar="local|ray",
+                         help="local: --workers processes of this machine (default); ray: a Ray cluster "
+                              "(needs madsl[ray])")
+    cluster.add_argument("--address", metavar="auto|HOST:PORT",
+                         help="the Ray cluster to use (default: start a local Ray instance sized to this machine)")
+    cluster.add_argument("--cpus-per-run", type=positive_number, default=1.0, metavar="N",
+                         help="CPUs each run holds on Ray (default: 1)")
+    cluster.add_argument("--gpus-per-run", type=non_negative_number, default=0.0, metavar="F",
+                         help="GPUs each run holds on Ray; fractions share a GPU, e.g. 0.25 (default: 0)")
     p.add_argument("--set", action="append", dest="settings", default=[], metavar="KEY=VALUE",
                    help="a task setting, e.g. seq_len=512, or TASK.KEY=VALUE for one task; repeatable")
     p.add_argument("--lr", type=non_negative_number, action="append", help="learning rate(s) instead of the grid's")
@@ -67,7 +77,8 @@ def cmd_eval(args) -> int:
                            device=args.device, devices=args.devices, settings_overrides=settings, lr=args.lr, wd=args.wd,
                            epochs=args.epochs, seed=args.seed, batch_size=args.batch_size,
                            eval_lengths=args.eval_lengths, freeze=args.freeze, precision=args.precision,
-                           progress=not args.quiet and args.format == "text")
+                           progress=not args.quiet and args.format == "text", executor=args.executor,
+                           address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run)
     except KeyboardInterrupt:
         print("aborted; rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -40,7 +40,8 @@ def spec_identity(spec: Any) -> str:
 
 @dataclass
 class CompiledSpecFactory:
-    """Builds the model of a spec with `madsl.compile` (re-loads the spec file in worker processes)."""
+    """Builds the model of a spec with `madsl.compile`. It pickles with its Spec, so a worker on
+    another machine needs no spec file (nor the files it extends)."""
 
     spec: Any
     path: str | None = None
@@ -48,17 +49,8 @@ class CompiledSpecFactory:
     def __call__(self, vocab_size: int, max_seq_len: int, num_classes: int | None = None, seed: int = 0):
         import madsl
 
-        spec = self.spec
-        if spec is None:
-            from madsl.spec import load_spec
-
-            spec = load_spec(self.path)
-        return madsl.compile(spec, vocab_size=vocab_size, max_seq_len=max_seq_len, num_classes=num_classes,
+        return madsl.compile(self.spec, vocab_size=vocab_size, max_seq_len=max_seq_len, num_classes=num_classes,
                              seed=seed)
-
-    def __getstate__(self) -> dict:
-        # Spec objects need not pickle; a worker process loads the file again.
-        return {"spec": None if self.path else self.spec, "path": self.path}
 
 
 def _load_specs(items: Sequence[Any]) -> list[tuple[Any, str | None]]:
@@ -249,8 +241,9 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
              batch_size: int | None = None, eval_lengths: Sequence[int] | None = None,
              freeze: Sequence[str] | None = None, precision: str | None = None, progress: bool = True,
              model_factory: Callable[[Any], Any] | None = None, task_registry: Mapping[str, Any] | None = None,
-             executor: Executor | None = None, reporter: Reporter | None = None,
-             stop_requested: Callable[[], bool] | None = None) -> dict:
+             executor: Executor | str | None = None, reporter: Reporter | None = None,
+             stop_requested: Callable[[], bool] | None = None, address: str | None = None,
+             cpus_per_run: float = 1.0, gpus_per_run: float = 0.0) -> dict:
     """Evaluate specs on tasks under a protocol; finished runs in `db` are never repeated.
 
     spec_paths: .mad files (or Spec objects). tasks: task names or "all" (None: the spec's
@@ -259,10 +252,16 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
     model_factory(spec) -> factory(vocab_size, max_seq_len, num_classes) replaces madsl.compile.
     reporter: receives progress (default: rich progress bars if `progress`, else nothing).
     stop_requested: polled; once true, runs checkpoint and stop (as on Ctrl-C).
+    executor: "local" (default: `workers` processes of this machine), "ray" (a Ray cluster at
+    `address`, each run holding `cpus_per_run` CPUs and `gpus_per_run` GPUs), or an Executor.
     Returns a summary: counts of runs, failures, and the scores of these specs.
     """
-    _check_workers_and_device(workers, device)
-    placement = place_devices(device, devices)
+    ray_options = _ray_options(executor, address, cpus_per_run, gpus_per_run)
+    _check_workers_and_device(workers, device, on_this_machine=ray_options is None)
+    if ray_options is not None and device == "cuda" and not ray_options.gpus_per_run:
+        raise MadslError("--device cuda on Ray: the runs hold no GPU", hint="give them one: --gpus-per-run 1 "
+                                                                           "(or a fraction, e.g. 0.25)")
+    placement = place_devices(device, devices) if ray_options is None else None  # on Ray, Ray places runs
     cli = cli_overrides(protocol=protocol, tasks=tasks, settings=settings_overrides, lr=lr, wd=wd, epochs=epochs,
                         seed=seed, batch_size=batch_size, eval_lengths=eval_lengths, freeze=freeze,
                         precision=precision)
@@ -270,12 +269,13 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), 
     if not specs:
         raise MadslError("no spec to evaluate", hint="madsl eval SPEC.mad ...")
     check_database(db)  # a bad --db is refused before anything is planned or written
-    plan = plan_evaluation(StoreFiles(db), specs, cli, task_registry, model_factory, device, placement)
+    plan = plan_evaluation(StoreFiles(db), specs, cli, task_registry, model_factory, device, placement,
+                           runs_on=_ray_device(ray_options) if ray_options is not None else None)
+    runner = executor if isinstance(executor, Executor) else _make_executor(workers, ray_options)
     store = Store(db)  # created only now: bad input above leaves no database behind
     try:
         plan.register(store)
         with stop_guard(stop_requested) as should_stop:
-            runner = executor or make_executor(workers)
             if reporter is None and progress:
                 with RichReporter() as rich_reporter:
                     outcome = run_jobs(store, plan.jobs, runner, rich_reporter, skip_solved_at=plan.skip_solved_at,
@@ -324,12 +324,46 @@ def place_devices(device: str, devices: Sequence[str] | None) -> list[str] | Non
     return list(devices)
 
 
-def _check_workers_and_device(workers: int, device: str) -> None:
+EXECUTORS = ("local", "ray")
+
+
+def _ray_device(options) -> str:
+    """Runs on Ray train on their GPU share, else on the CPU (the driver's devices do not count)."""
+    return "cuda" if options.gpus_per_run else "cpu"
+
+
+def _ray_options(executor: Executor | str | None, address: str | None, cpus_per_run: float,
+                 gpus_per_run: float):
+    """RayOptions when the runs go to Ray (checked now, before anything is planned), else None."""
+    if executor is None or isinstance(executor, Executor) or executor == "local":
+        return None
+    if executor != "ray":
+        from madsl.errors import did_you_mean
+
+        raise MadslError(f"unknown executor {executor!r}", expected=" or ".join(EXECUTORS),
+                         hint=did_you_mean(str(executor), EXECUTORS))
+    from madsl.runner.ray_executor import RayOptions, import_ray
+
+    options = RayOptions(address=address, cpus_per_run=float(cpus_per_run), gpus_per_run=float(gpus_per_run))
+    options.check()
+    import_ray()
+    return options
+
+
+def _make_executor(workers: int, ray_options) -> Executor:
+    if ray_options is None:
+        return make_executor(workers)
+    from madsl.runner.ray_executor import RayExecutor
+
+    return RayExecutor(ray_options)
+
+
+def _check_workers_and_device(workers: int, device: str, on_this_machine: bool = True) -> None:
     if workers < 1:
         raise MadslError(f"--workers must be at least 1, got {workers}")
     if device not in ("auto", "cpu", "cuda"):
         raise MadslError(f"unknown device {device!r}", expected="auto, cpu or cuda")
-    if device == "cuda":
+    if device == "cuda" and on_this_machine:  # on Ray, the workers' GPUs count
         import torch
 
         if not torch.cuda.is_available():
@@ -377,8 +411,10 @@ class EvaluationPlan:
 def plan_evaluation(store: StoreFiles, specs: Sequence[tuple[Any, str | None]], cli: Overrides,
                     task_registry: Mapping[str, Any] | None = None,
                     model_factory: Callable[[Any], Any] | None = None, device: str = "auto",
-                    placement: Sequence[str] | None = None) -> EvaluationPlan:
-    """Every run of every spec (validated, with its job), without writing to the store."""
+                    placement: Sequence[str] | None = None, runs_on: str | None = None) -> EvaluationPlan:
+    """Every run of every spec (validated, with its job), without writing to the store.
+    runs_on: the device kind the runs will train on, when not this machine's (Ray workers)."""
+    runs_on = runs_on or _planned_device(device)
     registry, all_tasks = _task_registry(task_registry)
     jobs: list[RunJob] = []
     plan = EvaluationPlan(jobs=[], specs=[], runs=[], skip_solved_at=None, protocols=set())
@@ -393,8 +429,7 @@ def plan_evaluation(store: StoreFiles, specs: Sequence[tuple[Any, str | None]], 
         factory = model_factory(spec) if model_factory is not None else CompiledSpecFactory(spec, path)
         identities = []
         for run in spec_plan.runs:
-            train = dataclasses.replace(run.train, precision=resolve_precision(run.train.precision,
-                                                                             _planned_device(device)))
+            train = dataclasses.replace(run.train, precision=resolve_precision(run.train.precision, runs_on))
             identity = RunIdentity(spec_hash, run.task, dict(run.settings), train_config_identity(vars(train)),
                                    madsl_version())
             identities.append((identity, spec.name))

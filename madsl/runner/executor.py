@@ -61,7 +61,7 @@ class RunJob:
 
 @dataclass
 class Event:
-    kind: str  # started | progress | epoch | finished | failed | interrupted
+    kind: str  # started | progress | epoch | length | retried | finished | failed | interrupted
     run_id: str
     data: dict = field(default_factory=dict)
 
@@ -436,6 +436,11 @@ class Coordinator:
 
     def _on_progress(self, job: RunJob, data: dict) -> None:
         self.reporter.progress(job, data["epoch"], data["step"], data["steps"])
+
+    def _on_retried(self, job: RunJob, data: dict) -> None:  # an executor lost the run's machine
+        where = "its last checkpoint" if data.get("from_checkpoint") else "the start"
+        self.reporter.message(f"retrying {job.label} (attempt {data['attempt']}, its node was lost) "
+                              f"from {where}")
 
     def _on_length(self, job: RunJob, data: dict) -> None:
         self.store.heartbeat([job.run_id], self.owner)
