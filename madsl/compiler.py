@@ -17,7 +17,7 @@ from torch import nn
 
 from .errors import MadslError
 from .graph import build_graph, layer_nodes
-from .model import Block, GroupConnection, Model, Parallel, PreNorm, make_norm
+from .model import Block, GroupConnection, Model, Parallel, PreNorm, Stack, make_norm
 from .spec import Spec, load_spec, spec_from_data
 
 
@@ -85,7 +85,7 @@ class _Compiler:
             gid, members = open_groups.pop()
             residual = groups[gid]
             module = (GroupConnection(members, residual, self.spec.dim) if residual != "none"
-                      else nn.Sequential(*members))
+                      else Stack(*members))
             (open_groups[-1][1] if open_groups else top).append(module)
 
         for block in sorted(by_block):

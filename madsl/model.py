@@ -4,6 +4,12 @@ Every block is pre-norm residual (`x + mixer(norm(x))`, then `x + channel(norm(x
 A layer and its pre-norm form one `PreNorm` unit, so a tag (`H#a`) shares both.
 Parallel mixers share one norm owned by their block and are summed. A group with a
 `residual` attribute wraps its sub-stack in a `GroupConnection`.
+
+Recurrent inference (`Model.init_state`, `step`, `prefill`, `generate`): the state of a
+model is a list with one entry per stateful layer *use*, in stack order (a tagged layer
+used twice is one module with two states). Each entry is that layer's own state dict
+(keys as the accounting counts them: "fixed", "conv", "k"/"v"/"cache"). Channel mixers
+are position-wise and keep no state.
 """
 from __future__ import annotations
 
@@ -12,6 +18,63 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+State = list  # list[dict[str, torch.Tensor]]: one state dict per stateful layer use, in stack order
+
+
+def _stateful(layer: nn.Module) -> bool:
+    return hasattr(layer, "init_state")
+
+
+def _layer_init(layer: nn.Module, batch: int, device, dtype, out: State) -> None:
+    if _stateful(layer):
+        out.append(layer.init_state(batch, device=device, dtype=dtype))
+
+
+def _layer_step(layer: nn.Module, x_t: torch.Tensor, states, out: State) -> torch.Tensor:
+    """One token through one layer use: its step with its own state, or (a channel mixer) itself."""
+    if not _stateful(layer):
+        return layer(x_t[:, None])[:, 0]
+    state = next(states, None)
+    if state is None:
+        raise ValueError("the state does not belong to this model (use model.init_state or model.prefill)")
+    y_t, state = layer.step(x_t, state)
+    out.append(state)
+    return y_t
+
+
+@torch.no_grad()
+def _layer_prefill(layer: nn.Module, x: torch.Tensor, out: State) -> torch.Tensor:
+    """The parallel forward of one layer use, and the state it leaves after the sequence:
+    from the layer's own `prefill` where it has one, else by stepping over the sequence."""
+    if not _stateful(layer):
+        return layer(x)
+    if hasattr(layer, "prefill"):
+        y, state = layer.prefill(x)
+    else:
+        y = layer(x)
+        state = layer.init_state(x.shape[0], device=x.device, dtype=x.dtype)
+        for t in range(x.shape[1]):
+            state = layer.step(x[:, t], state)[1]
+    out.append(state)
+    return y
+
+
+def _seq_init(modules, batch: int, device, dtype, out: State) -> None:
+    for module in modules:
+        module.init_state(batch, device, dtype, out)
+
+
+def _seq_step(modules, x_t: torch.Tensor, states, out: State) -> torch.Tensor:
+    for module in modules:
+        x_t = module.step(x_t, states, out)
+    return x_t
+
+
+def _seq_prefill(modules, x: torch.Tensor, out: State) -> torch.Tensor:
+    for module in modules:
+        x = module.prefill(x, out)
+    return x
 
 
 def make_norm(kind: str, dim: int) -> nn.Module:
@@ -29,6 +92,15 @@ class PreNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layer(self.norm(x))
 
+    def init_state(self, batch: int, device, dtype, out: State) -> None:
+        _layer_init(self.layer, batch, device, dtype, out)
+
+    def step(self, x_t: torch.Tensor, states, out: State) -> torch.Tensor:
+        return _layer_step(self.layer, self.norm(x_t), states, out)
+
+    def prefill(self, x: torch.Tensor, out: State) -> torch.Tensor:
+        return _layer_prefill(self.layer, self.norm(x), out)
+
 
 class Parallel(nn.Module):
     """Sequence mixers reading one normed input; their outputs are summed."""
@@ -40,6 +112,18 @@ class Parallel(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.norm(x)
         return sum(branch(h) for branch in self.branches)
+
+    def init_state(self, batch: int, device, dtype, out: State) -> None:
+        for branch in self.branches:
+            _layer_init(branch, batch, device, dtype, out)
+
+    def step(self, x_t: torch.Tensor, states, out: State) -> torch.Tensor:
+        h = self.norm(x_t)
+        return sum(_layer_step(branch, h, states, out) for branch in self.branches)
+
+    def prefill(self, x: torch.Tensor, out: State) -> torch.Tensor:
+        h = self.norm(x)
+        return sum(_layer_prefill(branch, h, out) for branch in self.branches)
 
 
 class Block(nn.Module):
@@ -53,6 +137,22 @@ class Block(nn.Module):
             x = x + self.channel(x)
         return x
 
+    def _parts(self) -> list[nn.Module]:
+        return [self.mixer] if self.channel is None else [self.mixer, self.channel]
+
+    def init_state(self, batch: int, device, dtype, out: State) -> None:
+        _seq_init(self._parts(), batch, device, dtype, out)
+
+    def step(self, x_t: torch.Tensor, states, out: State) -> torch.Tensor:
+        for part in self._parts():
+            x_t = x_t + part.step(x_t, states, out)
+        return x_t
+
+    def prefill(self, x: torch.Tensor, out: State) -> torch.Tensor:
+        for part in self._parts():
+            x = x + part.prefill(x, out)
+        return x
+
 
 class GroupConnection(nn.Module):
     """The connection around a group's sub-stack G: `add` x + G(x); `gated`
@@ -60,17 +160,41 @@ class GroupConnection(nn.Module):
 
     def __init__(self, body: list[nn.Module], residual: str, dim: int):
         super().__init__()
-        self.body, self.residual = nn.Sequential(*body), residual
+        self.body, self.residual = Stack(*body), residual
         self.gate = nn.Linear(dim, dim) if residual == "gated" else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.body(x)
+        return self._connect(x, self.body(x))
+
+    def _connect(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         if self.residual == "add":
             return x + out
         if self.residual == "gated":
             g = torch.sigmoid(self.gate(x))
             return (1 - g) * x + g * out
         return out
+
+    def init_state(self, batch: int, device, dtype, out: State) -> None:
+        _seq_init(self.body, batch, device, dtype, out)
+
+    def step(self, x_t: torch.Tensor, states, out: State) -> torch.Tensor:
+        return self._connect(x_t, _seq_step(self.body, x_t, states, out))
+
+    def prefill(self, x: torch.Tensor, out: State) -> torch.Tensor:
+        return self._connect(x, _seq_prefill(self.body, x, out))
+
+
+class Stack(nn.Sequential):
+    """Blocks in order (a group without a connection)."""
+
+    def init_state(self, batch: int, device, dtype, out: State) -> None:
+        _seq_init(self, batch, device, dtype, out)
+
+    def step(self, x_t: torch.Tensor, states, out: State) -> torch.Tensor:
+        return _seq_step(self, x_t, states, out)
+
+    def prefill(self, x: torch.Tensor, out: State) -> torch.Tensor:
+        return _seq_prefill(self, x, out)
 
 
 class Model(nn.Module):
@@ -82,7 +206,7 @@ class Model(nn.Module):
         self.dim, self.vocab_size, self.num_classes, self.max_seq_len = dim, vocab_size, num_classes, max_seq_len
         self.named_layers: dict[str, list[nn.Module]] = {}  # set by the compiler: symbol or "#tag" -> modules
         self.embedding = nn.Embedding(vocab_size, dim)
-        self.body = nn.Sequential(*body)
+        self.body = Stack(*body)
         self.final_norm = make_norm(norm, dim)
         tied = tie_embeddings and num_classes == vocab_size
         self.head = None if tied else nn.Linear(dim, num_classes, bias=False)
@@ -98,8 +222,75 @@ class Model(nn.Module):
         return self.final_norm(self.body(x))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.features(tokens)
+        return self._logits(self.features(tokens))
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
         return F.linear(h, self.embedding.weight) if self.head is None else self.head(h)
+
+    # ---- recurrent inference ---------------------------------------------------------------------
+    def init_state(self, batch: int, device: torch.device | str | None = None,
+                   dtype: torch.dtype | None = None) -> State:
+        """The empty state of `batch` sequences: one dict per stateful layer use, in stack order."""
+        device = device if device is not None else self.embedding.weight.device
+        dtype = dtype if dtype is not None else self.embedding.weight.dtype
+        out: State = []
+        self.body.init_state(batch, device, dtype, out)
+        return out
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """One token per sequence: tokens (B,) -> (logits (B, num_classes), new state).
+        The input state is not modified."""
+        out: State = []
+        states = iter(state)
+        h = self.body.step(self.embedding(tokens), states, out)
+        if next(states, None) is not None or len(out) != len(state):
+            raise ValueError("the state does not belong to this model (use model.init_state or model.prefill)")
+        return self._logits(self.final_norm(h)), out
+
+    @torch.no_grad()
+    def prefill(self, tokens: torch.Tensor) -> tuple[torch.Tensor, State]:
+        """The parallel forward over a prompt, tokens (B, L) -> (logits (B, L, num_classes),
+        the state after the prompt); `step` continues from it."""
+        out: State = []
+        h = self.body.prefill(self.embedding(tokens), out)
+        return self._logits(self.final_norm(h)), out
+
+    @torch.no_grad()
+    def generate(self, prompt: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Continue prompts (B, L) by `max_new_tokens` tokens: prefill, then one `step` per
+        token, sampling from softmax(logits / temperature) (greedy at temperature 0).
+        Returns (B, L + max_new_tokens). Needs an output head over the vocabulary."""
+        if self.num_classes != self.vocab_size:
+            raise ValueError(f"generate needs logits over the vocabulary ({self.vocab_size}); "
+                             f"this model has {self.num_classes} output classes")
+        if max_new_tokens < 0 or temperature < 0:
+            raise ValueError("max_new_tokens and temperature must not be negative")
+        logits, state = self.prefill(prompt)
+        logits, tokens = logits[:, -1], [prompt]
+        for i in range(max_new_tokens):
+            if temperature == 0:
+                token = logits.argmax(-1)
+            else:
+                probs = torch.softmax(logits.float() / temperature, dim=-1)
+                token = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            tokens.append(token[:, None])
+            if i + 1 < max_new_tokens:
+                logits, state = self.step(token, state)
+        return torch.cat(tokens, dim=1)
+
+    @staticmethod
+    def state_size(state: State) -> dict[str, int]:
+        """Numbers held per sequence, by the accounting's names: fixed_state, conv_state, kv_cache
+        (bookkeeping such as attention's next position is not counted)."""
+        kinds = {"fixed": "fixed_state", "conv": "conv_state", "k": "kv_cache", "v": "kv_cache", "cache": "kv_cache"}
+        size = {"fixed_state": 0, "conv_state": 0, "kv_cache": 0}
+        for layer_state in state:
+            for key, value in layer_state.items():
+                if key in kinds:
+                    size[kinds[key]] += value[0].numel()
+        return size
 
     def aux_loss(self) -> torch.Tensor:
         """Auxiliary losses (MoE load balancing) set by layers in the last forward pass."""

@@ -79,6 +79,10 @@ class Attention(nn.Module):
 
     # ---- parallel (training) form -----------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
+        return self.prefill(x)[0]
+
+    def prefill(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """The parallel forward and the KV cache `step` continues from."""
         batch, length, _ = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if self.rotary:
@@ -92,7 +96,12 @@ class Attention(nn.Module):
             back = back[:, None] - back[None, :]  # query position - key position
             band = (back >= 0) & (back < self.window)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=band)
-        return self.out(y.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
+        y = self.out(y.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
+        pos = torch.full((batch,), length, dtype=torch.long, device=x.device)
+        if self.window is not None and length > self.window:
+            # the ring buffer `step` keeps: position p in slot p % window
+            k, v = (torch.roll(t[:, :, -self.window:], length % self.window, dims=2) for t in (k, v))
+        return y, {"k": k, "v": v, "pos": pos}
 
     # ---- recurrent (inference) form ---------------------------------------------------------------
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:

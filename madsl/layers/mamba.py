@@ -101,6 +101,14 @@ class Mamba(nn.Module):
         fused = self._cuda_kernels(x)
         if fused is not None:
             return self._forward_fused(x, fused)
+        return self._forward(x, last_state=False)
+
+    def prefill(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """The parallel forward and the state `step` continues from (the scan's last state,
+        the last d_conv - 1 conv inputs)."""
+        return self._forward(x, last_state=True)
+
+    def _forward(self, x: Tensor, last_state: bool):
         x_in, z = self.in_proj(x).chunk(2, dim=-1)  # (batch, L, d_inner) each
         x_conv = self._causal_conv_silu(x_in)
         x_dbl = self.x_proj(x_conv)  # (batch, L, dt_rank + 2*d_state)
@@ -112,8 +120,12 @@ class Mamba(nn.Module):
         y = selective_scan(x_conv.transpose(1, 2), dt.transpose(1, 2), A,
                            B.transpose(1, 2), C.transpose(1, 2), _at_least_fp32(self.D),
                            z=z.transpose(1, 2), delta_bias=_at_least_fp32(self.dt_proj.bias),
-                           delta_softplus=True)
-        return self.out_proj(y.transpose(1, 2).to(x.dtype))
+                           delta_softplus=True, return_last_state=last_state)
+        if not last_state:
+            return self.out_proj(y.transpose(1, 2).to(x.dtype))
+        y, h = y
+        window = F.pad(x_in.transpose(1, 2), (self.d_conv - 1, 0))[..., x_in.shape[1]:]  # last d_conv-1 inputs
+        return self.out_proj(y.transpose(1, 2).to(x.dtype)), {"fixed": h.to(x.dtype), "conv": window}
 
     def _cuda_kernels(self, x: Tensor):
         """mamba-ssm's fused `mamba_inner_fn` where it applies: CUDA, not float64 (its
