@@ -161,3 +161,70 @@ def test_an_error_in_a_long_line_shows_the_part_around_it():
     assert len(rendered) < 1000 and err.location.column == 2004, rendered
     source, caret = rendered.splitlines()[3:5]
     assert source[caret.index("^")] == "(" and source.count("...") == 2
+
+
+# --- YAML ----------------------------------------------------------------------------------
+
+def laughs(levels: int, fan: int = 9) -> str:
+    """A billion-laughs document: each anchor is a list of `fan` aliases of the one before."""
+    lines = ["name: x", "dim: 128", "topology: H", "description: &a0 lol"]
+    lines += [f"l{i}: &a{i} [{', '.join([f'*a{i - 1}'] * fan)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("text,message,line,column", [
+    (laughs(9), "more than 10,000 values", 9, 10),
+    (laughs(5), "more than 10,000 values", 9, 10),
+    ("name: x\ndim: 128\ntopology: H\neval: " + "[" * 1000 + "]" * 1000 + "\n", "nest", 4, None),
+    ("name: x\ndim: 128\ntopology: H\neval:\n" + "".join(" " * i + f"k{i}:\n" for i in range(1, 200)),
+     "nested more than 64 deep", 68, None),
+    ("name: x\ndim: 128\ntopology: 'é\x07'\n", "character '\\x07' is not allowed", 3, 13),
+    ("name: x\ndim: " + "9" * 5000 + "\ntopology: H\n", "too large", 2, 6),
+    ("name: x\ndim: .inf\ntopology: H\n", "not a finite number", 2, 6),
+    ("name: x\ndim: 128\ntopology: H\nbudget: {params: 1.0e+999}\n", "not a finite number", 4, 18),
+    ("name: x\ndim: 128\ntopology: H\nbase: &b {dim: 64}\n<<: 5\n", "for merging", 5, 5),
+    ("name: x\ndim: 128\ntopology: H\neval: &e {set: *e}\n", "inside the value it names", 4, 16),
+    ("name: x\ndim: 128\ntopology: A\nlayers:\n  A: &a {heads: 2}\n  mA: &m {<<: *a}\n  Alg: {<<: *m}\n",
+     "merges inside merges are not supported", 7, 9),
+    ("name: x\ndim: 128\ntopology: H\n!!set s: 1\n", "a key must be a name or a number", 4, 1),
+])
+def test_bad_yaml_is_a_located_error_fast(tmp_path, text, message, line, column):
+    path = tmp_path / "y.mad"
+    path.write_text(text, encoding="utf-8")
+    start = time.perf_counter()
+    with pytest.raises(MadslError) as info:
+        load_spec(path)
+    assert time.perf_counter() - start < 1.0
+    err = info.value
+    assert message in err.message, err.render()
+    assert err.location.file == str(path) and err.location.line == line, err.render()
+    if column is not None:
+        assert err.location.column == column, err.render()
+
+
+def test_yaml_aliases_and_merge_keys_within_the_limits_work(tmp_path):
+    path = tmp_path / "m.mad"
+    path.write_text("name: m\ndim: 128\ntopology: A:mA\n"
+                    "layers:\n  A: &heads {heads: 4}\n  mA:\n    <<: *heads\n    head_dim: 32\n")
+    spec = load_spec(path)
+    assert spec.symbols["A"].params["heads"] == 4
+    assert spec.symbols["mA"].params["heads"] == 4 and spec.symbols["mA"].params["head_dim"] == 32
+    # a merged key is located where it is written: here, in mA's mapping (gla has no head_dim)
+    path.write_text("name: m\ndim: 128\ntopology: mA:Alg\nlayers:\n  mA: &m {heads: 8, head_dim: 16}\n"
+                    "  Alg: {<<: *m}\n")
+    with pytest.raises(MadslError, match="no parameter 'head_dim'") as info:
+        load_spec(path)
+    assert (info.value.location.line, info.value.location.column) == (5, 21), info.value.render()
+    path.write_text(laughs(3))  # 9^3 aliases: fine, and fast
+    start = time.perf_counter()
+    with pytest.raises(MadslError, match="unknown key 'l1'"):
+        load_spec(path)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_cli_yaml_bombs_exit_2_fast(tmp_path):
+    path = tmp_path / "bomb.mad"
+    path.write_text(laughs(12))
+    proc, seconds = madsl("check", str(path))
+    assert proc.returncode == 2 and f"{path}:9:10" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert seconds < 10

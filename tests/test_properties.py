@@ -7,6 +7,7 @@
 
 Derandomized, so CI sees the same examples every run."""
 import math
+import re
 import tempfile
 from pathlib import Path
 
@@ -168,8 +169,35 @@ _TMP = tempfile.TemporaryDirectory(prefix="madsl-properties-")  # removed when t
 _DIR = Path(_TMP.name)
 
 
-@settings(max_examples=200, **PROFILE)
-@given(mutated(st.just(SPEC)))
+YAML_HAZARDS = ["&a ", "*a", "<<: *a\n", "<<: ", "? ", "- ", "[", "]", "{", "}", ": ", "\t", "\x07", "---\n",
+                "!!python/object:os.system ", "!!binary ", "!!set ", ".inf", ".nan", "1.0e+999", "9" * 5000, "'", '"',
+                "|\n", ">-\n", "%YAML 1.1\n", "\ufeff", "\u2028"]
+
+
+VALUE_HAZARDS = ["9" * 5000, "-" + "9" * 5000, ".inf", "-.inf", ".nan", "1.0e+999", "1e400", "-5", "0", "*a", "&a 5",
+                 "[" * 300, "{a: " * 100, "!!python/name:os.system", "<<", "{<<: *a}", "[*a, *a]", "0x" + "f" * 5000,
+                 "1:" * 300 + "1", '"\\x07"', "~", "''", "é"]
+_VALUES = re.compile(r"(?<=: )[^\n,}]+")
+
+
+@st.composite
+def yaml_mutated(draw, base) -> str:
+    """A spec with YAML constructs dropped in (anchors, aliases, merge keys, tags) and values
+    replaced by odd ones (huge, non-finite, deep)."""
+    text = draw(base)
+    for _ in range(draw(st.integers(1, 4))):
+        values = list(_VALUES.finditer(text))
+        if values and draw(st.booleans()):
+            value = draw(st.sampled_from(values))
+            text = text[:value.start()] + draw(st.sampled_from(VALUE_HAZARDS)) + text[value.end():]
+        else:
+            at = draw(st.integers(0, len(text)))
+            text = text[:at] + draw(st.sampled_from(YAML_HAZARDS)) + text[at:]
+    return text
+
+
+@settings(max_examples=300, **PROFILE)
+@given(mutated(st.just(SPEC)) | yaml_mutated(st.just(SPEC)))
 def test_mutated_spec_files_load_or_get_a_located_error(text):
     path = _DIR / "fuzz.mad"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
@@ -177,7 +205,7 @@ def test_mutated_spec_files_load_or_get_a_located_error(text):
         spec = load_spec(path)
         account(spec)
     except MadslError as err:
-        assert err.location.file == str(path), err.render()
+        assert err.location.file == str(path) and err.location.line, err.render()
         err.render()
 
 
