@@ -96,7 +96,7 @@ def typed(topology):
     return topo.expand(topology), [layer.override_types for layer in topo.layers(topo.expand(topology))]
 
 
-@settings(max_examples=300, **PROFILE)
+@settings(max_examples=200, **PROFILE)
 @given(written_topologies())
 def test_canonical_form_parses_back_to_the_same_architecture(text):
     parsed = topo.parse(text)
@@ -145,7 +145,7 @@ def mutated(draw, base) -> str:
     return text
 
 
-@settings(max_examples=300, **PROFILE)
+@settings(max_examples=200, **PROFILE)
 @given(mutated(written_topologies()))
 def test_mutated_topologies_parse_or_get_a_located_error(text):
     parses_or_refuses(text)
