@@ -26,6 +26,7 @@ SMALL = {
     "counting": dict(seq_len=32, num_train_examples=300, num_test_examples=60),
     "icl-linear": dict(seq_len=17, input_dim=3, num_train_examples=300, num_test_examples=60),
     "arithmetic": dict(num_digits=3, num_train_examples=300, num_test_examples=60),
+    "mqar": dict(vocab_size=64, seq_len=32, num_kv_pairs=4, num_train_examples=300, num_test_examples=60),
 }
 ALL = sorted(TASKS)
 

@@ -14,6 +14,7 @@ from madsl.tasks.base import IGNORE, Task, TaskData
 _MODULES = (
     "recall", "fuzzy_recall", "selective_copying", "compression", "memorization",  # MAD
     "induction_heads", "associative_recall", "majority", "counting", "icl_linear", "arithmetic",
+    "mqar",
 )
 
 # The six MAD tasks in the paper's order (§3.1).

@@ -1,0 +1,36 @@
+"""A plain MLP channel mixer (`Mlp`): fc dim -> inner, GELU (tanh approximation), proj inner -> dim.
+
+Defaults: the MAD reference's `mlp` layer (athms/mad-lab configs/layers/mlp.yml and
+mad/model/layers/mlp.py): inner null = 4 * dim, no bias.
+
+Parameters: 2 * dim * inner (+ inner + dim with bias). No state.
+FLOPs: 4 * L * dim * inner (two matmuls); the activation is not counted, as for SwiGLU (App. C.4.1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Primitive, positive
+
+
+@dataclass(frozen=True)
+class Mlp(Primitive):
+    inner: int | None  # None: 4 * dim
+    bias: bool
+
+    name = "mlp"
+    role = "channel"
+    module = "madsl.layers.mlp:Mlp"
+
+    def validate(self) -> None:
+        positive(self, "inner")
+
+    @property
+    def width(self) -> int:
+        return self.inner if self.inner is not None else 4 * self.dim
+
+    def params(self) -> int:
+        return 2 * self.dim * self.width + ((self.width + self.dim) if self.bias else 0)
+
+    def flops(self, seq_len: int) -> int:
+        return 4 * seq_len * self.dim * self.width
