@@ -121,6 +121,27 @@ class PausingFactory(StandInFactory):
 
 
 @dataclass
+class DivergingFactory(StandInFactory):
+    """Stand-ins whose weights become NaN at training step `at` (1-based): a loss that diverges, on cue."""
+
+    at: int = 1
+
+    def __call__(self, vocab_size, max_seq_len, num_classes=None, seed=0):
+        model = super().__call__(vocab_size, max_seq_len, num_classes, seed)
+        steps = [0]
+
+        def poison(module, args):
+            if module.training:
+                steps[0] += 1
+                if steps[0] == self.at:
+                    with torch.no_grad():
+                        module.embed.weight.fill_(float("nan"))
+
+        model.register_forward_pre_hook(poison)
+        return model
+
+
+@dataclass
 class FakeSpec:
     name: str
     text: str

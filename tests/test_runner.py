@@ -31,7 +31,7 @@ from madsl.runner.report import report
 from madsl.runner.store import Store
 from madsl.runner.train import MetricAccumulator, train_run
 from madsl.tasks.base import IGNORE
-from runner_helpers import (TESTS_DIR, TOY_TASKS, FakeSpec, StandInModel, epoch_rows, run_rows, run_toy_eval,
+from runner_helpers import (TESTS_DIR, TOY_TASKS, DivergingFactory, FakeSpec, StandInModel, epoch_rows, run_rows, run_toy_eval,
                             without_sequence_mixing)
 
 torch.set_num_threads(1)
@@ -255,6 +255,30 @@ def test_skip_solved_grid_points(tmp_path):
     summary = run_toy_eval(db, epochs=30, lr=[3e-3, 1e-5], settings_overrides={"num_train_examples": 512})
     statuses = sorted(r["status"] for r in run_rows(db))
     assert statuses == ["done", "skipped"] and summary["skipped"] == 1 and summary["complete"]
+
+
+def test_a_run_whose_loss_diverges_is_recorded_and_reported_as_diverged(tmp_path):
+    db = tmp_path / "r.db"
+    # smoke: 64 training examples in batches of 128, one step per epoch; NaN from epoch 3's step on
+    summary = run_toy_eval(db, epochs=6, model_factory=lambda spec: DivergingFactory(at=3))
+    assert summary["complete"] and summary["done"] == 1
+    run = run_rows(db)[0]
+    assert run["status"] == "done" and run["diverged_epoch"] == 3
+    assert run["epochs_done"] == 3 and not run["early_stopped"]  # training stops where the loss diverged
+    assert run["best_epoch"] <= 2 and run["best_eval_acc"] is not None  # its best finite epoch stands
+    diverged_epoch = epoch_rows(db)[-1]
+    assert diverged_epoch[1] == 3 and diverged_epoch[2] is None and diverged_epoch[3] is None  # no accuracy
+    [task] = [r for r in json.loads(report(db, fmt="json")) if not r["aggregate"]]
+    assert task["runs_diverged"] == 1 and task["score"] == pytest.approx(run["best_eval_acc"])
+    assert "1/1 (1 diverged)" in report(db)
+
+    # diverged from the first step: no epoch has a result, so the run has no accuracy to score
+    db = tmp_path / "first.db"
+    run_toy_eval(db, epochs=6, model_factory=lambda spec: DivergingFactory(at=1))
+    run = run_rows(db)[0]
+    assert run["diverged_epoch"] == 1 and run["best_eval_acc"] is None and run["epochs_done"] == 1
+    [task] = [r for r in json.loads(report(db, fmt="json")) if not r["aggregate"]]
+    assert task["score"] is None and task["runs_diverged"] == 1 and task["metric"] == "accuracy"
 
 
 # --- scores and reports ----------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """`madsl report`: the leaderboard of a results database.
 
     text   a table architectures x tasks with the MAD score, then per task: score,
-           settings, runs, best lr / wd, seconds per run; where runs were evaluated at
-           other sequence lengths (--eval-lengths), a length-extrapolation table
+           settings, runs (and how many diverged: loss NaN / inf), best lr / wd, seconds
+           per run; where runs were evaluated at other sequence lengths (--eval-lengths),
+           a length-extrapolation table
     json   a list of records: one per (spec, task) with `spec`, `task`, `score`, ...,
            `length_evals` (the best run's accuracy per evaluation length, per setting),
            and one per spec with `task: "MAD"` and `aggregate: true`
@@ -25,7 +26,7 @@ from madsl.runner.store import Store
 FORMATS = ("text", "json", "csv")
 AGGREGATE = "MAD"
 RECORD_FIELDS = ("spec", "protocol", "task", "aggregate", "score", "metric", "settings", "runs_done", "runs_total",
-                 "best_lr", "best_wd", "seconds_per_run", "spec_hash", "length_evals")
+                 "runs_diverged", "best_lr", "best_wd", "seconds_per_run", "spec_hash", "length_evals")
 
 
 def mad_task_order() -> list[str]:
@@ -71,7 +72,8 @@ def records(scores: Sequence[SpecScore]) -> list[dict]:
                     "spec": s.spec, "spec_hash": s.spec_hash, "protocol": s.protocol, "task": AGGREGATE,
                     "aggregate": True, "score": s.score, "metric": "accuracy",
                     "settings": sum(t.settings for t in s.tasks.values()),
-                    "runs_done": s.runs_done, "runs_total": s.runs_total, "seconds_per_run": s.seconds_per_run,
+                    "runs_done": s.runs_done, "runs_total": s.runs_total, "runs_diverged": s.runs_diverged,
+                    "seconds_per_run": s.seconds_per_run,
                     "length_evals": []})
     return [{k: r[k] for k in RECORD_FIELDS} for r in out]
 
@@ -88,6 +90,10 @@ def _fmt(value: float | None, metric: str = "accuracy") -> str:
     if value is None:
         return "-"
     return f"{value:.3f}" if metric == "accuracy" else f"{value:.3g}"
+
+
+def _fmt_runs(done: int, total: int, diverged: int) -> str:
+    return f"{done}/{total}" + (f" ({diverged} diverged)" if diverged else "")
 
 
 def _fmt_seconds(value: float | None) -> str:
@@ -121,8 +127,8 @@ def render_text(scores: Sequence[SpecScore], width: int = 160) -> str:
         for t in columns:
             ts = s.tasks.get(t)
             cells.append("-" if ts is None else _fmt(ts.score, ts.metric) + ("" if ts.metric == "accuracy" else " mse"))
-        board.add_row(_row_name(s, scores), *cells, _fmt(s.score), f"{s.runs_done}/{s.runs_total}",
-                      _fmt_seconds(s.seconds_per_run))
+        board.add_row(_row_name(s, scores), *cells, _fmt(s.score),
+                      _fmt_runs(s.runs_done, s.runs_total, s.runs_diverged), _fmt_seconds(s.seconds_per_run))
     detail = Table(title="per task")
     for name, justify in (("architecture", "left"), ("task", "left"), ("score", "right"), ("settings", "right"),
                           ("runs", "right"), ("best lr", "right"), ("best wd", "right"), ("time/run", "right")):
@@ -130,7 +136,8 @@ def render_text(scores: Sequence[SpecScore], width: int = 160) -> str:
     for s in scores:
         for t in s.tasks.values():
             detail.add_row(_row_name(s, scores), t.task, _fmt(t.score, t.metric), str(t.settings),
-                           f"{t.runs_done}/{t.runs_total}", "-" if t.best_lr is None else f"{t.best_lr:g}",
+                           _fmt_runs(t.runs_done, t.runs_total, t.runs_diverged),
+                           "-" if t.best_lr is None else f"{t.best_lr:g}",
                            "-" if t.best_wd is None else f"{t.best_wd:g}", _fmt_seconds(t.seconds_per_run))
     console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
     console.print(board)

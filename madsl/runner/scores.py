@@ -37,6 +37,7 @@ class TaskScore:
     # The best run's evaluations at other sequence lengths (--eval-lengths), per setting:
     # {"setting": {knob: value}, "length", "status" (ok | oom | error), "acc", "macro_acc", "loss", "seconds"}
     length_evals: list[dict[str, Any]] = field(default_factory=list)
+    runs_diverged: int = 0  # finished runs whose loss became NaN / inf (their best finite epoch counts)
 
     def record(self) -> dict:
         out = asdict(self)
@@ -55,6 +56,15 @@ class SpecScore:
     runs_done: int
     runs_total: int
     seconds_per_run: float | None
+    runs_diverged: int = 0
+
+
+def diverged(row: Mapping[str, Any]) -> bool:
+    """The run's loss became NaN / inf (databases from before the flag have no such column)."""
+    try:
+        return row["diverged_epoch"] is not None
+    except (KeyError, IndexError):
+        return False
 
 
 def run_accuracy(row: Mapping[str, Any]) -> float | None:
@@ -62,7 +72,7 @@ def run_accuracy(row: Mapping[str, Any]) -> float | None:
 
 
 def _is_regression(rows: Sequence[Mapping[str, Any]]) -> bool:
-    done = [r for r in rows if r["status"] == "done"]
+    done = [r for r in rows if r["status"] == "done" and not diverged(r)]  # a diverged run has neither metric
     return bool(done) and all(r["best_eval_acc"] is None and r["best_eval_ppl"] is None for r in done)
 
 
@@ -107,7 +117,7 @@ def task_score(rows: Sequence[Mapping[str, Any]], spec_hash: str, spec: str, pro
         metric="mse" if regression else "accuracy", settings=len(setting_scores), runs_done=len(done),
         runs_total=len([r for r in rows if r["status"] != "skipped"]),
         best_lr=best_lr, best_wd=best_wd, seconds_per_run=statistics.fmean(seconds) if seconds else None,
-        setting_scores=setting_scores, best_runs=best_runs)
+        setting_scores=setting_scores, best_runs=best_runs, runs_diverged=sum(map(diverged, done)))
 
 
 def mad_score(task_scores: Iterable[TaskScore]) -> float | None:
@@ -149,6 +159,7 @@ def spec_scores(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence
         out.append(SpecScore(spec_hash=spec_hash, spec=names[spec_hash], protocol=protocol,
                              score=mad_score(tasks.values()), tasks=tasks, runs_done=len(done),
                              runs_total=len([r for r in group if r["status"] != "skipped"]),
-                             seconds_per_run=statistics.fmean(seconds) if seconds else None))
+                             seconds_per_run=statistics.fmean(seconds) if seconds else None,
+                             runs_diverged=sum(map(diverged, done))))
     out.sort(key=lambda s: (s.score is None, -(s.score or 0.0), s.spec, s.protocol))
     return out

@@ -78,7 +78,8 @@ CREATE TABLE IF NOT EXISTS runs (
     best_eval_token_acc REAL,       -- per-token accuracy at that epoch
     max_eval_acc REAL,              -- best class-averaged eval accuracy over all epochs
     early_stopped INTEGER,
-    error TEXT
+    error TEXT,
+    diverged_epoch INTEGER          -- the epoch whose loss became NaN / inf (training stopped there)
 );
 CREATE INDEX IF NOT EXISTS runs_by_group ON runs (spec_hash, task, setting_hash, seed);
 CREATE TABLE IF NOT EXISTS epochs (
@@ -299,9 +300,16 @@ class Store(StoreFiles):
         tables = {row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not {"meta", "specs", "runs", "epochs", "length_evals", "run_labels"} <= tables:
             self.conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")  # idempotent: IF NOT EXISTS
+        if create and "diverged_epoch" not in self._run_columns():  # added within schema 1; readers do without
+            with self.transaction() as c:
+                if "diverged_epoch" not in self._run_columns():  # another eval may have just added it
+                    c.execute("ALTER TABLE runs ADD COLUMN diverged_epoch INTEGER")
         if self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() is None:
             with self.transaction() as c:  # a new database (reading one changes nothing)
                 c.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    def _run_columns(self) -> set[str]:
+        return {row[1] for row in self.conn.execute("PRAGMA table_info(runs)")}
 
     # --- plumbing ---------------------------------------------------------------------
 
@@ -407,10 +415,10 @@ class Store(StoreFiles):
             c.execute(
                 "UPDATE runs SET status='done', owner=NULL, heartbeat=NULL, finished=?, device=COALESCE(?, device), "
                 "train_seconds=?, epochs_done=?, best_epoch=?, best_eval_loss=?, best_eval_ppl=?, best_eval_acc=?, "
-                "best_eval_token_acc=?, max_eval_acc=?, early_stopped=?, error=NULL WHERE run_id=?",
+                "best_eval_token_acc=?, max_eval_acc=?, early_stopped=?, diverged_epoch=?, error=NULL WHERE run_id=?",
                 (time.time(), device, result["train_seconds"], result["epochs_done"], result["best_epoch"],
                  best["eval_loss"], best["eval_ppl"], best["eval_macro_acc"], best["eval_acc"],
-                 result["max_eval_macro_acc"], int(result["early_stopped"]), run_id))
+                 result["max_eval_macro_acc"], int(result["early_stopped"]), result.get("diverged_epoch"), run_id))
 
     # --- reading ----------------------------------------------------------------------
     def run(self, run_id: str) -> sqlite3.Row | None:

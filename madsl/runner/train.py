@@ -98,6 +98,8 @@ class MetricAccumulator:
         loss = float(self.loss_sum) / count
         if self.kind == "regression":
             return {"loss": loss, "ppl": None, "acc": None, "macro_acc": None}
+        if not math.isfinite(loss):  # diverged: predictions are argmaxes over NaN logits, not answers
+            return {"loss": loss, "ppl": None, "acc": None, "macro_acc": None}
         hits, support, predicted = self.hits.cpu(), self.support.cpu(), self.predicted.cpu()
         present = (support + predicted) > 0
         per_class = hits.double() / support.clamp(min=1).double()
@@ -144,6 +146,7 @@ class RunResult:
     train_seconds: float
     history: list[EpochMetrics]
     length_evals: list[dict] = field(default_factory=list)
+    diverged_epoch: int | None = None  # the epoch whose loss became NaN / inf; training stopped there
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -284,6 +287,7 @@ class RunState:
     best_state: dict | None = None  # the best epoch's weights, kept when lengths are evaluated after
     finished: bool = False  # training is over (length evaluations may remain)
     length_evals: list[dict] = field(default_factory=list)  # in settings.eval_lengths order
+    diverged_epoch: int | None = None
 
     @classmethod
     def start(cls, settings: TrainSettings, build_model: Callable[[], TaskModel], device: torch.device,
@@ -318,6 +322,7 @@ class RunState:
         self.best_state = checkpoint.get("best_state")
         self.finished = bool(checkpoint["finished"])
         self.length_evals = list(checkpoint.get("length_evals", []))
+        self.diverged_epoch = checkpoint.get("diverged_epoch")
         set_rng_state(checkpoint["rng"])
         return self
 
@@ -329,12 +334,18 @@ class RunState:
             "rng": rng_state(), "epoch": self.epoch, "step": self.step, "epoch_seconds": self.epoch_seconds,
             "train_seconds": self.train_seconds, "history": [asdict(h) for h in self.history],
             "best": asdict(self.best) if self.best else None, "best_state": self.best_state,
-            "finished": self.finished, "length_evals": self.length_evals,
+            "finished": self.finished, "length_evals": self.length_evals, "diverged_epoch": self.diverged_epoch,
             "result": result.to_dict() if result is not None else None}
 
     def end_epoch(self, metrics: EpochMetrics) -> None:
-        """Record a finished epoch: history, best so far, and whether training is over."""
+        """Record a finished epoch: history, best so far, and whether training is over.
+
+        A non-finite loss ends training: the weights are NaN / inf from here on (AdamW
+        cannot recover), so the run keeps its best finite epoch and is flagged diverged.
+        """
         self.history.append(metrics)
+        if not (math.isfinite(metrics.train_loss) and math.isfinite(metrics.eval_loss)):
+            self.diverged_epoch = metrics.epoch
         if self.best is None or metrics.selection_key() < self.best.selection_key():
             self.best = metrics
             if self.settings.eval_lengths:
@@ -342,7 +353,7 @@ class RunState:
         solved = metrics.eval_macro_acc is not None and metrics.eval_macro_acc >= self.settings.early_stop_acc
         self.epoch, self.step, self.epoch_seconds = self.epoch + 1, 0, 0.0
         self.train_metrics.reset()
-        self.finished = solved or self.epoch >= self.settings.epochs
+        self.finished = solved or self.diverged_epoch is not None or self.epoch >= self.settings.epochs
 
     def result(self) -> RunResult:
         assert self.best is not None
@@ -351,8 +362,9 @@ class RunState:
         return RunResult(
             epochs_done=len(self.history), best_epoch=self.best.epoch, best=self.best,
             max_eval_macro_acc=max(accs) if accs else None, max_eval_acc=max(token_accs) if token_accs else None,
-            early_stopped=len(self.history) < self.settings.epochs, train_seconds=self.train_seconds,
-            history=self.history, length_evals=self.length_evals)
+            early_stopped=len(self.history) < self.settings.epochs and self.diverged_epoch is None,
+            train_seconds=self.train_seconds,
+            history=self.history, length_evals=self.length_evals, diverged_epoch=self.diverged_epoch)
 
 
 class Checkpointer:
