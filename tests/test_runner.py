@@ -405,6 +405,25 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     assert main(["report", "--db", str(tmp_path / "missing.db")]) == 2
 
 
+@pytest.mark.parametrize("option", [["--lr", "nan"], ["--wd", "nan"], ["--lr", "inf"], ["--wd", "Infinity"],
+                                    ["--lr", "1e400"]])
+def test_non_finite_learning_rates_and_weight_decays_are_bad_input(tmp_path, capsys, option):
+    from madsl.cli import main
+
+    spec = str(TESTS_DIR.parent / "specs" / "paper" / "hyena-sg.mad")
+    with pytest.raises(SystemExit) as exit_:  # argparse's usage error
+        main(["eval", spec, "--task", "memorization", *option, "--db", str(tmp_path / "r.db")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "finite" in err and "Traceback" not in err
+    assert not (tmp_path / "r.db").exists()
+    with pytest.raises(MadslError, match="finite"):  # the same through the API and a spec's eval: section
+        run_toy_eval(tmp_path / "r.db", **{option[0][2:]: float(option[1])})
+    assert not (tmp_path / "r.db").exists()
+    with pytest.raises(MadslError, match=f"eval.{option[0][2:]}"):
+        overrides_from_spec_eval({option[0][2:]: float(option[1])}, "x.mad")
+
+
 def test_spec_identity_covers_what_changes_the_model(tmp_path):
     from madsl.runner.api import spec_identity
     from madsl.spec import load_spec

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from madsl.cli.arguments import positive_int
 from madsl.cli.common import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, make_console, print_error, write_atomic
 from madsl.errors import MadslError
+from madsl.outputs import check_output_path, output_error
 
 if TYPE_CHECKING:
     from madsl.spec import Spec
@@ -63,6 +64,8 @@ def cmd_compile(args) -> int:
     from madsl.graph import account
 
     spec = _load(args)
+    if args.output:
+        check_output_path(args.output, "-o")  # before any work
     seq_len = spec.budget_seq_len if args.seq_len is None and spec.budget_seq_len else None
     acc = account(spec, seq_len=seq_len)
     violations = check(acc.totals, spec.budget)
@@ -87,7 +90,10 @@ def cmd_compile(args) -> int:
         text = None
     if text is not None:
         if args.output:
-            write_atomic(Path(args.output), text + "\n")
+            try:
+                write_atomic(Path(args.output), text + "\n")
+            except OSError as err:
+                raise output_error(err, args.output, "-o") from None
         else:
             print(text)
         return EXIT_BUDGET if violations else EXIT_OK
@@ -106,7 +112,10 @@ def _emit_torch(spec, args) -> int:
     if vocab is None:
         raise MadslError("--emit torch needs a vocabulary size", hint="add --vocab V or `vocab:` to the spec")
     model = compile_spec(spec, vocab_size=vocab, max_seq_len=args.seq_len or spec.seq_len)
-    save(model, args.output)
+    try:
+        save(model, args.output)
+    except OSError as err:
+        raise output_error(err, args.output, "-o") from None
     params = sum(p.numel() for p in model.parameters())
     print(f"wrote {args.output}: {spec.name}, {params:,} parameters")
     return EXIT_OK

@@ -405,6 +405,8 @@ def build_plan(tasks: Sequence, overrides: Overrides, source: str = "--set") -> 
         if value < 1:
             raise MadslError(f"{name} must be at least 1, got {value}")
     for name, values in (("lr", lrs), ("wd", wds)):
+        if not all(math.isfinite(v) for v in values):
+            raise MadslError(f"{name} must be a finite number, got {', '.join(map(str, values))}")
         if any(v < 0 for v in values) or (name == "lr" and any(v == 0 for v in values)):
             raise MadslError(f"{name} must be positive, got {', '.join(map(str, values))}")
     runs: list[PlannedRun] = []

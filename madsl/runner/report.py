@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Sequence
 
 from madsl.errors import MadslError
+from madsl.outputs import check_output_path, output_error
 from madsl.runner.scores import SpecScore, spec_scores
 from madsl.runner.store import Store
 
 FORMATS = ("text", "json", "csv")
+PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp")
 AGGREGATE = "MAD"
 RECORD_FIELDS = ("spec", "protocol", "task", "aggregate", "score", "metric", "settings", "runs_done", "runs_total",
                  "runs_diverged", "best_lr", "best_wd", "seconds_per_run", "spec_hash", "length_evals")
@@ -250,7 +252,15 @@ def report(db: str | os.PathLike = "madsl-results.db", fmt: str = "text", plot: 
     """The leaderboard of `db` as text, json or csv; with `plot`, also write a heatmap PNG there."""
     if fmt not in FORMATS:
         raise MadslError(f"unknown report format {fmt!r}", expected=", ".join(FORMATS))
+    if plot is not None:
+        check_output_path(plot, "--plot")  # before any work
+        if Path(plot).suffix.lower() not in PLOT_SUFFIXES:
+            raise MadslError(f"--plot {plot}: matplotlib cannot write {Path(plot).suffix!r} images",
+                             expected="a file ending in " + ", ".join(PLOT_SUFFIXES))
     scores = load_scores(db, protocol=protocol)
     if plot is not None:
-        plot_heatmap(scores, plot)
+        try:
+            plot_heatmap(scores, plot)
+        except OSError as err:
+            raise output_error(err, plot, "--plot") from None
     return render(scores, fmt)

@@ -1,0 +1,66 @@
+"""Output paths (`compile -o`, `report --plot`) that cannot be written are bad input: exit 2, no traceback."""
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from madsl.cli import main
+from madsl.cli import common
+from madsl.runner.store import Store
+from runner_helpers import run_toy_eval
+
+SPEC = str(Path(__file__).resolve().parent.parent / "specs" / "paper" / "hyena-sg.mad")
+
+
+def _bad_path(kind: str, tmp: Path) -> Path:
+    if kind == "directory":
+        (tmp / "out").mkdir()
+        return tmp / "out"
+    if kind == "under a file":
+        (tmp / "file").write_text("x")
+        return tmp / "file" / "out.png"
+    assert kind == "unwritable place"
+    if not Path("/proc/self").exists():
+        pytest.skip("needs /proc, a place no one can create files in")
+    return Path("/proc/madsl-test-output.png")
+
+
+@pytest.fixture(scope="module")
+def results_db(tmp_path_factory):
+    """A database with one finished run: something to plot."""
+    db = tmp_path_factory.mktemp("results") / "r.db"
+    run_toy_eval(db, epochs=1)
+    return db
+
+
+@pytest.mark.parametrize("kind", ["directory", "under a file", "unwritable place"])
+@pytest.mark.parametrize("command", ["compile json", "compile torch", "report --plot"])
+def test_an_output_path_that_cannot_be_written_is_bad_input(tmp_path, capsys, results_db, kind, command):
+    out = _bad_path(kind, tmp_path)
+    db = results_db
+    argv = {"compile json": ["compile", SPEC, "--emit", "json", "-o", str(out)],
+            "compile torch": ["compile", SPEC, "--emit", "torch", "--vocab", "16", "-o", str(out)],
+            "report --plot": ["report", "--db", str(db), "--plot", str(out)]}[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert str(out) in err and "Traceback" not in err, err
+
+
+def test_a_plot_in_a_format_matplotlib_cannot_write_is_bad_input(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    Store(db).close()
+    assert main(["report", "--db", str(db), "--plot", str(tmp_path / "plot.json")]) == 2
+    assert "cannot write '.json' images" in capsys.readouterr().err
+
+
+def test_a_failed_output_write_is_bad_input_and_leaves_no_partial_file(tmp_path, capsys, monkeypatch):
+    def disk_full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(common.os, "replace", disk_full)
+    out = tmp_path / "account.json"
+    assert main(["compile", SPEC, "--emit", "json", "-o", str(out)]) == 2
+    assert "No space left" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
