@@ -30,8 +30,10 @@ def non_negative_number(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite non-negative number, got {text}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text}")
     return value
 
 
