@@ -142,8 +142,12 @@ def save(model: Model, path: str | Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    except BaseException:  # a failed write leaves no partial file
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def load(path: str | Path, *, device: str | torch.device | None = None) -> Model:

@@ -94,3 +94,19 @@ def test_eval_protocol_choices_are_the_runners_protocols():
     from madsl.runner.protocols import PROTOCOLS
 
     assert set(PROTOCOL_NAMES) == set(PROTOCOLS)
+
+
+@pytest.mark.parametrize("args", [
+    ["compile", "specs/paper/mamba.mad", "--emit", "torch", "--vocab", "4", "-o", "{tmp}"],
+    ["compile", "specs/paper/mamba.mad", "--emit", "torch", "--vocab", "4", "-o", "{file}/model.pt"],
+    ["compile", "specs/paper/mamba.mad", "--emit", "json", "-o", "{tmp}"],
+    ["fit", "specs/paper/hyena-sg.mad", "--match", "specs/paper/mamba.mad", "--on", "params", "--free", "Sg.inner",
+     "-o", "{file}/solved.mad"],
+])
+def test_unwritable_outputs_are_bad_input_naming_the_path(tmp_path, args):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    args = [a.format(tmp=tmp_path, file=a_file) for a in args]
+    proc = madsl(*args, check_rc=2)
+    assert "-o" in proc.stderr and str(tmp_path) in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing half-written left behind

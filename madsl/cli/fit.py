@@ -7,6 +7,7 @@ from pathlib import Path
 
 from madsl.cli.common import EXIT_BUDGET, EXIT_OK, make_console, write_atomic
 from madsl.errors import MadslError
+from madsl.outputs import check_output_path, output_error
 
 
 def add_parser(subparsers) -> None:
@@ -53,6 +54,8 @@ def cmd_fit(args) -> int:
     from madsl.fit import solve, solved_data
     from madsl.spec import load_spec
 
+    if args.output:
+        check_output_path(args.output, "-o")  # before any work
     spec = load_spec(args.spec)
     free = [item.strip() for items in (args.free or []) for item in items.split(",") if item.strip()]
     free = free or list(getattr(spec, "fit", []) or [])
@@ -71,8 +74,7 @@ def cmd_fit(args) -> int:
             try:
                 write_atomic(Path(args.output), solved_text)
             except OSError as err:
-                raise MadslError(f"-o {args.output}: cannot write the solved spec: {err.strerror or err}",
-                                 hint="give a writable file path") from None
+                raise output_error(err, args.output, "-o") from None
     if args.format == "json":
         def solution(s):
             return None if s is None else {"values": s.values, "totals": s.totals, "within": s.within}
