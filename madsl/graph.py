@@ -16,6 +16,7 @@ layers (`H#a`) count their parameters once; state and FLOPs are per use. No torc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from os import PathLike
 from typing import Any
 
 import networkx as nx
@@ -23,7 +24,7 @@ import networkx as nx
 from . import topology as topo
 from .errors import MadslError
 from .primitives.base import Cost, Primitive
-from .spec import Spec
+from .spec import Spec, load_spec
 
 
 @dataclass(frozen=True)
@@ -229,9 +230,15 @@ class _Builder:
         return prev
 
 
-def build_graph(spec: Spec, *, seq_len: int | None = None, vocab: int | None = None) -> nx.DiGraph:
-    """The plan of a spec at `seq_len` (default: the spec's) and `vocab` (default: the spec's;
-    without one, embedding and head are not counted). Raises located MadslErrors."""
+def _as_spec(spec: Spec | str | PathLike) -> Spec:
+    return spec if isinstance(spec, Spec) else load_spec(spec)
+
+
+def build_graph(spec: Spec | str | PathLike, *, seq_len: int | None = None, vocab: int | None = None) -> nx.DiGraph:
+    """The plan of a spec (a Spec or the path of a .mad file) at `seq_len` (default: the spec's)
+    and `vocab` (default: the spec's; without one, embedding and head are not counted).
+    Raises located MadslErrors."""
+    spec = _as_spec(spec)
     seq_len = seq_len or spec.seq_len
     vocab = vocab if vocab is not None else spec.vocab
     b = _Builder(spec, seq_len, vocab)
@@ -259,8 +266,10 @@ def layer_nodes(plan: nx.DiGraph) -> list[dict[str, Any]]:
     return sorted(layers, key=lambda data: data["row"].index)
 
 
-def account(spec: Spec, *, seq_len: int | None = None, vocab: int | None = None) -> Account:
-    """Analytic accounting of a spec: its plan (`build_graph`), summed."""
+def account(spec: Spec | str | PathLike, *, seq_len: int | None = None, vocab: int | None = None) -> Account:
+    """Analytic accounting of a spec (a Spec or the path of a .mad file): its plan
+    (`build_graph`), summed."""
+    spec = _as_spec(spec)
     plan = build_graph(spec, seq_len=seq_len, vocab=vocab)
     return account_plan(spec, plan)
 

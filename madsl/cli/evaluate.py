@@ -24,7 +24,7 @@ def add_parser(subparsers) -> None:
                     "repeated. Precedence of every knob: command line > the spec's eval: section > protocol.")
     p.add_argument("specs", nargs="+", metavar="SPEC", help=".mad spec files")
     p.add_argument("--task", action="append", dest="tasks", metavar="NAME",
-                   help="a task name, or all (the six MAD tasks); repeatable (default: all)")
+                   help="a task name, or all (the six MAD tasks); repeatable (default: the spec's eval.tasks, else all)")
     p.add_argument("--protocol", choices=PROTOCOL_NAMES, default=None,
                    help="smoke (seconds), quick (~10 min per architecture on 2 CPU cores), baseline "
                         "(baseline settings, full grid, 200 epochs), paper (every setting; default: the "

@@ -10,14 +10,29 @@ from __future__ import annotations
 
 from typing import Any
 
+# The submodule `madsl.runner.report` is loaded before the function of the same name is
+# defined below: importing it later would rebind `madsl.runner.report` to the module.
+from madsl.runner import report as _report_module  # noqa: F401
+
 __all__ = ["evaluate", "report", "PROTOCOLS"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("evaluate", "report"):
-        from madsl.runner import api
+def evaluate(*args: Any, **kwargs: Any) -> dict:
+    """Evaluate specs on tasks under a protocol (`madsl.runner.api.evaluate`)."""
+    from madsl.runner.api import evaluate as run
 
-        return getattr(api, name)
+    return run(*args, **kwargs)
+
+
+def report(*args: Any, **kwargs: Any) -> str:
+    """The leaderboard of a results database (`madsl.runner.api.report`)."""
+    from madsl.runner.api import report as leaderboard
+
+    return leaderboard(*args, **kwargs)
+
+
+
+def __getattr__(name: str) -> Any:
     if name == "PROTOCOLS":
         from madsl.runner.protocols import PROTOCOLS
 

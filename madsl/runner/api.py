@@ -233,7 +233,7 @@ def plan_spec(spec: Any, path: str | None, cli: Overrides | None = None,
     return plan
 
 
-def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = ("all",), protocol: str | None = None,
+def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, protocol: str | None = None,
              db: str | os.PathLike = DEFAULT_DB, workers: int = 1, device: str = "auto",
              devices: Sequence[str] | None = None,
              settings_overrides: Mapping[str, Any] | None = None, lr: float | Sequence[float] | None = None,
@@ -370,7 +370,7 @@ def _check_workers_and_device(workers: int, device: str, on_this_machine: bool =
             raise MadslError("--device cuda: no CUDA device is available", hint="use --device auto or cpu")
 
 
-def cli_overrides(protocol: str | None = None, tasks: Sequence[str] | None = ("all",),
+def cli_overrides(protocol: str | None = None, tasks: Sequence[str] | None = None,
                   settings: Mapping[str, Any] | None = None, lr=None, wd=None, epochs: int | None = None,
                   seed=None, batch_size: int | None = None, eval_lengths=None, freeze=None,
                   precision: str | None = None) -> Overrides:
