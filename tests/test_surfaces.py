@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -35,3 +36,92 @@ def test_account_and_build_graph_accept_a_path():
     assert madsl.account(str(path)).totals == madsl.account(madsl.load_spec(path)).totals
     assert madsl.account(path, seq_len=64).seq_len == 64
     assert madsl.build_graph(str(path)).graph["seq_len"] == madsl.load_spec(path).seq_len
+
+
+# ---- the CI gate: light install, globs, one-line formats ---------------------------------------
+
+BLOCK_TRAINING_MODULES = """
+import sys, importlib.abc
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('torch', 'numpy'):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name.split('.')[0])
+sys.meta_path.insert(0, Block())
+from madsl.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def madsl_without_torch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """`madsl ARGS` where torch and numpy cannot be imported, as in the gate's light install."""
+    return subprocess.run([sys.executable, "-c", BLOCK_TRAINING_MODULES, *args], capture_output=True, text=True,
+                          cwd=cwd, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_the_gate_runs_without_torch_or_numpy(tmp_path):
+    for args in (["check", "specs/"], ["check", "specs/paper", "--iso-params", "1000%"], ["check", "specs/paper/mamba.mad", "--format", "github"],
+                 ["compile", "specs/paper/striped-hyena-moe.mad", "--format", "json"], ["expand", "(H:A)x2"],
+                 ["compile", "-t", "H:A", "--format", "dot"]):
+        proc = madsl_without_torch(*args)
+        assert proc.returncode == 0, (args, proc.stdout[-500:], proc.stderr[-2000:])
+    proc = madsl_without_torch("compile", "specs/paper/mamba.mad", "--format", "torch", "--vocab", "16",
+                               "-o", str(tmp_path / "m.pt"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "madsl[torch]" in proc.stderr, proc.stderr
+
+
+def test_the_core_install_has_no_torch():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = " ".join(project["dependencies"])
+    assert "torch" not in core and "numpy" not in core
+    assert any(d.startswith("torch") for d in project["optional-dependencies"]["torch"])
+    hooks = (ROOT / ".pre-commit-hooks.yaml").read_text()
+    assert "id: madsl-check" in hooks and "entry: madsl check" in hooks and "\\.mad$" in hooks
+
+
+def test_check_expands_folders_and_recursive_globs_and_refuses_an_empty_match(tmp_path):
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    spec = (ROOT / "specs/paper/mamba.mad").read_text()
+    (tmp_path / "a" / "one.mad").write_text(spec)
+    (tmp_path / "a" / "b" / "two.mad").write_text(spec.replace("name: mamba", "name: mamba-two"))
+    for pattern in ("a", "a/**/*.mad"):
+        proc = madsl_without_torch("check", pattern, "--format", "json", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(s["path"] for s in json.loads(proc.stdout)["specs"]) == ["a/b/two.mad", "a/one.mad"]
+    proc = madsl_without_torch("check", "nothing/**/*.mad", cwd=tmp_path)
+    assert proc.returncode == 2 and "no spec file matches" in proc.stderr
+
+
+def test_check_line_and_github_formats_locate_errors_and_budget_violations(tmp_path):
+    (tmp_path / "over.mad").write_text("name: over\ndim: 128\ntopology: 3H:mA\nbudget:\n  fixed_state: 4096\n")
+    (tmp_path / "broken.mad").write_text("name: broken\ndim: 12x\ntopology: H\n")
+    proc = madsl_without_torch("check", "over.mad", "broken.mad", "--format", "line", cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("over.mad:5:3: error: over: fixed_state = 6,144") for line in lines), lines
+    assert any(line.startswith("broken.mad:2:6: error: dim must be an integer") for line in lines), lines
+    assert any("from H x3 (2,048 each)" in line for line in lines), lines
+    proc = madsl_without_torch("check", "over.mad", "--format", "github", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stdout.startswith("::error file=over.mad,line=5,col=3::over: fixed_state = 6,144"), proc.stdout
+
+
+def test_cli_conventions_version_verbosity_and_help_for_every_argument():
+    import argparse
+
+    from madsl import __version__
+    from madsl.cli import build_parser
+
+    proc = madsl_without_torch("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"madsl {__version__}"
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, command in commands.items():
+        options = {o for action in command._actions for o in action.option_strings}
+        assert {"-q", "--quiet", "-v", "--verbose"} <= options, name
+        for action in command._actions:
+            assert action.help, f"madsl {name}: {action.option_strings or action.dest} has no help"
+    assert "--format" in {o for a in commands["compile"]._actions for o in a.option_strings}
+    quiet = madsl_without_torch("compile", "specs/paper/mamba.mad", "-q")
+    assert quiet.returncode == 0 and "┃" not in quiet.stdout and "within budget" in quiet.stdout

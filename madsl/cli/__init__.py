@@ -1,14 +1,17 @@
 """The `madsl` command line.
 
-    madsl compile (SPEC | -t TOPOLOGY) [--dim N] [--vocab V] [--seq-len L] [--emit summary|json|dot|torch] [-o PATH]
+    madsl --version
+    madsl compile (SPEC | -t TOPOLOGY) [--dim N] [--vocab V] [--seq-len L] [--format summary|json|dot|torch] [-o PATH]
     madsl expand TOPOLOGY [--format text|json]
-    madsl check SPEC... [--iso-state] [--iso-params TOL] [--format text|json]
+    madsl check SPEC|DIR|'GLOB'... [--iso-state] [--iso-params TOL] [--format text|json|github|line]
     madsl fit SPEC [--free SYMBOL.PARAM] [--match SPEC --on QUANTITY] [-o PATH]
     madsl eval SPEC... (see `madsl eval --help`)
     madsl report (see `madsl report --help`)
 
 Exit codes: 0 success, 1 a budget is violated, 2 bad input, 3 some eval runs failed,
-130 interrupted. Bad input prints a located error and never a traceback.
+130 interrupted. Bad input prints a located error and never a traceback. Every command
+takes -q/--quiet (only errors and the verdict or result) and -v/--verbose (more detail
+where a command has it: check prints each spec's layers, eval a line per epoch).
 `compile` (except --emit torch), `expand` and `check` do not import torch; no module
 of this package imports torch or the runner at import time (the commands do, when run).
 
@@ -22,6 +25,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from madsl import __version__
 from madsl.cli import evaluate, fit, layout, report
 from madsl.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, print_error
 from madsl.errors import MadslError
@@ -30,11 +34,19 @@ from madsl.errors import MadslError
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="madsl", description="A DSL and compiler for mechanistic "
                                                                "architecture design (MAD).")
+    parser.add_argument("--version", action="version", version=f"madsl {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     layout.add_parsers(sub)
     fit.add_parser(sub)
     evaluate.add_parser(sub)
     report.add_parser(sub)
+    for command in sub.choices.values():  # the same verbosity flags on every command
+        verbosity = command.add_mutually_exclusive_group()
+        verbosity.add_argument("-q", "--quiet", action="store_true",
+                               help="print only errors and the verdict or result")
+        verbosity.add_argument("-v", "--verbose", action="store_true",
+                               help="print more detail where the command has it")
     return parser
 
 
@@ -51,6 +63,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
+    except ModuleNotFoundError as err:  # the light install (the CI gate) has no torch or numpy
+        if err.name not in TRAINING_MODULES:
+            raise
+        print_error(MadslError(f"madsl {args.command} needs {err.name}, which is not installed",
+                               hint="install the torch extra: pip install 'madsl[torch]' (check, compile, "
+                                    "expand, fit, schema and convert work without it)"))
+        return EXIT_BAD_INPUT
+
+
+TRAINING_MODULES = ("torch", "numpy")
 
 
 __all__ = ["build_parser", "main"]

@@ -31,7 +31,8 @@ def add_parser(subparsers) -> None:
                         "spec's eval.protocol, else quick)")
     p.add_argument("--db", default="madsl-results.db", help="results database (default: %(default)s)")
     p.add_argument("--workers", type=positive_int, default=1, help="runs in parallel (local processes)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where runs train (default: auto, CUDA when available)")
     p.add_argument("--devices", type=lambda text: [d.strip() for d in text.split(",") if d.strip()],
                    metavar="DEV,DEV", help="place runs on these devices round-robin, e.g. cuda:0,cuda:1 "
                                            "(default on CUDA: every visible GPU)")
@@ -53,14 +54,13 @@ def add_parser(subparsers) -> None:
                    help="a task setting, e.g. seq_len=512, or TASK.KEY=VALUE for one task; repeatable")
     p.add_argument("--lr", type=non_negative_number, action="append", help="learning rate(s) instead of the grid's")
     p.add_argument("--wd", type=non_negative_number, action="append", help="weight decay(s) instead of the grid's")
-    p.add_argument("--epochs", type=positive_int)
-    p.add_argument("--batch-size", type=positive_int)
+    p.add_argument("--epochs", type=positive_int, help="training epochs instead of the protocol's")
+    p.add_argument("--batch-size", type=positive_int, help="batch size instead of the protocol's")
     p.add_argument("--seed", type=non_negative_int, action="append", help="seed(s) of data, init and order")
     p.add_argument("--eval-lengths", type=lengths, metavar="L1,L2,...",
                    help="after training, also evaluate the best model at these sequence lengths")
     p.add_argument("--freeze", action="append", metavar="NAME",
                    help="do not train these layers: a symbol (Mb), a tag (#a) or embedding; repeatable")
-    p.add_argument("--quiet", action="store_true", help="no progress bars, only the final table")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="json: print the run summary as JSON instead of tables")
     p.set_defaults(func=cmd_eval)

@@ -25,20 +25,27 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--dim", type=positive_int, help="model width (default: the spec's, or 128 with -t)")
     p.add_argument("--vocab", type=positive_int, help="vocabulary size (embedding and head)")
     p.add_argument("--seq-len", type=positive_int, help="sequence length for KV cache and FLOPs")
-    p.add_argument("--emit", choices=("summary", "json", "dot", "torch"), default="summary")
+    p.add_argument("--format", "--emit", dest="emit", choices=("summary", "json", "dot", "torch"), default="summary",
+                   help="summary: the layer table and budget verdict; json: the same for scripts; dot: the "
+                        "architecture graph (Graphviz); torch: the built model, saved to -o (--emit is the old name)")
     p.add_argument("-o", "--output", help="write the output to this file")
     p.set_defaults(func=cmd_compile)
 
     p = subparsers.add_parser("expand", help="print the canonical, fully expanded layer list of a topology")
-    p.add_argument("topology")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("topology", help="a topology string, e.g. '(H:5A:5H:A)x2'")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text: one block per line; json: the list of blocks, each its layer symbols")
     p.set_defaults(func=cmd_expand)
 
     p = subparsers.add_parser("check", help="CI gate: budgets of specs, and iso-state / iso-parameter sets")
-    p.add_argument("specs", nargs="+", metavar="SPEC")
+    p.add_argument("specs", nargs="+", metavar="SPEC",
+                   help="spec files; a folder means every .mad under it; a quoted glob such as "
+                        "'specs/**/*.mad' is expanded by madsl (** spans folders)")
     p.add_argument("--iso-state", action="store_true", help="all specs must have the same fixed state")
     p.add_argument("--iso-params", metavar="TOL", help="all parameter counts within TOL (5%% or 0.05)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json", "github", "line"), default="text",
+                   help="text: a table; json: for machines; github: workflow annotations (::error file=...); "
+                        "line: one 'file:line:col: error: message' line per problem (editors, grep)")
     p.set_defaults(func=cmd_check)
 
 
@@ -98,7 +105,8 @@ def cmd_compile(args) -> int:
             print(text)
         return EXIT_BUDGET if violations else EXIT_OK
     console = make_console()
-    console.print(report_text.account_table(acc, violations))
+    if not args.quiet:
+        console.print(report_text.account_table(acc, violations))
     _print_verdict(console, spec, violations)
     return EXIT_BUDGET if violations else EXIT_OK
 
@@ -174,7 +182,7 @@ def cmd_check(args) -> int:
 
     tolerance = _parse_tolerance(args.iso_params) if args.iso_params is not None else None
     results, errors = [], []
-    for path in dict.fromkeys(args.specs):  # a spec named twice (overlapping globs) is checked once
+    for path in dict.fromkeys(spec_paths(args.specs)):  # a spec named twice (overlapping globs) is checked once
         try:
             spec = load_spec(path)
             acc = account(spec, seq_len=spec.budget_seq_len)
@@ -206,11 +214,88 @@ def cmd_check(args) -> int:
             "errors": [{"path": str(p), **e.to_dict()} for p, e in errors],
             "set_checks": [{"check": c, "problem": m, "values": vals} for c, m, vals in set_problems],
         }, indent=2))
+    elif args.format in ("github", "line"):
+        _check_lines(results, errors, set_problems, github=args.format == "github")
     else:
         _check_text(results, errors, set_problems, args)
     if errors:
         return EXIT_BAD_INPUT
     return EXIT_BUDGET if violated else EXIT_OK
+
+
+GLOB_CHARACTERS = set("*?[")
+
+
+def spec_paths(items: list[str]) -> list[str]:
+    """The spec files named on the command line: a file as given, a folder as every .mad under
+    it, a glob (quoted, so that the shell leaves it; `**` spans folders) as its matches, sorted.
+    A folder or glob that matches nothing is an error: a gate that checks nothing must not pass."""
+    import glob
+
+    out: list[str] = []
+    for item in items:
+        if Path(item).is_dir():
+            found = sorted(str(p) for p in Path(item).rglob("*.mad"))
+        elif GLOB_CHARACTERS & set(item) and not Path(item).exists():
+            found = sorted(glob.glob(item, recursive=True))
+        else:
+            out.append(item)
+            continue
+        if not found:
+            raise MadslError(f"no spec file matches {item!r}",
+                             hint="a folder is searched for *.mad at any depth; in a glob, ** spans folders")
+        out += found
+    return out
+
+
+def _contributors(acc, quantity: str) -> str:
+    """The layers a layer-level quantity comes from, e.g. 'H x3 (2,048 each)'."""
+    if quantity not in ("fixed_state", "conv_state", "kv_cache", "flops"):
+        return ""
+    by_symbol: dict[str, list[int]] = {}
+    for row in acc.layers:
+        if getattr(row, quantity):
+            by_symbol.setdefault(row.symbol, []).append(getattr(row, quantity))
+    parts = [f"{symbol} x{len(values)} ({values[0]:,} each)" if len(set(values)) == 1
+             else f"{symbol} x{len(values)} ({sum(values):,} in all)" for symbol, values in by_symbol.items()]
+    return "; from " + ", ".join(parts) if parts else ""
+
+
+def _budget_location(spec, path, quantity: str) -> tuple[str, int | None, int | None]:
+    source_map = getattr(spec, "source_map", None)
+    if source_map is not None:
+        try:
+            loc = source_map.key(("budget", quantity))
+            return loc.file or str(path), loc.line, loc.column
+        except (KeyError, LookupError, AttributeError):
+            pass
+    return str(path), None, None
+
+
+def _one_line(file: str, line: int | None, column: int | None, message: str, github: bool) -> str:
+    message = " ".join(message.split())
+    if github:  # GitHub workflow commands: data escapes %, CR and LF
+        fields = ",".join(f"{k}={v}" for k, v in (("file", file), ("line", line), ("col", column)) if v is not None)
+        return f"::error {fields}::" + message.replace("%", "%25")
+    where = ":".join(str(x) for x in (file, line, column) if x is not None)
+    return f"{where}: error: {message}"
+
+
+def _check_lines(results, errors, set_problems, github: bool) -> None:
+    """One line per problem: errors where they are written, budget violations at their budget key."""
+    for path, err in errors:
+        loc = err.location
+        text = err.message + (f" (expected: {err.expected})" if err.expected else "") + \
+            (f" (hint: {err.hint})" if err.hint else "")
+        print(_one_line(loc.file or str(path), loc.line, loc.column, text, github))
+    for path, spec, acc, violations in results:
+        for v in violations:
+            file, line, column = _budget_location(spec, path, v.quantity)
+            print(_one_line(file, line, column, f"{spec.name}: {v.message()}{_contributors(acc, v.quantity)}",
+                            github))
+    for check_name, message, values in set_problems:
+        listed = ", ".join(f"{p} {v:,}" for p, v in values.items())
+        print(_one_line(str(next(iter(values))), None, None, f"{check_name}: {message}: {listed}", github))
 
 
 def _check_text(results, errors, set_problems, args) -> None:
@@ -219,7 +304,13 @@ def _check_text(results, errors, set_problems, args) -> None:
     console = make_console()
     for _, err in errors:
         print_error(err)
-    if results:
+    if args.verbose:
+        from madsl import report_text
+
+        for path, spec, acc, violations in results:
+            console.print(f"[bold]{path}[/]")
+            console.print(report_text.account_table(acc, violations))
+    if results and not args.quiet:
         table = Table(title="madsl check", title_justify="left")
         for header in ("spec", "params", "fixed state", "KV cache", "FLOPs", "budget"):
             table.add_column(header, justify="left" if header in ("spec", "budget") else "right")
@@ -232,7 +323,7 @@ def _check_text(results, errors, set_problems, args) -> None:
         for path, spec, acc, violations in results:
             t = acc.totals
             verdict = ("[green]ok[/]" if spec.budget else "[dim]none[/]") if not violations else \
-                "[bold red]" + "; ".join(v.message() for v in violations) + "[/]"
+                "[bold red]" + "; ".join(v.message() + _contributors(acc, v.quantity) for v in violations) + "[/]"
             if violations and spec.fit:
                 verdict += f" [yellow](budget.fit is not solved yet: run `madsl fit {path}`)[/]"
             state = f"{t['fixed_state']:,}"
@@ -240,6 +331,10 @@ def _check_text(results, errors, set_problems, args) -> None:
                 state = f"[bold red]{state}[/]"
             table.add_row(str(path), f"{t['params']:,}", state, f"{t['kv_cache']:,}", f"{t['flops']:,}", verdict)
         console.print(table)
+    if args.quiet:
+        for path, spec, acc, violations in results:
+            for v in violations:
+                console.print(f"[bold red]✗ {path}:[/] {v.message()}{_contributors(acc, v.quantity)}")
     for check_name, message, values in set_problems:
         console.print(f"[bold red]✗ {check_name}:[/] {message}")
         groups: dict = {}

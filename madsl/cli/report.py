@@ -13,7 +13,8 @@ def add_parser(subparsers) -> None:
                                           "settings of the best accuracy over the lr x wd grid; the MAD score is "
                                           "the mean over tasks.")
     p.add_argument("--db", default="madsl-results.db", help="results database (default: %(default)s)")
-    p.add_argument("--format", choices=("text", "json", "csv"), default="text")
+    p.add_argument("--format", choices=("text", "json", "csv"), default="text",
+                   help="text: the leaderboard tables; json or csv: one record per spec and task")
     p.add_argument("--plot", metavar="PATH", help="also write a heatmap PNG (needs madsl[plot])")
     p.add_argument("--protocol", choices=PROTOCOL_NAMES, help="only runs of this protocol")
     p.set_defaults(func=cmd_report)
@@ -25,6 +26,6 @@ def cmd_report(args) -> int:
 
     text = report(args.db, fmt=args.format, plot=args.plot, protocol=args.protocol)
     sys.stdout.write(text)
-    if args.plot:
+    if args.plot and not args.quiet:
         print(f"wrote {args.plot}", file=sys.stderr)
     return EXIT_OK
