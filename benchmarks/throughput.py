@@ -11,9 +11,11 @@ setup, i.e. activations, gradients and workspace of one step.
 
 Cases: the MAD setting (batch 128 x length 128) for every primitive, with Mamba's
 fused CPU scan and GLA's chunked kernel each next to the plain sequential
-recurrence measured in the same run; then the subquadratic primitives at 1k / 4k /
-16k tokens per sequence with 16k tokens per batch (a linear kernel keeps tokens/s
-flat, an n log n one declines slowly).
+recurrence measured in the same run, and the newer layers (Mamba-2, Gated DeltaNet,
+DeltaNet, retention, mLSTM, linear attention, RWKV-5/6, sliding-window attention) next
+to attention and Mamba; then the subquadratic primitives at 1k / 4k / 16k tokens per
+sequence with 16k tokens per batch (a linear kernel keeps tokens/s flat, an n log n one
+declines slowly; mLSTM's parallel form is quadratic, like attention).
 
 Times are the best of `--repeats` steps after one warm-up (the machine is shared;
 the median is printed too).
@@ -43,7 +45,19 @@ CASES: dict[str, tuple[str, dict, dict, int, int]] = {
     "mAlg chunked": ("mAlg", {}, {"kernel": "chunked"}, 128, 128),
     "mAlg recurrent": ("mAlg", {}, {"kernel": "recurrent"}, 128, 128),
     "Alg chunked": ("Alg", {}, {"kernel": "chunked"}, 128, 128),
+    "mA window=32": ("mA", {"window": 32}, {}, 128, 128),
+    "M2": ("M2", {}, {}, 128, 128),
+    "GDN": ("GDN", {}, {}, 128, 128),
+    "DN": ("DN", {}, {}, 128, 128),
+    "Ret": ("Ret", {}, {}, 128, 128),
+    "mL": ("mL", {}, {}, 128, 128),
+    "Lin": ("Lin", {}, {}, 128, 128),
+    "mLin": ("mLin", {}, {}, 128, 128),
+    "R5": ("R5", {}, {}, 128, 128),
+    "R6": ("R6", {}, {}, 128, 128),
     "Sg": ("Sg", {}, {}, 128, 128),
+    "Mlp": ("Mlp", {}, {}, 128, 128),
+    "R6c": ("R6c", {}, {}, 128, 128),
     "MoE dense": ("MoE", {}, {"dense_dispatch": True}, 128, 128),
     "MoE gather": ("MoE", {}, {"dense_dispatch": False}, 128, 128),
     "mAlg L=1k": ("mAlg", {}, {"kernel": "chunked"}, 16, 1024),
@@ -63,7 +77,20 @@ CASES: dict[str, tuple[str, dict, dict, int, int]] = {
     "Mb L=1k": ("Mb", {}, {}, 16, 1024),
     "Mb L=4k": ("Mb", {}, {}, 4, 4096),
     "Mb L=16k": ("Mb", {}, {}, 1, 16384),
+    "M2 L=1k": ("M2", {}, {}, 16, 1024),
+    "M2 L=4k": ("M2", {}, {}, 4, 4096),
+    "GDN L=1k": ("GDN", {}, {}, 16, 1024),
+    "GDN L=4k": ("GDN", {}, {}, 4, 4096),
+    "Ret L=1k": ("Ret", {}, {}, 16, 1024),
+    "Ret L=4k": ("Ret", {}, {}, 4, 4096),
+    "R6 L=1k": ("R6", {}, {}, 16, 1024),
+    "mL L=1k": ("mL", {}, {}, 16, 1024),  # quadratic parallel form: compare with mA
+    "mA L=1k": ("mA", {}, {}, 16, 1024),
 }
+
+
+# The layers of issue 15, compared with attention and Mamba at the MAD setting.
+NEWER_LAYERS = ("mA window=32", "M2", "GDN", "DN", "Ret", "mL", "Lin", "mLin", "R5", "R6")
 
 
 def _rss_bytes() -> int:
@@ -145,6 +172,12 @@ def main() -> None:
         if fast in results and slow in results:
             ratio = results[slow]["best_s"] / results[fast]["best_s"]
             print(f"{what} is {ratio:.1f}x faster than the plain sequential recurrence (same run)")
+    baselines = [b for b in ("mA", "Mb scan") if b in results]
+    for name in NEWER_LAYERS:
+        if name in results and baselines:
+            ratios = ", ".join(f"{results[name]['tokens_per_s'] / results[b]['tokens_per_s']:.2f}x {b}"
+                               for b in baselines)
+            print(f"{name:<16} tokens/s {ratios} (same run)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
