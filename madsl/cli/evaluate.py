@@ -22,7 +22,8 @@ def add_parser(subparsers) -> None:
         description="Train every spec on every task setting of a protocol and record the results. "
                     "An interrupted eval resumes where it stopped when run again; finished runs are never "
                     "repeated. Precedence of every knob: command line > the spec's eval: section > protocol.")
-    p.add_argument("specs", nargs="+", metavar="SPEC", help=".mad spec files")
+    p.add_argument("specs", nargs="+", metavar="SPEC", help=".mad spec files, or one sweep file (study.yaml: specs, "
+                                                            "protocol, tasks, vary, train; docs/runner.md)")
     p.add_argument("--task", action="append", dest="tasks", metavar="NAME",
                    help="a task name, or all (the six MAD tasks); repeatable (default: the spec's eval.tasks, else all)")
     p.add_argument("--protocol", choices=PROTOCOL_NAMES, default=None,
@@ -61,9 +62,37 @@ def add_parser(subparsers) -> None:
                    help="after training, also evaluate the best model at these sequence lengths")
     p.add_argument("--freeze", action="append", metavar="NAME",
                    help="do not train these layers: a symbol (Mb), a tag (#a) or embedding; repeatable")
+    p.add_argument("--allow-over-budget", action="store_true",
+                   help="sweep files: also run the variants that break their spec's budget (default: reported, "
+                        "not run)")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="json: print the run summary as JSON instead of tables")
     p.set_defaults(func=cmd_eval)
+
+
+def _specs_or_sweep(args):
+    """The specs to evaluate, and the sweep file's knobs (empty without one). A sweep's variants
+    that break their spec's budget are reported here and left out unless --allow-over-budget."""
+    from madsl.errors import MadslError
+    from madsl.runner.sweep import Sweep, is_sweep_file, load_sweep
+
+    sweeps = [path for path in args.specs if is_sweep_file(path)]
+    if not sweeps:
+        return args.specs, Sweep(path="", variants=[])
+    if len(args.specs) > 1:
+        raise MadslError(f"a sweep file ({sweeps[0]}) is evaluated on its own",
+                         hint="list the other specs under its specs:, or run them in another madsl eval")
+    sweep = load_sweep(sweeps[0])
+    for variant in sweep.variants:
+        if variant.over_budget:
+            verdict = "run anyway (--allow-over-budget)" if args.allow_over_budget else "not run"
+            print(f"over budget, {verdict}: {variant.spec.name}: " + "; ".join(variant.over_budget),
+                  file=sys.stderr)
+    specs = [variant.spec for variant in sweep.runnable(args.allow_over_budget)]
+    if not specs:
+        raise MadslError(f"{sweep.path}: every variant breaks its spec's budget; nothing to run",
+                         hint="--allow-over-budget runs them anyway")
+    return specs, sweep
 
 
 def cmd_eval(args) -> int:
@@ -72,10 +101,15 @@ def cmd_eval(args) -> int:
     from madsl.runner.protocols import parse_set_option
 
     settings = dict(parse_set_option(text) for text in args.settings)
+    specs, sweep = _specs_or_sweep(args)
+    # precedence: the command line > the sweep file > the spec's eval: section > the protocol
+    pick = lambda given, key: given if given is not None else sweep.train.get(key)  # noqa: E731
     try:
-        summary = evaluate(args.specs, tasks=args.tasks, protocol=args.protocol, db=args.db, workers=args.workers,
-                           device=args.device, devices=args.devices, settings_overrides=settings, lr=args.lr, wd=args.wd,
-                           epochs=args.epochs, seed=args.seed, batch_size=args.batch_size,
+        summary = evaluate(specs, tasks=args.tasks or sweep.tasks, protocol=args.protocol or sweep.protocol,
+                           db=args.db, workers=args.workers, device=args.device, devices=args.devices,
+                           settings_overrides=settings, lr=pick(args.lr, "lr"), wd=pick(args.wd, "wd"),
+                           epochs=pick(args.epochs, "epochs"), seed=pick(args.seed, "seed"),
+                           batch_size=pick(args.batch_size, "batch_size"),
                            eval_lengths=args.eval_lengths, freeze=args.freeze, precision=args.precision,
                            progress=not args.quiet and args.format == "text", executor=args.executor,
                            address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run)

@@ -80,6 +80,13 @@ def records(scores: Sequence[SpecScore]) -> list[dict]:
     return [{k: r[k] for k in RECORD_FIELDS} for r in out]
 
 
+def _cell(name: str):
+    """A name as plain text: a sweep variant's `hyena-sg[dim=64]` is not rich markup."""
+    from rich.text import Text
+
+    return Text(name)
+
+
 def _row_name(s: SpecScore, scores: Sequence[SpecScore]) -> str:
     several = sum(1 for o in scores if o.spec_hash == s.spec_hash) > 1
     name = s.spec
@@ -129,7 +136,7 @@ def render_text(scores: Sequence[SpecScore], width: int = 160) -> str:
         for t in columns:
             ts = s.tasks.get(t)
             cells.append("-" if ts is None else _fmt(ts.score, ts.metric) + ("" if ts.metric == "accuracy" else " mse"))
-        board.add_row(_row_name(s, scores), *cells, _fmt(s.score),
+        board.add_row(_cell(_row_name(s, scores)), *cells, _fmt(s.score),
                       _fmt_runs(s.runs_done, s.runs_total, s.runs_diverged), _fmt_seconds(s.seconds_per_run))
     detail = Table(title="per task")
     for name, justify in (("architecture", "left"), ("task", "left"), ("score", "right"), ("settings", "right"),
@@ -137,7 +144,7 @@ def render_text(scores: Sequence[SpecScore], width: int = 160) -> str:
         detail.add_column(name, justify=justify)
     for s in scores:
         for t in s.tasks.values():
-            detail.add_row(_row_name(s, scores), t.task, _fmt(t.score, t.metric), str(t.settings),
+            detail.add_row(_cell(_row_name(s, scores)), t.task, _fmt(t.score, t.metric), str(t.settings),
                            _fmt_runs(t.runs_done, t.runs_total, t.runs_diverged),
                            "-" if t.best_lr is None else f"{t.best_lr:g}",
                            "-" if t.best_wd is None else f"{t.best_wd:g}", _fmt_seconds(t.seconds_per_run))
@@ -181,7 +188,7 @@ def length_table(scores: Sequence[SpecScore]):
     for s, t, setting, evs in rows:
         trained = setting.get("seq_len")
         by_length = {ev["length"]: ev for ev in evs}
-        table.add_row(_row_name(s, scores), t.task, "-" if trained is None else str(trained),
+        table.add_row(_cell(_row_name(s, scores)), t.task, "-" if trained is None else str(trained),
                       *(_length_cell(by_length[n]) if n in by_length else "" for n in lengths))
     return table
 

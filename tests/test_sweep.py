@@ -1,0 +1,106 @@
+"""Sweep files: variants of real specs (named, with their own identities, budget-checked),
+their errors located in the sweep file, and one sweep run end to end."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from madsl.cli import main
+from madsl.runner.api import spec_identity
+from madsl.runner.sweep import load_sweep, variant_name
+
+REPO = Path(__file__).resolve().parent.parent
+HYENA = REPO / "specs" / "paper" / "hyena-sg.mad"  # budget: fixed_state 4096 exactly
+
+torch.set_num_threads(1)
+
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "study.yaml"
+    path.write_text(text.format(hyena=HYENA))
+    return path
+
+
+GRID = """\
+specs: [{hyena}]
+protocol: smoke
+tasks: [in-context-recall]
+vary:
+  dim: [64, 128]
+  layers.H.order: [2, 3]
+train: {{lr: [5e-4, 1e-3]}}
+"""
+
+
+def test_a_grid_gives_named_variants_with_their_own_identities_and_budget_verdicts(tmp_path):
+    sweep = load_sweep(write(tmp_path, GRID))
+    assert sweep.protocol == "smoke" and sweep.tasks == ["in-context-recall"]
+    assert sweep.train == {"lr": [5e-4, 1e-3]}  # 5e-4 (a string to PyYAML) read as a number
+    names = [v.spec.name for v in sweep.variants]
+    assert names == ["hyena-sg[dim=64,H.order=2]", "hyena-sg[dim=64,H.order=3]",
+                     "hyena-sg[dim=128,H.order=2]", "hyena-sg[dim=128,H.order=3]"]
+    for variant in sweep.variants:
+        assert variant.spec.dim == variant.varied["dim"]
+        assert variant.spec.symbols["H"].params["order"] == variant.varied["layers.H.order"]
+    assert len({spec_identity(v.spec) for v in sweep.variants}) == 4
+    # hyena-sg's budget is iso-state: fixed_state exactly 4096 = dim * 16 states * (order - 1) * 2 blocks
+    over = {v.spec.name for v in sweep.variants if v.over_budget}
+    assert over == {"hyena-sg[dim=64,H.order=2]", "hyena-sg[dim=128,H.order=3]"}
+    assert [v.spec.name for v in sweep.runnable()] == ["hyena-sg[dim=64,H.order=3]", "hyena-sg[dim=128,H.order=2]"]
+    assert len(sweep.runnable(allow_over_budget=True)) == 4
+
+
+def test_the_unvaried_variant_is_the_spec_itself(tmp_path):
+    sweep = load_sweep(write(tmp_path, "specs: [{hyena}]\nvary: {{dim: [128]}}\n"))
+    from madsl.spec import load_spec
+
+    assert spec_identity(sweep.variants[0].spec) == spec_identity(load_spec(HYENA))  # same runs, same results
+    assert variant_name("hyena-sg", {}) == "hyena-sg"
+
+
+def test_a_sweep_runs_its_variants_skips_the_over_budget_ones_and_reports_them_as_rows(tmp_path, capsys):
+    study = write(tmp_path, """\
+specs: [{hyena}]
+protocol: smoke
+tasks: in-context-recall
+vary:
+  dim: [64]
+  layers.H.order: [2, 3]
+train: {{epochs: 1, lr: 1e-3}}
+""")
+    db = str(tmp_path / "r.db")
+    assert main(["eval", str(study), "--db", db, "--format", "json"]) == 0
+    out = capsys.readouterr()
+    assert "over budget, not run: hyena-sg[dim=64,H.order=2]" in out.err
+    summary = json.loads(out.out)
+    assert summary["runs"] == 1 and summary["done"] == 1
+    assert main(["report", "--db", db, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {row["spec"] for row in rows} == {"hyena-sg[dim=64,H.order=3]"}
+    assert main(["report", "--db", db]) == 0
+    assert "hyena-sg[dim=64,H.order=3]" in capsys.readouterr().out  # not eaten as rich markup
+
+
+@pytest.mark.parametrize("text, message, where, hint", [
+    ("specs: [{hyena}]\nvray: {{dim: [64]}}\n", "unknown key 'vray' in a sweep file", ":2:1",
+     "did you mean 'vary'?"),
+    ("specs: [{hyena}]\nvary:\n  layers.H.ordr: [2, 3]\n",
+     "layer H of spec hyena-sg (hyena) has no parameter 'ordr'", ":3:3", "did you mean 'order'?"),
+    ("specs: [{hyena}]\nvary:\n  layers.A.heads: [2, 4]\n", "spec hyena-sg has no layer 'A'", ":3:3", None),
+    ("specs: [{hyena}]\nvary:\n  dimm: [64]\n", "'dimm' is not a field of spec hyena-sg", ":3:3",
+     "did you mean 'dim'?"),
+    ("specs: [{hyena}]\nprotocol: quik\n", "unknown protocol 'quik'", ":2:11", "did you mean 'quick'?"),
+    ("specs: [{hyena}, nothing-*.mad]\n", "specs: 'nothing-*.mad' matches no file", ":1:", None),
+    ("specs: [{hyena}]\ntrain: {{lr: fast}}\n", "train.lr: expected non-negative numbers", ":2:", None),
+])
+def test_sweep_file_errors_are_located_with_a_hint(tmp_path, capsys, text, message, where, hint):
+    study = write(tmp_path, text)
+    assert main(["eval", str(study), "--db", str(tmp_path / "r.db")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and f"{study}{where}" in err and "Traceback" not in err
+    if hint:
+        assert hint in err
+    assert not (tmp_path / "r.db").exists()
