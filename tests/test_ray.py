@@ -162,7 +162,7 @@ DRIVER = """
 import sys, time
 sys.path.insert(0, {tests!r})
 import ray, runner_helpers as toy
-from madsl.runner.executor import Reporter
+from madsl.runner.executor import Coordinator, Reporter
 ray.cloudpickle.register_pickle_by_value(toy)
 ray.init(address={address!r}, log_to_driver=False)
 while ray.cluster_resources().get("CPU", 0) < 2:  # the worker node has joined
@@ -171,6 +171,15 @@ while ray.cluster_resources().get("CPU", 0) < 2:  # the worker node has joined
 class Say(Reporter):
     def message(self, text):
         print(text, flush=True)
+
+handle = Coordinator.handle
+
+def handle_and_say_where(self, event):  # which process (so which node) runs which run
+    if event.kind == "started":
+        print("started", event.run_id, event.data["pid"], flush=True)
+    handle(self, event)
+
+Coordinator.handle = handle_and_say_where
 
 summary = toy.run_toy_eval({db!r}, executor="ray", address={address!r}, reporter=Say(), **{kwargs})
 print("complete" if summary["complete"] else "incomplete", flush=True)
@@ -195,25 +204,31 @@ def test_a_worker_node_lost_mid_run_is_retried_from_its_checkpoint_and_nothing_i
                               f"--temp-dir={temp_dir}"], tmp_path / "head.log", env))
         nodes.append(RayNode([f"--address=127.0.0.1:{port}", "--num-cpus=1"], tmp_path / "worker.log", env))
         script = DRIVER.format(tests=str(TESTS_DIR), db=str(db), address=f"127.0.0.1:{port}", kwargs=repr(kwargs))
-        driver = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
-        # both runs under way (one per node: each holds the node's one CPU), neither finished
-        deadline = time.monotonic() + 90
+        log = tmp_path / "driver.log"
+        driver = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=env, stdout=open(log, "w"),
+                                  stderr=subprocess.STDOUT)
+        # the run on the worker node (its process is one of that node's) has a checkpoint, and is not done
+        deadline = time.monotonic() + 120
+        on_worker = None
         while True:
-            assert driver.poll() is None, driver.stdout.read()
-            assert time.monotonic() < deadline, "the runs did not start on both nodes"
-            if db.exists():
+            assert driver.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "no run got under way on the worker node:\n" + log.read_text()
+            if on_worker is None:
+                worker_pids = set(_process_tree(nodes[1].proc.pid))
+                on_worker = next((line.split()[1] for line in log.read_text().splitlines()
+                                  if line.startswith("started ") and int(line.split()[2]) in worker_pids), None)
+            if on_worker is not None:
                 try:
-                    runs = run_rows(db)
-                    epochs = toy.epoch_rows(db)
+                    done_epochs = [row for row in toy.epoch_rows(db) if row[0] == on_worker]
                 except sqlite3.OperationalError:
-                    runs, epochs = {}, []
-                if len({row[0] for row in epochs}) == 2:
-                    assert all(r["status"] == "running" for r in runs.values()), "a run ended before the kill"
+                    done_epochs = []
+                if done_epochs:
+                    assert run_rows(db)[on_worker]["status"] == "running"
                     break
-            time.sleep(0.1)
+            time.sleep(0.05)
         nodes[1].kill()  # the worker node, every process of it, mid-run
-        output, _ = driver.communicate(timeout=150)
+        driver.wait(timeout=180)
+        output = log.read_text()
     finally:
         if driver is not None and driver.poll() is None:
             driver.kill()

@@ -148,6 +148,8 @@ class RichReporter(Reporter):
                                               info=f"{already_done} already done" if already_done else "")
 
     def started(self, job: RunJob) -> None:
+        if job.run_id in self.bars:  # started again: retried after its node was lost
+            self.view.remove_task(self.bars.pop(job.run_id))
         self.started_at[job.run_id] = time.monotonic()
         self.bars[job.run_id] = self.view.add_task(f"  {job.label}", total=job.train.epochs, info="starting")
 
