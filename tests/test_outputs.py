@@ -64,3 +64,9 @@ def test_a_failed_output_write_is_bad_input_and_leaves_no_partial_file(tmp_path,
     assert main(["compile", SPEC, "--emit", "json", "-o", str(out)]) == 2
     assert "No space left" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_plot_is_written_where_asked(tmp_path, capsys, results_db):
+    out = tmp_path / "plots" / "scores.png"  # a folder that does not exist yet is made
+    assert main(["report", "--db", str(results_db), "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {out}" in capsys.readouterr().err

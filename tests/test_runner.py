@@ -331,19 +331,20 @@ def test_report_json_csv_text(tmp_path):
     assert "standin" in text and "toy-previous" in text and "MAD score" in text
 
 
-def test_report_errors(tmp_path):
+def test_report_errors(tmp_path, monkeypatch):
     with pytest.raises(MadslError, match="no results database"):
         report(tmp_path / "missing.db")
     db = tmp_path / "r.db"
     Store(db).close()
     with pytest.raises(MadslError, match="format"):
         report(db, fmt="xml")
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        with pytest.raises(MadslError) as err:
-            report(db, plot=tmp_path / "x.png")
-        assert "madsl[plot]" in err.value.render()
+    with pytest.raises(MadslError, match="nothing to plot"):
+        report(db, plot=tmp_path / "x.png")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if madsl[plot] were not installed
+    with pytest.raises(MadslError) as err:
+        report(db, plot=tmp_path / "x.png")
+    assert "madsl[plot]" in err.value.render()
+    assert not (tmp_path / "x.png").exists()
 
 
 # --- protocols and overrides ---------------------------------------------------------------
