@@ -5,6 +5,8 @@ import errno
 import io
 import pickle
 import random
+import subprocess
+import sys
 from dataclasses import asdict
 
 import numpy as np
@@ -165,3 +167,15 @@ def test_a_failed_checkpoint_write_leaves_no_partial_file(tmp_path, monkeypatch,
     monkeypatch.undo()
     assert [p.name for p in path.parent.iterdir()] == ["run.pt"]
     assert load_checkpoint(path)["epoch"] == 1  # the previous checkpoint, whole
+
+
+def test_temporaries_of_a_writer_killed_mid_write_are_removed_by_the_next_save(tmp_path):
+    path = tmp_path / "run.pt"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # a pid that has exited
+    stale = path.with_name(f".run.pt.{checkpoints._HOST}.{dead}.tmp")
+    other_host = path.with_name(f".run.pt.elsewhere.{dead}.tmp")  # another machine's: not ours to judge
+    stale.write_bytes(b"PK half a checkpoint")
+    other_host.write_bytes(b"PK half a checkpoint")
+    save_checkpoint(path, {"epoch": 1})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run.pt", other_host.name])

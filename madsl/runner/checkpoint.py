@@ -13,9 +13,11 @@ the file, and is neither executed nor touched.
 """
 from __future__ import annotations
 
+import glob
 import os
 import pickle
 import random
+import socket
 import warnings
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,7 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     the previous checkpoint as it was.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
             torch.save({"format": FORMAT, "version": VERSION, **state}, f)
@@ -58,6 +60,33 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    _remove_stale_temporaries(path)
+
+
+_HOST = socket.gethostname().replace(".", "-").replace("/", "-") or "host"
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Temporary files that a process killed mid-write (kill -9) left beside `path`.
+
+    Only this host's, and only those whose process is gone: a checkpoint folder may be
+    shared by machines (a distributed executor), whose pids mean nothing here.
+    """
+    prefix = f".{path.name}.{_HOST}."
+    for tmp in path.parent.glob(f"{glob.escape(prefix)}*.tmp"):
+        pid = tmp.name[len(prefix):-len(".tmp")]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def load_checkpoint(path: Path) -> dict[str, Any] | None:
