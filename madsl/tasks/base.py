@@ -47,6 +47,9 @@ class Task:
     # Sequence lengths at which a model trained on the baseline is evaluated
     # (test split only; e.g. induction heads' length extrapolation). Empty: none.
     eval_seq_lens: ClassVar[tuple[int, ...]] = ()
+    # Whose conventions the generator follows (madsl.conventions): a mad-lab variant of a
+    # task has the same name, settings and sweep, and the reference implementation's layout.
+    conventions: ClassVar[str] = "madsl"
 
     def settings(self, **overrides: Any) -> dict[str, Any]:
         """The baseline with `overrides` applied; unknown knobs are an error."""

@@ -1,6 +1,7 @@
 """On-disk cache of generated splits (.npz), keyed by everything that determines the arrays.
 
-key = sha256 of (task name, sorted settings, split, seed, GENERATOR_VERSION).
+key = sha256 of (task name, sorted settings, split, seed, GENERATOR_VERSION); a task
+generated under other conventions than madsl's names them after its name ("compression@mad-lab").
 Bump GENERATOR_VERSION whenever any generator's output changes, so stale
 files are never read. Files are written to a temporary name and renamed
 (os.replace), so a reader never sees a partial file, even with several
@@ -39,7 +40,8 @@ def cache_key(task_name: str, settings: Mapping[str, Any], split: Split, seed: i
 def cache_path(task: Task, settings: Mapping[str, Any], split: Split, seed: int,
                cache_dir: str | os.PathLike | None = None) -> Path:
     full = task.settings(**settings)  # baseline-filled: equal settings share one file
-    key = cache_key(task.name, full, split, seed)
+    conventions = getattr(task, "conventions", "madsl")
+    key = cache_key(task.name if conventions == "madsl" else f"{task.name}@{conventions}", full, split, seed)
     return Path(cache_dir or default_cache_dir()) / f"{task.name}-{split}-{key[:24]}.npz"
 
 
