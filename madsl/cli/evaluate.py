@@ -51,6 +51,11 @@ def add_parser(subparsers) -> None:
                          help="CPUs each run holds on Ray (default: 1)")
     cluster.add_argument("--gpus-per-run", type=non_negative_number, default=0.0, metavar="F",
                          help="GPUs each run holds on Ray; fractions share a GPU, e.g. 0.25 (default: 0)")
+    p.add_argument("--conventions", choices=("mad-lab", "madsl"), default=None,
+                   help="mad-lab: task layouts, vocabularies, optimizer, schedule, LM head and accuracy as the "
+                        "reference implementation (athms/mad-lab) has them; madsl: the paper's text "
+                        "(default: the spec's eval.conventions, else the protocol's: mad-lab for paper and "
+                        "baseline, madsl for quick and smoke; docs/tasks.md)")
     p.add_argument("--set", action="append", dest="settings", default=[], metavar="KEY=VALUE",
                    help="a task setting, e.g. seq_len=512, or TASK.KEY=VALUE for one task; repeatable")
     p.add_argument("--lr", type=non_negative_number, action="append", help="learning rate(s) instead of the grid's")
@@ -111,6 +116,7 @@ def cmd_eval(args) -> int:
                            epochs=pick(args.epochs, "epochs"), seed=pick(args.seed, "seed"),
                            batch_size=pick(args.batch_size, "batch_size"),
                            eval_lengths=args.eval_lengths, freeze=args.freeze, precision=args.precision,
+                           conventions=args.conventions,
                            progress=not args.quiet and args.format == "text", executor=args.executor,
                            address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run)
     except KeyboardInterrupt:

@@ -77,12 +77,19 @@ def _task_registry(registry: Mapping[str, Any] | None) -> tuple[dict[str, Any], 
     return {name: get_task(name) for name in TASKS}, list(MAD_TASKS)
 
 
+def _task_for_run(registry: Mapping[str, Any], run) -> Any:
+    """The task of a planned run, generated as its conventions have it."""
+    from madsl.tasks import with_conventions
+
+    return with_conventions(registry[run.task], run.train.conventions)
+
+
 def _check_settings(registry: Mapping[str, Any], plan, lengths_where: Location | None = None) -> None:
     """Let each task reject bad settings now (exit 2) rather than fail its runs later."""
     seen: set[str] = set()
     for run in plan.runs:
-        key = canonical_json([run.task, run.settings])
-        task = registry[run.task]
+        key = canonical_json([run.task, run.settings, run.train.conventions])
+        task = _task_for_run(registry, run)
         if key in seen or not hasattr(task, "check"):
             continue
         seen.add(key)
@@ -90,8 +97,9 @@ def _check_settings(registry: Mapping[str, Any], plan, lengths_where: Location |
             task.check(task.settings(**run.settings))
         except (ValueError, KeyError) as err:
             message = str(err.args[0]) if err.args else str(err)
-            raise MadslError(f"bad setting for {run.task}: {message}", hint="check your --set / eval.set values") \
-                from None
+            conventions = f" (conventions {run.train.conventions})" if run.train.conventions != "madsl" else ""
+            raise MadslError(f"bad setting for {run.task}{conventions}: {message}",
+                             hint="check your --set / eval.set values") from None
         _check_eval_lengths(task, run.settings, run.train.eval_lengths, lengths_where)
 
 
@@ -241,7 +249,8 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
              settings_overrides: Mapping[str, Any] | None = None, lr: float | Sequence[float] | None = None,
              wd: float | Sequence[float] | None = None, epochs: int | None = None, seed: int | None = None,
              batch_size: int | None = None, eval_lengths: Sequence[int] | None = None,
-             freeze: Sequence[str] | None = None, precision: str | None = None, progress: bool = True,
+             freeze: Sequence[str] | None = None, precision: str | None = None,
+             conventions: str | None = None, progress: bool = True,
              model_factory: Callable[[Any], Any] | None = None, task_registry: Mapping[str, Any] | None = None,
              executor: Executor | str | None = None, reporter: Reporter | None = None,
              stop_requested: Callable[[], bool] | None = None, address: str | None = None,
@@ -266,7 +275,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     placement = place_devices(device, devices) if ray_options is None else None  # on Ray, Ray places runs
     cli = cli_overrides(protocol=protocol, tasks=tasks, settings=settings_overrides, lr=lr, wd=wd, epochs=epochs,
                         seed=seed, batch_size=batch_size, eval_lengths=eval_lengths, freeze=freeze,
-                        precision=precision)
+                        precision=precision, conventions=conventions)
     specs = _load_specs(spec_paths)
     if not specs:
         raise MadslError("no spec to evaluate", hint="madsl eval SPEC.mad ...")
@@ -375,7 +384,7 @@ def _check_workers_and_device(workers: int, device: str, on_this_machine: bool =
 def cli_overrides(protocol: str | None = None, tasks: Sequence[str] | None = None,
                   settings: Mapping[str, Any] | None = None, lr=None, wd=None, epochs: int | None = None,
                   seed=None, batch_size: int | None = None, eval_lengths=None, freeze=None,
-                  precision: str | None = None) -> Overrides:
+                  precision: str | None = None, conventions: str | None = None) -> Overrides:
     """The knobs of `evaluate` as Overrides (one value or several become tuples; None means "not set")."""
     def as_tuple(value, kind):
         if value is None:
@@ -386,10 +395,15 @@ def cli_overrides(protocol: str | None = None, tasks: Sequence[str] | None = Non
         get_protocol(protocol)
     if precision is not None:
         check_precision(precision)
+    if conventions is not None:
+        from madsl.conventions import check_conventions
+
+        check_conventions(conventions)
     return Overrides(protocol=protocol, tasks=None if tasks is None else tuple(tasks),
                      settings=dict(settings or {}), lrs=as_tuple(lr, float), wds=as_tuple(wd, float),
                      epochs=epochs, batch_size=batch_size, seeds=as_tuple(seed, int),
-                     eval_lengths=as_tuple(eval_lengths, int), freeze=as_tuple(freeze, str), precision=precision)
+                     eval_lengths=as_tuple(eval_lengths, int), freeze=as_tuple(freeze, str), precision=precision,
+                     conventions=conventions)
 
 
 @dataclass
@@ -435,11 +449,12 @@ def plan_evaluation(store: StoreFiles, specs: Sequence[tuple[Any, str | None]], 
             identity = RunIdentity(spec_hash, run.task, dict(run.settings), train_config_identity(vars(train)),
                                    madsl_version())
             identities.append((identity, spec.name))
-            task = registry[run.task]
+            task = _task_for_run(registry, run)
             baseline = budgeted_baseline(task, spec_plan.protocol)
             label = (f"{spec.name} · {run.task} · {_setting_label(baseline, run.settings)} · "
                      f"lr {run.train.lr:g} wd {run.train.wd:g}" + (f" · seed {run.train.seed}"
-                                                                  if run.train.seed else ""))
+                                                                  if run.train.seed else "") +
+                     (f" · {run.train.conventions}" if run.train.conventions != "madsl" else ""))
             jobs.append(RunJob(run_id=identity.run_id, task=task, setting=dict(run.settings), train=train,
                                model_factory=factory, checkpoint_path=str(store.checkpoint_path(identity.run_id)),
                                data_dir=str(store.data_dir),

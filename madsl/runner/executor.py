@@ -103,7 +103,8 @@ def execute_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callabl
             return TaskModel(backbone, head, num_classes=num_classes,
                              target_len=int(train_data.targets.shape[1]) if head == "compression" else None,
                              input_dim=input_dim,
-                             compression_position=int(dict(train_data.meta).get("compression_position", -1)))
+                             compression_position=int(dict(train_data.meta).get("compression_position", -1)),
+                             conventions=job.train.conventions)
 
         last_progress = [0.0]
 

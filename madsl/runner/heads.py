@@ -14,6 +14,12 @@ A `TaskModel` puts the head a task needs on top of it:
 
 `TaskModel.forward` returns outputs aligned with the task's targets: logits
 (..., C) for the class heads, values (...) for regress.
+
+Under the reference implementation's conventions (`conventions="mad-lab"`) the lm head
+is its own untied Linear with a bias (PyTorch's default weight init), every Linear bias
+of the model starts at zero (except those a layer marks `_no_reinit`, e.g. Mamba's dt
+bias), and for compression every Linear weight starts as N(0, 0.02) and the decoder's
+norms are RMSNorms, as mad-lab's LanguageModel / AutoEncoder build them.
 """
 from __future__ import annotations
 
@@ -37,24 +43,27 @@ def sincos_position_embedding(num_positions: int, dim: int) -> torch.Tensor:
     return emb
 
 
-def _init_linear(module: nn.Module) -> None:
+def _init_linear(module: nn.Module, weights: bool = True) -> None:
+    """Every Linear of `module`: weights N(0, 0.02) (if `weights`), biases zero (unless marked `_no_reinit`)."""
     for m in module.modules():
         if isinstance(m, nn.Linear):
-            nn.init.normal_(m.weight, std=0.02)
-            if m.bias is not None:
+            if weights:
+                nn.init.normal_(m.weight, std=0.02)
+            if m.bias is not None and not getattr(m.bias, "_no_reinit", False):
                 nn.init.zeros_(m.bias)
 
 
 class CompressionDecoder(nn.Module):
     """Two-layer MLP decoder; input: the compression token's output + sin-cos position."""
 
-    def __init__(self, dim: int, num_classes: int, num_positions: int, token_position: int = -1):
+    def __init__(self, dim: int, num_classes: int, num_positions: int, token_position: int = -1,
+                 norm: type[nn.Module] = nn.LayerNorm):
         super().__init__()
         self.token_position = token_position
         self.register_buffer("positions", sincos_position_embedding(num_positions, dim), persistent=False)
-        self.mlp = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, dim), nn.GELU(),
-                                 nn.LayerNorm(dim), nn.Linear(dim, dim), nn.GELU())
-        self.out = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, num_classes))
+        self.mlp = nn.Sequential(norm(dim), nn.Linear(dim, dim), nn.GELU(),
+                                 norm(dim), nn.Linear(dim, dim), nn.GELU())
+        self.out = nn.Sequential(norm(dim), nn.Linear(dim, num_classes))
         _init_linear(self)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
@@ -67,27 +76,38 @@ class TaskModel(nn.Module):
     """Backbone + head. `kind` is "classes" (cross-entropy) or "regression" (MSE)."""
 
     def __init__(self, backbone: nn.Module, head: str, *, num_classes: int | None = None,
-                 target_len: int | None = None, input_dim: int = 0, compression_position: int = -1):
+                 target_len: int | None = None, input_dim: int = 0, compression_position: int = -1,
+                 conventions: str = "madsl"):
         super().__init__()
         if head not in HEADS:
             raise ValueError(f"unknown head {head!r}; heads: {', '.join(HEADS)}")
         self.backbone = backbone
         self.head = head
         self.kind = "regression" if head == "regress" else "classes"
+        self.lm_head: nn.Linear | None = None
         dim = backbone.dim
+        mad_lab = conventions == "mad-lab"
+        if head == "lm" and mad_lab:
+            assert num_classes is not None
+            self.lm_head = nn.Linear(dim, num_classes)  # untied, with a bias
+            if getattr(backbone, "head", None) is not None:
+                backbone.head = None  # the spec's own head would sit unused
         if head == "compression":
             assert num_classes is not None and target_len is not None
-            self.decoder = CompressionDecoder(dim, num_classes, target_len, compression_position)
+            self.decoder = CompressionDecoder(dim, num_classes, target_len, compression_position,
+                                              norm=nn.RMSNorm if mad_lab else nn.LayerNorm)
         elif head == "regress":
             assert input_dim > 0, "regress head needs real-valued inputs (input_dim > 0)"
             self.input_proj = nn.Linear(input_dim, dim)
             self.readout = nn.Linear(dim, 1)
             _init_linear(self.input_proj)
             _init_linear(self.readout)
+        if mad_lab:
+            _init_linear(self, weights=head == "compression")
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.head == "lm":
-            return self.backbone(inputs)
+            return self.backbone(inputs) if self.lm_head is None else self.lm_head(self.backbone.features(tokens=inputs))
         if self.head == "classify":
             return self.backbone(inputs)[:, -1]
         if self.head == "compression":

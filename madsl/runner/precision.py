@@ -77,8 +77,10 @@ def configure_device(device: "torch.device") -> None:
 
 
 def train_config_identity(train_config: dict) -> dict:
-    """A run's training settings as they enter its identity: precision only when not fp32."""
+    """A run's training settings as they enter its identity: precision only when not fp32,
+    conventions only when not madsl (the values of every run made before they existed)."""
     config = dict(train_config)
-    if config.get("precision", "fp32") == "fp32":
-        config.pop("precision", None)
+    for key, before in (("precision", "fp32"), ("conventions", "madsl")):
+        if config.get(key, before) == before:
+            config.pop(key, None)
     return config

@@ -38,6 +38,9 @@ class Protocol:
     # Skip the remaining grid points of a setting once one grid point reached
     # early_stop_acc: the best accuracy over the grid can then gain at most 0.001.
     skip_solved: bool = False
+    # Whose task layouts and training details (madsl.conventions): the protocols that
+    # reproduce the publication follow its reference implementation.
+    conventions: str = "madsl"
 
 
 PAPER_GRID_LR = (1e-4, 5e-4, 1e-3)
@@ -46,12 +49,13 @@ PAPER_GRID_WD = (0.0, 0.1)
 PROTOCOLS: dict[str, Protocol] = {
     "paper": Protocol(
         name="paper",
-        description="MAD paper Table B.1: every setting of every difficulty sweep, lr x wd grid, 200 epochs",
-        settings="sweep", lrs=PAPER_GRID_LR, wds=PAPER_GRID_WD, epochs=200),
+        description="MAD paper Table B.1: every setting of every difficulty sweep, lr x wd grid, 200 epochs, "
+                    "as the reference implementation runs it (conventions mad-lab)",
+        settings="sweep", lrs=PAPER_GRID_LR, wds=PAPER_GRID_WD, epochs=200, conventions="mad-lab"),
     "baseline": Protocol(
         name="baseline",
-        description="the baseline setting of each task, full lr x wd grid, 200 epochs",
-        settings="baseline", lrs=PAPER_GRID_LR, wds=PAPER_GRID_WD, epochs=200),
+        description="the baseline setting of each task, full lr x wd grid, 200 epochs (conventions mad-lab)",
+        settings="baseline", lrs=PAPER_GRID_LR, wds=PAPER_GRID_WD, epochs=200, conventions="mad-lab"),
     # Chosen from measurements on 2 CPU cores (docs/runner.md, "The quick protocol"): about
     # 320 optimizer steps of batch 32 per recall task (multi-head Hyena solves in-context
     # recall within 256), ~1.3M training tokens per long task, one grid point.
@@ -103,6 +107,7 @@ class Overrides:
     eval_lengths: tuple[int, ...] | None = None
     freeze: tuple[str, ...] | None = None  # layers not trained: symbols, "#tag"s or "embedding"
     precision: str | None = None  # fp32, bf16 or auto (madsl.runner.precision)
+    conventions: str | None = None  # mad-lab or madsl (madsl.conventions)
 
     def over(self, lower: "Overrides") -> "Overrides":
         """These overrides on top of `lower` (ours win; settings merge key by key)."""
@@ -118,7 +123,7 @@ class Overrides:
 
 # The keys a spec's `eval:` section may have, and how each maps onto Overrides.
 SPEC_EVAL_KEYS = ("protocol", "tasks", "task", "set", "lr", "wd", "epochs", "batch_size", "seed",
-                  "eval_lengths", "freeze", "precision")
+                  "eval_lengths", "freeze", "precision", "conventions")
 
 
 class SpecEvalWhere:
@@ -247,6 +252,10 @@ def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str |
             raise MadslError(f"eval.precision: unknown precision {section['precision']!r}", where.value("precision"),
                              expected=", ".join(PRECISIONS), hint=did_you_mean(str(section["precision"]), PRECISIONS))
         out.precision = section["precision"]
+    if "conventions" in section:
+        from madsl.conventions import check_conventions
+
+        out.conventions = check_conventions(section["conventions"], where.value("conventions"), "eval.conventions")
     return out
 
 
@@ -305,6 +314,7 @@ class TrainSettings:
     eval_lengths: tuple[int, ...] = ()
     freeze: tuple[str, ...] = ()
     precision: str = "fp32"  # fp32 or bf16 once planned for a device; "auto" before
+    conventions: str = "madsl"  # whose task layouts and training details (madsl.conventions)
 
 
 @dataclass(frozen=True)
@@ -401,6 +411,9 @@ def build_plan(tasks: Sequence, overrides: Overrides, source: str = "--set") -> 
                                else protocol.task_epochs.get(task.name, protocol.epochs))
     batch_size = overrides.batch_size if overrides.batch_size is not None else protocol.batch_size
     seeds = overrides.seeds or protocol.seeds
+    conventions = overrides.conventions or protocol.conventions
+    # the reference trains in bf16 on its GPUs: "auto" gives that on CUDA, fp32 on a CPU
+    precision = overrides.precision or ("auto" if conventions == "mad-lab" else "fp32")
     for name, value in (("epochs", epochs_for(tasks[0]) if tasks else 1), ("batch size", batch_size)):
         if value < 1:
             raise MadslError(f"{name} must be at least 1, got {value}")
@@ -430,5 +443,5 @@ def build_plan(tasks: Sequence, overrides: Overrides, source: str = "--set") -> 
                             seed=int(seed), min_lr=protocol.min_lr, early_stop_acc=protocol.early_stop_acc,
                             eval_lengths=tuple(int(x) for x in lengths),
                             freeze=tuple(overrides.freeze or ()),
-                            precision=overrides.precision or "fp32")))
+                            precision=precision, conventions=conventions)))
     return Plan(protocol, tuple(runs))

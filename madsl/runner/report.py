@@ -1,6 +1,7 @@
 """`madsl report`: the leaderboard of a results database.
 
-    text   a table architectures x tasks with the MAD score, then per task: score,
+    text   a table architectures x tasks with the MAD score and the conventions the runs
+           followed (madsl.conventions), then per task: score,
            settings, runs (and how many diverged: loss NaN / inf), best lr / wd, seconds
            per run; where runs were evaluated at other sequence lengths (--eval-lengths),
            a length-extrapolation table
@@ -28,7 +29,8 @@ FORMATS = ("text", "json", "csv")
 PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp")
 AGGREGATE = "MAD"
 RECORD_FIELDS = ("spec", "protocol", "task", "aggregate", "score", "metric", "settings", "runs_done", "runs_total",
-                 "runs_diverged", "best_lr", "best_wd", "seconds_per_run", "spec_hash", "length_evals")
+                 "runs_diverged", "best_lr", "best_wd", "seconds_per_run", "spec_hash", "length_evals",
+                 "conventions")
 
 
 def mad_task_order() -> list[str]:
@@ -71,7 +73,8 @@ def records(scores: Sequence[SpecScore]) -> list[dict]:
         for t in s.tasks.values():
             out.append({**{k: None for k in RECORD_FIELDS}, **t.record(), "aggregate": False})
         out.append({**{k: None for k in RECORD_FIELDS},
-                    "spec": s.spec, "spec_hash": s.spec_hash, "protocol": s.protocol, "task": AGGREGATE,
+                    "spec": s.spec, "spec_hash": s.spec_hash, "protocol": s.protocol, "conventions": s.conventions,
+                    "task": AGGREGATE,
                     "aggregate": True, "score": s.score, "metric": "accuracy",
                     "settings": sum(t.settings for t in s.tasks.values()),
                     "runs_done": s.runs_done, "runs_total": s.runs_total, "runs_diverged": s.runs_diverged,
@@ -88,7 +91,7 @@ def _cell(name: str):
 
 
 def _row_name(s: SpecScore, scores: Sequence[SpecScore]) -> str:
-    several = sum(1 for o in scores if o.spec_hash == s.spec_hash) > 1
+    several = sum(1 for o in scores if o.spec_hash == s.spec_hash and o.protocol != s.protocol) > 0
     name = s.spec
     if sum(1 for o in scores if o.spec == s.spec and o.spec_hash != s.spec_hash):
         name += f" ({s.spec_hash[:8]})"  # two versions of a spec with the same name
@@ -129,6 +132,7 @@ def render_text(scores: Sequence[SpecScore], width: int = 160) -> str:
     for t in columns:
         board.add_column(t, justify="right")
     board.add_column("MAD score", justify="right", style="bold")
+    board.add_column("conventions")
     board.add_column("runs", justify="right")
     board.add_column("time/run", justify="right")
     for s in scores:
@@ -136,15 +140,16 @@ def render_text(scores: Sequence[SpecScore], width: int = 160) -> str:
         for t in columns:
             ts = s.tasks.get(t)
             cells.append("-" if ts is None else _fmt(ts.score, ts.metric) + ("" if ts.metric == "accuracy" else " mse"))
-        board.add_row(_cell(_row_name(s, scores)), *cells, _fmt(s.score),
+        board.add_row(_cell(_row_name(s, scores)), *cells, _fmt(s.score), s.conventions,
                       _fmt_runs(s.runs_done, s.runs_total, s.runs_diverged), _fmt_seconds(s.seconds_per_run))
     detail = Table(title="per task")
-    for name, justify in (("architecture", "left"), ("task", "left"), ("score", "right"), ("settings", "right"),
+    for name, justify in (("architecture", "left"), ("conventions", "left"), ("task", "left"), ("score", "right"),
+                          ("settings", "right"),
                           ("runs", "right"), ("best lr", "right"), ("best wd", "right"), ("time/run", "right")):
         detail.add_column(name, justify=justify)
     for s in scores:
         for t in s.tasks.values():
-            detail.add_row(_cell(_row_name(s, scores)), t.task, _fmt(t.score, t.metric), str(t.settings),
+            detail.add_row(_cell(_row_name(s, scores)), s.conventions, t.task, _fmt(t.score, t.metric), str(t.settings),
                            _fmt_runs(t.runs_done, t.runs_total, t.runs_diverged),
                            "-" if t.best_lr is None else f"{t.best_lr:g}",
                            "-" if t.best_wd is None else f"{t.best_wd:g}", _fmt_seconds(t.seconds_per_run))

@@ -5,6 +5,9 @@
     task score      mean over the task's settings (baseline + difficulty sweep) of the setting scores
     MAD score       mean over tasks of the task scores
 
+Runs under different conventions (madsl.conventions) are scored apart, like runs of
+different protocols: a (spec, protocol, conventions) triple is one row of the report.
+
 Regression tasks (head "regress") have no accuracy: their score is the eval MSE
 (lower is better; best over the grid = lowest), reported with metric "mse" and
 left out of the MAD score.
@@ -38,6 +41,7 @@ class TaskScore:
     # {"setting": {knob: value}, "length", "status" (ok | oom | error), "acc", "macro_acc", "loss", "seconds"}
     length_evals: list[dict[str, Any]] = field(default_factory=list)
     runs_diverged: int = 0  # finished runs whose loss became NaN / inf (their best finite epoch counts)
+    conventions: str = "madsl"
 
     def record(self) -> dict:
         out = asdict(self)
@@ -65,6 +69,15 @@ def diverged(row: Mapping[str, Any]) -> bool:
         return row["diverged_epoch"] is not None
     except (KeyError, IndexError):
         return False
+
+
+def run_conventions(row: Mapping[str, Any]) -> str:
+    """The conventions a run trained under (runs from before they existed: madsl)."""
+    try:
+        config = json.loads(row["train_config"] or "{}")
+    except (KeyError, IndexError, TypeError, ValueError):
+        return "madsl"
+    return config.get("conventions", "madsl") if isinstance(config, dict) else "madsl"
 
 
 def run_accuracy(row: Mapping[str, Any]) -> float | None:
@@ -134,21 +147,22 @@ def spec_scores(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence
     length_evals: run_id -> its rows of the store's length_evals table; the best run of
     each setting lends its rows to the task score.
     """
-    groups: dict[tuple[str, str], list] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list] = defaultdict(list)
     names: dict[str, str] = {}
     for r in rows:
         names[r["spec_hash"]] = r["spec_name"]
         for protocol in (labels or {}).get(r["run_id"], None) or [""]:
-            groups[(r["spec_hash"], protocol)].append(r)
+            groups[(r["spec_hash"], protocol, run_conventions(r))].append(r)
     out: list[SpecScore] = []
     order = {t: i for i, t in enumerate(task_order)}
-    for (spec_hash, protocol), group in groups.items():
+    for (spec_hash, protocol, conventions), group in groups.items():
         by_task: dict[str, list] = defaultdict(list)
         for r in group:
             by_task[r["task"]].append(r)
         tasks = {t: task_score(by_task[t], spec_hash, names[spec_hash], protocol, t)
                  for t in sorted(by_task, key=lambda t: (order.get(t, len(order)), t))}
         for ts in tasks.values():
+            ts.conventions = conventions
             ts.length_evals = [{"setting": json.loads(setting), "length": ev["length"], "status": ev["status"],
                                 "acc": ev["acc"], "macro_acc": ev["macro_acc"], "loss": ev["loss"],
                                 "seconds": ev["seconds"]}
@@ -160,6 +174,6 @@ def spec_scores(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence
                              score=mad_score(tasks.values()), tasks=tasks, runs_done=len(done),
                              runs_total=len([r for r in group if r["status"] != "skipped"]),
                              seconds_per_run=statistics.fmean(seconds) if seconds else None,
-                             runs_diverged=sum(map(diverged, done))))
-    out.sort(key=lambda s: (s.score is None, -(s.score or 0.0), s.spec, s.protocol))
+                             runs_diverged=sum(map(diverged, done)), conventions=conventions))
+    out.sort(key=lambda s: (s.score is None, -(s.score or 0.0), s.spec, s.protocol, s.conventions))
     return out

@@ -11,6 +11,14 @@ Accuracy is the class-averaged ("macro") accuracy over scored positions, as
 torchmetrics' MulticlassAccuracy computes it in the reference implementation;
 per-token accuracy is recorded next to it.
 
+Under the reference implementation's conventions (`settings.conventions == "mad-lab"`):
+AdamW with its default betas (0.9, 0.999) and weight decay on every parameter, the cosine
+schedule stepped once per epoch (T_max = epochs), evaluation in batches of the training
+batch size, and the epoch's loss, perplexity and accuracy as its logger reports them: the
+batch-size-weighted mean of per-batch values (each batch's accuracy class-averaged over
+that batch alone); training stops once accuracy exceeds `early_stop_acc` (its
+EarlyStopping threshold is strict).
+
 Resumable and deterministic: model init and data order derive from the seed
 (the data order of epoch e from (seed, e) alone), and a checkpoint (model,
 optimizer, scheduler, RNG states, position, history) is written atomically after
@@ -38,7 +46,8 @@ from madsl.runner.precision import autocast, configure_device
 from madsl.runner.protocols import TrainSettings
 
 IGNORE = -100
-BETAS = (0.9, 0.98)
+BETAS = (0.9, 0.98)  # MAD paper Table B.1
+MAD_LAB = "mad-lab"
 EVAL_BATCH = 128  # evaluation batches are at least this large (no gradients: memory is not the limit)
 
 
@@ -54,10 +63,17 @@ class MetricAccumulator:
     Class-averaged accuracy follows torchmetrics' macro average: the mean over
     classes of hits / occurrences as targets, over classes that occur as a target
     or a prediction (a class only ever predicted, wrongly, counts as 0).
+
+    per_batch: loss, perplexity and class-averaged accuracy are computed per batch and
+    averaged over batches weighted by their rows (how mad-lab's Lightning logger
+    aggregates `on_epoch`); otherwise over the whole pass.
     """
 
-    def __init__(self, kind: str, num_classes: int):
-        self.kind, self.num_classes = kind, num_classes
+    SUMS = ("loss_sum", "count", "correct", "hits", "support", "predicted", "rows", "batch_loss", "batch_ppl",
+            "batch_macro")
+
+    def __init__(self, kind: str, num_classes: int, per_batch: bool = False):
+        self.kind, self.num_classes, self.per_batch = kind, num_classes, per_batch
         self.reset()
 
     def reset(self) -> None:
@@ -68,10 +84,15 @@ class MetricAccumulator:
         self.hits = torch.zeros(self.num_classes, dtype=torch.long)
         self.support = torch.zeros(self.num_classes, dtype=torch.long)
         self.predicted = torch.zeros(self.num_classes, dtype=torch.long)
+        # per-batch values, each weighted by the batch's rows (per_batch only)
+        self.rows = torch.zeros((), dtype=torch.long)
+        self.batch_loss = torch.zeros((), dtype=torch.float64)
+        self.batch_ppl = torch.zeros((), dtype=torch.float64)
+        self.batch_macro = torch.zeros((), dtype=torch.float64)
 
     def _to(self, device: torch.device) -> None:
         if self.hits.device != device:
-            for key in ("loss_sum", "count", "correct", "hits", "support", "predicted"):
+            for key in self.SUMS:
                 setattr(self, key, getattr(self, key).to(device))
 
     @torch.no_grad()
@@ -87,11 +108,21 @@ class MetricAccumulator:
         predictions = outputs.reshape(-1, outputs.shape[-1])[mask].argmax(-1)
         hit = predictions == scored
         n = self.num_classes
+        hits = torch.bincount(scored[hit], minlength=n)[:n]
+        support = torch.bincount(scored, minlength=n)[:n]
+        predicted = torch.bincount(predictions, minlength=n)[:n]
         self.count += scored.numel()
         self.correct += hit.sum()
-        self.hits += torch.bincount(scored[hit], minlength=n)[:n]
-        self.support += torch.bincount(scored, minlength=n)[:n]
-        self.predicted += torch.bincount(predictions, minlength=n)[:n]
+        self.hits += hits
+        self.support += support
+        self.predicted += predicted
+        if self.per_batch:
+            rows = targets.shape[0]
+            batch_loss = loss_sum.double() / max(scored.numel(), 1)
+            self.rows += rows
+            self.batch_loss += rows * batch_loss
+            self.batch_ppl += rows * torch.exp(batch_loss.clamp(max=700.0))
+            self.batch_macro += rows * _macro_accuracy(hits, support, predicted)
 
     def compute(self) -> dict[str, float | None]:
         count = max(int(self.count), 1)
@@ -100,19 +131,26 @@ class MetricAccumulator:
             return {"loss": loss, "ppl": None, "acc": None, "macro_acc": None}
         if not math.isfinite(loss):  # diverged: predictions are argmaxes over NaN logits, not answers
             return {"loss": loss, "ppl": None, "acc": None, "macro_acc": None}
-        hits, support, predicted = self.hits.cpu(), self.support.cpu(), self.predicted.cpu()
-        present = (support + predicted) > 0
-        per_class = hits.double() / support.clamp(min=1).double()
-        macro = float(per_class[present].mean()) if bool(present.any()) else 0.0
+        if self.per_batch:
+            rows = max(int(self.rows), 1)
+            return {"loss": float(self.batch_loss) / rows, "ppl": float(self.batch_ppl) / rows,
+                    "acc": int(self.correct) / count, "macro_acc": float(self.batch_macro) / rows}
+        macro = float(_macro_accuracy(self.hits.cpu(), self.support.cpu(), self.predicted.cpu()))
         return {"loss": loss, "ppl": math.exp(min(loss, 700.0)), "acc": int(self.correct) / count, "macro_acc": macro}
 
     def state_dict(self) -> dict:
-        return {key: getattr(self, key).detach().cpu().clone()
-                for key in ("loss_sum", "count", "correct", "hits", "support", "predicted")}
+        return {key: getattr(self, key).detach().cpu().clone() for key in self.SUMS}
 
     def load_state_dict(self, state: dict) -> None:
         for key, value in state.items():
             setattr(self, key, value.clone())
+
+
+def _macro_accuracy(hits: torch.Tensor, support: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
+    """Mean over classes seen as a target or a prediction of hits / support (0-d float64; 0 if none)."""
+    present = (support + predicted) > 0
+    per_class = hits.double() / support.clamp(min=1).double()
+    return (per_class * present).sum() / present.sum().clamp(min=1)
 
 
 @dataclass
@@ -172,18 +210,22 @@ class TrainHooks:
     checkpoint_every_s: float = 300.0  # also checkpoint mid-epoch this often (long epochs)
 
 
-def build_optimizer(model: torch.nn.Module, lr: float, wd: float, device: torch.device) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices only (no biases, norms, or `_no_weight_decay` tensors)."""
+def build_optimizer(model: torch.nn.Module, lr: float, wd: float, device: torch.device,
+                    conventions: str = "madsl") -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices only (no biases, norms, or `_no_weight_decay` tensors), betas
+    of Table B.1. mad-lab: decay on every trained parameter, AdamW's default betas."""
     decay, no_decay = [], []
     for p in model.parameters():
         if not p.requires_grad:
             continue
-        (decay if p.ndim >= 2 and not getattr(p, "_no_weight_decay", False) else no_decay).append(p)
+        plain = conventions == MAD_LAB or (p.ndim >= 2 and not getattr(p, "_no_weight_decay", False))
+        (decay if plain else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
+    betas = (0.9, 0.999) if conventions == MAD_LAB else BETAS
     try:  # the fused kernel makes the step ~25x cheaper on the CPU
-        return torch.optim.AdamW(groups, lr=lr, betas=BETAS, fused=True)
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=True)
     except (RuntimeError, TypeError, ValueError):
-        return torch.optim.AdamW(groups, lr=lr, betas=BETAS)
+        return torch.optim.AdamW(groups, lr=lr, betas=betas)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -208,7 +250,7 @@ def _seed_everything(seed: int) -> None:
 
 def same_settings(saved: Mapping[str, Any] | None, settings: TrainSettings) -> bool:
     """A checkpoint's settings are these (checkpoints from before `precision` existed are fp32)."""
-    return isinstance(saved, Mapping) and {"precision": "fp32", **saved} == asdict(settings)
+    return isinstance(saved, Mapping) and {"precision": "fp32", "conventions": "madsl", **saved} == asdict(settings)
 
 
 def _loss(model: TaskModel, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -227,10 +269,10 @@ def _loss(model: TaskModel, outputs: torch.Tensor, targets: torch.Tensor) -> tup
 
 @torch.no_grad()
 def evaluate(model: TaskModel, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int,
-             num_classes: int, precision: str = "fp32") -> dict[str, float | None]:
+             num_classes: int, precision: str = "fp32", per_batch: bool = False) -> dict[str, float | None]:
     was_training = model.training
     model.eval()
-    acc = MetricAccumulator(model.kind, num_classes)
+    acc = MetricAccumulator(model.kind, num_classes, per_batch)
     for start in range(0, inputs.shape[0], batch_size):
         x, y = inputs[start:start + batch_size], targets[start:start + batch_size]
         with autocast(precision, x.device):
@@ -295,11 +337,13 @@ class RunState:
         """A fresh run: seeded, so the model's init is deterministic."""
         _seed_everything(settings.seed)
         model = build_model().to(device)
-        optimizer = build_optimizer(model, settings.lr, settings.wd, device)
+        optimizer = build_optimizer(model, settings.lr, settings.wd, device, settings.conventions)
         steps_per_epoch = math.ceil(num_train / settings.batch_size)
+        per_epoch = settings.conventions == MAD_LAB  # the reference steps its cosine once per epoch
         scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
-            optimizer, T_max=settings.epochs * steps_per_epoch, eta_min=min(settings.min_lr, settings.lr))
-        return cls(settings, model, optimizer, scheduler, MetricAccumulator(model.kind, num_classes),
+            optimizer, T_max=settings.epochs * (1 if per_epoch else steps_per_epoch),
+            eta_min=min(settings.min_lr, settings.lr))
+        return cls(settings, model, optimizer, scheduler, MetricAccumulator(model.kind, num_classes, per_epoch),
                    steps_per_epoch, num_classes)
 
     @classmethod
@@ -350,7 +394,8 @@ class RunState:
             self.best = metrics
             if self.settings.eval_lengths:
                 self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
-        solved = metrics.eval_macro_acc is not None and metrics.eval_macro_acc >= self.settings.early_stop_acc
+        acc, threshold = metrics.eval_macro_acc, self.settings.early_stop_acc
+        solved = acc is not None and (acc > threshold if self.settings.conventions == MAD_LAB else acc >= threshold)
         self.epoch, self.step, self.epoch_seconds = self.epoch + 1, 0, 0.0
         self.train_metrics.reset()
         self.finished = solved or self.diverged_epoch is not None or self.epoch >= self.settings.epochs
@@ -386,6 +431,7 @@ class Checkpointer:
 def train_epoch(state: RunState, data: RunData, hooks: TrainHooks, checkpointer: Checkpointer) -> EpochMetrics:
     """Train the rest of `state.epoch` from `state.step`, then evaluate; raises RunInterrupted on a stop."""
     settings, model = state.settings, state.model
+    mad_lab = settings.conventions == MAD_LAB
     order = _epoch_order(data.train_x.shape[0], settings.seed, state.epoch).to(data.train_x.device)
     started = time.monotonic()
 
@@ -409,7 +455,8 @@ def train_epoch(state: RunState, data: RunData, hooks: TrainHooks, checkpointer:
         state.optimizer.zero_grad(set_to_none=True)
         (loss + model.aux_loss()).backward()
         state.optimizer.step()
-        state.scheduler.step()
+        if not mad_lab:
+            state.scheduler.step()
         state.train_metrics.update(outputs.detach(), y, loss_sum)
         state.step += 1
         if hooks.on_progress is not None:
@@ -418,9 +465,12 @@ def train_epoch(state: RunState, data: RunData, hooks: TrainHooks, checkpointer:
             bank_time()
             checkpointer.save(state)
 
+    if mad_lab:
+        state.scheduler.step()  # once per epoch, after its last step
     train = state.train_metrics.compute()
-    evaluation = evaluate(model, data.test_x, data.test_y, max(settings.batch_size, EVAL_BATCH), state.num_classes,
-                          settings.precision)
+    # mad-lab's accuracy depends on how the test set is batched: in batches of the training batch size, as there
+    evaluation = evaluate(model, data.test_x, data.test_y, settings.batch_size if mad_lab else
+                          max(settings.batch_size, EVAL_BATCH), state.num_classes, settings.precision, mad_lab)
     elapsed = time.monotonic() - started
     state.train_seconds += elapsed
     return EpochMetrics(
