@@ -61,6 +61,7 @@ class SpecScore:
     runs_total: int
     seconds_per_run: float | None
     runs_diverged: int = 0
+    conventions: str = "madsl"
 
 
 def diverged(row: Mapping[str, Any]) -> bool:
