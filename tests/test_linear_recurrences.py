@@ -101,3 +101,50 @@ def test_mamba2_layer_is_the_ssd_recurrence_of_its_weights():
     y = y.unflatten(-1, (G, -1))
     y = (y * torch.rsqrt(y.square().mean(-1, keepdim=True) + 1e-5)).flatten(-2) * m.norm_weight
     torch.testing.assert_close(m(u), m.out_proj(y), rtol=1e-10, atol=1e-10)
+
+
+def test_mlstm_parallel_form_is_the_unstabilised_recurrence():
+    """xLSTM eqs. 19-24 without the stabiliser (exact in float64 at moderate gates):
+    C_t = f_t C_{t-1} + i_t k_t v_t^T, n_t = f_t n_{t-1} + i_t k_t, h_t = C_t^T q_t / max(|n_t . q_t|, 1)."""
+    from madsl.layers.mlstm import mlstm_parallel
+
+    q, k, v, log_decay, _, _ = _inputs(3)
+    g = torch.Generator().manual_seed(4)
+    log_input = torch.randn(B, H, L, generator=g, dtype=torch.float64)
+    C, n = torch.zeros(B, H, K, V, dtype=torch.float64), torch.zeros(B, H, K, dtype=torch.float64)
+    outputs = []
+    for t in range(L):
+        f, i = log_decay[:, :, t].exp()[..., None], log_input[:, :, t].exp()[..., None]
+        C = f[..., None] * C + i[..., None] * k[:, :, t, :, None] * v[:, :, t, None, :]
+        n = f * n + i * k[:, :, t]
+        num = (q[:, :, t, None, :] @ C)[..., 0, :]
+        den = (n * q[:, :, t]).sum(-1, keepdim=True).abs().clamp(min=1.0)
+        outputs.append(num / den)
+    h, _ = mlstm_parallel(q, k, v, log_input, log_decay)
+    torch.testing.assert_close(h, torch.stack(outputs, 2), rtol=1e-10, atol=1e-10)
+
+
+def test_rwkv_time_mixer_is_the_wkv_recurrence():
+    """RWKV-5/6's WKV (Peng et al. 2024): o_t = r_t^T (S_{t-1} + diag(u) k_t v_t^T), S_t = diag(w_t) S_{t-1}
+    + k_t v_t^T, written out here from the layer's own projections; the layer's parallel form must match."""
+    from madsl.stdlib import primitive
+
+    for version in (5, 6):
+        torch.manual_seed(0)
+        p = primitive("rwkv", 32, version=version, head_dim=8, mix_rank=4, decay_rank=8)
+        m = p.build().double()
+        with torch.no_grad():
+            for w in m.parameters():
+                w.add_(0.1 * torch.randn_like(w))
+        x = torch.randn(2, 9, 32, dtype=torch.float64)
+        previous = F.pad(x, (0, 0, 1, -1))
+        r, k, v, log_w, gate = m._inputs(x, previous)
+        u = m.bonus.view(p.heads, p.head_dim)
+        S = torch.zeros(2, p.heads, p.head_dim, p.head_dim, dtype=torch.float64)
+        outputs = []
+        for t in range(9):
+            kv = k[:, t, :, :, None] * v[:, t, :, None, :]
+            outputs.append((r[:, t, :, None, :] @ (S + u[..., None] * kv))[..., 0, :])
+            S = log_w[:, t].exp()[..., None] * S + kv
+        expected = m._readout(torch.stack(outputs, 1), gate)
+        torch.testing.assert_close(m(x), expected, rtol=1e-10, atol=1e-10)
