@@ -69,7 +69,8 @@ class RWKV(nn.Module):
         d = x_prev - x
         if self.data_dependent:
             lora = torch.tanh((x + d * self.maa["x"]) @ self.maa_w1).unflatten(-1, (5, -1))
-            lora = (lora.unsqueeze(-2) @ self.maa_w2).squeeze(-2).unbind(-2)  # 5 x (..., dim)
+            # one matmul per mix (an einsum, not a broadcast matmul: that would expand maa_w2 per token)
+            lora = torch.einsum("...fr,frd->...fd", lora, self.maa_w2).unbind(-2)  # 5 x (..., dim)
             mixed = {c: x + d * (self.maa[c] + m) for c, m in zip("wkvrg", lora)}
             decay = self.time_decay + torch.tanh(mixed["w"] @ self.decay_w1) @ self.decay_w2
         else:
