@@ -125,3 +125,18 @@ def test_cli_conventions_version_verbosity_and_help_for_every_argument():
     assert "--format" in {o for a in commands["compile"]._actions for o in a.option_strings}
     quiet = madsl_without_torch("compile", "specs/paper/mamba.mad", "-q")
     assert quiet.returncode == 0 and "┃" not in quiet.stdout and "within budget" in quiet.stdout
+
+
+def test_eval_lengths_accepts_a_range_of_powers_of_two():
+    import argparse
+
+    import pytest
+
+    from madsl.cli.arguments import lengths
+
+    assert lengths("64..1048576") == [2 ** e for e in range(6, 21)]
+    assert lengths("32,64..256") == [32, 64, 128, 256]
+    assert lengths("64,128") == [64, 128]
+    for bad in ("64..100", "256..64", "0..64", "a..b", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            lengths(bad)

@@ -48,12 +48,29 @@ def positive_number(text: str) -> float:
 
 
 def lengths(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated lengths such as 64,128,256, got {text!r}") \
-            from None
-    if not values or any(v <= 0 for v in values):
+    """Sequence lengths: a comma-separated list (64,128,256), a range of powers of two
+    (64..1048576: 64, 128, ..., 1048576), or both (32,64..256)."""
+    values: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        low, dots, high = part.partition("..")
+        try:
+            first, last = int(low), int(high) if dots else int(low)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected lengths such as 64,128,256 or a range of powers of two such as 64..1048576, "
+                f"got {text!r}") from None
+        if first <= 0 or last <= 0:
+            raise argparse.ArgumentTypeError(f"expected positive lengths, got {text!r}")
+        if dots:
+            if first & (first - 1) or last & (last - 1) or last < first:
+                raise argparse.ArgumentTypeError(
+                    f"a range {part!r} runs over powers of two: both ends powers of two, the first not larger")
+            values += [1 << e for e in range(first.bit_length() - 1, last.bit_length())]
+        else:
+            values.append(first)
+    if not values:
         raise argparse.ArgumentTypeError(f"expected positive lengths, got {text!r}")
     return values
 

@@ -63,8 +63,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--epochs", type=positive_int, help="training epochs instead of the protocol's")
     p.add_argument("--batch-size", type=positive_int, help="batch size instead of the protocol's")
     p.add_argument("--seed", type=non_negative_int, action="append", help="seed(s) of data, init and order")
-    p.add_argument("--eval-lengths", type=lengths, metavar="L1,L2,...",
-                   help="after training, also evaluate the best model at these sequence lengths")
+    p.add_argument("--eval-lengths", type=lengths, metavar="L1,L2,...|LOW..HIGH",
+                   help="after training, also evaluate the best model at these sequence lengths "
+                        "(LOW..HIGH: the powers of two from LOW to HIGH, e.g. 64..1048576)")
     p.add_argument("--freeze", action="append", metavar="NAME",
                    help="do not train these layers: a symbol (Mb), a tag (#a) or embedding; repeatable")
     p.add_argument("--allow-over-budget", action="store_true",
@@ -109,7 +110,10 @@ def cmd_eval(args) -> int:
     specs, sweep = _specs_or_sweep(args)
     # precedence: the command line > the sweep file > the spec's eval: section > the protocol
     pick = lambda given, key: given if given is not None else sweep.train.get(key)  # noqa: E731
+    reporter = _EpochLines() if args.verbose and args.format == "text" else None
     try:
+        if reporter is not None:
+            reporter.__enter__()
         summary = evaluate(specs, tasks=args.tasks or sweep.tasks, protocol=args.protocol or sweep.protocol,
                            db=args.db, workers=args.workers, device=args.device, devices=args.devices,
                            settings_overrides=settings, lr=pick(args.lr, "lr"), wd=pick(args.wd, "wd"),
@@ -118,10 +122,14 @@ def cmd_eval(args) -> int:
                            eval_lengths=args.eval_lengths, freeze=args.freeze, precision=args.precision,
                            conventions=args.conventions,
                            progress=not args.quiet and args.format == "text", executor=args.executor,
-                           address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run)
+                           address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run,
+                           reporter=reporter)
     except KeyboardInterrupt:
         print("aborted; rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        if reporter is not None:
+            reporter.__exit__(None, None, None)
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     elif args.quiet:
@@ -131,3 +139,17 @@ def cmd_eval(args) -> int:
     if summary["interrupted"]:
         return EXIT_INTERRUPTED
     return EXIT_RUNS_FAILED if summary["failed"] else EXIT_OK
+
+
+def _EpochLines():
+    """-v: the progress bars, and a line per finished epoch."""
+    from madsl.runner.api import RichReporter
+
+    class EpochLines(RichReporter):
+        def epoch(self, job, metrics) -> None:
+            super().epoch(job, metrics)
+            shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "epoch"}
+            self.message(f"{job.label} epoch {metrics['epoch']}: " +
+                         ", ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items())))
+
+    return EpochLines()
