@@ -7,6 +7,7 @@
     madsl fit SPEC [--free SYMBOL.PARAM] [--match SPEC --on QUANTITY] [-o PATH]
     madsl eval SPEC... (see `madsl eval --help`)
     madsl report (see `madsl report --help`)
+    madsl schema [-o PATH]
 
 Exit codes: 0 success, 1 a budget is violated, 2 bad input, 3 some eval runs failed,
 130 interrupted. Bad input prints a located error and never a traceback. Every command
@@ -16,7 +17,7 @@ where a command has it: check prints each spec's layers, eval a line per epoch).
 of this package imports torch or the runner at import time (the commands do, when run).
 
 One module per command group: layout.py (compile, expand, check), fit.py (fit), evaluate.py (eval),
-report.py (report); arguments.py holds the argparse value types, common.py the exit
+report.py (report), schema.py (schema); arguments.py holds the argparse value types, common.py the exit
 codes and output helpers. Nothing outside this package imports it.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ import sys
 from typing import Sequence
 
 from madsl import __version__
-from madsl.cli import evaluate, fit, layout, report
+from madsl.cli import evaluate, fit, layout, report, schema
 from madsl.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, print_error
 from madsl.errors import MadslError
 
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_parser(sub)
     evaluate.add_parser(sub)
     report.add_parser(sub)
+    schema.add_parser(sub)
     for command in sub.choices.values():  # the same verbosity flags on every command
         verbosity = command.add_mutually_exclusive_group()
         verbosity.add_argument("-q", "--quiet", action="store_true",

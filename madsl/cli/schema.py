@@ -1,0 +1,26 @@
+"""`madsl schema`: the JSON Schema of spec files, for editors (docs/language.md)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from madsl.cli.common import EXIT_OK, write_atomic
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("schema", help="print the JSON Schema of .mad spec files (for editors)")
+    p.add_argument("-o", "--output", help="write the schema to this file instead of printing it")
+    p.set_defaults(func=cmd_schema)
+
+
+def cmd_schema(args) -> int:
+    from madsl.schema import spec_schema
+
+    text = json.dumps(spec_schema(), indent=2) + "\n"
+    if args.output:
+        write_atomic(Path(args.output), text)
+        if not args.quiet:
+            print(f"wrote {args.output}")
+    else:
+        print(text, end="")
+    return EXIT_OK
