@@ -6,6 +6,7 @@ creates no database before it has checked its input.
 """
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -93,3 +94,23 @@ def test_an_empty_file_becomes_a_database_and_report_only_reads_it(tmp_path, cap
     assert main(["report", "--db", str(db)]) == 0
     assert "no runs" in capsys.readouterr().out
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_a_database_from_before_the_divergence_flag_keeps_working(tmp_path):
+    from madsl.runner.report import report
+    from runner_helpers import run_toy_eval
+
+    db = tmp_path / "r.db"
+    run_toy_eval(db, epochs=1)
+    with sqlite3.connect(db) as conn:  # as madsl wrote schema 1 before runs.diverged_epoch existed
+        conn.execute("ALTER TABLE runs DROP COLUMN diverged_epoch")
+    conn.close()
+    [task] = [r for r in json.loads(report(db, fmt="json")) if not r["aggregate"]]  # report only reads
+    assert task["runs_diverged"] == 0 and task["runs_done"] == 1
+    with sqlite3.connect(db) as conn:
+        assert "diverged_epoch" not in {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    conn.close()
+    assert run_toy_eval(db, epochs=2)["done"] == 1  # eval adds the column and records into it
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM runs WHERE diverged_epoch IS NULL").fetchone() == (2,)
+    conn.close()

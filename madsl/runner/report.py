@@ -29,8 +29,8 @@ FORMATS = ("text", "json", "csv")
 PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp")
 AGGREGATE = "MAD"
 RECORD_FIELDS = ("spec", "protocol", "task", "aggregate", "score", "metric", "settings", "runs_done", "runs_total",
-                 "runs_diverged", "best_lr", "best_wd", "seconds_per_run", "spec_hash", "length_evals",
-                 "conventions")
+                 "best_lr", "best_wd", "seconds_per_run", "spec_hash", "length_evals",
+                 "runs_diverged", "conventions")  # new fields go last: csv readers by position keep working
 
 
 def mad_task_order() -> list[str]:
