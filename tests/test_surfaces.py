@@ -140,3 +140,50 @@ def test_eval_lengths_accepts_a_range_of_powers_of_two():
     for bad in ("64..100", "256..64", "0..64", "a..b", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             lengths(bad)
+
+
+# ---- madsl convert: Megatron-LM / Nemotron-H hybrid patterns -------------------------------------
+
+HYBRID_PATTERN = "M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M-M-M-M-M-M-"  # 54 layers, 4 attention
+
+
+def test_megatron_patterns_round_trip_and_pair_each_mlp_with_the_layer_before_it():
+    from madsl.convert import from_megatron_pattern, to_megatron_pattern
+    from madsl.spec import spec_from_topology
+
+    assert from_megatron_pattern("M-M-M*-ME") == "2M2-Mlp:M2-none:A-Mlp:M2-MoE"
+    assert from_megatron_pattern("MM*", {"mamba": "Mb"}) == "2Mb-none:A-none"
+    for pattern in (HYBRID_PATTERN, "M-M*-ME", "*-*-", "MMMM", "*E*E"):
+        topology = from_megatron_pattern(pattern)
+        assert to_megatron_pattern(spec_from_topology(topology, channel_mixer=None)) == pattern
+    # a madsl spec whose blocks default to a SwiGLU channel mixer: the MLP is in the pattern
+    assert to_megatron_pattern(ROOT / "specs/paper/attention-sg.mad") == "*-*-"
+
+
+def test_what_megatron_cannot_express_is_refused_with_the_reason():
+    import pytest
+
+    from madsl.convert import from_megatron_pattern, to_megatron_pattern
+    from madsl.spec import spec_from_topology
+
+    for pattern, message in (("-M", "MLP with no Mamba or attention layer before it"), ("M--", "layer 3"),
+                             ("MX", "unknown layer character 'X'"), ("", "empty")):
+        with pytest.raises(madsl.MadslError, match=message):
+            from_megatron_pattern(pattern)
+    for topology, message in (("H-Sg", "no Megatron layer character"), ("[A | Mb]", "parallel"),
+                              ("Mb#a:Mb#a", "shared tags"), ("(A:Mb){residual=gated}", "group connection")):
+        with pytest.raises(madsl.MadslError, match=message):
+            to_megatron_pattern(spec_from_topology(topology))
+
+
+def test_madsl_convert_writes_a_spec_that_checks_and_converts_back(tmp_path):
+    out = tmp_path / "nemotron.mad"
+    proc = madsl_without_torch("convert", "--from-megatron", HYBRID_PATTERN, "--dim", "256",
+                               "--layer", "A.heads=4", "--layer", "Mlp.inner=1024", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    account = madsl.account(out)
+    assert [r.symbol for r in account.layers].count("A") == 4 and len(account.layers) == len(HYBRID_PATTERN)
+    proc = madsl_without_torch("convert", "--to-megatron", str(out))
+    assert proc.returncode == 0 and proc.stdout.strip() == HYBRID_PATTERN
+    bad = madsl_without_torch("convert", "--from-megatron", "M-", "--layer", "A.head=4")
+    assert bad.returncode == 2 and "did you mean 'heads'" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,0 +1,116 @@
+"""Megatron-LM / Nemotron-H hybrid layer patterns <-> madsl topologies (`madsl convert`).
+
+Megatron-LM's hybrid models (and Nemotron-H's Hugging Face configs, key
+`hybrid_override_pattern`) describe the stack as one character per layer, each a pre-norm
+residual unit:
+
+    M   a Mamba layer (Mamba-2 in Megatron-LM and Nemotron-H)  -> madsl M2 (or Mb: mamba=...)
+    *   a self-attention layer                                  -> madsl A
+    -   an MLP layer                                            -> madsl Mlp
+    E   a mixture-of-experts MLP layer                          -> madsl MoE
+
+A madsl block is a sequence mixer followed by its channel mixer, each a pre-norm residual
+unit: exactly two consecutive Megatron layers. So `M-` is the block `M2-Mlp`, a sequence
+layer not followed by an MLP is `M2-none`, and an MLP with no sequence layer before it
+cannot be written as a madsl block (an error names its position). The other direction
+needs a plain stack: no parallel mixers, shared tags, group connections or per-layer
+overrides (each is refused with the reason).
+
+What the accounting then counts is madsl's layers at the spec's parameters (`layers:`):
+Nemotron-H's MLP uses squared ReLU where madsl's Mlp uses GELU (the same parameters), and
+madsl's attention has no grouped-query variant yet, so attention with fewer key/value
+heads than query heads is counted with full key/value heads (parameters and KV cache
+above the original's).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from madsl import topology as topo
+from madsl.errors import Location, MadslError
+
+SEQUENCE = {"M": "mamba", "*": "attention"}
+CHANNEL = {"-": "mlp", "E": "moe"}
+DEFAULT_SYMBOLS = {"mamba": "M2", "attention": "A", "mlp": "Mlp", "moe": "MoE"}
+# madsl primitives -> the pattern character (the reverse direction)
+PRIMITIVE_CHARACTER = {"mamba": "M", "mamba2": "M", "attention": "*", "mlp": "-", "swiglu": "-", "moe": "E"}
+
+
+def _error(pattern: str, index: int, message: str, hint: str | None = None) -> MadslError:
+    return MadslError(message, Location(None, 1, index + 1, pattern, 1), hint=hint,
+                      expected="M (Mamba), * (attention), - (MLP), E (MoE)")
+
+
+def from_megatron_pattern(pattern: str, symbols: dict[str, str] | None = None) -> str:
+    """A Megatron `hybrid_override_pattern` as a madsl topology (consecutive equal blocks
+    counted: `M-M-M-` -> `3M2-Mlp`). `symbols` maps mamba/attention/mlp/moe to madsl symbols."""
+    names = {**DEFAULT_SYMBOLS, **(symbols or {})}
+    if not pattern:
+        raise MadslError("an empty hybrid pattern", hint="e.g. M-M-M*-")
+    blocks: list[str] = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char in SEQUENCE:
+            mixer = names[SEQUENCE[char]]
+            if i + 1 < len(pattern) and pattern[i + 1] in CHANNEL:
+                blocks.append(f"{mixer}-{names[CHANNEL[pattern[i + 1]]]}")
+                i += 2
+            else:
+                blocks.append(f"{mixer}-{topo.NO_CHANNEL}")
+                i += 1
+        elif char in CHANNEL:
+            raise _error(pattern, i, f"layer {i + 1} ({char!r}) is an MLP with no Mamba or attention layer "
+                                     "before it; a madsl block is a sequence mixer and then its channel mixer",
+                         hint="madsl can express an MLP only right after a sequence layer (M- or *-)")
+        else:
+            raise _error(pattern, i, f"unknown layer character {char!r} at position {i + 1}")
+    return _run_length(blocks)
+
+
+def _run_length(blocks: list[str]) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(blocks):
+        j = i
+        while j < len(blocks) and blocks[j] == blocks[i]:
+            j += 1
+        out.append(blocks[i] if j - i == 1 else f"{j - i}{blocks[i]}")
+        i = j
+    return ":".join(out)
+
+
+def to_megatron_pattern(spec: Any) -> str:
+    """The `hybrid_override_pattern` of a spec (a Spec or a path) whose stack Megatron can
+    express: Mamba / Mamba-2 / attention sequence mixers, MLP / SwiGLU / MoE channel mixers."""
+    from madsl.spec import Spec, load_spec
+
+    spec = spec if isinstance(spec, Spec) else load_spec(spec)
+    _refuse_structure(spec.topology)
+    out = []
+    for block in topo.blocks(topo.expand(spec.topology)):
+        if isinstance(block.mixer, topo.Parallel):
+            raise MadslError(f"{spec.name}: parallel mixers {topo.block_text(block)!r} have no Megatron pattern")
+        for layer in (block.mixer, spec.channel_for(block)):
+            if layer is None:
+                continue
+            if layer.tag is not None or layer.overrides:
+                raise MadslError(f"{spec.name}: {topo.layer_text(layer)!r}: shared tags and per-layer settings "
+                                 "have no Megatron pattern", hint="write the values under `layers:` instead")
+            primitive = spec.symbols[layer.symbol].primitive
+            if primitive not in PRIMITIVE_CHARACTER:
+                raise MadslError(f"{spec.name}: {layer.symbol} ({primitive}) has no Megatron layer character",
+                                 expected="mamba, mamba2, attention, mlp, swiglu or moe layers")
+            out.append(PRIMITIVE_CHARACTER[primitive])
+    return "".join(out)
+
+
+def _refuse_structure(nodes: Any) -> None:
+    """Groups with a connection (residual / gated) are not a plain stack."""
+    for node in nodes:
+        if isinstance(node, topo.Repeat):
+            node = node.node
+        if isinstance(node, topo.Group):
+            if dict(node.attrs).get("residual", "none") != "none":
+                raise MadslError("a group connection (residual=...) has no Megatron pattern")
+            _refuse_structure(node.body)
