@@ -104,3 +104,35 @@ def test_sweep_file_errors_are_located_with_a_hint(tmp_path, capsys, text, messa
     if hint:
         assert hint in err
     assert not (tmp_path / "r.db").exists()
+
+
+# --- plans and their cost ------------------------------------------------------------------------
+
+def test_dry_run_counts_runs_tokens_flops_and_estimates_time_and_a_real_sweep_prints_it_first(tmp_path, capsys):
+    from madsl.graph import account
+    from madsl.spec import load_spec
+
+    db = tmp_path / "r.db"
+    small = ["--set", "num_train_examples=32", "--set", "num_test_examples=32", "--batch-size", "16", "--epochs", "1"]
+    args = ["eval", str(HYENA), "--protocol", "smoke", "--task", "in-context-recall", "--lr", "1e-3", "--lr", "5e-4",
+            *small, "--db", str(db)]
+    assert main([*args, "--dry-run", "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert not db.exists()  # nothing registered, nothing run
+    assert (plan["runs"], plan["done"], plan["pending"]) == (2, 0, 2)
+    run = plan["per_run"][0]
+    assert run["tokens"] == 32 * 128  # examples x seq_len x 1 epoch
+    forward = account(load_spec(HYENA), seq_len=128, vocab=16).totals["flops"]
+    assert run["flops"] == pytest.approx(3 * forward * 32)  # forward + backward = 3 forwards, per sequence
+    assert plan["tokens"] == 2 * run["tokens"] and plan["flops"] == pytest.approx(2 * run["flops"])
+    assert plan["run_seconds"] > 0 and plan["wall_seconds"] == pytest.approx(plan["run_seconds"])
+    # the measurement is cached beside the database: the next plan reads it instead of measuring
+    cache = tmp_path / "r.files" / "step-times.json"
+    cache.write_text(json.dumps({key: [at, 1000.0] for key, (at, _) in json.loads(cache.read_text()).items()}))
+    assert main([*args, "--dry-run", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run_seconds"] > 1000
+
+    assert main(args) == 0  # a real sweep prints the same plan first
+    assert "plan: 2 runs, 0 done, 2 pending" in capsys.readouterr().err
+    assert main([*args, "--dry-run"]) == 0
+    assert "plan: 2 runs, 2 done, 0 pending" in capsys.readouterr().out

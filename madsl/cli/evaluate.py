@@ -68,6 +68,9 @@ def add_parser(subparsers) -> None:
                         "(LOW..HIGH: the powers of two from LOW to HIGH, e.g. 64..1048576)")
     p.add_argument("--freeze", action="append", metavar="NAME",
                    help="do not train these layers: a symbol (Mb), a tag (#a) or embedding; repeatable")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan and exit: runs (in all, done, pending), training tokens, FLOPs, estimated "
+                        "time (a few timed steps of each distinct model, cached beside --db); with --format json")
     p.add_argument("--allow-over-budget", action="store_true",
                    help="sweep files: also run the variants that break their spec's budget (default: reported, "
                         "not run)")
@@ -123,13 +126,19 @@ def cmd_eval(args) -> int:
                            conventions=args.conventions,
                            progress=not args.quiet and args.format == "text", executor=args.executor,
                            address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run,
-                           reporter=reporter)
+                           dry_run=args.dry_run, reporter=reporter)
     except KeyboardInterrupt:
         print("aborted; rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         if reporter is not None:
             reporter.__exit__(None, None, None)
+    if args.dry_run:
+        from madsl.runner.cost import render_cost
+
+        print(json.dumps(summary["plan"], indent=2) if args.format == "json" else render_cost(summary["plan"]),
+              end="\n" if args.format == "json" else "")
+        return EXIT_OK
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     elif args.quiet:

@@ -135,11 +135,13 @@ class RichReporter(Reporter):
 
     def __init__(self) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
 
         self.console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
         self.view = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console)
+                             TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                             TextColumn("eta"), TimeRemainingColumn(), console=self.console)
         self.overall = None
         self.bars: dict[str, Any] = {}
         self.started_at: dict[str, float] = {}
@@ -254,7 +256,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
              model_factory: Callable[[Any], Any] | None = None, task_registry: Mapping[str, Any] | None = None,
              executor: Executor | str | None = None, reporter: Reporter | None = None,
              stop_requested: Callable[[], bool] | None = None, address: str | None = None,
-             cpus_per_run: float = 1.0, gpus_per_run: float = 0.0) -> dict:
+             cpus_per_run: float = 1.0, gpus_per_run: float = 0.0, dry_run: bool = False) -> dict:
     """Evaluate specs on tasks under a protocol; finished runs in `db` are never repeated.
 
     spec_paths: .mad files (or Spec objects). tasks: task names or "all" (None: the spec's
@@ -265,6 +267,8 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     stop_requested: polled; once true, runs checkpoint and stop (as on Ctrl-C).
     executor: "local" (default: `workers` processes of this machine), "ray" (a Ray cluster at
     `address`, each run holding `cpus_per_run` CPUs and `gpus_per_run` GPUs), or an Executor.
+    dry_run: plan only: return {"plan": ...} (runs, done, pending, tokens, FLOPs, estimated time;
+    madsl.runner.cost) without running anything. A run with progress prints the same plan first.
     Returns a summary: counts of runs, failures, and the scores of these specs.
     """
     ray_options = _ray_options(executor, address, cpus_per_run, gpus_per_run)
@@ -282,6 +286,14 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     check_database(db)  # a bad --db is refused before anything is planned or written
     plan = plan_evaluation(StoreFiles(db), specs, cli, task_registry, model_factory, device, placement,
                            runs_on=_ray_device(ray_options) if ray_options is not None else None)
+    if dry_run or progress:
+        cost = plan_cost(db, plan, at_once=workers if ray_options is None else None,
+                         executor_name="ray" if ray_options is not None else "local")
+        if dry_run:
+            return {"db": str(db), "plan": cost}
+        from madsl.runner.cost import render_cost
+
+        print(render_cost(cost), end="", file=sys.stderr)
     runner = executor if isinstance(executor, Executor) else _make_executor(workers, ray_options)
     store = Store(db)  # created only now: bad input above leaves no database behind
     try:
@@ -300,6 +312,22 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     if progress:
         print_summary(db, summary, outcome)
     return summary
+
+
+def plan_cost(db: str | os.PathLike, plan: "EvaluationPlan", at_once: int | None, executor_name: str) -> dict:
+    """The plan's cost (madsl.runner.cost): what is done is read from `db` when it exists."""
+    from madsl.runner.cost import estimate, summarize_cost
+
+    done: set[str] = set()
+    if Path(db).exists():
+        store = Store(db, create=False)
+        try:
+            done = {j.run_id for j in plan.jobs if (row := store.run(j.run_id)) is not None
+                    and row["status"] in ("done", "skipped")}
+        finally:
+            store.close()
+    costs = estimate(plan.jobs, done, StoreFiles(db).files_dir)
+    return summarize_cost(len(plan.jobs), len(done), costs, at_once, executor_name)
 
 
 def _planned_device(device: str) -> str:

@@ -1,0 +1,186 @@
+"""What a sweep costs before it runs: runs, training tokens, FLOPs and wall time.
+
+    runs        in all, already done, pending (from the results database, if it exists)
+    tokens      per pending run: epochs x training examples x sequence length
+    FLOPs       forward FLOPs of one sequence from the accounting (`madsl.graph.account`),
+                x 3 for forward + backward, x sequences trained
+    seconds     a few timed training steps of each distinct model (spec x batch size x
+                device) on this machine at the first sequence length it is planned at,
+                scaled linearly to the run's length (a lower bound for attention at longer
+                lengths), x the run's steps, + its evaluations (a forward pass costs about
+                a third of a training step); cached per database in
+                `<db>.files/step-times.json`, so a second plan measures nothing
+
+The estimate is an upper bound where runs stop early (a protocol's early stop once a
+run is solved). Wall time divides the run-seconds over the runs that execute at once.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from madsl.runner.store import canonical_json, sha256
+
+MEASURED_STEPS = 3
+EVAL_BATCH = 128
+FORWARD_SHARE = 1 / 3  # a forward pass against a training step (forward + backward ~ 3 forwards)
+
+
+@dataclass
+class RunCost:
+    run_id: str
+    spec: str
+    task: str
+    tokens: int
+    flops: float | None  # None: the model has no spec to account (a stand-in model)
+    seconds: float | None  # None: not measured
+
+
+def run_shape(job: Any) -> tuple[int, int, int, int, int]:
+    """(seq_len, vocab, train examples, test examples, batch size) of a job."""
+    settings = dict(job.setting)
+    return (int(settings.get("seq_len", 1)), int(job.task.vocab_size(settings)),
+            int(settings.get("num_train_examples", 0)), int(settings.get("num_test_examples", 0)),
+            int(job.train.batch_size))
+
+
+def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measure: bool = True) -> list[RunCost]:
+    """The cost of every pending job (done ones cost nothing)."""
+    timings = StepTimes(files_dir / "step-times.json" if files_dir is not None else None)
+    costs = []
+    for job in jobs:
+        if job.run_id in done:
+            continue
+        seq_len, vocab, n_train, n_test, batch = run_shape(job)
+        tokens = job.train.epochs * n_train * seq_len
+        spec = getattr(job.model_factory, "spec", None)
+        flops = None
+        if spec is not None:
+            from madsl.graph import account
+
+            flops = 3.0 * account(spec, seq_len=seq_len, vocab=vocab).totals["flops"] * n_train * job.train.epochs
+        seconds = None
+        if measure:
+            step = timings.seconds_per_step(job, seq_len, vocab, batch)
+            steps = math.ceil(n_train / batch) + FORWARD_SHARE * math.ceil(n_test / max(batch, EVAL_BATCH)) \
+                * max(batch, EVAL_BATCH) / batch
+            seconds = step * steps * job.train.epochs
+        costs.append(RunCost(job.run_id, getattr(spec, "name", job.label.split(" · ")[0]), job.task.name, tokens,
+                             flops, seconds))
+    timings.save()
+    return costs
+
+
+class StepTimes:
+    """Seconds per training step of each distinct model and shape, measured once and cached."""
+
+    def __init__(self, path: Path | None):
+        self.path, self.changed = path, False
+        self.table: dict[str, list] = {}  # key -> [sequence length measured at, seconds per step]
+        if path is not None and path.exists():
+            try:
+                self.table = {k: [int(v[0]), float(v[1])] for k, v in json.loads(path.read_text()).items()}
+            except (ValueError, AttributeError, TypeError, IndexError, KeyError):
+                self.table = {}  # a damaged cache is measured again
+
+    def key(self, job: Any, batch: int) -> str:
+        import torch
+
+        model = canonical_json(job.model_factory.spec.identity()) if hasattr(job.model_factory, "spec") \
+            else repr(job.model_factory)
+        return sha256(canonical_json([model, batch, job.device, torch.get_num_threads()]))
+
+    def seconds_per_step(self, job: Any, seq_len: int, vocab: int, batch: int) -> float:
+        key = self.key(job, batch)
+        if key not in self.table:
+            self.table[key] = [seq_len, measure_step(job, seq_len, vocab, batch)]
+            self.changed = True
+        measured_at, seconds = self.table[key]
+        return seconds * seq_len / measured_at
+
+    def save(self) -> None:
+        if not self.changed or self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.table, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)
+
+
+def measure_step(job: Any, seq_len: int, vocab: int, batch: int) -> float:
+    """Median seconds of a training step (forward, backward, AdamW) on random tokens, after a warm-up."""
+    import torch
+    import torch.nn.functional as F
+
+    from madsl.runner.train import build_optimizer, resolve_device
+
+    device = resolve_device(job.device if job.device in ("auto", "cpu", "cuda") else "auto")
+    model = job.model_factory(vocab_size=vocab, max_seq_len=seq_len, num_classes=None, seed=0).to(device)
+    optimizer = build_optimizer(model, 1e-3, 0.0, device)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randint(0, vocab, (batch, seq_len), generator=generator).to(device)
+    times = []
+    for _ in range(MEASURED_STEPS + 1):
+        started = time.perf_counter()
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x.reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - started)
+    return sorted(times[1:])[len(times[1:]) // 2]
+
+
+def summarize_cost(total_runs: int, done: int, costs: list[RunCost], at_once: int | None,
+                   executor: str) -> dict:
+    """The plan as JSON: counts, tokens, FLOPs, run-seconds and wall time, per spec and in all."""
+    per_spec: dict[str, dict] = {}
+    for cost in costs:
+        row = per_spec.setdefault(cost.spec, {"pending": 0, "tokens": 0, "flops": 0.0, "seconds": 0.0})
+        row["pending"] += 1
+        row["tokens"] += cost.tokens
+        row["flops"] = None if row["flops"] is None or cost.flops is None else row["flops"] + cost.flops
+        row["seconds"] = None if row["seconds"] is None or cost.seconds is None else row["seconds"] + cost.seconds
+    run_seconds = None if any(c.seconds is None for c in costs) else sum(c.seconds for c in costs)
+    flops = None if any(c.flops is None for c in costs) else sum(c.flops for c in costs)
+    return {"runs": total_runs, "done": done, "pending": len(costs), "tokens": sum(c.tokens for c in costs),
+            "flops": flops, "run_seconds": run_seconds, "executor": executor, "runs_at_once": at_once,
+            "wall_seconds": None if run_seconds is None or not at_once else run_seconds / at_once,
+            "per_spec": per_spec, "per_run": [asdict(c) for c in costs]}
+
+
+def render_cost(plan: dict) -> str:
+    """The plan in a few lines, for the terminal."""
+    def big(x):
+        if x is None:
+            return "?"
+        for unit, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+            if abs(x) >= size:
+                return f"{x / size:.3g}{unit}"
+        return f"{x:.3g}"
+
+    def duration(s):
+        if s is None:
+            return "?"
+        return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+    lines = [f"plan: {plan['runs']} runs, {plan['done']} done, {plan['pending']} pending; "
+             f"{big(plan['tokens'])} training tokens, {big(plan['flops'])} FLOPs (forward + backward)"]
+    for name, row in plan["per_spec"].items():
+        lines.append(f"  {name}: {row['pending']} pending runs, {big(row['tokens'])} tokens, {big(row['flops'])} FLOPs, "
+                     f"~{duration(row['seconds'])} of run time")
+    if plan["wall_seconds"] is not None:
+        lines.append(f"estimated wall time: ~{duration(plan['wall_seconds'])} ({duration(plan['run_seconds'])} of runs, "
+                     f"{plan['runs_at_once']} at once on the {plan['executor']} executor; an upper bound where runs "
+                     "stop early)")
+    elif plan["run_seconds"] is not None:
+        lines.append(f"estimated run time: ~{duration(plan['run_seconds'])} in all, divided over the runs the "
+                     f"{plan['executor']} executor holds at once")
+    return "\n".join(lines) + "\n"
