@@ -52,6 +52,7 @@ def run_shape(job: Any) -> tuple[int, int, int, int, int]:
 def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measure: bool = True) -> list[RunCost]:
     """The cost of every pending job (done ones cost nothing)."""
     timings = StepTimes(files_dir / "step-times.json" if files_dir is not None else None)
+    forward_flops: dict[tuple[int, int, int], float] = {}  # (spec, seq_len, vocab) -> FLOPs of one sequence
     costs = []
     for job in jobs:
         if job.run_id in done:
@@ -63,7 +64,10 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
         if spec is not None:
             from madsl.graph import account
 
-            flops = 3.0 * account(spec, seq_len=seq_len, vocab=vocab).totals["flops"] * n_train * job.train.epochs
+            key = (id(spec), seq_len, vocab)
+            if key not in forward_flops:  # a paper sweep has hundreds of runs and a few shapes per spec
+                forward_flops[key] = account(spec, seq_len=seq_len, vocab=vocab).totals["flops"]
+            flops = 3.0 * forward_flops[key] * n_train * job.train.epochs
         seconds = None
         if measure:
             step = timings.seconds_per_step(job, seq_len, vocab, batch)
@@ -169,7 +173,9 @@ def render_cost(plan: dict) -> str:
     def duration(s):
         if s is None:
             return "?"
-        return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+        if s < 120:
+            return f"{s:.0f} s"
+        return f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h" if s < 360000 else f"{s / 3600:,.0f} h"
 
     lines = [f"plan: {plan['runs']} runs, {plan['done']} done, {plan['pending']} pending; "
              f"{big(plan['tokens'])} training tokens, {big(plan['flops'])} FLOPs (forward + backward)"]
