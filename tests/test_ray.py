@@ -6,6 +6,7 @@ Every test that starts Ray processes ends them, by their process ids, even when 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -235,6 +236,7 @@ def test_a_worker_node_lost_mid_run_is_retried_from_its_checkpoint_and_nothing_i
             driver.wait()
         for node in reversed(nodes):
             node.kill()
+        shutil.rmtree(temp_dir, ignore_errors=True)
     assert driver.returncode == 0, output
     assert "complete" in output.splitlines()
     assert "attempt 2, its node was lost) from its last checkpoint" in output, output
