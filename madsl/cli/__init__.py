@@ -9,6 +9,8 @@
     madsl report (see `madsl report --help`)
     madsl schema [-o PATH]
     madsl convert (--from-megatron PATTERN [--dim N] [--layer SYMBOL.PARAM=VALUE] | --to-megatron SPEC)
+    madsl data TASK [--set KEY=VALUE] [--conventions mad-lab|madsl] [--split train|test] [--seed N]
+               (-o FILE.npz | --format text [--rows N])
 
 Exit codes: 0 success, 1 a budget is violated, 2 bad input, 3 some eval runs failed,
 130 interrupted. Bad input prints a located error and never a traceback. Every command
@@ -18,7 +20,8 @@ where a command has it: check prints each spec's layers, eval a line per epoch).
 of this package imports torch or the runner at import time (the commands do, when run).
 
 One module per command group: layout.py (compile, expand, check), fit.py (fit), evaluate.py (eval),
-report.py (report), schema.py (schema), convert.py (convert); arguments.py holds the argparse value types, common.py the exit
+report.py (report), schema.py (schema), convert.py (convert), data.py (data); arguments.py holds the argparse
+value types, common.py the exit
 codes and output helpers. Nothing outside this package imports it.
 """
 from __future__ import annotations
@@ -28,7 +31,7 @@ import sys
 from typing import Sequence
 
 from madsl import __version__
-from madsl.cli import convert, evaluate, fit, layout, report, schema
+from madsl.cli import convert, data, evaluate, fit, layout, report, schema
 from madsl.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, print_error
 from madsl.errors import MadslError
 
@@ -45,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parser(sub)
     schema.add_parser(sub)
     convert.add_parser(sub)
+    data.add_parser(sub)
     for command in sub.choices.values():  # the same verbosity flags on every command
         verbosity = command.add_mutually_exclusive_group()
         verbosity.add_argument("-q", "--quiet", action="store_true",

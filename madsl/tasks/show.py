@@ -5,7 +5,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from madsl.tasks.base import Split, Task
+from madsl.tasks.base import Split, Task, TaskData
 from madsl.tasks.sampling import SampledTask
 
 
@@ -13,7 +13,12 @@ def example(task: Task, settings: Mapping[str, Any] | None = None, split: Split 
             seed: int = 0, row: int = 0) -> str:
     """Inputs and targets of one row; token ids print via the task's vocabulary, IGNORE as '.'."""
     s = task.settings(**(settings or {}))
-    data = task.generate(s, split, seed)
+    return render_row(task, s, task.generate(s, split, seed), row)
+
+
+def render_row(task: Task, settings: Mapping[str, Any], data: TaskData, row: int = 0) -> str:
+    """Inputs and targets of row `row` of generated `data` (of `task` at the full `settings`)."""
+    s = settings
     inputs, targets = data.inputs[row], data.targets[row]
     if task.head == "regress":
         lines = [f"{'pos':>4} {'input':<{8 * task.input_dim(s)}} target"]
