@@ -76,6 +76,10 @@ class Account:
     parts: list[PartRow]
     graph: nx.DiGraph = field(repr=False)
 
+    def __repr__(self) -> str:
+        totals = ", ".join(f"{k}={v:,}" for k, v in self.totals.items())
+        return f"Account({self.spec.name!r}, seq_len={self.seq_len}, {len(self.layers)} layers, {totals})"
+
     @property
     def totals(self) -> dict[str, int]:
         return {

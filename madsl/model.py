@@ -214,6 +214,13 @@ class Model(nn.Module):
         if self.head is not None:
             nn.init.normal_(self.head.weight, std=0.02)
 
+    def __repr__(self) -> str:
+        # the one-line summary; `print(model.body)` shows the module tree
+        spec = getattr(self, "spec", None)
+        name = f"{spec.name!r}, {spec.canonical()!r}, " if spec is not None else ""
+        return (f"Model({name}dim={self.dim}, vocab={self.vocab_size}, classes={self.num_classes}, "
+                f"params={self.num_params():,})")
+
     def features(self, tokens: torch.Tensor | None = None, embeds: torch.Tensor | None = None) -> torch.Tensor:
         """Hidden states after the final norm, (B, L, dim). Give token ids or input embeddings."""
         if (tokens is None) == (embeds is None):

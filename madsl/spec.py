@@ -52,6 +52,10 @@ class Spec:
     data: dict[str, Any] = field(default_factory=dict, repr=False)  # the merged YAML, to rebuild the spec
     source_map: SourceMap | None = field(default=None, repr=False)  # where things are written, for errors
 
+    def __repr__(self) -> str:
+        where = f", path={str(self.path)!r}" if self.path is not None else ""
+        return f"Spec(name={self.name!r}, topology={self.topology_text!r}, dim={self.dim}{where})"
+
     def canonical(self) -> str:
         """The canonical topology (channel mixers equal to the default elided)."""
         return topo.canonical(resolve_channels(self))

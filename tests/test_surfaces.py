@@ -187,3 +187,12 @@ def test_madsl_convert_writes_a_spec_that_checks_and_converts_back(tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == HYBRID_PATTERN
     bad = madsl_without_torch("convert", "--from-megatron", "M-", "--layer", "A.head=4")
     assert bad.returncode == 2 and "did you mean 'heads'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_reprs_are_one_short_line():
+    spec = madsl.load_spec(ROOT / "specs/paper/striped-hyena-moe.mad")
+    account = madsl.account(spec)
+    model = madsl.compile(spec, vocab_size=16)
+    for text in (repr(spec), repr(account), repr(model)):
+        assert "\n" not in text and len(text) < 200, text
+    assert "fixed_state=2,048" in repr(account) and "params=" in repr(model) and "H-MoE:mA-MoE" in repr(spec)
