@@ -328,7 +328,8 @@ def test_report_json_csv_text(tmp_path):
     rows = list(csv.DictReader(io.StringIO(report(db, fmt="csv"))))
     assert len(rows) == len(records) and float(rows[0]["score"]) == pytest.approx(records[0]["score"])
     text = report(db)
-    assert "standin" in text and "toy-previous" in text and "MAD score" in text
+    assert "standin" in text and "toy-previous" in text and "MAD score" not in text and "mean" in text
+    assert "MAD leaderboard, protocol" in text  # the protocol in the title; "mean": toy tasks are not the MAD set
 
 
 def test_report_errors(tmp_path, monkeypatch):

@@ -196,3 +196,12 @@ def test_reprs_are_one_short_line():
     for text in (repr(spec), repr(account), repr(model)):
         assert "\n" not in text and len(text) < 200, text
     assert "fixed_state=2,048" in repr(account) and "params=" in repr(model) and "H-MoE:mA-MoE" in repr(spec)
+
+
+def test_the_aggregate_is_the_mad_score_only_over_the_six_mad_tasks():
+    from madsl.runner.report import aggregate_name, mad_task_order
+
+    assert aggregate_name(mad_task_order()) == "MAD score"
+    assert aggregate_name(list(reversed(mad_task_order()))) == "MAD score"
+    assert aggregate_name(["in-context-recall"]) == "mean"
+    assert aggregate_name([*mad_task_order(), "induction-heads"]) == "mean"

@@ -120,6 +120,16 @@ def task_columns(scores: Sequence[SpecScore]) -> list[str]:
     return [t for t in order if t in seen] + sorted(seen - set(order))
 
 
+def aggregate_name(columns: Sequence[str]) -> str:
+    """'MAD score' where the columns are the six MAD tasks; 'mean' over any other set of tasks."""
+    return "MAD score" if sorted(columns) == sorted(mad_task_order()) else "mean"
+
+
+def protocols_text(scores: Sequence[SpecScore]) -> str:
+    names = sorted({s.protocol for s in scores})
+    return ("protocol " if len(names) == 1 else "protocols ") + ", ".join(names)
+
+
 def render_text(scores: Sequence[SpecScore], width: int = 160) -> str:
     from rich.console import Console
     from rich.table import Table
@@ -127,11 +137,12 @@ def render_text(scores: Sequence[SpecScore], width: int = 160) -> str:
     if not scores:
         return "no runs in the database yet\n"
     columns = task_columns(scores)
-    board = Table(title="MAD leaderboard (class-averaged eval accuracy; best over lr x wd, mean over settings)")
+    board = Table(title=f"MAD leaderboard, {protocols_text(scores)} (class-averaged eval accuracy; "
+                        "best over lr x wd, mean over settings)")
     board.add_column("architecture")
     for t in columns:
         board.add_column(t, justify="right")
-    board.add_column("MAD score", justify="right", style="bold")
+    board.add_column(aggregate_name(columns), justify="right", style="bold")
     board.add_column("conventions")
     board.add_column("runs", justify="right")
     board.add_column("time/run", justify="right")
@@ -242,7 +253,7 @@ def plot_heatmap(scores: Sequence[SpecScore], path: str | os.PathLike) -> Path:
         values[i, -1] = np.nan if s.score is None else s.score
     fig, ax = plt.subplots(figsize=(1.3 * (len(columns) + 1) + 3, 0.45 * len(scores) + 1.8))
     image = ax.imshow(values, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(columns) + 1), [*columns, "MAD score"], rotation=35, ha="right")
+    ax.set_xticks(range(len(columns) + 1), [*columns, aggregate_name(columns)], rotation=35, ha="right")
     ax.set_yticks(range(len(labels)), labels)
     for (i, j), value in np.ndenumerate(values):
         if not np.isnan(value):
@@ -250,7 +261,7 @@ def plot_heatmap(scores: Sequence[SpecScore], path: str | os.PathLike) -> Path:
                     color="black" if value > 0.6 else "white")
     ax.axvline(len(columns) - 0.5, color="white", linewidth=2)
     fig.colorbar(image, ax=ax, label="accuracy")
-    ax.set_title("MAD: eval accuracy per task (best over lr x wd, mean over settings)")
+    ax.set_title(f"MAD, {protocols_text(scores)}: eval accuracy per task (best over lr x wd, mean over settings)")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
