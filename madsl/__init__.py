@@ -27,5 +27,14 @@ def compile(spec: "Spec | str", **kwargs: Any):  # noqa: A001 - the verb users e
     return compile_spec(spec, **kwargs)
 
 
-__all__ = ["MadslError", "Spec", "account", "build_graph", "compile", "load_spec", "spec_from_topology",
-           "__version__"]
+def load_run(directory: str, **kwargs: Any):
+    """The trained model of a run exported with `madsl export` (safetensors + JSON; never unpickles).
+
+    Keyword arguments: device."""
+    from .runner.kept import load_run as load
+
+    return load(directory, **kwargs)
+
+
+__all__ = ["MadslError", "Spec", "account", "build_graph", "compile", "load_run", "load_spec",
+           "spec_from_topology", "__version__"]

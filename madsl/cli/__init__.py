@@ -7,6 +7,7 @@
     madsl fit SPEC [--free SYMBOL.PARAM] [--match SPEC --on QUANTITY] [-o PATH]
     madsl eval SPEC... (see `madsl eval --help`)
     madsl report (see `madsl report --help`)
+    madsl export RUN_ID -o DIR [--db PATH]
     madsl schema [-o PATH]
     madsl convert (--from-megatron PATTERN [--dim N] [--layer SYMBOL.PARAM=VALUE] | --to-megatron SPEC)
     madsl data TASK [--set KEY=VALUE] [--conventions mad-lab|madsl] [--split train|test] [--seed N]
@@ -20,8 +21,8 @@ where a command has it: check prints each spec's layers, eval a line per epoch).
 of this package imports torch or the runner at import time (the commands do, when run).
 
 One module per command group: layout.py (compile, expand, check), fit.py (fit), evaluate.py (eval),
-report.py (report), schema.py (schema), convert.py (convert), data.py (data); arguments.py holds the argparse
-value types, common.py the exit
+report.py (report, export), schema.py (schema), convert.py (convert), data.py (data); arguments.py holds the
+argparse value types, common.py the exit
 codes and output helpers. Nothing outside this package imports it.
 """
 from __future__ import annotations
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_parser(sub)
     evaluate.add_parser(sub)
     report.add_parser(sub)
+    report.add_export_parser(sub)
     schema.add_parser(sub)
     convert.add_parser(sub)
     data.add_parser(sub)

@@ -68,6 +68,8 @@ def add_parser(subparsers) -> None:
                         "(LOW..HIGH: the powers of two from LOW to HIGH, e.g. 64..1048576)")
     p.add_argument("--freeze", action="append", metavar="NAME",
                    help="do not train these layers: a symbol (Mb), a tag (#a) or embedding; repeatable")
+    p.add_argument("--keep", choices=("none", "best"), default="none",
+                   help="best: keep each run's best weights in the results folder, for `madsl export RUN_ID`")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan and exit: runs (in all, done, pending), training tokens, FLOPs, estimated "
                         "time (a few timed steps of each distinct model, cached beside --db); with --format json")
@@ -126,7 +128,7 @@ def cmd_eval(args) -> int:
                            conventions=args.conventions,
                            progress=not args.quiet and args.format == "text", executor=args.executor,
                            address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run,
-                           dry_run=args.dry_run, reporter=reporter)
+                           dry_run=args.dry_run, reporter=reporter, keep=args.keep)
     except KeyboardInterrupt:
         print("aborted; rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -29,3 +29,25 @@ def cmd_report(args) -> int:
     if args.plot and not args.quiet:
         print(f"wrote {args.plot}", file=sys.stderr)
     return EXIT_OK
+
+
+def add_export_parser(subparsers) -> None:
+    p = subparsers.add_parser("export", help="write a run's kept model (madsl eval --keep best) as safetensors + JSON")
+    p.add_argument("run_id", metavar="RUN_ID", help="the run (a unique prefix of its id is enough)")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write model.safetensors and "
+                                                                         "config.json into")
+    p.add_argument("--db", default="madsl-results.db", help="results database (default: %(default)s)")
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_export(args) -> int:
+    """Bad input raises MadslError (main() prints it, exit 2)."""
+    from pathlib import Path
+
+    from madsl.runner.kept import export
+    from madsl.runner.store import store_files_dir
+
+    run_id, out = export(store_files_dir(Path(args.db)), args.run_id, Path(args.output))
+    if not args.quiet:
+        print(f"wrote {out}: run {run_id} (load it with madsl.load_run({str(out)!r}))", file=sys.stderr)
+    return EXIT_OK

@@ -256,7 +256,8 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
              model_factory: Callable[[Any], Any] | None = None, task_registry: Mapping[str, Any] | None = None,
              executor: Executor | str | None = None, reporter: Reporter | None = None,
              stop_requested: Callable[[], bool] | None = None, address: str | None = None,
-             cpus_per_run: float = 1.0, gpus_per_run: float = 0.0, dry_run: bool = False) -> dict:
+             cpus_per_run: float = 1.0, gpus_per_run: float = 0.0, dry_run: bool = False,
+             keep: str | None = None) -> dict:
     """Evaluate specs on tasks under a protocol; finished runs in `db` are never repeated.
 
     spec_paths: .mad files (or Spec objects). tasks: task names or "all" (None: the spec's
@@ -267,6 +268,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     stop_requested: polled; once true, runs checkpoint and stop (as on Ctrl-C).
     executor: "local" (default: `workers` processes of this machine), "ray" (a Ray cluster at
     `address`, each run holding `cpus_per_run` CPUs and `gpus_per_run` GPUs), or an Executor.
+    keep: "best" keeps each run's best weights in the results folder (`madsl export`, madsl.runner.kept).
     dry_run: plan only: return {"plan": ...} (runs, done, pending, tokens, FLOPs, estimated time;
     madsl.runner.cost) without running anything. A run with progress prints the same plan first.
     Returns a summary: counts of runs, failures, and the scores of these specs.
@@ -284,8 +286,12 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     if not specs:
         raise MadslError("no spec to evaluate", hint="madsl eval SPEC.mad ...")
     check_database(db)  # a bad --db is refused before anything is planned or written
+    if keep not in (None, "none", "best"):
+        raise MadslError(f"keep must be 'best' or 'none', got {keep!r}")
     plan = plan_evaluation(StoreFiles(db), specs, cli, task_registry, model_factory, device, placement,
                            runs_on=_ray_device(ray_options) if ray_options is not None else None)
+    for job in plan.jobs:
+        job.keep_best = keep == "best"
     if dry_run or progress:
         cost = plan_cost(db, plan, at_once=workers if ray_options is None else None,
                          executor_name="ray" if ray_options is not None else "local")

@@ -57,6 +57,7 @@ class RunJob:
     data_dir: str | None = None
     device: str = "auto"
     label: str = ""  # for progress displays
+    keep_best: bool = False  # keep the best epoch's weights when the run finishes (madsl.runner.kept)
 
 
 @dataclass
@@ -126,9 +127,17 @@ def execute_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callabl
         result = train_run(job.train, build_model, train_data, test_data, num_classes=max(num_classes, 1),
                            device=device, checkpoint_path=Path(job.checkpoint_path),
                            hooks=TrainHooks(on_epoch=on_epoch, on_progress=on_progress, should_stop=should_stop,
-                                            on_length=on_length),
+                                            on_length=on_length, keep_best=job.keep_best),
                            length_data=length_data)
-        emit(Event("finished", job.run_id, {"result": result.to_dict(), "device": str(device)}))
+        # how the model was built, so that a kept model can be rebuilt (madsl.runner.kept)
+        build = {"vocab_size": vocab_size, "max_seq_len": seq_len, "num_classes": max(num_classes, 1),
+                 "backbone_num_classes": (num_classes if head in ("lm", "classify") and num_classes != vocab_size
+                                          else None),
+                 "head": head, "input_dim": input_dim,
+                 "target_len": int(train_data.targets.shape[1]) if head == "compression" else None,
+                 "compression_position": int(dict(train_data.meta).get("compression_position", -1)),
+                 "conventions": job.train.conventions}
+        emit(Event("finished", job.run_id, {"result": result.to_dict(), "device": str(device), "build": build}))
     except RunInterrupted as err:
         emit(Event("interrupted", job.run_id, {"message": str(err)}))
     except BaseException as err:  # noqa: BLE001 - report, never take the executor down
@@ -454,10 +463,23 @@ class Coordinator:
 
     def _on_finished(self, job: RunJob, data: dict) -> None:
         self.store.finish(job.run_id, data["result"], data.get("device"))
+        if job.keep_best:
+            self._keep(job, data)
         Path(job.checkpoint_path).unlink(missing_ok=True)  # the store has it all now
         self.active.pop(job.run_id, None)
         self.outcome.done.append(job.run_id)
         self.reporter.ended(job, "done", _fmt_acc(data["result"]["best"].get("eval_macro_acc")))
+
+    def _keep(self, job: RunJob, data: dict) -> None:
+        """--keep best: the run's best weights from its final checkpoint, into the results folder."""
+        from madsl.runner.kept import keep_best
+
+        spec = getattr(job.model_factory, "spec", None)
+        kept = keep_best(job.run_id, Path(job.checkpoint_path), self.store.files_dir,
+                         getattr(spec, "data", None), data.get("build") or {}, data["result"],
+                         getattr(job.task, "name", str(job.task)), dict(job.setting))
+        if kept is None:
+            self.reporter.message(f"{job.label}: no best weights to keep (the run finished before --keep best)")
 
     def _on_failed(self, job: RunJob, data: dict) -> None:
         self.store.release(job.run_id, "failed", data.get("traceback") or data["error"], self.owner)

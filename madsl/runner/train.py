@@ -208,6 +208,7 @@ class TrainHooks:
     should_stop: Callable[[], bool] | None = None
     on_length: Callable[[int, int, int], None] | None = None  # (length, index, count): evaluating at it
     checkpoint_every_s: float = 300.0  # also checkpoint mid-epoch this often (long epochs)
+    keep_best: bool = False  # hold the best epoch's weights (in the checkpoint) for `--keep best`
 
 
 def build_optimizer(model: torch.nn.Module, lr: float, wd: float, device: torch.device,
@@ -327,6 +328,7 @@ class RunState:
     history: list[EpochMetrics] = field(default_factory=list)
     best: EpochMetrics | None = None
     best_state: dict | None = None  # the best epoch's weights, kept when lengths are evaluated after
+    keep_best: bool = False  # or when the run's best model is kept (`--keep best`)
     finished: bool = False  # training is over (length evaluations may remain)
     length_evals: list[dict] = field(default_factory=list)  # in settings.eval_lengths order
     diverged_epoch: int | None = None
@@ -392,7 +394,7 @@ class RunState:
             self.diverged_epoch = metrics.epoch
         if self.best is None or metrics.selection_key() < self.best.selection_key():
             self.best = metrics
-            if self.settings.eval_lengths:
+            if self.settings.eval_lengths or self.keep_best:
                 self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
         acc, threshold = metrics.eval_macro_acc, self.settings.early_stop_acc
         solved = acc is not None and (acc > threshold if self.settings.conventions == MAD_LAB else acc >= threshold)
@@ -527,6 +529,7 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
             except (KeyError, TypeError, ValueError) as err:
                 raise CheckpointError(checkpoint_path, f"holds a malformed result ({type(err).__name__})") from None
     state = RunState.start(settings, build_model, device, num_train, num_classes)
+    state.keep_best = hooks.keep_best
     if saved is not None:
         try:
             state.restore(saved)

@@ -1,0 +1,75 @@
+"""Kept models: `madsl eval --keep best`, `madsl export RUN_ID -o DIR`, `madsl.load_run(DIR)`.
+
+The loaded model must be the run's best epoch: evaluated on the run's test split the way
+training evaluates, it gives the accuracy the store recorded for that epoch."""
+from __future__ import annotations
+
+import json
+import pickle
+import sqlite3
+from pathlib import Path
+
+import pytest
+import torch
+
+import madsl
+from madsl.cli import main
+from madsl.runner.executor import load_split
+from madsl.runner.train import EVAL_BATCH, _to_tensor, evaluate
+from madsl.tasks import get_task
+
+torch.set_num_threads(1)
+SPEC = Path(__file__).resolve().parent.parent / "specs" / "paper" / "hyena-sg.mad"
+TINY = ["--task", "in-context-recall", "--protocol", "smoke", "--epochs", "2", "--batch-size", "8",
+        "--set", "seq_len=32", "--set", "num_train_examples=32", "--set", "num_test_examples=16"]
+
+
+def test_keep_best_export_and_load_give_the_recorded_accuracy(tmp_path, capsys):
+    db = tmp_path / "results.db"
+    assert main(["eval", str(SPEC), *TINY, "--db", str(db), "--keep", "best", "--format", "json"]) == 0
+    [run_id] = json.loads(capsys.readouterr().out)["run_ids"]
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        run = dict(conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone())
+
+    out = tmp_path / "best-hyena"
+    assert main(["export", run_id[:12], "-o", str(out), "--db", str(db)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    model = madsl.load_run(out)
+    config = model.config
+    assert config["run_id"] == run_id and config["best_epoch"] == run["best_epoch"]
+
+    task = get_task(config["task"])
+    test = load_split(task, config["setting"], "test", 0, str(tmp_path / "results.files" / "data"))
+    x, y = _to_tensor(test.inputs, torch.device("cpu")), _to_tensor(test.targets, torch.device("cpu"))
+    metrics = evaluate(model, x, y, max(8, EVAL_BATCH), config["build"]["num_classes"])
+    assert metrics["macro_acc"] == pytest.approx(run["best_eval_acc"], abs=1e-9)
+    assert metrics["loss"] == pytest.approx(config["metrics"]["eval_loss"], rel=1e-5)
+
+
+def test_export_errors_are_bad_input(tmp_path, capsys):
+    db = tmp_path / "results.db"
+    assert main(["export", "abc", "-o", str(tmp_path / "out"), "--db", str(db)]) == 2
+    assert "no kept model" in capsys.readouterr().err
+
+
+def test_loading_never_unpickles(tmp_path):
+    """A folder with a pickle where the weights should be is refused, and the pickle never runs."""
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    folder = tmp_path / "planted"
+    folder.mkdir()
+    build = {"vocab_size": 8, "max_seq_len": 16, "num_classes": 8, "backbone_num_classes": None, "head": "lm",
+             "input_dim": 0, "target_len": None, "compression_position": -1, "conventions": "madsl"}
+    spec = madsl.spec_from_topology("Mb", dim=16).data
+    (folder / "config.json").write_text(json.dumps({"format": "madsl-run-model/1", "spec": spec, "build": build}))
+    (folder / "model.safetensors").write_bytes(pickle.dumps(Payload()))
+    with pytest.raises(madsl.MadslError, match="not a safetensors file"):
+        madsl.load_run(folder)
+    assert not marker.exists()
+    with pytest.raises(madsl.MadslError, match="not an exported madsl model"):
+        madsl.load_run(tmp_path)
