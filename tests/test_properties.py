@@ -11,14 +11,15 @@ import re
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from madsl import account, load_spec
 from madsl import topology as topo
 from madsl.errors import MadslError
 
-PROFILE = dict(derandomize=True, database=None, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+# No deadline: examples are timed by wall clock, which a loaded CI machine turns into flaky failures.
+PROFILE = dict(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # --- generated valid topologies -------------------------------------------------------
 
@@ -99,7 +100,11 @@ def typed(topology):
 @settings(max_examples=200, **PROFILE)
 @given(written_topologies())
 def test_canonical_form_parses_back_to_the_same_architecture(text):
-    parsed = topo.parse(text)
+    try:
+        parsed = topo.parse(text)
+    except topo.TopologySyntaxError as err:  # the generator can nest its way past the block limit
+        assume(f"the limit is {topo.MAX_BLOCKS:,}" not in err.message)
+        raise
     printed = topo.canonical(parsed)
     again = topo.parse(printed)
     assert typed(again) == typed(parsed), printed
