@@ -5,7 +5,6 @@ source checkout they are the top-level folders next to `madsl/`.
 """
 from __future__ import annotations
 
-import importlib.util
 from functools import cache
 from pathlib import Path
 
@@ -17,10 +16,12 @@ def _package_dir(package: str, fallback: str) -> Path:
     local = _ROOT / fallback
     if local.is_dir():  # a source checkout (editable install or tests run from the tree)
         return local
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
+    # Installed, the data lies in the folder of that name inside madsl/. Not found by import
+    # machinery: `madsl.stdlib` is also the module stdlib.py, which shadows the data folder.
+    installed = Path(__file__).resolve().parent / package.rpartition(".")[2]
+    if not installed.is_dir():
         raise FileNotFoundError(f"madsl is installed without its {fallback}/ data ({package})")
-    return Path(next(iter(spec.submodule_search_locations)))
+    return installed
 
 
 def grammar_file() -> Path:
