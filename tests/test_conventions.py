@@ -252,3 +252,33 @@ def test_unknown_conventions_are_located_errors(tmp_path, capsys):
         evaluate([FakeSpec("s", "s")], tasks=["selective-copying"], protocol="smoke", db=tmp_path / "x.db",
                  conventions="mad-lab", settings_overrides={"vocab_size": 2}, progress=False)
     assert not (tmp_path / "x.db").exists()
+
+
+# --- the memorization ceiling ----------------------------------------------------------------
+
+def test_memorization_ceiling_is_the_share_of_test_facts_shown_in_training():
+    task = get_task("memorization")
+    setting = {"vocab_size": 8192, "num_test_examples": 256}
+    train, test = task.generate(setting, "train", 0), task.generate(setting, "test", 0)
+    shown = set(train.inputs[:, 0::2].ravel().tolist())
+    asked = set(test.inputs[:, 0::2].ravel().tolist())
+    assert task.ceiling(setting, 0) == pytest.approx(len(asked & shown) / len(asked))
+    assert 0.55 < task.ceiling(setting, 0) < 0.7  # 4096 draws of 4096 keys: about 1 - 1/e are shown
+    assert task.ceiling({}, 0) == 1.0 and get_task("in-context-recall").ceiling({}, 0) is None
+
+
+def test_report_shows_the_ceiling_where_a_task_has_one(tmp_path, capsys):
+    from madsl.runner.api import evaluate
+    from madsl.runner.report import load_scores, records
+    from tests.runner_helpers import standin_factory
+
+    db = tmp_path / "r.db"
+    evaluate([FakeSpec("standin", "standin-v1")], tasks=["memorization", "compression"], protocol="smoke", db=db,
+             epochs=1, progress=False, model_factory=standin_factory, settings_overrides={"vocab_size": 4096})
+    by_task = {r["task"]: r for r in records(load_scores(db)) if not r["aggregate"]}
+    expected = get_task("memorization").ceiling({"vocab_size": 4096, "num_train_examples": 64,
+                                                 "num_test_examples": 32}, 0)
+    assert by_task["memorization"]["ceiling"] == pytest.approx(expected) and expected < 0.5
+    assert by_task["compression"]["ceiling"] is None
+    assert main(["report", "--db", str(db)]) == 0
+    assert "ceiling" in capsys.readouterr().out

@@ -1,8 +1,8 @@
 """`madsl report`: the leaderboard of a results database.
 
     text   a table architectures x tasks with the MAD score and the conventions the runs
-           followed (madsl.conventions), then per task: score,
-           settings, runs (and how many diverged: loss NaN / inf), best lr / wd, seconds
+           followed (madsl.conventions), then per task: score, the task's ceiling (the best
+           score any model could reach, where the data bound it: memorization), settings, runs (and how many diverged: loss NaN / inf), best lr / wd, seconds
            per run; where runs were evaluated at other sequence lengths (--eval-lengths),
            a length-extrapolation table
     json   a list of records: one per (spec, task) with `spec`, `task`, `score`, ...,
@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import os
@@ -30,7 +31,7 @@ PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp")
 AGGREGATE = "MAD"
 RECORD_FIELDS = ("spec", "protocol", "task", "aggregate", "score", "metric", "settings", "runs_done", "runs_total",
                  "best_lr", "best_wd", "seconds_per_run", "spec_hash", "length_evals",
-                 "runs_diverged", "conventions")  # new fields go last: csv readers by position keep working
+                 "runs_diverged", "conventions", "ceiling")  # new fields go last: csv readers by position keep working
 
 
 def mad_task_order() -> list[str]:
@@ -64,7 +65,26 @@ def load_scores(db: str | os.PathLike, protocol: str | None = None,
     if protocol is not None:
         labels = {k: [p for p in v if p == protocol] for k, v in labels.items()}
         rows = [r for r in rows if labels.get(r["run_id"])]
-    return spec_scores(rows, labels, mad_task_order(), length_evals)
+    return spec_scores(rows, labels, mad_task_order(), length_evals, ceiling=task_ceiling)
+
+
+@functools.lru_cache(maxsize=256)
+def _ceiling(task: str, conventions: str, setting: str, seed: int) -> float | None:
+    try:
+        from madsl.tasks import TASKS, get_task
+    except ImportError:
+        return None
+    if task not in TASKS:
+        return None
+    try:
+        return get_task(task, conventions).ceiling(json.loads(setting), seed)
+    except (ValueError, KeyError):  # a setting this version's task no longer accepts: no ceiling to show
+        return None
+
+
+def task_ceiling(task: str, conventions: str, setting: dict, seed: int) -> float | None:
+    """The best score any model could reach on a task setting (`Task.ceiling`), where the task has one."""
+    return _ceiling(task, conventions, json.dumps(setting, sort_keys=True), int(seed))
 
 
 def records(scores: Sequence[SpecScore]) -> list[dict]:
@@ -153,14 +173,16 @@ def render_text(scores: Sequence[SpecScore], width: int = 160) -> str:
             cells.append("-" if ts is None else _fmt(ts.score, ts.metric) + ("" if ts.metric == "accuracy" else " mse"))
         board.add_row(_cell(_row_name(s, scores)), *cells, _fmt(s.score), s.conventions,
                       _fmt_runs(s.runs_done, s.runs_total, s.runs_diverged), _fmt_seconds(s.seconds_per_run))
-    detail = Table(title="per task")
+    detail = Table(title="per task (ceiling: the best score any model could reach on the test data, "
+                         "where the task has one)")
     for name, justify in (("architecture", "left"), ("conventions", "left"), ("task", "left"), ("score", "right"),
-                          ("settings", "right"),
+                          ("ceiling", "right"), ("settings", "right"),
                           ("runs", "right"), ("best lr", "right"), ("best wd", "right"), ("time/run", "right")):
         detail.add_column(name, justify=justify)
     for s in scores:
         for t in s.tasks.values():
-            detail.add_row(_cell(_row_name(s, scores)), s.conventions, t.task, _fmt(t.score, t.metric), str(t.settings),
+            detail.add_row(_cell(_row_name(s, scores)), s.conventions, t.task, _fmt(t.score, t.metric),
+                           _fmt(t.ceiling), str(t.settings),
                            _fmt_runs(t.runs_done, t.runs_total, t.runs_diverged),
                            "-" if t.best_lr is None else f"{t.best_lr:g}",
                            "-" if t.best_wd is None else f"{t.best_wd:g}", _fmt_seconds(t.seconds_per_run))

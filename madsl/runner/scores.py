@@ -18,7 +18,7 @@ import json
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 
 @dataclass
@@ -42,6 +42,8 @@ class TaskScore:
     length_evals: list[dict[str, Any]] = field(default_factory=list)
     runs_diverged: int = 0  # finished runs whose loss became NaN / inf (their best finite epoch counts)
     conventions: str = "madsl"
+    # the best score any model could reach, mean over the settings scored (where the task has one)
+    ceiling: float | None = None
 
     def record(self) -> dict:
         out = asdict(self)
@@ -79,6 +81,18 @@ def run_conventions(row: Mapping[str, Any]) -> str:
     except (KeyError, IndexError, TypeError, ValueError):
         return "madsl"
     return config.get("conventions", "madsl") if isinstance(config, dict) else "madsl"
+
+
+def _task_ceiling(ceiling: Callable[[str, str, Mapping[str, Any], int], float | None], ts: "TaskScore",
+                  rows: Sequence[Mapping[str, Any]]) -> float | None:
+    per_setting = []
+    for setting in ts.setting_scores:
+        seeds = sorted({r["seed"] for r in rows if r["setting"] == setting and r["status"] == "done"})
+        values = [ceiling(ts.task, ts.conventions, json.loads(setting), seed) for seed in seeds]
+        if not values or any(v is None for v in values):
+            return None
+        per_setting.append(statistics.fmean(values))
+    return statistics.fmean(per_setting) if per_setting else None
 
 
 def run_accuracy(row: Mapping[str, Any]) -> float | None:
@@ -141,12 +155,16 @@ def mad_score(task_scores: Iterable[TaskScore]) -> float | None:
 
 def spec_scores(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence[str]] | None = None,
                 task_order: Sequence[str] = (),
-                length_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> list[SpecScore]:
+                length_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+                ceiling: Callable[[str, str, Mapping[str, Any], int], float | None] | None = None
+                ) -> list[SpecScore]:
     """Scores of every (spec, protocol) in `rows`, best MAD score first.
 
     labels: run_id -> protocols that asked for it; a run counts in each of them.
     length_evals: run_id -> its rows of the store's length_evals table; the best run of
     each setting lends its rows to the task score.
+    ceiling(task, conventions, setting, seed): the task's ceiling at a setting, or None;
+    a task score's ceiling is its mean over the scored settings (over seeds within one).
     """
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     names: dict[str, str] = {}
@@ -164,6 +182,8 @@ def spec_scores(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence
                  for t in sorted(by_task, key=lambda t: (order.get(t, len(order)), t))}
         for ts in tasks.values():
             ts.conventions = conventions
+            if ceiling is not None:
+                ts.ceiling = _task_ceiling(ceiling, ts, by_task[ts.task])
             ts.length_evals = [{"setting": json.loads(setting), "length": ev["length"], "status": ev["status"],
                                 "acc": ev["acc"], "macro_acc": ev["macro_acc"], "loss": ev["loss"],
                                 "seconds": ev["seconds"]}

@@ -77,6 +77,11 @@ class Task:
         """Size of the model's output layer; by default the input vocabulary."""
         return self.vocab_size(settings)
 
+    def ceiling(self, settings: Mapping[str, Any], seed: int) -> float | None:
+        """The best score any model could reach on this setting's test split, where the data
+        bound it below 1 (memorization: facts never shown in training cannot be known); None otherwise."""
+        return None
+
     def input_dim(self, settings: Mapping[str, Any]) -> int:
         """Width of real-valued inputs (N, L, input_dim); 0 for token tasks."""
         return 0
