@@ -46,13 +46,14 @@ class LayerRow:
     shared: bool = False  # True for the second and later uses of a tag
     branch: int | None = None  # index inside a parallel mixer
     group_path: tuple[int, ...] = ()  # ids of the attribute groups that enclose it
+    derived: dict[str, Any] = field(default_factory=dict)  # sizes the primitive derives (e.g. inner_head_dim)
 
     def as_dict(self) -> dict[str, Any]:
         return {"index": self.index, "block": self.block, "symbol": self.symbol, "primitive": self.primitive,
                 "role": self.role, "params": self.params, "norm_params": self.norm_params,
                 "fixed_state": self.fixed_state, "conv_state": self.conv_state, "kv_cache": self.kv_cache,
                 "flops": self.flops, "tag": self.tag, "shared": self.shared, "branch": self.branch,
-                "config": self.config}
+                "config": self.config, "derived": self.derived}
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ class _Builder:
         norm_shared = shared and branch is None
         norm = 0 if norm_shared or not with_norm else norm_params(self.spec)
         row = LayerRow(index=len(self.rows), block=block, node=node_id, symbol=layer.symbol,
-                       primitive=prim.name, role=role, config=prim.config(),
+                       primitive=prim.name, role=role, config=prim.config(), derived=prim.derived(),
                        params=(0 if shared else cost.params) + norm, norm_params=norm,
                        fixed_state=cost.fixed_state, conv_state=cost.conv_state,
                        kv_cache=cost.kv_cache, flops=cost.flops, tag=layer.tag, shared=shared,

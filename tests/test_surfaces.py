@@ -205,3 +205,11 @@ def test_the_aggregate_is_the_mad_score_only_over_the_six_mad_tasks():
     assert aggregate_name(list(reversed(mad_task_order()))) == "MAD score"
     assert aggregate_name(["in-context-recall"]) == "mean"
     assert aggregate_name([*mad_task_order(), "induction-heads"]) == "mean"
+
+
+def test_compile_json_shows_the_derived_sizes_of_every_layer():
+    proc = madsl_without_torch("compile", "-t", "Mb:A-Sg", "--dim", "768", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    layers = {row["symbol"]: row for row in json.loads(proc.stdout)["layers"]}
+    assert layers["A"]["config"]["head_dim"] is None and layers["A"]["derived"]["inner_head_dim"] == 768
+    assert layers["Mb"]["derived"] == {"d_inner": 1536, "rank": 48}

@@ -90,6 +90,17 @@ class Primitive:
     def config(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "dim"}
 
+    def derived(self) -> dict[str, Any]:
+        """The sizes derived from the hyperparameters (the class's properties: e.g. attention's
+        inner_head_dim where head_dim is null), so that reports show every resolved value."""
+        out = {}
+        for name in sorted(dir(type(self))):
+            if isinstance(getattr(type(self), name, None), property) and not name.startswith("_"):
+                value = getattr(self, name)
+                if isinstance(value, (bool, int, float, str)):
+                    out[name] = value
+        return out
+
     # --- accounting -----------------------------------------------------------------
     def params(self) -> int:
         raise NotImplementedError
