@@ -213,3 +213,17 @@ def test_compile_json_shows_the_derived_sizes_of_every_layer():
     layers = {row["symbol"]: row for row in json.loads(proc.stdout)["layers"]}
     assert layers["A"]["config"]["head_dim"] is None and layers["A"]["derived"]["inner_head_dim"] == 768
     assert layers["Mb"]["derived"] == {"d_inner": 1536, "rank": 48}
+
+
+def test_progress_labels_name_the_protocols_own_setting():
+    from madsl.runner.api import _setting_label
+    from madsl.runner.protocols import budgeted_baseline, get_protocol
+    from madsl.tasks import TASKS
+
+    task = TASKS["in-context-recall"]
+    smoke = budgeted_baseline(task, get_protocol("smoke"))
+    assert smoke != dict(task.baseline)
+    assert _setting_label(smoke, smoke, task.baseline, "smoke") == "smoke setting"
+    baseline = budgeted_baseline(task, get_protocol("baseline"))
+    assert _setting_label(baseline, baseline, task.baseline, "baseline") == "baseline"
+    assert _setting_label(smoke, {**smoke, "seq_len": 256}, task.baseline, "smoke") == "seq_len=256"

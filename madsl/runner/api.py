@@ -123,9 +123,14 @@ def _check_eval_lengths(task: Any, settings: Mapping[str, Any], lengths: Sequenc
                              f"{task.name} setting: {message}", where) from None
 
 
-def _setting_label(baseline: Mapping[str, Any], setting: Mapping[str, Any]) -> str:
+def _setting_label(baseline: Mapping[str, Any], setting: Mapping[str, Any], task_baseline: Mapping[str, Any],
+                   protocol: str) -> str:
+    """What a run's setting changes from its protocol's baseline; unchanged: "baseline" where
+    that is the task's baseline, else the protocol's own (smoke, quick: a smaller budget)."""
     changed = [f"{k}={v}" for k, v in setting.items() if baseline.get(k) != v]
-    return ", ".join(changed) if changed else "baseline"
+    if changed:
+        return ", ".join(changed)
+    return "baseline" if dict(baseline) == dict(task_baseline) else f"{protocol} setting"
 
 
 # --- progress ------------------------------------------------------------------------------
@@ -485,7 +490,8 @@ def plan_evaluation(store: StoreFiles, specs: Sequence[tuple[Any, str | None]], 
             identities.append((identity, spec.name))
             task = _task_for_run(registry, run)
             baseline = budgeted_baseline(task, spec_plan.protocol)
-            label = (f"{spec.name} · {run.task} · {_setting_label(baseline, run.settings)} · "
+            setting_label = _setting_label(baseline, run.settings, task.baseline, spec_plan.protocol.name)
+            label = (f"{spec.name} · {run.task} · {setting_label} · "
                      f"lr {run.train.lr:g} wd {run.train.wd:g}" + (f" · seed {run.train.seed}"
                                                                   if run.train.seed else "") +
                      (f" · {run.train.conventions}" if run.train.conventions != "madsl" else ""))
