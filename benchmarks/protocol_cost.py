@@ -12,11 +12,17 @@ settings), epochs = 200 and stop = the fraction of epochs early stopping leaves
 (`--stop-fraction`, default 1: no early stop, an upper bound; measure it on a sample of
 settings with `madsl eval --protocol paper --task ...` and pass it in).
 
-Grid batching (the 6 (lr, wd) runs of a setting as one model) is not implemented yet,
-so there is no batched-vs-unbatched column; docs/runner.md says why.
+Grid batching: for each task, the paper grid's 6 (lr, wd) runs of one epoch on
+`--grid-examples` training examples, run one after another (`execute_job` each), as one
+grid group in lockstep and as one stacked model (`madsl.runner.grid`, `stacked`; where the
+layers stack), in the same process and run; the columns are time over the unbatched time
+(below 1: faster; CPU time of this process on the CPU, wall time on a GPU), and the
+projection is also given with each task's hours scaled by the ratio of the mode this
+device uses by default.
 
     python benchmarks/protocol_cost.py                       # paper specs mamba, hyena-sg, attention-sg
     python benchmarks/protocol_cost.py --quick               # a few minutes on 2 CPU cores
+    python benchmarks/protocol_cost.py --grid-only           # only batched vs unbatched, every task
     python benchmarks/protocol_cost.py --specs specs/paper/*.mad --precision bf16 --device cuda
 """
 from __future__ import annotations
@@ -31,7 +37,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from madsl.runner.api import CompiledSpecFactory, _task_registry, plan_spec  # noqa: E402
+from madsl.runner.api import (CompiledSpecFactory, _task_registry, cli_overrides, plan_evaluation,  # noqa: E402
+                              plan_spec)
+from madsl.runner.grid import stacks_on  # noqa: E402
+from madsl.runner.store import StoreFiles  # noqa: E402
 from madsl.runner.executor import RunJob, execute_job  # noqa: E402
 from madsl.runner.precision import resolve_precision  # noqa: E402
 from madsl.runner.protocols import Overrides  # noqa: E402
@@ -68,6 +77,45 @@ def epoch_seconds(spec, path: str, task_name: str, device: str, precision: str, 
     return seconds * _size(full) / _size(run.settings), dict(full)
 
 
+def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, examples: int,
+                 workdir: Path) -> tuple[float, float, float | None]:
+    """Seconds of the paper grid's 6 (lr, wd) runs (one epoch on `examples` training
+    examples): one after another, as one grid group in lockstep, and as one stacked model
+    (None where the layers do not stack); each with its own data cache."""
+    from madsl.runner.executor import job_inputs
+    from madsl.runner.stacked import batchable
+
+    from madsl.runner.protocols import PAPER_GRID_LR, PAPER_GRID_WD
+
+    cli = cli_overrides(protocol="baseline", tasks=[task_name], lr=list(PAPER_GRID_LR), wd=list(PAPER_GRID_WD),
+                        epochs=1, eval_lengths=[], precision=precision,
+                        settings={"num_train_examples": examples, "num_test_examples": min(examples, 256)})
+    # CPU time on the CPU (robust to other jobs on a shared machine), wall time on a GPU
+    clock = time.monotonic if device.startswith("cuda") else time.process_time
+    times = []
+    for mode in ("unbatched", "lockstep", "stacked"):
+        plan = plan_evaluation(StoreFiles(workdir / f"grid-{task_name}-{mode}.db"), [(spec, path)], cli,
+                               device=device)
+        if mode == "stacked":
+            model = job_inputs(plan.jobs[0]).build_model()
+            if not batchable([model, model]):
+                times.append(None)
+                continue
+        work = plan.work(batch_grid=mode != "unbatched")
+        for job in work:
+            if mode != "unbatched":
+                job.stack = mode == "stacked"
+        events: list = []
+        started = clock()
+        for job in work:
+            execute_job(job, events.append, lambda: False)
+        times.append(clock() - started)
+        done = [e for e in events if e.kind == "finished"]
+        if len(done) != len(plan.jobs):
+            raise RuntimeError(f"{task_name}: grid runs did not finish: {[e for e in events if e.kind == 'failed']}")
+    return times[0], times[1], times[2]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--specs", nargs="+", default=DEFAULT_SPECS)
@@ -77,11 +125,15 @@ def main() -> int:
                         help="fraction of the 200 epochs early stopping leaves (measured elsewhere)")
     parser.add_argument("--quick", action="store_true",
                         help="one spec (mamba) on 256 training examples per task, scaled up")
+    parser.add_argument("--grid-examples", type=int, default=64,
+                        help="training examples of the batched-vs-unbatched grid comparison (0: skip it)")
+    parser.add_argument("--grid-only", action="store_true",
+                        help="only the batched-vs-unbatched comparison, for every spec and task (no projection)")
     args = parser.parse_args()
     import torch
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    specs = args.specs[:1] if args.quick else args.specs
+    specs = args.specs[:1] if args.quick and not args.grid_only else args.specs
     examples = 256 if args.quick else None
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
     print(f"device: {device} ({name}), precision {args.precision}, torch threads {torch.get_num_threads()}")
@@ -93,18 +145,37 @@ def main() -> int:
             runs_by_task = collections.defaultdict(list)
             for run in paper.runs:
                 runs_by_task[run.task].append(run)
-            total = 0.0
+            total = batched_total = 0.0
             print(f"\n{spec.name}: {len(paper.runs)} runs in the paper protocol")
             for task_name, runs in runs_by_task.items():
                 started = time.monotonic()
-                seconds, baseline = epoch_seconds(spec, path, task_name, device, args.precision, examples, Path(tmp))
-                task_hours = sum(seconds * _size(dict(r.settings)) / _size(baseline) * r.train.epochs
-                                 * args.stop_fraction for r in runs) / 3600
-                total += task_hours
+                if not args.grid_only:
+                    seconds, baseline = epoch_seconds(spec, path, task_name, device, args.precision, examples,
+                                                      Path(tmp))
+                    task_hours = sum(seconds * _size(dict(r.settings)) / _size(baseline) * r.train.epochs
+                                     * args.stop_fraction for r in runs) / 3600
+                    total += task_hours
+                grid = ""
+                ratio = 1.0
+                if args.grid_examples:
+                    unbatched, lockstep, stacked = grid_seconds(spec, path, task_name, device, args.precision,
+                                                                args.grid_examples, Path(tmp))
+                    default = stacked if stacked is not None and stacks_on(device) else lockstep
+                    ratio = default / unbatched
+                    grid = (f"   grid of 6: unbatched {unbatched:6.2f} s, lockstep {lockstep / unbatched:.2f}x, "
+                            + (f"stacked {stacked / unbatched:.2f}x" if stacked is not None else "stacked n/a"))
+                if args.grid_only:
+                    print(f"  {task_name:26s}{grid}")
+                    continue
+                batched_total += task_hours * ratio
                 print(f"  {task_name:26s} epoch {seconds:8.2f} s at baseline   {len(runs):3d} runs   "
-                      f"{task_hours:8.2f} h   (measured in {time.monotonic() - started:.0f} s)")
+                      f"{task_hours:8.2f} h{grid}   (measured in {time.monotonic() - started:.0f} s)")
+            if args.grid_only:
+                continue
             print(f"  {'total':26s} {total:8.2f} device-hours for {spec.name} (unbatched, "
                   f"stop fraction {args.stop_fraction:g})")
+            if args.grid_examples:
+                print(f"  {'total, grid-batched':26s} {batched_total:8.2f} device-hours ({batched_total / total:.2f}x)")
     return 0
 
 

@@ -5,6 +5,7 @@ Exit codes: 0 every run finished, 2 bad input (a located error, no traceback),
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -56,6 +57,10 @@ def add_parser(subparsers) -> None:
                         "reference implementation (athms/mad-lab) has them; madsl: the paper's text "
                         "(default: the spec's eval.conventions, else the protocol's: mad-lab for paper and "
                         "baseline, madsl for quick and smoke; docs/tasks.md)")
+    p.add_argument("--batch-grid", action=argparse.BooleanOptionalAction, default=None,
+                   help="train the runs of a setting that differ only in lr, weight decay or seed together, "
+                        "in one job (each stored as its own run, results as unbatched; default: on for CUDA, "
+                        "off on the CPU)")
     p.add_argument("--set", action="append", dest="settings", default=[], metavar="KEY=VALUE",
                    help="a task setting, e.g. seq_len=512, or TASK.KEY=VALUE for one task; repeatable")
     p.add_argument("--lr", type=non_negative_number, action="append", help="learning rate(s) instead of the grid's")
@@ -125,6 +130,7 @@ def cmd_eval(args) -> int:
                            epochs=pick(args.epochs, "epochs"), seed=pick(args.seed, "seed"),
                            batch_size=pick(args.batch_size, "batch_size"),
                            eval_lengths=args.eval_lengths, freeze=args.freeze, precision=args.precision,
+                           batch_grid=args.batch_grid,
                            conventions=args.conventions,
                            progress=not args.quiet and args.format == "text", executor=args.executor,
                            address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run,

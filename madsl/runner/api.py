@@ -257,7 +257,8 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
              wd: float | Sequence[float] | None = None, epochs: int | None = None, seed: int | None = None,
              batch_size: int | None = None, eval_lengths: Sequence[int] | None = None,
              freeze: Sequence[str] | None = None, precision: str | None = None,
-             conventions: str | None = None, progress: bool = True,
+             conventions: str | None = None, batch_grid: bool | None = None,
+             progress: bool = True,
              model_factory: Callable[[Any], Any] | None = None, task_registry: Mapping[str, Any] | None = None,
              executor: Executor | str | None = None, reporter: Reporter | None = None,
              stop_requested: Callable[[], bool] | None = None, address: str | None = None,
@@ -276,6 +277,8 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     keep: "best" keeps each run's best weights in the results folder (`madsl export`, madsl.runner.kept).
     dry_run: plan only: return {"plan": ...} (runs, done, pending, tokens, FLOPs, estimated time;
     madsl.runner.cost) without running anything. A run with progress prints the same plan first.
+    batch_grid: train the runs of a setting that differ only in lr, wd or seed together
+    (madsl.runner.grid; local executors only); None: on for CUDA, off on the CPU and on Ray.
     Returns a summary: counts of runs, failures, and the scores of these specs.
     """
     ray_options = _ray_options(executor, address, cpus_per_run, gpus_per_run)
@@ -284,6 +287,10 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
         raise MadslError("--device cuda on Ray: the runs hold no GPU", hint="give them one: --gpus-per-run 1 "
                                                                            "(or a fraction, e.g. 0.25)")
     placement = place_devices(device, devices) if ray_options is None else None  # on Ray, Ray places runs
+    if ray_options is not None and batch_grid:
+        raise MadslError("--batch-grid runs with the local executors only: Ray runs each run as its own task",
+                         hint="drop --batch-grid, or use --executor local")
+    batch_grid = ray_options is None and (default_batch_grid(device) if batch_grid is None else batch_grid)
     cli = cli_overrides(protocol=protocol, tasks=tasks, settings=settings_overrides, lr=lr, wd=wd, epochs=epochs,
                         seed=seed, batch_size=batch_size, eval_lengths=eval_lengths, freeze=freeze,
                         precision=precision, conventions=conventions)
@@ -297,6 +304,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
                            runs_on=_ray_device(ray_options) if ray_options is not None else None)
     for job in plan.jobs:
         job.keep_best = keep == "best"
+    work = plan.work(batch_grid, placement)
     if dry_run or progress:
         cost = plan_cost(db, plan, at_once=workers if ray_options is None else None,
                          executor_name="ray" if ray_options is not None else "local")
@@ -312,10 +320,10 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
         with stop_guard(stop_requested) as should_stop:
             if reporter is None and progress:
                 with RichReporter() as rich_reporter:
-                    outcome = run_jobs(store, plan.jobs, runner, rich_reporter, skip_solved_at=plan.skip_solved_at,
+                    outcome = run_jobs(store, work, runner, rich_reporter, skip_solved_at=plan.skip_solved_at,
                                        stop_requested=should_stop)
             else:
-                outcome = run_jobs(store, plan.jobs, runner, reporter, skip_solved_at=plan.skip_solved_at,
+                outcome = run_jobs(store, work, runner, reporter, skip_solved_at=plan.skip_solved_at,
                                    stop_requested=should_stop)
     finally:
         store.close()
@@ -348,6 +356,12 @@ def _planned_device(device: str) -> str:
 
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
+
+
+def default_batch_grid(device: str) -> bool:
+    """Grid batching by default: on CUDA, where one small run leaves most of the device idle;
+    off on the CPU, where members run one after another anyway (docs/runner.md, measured)."""
+    return _planned_device(device).startswith("cuda")
 
 
 def place_devices(device: str, devices: Sequence[str] | None) -> list[str] | None:
@@ -455,6 +469,16 @@ class EvaluationPlan:
     runs: list[tuple[list[tuple[RunIdentity, str]], str]]  # (identities with their spec name, protocol)
     skip_solved_at: float | None
     protocols: set[str]
+    spec_of: dict[str, str] = dataclasses.field(default_factory=dict)  # run id -> its spec hash
+
+    def work(self, batch_grid: bool, placement: Sequence[str] | None = None) -> list:
+        """What to hand the executor: the runs, or with `batch_grid` the grid groups
+        (madsl.runner.grid) that train together, placed round-robin on `placement`."""
+        if not batch_grid:
+            return self.jobs
+        from madsl.runner.grid import group_jobs
+
+        return group_jobs([(self.spec_of[job.run_id], job) for job in self.jobs], self.skip_solved_at, placement)
 
     def register(self, store: Store) -> None:
         for spec_row in self.specs:
@@ -495,6 +519,7 @@ def plan_evaluation(store: StoreFiles, specs: Sequence[tuple[Any, str | None]], 
                      f"lr {run.train.lr:g} wd {run.train.wd:g}" + (f" · seed {run.train.seed}"
                                                                   if run.train.seed else "") +
                      (f" · {run.train.conventions}" if run.train.conventions != "madsl" else ""))
+            plan.spec_of[identity.run_id] = spec_hash
             jobs.append(RunJob(run_id=identity.run_id, task=task, setting=dict(run.settings), train=train,
                                model_factory=factory, checkpoint_path=str(store.checkpoint_path(identity.run_id)),
                                data_dir=str(store.data_dir),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import multiprocessing as mp
 import os
 import queue
@@ -35,7 +36,7 @@ from madsl.runner.protocols import TrainSettings
 HEARTBEAT_EVERY_S = 30.0
 PROGRESS_EVERY_S = 0.5
 SILENT_GRACE_S = 30.0  # a finished worker job's events must arrive within this
-TERMINAL = ("finished", "failed", "interrupted")
+TERMINAL = ("finished", "failed", "interrupted", "skipped")
 
 
 class ModelFactory(Protocol):
@@ -62,7 +63,7 @@ class RunJob:
 
 @dataclass
 class Event:
-    kind: str  # started | progress | epoch | length | retried | finished | failed | interrupted
+    kind: str  # started | progress | epoch | length | retried | finished | failed | interrupted | skipped
     run_id: str
     data: dict = field(default_factory=dict)
 
@@ -78,71 +79,109 @@ def load_split(task: Any, setting: Mapping[str, Any], split: str, seed: int, dat
     return load_or_generate(task, setting, split, seed, data_dir)
 
 
-def execute_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
-    """Run one job to its end and report through `emit`. Never raises."""
-    from madsl.runner.heads import TaskModel
-    from madsl.runner.train import RunInterrupted, TrainHooks, resolve_device, train_run
+@dataclass
+class JobInputs:
+    """What training a job needs besides its settings: its data, how to build its model, where."""
 
+    train_data: Any
+    test_data: Any
+    num_classes: int
+    build_model: Callable[[], Any]  # a fresh TaskModel (call it after seeding)
+    length_data: Callable[[int], Any]  # the test split at another sequence length
+    tokens_per_batch: int
+    build: dict  # how the model was built, so that a kept model can be rebuilt (madsl.runner.kept)
+
+
+def job_inputs(job: RunJob, load: Callable[..., Any] = load_split) -> JobInputs:
+    """Load a job's splits (through `load(task, setting, split, seed, data_dir)`) and its model builder."""
+    from madsl.runner.heads import TaskModel
+
+    task, setting, seed = job.task, dict(job.setting), job.train.seed
+    train_data = load(task, setting, "train", seed, job.data_dir)
+    test_data = load(task, setting, "test", seed, job.data_dir)
+    vocab_size = task.vocab_size(setting)
+    num_classes = task.num_classes(setting)
+    input_dim = task.input_dim(setting) if hasattr(task, "input_dim") else 0
+    seq_len = max([int(train_data.inputs.shape[1]), *job.train.eval_lengths])
+    head = getattr(task, "head", "lm")
+
+    def build_model() -> TaskModel:
+        # The backbone's own output layer serves lm / classify; compression and regress read features.
+        out = num_classes if head in ("lm", "classify") and num_classes != vocab_size else None
+        backbone = job.model_factory(vocab_size=vocab_size, max_seq_len=seq_len, num_classes=out, seed=seed)
+        if job.train.freeze:  # hybrid fine-tuning: some layers keep their weights
+            backbone.freeze(list(job.train.freeze))
+        return TaskModel(backbone, head, num_classes=num_classes,
+                         target_len=int(train_data.targets.shape[1]) if head == "compression" else None,
+                         input_dim=input_dim,
+                         compression_position=int(dict(train_data.meta).get("compression_position", -1)),
+                         conventions=job.train.conventions)
+
+    def length_data(length: int):
+        return load(task, {**setting, "seq_len": length}, "test", seed, job.data_dir)
+
+    build = {"vocab_size": vocab_size, "max_seq_len": seq_len, "num_classes": max(num_classes, 1),
+             "backbone_num_classes": (num_classes if head in ("lm", "classify") and num_classes != vocab_size
+                                      else None),
+             "head": head, "input_dim": input_dim,
+             "target_len": int(train_data.targets.shape[1]) if head == "compression" else None,
+             "compression_position": int(dict(train_data.meta).get("compression_position", -1)),
+             "conventions": job.train.conventions}
+    return JobInputs(train_data, test_data, max(num_classes, 1), build_model, length_data,
+                     job.train.batch_size * max(int(train_data.inputs.shape[1]), 1), build)
+
+
+def job_hooks(job: RunJob, emit: Callable[[Event], None], should_stop: Callable[[], bool]):
+    """TrainHooks that report a job's progress, epochs and length evaluations as events."""
+    from madsl.runner.train import TrainHooks
+
+    last_progress = [0.0]
+
+    def on_progress(epoch: int, step: int, steps: int) -> None:
+        now = time.monotonic()
+        if now - last_progress[0] >= PROGRESS_EVERY_S or step == steps:
+            last_progress[0] = now
+            emit(Event("progress", job.run_id, {"epoch": epoch, "step": step, "steps": steps}))
+
+    def on_epoch(metrics) -> None:
+        emit(Event("epoch", job.run_id, {"metrics": vars(metrics).copy()}))
+
+    def on_length(length: int, index: int, count: int) -> None:
+        emit(Event("length", job.run_id, {"length": length, "index": index, "count": count}))
+
+    return TrainHooks(on_epoch=on_epoch, on_progress=on_progress, should_stop=should_stop, on_length=on_length,
+                      keep_best=job.keep_best)
+
+
+def execute_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
+    """Run one job (or a grid group, `madsl.runner.grid`) to its end and report through `emit`. Never raises."""
+    from madsl.runner.train import RunInterrupted, resolve_device, train_run
+
+    if is_group(job):  # a GroupJob trains its members itself (madsl.runner.grid imports this module)
+        return job.execute(emit, should_stop)
     try:
         device = resolve_device(job.device)
         emit(Event("started", job.run_id, {"pid": os.getpid(), "device": str(device)}))
-        task, setting, seed = job.task, dict(job.setting), job.train.seed
-        train_data = load_split(task, setting, "train", seed, job.data_dir)
-        test_data = load_split(task, setting, "test", seed, job.data_dir)
-        vocab_size = task.vocab_size(setting)
-        num_classes = task.num_classes(setting)
-        input_dim = task.input_dim(setting) if hasattr(task, "input_dim") else 0
-        seq_len = max([int(train_data.inputs.shape[1]), *job.train.eval_lengths])
-        head = getattr(task, "head", "lm")
-
-        def build_model() -> TaskModel:
-            # The backbone's own output layer serves lm / classify; compression and regress read features.
-            out = num_classes if head in ("lm", "classify") and num_classes != vocab_size else None
-            backbone = job.model_factory(vocab_size=vocab_size, max_seq_len=seq_len, num_classes=out, seed=seed)
-            if job.train.freeze:  # hybrid fine-tuning: some layers keep their weights
-                backbone.freeze(list(job.train.freeze))
-            return TaskModel(backbone, head, num_classes=num_classes,
-                             target_len=int(train_data.targets.shape[1]) if head == "compression" else None,
-                             input_dim=input_dim,
-                             compression_position=int(dict(train_data.meta).get("compression_position", -1)),
-                             conventions=job.train.conventions)
-
-        last_progress = [0.0]
-
-        def on_progress(epoch: int, step: int, steps: int) -> None:
-            now = time.monotonic()
-            if now - last_progress[0] >= PROGRESS_EVERY_S or step == steps:
-                last_progress[0] = now
-                emit(Event("progress", job.run_id, {"epoch": epoch, "step": step, "steps": steps}))
-
-        def on_epoch(metrics) -> None:
-            emit(Event("epoch", job.run_id, {"metrics": vars(metrics).copy()}))
-
-        def on_length(length: int, index: int, count: int) -> None:
-            emit(Event("length", job.run_id, {"length": length, "index": index, "count": count}))
-
-        def length_data(length: int):
-            return load_split(task, {**setting, "seq_len": length}, "test", seed, job.data_dir)
-
-        result = train_run(job.train, build_model, train_data, test_data, num_classes=max(num_classes, 1),
-                           device=device, checkpoint_path=Path(job.checkpoint_path),
-                           hooks=TrainHooks(on_epoch=on_epoch, on_progress=on_progress, should_stop=should_stop,
-                                            on_length=on_length, keep_best=job.keep_best),
-                           length_data=length_data)
-        # how the model was built, so that a kept model can be rebuilt (madsl.runner.kept)
-        build = {"vocab_size": vocab_size, "max_seq_len": seq_len, "num_classes": max(num_classes, 1),
-                 "backbone_num_classes": (num_classes if head in ("lm", "classify") and num_classes != vocab_size
-                                          else None),
-                 "head": head, "input_dim": input_dim,
-                 "target_len": int(train_data.targets.shape[1]) if head == "compression" else None,
-                 "compression_position": int(dict(train_data.meta).get("compression_position", -1)),
-                 "conventions": job.train.conventions}
-        emit(Event("finished", job.run_id, {"result": result.to_dict(), "device": str(device), "build": build}))
+        inputs = job_inputs(job)
+        result = train_run(job.train, inputs.build_model, inputs.train_data, inputs.test_data,
+                           num_classes=inputs.num_classes, device=device, checkpoint_path=Path(job.checkpoint_path),
+                           hooks=job_hooks(job, emit, should_stop), length_data=inputs.length_data)
+        emit(Event("finished", job.run_id, {"result": result.to_dict(), "device": str(device), "build": inputs.build}))
     except RunInterrupted as err:
         emit(Event("interrupted", job.run_id, {"message": str(err)}))
     except BaseException as err:  # noqa: BLE001 - report, never take the executor down
         emit(Event("failed", job.run_id, {"error": f"{type(err).__name__}: {err}",
                                           "traceback": traceback.format_exc()}))
+
+
+def is_group(job: Any) -> bool:
+    """A grid group (`madsl.runner.grid.GroupJob`): several runs executed as one job."""
+    return getattr(job, "members", None) is not None
+
+
+def run_ids(job: Any) -> list[str]:
+    """The runs a submitted job stands for: itself, or a group's members."""
+    return [m.run_id for m in job.members] if is_group(job) else [job.run_id]
 
 
 # --- executors -----------------------------------------------------------------------------
@@ -212,7 +251,8 @@ class ThreadExecutor(Executor):
             self._worker = None
             if self._stop.is_set():
                 while self._pending:
-                    events.append(Event("interrupted", self._pending.popleft().run_id, {"message": "not started"}))
+                    events += [Event("interrupted", run_id, {"message": "not started"})
+                               for run_id in run_ids(self._pending.popleft())]
             self._start_next()
         return events
 
@@ -256,35 +296,36 @@ class ProcessExecutor(Executor):
         self._pool = concurrent.futures.ProcessPoolExecutor(
             max_workers=workers, mp_context=context, initializer=_worker_init,
             initargs=(self._events, self._stop, self.threads_per_worker))
-        self._futures: dict[concurrent.futures.Future, str] = {}
+        self._futures: dict[concurrent.futures.Future, Any] = {}  # -> the job (a run or a grid group)
         self._reported: set[str] = set()  # run ids whose terminal event arrived
         self._silent_since: dict[str, float] = {}
 
     def submit(self, job: RunJob) -> None:
-        self._futures[self._pool.submit(_worker_main, job)] = job.run_id
+        self._futures[self._pool.submit(_worker_main, job)] = job
 
     def poll(self, timeout: float) -> list[Event]:
         events = _drain(self._events, timeout)
         self._reported.update(e.run_id for e in events if e.kind in TERMINAL)
         now = time.monotonic()
         for future in [f for f in self._futures if f.done()]:
-            run_id = self._futures[future]
-            if run_id in self._reported:  # its events came through: nothing more to say
+            ids = run_ids(self._futures[future])
+            silent = [run_id for run_id in ids if run_id not in self._reported]
+            if not silent:  # its events came through: nothing more to say
                 del self._futures[future]
-                self._reported.discard(run_id)
+                self._reported.difference_update(ids)
             elif future.cancelled():
                 del self._futures[future]
-                events.append(Event("interrupted", run_id, {"message": "not started"}))
+                events += [Event("interrupted", run_id, {"message": "not started"}) for run_id in silent]
             elif future.exception() is not None:  # the worker process died (killed, out of memory)
                 del self._futures[future]
                 err = future.exception()
-                events.append(Event("failed", run_id, {"error": f"worker died: {type(err).__name__}: {err}",
-                                                       "traceback": ""}))
-            elif now - self._silent_since.setdefault(run_id, now) > SILENT_GRACE_S:
+                events += [Event("failed", run_id, {"error": f"worker died: {type(err).__name__}: {err}",
+                                                    "traceback": ""}) for run_id in silent]
+            elif now - self._silent_since.setdefault(ids[0], now) > SILENT_GRACE_S:
                 # the job returned but its last events never arrived (the queue's feeder is async)
                 del self._futures[future]
-                events.append(Event("failed", run_id, {"error": "worker ended without reporting a result",
-                                                       "traceback": ""}))
+                events += [Event("failed", run_id, {"error": "worker ended without reporting a result",
+                                                    "traceback": ""}) for run_id in silent]
         return events
 
     def request_stop(self) -> None:
@@ -359,17 +400,20 @@ class Coordinator:
         self.skip_solved_at, self.stop_requested, self.wait_poll_s = skip_solved_at, stop_requested, wait_poll_s
         self.owner = owner_tag()
         self.outcome = Outcome()
-        self.todo = collections.deque(jobs)
+        self.todo = collections.deque(jobs)  # runs and grid groups (madsl.runner.grid)
         self.waiting: list[RunJob] = []  # claimed by another live process: check back later
         self.active: dict[str, RunJob] = {}
-        self.by_id = {job.run_id: job for job in jobs}
+        self.slot_of: dict[str, int] = {}  # active run id -> the submission it runs in (a group: one slot)
+        self.submitted = 0
+        runs = [run for job in jobs for run in (job.members if is_group(job) else [job])]
+        self.by_id = {run.run_id: run for run in runs}
         self.stopping = False
         self.last_heartbeat = time.monotonic()
-        self.initially_done = {j.run_id for j in jobs
-                               if (row := store.run(j.run_id)) is not None and row["status"] == "done"}
+        self.initially_done = {r.run_id for r in runs
+                               if (row := store.run(r.run_id)) is not None and row["status"] == "done"}
 
     def run(self) -> Outcome:
-        self.reporter.planned(len(self.todo), len(self.initially_done))
+        self.reporter.planned(len(self.by_id), len(self.initially_done))
         try:
             while self.todo or self.active or self.waiting:
                 self._check_stop()
@@ -397,25 +441,37 @@ class Coordinator:
             self.executor.request_stop()
             self.reporter.message("stopping: running runs checkpoint and stop (Ctrl-C again to abort)")
         if self.stopping:
-            self.outcome.interrupted += [j.run_id for j in self.todo] + [j.run_id for j in self.waiting]
+            self.outcome.interrupted += [i for j in [*self.todo, *self.waiting] for i in run_ids(j)]
             self.todo.clear()
             self.waiting.clear()
 
     def _fill_slots(self) -> None:
-        while self.todo and len(self.active) < self.executor.slots:
+        while self.todo and len({self.slot_of[r] for r in self.active}) < self.executor.slots:
             self._start(self.todo.popleft())
 
-    def _start(self, job: RunJob) -> None:
-        """Submit `job` unless it is done, solved by a sibling, or claimed by another live process."""
+    def _start(self, job) -> None:
+        """Submit a run, or the members of a grid group that `_admit` lets through (a group of one
+        runs as that run)."""
+        members = [run for run in (job.members if is_group(job) else [job]) if self._admit(run)]
+        if not members:
+            return
+        self.submitted += 1
+        for run in members:
+            self.active[run.run_id] = run
+            self.slot_of[run.run_id] = self.submitted
+        self.executor.submit(dataclasses.replace(job, members=members) if len(members) > 1 else members[0])
+
+    def _admit(self, job: RunJob) -> bool:
+        """Claim `job` unless it is done, solved by a sibling, or claimed by another live process."""
         store, outcome = self.store, self.outcome
         if job.run_id in self.initially_done:
             outcome.already_done.append(job.run_id)
-            return
+            return False
         if self.skip_solved_at is not None and (sibling := store.solved_sibling(job.run_id, self.skip_solved_at)):
             store.mark_skipped(job.run_id, f"solved by {sibling}")
             outcome.skipped.append(job.run_id)
             self.reporter.ended(job, "skipped", "setting solved at another lr/wd")
-            return
+            return False
         previous = store.claim(job.run_id, self.owner)
         if previous is None:
             if store.run(job.run_id)["status"] == "done":
@@ -423,11 +479,10 @@ class Coordinator:
                 self.reporter.ended(job, "done", "finished elsewhere")
             else:
                 self.waiting.append(job)
-            return
+            return False
         if previous == "running":
             self.reporter.message(f"resuming {job.label} (its previous process died)")
-        self.active[job.run_id] = job
-        self.executor.submit(job)
+        return True
 
     def _heartbeat(self) -> None:
         if self.active and time.monotonic() - self.last_heartbeat > HEARTBEAT_EVERY_S:
@@ -486,6 +541,14 @@ class Coordinator:
         self.active.pop(job.run_id, None)
         self.outcome.failed[job.run_id] = data["error"]
         self.reporter.ended(job, "failed", data["error"])
+
+    def _on_skipped(self, job: RunJob, data: dict) -> None:
+        """A grid group stopped this member: a sibling in it solved the setting (skip_solved)."""
+        self.store.release(job.run_id, "skipped", data["reason"], self.owner)
+        Path(job.checkpoint_path).unlink(missing_ok=True)
+        self.active.pop(job.run_id, None)
+        self.outcome.skipped.append(job.run_id)
+        self.reporter.ended(job, "skipped", "setting solved at another lr/wd")
 
     def _on_interrupted(self, job: RunJob, data: dict) -> None:
         self.store.release(job.run_id, "pending", None, self.owner)

@@ -467,11 +467,19 @@ def train_epoch(state: RunState, data: RunData, hooks: TrainHooks, checkpointer:
             bank_time()
             checkpointer.save(state)
 
+    return epoch_metrics(state, data, started)
+
+
+def epoch_metrics(state: RunState, data: RunData, started: float) -> EpochMetrics:
+    """Close the epoch's training: evaluate and return its metrics; the time since `started`
+    (not yet banked) counts towards the epoch and the run."""
+    settings = state.settings
+    mad_lab = settings.conventions == MAD_LAB
     if mad_lab:
         state.scheduler.step()  # once per epoch, after its last step
     train = state.train_metrics.compute()
     # mad-lab's accuracy depends on how the test set is batched: in batches of the training batch size, as there
-    evaluation = evaluate(model, data.test_x, data.test_y, settings.batch_size if mad_lab else
+    evaluation = evaluate(state.model, data.test_x, data.test_y, settings.batch_size if mad_lab else
                           max(settings.batch_size, EVAL_BATCH), state.num_classes, settings.precision, mad_lab)
     elapsed = time.monotonic() - started
     state.train_seconds += elapsed
@@ -504,6 +512,30 @@ def evaluate_lengths(state: RunState, length_data: Callable[[int], Any], tokens_
         checkpointer.save(state)
 
 
+def open_run(settings: TrainSettings, build_model: Callable[[], TaskModel], device: torch.device, num_train: int,
+             num_classes: int, checkpoint_path: Path | None, keep_best: bool = False) -> "RunState | RunResult":
+    """The run as its checkpoint left it (fresh when there is none), or its result when it had finished
+    and only the bookkeeping was lost. A checkpoint of another run is a CheckpointError."""
+    saved = load_checkpoint(checkpoint_path) if checkpoint_path is not None else None
+    if saved is not None:
+        if not same_settings(saved.get("settings"), settings):
+            raise CheckpointError(checkpoint_path, "belongs to another run (other training settings)")
+        if saved.get("result") is not None:  # finished, only the bookkeeping was lost
+            try:
+                return RunResult.from_dict(saved["result"])
+            except (KeyError, TypeError, ValueError) as err:
+                raise CheckpointError(checkpoint_path, f"holds a malformed result ({type(err).__name__})") from None
+    state = RunState.start(settings, build_model, device, num_train, num_classes)
+    state.keep_best = keep_best
+    if saved is not None:
+        try:
+            state.restore(saved)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as err:
+            raise CheckpointError(checkpoint_path, f"does not hold this run's state ({type(err).__name__}: "
+                                                   f"{str(err)[:200]})") from None
+    return state
+
+
 def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], train_data, test_data, *,
               num_classes: int, device: torch.device | str = "cpu", checkpoint_path: Path | None = None,
               hooks: TrainHooks | None = None,
@@ -517,25 +549,10 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
     hooks = hooks or TrainHooks()
     device = torch.device(device) if isinstance(device, str) else device
     checkpoint_path = Path(checkpoint_path) if checkpoint_path is not None else None
-    num_train = train_data.inputs.shape[0]
-
-    saved = load_checkpoint(checkpoint_path) if checkpoint_path is not None else None
-    if saved is not None:
-        if not same_settings(saved.get("settings"), settings):
-            raise CheckpointError(checkpoint_path, "belongs to another run (other training settings)")
-        if saved.get("result") is not None:  # finished, only the bookkeeping was lost
-            try:
-                return RunResult.from_dict(saved["result"])
-            except (KeyError, TypeError, ValueError) as err:
-                raise CheckpointError(checkpoint_path, f"holds a malformed result ({type(err).__name__})") from None
-    state = RunState.start(settings, build_model, device, num_train, num_classes)
-    state.keep_best = hooks.keep_best
-    if saved is not None:
-        try:
-            state.restore(saved)
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as err:
-            raise CheckpointError(checkpoint_path, f"does not hold this run's state ({type(err).__name__}: "
-                                                   f"{str(err)[:200]})") from None
+    state = open_run(settings, build_model, device, train_data.inputs.shape[0], num_classes, checkpoint_path,
+                     hooks.keep_best)
+    if isinstance(state, RunResult):
+        return state
     data = RunData.from_tasks(train_data, test_data, device)
     checkpointer = Checkpointer(checkpoint_path, hooks.checkpoint_every_s)
     configure_device(device)

@@ -1,0 +1,304 @@
+"""Grid-batched training: the runs of one (spec, task setting) that differ only in learning
+rate, weight decay or seed train together, in one job.
+
+A `GroupJob` holds its members (plain `RunJob`s, each with the run id it has unbatched).
+`execute_group` trains them in one process: as one stacked model where the group's device
+and layers allow (`GroupJob.stack`, `madsl.runner.stacked`: on CUDA, for the attention
+family), else in lockstep, one epoch of every member still training per round:
+
+- data is loaded once per seed (members with the same seed share the splits, as their
+  unbatched runs would read the same cached data; other seeds load their own);
+- each member keeps its own model, AdamW (its lr and weight decay), cosine schedule,
+  RNG state (swapped in around its work, so init, data order and every random draw are
+  those of its unbatched run), best epoch and checkpoint file, in the unbatched format:
+  a member resumes batched or unbatched alike, and the store sees ordinary runs;
+- a member that reaches the early-stop accuracy (or its last epoch) finishes at once:
+  its length evaluations, its result and its `finished` event, and it costs nothing
+  more; with `skip_solved_at` (the quick and smoke protocols) the members still training
+  when a sibling solves the setting stop and report `skipped`, as their unbatched runs
+  would have been skipped;
+- events are reported per member.
+
+In lockstep each member computes exactly what its unbatched run computes, in the same
+order (bitwise equal results on the same device); what it saves is the per-run setup
+(process, data, compile of the spec). Stacked, results agree to fp32 rounding.
+docs/runner.md has the measurements behind the choice.
+"""
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Hashable, Iterator, Sequence
+
+from madsl.runner.executor import Event, RunJob, job_hooks, job_inputs, load_split
+
+GRID_AXES = ("lr", "wd", "seed")  # what members of a group may differ in
+
+
+@dataclass
+class GroupJob:
+    """Runs trained together (picklable, like RunJob). `run_id` names the group for executors;
+    the store only ever sees the members' run ids."""
+
+    run_id: str
+    members: list[RunJob]
+    device: str = "auto"
+    label: str = ""
+    skip_solved_at: float | None = None
+    stack: bool = False  # train as one stacked model where the layers allow (madsl.runner.stacked)
+
+    def execute(self, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
+        execute_group(self, emit, should_stop)
+
+
+def group_key(job: RunJob, model_key: Hashable) -> tuple:
+    """Runs with equal keys form a group: same model, task, setting and training settings but
+    for lr, weight decay and seed."""
+    from madsl.runner.store import canonical_json
+
+    train = {k: v for k, v in asdict(job.train).items() if k not in GRID_AXES}
+    return model_key, job.task.name, canonical_json(dict(job.setting)), canonical_json(train), job.data_dir
+
+
+def group_jobs(jobs: Sequence[tuple[Hashable, RunJob]], skip_solved_at: float | None = None,
+               placement: Sequence[str] | None = None) -> list[RunJob | GroupJob]:
+    """(model key, job) pairs -> runs and groups, in the order of each group's first run.
+    A group's members move to its device (placement: round-robin over groups)."""
+    groups: dict[tuple, list[RunJob]] = {}
+    for model_key, job in jobs:
+        groups.setdefault(group_key(job, model_key), []).append(job)
+    out: list[RunJob | GroupJob] = []
+    for members in groups.values():
+        device = placement[len(out) % len(placement)] if placement else members[0].device
+        members = [_on(device, m) for m in members]
+        if len(members) == 1:
+            out.append(members[0])
+            continue
+        first = members[0]
+        label = first.label.rsplit(" · lr ", 1)[0] + f" · {len(members)} runs"
+        out.append(GroupJob(run_id="group-" + first.run_id, members=members, device=device, label=label,
+                            skip_solved_at=skip_solved_at, stack=stacks_on(device)))
+    return out
+
+
+def stacks_on(device: str) -> bool:
+    """Whether groups on `device` train as one stacked model where their layers allow: on CUDA,
+    where six small runs leave the device idle between kernel launches; not on the CPU, where
+    it was measured slower than lockstep (docs/runner.md)."""
+    if device == "auto":
+        import torch
+
+        return torch.cuda.is_available()
+    return device.startswith("cuda")
+
+
+def _on(device: str, job: RunJob) -> RunJob:
+    from dataclasses import replace
+
+    return job if job.device == device else replace(job, device=device)
+
+
+# --- executing a group ---------------------------------------------------------------------
+
+@dataclass
+class Member:
+    """One run of a group as it trains: its job, state, data, hooks and RNG state."""
+
+    job: RunJob
+    inputs: Any  # JobInputs
+    hooks: Any  # TrainHooks
+    checkpointer: Any = None
+    state: Any = None  # RunState
+    data: Any = None  # RunData
+    rng: dict | None = None
+    done: bool = False
+    result: dict | None = field(default=None, repr=False)
+
+
+@contextmanager
+def _own_rng(member: Member) -> Iterator[None]:
+    """The member's RNG state in place while it works, saved back after (as if it ran alone)."""
+    from madsl.runner.checkpoint import rng_state, set_rng_state
+
+    set_rng_state(member.rng)
+    try:
+        yield
+    finally:
+        member.rng = rng_state()
+
+
+def _shared_loader() -> Callable[..., Any]:
+    """load_split, remembering each split: members with the same seed read the same data once."""
+    cache: dict[tuple, Any] = {}
+
+    def load(task, setting, split, seed, data_dir):
+        from madsl.runner.store import canonical_json
+
+        key = (task.name, canonical_json(dict(setting)), split, seed)
+        if key not in cache:
+            cache[key] = load_split(task, setting, split, seed, data_dir)
+        return cache[key]
+
+    return load
+
+
+def execute_group(group: GroupJob, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
+    """Train a group's members to their ends (stacked, then lockstep for what is left) and
+    report per member. Never raises."""
+    from madsl.runner.checkpoint import rng_state
+    from madsl.runner.precision import configure_device
+    from madsl.runner.train import Checkpointer, RunData, RunInterrupted, RunResult, open_run, resolve_device
+
+    members: list[Member] = []
+
+    def fail(member: Member, err: BaseException) -> None:
+        member.done = True
+        emit(Event("failed", member.job.run_id, {"error": f"{type(err).__name__}: {err}",
+                                                 "traceback": traceback.format_exc()}))
+
+    try:
+        device = resolve_device(group.device)
+        configure_device(device)
+        load = _shared_loader()
+        for job in group.members:
+            emit(Event("started", job.run_id, {"pid": os.getpid(), "device": str(device), "group": group.run_id}))
+            members.append(Member(job, None, job_hooks(job, emit, should_stop)))
+        for member in members:  # start (or resume) each run exactly as train_run would
+            try:
+                member.inputs = job_inputs(member.job, load)
+                opened = open_run(member.job.train, member.inputs.build_model, device,
+                                  member.inputs.train_data.inputs.shape[0], member.inputs.num_classes,
+                                  Path(member.job.checkpoint_path), member.hooks.keep_best)
+            except Exception as err:  # noqa: BLE001 - one member's failure is its own
+                fail(member, err)
+                continue
+            if isinstance(opened, RunResult):
+                _finish(member, opened.to_dict(), device, emit)
+                continue
+            member.state, member.rng = opened, rng_state()
+            member.checkpointer = Checkpointer(Path(member.job.checkpoint_path), member.hooks.checkpoint_every_s)
+            member.data = _shared_data(members, member, device, RunData)
+            member.state.model.train()
+        _check_solved(group, members, emit)
+        together = [m for m in members if not m.done]
+        if group.stack and _stackable(together):
+            _train_stacked(group, together, members, device, emit, should_stop)
+        while any(not m.done for m in members):  # lockstep: one epoch of each member in turn
+            for member in members:
+                if member.done:  # finished, failed, or stopped by a sibling that solved the setting
+                    continue
+                try:
+                    with _own_rng(member):
+                        _advance(member, device, emit)
+                except RunInterrupted:
+                    raise
+                except Exception as err:  # noqa: BLE001 - a failing member does not take its siblings down
+                    fail(member, err)
+                if member.done:
+                    _check_solved(group, members, emit)
+    except RunInterrupted as err:
+        for member in members:
+            if not member.done:
+                emit(Event("interrupted", member.job.run_id, {"message": str(err)}))
+    except BaseException as err:  # noqa: BLE001 - report, never take the executor down
+        for job in group.members:
+            if not any(m.job is job and m.done for m in members):
+                emit(Event("failed", job.run_id, {"error": f"{type(err).__name__}: {err}",
+                                                  "traceback": traceback.format_exc()}))
+
+
+def _stackable(members: list[Member]) -> bool:
+    """At least two members, at the same point of training, whose layers batch exactly."""
+    from madsl.runner.stacked import batchable
+
+    return (len(members) >= 2 and len({(m.state.epoch, m.state.step, m.state.steps_per_epoch) for m in members}) == 1
+            and not members[0].state.finished and batchable([m.state.model for m in members]))
+
+
+def _train_stacked(group: GroupJob, together: list[Member], members: list[Member], device,
+                   emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
+    """Train `together` as one stacked model while at least two of them are left; each epoch
+    ends per member (evaluation, best epoch, checkpoint, event), finished members leave the
+    stack, and a last one trains on alone (lockstep, exactly as its run)."""
+    from madsl.runner.stacked import StackedMembers, train_stacked_epoch
+    from madsl.runner.train import RunInterrupted, _epoch_order, epoch_metrics
+
+    stack = StackedMembers([m.state for m in together])
+    active = list(together)
+
+    def checkpoint() -> None:
+        for member in active:
+            with _own_rng(member):  # the checkpoint holds the member's RNG state
+                member.checkpointer.save(member.state)
+
+    while len(active) >= 2:
+        train_stacked_epoch(stack, [m.data for m in active], [m.hooks for m in active], checkpoint,
+                            lambda: any(m.checkpointer.due() for m in active), should_stop, RunInterrupted,
+                            _epoch_order)
+        for member in active:
+            with _own_rng(member):
+                metrics = epoch_metrics(member.state, member.data, time.monotonic())
+                member.state.end_epoch(metrics)
+                member.checkpointer.save(member.state)
+                member.hooks.on_epoch(metrics)
+                if member.state.finished:
+                    _advance(member, device, emit)  # length evaluations, result, `finished`
+        _check_solved(group, members, emit)
+        keep = [i for i, member in enumerate(active) if not member.done]
+        if len(keep) < len(active):
+            stack.keep(keep)
+            active = [active[i] for i in keep]
+
+
+def _shared_data(members: list[Member], member: Member, device, run_data_type) -> Any:
+    """The member's splits as tensors: shared with an earlier member that read the same data."""
+    for other in members:
+        if other is member:
+            break
+        if other.data is not None and other.inputs.train_data is member.inputs.train_data \
+                and other.inputs.test_data is member.inputs.test_data:
+            return other.data
+    return run_data_type.from_tasks(member.inputs.train_data, member.inputs.test_data, device)
+
+
+def _advance(member: Member, device, emit: Callable[[Event], None]) -> None:
+    """One epoch of the member; once it has trained its last, its length evaluations and result."""
+    from madsl.runner.train import evaluate_lengths, train_epoch
+
+    state, hooks = member.state, member.hooks
+    if not state.finished:
+        metrics = train_epoch(state, member.data, hooks, member.checkpointer)
+        state.end_epoch(metrics)
+        member.checkpointer.save(state)
+        hooks.on_epoch(metrics)
+    if state.finished:
+        if state.settings.eval_lengths:
+            evaluate_lengths(state, member.inputs.length_data, member.inputs.tokens_per_batch, device, hooks,
+                             member.checkpointer)
+        result = state.result()
+        member.checkpointer.save(state, result)
+        _finish(member, result.to_dict(), device, emit)
+
+
+def _finish(member: Member, result: dict, device, emit: Callable[[Event], None]) -> None:
+    member.done, member.result = True, result
+    member.state = member.data = None  # a finished member holds no memory
+    emit(Event("finished", member.job.run_id, {"result": result, "device": str(device),
+                                               "build": member.inputs.build}))
+
+
+def _check_solved(group: GroupJob, members: list[Member], emit: Callable[[Event], None]) -> None:
+    """skip_solved within a group: once a member finished at the threshold (as the store's
+    `solved_sibling` reads it: the best epoch's accuracy), the members of its seed still training stop."""
+    if group.skip_solved_at is None:
+        return
+    solvers = {m.job.train.seed: m.job.run_id for m in members if m.result is not None
+               and (m.result["best"].get("eval_macro_acc") or 0.0) >= group.skip_solved_at}
+    for member in members:
+        if not member.done and member.job.train.seed in solvers:
+            member.done, member.state, member.data = True, None, None
+            emit(Event("skipped", member.job.run_id, {"reason": f"solved by {solvers[member.job.train.seed]}"}))

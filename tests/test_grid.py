@@ -1,0 +1,228 @@
+"""Grid-batched training (madsl.runner.grid): a group of runs trained together gives each
+member exactly its unbatched result, is stored as the unbatched runs are, and resumes.
+
+Real paper specs (attention, Hyena, Mamba) at tiny settings: a few seconds each.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+import torch
+
+from madsl.cli import main
+from madsl.runner.api import cli_overrides, plan_evaluation
+from madsl.runner.executor import execute_job
+from madsl.runner.grid import GroupJob, execute_group
+from madsl.runner.stacked import StackedMembers
+from madsl.runner.store import StoreFiles
+from madsl.spec import load_spec
+
+torch.set_num_threads(1)
+PAPER = Path(__file__).resolve().parent.parent / "specs" / "paper"
+TINY_SETTING = {"seq_len": 24, "num_train_examples": 24, "num_test_examples": 16}
+
+
+def _plan(spec_name: str, db: Path, lrs, wds=(0.0,), seeds=(0,), epochs=2, task="in-context-recall",
+          early_stop_acc=None):
+    path = PAPER / spec_name
+    cli = cli_overrides(protocol="baseline", tasks=[task], settings=TINY_SETTING, lr=list(lrs), wd=list(wds),
+                        seed=list(seeds), epochs=epochs, batch_size=8)
+    plan = plan_evaluation(StoreFiles(db), [(load_spec(path), str(path))], cli, device="cpu")
+    return plan
+
+
+def _results(events) -> dict[str, dict]:
+    return {e.run_id: e.data["result"] for e in events if e.kind == "finished"}
+
+
+def _strip_time(result: dict) -> dict:
+    """A result without its wall-clock fields (the only thing batching may change)."""
+    out = {k: v for k, v in result.items() if k != "train_seconds"}
+    out["history"] = [{k: v for k, v in h.items() if k != "seconds"} for h in result["history"]]
+    out["best"] = {k: v for k, v in result["best"].items() if k != "seconds"}
+    return out
+
+
+@pytest.mark.parametrize("spec, lrs, wds, seeds", [
+    ("attention-sg.mad", (1e-3, 5e-4), (0.0,), (0,)),
+    ("hyena-sg.mad", (1e-3, 1e-4), (0.0, 0.1), (0,)),
+    ("mamba.mad", (1e-3,), (0.0,), (0, 1)),  # members with their own data and init
+])
+def test_a_group_trains_each_member_exactly_as_its_unbatched_run(tmp_path, spec, lrs, wds, seeds):
+    plan = _plan(spec, tmp_path / "a.db", lrs, wds, seeds)
+    [group] = plan.work(batch_grid=True)
+    assert isinstance(group, GroupJob) and len(group.members) == len(plan.jobs) >= 2
+    events = []
+    execute_group(group, events.append, lambda: False)
+    batched = _results(events)
+    assert set(batched) == {job.run_id for job in plan.jobs}
+    assert {e.kind for e in events} >= {"started", "progress", "epoch", "finished"}
+
+    alone = _plan(spec, tmp_path / "b.db", lrs, wds, seeds)  # other checkpoint files
+    for job in alone.jobs:
+        single = []
+        execute_job(job, single.append, lambda: False)
+        assert _strip_time(batched[job.run_id]) == _strip_time(_results(single)[job.run_id]), job.label
+    # the members really differ (their own lr / wd / seed), so equality is not trivial
+    assert len({json.dumps(_strip_time(r)["history"]) for r in batched.values()}) == len(batched)
+
+
+def _close(a: dict, b: dict, rel: float) -> bool:
+    """Every number of two results within `rel` of each other (NaN equal to NaN; None to None)."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], rel) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_close(x, y, rel) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (a != a and b != b) or abs(a - b) <= rel * max(abs(a), abs(b))
+    return a == b
+
+
+@pytest.mark.parametrize("lrs, wds, seeds", [((1e-3, 5e-4), (0.0, 0.1), (0,)), ((1e-3,), (0.1,), (0, 1))])
+def test_a_stacked_group_trains_each_member_as_its_unbatched_run(tmp_path, monkeypatch, lrs, wds, seeds):
+    """Attention + SwiGLU members as one vmapped model with stacked AdamW: equal to fp32 rounding."""
+    plan = _plan("attention-sg.mad", tmp_path / "a.db", lrs, wds, seeds, epochs=3)
+    [group] = plan.work(batch_grid=True)
+    group.stack = True  # the CUDA default; on the CPU lockstep is the default (faster there)
+    stacked_steps = []
+    step = StackedMembers.step
+    monkeypatch.setattr(StackedMembers, "step", lambda self, *a: stacked_steps.append(len(self.states))
+                        or step(self, *a))
+    events = []
+    execute_group(group, events.append, lambda: False)
+    assert stacked_steps == [len(group.members)] * 9  # 3 epochs of 3 steps, every member in the stack
+    batched = _results(events)
+    alone = _plan("attention-sg.mad", tmp_path / "b.db", lrs, wds, seeds, epochs=3)
+    for job in alone.jobs:
+        single = []
+        execute_job(job, single.append, lambda: False)
+        expected = _strip_time(_results(single)[job.run_id])
+        got = _strip_time(batched[job.run_id])
+        assert got["epochs_done"] == expected["epochs_done"] == 3 and got["best_epoch"] == expected["best_epoch"]
+        assert _close(got["history"], expected["history"], rel=1e-5), job.label
+
+
+def test_an_interrupted_stacked_group_resumes_to_the_uninterrupted_result(tmp_path):
+    runs = {}
+    for name, stop_after in (("a", None), ("b", 4)):
+        plan = _plan("attention-sg.mad", tmp_path / f"{name}.db", (1e-3, 1e-4), (0.0, 0.1), epochs=2)
+        [group] = plan.work(batch_grid=True)
+        group.stack = True
+        events = []
+        progress = lambda: stop_after is not None and sum(e.kind == "progress" for e in events) >= stop_after
+        execute_group(group, events.append, progress)  # b: stopped mid-epoch (6 steps per epoch)
+        if stop_after is not None:
+            assert {e.run_id for e in events if e.kind == "interrupted"} == {m.run_id for m in group.members}
+            events = []
+            execute_group(group, events.append, lambda: False)
+        runs[name] = {k: _strip_time(v) for k, v in _results(events).items()}
+    assert runs["a"] == runs["b"]
+
+
+def test_an_interrupted_group_resumes_to_the_uninterrupted_result(tmp_path):
+    plan = _plan("hyena-sg.mad", tmp_path / "a.db", (1e-3, 5e-4, 1e-4), epochs=3)
+    [group] = plan.work(batch_grid=True)
+    uninterrupted = []
+    execute_group(group, uninterrupted.append, lambda: False)
+
+    plan = _plan("hyena-sg.mad", tmp_path / "b.db", (1e-3, 5e-4, 1e-4), epochs=3)
+    [group] = plan.work(batch_grid=True)
+    events = []
+    # stop mid-way: after the first member's second epoch has begun (members sit at different epochs)
+    execute_group(group, events.append, lambda: sum(e.kind == "epoch" for e in events) >= 4)
+    assert {e.run_id for e in events if e.kind == "interrupted"} == {m.run_id for m in group.members}
+    assert all(Path(m.checkpoint_path).exists() for m in group.members)
+    resumed = []
+    execute_group(group, resumed.append, lambda: False)
+    assert {k: _strip_time(v) for k, v in _results(resumed).items()} == \
+           {k: _strip_time(v) for k, v in _results(uninterrupted).items()}
+
+
+def test_a_member_that_solves_the_setting_stops_its_siblings(tmp_path):
+    plan = _plan("attention-sg.mad", tmp_path / "a.db", (1e-3, 5e-4, 1e-4), epochs=3)
+    group = plan.work(batch_grid=True)[0]
+    group.skip_solved_at = 0.0  # the first member to finish "solves" the setting
+    events = []
+    execute_group(group, events.append, lambda: False)
+    finished = [e.run_id for e in events if e.kind == "finished"]
+    skipped = [e.run_id for e in events if e.kind == "skipped"]
+    assert len(finished) == 1 and sorted(finished + skipped) == sorted(m.run_id for m in group.members)
+
+
+def test_groups_are_one_setting_differing_only_in_lr_wd_and_seed(tmp_path):
+    path = PAPER / "attention-sg.mad"
+    cli = cli_overrides(protocol="baseline", tasks=["in-context-recall", "selective-copying"],
+                        settings={"num_train_examples": 16, "num_test_examples": 8}, lr=[1e-3, 1e-4], wd=[0.0],
+                        seed=[0, 1], epochs=1)
+    plan = plan_evaluation(StoreFiles(tmp_path / "a.db"), [(load_spec(path), str(path))], cli, device="cpu")
+    work = plan.work(batch_grid=True)
+    assert [len(g.members) for g in work] == [4, 4]  # one group per task, 2 lr x 2 seeds each
+    assert sorted(m.run_id for g in work for m in g.members) == sorted(j.run_id for j in plan.jobs)
+    assert {m.task.name for m in work[0].members} == {"in-context-recall"}
+    assert plan.work(batch_grid=False) == plan.jobs
+
+
+EVAL = ["--task", "in-context-recall", "--protocol", "baseline", "--epochs", "2", "--batch-size", "8",
+        "--lr", "1e-3", "--lr", "5e-4", "--lr", "1e-4", "--wd", "0", "--wd", "0.1",
+        *[x for k, v in TINY_SETTING.items() for x in ("--set", f"{k}={v}")], "--format", "json"]
+
+
+def _stored(db: Path) -> dict[str, tuple]:
+    with sqlite3.connect(db) as conn:
+        runs = {row[0]: row[1:] for row in conn.execute(
+            "SELECT run_id, status, epochs_done, best_epoch, best_eval_loss, best_eval_acc, max_eval_acc "
+            "FROM runs")}
+        epochs = conn.execute("SELECT run_id, epoch, train_loss, eval_loss, eval_acc FROM epochs "
+                              "ORDER BY run_id, epoch").fetchall()
+    return {run_id: (*row, [e[1:] for e in epochs if e[0] == run_id]) for run_id, row in runs.items()}
+
+
+def test_batch_grid_eval_stores_the_six_runs_no_batch_grid_stores(tmp_path, capsys):
+    spec = str(PAPER / "hyena-sg.mad")
+    assert main(["eval", spec, *EVAL, "--db", str(tmp_path / "batched.db"), "--batch-grid", "--keep", "best"]) == 0
+    batched = json.loads(capsys.readouterr().out)
+    assert main(["eval", spec, *EVAL, "--db", str(tmp_path / "alone.db"), "--no-batch-grid"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert batched["done"] == alone["done"] == 6 and batched["run_ids"] == alone["run_ids"]
+    assert batched["scores"] == alone["scores"]
+    stored = _stored(tmp_path / "batched.db")
+    assert stored == _stored(tmp_path / "alone.db") and len(stored) == 6
+    assert all(row[0] == "done" and len(row[-1]) == 2 for row in stored.values())
+    assert not list((tmp_path / "batched.files" / "checkpoints").glob("*"))
+    for run_id in batched["run_ids"]:  # --keep best kept every member's best weights
+        out = tmp_path / run_id[:12]
+        assert main(["export", run_id[:12], "-o", str(out), "--db", str(tmp_path / "batched.db")]) == 0
+    # a rerun repeats nothing
+    assert main(["eval", spec, *EVAL, "--db", str(tmp_path / "batched.db"), "--batch-grid"]) == 0
+    assert json.loads(capsys.readouterr().out)["already_done"] == 6
+
+
+def test_skip_solved_and_worker_processes_with_batched_groups(tmp_path):
+    """Through the coordinator: a group's member solving the setting records its siblings as
+    skipped; groups run in worker processes (each group one slot)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from runner_helpers import run_rows, run_toy_eval
+
+    db = tmp_path / "r.db"
+    summary = run_toy_eval(db, epochs=30, lr=[3e-3, 1e-5], settings_overrides={"num_train_examples": 512},
+                           batch_grid=True)
+    assert sorted(r["status"] for r in run_rows(db)) == ["done", "skipped"] and summary["skipped"] == 1
+    assert summary["complete"] and not list((tmp_path / "r.files" / "checkpoints").glob("*"))
+
+    db = tmp_path / "p.db"
+    summary = run_toy_eval(db, epochs=2, wd=[0.0, 0.1], seed=[0, 1], workers=2, batch_grid=True)
+    assert summary["complete"] and summary["done"] == 4
+    assert {r["status"] for r in run_rows(db)} == {"done"}
+
+
+def test_batch_grid_on_ray_is_bad_input(tmp_path, capsys):
+    pytest.importorskip("ray")
+    spec = str(PAPER / "hyena-sg.mad")
+    assert main(["eval", spec, *EVAL, "--db", str(tmp_path / "r.db"), "--executor", "ray", "--batch-grid"]) == 2
+    assert "--batch-grid runs with the local executors only" in capsys.readouterr().err
+    assert not (tmp_path / "r.db").exists()
