@@ -140,6 +140,32 @@ def test_eval_records_epochs_and_rerun_repeats_nothing(tmp_path):
     assert epoch_rows(db) == epochs and [r["finished"] for r in run_rows(db)] == [r["finished"] for r in runs]
 
 
+def test_a_full_disk_while_recording_is_a_clear_error_and_rerunning_loses_and_repeats_nothing(tmp_path,
+                                                                                              monkeypatch):
+    db = tmp_path / "r.db"
+    real_finish, calls = Store.finish, []
+
+    def full_disk_on_the_second_run(self, run_id, result, device=None):
+        calls.append(run_id)
+        if len(calls) == 2:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real_finish(self, run_id, result, device)
+
+    monkeypatch.setattr(Store, "finish", full_disk_on_the_second_run)
+    with pytest.raises(MadslError, match="could not be written: database or disk is full") as info:
+        run_toy_eval(db, epochs=2, wd=[0.0, 0.1])
+    assert "rerun the same command" in info.value.render()
+    monkeypatch.setattr(Store, "finish", real_finish)
+    first_done = [r["run_id"] for r in run_rows(db) if r["status"] == "done"]
+    assert len(first_done) == 1
+    again = run_toy_eval(db, epochs=2, wd=[0.0, 0.1])
+    assert again["complete"] and again["done"] == 1 and again["already_done"] == 1
+    runs = run_rows(db)
+    assert {r["status"] for r in runs} == {"done"} and len(runs) == 2
+    epochs = epoch_rows(db)
+    assert sorted(e[:2] for e in epochs) == sorted({e[:2] for e in epochs})  # no epoch recorded twice
+
+
 def test_same_identity_same_run_id_and_new_budget_new_run(tmp_path):
     db = tmp_path / "r.db"
     run_toy_eval(db, epochs=2)

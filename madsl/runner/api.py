@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import os
+import sqlite3
 import signal
 import sys
 import threading
@@ -316,21 +317,33 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     runner = executor if isinstance(executor, Executor) else _make_executor(workers, ray_options)
     store = Store(db)  # created only now: bad input above leaves no database behind
     try:
-        plan.register(store)
-        with stop_guard(stop_requested) as should_stop:
-            if reporter is None and progress:
-                with RichReporter() as rich_reporter:
-                    outcome = run_jobs(store, work, runner, rich_reporter, skip_solved_at=plan.skip_solved_at,
-                                       stop_requested=should_stop)
-            else:
-                outcome = run_jobs(store, work, runner, reporter, skip_solved_at=plan.skip_solved_at,
-                                   stop_requested=should_stop)
+        outcome = _register_and_run(store, plan, work, runner, reporter, progress, stop_requested)
+    except sqlite3.OperationalError as err:
+        # every write is a transaction: what was recorded stays, and the runs in flight stay
+        # claimed by this (now ended) process, so the same command resumes them from their checkpoints
+        raise MadslError(f"the results database {db} could not be written: {err}",
+                         hint="free disk space (or fix the file system) and rerun the same command: finished "
+                              "runs are kept and the others resume") from None
     finally:
         store.close()
     summary = summarize(db, plan, outcome)
     if progress:
         print_summary(db, summary, outcome)
     return summary
+
+
+def _register_and_run(store: Store, plan: "EvaluationPlan", work: list, runner: Executor,
+                      reporter: Reporter | None, progress: bool,
+                      stop_requested: Callable[[], bool] | None) -> Outcome:
+    """Register the plan's runs and execute them, with Ctrl-C handling and progress bars."""
+    plan.register(store)
+    with stop_guard(stop_requested) as should_stop:
+        if reporter is None and progress:
+            with RichReporter() as rich_reporter:
+                return run_jobs(store, work, runner, rich_reporter, skip_solved_at=plan.skip_solved_at,
+                                stop_requested=should_stop)
+        return run_jobs(store, work, runner, reporter, skip_solved_at=plan.skip_solved_at,
+                        stop_requested=should_stop)
 
 
 def plan_cost(db: str | os.PathLike, plan: "EvaluationPlan", at_once: int | None, executor_name: str) -> dict:

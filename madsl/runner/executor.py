@@ -23,6 +23,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import sqlite3
 import threading
 import time
 import traceback
@@ -426,6 +427,9 @@ class Coordinator:
                 for event in self.executor.poll(timeout=0.2):
                     self.handle(event)
                 self._heartbeat()
+        except sqlite3.OperationalError:  # the store cannot be written (a full disk)
+            self._release_claims()
+            raise
         finally:
             # on an abort (second Ctrl-C) the runs stay "running" under our pid: the next
             # eval sees the pid dead and resumes them from their checkpoints
@@ -433,6 +437,17 @@ class Coordinator:
             for event in self.executor.poll(timeout=0.0):
                 self.handle(event)
         return self.outcome
+
+    def _release_claims(self) -> None:
+        """Best effort, when the store failed: hand the runs in flight back as pending, so that the
+        same command resumes them at once (from their checkpoints; a run whose result was not
+        recorded finds it in its final checkpoint). On a disk still full this fails too, and the
+        next eval takes the runs over once this process has ended, as after kill -9."""
+        for run_id in list(self.active):
+            try:
+                self.store.release(run_id, "pending", None, self.owner)
+            except sqlite3.Error:
+                return
 
     # --- steps of the loop ------------------------------------------------------------
     def _check_stop(self) -> None:
