@@ -12,8 +12,6 @@ classes and the head. The same arrays the runner trains on (same seed, same sett
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -92,15 +90,9 @@ def _write_npz(path: Path, data: Any, info: dict) -> None:
     arrays = {"inputs": data.inputs, "targets": data.targets,
               **{k: v for k, v in data.meta.items() if isinstance(v, np.ndarray)},
               "info": np.array(json.dumps(info, default=lambda v: v.item() if hasattr(v, "item") else str(v)))}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from madsl.tasks.cache import save_npz_atomic
+
+    save_npz_atomic(path, arrays)
 
 
 def _text(task: Any, data: Any, settings: dict, args) -> str:

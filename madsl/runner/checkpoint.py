@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from madsl.errors import Location, MadslError
+from madsl.runner.store import pid_alive
 
 FORMAT = "madsl-checkpoint"
 VERSION = 2  # 1: madsl before data-only checkpoints (numpy arrays inside; no longer read)
@@ -75,18 +76,8 @@ def _remove_stale_temporaries(path: Path) -> None:
     prefix = f".{path.name}.{_HOST}."
     for tmp in path.parent.glob(f"{glob.escape(prefix)}*.tmp"):
         pid = tmp.name[len(prefix):-len(".tmp")]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             tmp.unlink(missing_ok=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def load_checkpoint(path: Path) -> dict[str, Any] | None:

@@ -153,7 +153,8 @@ def owner_tag() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host with this pid exists (one we may not signal counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -168,7 +169,7 @@ def owner_is_dead(owner: str | None, heartbeat: float | None, stale_after_s: flo
     if owner is None or heartbeat is None:
         return True
     host, _, pid = owner.rpartition(":")
-    if host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid)):
+    if host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid)):
         return True
     return now - heartbeat > stale_after_s
 

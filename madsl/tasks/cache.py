@@ -77,6 +77,12 @@ def _write_atomic(path: Path, data: TaskData) -> None:
     arrays["meta.json"] = np.array(json.dumps(plain, default=_json_default))
     arrays["dtypes.json"] = np.array(json.dumps({k: str(v.dtype) for k, v in
                                                  {"inputs": data.inputs, "targets": data.targets}.items()}))
+    save_npz_atomic(path, arrays)
+
+
+def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """np.savez via a temporary file in the same folder: readers never see half a file, and a
+    failed write leaves nothing behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
     try:
