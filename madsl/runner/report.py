@@ -146,8 +146,11 @@ def aggregate_name(columns: Sequence[str]) -> str:
 
 
 def protocols_text(scores: Sequence[SpecScore]) -> str:
-    names = sorted({s.protocol for s in scores})
-    return ("protocol " if len(names) == 1 else "protocols ") + ", ".join(names)
+    """", protocol quick" for titles; empty for scores not filed under a protocol (an eval's own summary)."""
+    names = sorted({s.protocol for s in scores if s.protocol})
+    if not names:
+        return ""
+    return (", protocol " if len(names) == 1 else ", protocols ") + ", ".join(names)
 
 
 def render_text(scores: Sequence[SpecScore], width: int = 160) -> str:
@@ -157,7 +160,7 @@ def render_text(scores: Sequence[SpecScore], width: int = 160) -> str:
     if not scores:
         return "no runs in the database yet\n"
     columns = task_columns(scores)
-    board = Table(title=f"MAD leaderboard, {protocols_text(scores)} (class-averaged eval accuracy; "
+    board = Table(title=f"MAD leaderboard{protocols_text(scores)} (class-averaged eval accuracy; "
                         "best over lr x wd, mean over settings)")
     board.add_column("architecture")
     for t in columns:
@@ -283,7 +286,7 @@ def plot_heatmap(scores: Sequence[SpecScore], path: str | os.PathLike) -> Path:
                     color="black" if value > 0.6 else "white")
     ax.axvline(len(columns) - 0.5, color="white", linewidth=2)
     fig.colorbar(image, ax=ax, label="accuracy")
-    ax.set_title(f"MAD, {protocols_text(scores)}: eval accuracy per task (best over lr x wd, mean over settings)")
+    ax.set_title(f"MAD{protocols_text(scores)}: eval accuracy per task (best over lr x wd, mean over settings)")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
