@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import ConfigError, Primitive, divides, positive
+from .base import ConfigError, Heads, Primitive, divides, positive
 
 
 @dataclass(frozen=True)
-class Attention(Primitive):
+class Attention(Heads, Primitive):
     heads: int
     head_dim: int | None  # None: dim // heads
     rotary: bool
@@ -44,14 +44,6 @@ class Attention(Primitive):
         if self.rotary and self.inner_head_dim % 2:
             raise ConfigError("head_dim", f"attention: rotary embeddings need an even head_dim, "
                                           f"got {self.inner_head_dim}", "set rotary=false or an even head_dim")
-
-    @property
-    def inner_head_dim(self) -> int:
-        return self.head_dim if self.head_dim is not None else self.dim // self.heads
-
-    @property
-    def inner(self) -> int:
-        return self.heads * self.inner_head_dim
 
     def params(self) -> int:
         qkv = 3 * self.dim * self.inner + (3 * self.inner if self.bias else 0)

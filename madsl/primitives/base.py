@@ -128,6 +128,24 @@ class Primitive:
         return cls(self)
 
 
+class Heads:
+    """For primitives with `heads` and an optional `head_dim` (None: dim // heads, which then
+    must divide the width): the head width and the total width of the heads."""
+
+    def validate_heads(self) -> None:
+        positive(self, "heads", "head_dim")
+        if self.head_dim is None:
+            divides(self, "heads", self.heads, self.dim, "dim")
+
+    @property
+    def inner_head_dim(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.dim // self.heads
+
+    @property
+    def inner(self) -> int:
+        return self.heads * self.inner_head_dim
+
+
 def positive(prim: Primitive, *keys: str) -> None:
     """Every named hyperparameter is a positive integer."""
     for key in keys:

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Primitive, divides, positive
+from .base import Heads, Primitive
 
 
 @dataclass(frozen=True)
-class MLSTM(Primitive):
+class MLSTM(Heads, Primitive):
     heads: int
     head_dim: int | None  # None: dim // heads
 
@@ -40,17 +40,7 @@ class MLSTM(Primitive):
     module = "madsl.layers.mlstm:MLSTM"
 
     def validate(self) -> None:
-        positive(self, "heads", "head_dim")
-        if self.head_dim is None:
-            divides(self, "heads", self.heads, self.dim, "dim")
-
-    @property
-    def inner_head_dim(self) -> int:
-        return self.head_dim if self.head_dim is not None else self.dim // self.heads
-
-    @property
-    def inner(self) -> int:
-        return self.heads * self.inner_head_dim
+        self.validate_heads()
 
     def params(self) -> int:
         D, H, I = self.dim, self.heads, self.inner

@@ -37,7 +37,7 @@ from madsl.tasks.draws import first_index
 from madsl.tasks.fuzzy_recall import FuzzyInContextRecall
 from madsl.tasks.memorization import Memorization
 from madsl.tasks.recall import InContextRecall, NoisyInContextRecall
-from madsl.tasks.sampling import Rows, shared_rng
+from madsl.tasks.sampling import Rows
 from madsl.tasks.selective_copying import SelectiveCopying
 from madsl.tasks.vocab import Vocab
 
@@ -274,25 +274,6 @@ class MadLabMemorization(Memorization):
         self.require_int(s, "vocab_size", 3)
         seq_len = self.require_int(s, "seq_len", 2)
         self.require(seq_len % 2 == 0, f"seq_len must be even (pairs of key and insert token), got {seq_len}")
-
-    def shared(self, s: Mapping[str, Any], seed: int) -> dict[str, np.ndarray]:
-        vocab = self.vocab(s)
-        keys, values = vocab.block("keys").size, vocab.block("values")
-        rng = shared_rng(self.name, seed)  # each key its own value: shuffled keys zipped with shuffled values
-        return {"facts": values.start + rng.permutation(values.size)[:keys]}
-
-    def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
-        return s["seq_len"] // 2 * math.log2(self.vocab(s).block("keys").size)
-
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
-        keys = rng.integers(0, self.vocab(s).block("keys").size, (num, s["seq_len"] // 2))
-        inputs = np.empty((num, s["seq_len"]), dtype=np.int64)
-        inputs[:, 0::2] = keys
-        inputs[:, 1::2] = self.vocab(s).token("insert")
-        targets = np.full((num, s["seq_len"]), IGNORE, dtype=np.int64)
-        targets[:, 1::2] = shared["facts"][keys]
-        return Rows(inputs, targets)
 
 
 VARIANTS = (MadLabInContextRecall(), MadLabNoisyInContextRecall(), MadLabFuzzyInContextRecall(),

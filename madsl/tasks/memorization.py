@@ -39,8 +39,10 @@ class Memorization(SampledTask):
         self.require(seq_len % 2 == 0, f"seq_len must be even (pairs of key and insert token), got {seq_len}")
 
     def shared(self, s: Mapping[str, Any], seed: int) -> dict[str, np.ndarray]:
-        half = s["vocab_size"] // 2
-        return {"facts": half + shared_rng(self.name, seed).permutation(half)}
+        vocab = self.vocab(s)
+        keys, values = vocab.block("keys").size, vocab.block("values")
+        rng = shared_rng(self.name, seed)  # each key its own value: shuffled values, one per key
+        return {"facts": values.start + rng.permutation(values.size)[:keys]}
 
     def ceiling(self, settings: Mapping[str, Any], seed: int) -> float | None:
         """The share of the test split's distinct facts (key -> value) whose key occurs in the
@@ -53,11 +55,11 @@ class Memorization(SampledTask):
         return float(np.isin(asked, shown).mean())
 
     def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
-        return s["seq_len"] // 2 * math.log2(s["vocab_size"] // 2)
+        return s["seq_len"] // 2 * math.log2(self.vocab(s).block("keys").size)
 
     def sample(self, s: Mapping[str, Any], split: Split, num: int,
                rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
-        keys = rng.integers(0, s["vocab_size"] // 2, (num, s["seq_len"] // 2))
+        keys = rng.integers(0, self.vocab(s).block("keys").size, (num, s["seq_len"] // 2))
         inputs = np.empty((num, s["seq_len"]), dtype=np.int64)
         inputs[:, 0::2] = keys
         inputs[:, 1::2] = self.vocab(s).token("insert")
