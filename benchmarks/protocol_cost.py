@@ -66,8 +66,9 @@ def epoch_seconds(spec, path: str, task_name: str, device: str, precision: str, 
     full = plan_spec(spec, path, Overrides(protocol="baseline", tasks=(task_name,)), registry,
                      all_tasks).runs[0].settings
     events = []
-    job = RunJob(run_id=f"bench-{task_name}", task=registry[task_name], setting=dict(run.settings), train=run.train,
-                 model_factory=CompiledSpecFactory(spec, path), checkpoint_path=str(workdir / f"{task_name}.pt"),
+    job = RunJob(run_id=f"bench-{spec.name}-{task_name}", task=registry[task_name], setting=dict(run.settings), train=run.train,
+                 model_factory=CompiledSpecFactory(spec, path),
+                 checkpoint_path=str(workdir / f"{spec.name}-{task_name}.pt"),
                  data_dir=str(workdir / "data"), device=device, label=task_name)
     execute_job(job, events.append, lambda: False)
     finished = [e for e in events if e.kind == "finished"]
@@ -94,7 +95,7 @@ def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, e
     clock = time.monotonic if device.startswith("cuda") else time.process_time
     times = []
     for mode in ("unbatched", "lockstep", "stacked"):
-        plan = plan_evaluation(StoreFiles(workdir / f"grid-{task_name}-{mode}.db"), [(spec, path)], cli,
+        plan = plan_evaluation(StoreFiles(workdir / f"grid-{spec.name}-{task_name}-{mode}.db"), [(spec, path)], cli,
                                device=device)
         if mode == "stacked":
             model = job_inputs(plan.jobs[0]).build_model()

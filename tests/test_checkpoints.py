@@ -114,13 +114,13 @@ def test_a_file_that_is_not_a_checkpoint_is_an_error_naming_it(tmp_path, kind):
     assert load_checkpoint(tmp_path / "missing.pt") is None
 
 
-def _toy_run(checkpoint, epochs=2, lr=3e-3):
+def _toy_run(checkpoint, epochs=2, lr=3e-3, run_id=None):
     task = TOY_TASKS["toy-previous"]
     settings = dict(task.baseline)
     train, test = task.generate(settings, "train", 0), task.generate(settings, "test", 0)
     cfg = TrainSettings(lr=lr, wd=0.0, epochs=epochs, batch_size=32, seed=0, min_lr=1e-6, early_stop_acc=0.999)
     return cfg, lambda: train_run(cfg, lambda: TaskModel(StandInModel(8, 16), "lm"), train, test, num_classes=8,
-                                  checkpoint_path=checkpoint)
+                                  checkpoint_path=checkpoint, run_id=run_id)
 
 
 def test_a_tagged_checkpoint_of_another_run_or_with_missing_state_is_refused(tmp_path):
@@ -133,6 +133,17 @@ def test_a_tagged_checkpoint_of_another_run_or_with_missing_state_is_refused(tmp
     save_checkpoint(path, {"settings": asdict(cfg), "epoch": 1, "result": None})  # the model is missing
     with pytest.raises(CheckpointError, match="does not hold this run's state"):
         run()
+
+
+def test_a_finished_checkpoint_of_another_run_id_with_the_same_settings_is_refused(tmp_path):
+    """Two specs trained with the same settings at one checkpoint path (found in the cost
+    benchmark): the second must not take the first's result as its own."""
+    path = tmp_path / "run.pt"
+    first = _toy_run(path, epochs=1, run_id="spec-a")[1]()
+    assert load_checkpoint(path)["run_id"] == "spec-a"
+    assert _toy_run(path, epochs=1, run_id="spec-a")[1]().to_dict() == first.to_dict()  # its own: resumed
+    with pytest.raises(CheckpointError, match="belongs to another run"):
+        _toy_run(path, epochs=1, run_id="spec-b")[1]()
 
 
 def test_rng_states_round_trip_through_a_data_only_file(tmp_path):

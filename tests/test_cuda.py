@@ -49,6 +49,15 @@ def _assert_all_close(got, want, atol, rtol):
         torch.testing.assert_close(g.float().cpu(), w.float().cpu(), atol=atol, rtol=rtol)
 
 
+def _assert_relative_rms(got, want, ratio):
+    """||got - want|| / ||want|| per tensor, as fla's own tests compare its Triton kernels:
+    their fp32 dots run in TF32, so elementwise tolerances fail on long sums."""
+    for g, w in zip(got, want):
+        g, w = g.detach().double().cpu(), w.detach().double().cpu()
+        assert g.shape == w.shape
+        assert float((g - w).norm() / w.norm().clamp(min=1e-12)) <= ratio
+
+
 # --- kernel parity ---------------------------------------------------------------------------
 def test_mamba_ssm_selective_scan_matches_cpu_scan():
     scan_fn = cuda.selective_scan_fn()
@@ -78,7 +87,7 @@ def test_fla_chunk_gla_matches_recurrence():
         grads = torch.autograd.grad((o.float() * o.detach().float().sign()).sum(), xs)
         return [o, final, *grads]
 
-    _assert_all_close(run(gla_fla_chunk, on_device), run(gla_recurrent, inputs), atol=5e-3, rtol=5e-3)
+    _assert_relative_rms(run(gla_fla_chunk, on_device), run(gla_recurrent, inputs), ratio=5e-3)
     _assert_all_close(run(gla_chunked, on_device), run(gla_recurrent, inputs), atol=1e-4, rtol=1e-4)
 
 
@@ -92,7 +101,7 @@ def test_layer_on_device_matches_cpu_forward_and_backward(name):
     def run(module, device):
         module = module.to(device)
         module.zero_grad(set_to_none=True)
-        xd = x.to(device).requires_grad_()
+        xd = x.detach().to(device, copy=True).requires_grad_()  # never x itself (to("cpu") returns it)
         y = module(xd)
         y.square().mean().backward()
         return [y, xd.grad, *(p.grad for p in module.parameters() if p.grad is not None)]

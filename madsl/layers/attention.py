@@ -62,7 +62,9 @@ class Attention(nn.Module):
                 nn.init.zeros_(linear.bias)
 
     def _rotary_tables(self, length: int, like: Tensor) -> tuple[Tensor, Tensor]:
-        """cos, sin of shape (>= length, head_dim) in `like`'s dtype and device."""
+        """cos, sin of shape (>= length, head_dim) in `like`'s dtype and device. `like` is q:
+        under autocast the rotated q, k must keep v's dtype, since SDPA under vmap (stacked
+        grid training) does not cast its inputs as autocast does."""
         cache = self._rotary_cache
         if (cache is None or cache[0].shape[0] < length or cache[0].device != like.device
                 or cache[0].dtype != like.dtype):
@@ -86,7 +88,7 @@ class Attention(nn.Module):
         batch, length, _ = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if self.rotary:
-            cos, sin = self._rotary_tables(length, x)
+            cos, sin = self._rotary_tables(length, q)
             cos, sin = cos[:length], sin[:length]
             q, k = _apply_rotary(q, cos, sin), _apply_rotary(k, cos, sin)
         if self.window is None or self.window >= length:
@@ -118,7 +120,7 @@ class Attention(nn.Module):
         if self.rotary:
             # positions run past the cache size once a window's ring buffer is full
             seen = state["k"].shape[2] + 1 if self.window is None else int(pos.max()) + 1
-            cos, sin = self._rotary_tables(seen, x_t)
+            cos, sin = self._rotary_tables(seen, q)
             cos, sin = cos[pos][:, None, None], sin[pos][:, None, None]  # (B, 1, 1, head_dim)
             q, k = _apply_rotary(q, cos, sin), _apply_rotary(k, cos, sin)
         cached = state["k"].shape[2]
@@ -127,8 +129,9 @@ class Attention(nn.Module):
             values = torch.cat((state["v"], v), dim=2)
         else:  # the ring buffer is full: the new token takes the oldest one's slot
             slot = (pos % self.window).view(batch, 1, 1, 1).expand(batch, self.heads, 1, self.head_dim)
-            keys = state["k"].scatter(2, slot, k)
-            values = state["v"].scatter(2, slot, v)
+            # the cache keeps its dtype (under autocast k, v are the projections' bf16)
+            keys = state["k"].scatter(2, slot, k.to(state["k"].dtype))
+            values = state["v"].scatter(2, slot, v.to(state["v"].dtype))
         # The new token attends to every cached one: no mask (is_causal would align top-left).
         y = F.scaled_dot_product_attention(q, keys, values)  # (B, heads, 1, head_dim)
         out = self.out(y.reshape(batch, self.heads * self.head_dim))

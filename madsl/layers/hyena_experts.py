@@ -53,7 +53,11 @@ class HyenaExperts(nn.Module):
 
     def routing_weights(self, u: Tensor) -> Tensor:
         """(..., dim) -> (..., experts): softmax over the top-`active` logits, exactly 0 elsewhere."""
-        logits = self.router(u)
+        # Routing in full precision under autocast, as the MoE layer routes: a bf16 router flips
+        # the top-k choice of near-tied tokens, and CUDA autocast runs softmax in float32 (the
+        # scatter of float32 weights into bf16 zeros failed on an H100).
+        with torch.autocast(device_type=u.device.type, enabled=False):
+            logits = self.router(u.to(self.router.weight.dtype))
         top = logits.topk(self.active, dim=-1)
         return torch.zeros_like(logits).scatter(-1, top.indices, torch.softmax(top.values, dim=-1))
 

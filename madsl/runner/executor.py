@@ -166,7 +166,8 @@ def execute_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callabl
         inputs = job_inputs(job)
         result = train_run(job.train, inputs.build_model, inputs.train_data, inputs.test_data,
                            num_classes=inputs.num_classes, device=device, checkpoint_path=Path(job.checkpoint_path),
-                           hooks=job_hooks(job, emit, should_stop), length_data=inputs.length_data)
+                           hooks=job_hooks(job, emit, should_stop), length_data=inputs.length_data,
+                           run_id=job.run_id)
         emit(Event("finished", job.run_id, {"result": result.to_dict(), "device": str(device), "build": inputs.build}))
     except RunInterrupted as err:
         emit(Event("interrupted", job.run_id, {"message": str(err)}))

@@ -172,7 +172,7 @@ def execute_group(group: GroupJob, emit: Callable[[Event], None], should_stop: C
                 member.inputs = job_inputs(member.job, load)
                 opened = open_run(member.job.train, member.inputs.build_model, device,
                                   member.inputs.train_data.inputs.shape[0], member.inputs.num_classes,
-                                  Path(member.job.checkpoint_path), member.hooks.keep_best)
+                                  Path(member.job.checkpoint_path), member.hooks.keep_best, member.job.run_id)
             except Exception as err:  # noqa: BLE001 - one member's failure is its own
                 fail(member, err)
                 continue

@@ -25,8 +25,14 @@ import warnings
 from typing import Any, Callable, Sequence
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from madsl.runner.precision import autocast
+
+# SDPA has no vmap batching rule: vmap loops over the members, and the memory-efficient
+# kernel's backward then gets per-member views of its logsumexp, which it rejects ("LSE is
+# not correctly aligned (strideB)", H100, fp32). Flash (bf16) and math (fp32) take them.
+STACKED_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
 
 # The layers (madsl.layers) whose forward is exact under vmap over stacked parameters and
 # batches well; the model's containers, heads and torch.nn building blocks are taken as they come.
@@ -123,12 +129,12 @@ class StackedMembers:
             loss, loss_sum = loss_fn(model, outputs, targets)
             return loss, outputs, loss_sum
 
-        with warnings.catch_warnings():  # SDPA has no batching rule: vmap loops over members there
-            warnings.filterwarnings("ignore", message="There is a performance drop")
+        with warnings.catch_warnings(), sdpa_kernel(STACKED_SDPA_BACKENDS):
+            warnings.filterwarnings("ignore", message="There is a performance drop")  # the loop above
             losses, outputs, loss_sums = torch.func.vmap(member_loss)(self.params, x, y)
-        for name in self.trainable:
-            self.params[name].grad = None
-        losses.sum().backward()
+            for name in self.trainable:
+                self.params[name].grad = None
+            losses.sum().backward()
         self._adamw()
         return outputs.detach(), loss_sums.detach()
 

@@ -332,6 +332,7 @@ class RunState:
     finished: bool = False  # training is over (length evaluations may remain)
     length_evals: list[dict] = field(default_factory=list)  # in settings.eval_lengths order
     diverged_epoch: int | None = None
+    run_id: str | None = None  # whose checkpoint this is (None: an anonymous run, as in the unit tests)
 
     @classmethod
     def start(cls, settings: TrainSettings, build_model: Callable[[], TaskModel], device: torch.device,
@@ -381,7 +382,7 @@ class RunState:
             "train_seconds": self.train_seconds, "history": [asdict(h) for h in self.history],
             "best": asdict(self.best) if self.best else None, "best_state": self.best_state,
             "finished": self.finished, "length_evals": self.length_evals, "diverged_epoch": self.diverged_epoch,
-            "result": result.to_dict() if result is not None else None}
+            "run_id": self.run_id, "result": result.to_dict() if result is not None else None}
 
     def end_epoch(self, metrics: EpochMetrics) -> None:
         """Record a finished epoch: history, best so far, and whether training is over.
@@ -513,20 +514,25 @@ def evaluate_lengths(state: RunState, length_data: Callable[[int], Any], tokens_
 
 
 def open_run(settings: TrainSettings, build_model: Callable[[], TaskModel], device: torch.device, num_train: int,
-             num_classes: int, checkpoint_path: Path | None, keep_best: bool = False) -> "RunState | RunResult":
+             num_classes: int, checkpoint_path: Path | None, keep_best: bool = False,
+             run_id: str | None = None) -> "RunState | RunResult":
     """The run as its checkpoint left it (fresh when there is none), or its result when it had finished
-    and only the bookkeeping was lost. A checkpoint of another run is a CheckpointError."""
+    and only the bookkeeping was lost. A checkpoint of another run is a CheckpointError: other training
+    settings, or another run id (same settings, another model: two specs sharing a checkpoint path)."""
     saved = load_checkpoint(checkpoint_path) if checkpoint_path is not None else None
     if saved is not None:
         if not same_settings(saved.get("settings"), settings):
             raise CheckpointError(checkpoint_path, "belongs to another run (other training settings)")
+        if run_id is not None and saved.get("run_id") not in (None, run_id):
+            raise CheckpointError(checkpoint_path, f"belongs to another run ({str(saved['run_id'])[:16]}…, "
+                                                   f"not {run_id[:16]}…)")
         if saved.get("result") is not None:  # finished, only the bookkeeping was lost
             try:
                 return RunResult.from_dict(saved["result"])
             except (KeyError, TypeError, ValueError) as err:
                 raise CheckpointError(checkpoint_path, f"holds a malformed result ({type(err).__name__})") from None
     state = RunState.start(settings, build_model, device, num_train, num_classes)
-    state.keep_best = keep_best
+    state.keep_best, state.run_id = keep_best, run_id
     if saved is not None:
         try:
             state.restore(saved)
@@ -539,18 +545,19 @@ def open_run(settings: TrainSettings, build_model: Callable[[], TaskModel], devi
 def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], train_data, test_data, *,
               num_classes: int, device: torch.device | str = "cpu", checkpoint_path: Path | None = None,
               hooks: TrainHooks | None = None,
-              length_data: Callable[[int], Any] | None = None) -> RunResult:
+              length_data: Callable[[int], Any] | None = None, run_id: str | None = None) -> RunResult:
     """Train one run to the end (or raise RunInterrupted), resuming from `checkpoint_path` if it exists.
 
     build_model: returns a fresh TaskModel; called after seeding, so its init is deterministic.
     train_data, test_data: TaskData (numpy inputs / targets).
     length_data: for settings.eval_lengths, returns the test TaskData at a sequence length.
+    run_id: written into the checkpoint; a checkpoint at `checkpoint_path` of another run id is refused.
     """
     hooks = hooks or TrainHooks()
     device = torch.device(device) if isinstance(device, str) else device
     checkpoint_path = Path(checkpoint_path) if checkpoint_path is not None else None
     state = open_run(settings, build_model, device, train_data.inputs.shape[0], num_classes, checkpoint_path,
-                     hooks.keep_best)
+                     hooks.keep_best, run_id)
     if isinstance(state, RunResult):
         return state
     data = RunData.from_tasks(train_data, test_data, device)
