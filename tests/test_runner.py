@@ -115,6 +115,35 @@ def test_macro_accuracy_matches_torchmetrics(case):
     assert out["acc"] == pytest.approx(float(micro.compute()), abs=1e-6)
 
 
+@pytest.mark.parametrize("kind, per_batch", [("classes", False), ("classes", True), ("regression", False)])
+def test_the_per_step_bookkeeping_needs_no_host_sync(kind, per_batch):
+    """The loss and metric updates of every training step run on the meta device, where any
+    op that needs the values on the host (a boolean index, bincount, .item()) raises: on a GPU
+    such an op stalls each step until the device catches up."""
+    from madsl.runner.heads import TaskModel
+    from madsl.runner.train import _loss
+
+    outputs = torch.randn(4, 9, 8, device="meta")
+    targets = (torch.randn(4, 9, 8, device="meta") if kind == "regression"
+               else torch.randint(0, 8, (4, 9), device="meta"))
+    model = TaskModel.__new__(TaskModel)
+    model.kind = kind
+    loss, loss_sum = _loss(model, outputs, targets)
+    accumulator = MetricAccumulator(kind, 8, per_batch)
+    accumulator.update(outputs, targets, loss_sum)
+    assert loss.device.type == "meta" and accumulator.count.device.type == "meta"
+
+
+def test_moe_load_balancing_needs_no_host_sync():
+    from madsl.stdlib import primitive
+    from madsl.layers.moe import MoE
+
+    layer = MoE(primitive("moe", 16, experts=4, active=2)).to("meta")
+    logits = torch.randn(10, 4, device="meta")
+    aux = layer._load_balancing_loss(logits, logits.topk(2, dim=-1).indices)
+    assert aux.shape == () and aux.device.type == "meta"
+
+
 def test_sincos_positions_are_fixed_and_distinct():
     emb = sincos_position_embedding(32, 16)
     assert emb.shape == (32, 16)

@@ -84,7 +84,9 @@ class MoE(nn.Module):
 
     def _load_balancing_loss(self, logits: Tensor, top_experts: Tensor) -> Tensor:
         probs = logits.float().softmax(dim=-1).mean(dim=0)  # P_e
-        counts = torch.bincount(top_experts.flatten(), minlength=self.experts)
+        flat = top_experts.flatten()  # index_add_, not bincount: no host sync per step
+        counts = torch.zeros(self.experts, dtype=torch.long, device=flat.device).index_add_(
+            0, flat, torch.ones_like(flat))
         fractions = counts.to(probs.dtype) / top_experts.numel()  # f_e (no gradient: counts)
         return self.aux_loss_weight * self.experts * (fractions * probs).sum()
 

@@ -97,28 +97,31 @@ class MetricAccumulator:
 
     @torch.no_grad()
     def update(self, outputs: torch.Tensor, targets: torch.Tensor, loss_sum: torch.Tensor) -> None:
+        """Add one batch. No host sync: masks weigh the counts instead of selecting positions
+        (a boolean index or a bincount makes a GPU wait for its result every step)."""
         self._to(outputs.device)
         self.loss_sum += loss_sum.double()
         if self.kind == "regression":
             self.count += (~torch.isnan(targets)).sum()
             return
         flat_targets = targets.reshape(-1)
-        mask = flat_targets != IGNORE
-        scored = flat_targets[mask]
-        predictions = outputs.reshape(-1, outputs.shape[-1])[mask].argmax(-1)
-        hit = predictions == scored
+        scored = (flat_targets != IGNORE).long()  # 1 at scored positions
+        classes = flat_targets.clamp(min=0)  # IGNORE -> class 0, weighed 0 below
+        predictions = outputs.reshape(-1, outputs.shape[-1]).argmax(-1)
+        hit = (predictions == flat_targets).long() * scored
         n = self.num_classes
-        hits = torch.bincount(scored[hit], minlength=n)[:n]
-        support = torch.bincount(scored, minlength=n)[:n]
-        predicted = torch.bincount(predictions, minlength=n)[:n]
-        self.count += scored.numel()
+        hits = _class_counts(classes, hit, n)
+        support = _class_counts(classes, scored, n)
+        predicted = _class_counts(predictions, scored, n)
+        scored_count = scored.sum()
+        self.count += scored_count
         self.correct += hit.sum()
         self.hits += hits
         self.support += support
         self.predicted += predicted
         if self.per_batch:
             rows = targets.shape[0]
-            batch_loss = loss_sum.double() / max(scored.numel(), 1)
+            batch_loss = loss_sum.double() / scored_count.clamp(min=1)
             self.rows += rows
             self.batch_loss += rows * batch_loss
             self.batch_ppl += rows * torch.exp(batch_loss.clamp(max=700.0))
@@ -144,6 +147,14 @@ class MetricAccumulator:
     def load_state_dict(self, state: dict) -> None:
         for key, value in state.items():
             setattr(self, key, value.clone())
+
+
+def _class_counts(classes: torch.Tensor, weights: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """sum of `weights` per class (classes >= num_classes, e.g. predicted padding ids, are
+    not counted); like bincount(classes, weights)[:num_classes] without its host sync."""
+    inside = classes < num_classes
+    counts = torch.zeros(num_classes, dtype=torch.long, device=classes.device)
+    return counts.index_add_(0, torch.where(inside, classes, 0), weights * inside)
 
 
 def _macro_accuracy(hits: torch.Tensor, support: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
@@ -257,8 +268,9 @@ def same_settings(saved: Mapping[str, Any] | None, settings: TrainSettings) -> b
 def _loss(model: TaskModel, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean loss over scored positions for the gradient, summed loss for the metrics)."""
     if model.kind == "regression":
-        mask = ~torch.isnan(targets)
-        total = F.mse_loss(outputs[mask].float(), targets[mask], reduction="sum")
+        mask = ~torch.isnan(targets)  # weighed, not selected: no host sync
+        squared = F.mse_loss(outputs.float(), targets.nan_to_num(), reduction="none")
+        total = torch.where(mask, squared, 0.0).sum()
         count = mask.sum()
     else:
         flat_targets = targets.reshape(-1)
