@@ -110,7 +110,30 @@ def test_layer_on_device_matches_cpu_forward_and_backward(name):
     _assert_all_close(run(layer, DEVICE), want, atol=2e-3, rtol=2e-2)
 
 
-@pytest.mark.parametrize("name", ["mamba", "gla", "attention", "hyena", "multihead_hyena"])
+@pytest.mark.parametrize("name, params", [("mamba2", {"d_state": 16}), ("retention", {}),
+                                          ("linear_attention", {"normalize": True}), ("delta_net", {"gated": True}),
+                                          ("delta_net", {"gated": False})])
+def test_fla_backed_layer_on_device_matches_cpu_forward_and_backward(name, params):
+    """The layers that train through fla's chunk kernels (chunk_simple_gla, chunk_(gated_)delta_rule)
+    against their CPU chunked forms; TF32 inside fla's dots, hence the relative-RMS criterion."""
+    torch.manual_seed(0)
+    _, layer = make(name, 128, **params)
+    x = torch.randn(4, 96, 128)
+
+    def run(module, device):
+        module = module.to(device)
+        module.zero_grad(set_to_none=True)
+        xd = x.detach().to(device, copy=True).requires_grad_()
+        y = module(xd)
+        y.square().mean().backward()
+        return [y, xd.grad, *(p.grad for p in module.parameters() if p.grad is not None)]
+
+    want = run(layer, "cpu")
+    _assert_relative_rms(run(layer, DEVICE), want, ratio=5e-3)
+
+
+@pytest.mark.parametrize("name", ["mamba", "gla", "attention", "hyena", "multihead_hyena", "mamba2", "delta_net",
+                                  "retention", "linear_attention"])
 def test_step_mode_equals_parallel_forward_on_device(name):
     torch.manual_seed(0)
     _, layer = make(name, 128)

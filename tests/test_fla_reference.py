@@ -103,3 +103,64 @@ def test_linear_attention_matches_fla_naive_recurrent_linear_attn(normalize):
         o = o[..., :-1] / o[..., -1:]
     o_ref, _ = _naive("linear_attn").naive_recurrent_linear_attn(*_heads_second(q, k, v), normalize=normalize)
     _close(o, o_ref.transpose(1, 2), atol=1e-4)
+
+
+# --- the CUDA dispatch, through stand-ins with fla's kernel signatures ----------------------------
+# The layers call fla's Triton kernels on CUDA (`decay_parallel`, `delta_parallel`). Their layout,
+# argument order and scale are checked here on the CPU: each stand-in has the real kernel's
+# signature (fla-core 0.6.0's sources) and computes with fla's own naive reference.
+def _stand_ins(calls: list[str]) -> dict[tuple[str, str], object]:
+    simple_gla = _naive("simple_gla")
+    gated = _naive("gated_delta_rule")
+
+    def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
+                         output_final_state=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+                         **kwargs):
+        calls.append("chunk_simple_gla")
+        assert q.dim() == 4 and g_gamma is None and (g is None or g.shape == q.shape[:3])
+        g = torch.zeros(q.shape[:3]) if g is None else g
+        return simple_gla.naive_recurrent_simple_gla(q, k, v, g, scale=scale, initial_state=initial_state,
+                                                     output_final_state=output_final_state)
+
+    def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                               use_qk_l2norm_in_kernel=False, **kwargs):
+        calls.append("chunk_gated_delta_rule")
+        assert g.shape == beta.shape == q.shape[:3]
+        return gated.naive_recurrent_gated_delta_rule(q, k, v, beta, g, scale=scale, initial_state=initial_state,
+                                                      output_final_state=output_final_state)
+
+    def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False,
+                         use_qk_l2norm_in_kernel=False, cu_seqlens=None, cu_seqlens_cpu=None, **kwargs):
+        calls.append("chunk_delta_rule")
+        assert beta.shape == q.shape[:3]
+        return gated.naive_recurrent_gated_delta_rule(q, k, v, beta, torch.zeros_like(beta), scale=scale,
+                                                      initial_state=initial_state,
+                                                      output_final_state=output_final_state)
+
+    return {("fla.ops.simple_gla", "chunk_simple_gla"): chunk_simple_gla,
+            ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule"): chunk_gated_delta_rule,
+            ("fla.ops.delta_rule", "chunk_delta_rule"): chunk_delta_rule}
+
+
+@pytest.mark.parametrize("name, params, kernel", [
+    ("mamba2", {"d_state": 8}, "chunk_simple_gla"),
+    ("retention", {}, "chunk_simple_gla"),
+    ("linear_attention", {"normalize": True}, "chunk_simple_gla"),
+    ("delta_net", {"gated": True}, "chunk_gated_delta_rule"),
+    ("delta_net", {"gated": False}, "chunk_delta_rule"),
+])
+def test_layers_call_flas_kernels_with_their_layout_and_scale(monkeypatch, name, params, kernel):
+    from madsl.kernels import cuda, linear_recurrence
+
+    torch.manual_seed(0)
+    layer = primitive(name, 64, **params).build()
+    x = torch.randn(2, 45, 64)
+    with torch.no_grad():
+        want = layer(x)  # the chunked form
+        calls: list[str] = []
+        stand_ins = _stand_ins(calls)
+        monkeypatch.setattr(linear_recurrence, "_fla_applies", lambda q: q.dtype != torch.float64)
+        monkeypatch.setattr(cuda, "_fla_op", lambda module, op: stand_ins[(module, op)])
+        got = layer(x)
+    assert calls == [kernel]  # selected, once per forward
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)

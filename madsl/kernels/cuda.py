@@ -4,7 +4,10 @@ Triton, and take seconds to import).
 
     mamba-ssm        selective_scan_fn, mamba_inner_fn (Mamba's scan; its whole inner block)
     causal-conv1d    causal_conv1d_fn (Mamba's short convolution)
-    flash-linear-attention   fla.ops.gla.chunk_gla (GLA's parallel form)
+    flash-linear-attention   fla.ops.gla.chunk_gla (GLA's parallel form);
+                     fla.ops.simple_gla.chunk_simple_gla (a scalar decay per head and token:
+                     Mamba-2's SSD, retention, linear attention); fla.ops.delta_rule.chunk_delta_rule
+                     and fla.ops.gated_delta_rule.chunk_gated_delta_rule (DeltaNet, Gated DeltaNet)
 
 Step mode (one token) stays in plain PyTorch on every device: a handful of small ops,
 where a fused kernel would save little and cost a copy of the state (causal-conv1d's
@@ -90,3 +93,17 @@ def chunk_gla() -> Callable | None:
         warn_missing("flash-linear-attention", "madsl's chunked pure-PyTorch GLA")
         return None
     return ops[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _fla_op(module: str, name: str) -> Callable | None:
+    ops = _load(module, (name,))
+    return None if ops is None else ops[0]
+
+
+def fla_op(module: str, name: str, fallback: str) -> Callable | None:
+    """An fla kernel (`fla.ops.<module>.<name>`), or None after a one-time warning naming the extra."""
+    op = _fla_op(f"fla.ops.{module}", name)
+    if op is None:
+        warn_missing("flash-linear-attention", fallback)
+    return op

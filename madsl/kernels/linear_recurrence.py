@@ -26,6 +26,11 @@ a unit lower-triangular system (I + A) U = beta (V - exp(b) K S_0) with
 A[t, s] = beta_t exp(b_t - b_s) k_t . k_s (s < t). With T = (I + A)^{-1}, U = T beta V - T beta
 exp(b) K S_0: both T-products are computed for all chunks at once (one triangular solve), and
 only U = U_v - W S_0 and the readout run chunk by chunk.
+
+The layers train through `decay_parallel` / `delta_parallel`: flash-linear-attention's Triton
+kernels (`chunk_simple_gla`, `chunk_delta_rule`, `chunk_gated_delta_rule`) on CUDA when the
+`cuda` extra is installed, the chunked forms here everywhere else (the CPU, float64, and CUDA
+without the extra, after a one-time warning naming it).
 """
 from __future__ import annotations
 
@@ -34,6 +39,8 @@ import functools
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from madsl.kernels import cuda
 
 
 def full_precision(fn):
@@ -182,3 +189,45 @@ def delta_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tens
         state = decay_n * state + k_n @ u
     out = torch.stack(outputs, dim=2).flatten(2, 3)[:, :, :length]
     return out, state
+
+
+# ---- the training forms: fla's Triton kernels on CUDA, the chunked forms elsewhere -------------------
+def _fla_applies(q: Tensor) -> bool:
+    """fla's kernels take CUDA tensors in float32 / bf16 / fp16 (never float64: the exact paths)."""
+    return q.is_cuda and q.dtype != torch.float64
+
+
+def _heads_second(*xs: Tensor | None) -> list[Tensor | None]:
+    """madsl's (batch, heads, L, ...) -> fla's (batch, L, heads, ...)."""
+    return [None if x is None else x.transpose(1, 2).contiguous() for x in xs]
+
+
+def decay_parallel(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None, chunk_size: int = 64) -> Tensor:
+    """o of `decay_recurrent` from a zero state: fla's `chunk_simple_gla` on CUDA when installed
+    (q as given: scale 1; the log decay per head and token is its `g`), else `decay_chunked`."""
+    if _fla_applies(q):
+        chunk_simple_gla = cuda.fla_op("simple_gla", "chunk_simple_gla", "madsl's chunked decay form")
+        if chunk_simple_gla is not None:
+            q_, k_, v_, g = _heads_second(q, k, v, log_decay)
+            o, _ = chunk_simple_gla(q_, k_, v_, g=None if g is None else g.float(), scale=1.0)
+            return o.transpose(1, 2)
+    return decay_chunked(q, k, v, log_decay, chunk_size=chunk_size)[0]
+
+
+def delta_parallel(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor | None,
+                   chunk_size: int = 64) -> Tensor:
+    """o of `delta_recurrent` from a zero state: fla's `chunk_gated_delta_rule` (with a decay) or
+    `chunk_delta_rule` on CUDA when installed (k already L2-normalised, q as given: scale 1), else
+    `delta_chunked`."""
+    if _fla_applies(q):
+        name = "chunk_delta_rule" if log_decay is None else "chunk_gated_delta_rule"
+        kernel = cuda.fla_op("delta_rule" if log_decay is None else "gated_delta_rule", name,
+                             "madsl's chunked WY form")
+        if kernel is not None:
+            q_, k_, v_, beta_, g = _heads_second(q, k, v, beta, log_decay)
+            if g is None:
+                o, _ = kernel(q_, k_, v_, beta_, scale=1.0)
+            else:
+                o, _ = kernel(q_, k_, v_, g.float(), beta_, scale=1.0)
+            return o.transpose(1, 2)
+    return delta_chunked(q, k, v, beta, log_decay, chunk_size=chunk_size)[0]

@@ -7,7 +7,8 @@
     S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,  o_t = S_t^T q_t
     out = o_proj(rmsnorm(o) [* swish(g_proj(x))])
 
-Training runs the chunked WY form (`madsl.kernels.linear_recurrence.delta_chunked`); `step`
+Training runs `madsl.kernels.linear_recurrence.delta_parallel` (fla's kernel on CUDA, else the
+chunked WY form `delta_chunked`); `step`
 runs the recurrence one token at a time. State: "fixed" (batch, heads, head_dim, value_dim)
 and "conv" (batch, channels, d_conv - 1).
 
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from madsl.kernels.linear_recurrence import delta_chunked, delta_step
+from madsl.kernels.linear_recurrence import delta_parallel, delta_step
 from madsl.layers.short_conv import ShortConv
 from madsl.primitives.delta_net import DeltaNet as DeltaNetPrimitive
 
@@ -87,8 +88,8 @@ class DeltaNet(nn.Module):
         qkv = self.conv(qkv) if self.conv is not None else F.silu(qkv)
         q, k, v, beta, log_decay = self._mix_inputs(x, qkv)
         head_first = lambda t: None if t is None else t.transpose(1, 2)
-        o, _ = delta_chunked(head_first(q), head_first(k), head_first(v), head_first(beta),
-                             head_first(log_decay), chunk_size=self.chunk_size)
+        o = delta_parallel(head_first(q), head_first(k), head_first(v), head_first(beta),
+                           head_first(log_decay), chunk_size=self.chunk_size)
         return self._readout(o.transpose(1, 2), x)
 
     # ---- recurrent (inference) form ---------------------------------------------------------------

@@ -6,7 +6,8 @@
 
 The normaliser rides along as one more value column (v = [v, 1]), so one state matrix per head,
 (key_dim, value_dim + 1), carries both: "fixed" (batch, heads, key_dim, value_dim + 1). Training
-runs the chunked form of `madsl.kernels.linear_recurrence.decay_chunked` (no decay), `step` the
+runs `madsl.kernels.linear_recurrence.decay_parallel` (no decay; fla's kernel on CUDA, else the
+chunked form), `step` the
 recurrence.
 
 Init: PyTorch's default Linear init (as the MAD reference).
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from madsl.kernels.linear_recurrence import decay_chunked, decay_step
+from madsl.kernels.linear_recurrence import decay_parallel, decay_step
 from madsl.primitives.linear_attention import LinearAttention as LinearAttentionPrimitive
 
 EPS = 1e-12  # the MAD reference's
@@ -75,7 +76,7 @@ class LinearAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         q, k, v = (t.transpose(1, 2) for t in self._project(x))
-        o, _ = decay_chunked(q, k, v, None, chunk_size=self.chunk_size)
+        o = decay_parallel(q, k, v, None, chunk_size=self.chunk_size)
         return self._readout(o.transpose(1, 2).to(x.dtype))
 
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:

@@ -4,7 +4,8 @@
     per head:   h_t = exp(dt_t A) h_{t-1} + B_t (dt_t x_t)^T,   y_t = h_t^T C_t + D x_t
     out = out_proj(rmsnorm_per_group(y * silu(z)) * norm.weight)
 
-The scan is SSD's chunked form (`madsl.kernels.linear_recurrence.decay_chunked`: q = C,
+The scan is SSD (`madsl.kernels.linear_recurrence.decay_parallel`: fla's chunk_simple_gla on
+CUDA, else the chunked form `decay_chunked`; q = C,
 k = B, v = dt x, log decay dt A); `step` runs it one token at a time. State: "fixed"
 (batch, heads, d_state, head_dim) and "conv" (batch, d_inner + 2 groups d_state, d_conv - 1).
 
@@ -20,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from madsl.kernels.linear_recurrence import decay_chunked, decay_step
+from madsl.kernels.linear_recurrence import decay_parallel, decay_step
 from madsl.layers.short_conv import ShortConv
 from madsl.primitives.mamba2 import Mamba2 as Mamba2Primitive
 
@@ -78,8 +79,8 @@ class Mamba2(nn.Module):
         z, xBC, dt = self._split(self.in_proj(u))
         x, B, C, dt, log_decay = self._ssm_inputs(self.conv(xBC), dt)
         head_first = lambda t: t.transpose(1, 2)
-        y, _ = decay_chunked(head_first(C), head_first(B), head_first(x * dt.unsqueeze(-1)),
-                             head_first(log_decay), chunk_size=self.chunk_size)
+        y = decay_parallel(head_first(C), head_first(B), head_first(x * dt.unsqueeze(-1)),
+                           head_first(log_decay), chunk_size=self.chunk_size)
         return self._output(y.transpose(1, 2), x, z)
 
     # ---- recurrent (inference) form ---------------------------------------------------------------

@@ -4,7 +4,8 @@
     S_t  = gamma_h S_{t-1} + k_t v_t^T,  o_t = S_t^T q_t,  gamma_h = 1 - 2^(-5 - h)
     out  = o_proj(rmsnorm(o) [* swish(g_proj(x))])
 
-Training runs the chunked form (`madsl.kernels.linear_recurrence.decay_chunked`, a constant
+Training runs `madsl.kernels.linear_recurrence.decay_parallel` (fla's kernel on CUDA, else the
+chunked form; a constant
 log decay per head); `step` the recurrence. State: "fixed" (batch, heads, key_dim, value_dim)
 and "pos" (batch,) int64, the next token's position (for the rotary embedding).
 
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from madsl.kernels.linear_recurrence import decay_chunked, decay_step
+from madsl.kernels.linear_recurrence import decay_parallel, decay_step
 from madsl.layers.rotary import rotate
 from madsl.primitives.retention import Retention as RetentionPrimitive
 
@@ -60,7 +61,7 @@ class Retention(nn.Module):
         q, k, v = (t.transpose(1, 2) for t in self._project(x, torch.arange(length, device=x.device)))
         log_decay = self.log_gamma.to(q.dtype if q.dtype == torch.float64 else torch.float32)
         log_decay = log_decay.view(1, -1, 1).expand(batch, -1, length)
-        o, _ = decay_chunked(q, k, v, log_decay, chunk_size=self.chunk_size)
+        o = decay_parallel(q, k, v, log_decay, chunk_size=self.chunk_size)
         return self._readout(o.transpose(1, 2), x)
 
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
