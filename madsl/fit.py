@@ -25,6 +25,7 @@ from typing import Any
 from .budget import Bound
 from .errors import MadslError
 from .graph import account
+from .primitives.base import WidthRelative
 from .spec import Spec
 
 MAX_VALUE = 1 << 20  # no hyperparameter is searched past this
@@ -154,6 +155,8 @@ class _Search:
 
     def _current(self, symbol: str, param: str) -> int:
         value = self.spec.symbols[symbol].params.get(param)
+        if isinstance(value, WidthRelative):  # a default stated relative to the width
+            value = value.resolve(param, self.spec.dim)
         return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
     def _grid(self, index: int, current: list[int]) -> list[int]:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from madsl import stdlib
 from madsl.budget import QUANTITIES
+from madsl.primitives.base import WidthRelative
 from madsl.spec_schema import CHOICES, POSITIVE, REQUIRED, TYPES
 
 SCHEMA_ID = "https://madsl.invalid/schema/spec.json"  # an identifier, not a download location
@@ -38,7 +39,11 @@ def _parameters(primitive: str) -> dict[str, Any]:
     entry = stdlib.primitives()[primitive]
     out = {}
     for name, annotation in entry.cls.fields().items():
-        out[name] = {**field_schema(annotation), "default": entry.defaults[name]}
+        default = entry.defaults[name]
+        if isinstance(default, WidthRelative):  # stated relative to the width: no one number
+            out[name] = {**field_schema(annotation), "description": f"default: {default} (scales with the width)"}
+        else:
+            out[name] = {**field_schema(annotation), "default": default}
     return out
 
 

@@ -23,7 +23,7 @@ from madsl import budget as budgets
 from madsl import stdlib
 from madsl import topology as topo
 from madsl.errors import MadslError, did_you_mean
-from madsl.primitives.base import ConfigError, Primitive
+from madsl.primitives.base import ConfigError, Primitive, WidthRelative
 from madsl.spec_files import Locator, SourceMap, load_merged
 from madsl.spec_schema import check_top_level, parse_budget
 from madsl.spec_symbols import SymbolDef, symbol_table
@@ -75,7 +75,7 @@ class Spec:
         renamed or re-budgeted spec keeps its identity (and a results store its runs)."""
         return {"canonical": self.canonical(), "dim": self.dim, "vocab": self.vocab, "norm": self.norm,
                 "tie_embeddings": self.tie_embeddings, "channel_mixer": self.channel_mixer,
-                "layers": {s: {"primitive": self.symbols[s].primitive, "params": _identity_params(self.symbols[s])}
+                "layers": {s: {"primitive": self.symbols[s].primitive, "params": _identity_params(self.symbols[s], self.dim)}
                            for s in self.symbols_used()}}
 
     def topology_error(self, err: MadslError, span: topo.Span | None) -> MadslError:
@@ -191,11 +191,12 @@ def _without_restated(spec: Spec, layer: topo.Layer) -> topo.Layer:
     return layer if len(kept) == len(layer.overrides) else topo.Layer(layer.symbol, kept, layer.tag, layer.span)
 
 
-def _identity_params(definition: "SymbolDef") -> dict[str, Any]:
-    """A symbol's parameters as its spec's identity holds them: without the parameters its
+def _identity_params(definition: "SymbolDef", dim: int) -> dict[str, Any]:
+    """A symbol's parameters as its spec's identity holds them: width-relative defaults as their
+    value at `dim` (what they were before they scaled), and without the parameters its
     primitive added later (`Primitive.identity_omits`) while they are at their stdlib default."""
     entry = stdlib.primitives()[definition.primitive]
-    return {k: v for k, v in definition.params.items()
+    return {k: v.resolve(k, dim) if isinstance(v, WidthRelative) else v for k, v in definition.params.items()
             if not (k in entry.cls.identity_omits and v == entry.defaults.get(k))}
 
 

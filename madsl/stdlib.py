@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from .primitives.base import Primitive
+from .primitives.base import Primitive, WidthRelative
 from .resources import stdlib_dir
 
 
@@ -47,7 +47,7 @@ def primitives() -> dict[str, PrimitiveEntry]:
         if missing or extra:  # the stdlib and the code must agree; a packaging bug, not user input
             raise RuntimeError(f"stdlib/primitives.yaml: {name}: missing defaults {sorted(missing)}, "
                                f"unknown {sorted(extra)}")
-        out[name] = PrimitiveEntry(name, cls, dict(entry["defaults"]), entry.get("source", ""))
+        out[name] = PrimitiveEntry(name, cls, _width_relative(entry["defaults"]), entry.get("source", ""))
     return out
 
 
@@ -62,5 +62,10 @@ def primitive(name: str, dim: int, **params: Any) -> Primitive:
 @cache
 def symbols() -> dict[str, SymbolEntry]:
     data = yaml.safe_load((stdlib_dir() / "symbols.yaml").read_text(encoding="utf-8"))
-    return {sym: SymbolEntry(sym, e["primitive"], dict(e.get("params") or {}), e.get("source", ""))
+    return {sym: SymbolEntry(sym, e["primitive"], _width_relative(e.get("params") or {}), e.get("source", ""))
             for sym, e in data.items()}
+
+
+def _width_relative(values: dict[str, Any]) -> dict[str, Any]:
+    """The stdlib's `K * dim` / `dim / K` strings as WidthRelative (resolved once the width is known)."""
+    return {k: (WidthRelative.parse(v) or v) if isinstance(v, str) else v for k, v in values.items()}

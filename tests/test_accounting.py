@@ -4,6 +4,7 @@ import glob
 import pytest
 
 from madsl import account, load_spec, spec_from_topology
+from madsl.errors import MadslError
 
 # fixed state per layer at width 128 with the paper's settings (App. B.3 / issue conventions)
 STATE_AT_128 = {"H": 2048, "mH": 16 * 8 * 8 * 2, "He": 2048, "Mb": 256 * 4, "mAlg": 8 * 16 * 16, "A": 0, "mA": 0}
@@ -100,7 +101,7 @@ def test_flops_follow_app_c4():
     (a,) = account(spec).layers
     assert a.flops == 6 * L * D * D + 4 * L * L * D + 2 * 12 * L * L + 2 * L * D * D
     (sg,) = account(spec_from_topology("A-Sg", dim=D, seq_len=L)).layers[1:]
-    assert sg.flops == 6 * L * D * 512
+    assert sg.flops == 6 * L * D * (4 * D)  # SwiGLU inner 4 * dim (512 at width 128)
     (h,) = account(spec_from_topology("H-none", dim=D, seq_len=L)).layers
     import math
     assert h.flops == 6 * L * D * D + 18 * L * D + 16 * L * D + round(10 * L * math.log2(L) * D) + 4 * L * D \
@@ -115,3 +116,22 @@ def test_seven_billion_parameter_topology_accounts_without_torch():
             "layers={'Sg': {'inner': 9904}, 'A': {'heads': 29, 'head_dim': 128}}); "
             "t = madsl.account(s).totals; assert t['params'] > 6e9, t; assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_width_relative_defaults_scale_with_the_width_and_keep_width_128_identities():
+    """The paper's sizes at width 128 that are multiples of it (SwiGLU inner 512 = 4 * dim, mA's
+    16 heads of width 8 = dim / 8 heads, experts of width 16 = dim / 8) scale; their identities at
+    width 128 are the numbers (tests/test_sliding_window.py pins stored ones)."""
+    def config(topology: str, dim: int, index: int) -> dict:
+        return account(spec_from_topology(topology, dim=dim)).layers[index].config
+
+    assert config("mA-Sg", 128, 1)["inner"] == 512 and config("mA-Sg", 768, 1)["inner"] == 3072
+    assert config("mA-Sg", 128, 0)["heads"] == 16 and config("mA-Sg", 768, 0)["heads"] == 96
+    assert config("mA{heads=4}-Sg", 768, 0)["head_dim"] == 8  # an explicit head count keeps the width 8
+    assert config("H-MoE", 768, 1)["expert_width"] == 96 and config("He-Sg", 768, 0)["expert_width"] == 96
+    identity = spec_from_topology("mA-MoE", dim=128).identity()["layers"]
+    assert identity["mA"]["params"]["heads"] == 16 and identity["MoE"]["params"]["expert_width"] == 16
+    assert spec_from_topology("H-MoE{expert_width=10}", dim=100)  # an explicit value needs no scaling
+    with pytest.raises(MadslError, match="expert_width defaults to dim / 8.*width 100") as err:
+        spec_from_topology("H-MoE", dim=100)
+    assert "set expert_width explicitly" in err.value.hint

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import pytest
 import torch
 
-from madsl.primitives.base import ConfigError, Primitive
+from madsl.primitives.base import ConfigError, Primitive, resolve_width_relative
 from madsl.stdlib import primitives
 
 torch.set_num_threads(1)
@@ -74,9 +74,10 @@ def _at_width(entry, dim: int) -> Primitive | None:
     expert_width must equal the width), the integer defaults are scaled with the width, one
     at a time and then all together, and the first setting that validates is taken."""
     fields = entry.cls.fields()
-    candidates = [dict(entry.defaults)]
+    candidates = [dict(entry.defaults)]  # width-relative defaults (`4 * dim`) scale by themselves
     ints = [k for k, t in fields.items() if t is int]
-    scaled = {k: max(1, round(entry.defaults[k] * dim / MAD_WIDTH)) for k in ints}
+    at_mad_width = resolve_width_relative(entry.defaults, MAD_WIDTH)
+    scaled = {k: max(1, round(at_mad_width[k] * dim / MAD_WIDTH)) for k in ints}
     candidates += [{**entry.defaults, k: scaled[k]} for k in ints]
     candidates.append({**entry.defaults, **scaled})
     for config in candidates:

@@ -31,6 +31,44 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class WidthRelative:
+    """A default stated relative to the model width (stdlib: `4 * dim`, `dim / 16`): the paper
+    gives these sizes at width 128, as multiples of it (SwiGLU's inner 512, mA's head width 8),
+    so a model of another width scales them. Resolved to an integer where the width is known
+    (`Primitive.create`, a spec's identity), so every report shows the number."""
+
+    multiplier: int = 1
+    divisor: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> "WidthRelative | None":
+        """`K * dim` or `dim / K` (K a positive integer), else None."""
+        import re
+
+        if match := re.fullmatch(r"\s*(\d+)\s*\*\s*dim\s*", text):
+            return cls(multiplier=int(match[1]))
+        if match := re.fullmatch(r"\s*dim\s*/\s*(\d+)\s*", text):
+            return cls(divisor=int(match[1]))
+        return None
+
+    def resolve(self, key: str, dim: int) -> int:
+        value, remainder = divmod(self.multiplier * dim, self.divisor)
+        if remainder or value < 1:
+            raise ConfigError(key, f"{key} defaults to {self} (the paper's size at width 128, scaled), "
+                                   f"which is not a whole number at width {dim}",
+                              f"set {key} explicitly, or use a width divisible by {self.divisor}")
+        return value
+
+    def __str__(self) -> str:
+        return f"{self.multiplier} * dim" if self.divisor == 1 else f"dim / {self.divisor}"
+
+
+def resolve_width_relative(params: dict[str, Any], dim: int) -> dict[str, Any]:
+    """`params` with every width-relative default replaced by its value at width `dim`."""
+    return {k: v.resolve(k, dim) if isinstance(v, WidthRelative) else v for k, v in params.items()}
+
+
+@dataclass(frozen=True)
 class Cost:
     """What one layer instance costs. All counts are per sequence (batch of one)."""
 
@@ -79,6 +117,7 @@ class Primitive:
         missing = [k for k in fields if k not in config]
         if missing:
             raise ConfigError(missing[0], f"{cls.name} needs a value for {missing[0]!r}")
+        config = resolve_width_relative(config, dim)
         values = {key: _coerce(cls.name, key, fields[key], value) for key, value in config.items()}
         prim = cls(dim=dim, **values)
         prim.validate()
