@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The GPU checks on a CUDA machine WITHOUT network access (how docs/runner.md's H100 numbers
+# were taken). Prepare on a machine with pip access, in the repository root:
+#   scripts/gpu_check_offline.sh --prepare      # wheels + sdists into .gpu/ (git-ignored)
+# then copy the repository (with .gpu/) to the GPU machine and run there:
+#   scripts/gpu_check_offline.sh [LOG_DIR]
+# It builds mamba-ssm and causal-conv1d from their sdists for this GPU's architecture only
+# (their setup.py builds eight: an hour; one: ~2 and ~5 minutes on 16 cores), installs
+# lark and fla from wheels, runs the CUDA lane with per-test timeouts (fla's Triton kernels
+# autotune for minutes per shape on a cold cache) and the cost benchmark; logs in LOG_DIR.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+GPU=.gpu
+if [[ "${1:-}" == "--prepare" ]]; then
+    mkdir -p $GPU/wheels $GPU/sdist
+    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d $GPU/wheels \
+        lark==1.3.1 flash-linear-attention==0.6.0 fla-core==0.6.0 || exit 1
+    MAMBA_SKIP_CUDA_BUILD=TRUE CAUSAL_CONV1D_SKIP_CUDA_BUILD=TRUE python3 -m pip download --no-deps \
+        --no-build-isolation --no-binary :all: -d $GPU/sdist mamba-ssm==2.3.2.post1 causal-conv1d==1.7.0 || exit 1
+    echo "prepared $GPU/ ($(du -sh $GPU | cut -f1))"; exit 0
+fi
+LOG=${1:-gpu-check-$(date +%Y%m%d-%H%M%S)}; mkdir -p "$LOG"
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+T0=$(date +%s); elapsed() { echo $(( $(date +%s) - T0 )); }
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvcc --version | tail -1; uptime; } > "$LOG/env.txt" 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/madsl-site $GPU/wheels/*.whl || exit 1
+export PYTHONPATH=$PWD:/tmp/madsl-site
+ARCH=$(python3 -c 'import torch; m, n = torch.cuda.get_device_capability(); print(f"{m}{n}")') || exit 1
+python3 -c 'import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__, torch.cuda.get_device_name())' >> "$LOG/env.txt"
+for name in mamba_ssm causal_conv1d; do  # unpack, and build for this architecture only
+    rm -rf "$GPU/build/$name"; mkdir -p "$GPU/build/$name"
+    tar xzf $GPU/sdist/${name}-*.tar.gz -C "$GPU/build/$name" --strip-components=1
+    python3 - "$GPU/build/$name/setup.py" "$ARCH" <<'PY'
+import sys
+path, arch = sys.argv[1], sys.argv[2]
+text = open(path).read()
+marker = "    # HACK: The compiler flag -D_GLIBCXX_USE_CXX11_ABI"
+assert marker in text, "setup.py changed: update scripts/gpu_check_offline.sh"
+text = text.replace(marker, f'        cc_flag = ["-gencode", "arch=compute_{arch},code=sm_{arch}"]\n\n' + marker, 1)
+open(path, "w").write(text.replace('"--ptxas-options=-v",', ""))
+PY
+done
+# madsl imports only mamba-ssm's ops: its package __init__ also imports models that need more
+printf '__version__ = "%s"\n\nfrom mamba_ssm.ops.selective_scan_interface import selective_scan_fn, mamba_inner_fn\n' \
+    "$(ls $GPU/sdist/mamba_ssm-*.tar.gz | sed 's/.*mamba_ssm-\(.*\)\.tar\.gz/\1/')" > "$GPU/build/mamba_ssm/mamba_ssm/__init__.py"
+export TORCH_CUDA_ARCH_LIST="${ARCH:0:1}.${ARCH:1}" MAX_JOBS=$(nproc) MAMBA_FORCE_BUILD=TRUE CAUSAL_CONV1D_FORCE_BUILD=TRUE
+for name in mamba_ssm causal_conv1d; do
+    (cd "$GPU/build/$name" && python3 setup.py build_ext --inplace > "$LOG/build-$name.log" 2>&1; \
+     echo "$name build rc=$? at $(elapsed) s" >> "$LOG/build-$name.log") &
+done
+wait
+tail -qn 1 "$LOG"/build-*.log
+export PYTHONPATH=$PYTHONPATH:$PWD/$GPU/build/mamba_ssm:$PWD/$GPU/build/causal_conv1d
+python3 -c '
+from madsl.kernels import cuda
+for name, ops in (("mamba-ssm", cuda.mamba_ssm_ops()), ("causal-conv1d", cuda.causal_conv1d_ops()),
+                  ("flash-linear-attention", cuda.fla_gla_ops())):
+    print(f"{name:24s} {\"imports\" if ops else \"MISSING\"}")' | tee "$LOG/imports.txt"
+TIMEOUT=$(python3 -c 'import pytest_timeout' 2>/dev/null && echo "--timeout 300")
+python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py tests/test_gpu_paths.py \
+    tests/test_precision.py > "$LOG/lane.log" 2>&1
+echo "CUDA lane rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/lane.log" | tail -n 20
+python3 benchmarks/protocol_cost.py --device cuda --precision bf16 > "$LOG/protocol_cost.txt" 2>&1
+echo "cost benchmark rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/protocol_cost.txt" | grep -v Warning
