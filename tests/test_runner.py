@@ -428,6 +428,41 @@ def test_protocol_override_precedence():
     assert len(collapsed.runs) == 6  # the two sweep points became one setting
 
 
+def test_runs_with_overrides_of_their_own_are_filed_under_a_custom_label(tmp_path, capsys):
+    from madsl.cli import main
+
+    tasks = [TOY_TASKS["toy-previous"]]
+    labels = lambda overrides: {r.label for r in build_plan(tasks, overrides).runs}  # noqa: E731
+    assert labels(Overrides(protocol="smoke")) == {"smoke"}
+    # knobs that leave the protocol's runs as they are: still its runs
+    assert labels(Overrides(protocol="smoke", lrs=PROTOCOLS["smoke"].lrs, eval_lengths=(8,), conventions="mad-lab",
+                            tasks=("toy-previous",))) == {"smoke"}
+    for changed in (Overrides(protocol="smoke", epochs=1), Overrides(protocol="smoke", lrs=(3e-3,)),
+                    Overrides(protocol="smoke", settings={"seq_len": 24}), Overrides(protocol="smoke", seeds=(1,)),
+                    Overrides(protocol="smoke", freeze=("embedding",))):
+        assert labels(changed) == {"smoke+custom"}, changed
+    # a part of the protocol's own grid is still its runs
+    paper = build_plan(tasks, Overrides(protocol="paper", lrs=(1e-3,)))
+    assert {r.label for r in paper.runs} == {"paper"}
+
+    db = tmp_path / "r.db"
+    own = run_toy_eval(db, epochs=2, lr=1e-3)  # the smoke protocol's own epochs and lr
+    custom = run_toy_eval(db, epochs=1, lr=1e-3)
+    store = Store(db, create=False)
+    stored = store.labels()
+    store.close()
+    assert {stored[r][0] for r in own["run_ids"]} == {"smoke"}
+    assert {stored[r][0] for r in custom["run_ids"]} == {"smoke+custom"}
+    assert set(own["run_ids"]).isdisjoint(custom["run_ids"])
+    by_protocol = {r["protocol"] for r in json.loads(report(db, fmt="json"))}
+    assert by_protocol == {"smoke", "smoke+custom"}
+    assert {r["protocol"] for r in json.loads(report(db, fmt="json", protocol="smoke+custom"))} == {"smoke+custom"}
+    assert "[smoke+custom]" in report(db) and "[smoke]" in report(db)
+    assert main(["report", "--db", str(db), "--protocol", "smoke+custm"]) == 2
+    err = capsys.readouterr().err
+    assert "smoke+custom" in err and "Traceback" not in err
+
+
 def test_bad_overrides_are_located_errors():
     tasks = [TOY_TASKS["toy-previous"], TOY_TASKS["toy-classify"]]
     with pytest.raises(MadslError) as err:

@@ -16,7 +16,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--format", choices=("text", "json", "csv"), default="text",
                    help="text: the leaderboard tables; json or csv: one record per spec and task")
     p.add_argument("--plot", metavar="PATH", help="also write a heatmap PNG (needs madsl[plot])")
-    p.add_argument("--protocol", choices=PROTOCOL_NAMES, help="only runs of this protocol")
+    p.add_argument("--protocol", metavar="NAME",
+                   help="only runs filed under this protocol (" + ", ".join(PROTOCOL_NAMES) + "), or under a "
+                        "label such as quick+custom (runs with settings, lr, wd, epochs, batch size, seeds or "
+                        "frozen layers of their own)")
     p.set_defaults(func=cmd_report)
 
 

@@ -479,7 +479,7 @@ class EvaluationPlan:
 
     jobs: list[RunJob]
     specs: list[tuple[str, str, str, str | None]]  # (spec_hash, name, identity text, path)
-    runs: list[tuple[list[tuple[RunIdentity, str]], str]]  # (identities with their spec name, protocol)
+    runs: list[tuple[list[tuple[RunIdentity, str]], str]]  # (identities with their spec name, label)
     skip_solved_at: float | None
     protocols: set[str]
     spec_of: dict[str, str] = dataclasses.field(default_factory=dict)  # run id -> its spec hash
@@ -519,12 +519,12 @@ def plan_evaluation(store: StoreFiles, specs: Sequence[tuple[Any, str | None]], 
         spec_hash = sha256(identity_text)
         plan.specs.append((spec_hash, spec.name, identity_text, path))
         factory = model_factory(spec) if model_factory is not None else CompiledSpecFactory(spec, path)
-        identities = []
+        identities: dict[str, list[tuple[RunIdentity, str]]] = {}  # label -> its runs
         for run in spec_plan.runs:
             train = dataclasses.replace(run.train, precision=resolve_precision(run.train.precision, runs_on))
             identity = RunIdentity(spec_hash, run.task, dict(run.settings), train_config_identity(vars(train)),
                                    madsl_version())
-            identities.append((identity, spec.name))
+            identities.setdefault(run.label, []).append((identity, spec.name))
             task = _task_for_run(registry, run)
             baseline = budgeted_baseline(task, spec_plan.protocol)
             setting_label = _setting_label(baseline, run.settings, task.baseline, spec_plan.protocol.name)
@@ -537,7 +537,7 @@ def plan_evaluation(store: StoreFiles, specs: Sequence[tuple[Any, str | None]], 
                                model_factory=factory, checkpoint_path=str(store.checkpoint_path(identity.run_id)),
                                data_dir=str(store.data_dir),
                                device=placement[len(jobs) % len(placement)] if placement else device, label=label))
-        plan.runs.append((identities, spec_plan.protocol.name))
+        plan.runs.extend((runs, label) for label, runs in identities.items())
     # the same run can be asked for twice (two specs with the same model): run it once
     plan.jobs = list({job.run_id: job for job in jobs}.values())
     return plan

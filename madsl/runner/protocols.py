@@ -10,6 +10,7 @@ Precedence of every knob: command line > the spec's `eval:` section > protocol.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
@@ -317,11 +318,21 @@ class TrainSettings:
     conventions: str = "madsl"  # whose task layouts and training details (madsl.conventions)
 
 
+# Runs that the protocol alone would not make (a setting, lr, wd, epochs, batch size, seed or
+# frozen layers of the user's) are filed under "<protocol>+custom", not under the protocol.
+CUSTOM_SUFFIX = "+custom"
+
+
 @dataclass(frozen=True)
 class PlannedRun:
     task: str
     settings: Mapping[str, Any]
     train: TrainSettings
+    label: str = ""  # the protocol the run is filed under in the results store (run_labels)
+
+    def key(self) -> tuple:
+        """What the run trains (its label aside)."""
+        return self.task, json.dumps(self.settings, sort_keys=True, default=str), self.train
 
 
 @dataclass(frozen=True)
@@ -402,7 +413,24 @@ def budgeted_baseline(task, protocol: Protocol) -> dict[str, Any]:
 
 
 def build_plan(tasks: Sequence, overrides: Overrides, source: str = "--set") -> Plan:
-    """The runs of a protocol for `tasks` (Task objects), with `overrides` applied."""
+    """The runs of a protocol for `tasks` (Task objects), with `overrides` applied. Each run
+    is labelled with the protocol where the protocol alone (under the same conventions,
+    precision and evaluation lengths, which do not change what it trains) makes it, else
+    with `<protocol>+custom`."""
+    plan = _plan_runs(tasks, overrides, source)
+    changes_training = dataclasses.replace(overrides, protocol=None, tasks=None, conventions=None, precision=None,
+                                           eval_lengths=None) != Overrides()
+    own = plan.protocol.name
+    if not changes_training:
+        return Plan(plan.protocol, tuple(dataclasses.replace(r, label=own) for r in plan.runs))
+    reference = _plan_runs(tasks, Overrides(protocol=own, conventions=overrides.conventions,
+                                            precision=overrides.precision, eval_lengths=overrides.eval_lengths))
+    protocol_runs = {r.key() for r in reference.runs}
+    return Plan(plan.protocol, tuple(dataclasses.replace(r, label=own if r.key() in protocol_runs
+                                                         else own + CUSTOM_SUFFIX) for r in plan.runs))
+
+
+def _plan_runs(tasks: Sequence, overrides: Overrides, source: str = "--set") -> Plan:
     protocol = get_protocol(overrides.protocol or "quick")
     check_setting_keys(tasks, overrides.settings, source)
     lrs = overrides.lrs or protocol.lrs

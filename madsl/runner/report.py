@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from madsl.errors import MadslError
+from madsl.errors import MadslError, did_you_mean
 from madsl.outputs import check_output_path, output_error
 from madsl.runner.scores import SpecScore, spec_scores
 from madsl.runner.store import Store
@@ -63,9 +63,21 @@ def load_scores(db: str | os.PathLike, protocol: str | None = None,
         rows = [r for r in rows if r["run_id"] in wanted]
         labels = {}
     if protocol is not None:
+        check_protocol_label(protocol, {p for v in labels.values() for p in v}, db)
         labels = {k: [p for p in v if p == protocol] for k, v in labels.items()}
         rows = [r for r in rows if labels.get(r["run_id"])]
     return spec_scores(rows, labels, mad_task_order(), length_evals, ceiling=task_ceiling)
+
+
+def check_protocol_label(name: str, stored: set[str], db: str | os.PathLike) -> None:
+    """A --protocol filter names a protocol, or a label runs are filed under (`quick+custom`)."""
+    from madsl.runner.protocols import PROTOCOLS
+
+    if name in PROTOCOLS or name in stored:
+        return
+    known = sorted(set(PROTOCOLS) | stored)
+    raise MadslError(f"--protocol {name}: no such protocol, and no runs in {db} are filed under it",
+                     expected=", ".join(known), hint=did_you_mean(name, known))
 
 
 @functools.lru_cache(maxsize=256)
