@@ -14,8 +14,16 @@ def add_parser(subparsers) -> None:
                                           "the mean over tasks.")
     p.add_argument("--db", default="madsl-results.db", help="results database (default: %(default)s)")
     p.add_argument("--format", choices=("text", "json", "csv"), default="text",
-                   help="text: the leaderboard tables; json or csv: one record per spec and task")
+                   help="text: the leaderboard tables; json or csv: records (see --rows)")
+    p.add_argument("--rows", choices=("tasks", "settings", "runs"), default="tasks",
+                   help="json / csv: one record per spec and task (default), per task setting (its score, the "
+                        "setting's knobs as columns) or per run; settings and runs add a row per evaluation "
+                        "length (docs/runner.md)")
     p.add_argument("--plot", metavar="PATH", help="also write a heatmap PNG (needs madsl[plot])")
+    p.add_argument("--plot-sweeps", metavar="DIR",
+                   help="also write a figure per task into DIR: the score against each difficulty knob its runs "
+                        "vary (sequence length, training-set size, vocabulary, noise, ...), one line per "
+                        "architecture (needs madsl[plot])")
     p.add_argument("--protocol", metavar="NAME",
                    help="only runs filed under this protocol (" + ", ".join(PROTOCOL_NAMES) + "), or under a "
                         "label such as quick+custom (runs with settings, lr, wd, epochs, batch size, seeds or "
@@ -25,12 +33,16 @@ def add_parser(subparsers) -> None:
 
 def cmd_report(args) -> int:
     """Bad input raises MadslError (main() prints it, exit 2)."""
-    from madsl.runner.api import report
+    from madsl.runner.report import report_outputs
 
-    text = report(args.db, fmt=args.format, plot=args.plot, protocol=args.protocol)
+    text, written, flat = report_outputs(args.db, fmt=args.format, plot=args.plot, protocol=args.protocol,
+                                         rows=args.rows, plot_sweeps=args.plot_sweeps)
     sys.stdout.write(text)
-    if args.plot and not args.quiet:
-        print(f"wrote {args.plot}", file=sys.stderr)
+    if not args.quiet:
+        for path in written:
+            print(f"wrote {path}", file=sys.stderr)
+        if flat:
+            print(f"no sweep to plot for {', '.join(flat)}: evaluated at one setting only", file=sys.stderr)
     return EXIT_OK
 
 

@@ -594,6 +594,8 @@ def print_summary(db: str | os.PathLike, summary: dict, outcome: Outcome) -> Non
 
 
 def report(db: str | os.PathLike = DEFAULT_DB, fmt: str = "text", plot: str | os.PathLike | None = None,
-           protocol: str | None = None) -> str:
-    """The leaderboard of a results database (text, json or csv); `plot` writes a heatmap PNG."""
-    return _report(db, fmt=fmt, plot=plot, protocol=protocol)
+           protocol: str | None = None, rows: str = "tasks", plot_sweeps: str | os.PathLike | None = None) -> str:
+    """The leaderboard of a results database (text, json or csv); rows "settings" or "runs":
+    json / csv tables for analysis, one row per task setting or per run. `plot` writes a
+    heatmap PNG; `plot_sweeps` a folder of figures, per task its score against each knob varied."""
+    return _report(db, fmt=fmt, plot=plot, protocol=protocol, rows=rows, plot_sweeps=plot_sweeps)

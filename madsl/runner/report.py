@@ -8,8 +8,11 @@
     json   a list of records: one per (spec, task) with `spec`, `task`, `score`, ...,
            `length_evals` (the best run's accuracy per evaluation length, per setting),
            and one per spec with `task: "MAD"` and `aggregate: true`
-    csv    the same records as rows (`length_evals` as JSON text)
-    plot   a heatmap PNG like Fig. 3.7 of the MAD paper (needs matplotlib: madsl[plot])
+    csv    the same records as rows (`length_evals` as JSON text, booleans as true / false)
+    rows   settings / runs: json or csv tables for analysis instead, one row per task setting
+           or per run, with the setting's knobs as columns (madsl.runner.export)
+    plot   a heatmap PNG like Fig. 3.7 of the MAD paper; plot_sweeps: per task, the score
+           against each difficulty knob (madsl.runner.plots; both need matplotlib: madsl[plot])
 """
 from __future__ import annotations
 
@@ -18,15 +21,18 @@ import functools
 import io
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from madsl.errors import MadslError, did_you_mean
 from madsl.outputs import check_output_path, output_error
+from madsl.runner.export import csv_cell
 from madsl.runner.scores import SpecScore, spec_scores
 from madsl.runner.store import Store
 
 FORMATS = ("text", "json", "csv")
+ROWS = ("tasks", "settings", "runs")  # one record per (spec, task), per setting, per run
 PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp")
 AGGREGATE = "MAD"
 RECORD_FIELDS = ("spec", "protocol", "task", "aggregate", "score", "metric", "settings", "runs_done", "runs_total",
@@ -44,9 +50,18 @@ def mad_task_order() -> list[str]:
                 "selective-copying", "compression", "memorization"]
 
 
-def load_scores(db: str | os.PathLike, protocol: str | None = None,
-                spec_hashes: Sequence[str] | None = None, run_ids: Sequence[str] | None = None) -> list[SpecScore]:
-    """Scores of the specs in a database (optionally only some protocols, specs or runs)."""
+@dataclass
+class StoredRuns:
+    """What the report reads of a database: the runs, their protocol labels, their length evaluations."""
+
+    rows: list
+    labels: dict[str, list[str]]
+    length_evals: dict[str, list]
+
+
+def load_runs(db: str | os.PathLike, protocol: str | None = None,
+              spec_hashes: Sequence[str] | None = None, run_ids: Sequence[str] | None = None) -> StoredRuns:
+    """The runs of a database (optionally only some protocols, specs or runs)."""
     if not Path(db).exists():
         raise MadslError(f"no results database at {db}", hint="run `madsl eval` first, or pass --db PATH")
     store = Store(db, create=False)
@@ -66,7 +81,14 @@ def load_scores(db: str | os.PathLike, protocol: str | None = None,
         check_protocol_label(protocol, {p for v in labels.values() for p in v}, db)
         labels = {k: [p for p in v if p == protocol] for k, v in labels.items()}
         rows = [r for r in rows if labels.get(r["run_id"])]
-    return spec_scores(rows, labels, mad_task_order(), length_evals, ceiling=task_ceiling)
+    return StoredRuns(rows, labels, length_evals)
+
+
+def load_scores(db: str | os.PathLike, protocol: str | None = None,
+                spec_hashes: Sequence[str] | None = None, run_ids: Sequence[str] | None = None) -> list[SpecScore]:
+    """Scores of the specs in a database (optionally only some protocols, specs or runs)."""
+    stored = load_runs(db, protocol, spec_hashes, run_ids)
+    return spec_scores(stored.rows, stored.labels, mad_task_order(), stored.length_evals, ceiling=task_ceiling)
 
 
 def check_protocol_label(name: str, stored: set[str], db: str | os.PathLike) -> None:
@@ -122,12 +144,31 @@ def _cell(name: str):
     return Text(name)
 
 
+def display_names(keys: Sequence[tuple[str, str, str, str]]) -> dict[tuple, str]:
+    """(spec, spec_hash, protocol, conventions) -> the name a table row or plot line shows: the
+    spec's name, its hash where two versions share the name, and in brackets the protocol and
+    conventions where the same spec was scored under several."""
+    keys = list(dict.fromkeys(keys))
+    names = {}
+    for spec, spec_hash, protocol, conventions in keys:
+        name = spec
+        if any(o[0] == spec and o[1] != spec_hash for o in keys):
+            name += f" ({spec_hash[:8]})"  # two versions of a spec with the same name
+        tags = []
+        if protocol and any(o[1] == spec_hash and o[2] != protocol for o in keys):
+            tags.append(protocol)
+        if any(o[1] == spec_hash and o[3] != conventions for o in keys):
+            tags.append(conventions)
+        names[(spec, spec_hash, protocol, conventions)] = name + (f" [{', '.join(tags)}]" if tags else "")
+    return names
+
+
+def _key(s: SpecScore) -> tuple[str, str, str, str]:
+    return s.spec, s.spec_hash, s.protocol, s.conventions
+
+
 def _row_name(s: SpecScore, scores: Sequence[SpecScore]) -> str:
-    several = sum(1 for o in scores if o.spec_hash == s.spec_hash and o.protocol != s.protocol) > 0
-    name = s.spec
-    if sum(1 for o in scores if o.spec == s.spec and o.spec_hash != s.spec_hash):
-        name += f" ({s.spec_hash[:8]})"  # two versions of a spec with the same name
-    return f"{name} [{s.protocol}]" if several and s.protocol else name
+    return display_names([_key(o) for o in scores])[_key(s)]
 
 
 def _fmt(value: float | None, metric: str = "accuracy") -> str:
@@ -256,9 +297,10 @@ def render(scores: Sequence[SpecScore], fmt: str = "text") -> str:
         return json.dumps(records(scores), indent=2) + "\n"
     if fmt == "csv":
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=list(RECORD_FIELDS), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows({**r, "length_evals": json.dumps(r["length_evals"])} for r in records(scores))
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(RECORD_FIELDS)
+        writer.writerows([json.dumps(r[k]) if k == "length_evals" else csv_cell(r[k]) for k in RECORD_FIELDS]
+                         for r in records(scores))
         return buffer.getvalue()
     if fmt == "text":
         return render_text(scores)
@@ -266,21 +308,15 @@ def render(scores: Sequence[SpecScore], fmt: str = "text") -> str:
 
 
 def plot_heatmap(scores: Sequence[SpecScore], path: str | os.PathLike) -> Path:
-    """A heatmap architectures x (tasks + MAD score), best architecture on top (like Fig. 3.7)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MadslError("--plot needs matplotlib, which is not installed",
-                         hint="pip install 'madsl[plot]'") from None
+    """A heatmap architectures x (tasks + aggregate), best architecture on top (like Fig. 3.7)."""
     import numpy as np
 
+    from madsl.runner.plots import heatmap, pyplot
+
+    pyplot("--plot")
     if not scores:
         raise MadslError("nothing to plot: the database has no finished runs")
     columns = task_columns(scores)
-    labels = [_row_name(s, scores) for s in scores]
     values = np.full((len(scores), len(columns) + 1), np.nan)
     for i, s in enumerate(scores):
         for j, t in enumerate(columns):
@@ -288,39 +324,97 @@ def plot_heatmap(scores: Sequence[SpecScore], path: str | os.PathLike) -> Path:
             if ts is not None and ts.score is not None and ts.metric == "accuracy":
                 values[i, j] = ts.score
         values[i, -1] = np.nan if s.score is None else s.score
-    fig, ax = plt.subplots(figsize=(1.3 * (len(columns) + 1) + 3, 0.45 * len(scores) + 1.8))
-    image = ax.imshow(values, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(columns) + 1), [*columns, aggregate_name(columns)], rotation=35, ha="right")
-    ax.set_yticks(range(len(labels)), labels)
-    for (i, j), value in np.ndenumerate(values):
-        if not np.isnan(value):
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8,
-                    color="black" if value > 0.6 else "white")
-    ax.axvline(len(columns) - 0.5, color="white", linewidth=2)
-    fig.colorbar(image, ax=ax, label="accuracy")
-    ax.set_title(f"MAD{protocols_text(scores)}: eval accuracy per task (best over lr x wd, mean over settings)")
-    fig.tight_layout()
+    return heatmap([_row_name(s, scores) for s in scores], [*columns, aggregate_name(columns)], values,
+                   f"MAD{protocols_text(scores)}: eval accuracy per task (best over lr x wd, mean over settings)",
+                   Path(path))
+
+
+def check_plot_dir(path: str | os.PathLike) -> Path:
+    """A folder the sweep figures can be written into (it may not exist yet), before any work."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    if str(path).strip() == "":
+        raise MadslError("--plot-sweeps: the path is empty")
+    ancestor = path
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        what = "is" if ancestor == path else f"lies under {ancestor}, which is"
+        raise MadslError(f"--plot-sweeps {path}: {what} not a directory",
+                         hint="name a folder: the figures go into it, one PNG per task")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise MadslError(f"--plot-sweeps {path}: {ancestor} is not writable")
     return path
 
 
-def report(db: str | os.PathLike = "madsl-results.db", fmt: str = "text", plot: str | os.PathLike | None = None,
-           protocol: str | None = None) -> str:
-    """The leaderboard of `db` as text, json or csv; with `plot`, also write a heatmap PNG there."""
+def report_outputs(db: str | os.PathLike = "madsl-results.db", fmt: str = "text",
+                   plot: str | os.PathLike | None = None, protocol: str | None = None, rows: str = "tasks",
+                   plot_sweeps: str | os.PathLike | None = None) -> tuple[str, list[Path], list[str]]:
+    """`report` and the files it wrote: (text, figures written, tasks without a sweep to plot)."""
     if fmt not in FORMATS:
         raise MadslError(f"unknown report format {fmt!r}", expected=", ".join(FORMATS))
+    if rows not in ROWS:
+        raise MadslError(f"unknown report rows {rows!r}", expected=", ".join(ROWS))
+    if rows != "tasks" and fmt == "text":
+        raise MadslError(f"--rows {rows} is a table for analysis: it needs --format json or csv",
+                         hint=f"madsl report --rows {rows} --format csv > {rows}.csv")
     if plot is not None:
         check_output_path(plot, "--plot")  # before any work
         if Path(plot).suffix.lower() not in PLOT_SUFFIXES:
             raise MadslError(f"--plot {plot}: matplotlib cannot write {Path(plot).suffix!r} images",
                              expected="a file ending in " + ", ".join(PLOT_SUFFIXES))
-    scores = load_scores(db, protocol=protocol)
+    if plot_sweeps is not None:
+        from madsl.runner.plots import pyplot
+
+        check_plot_dir(plot_sweeps)
+        pyplot("--plot-sweeps")
+    stored = load_runs(db, protocol=protocol)
+    scores = spec_scores(stored.rows, stored.labels, mad_task_order(), stored.length_evals, ceiling=task_ceiling)
+    written: list[Path] = []
+    flat: list[str] = []
     if plot is not None:
         try:
-            plot_heatmap(scores, plot)
+            written.append(plot_heatmap(scores, plot))
         except OSError as err:
             raise output_error(err, plot, "--plot") from None
-    return render(scores, fmt)
+    if plot_sweeps is not None:
+        more, flat = plot_sweep_figures(stored, Path(plot_sweeps))
+        written += more
+    if rows == "tasks":
+        return render(scores, fmt), written, flat
+    from madsl.runner import export
+
+    table = (export.run_rows(stored.rows, stored.labels, stored.length_evals, mad_task_order()) if rows == "runs"
+             else export.setting_rows(stored.rows, stored.labels, stored.length_evals, mad_task_order(),
+                                      ceiling=task_ceiling))
+    return (export.as_json if fmt == "json" else export.as_csv)(rows, table), written, flat
+
+
+def plot_sweep_figures(stored: StoredRuns, out_dir: Path) -> tuple[list[Path], list[str]]:
+    """Per task, the score against each knob its settings vary, one line per architecture."""
+    from madsl.runner.export import setting_rows
+    from madsl.runner.plots import sweep_figures
+
+    table = setting_rows(stored.rows, stored.labels, stored.length_evals, mad_task_order())
+    if not table:
+        raise MadslError("nothing to plot: the database has no finished runs")
+    keys = [(r["spec"], r["spec_hash"], r["protocol"], r["conventions"]) for r in table]
+    protocols = sorted({r["protocol"] for r in table if r["protocol"]})
+    suffix = (", protocol " if len(protocols) == 1 else ", protocols ") + ", ".join(protocols) if protocols else ""
+    try:
+        written, flat = sweep_figures(table, display_names(keys), mad_task_order(), out_dir, suffix)
+    except OSError as err:
+        raise output_error(err, out_dir, "--plot-sweeps") from None
+    if not written:
+        raise MadslError(f"nothing to plot: no task's runs vary a setting (each of {', '.join(flat)} was "
+                         "evaluated at one setting only)",
+                         hint="evaluate a difficulty sweep: --protocol paper, a sweep file, or runs with "
+                              "other --set values")
+    return written, flat
+
+
+def report(db: str | os.PathLike = "madsl-results.db", fmt: str = "text", plot: str | os.PathLike | None = None,
+           protocol: str | None = None, rows: str = "tasks", plot_sweeps: str | os.PathLike | None = None) -> str:
+    """The leaderboard of `db` as text, json or csv (rows: "tasks", the leaderboard's records;
+    "settings" or "runs", tables for analysis, madsl.runner.export); with `plot`, also write a
+    heatmap there; with `plot_sweeps`, a figure per task of its difficulty sweeps into that folder."""
+    return report_outputs(db, fmt, plot, protocol, rows, plot_sweeps)[0]

@@ -99,13 +99,15 @@ def run_accuracy(row: Mapping[str, Any]) -> float | None:
     return row["best_eval_acc"]
 
 
-def _is_regression(rows: Sequence[Mapping[str, Any]]) -> bool:
+def is_regression(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """A regression task's runs: finished, with neither accuracy nor perplexity (scored by MSE)."""
     done = [r for r in rows if r["status"] == "done" and not diverged(r)]  # a diverged run has neither metric
     return bool(done) and all(r["best_eval_acc"] is None and r["best_eval_ppl"] is None for r in done)
 
 
-def setting_score(rows: Sequence[Mapping[str, Any]], regression: bool = False) -> tuple[float | None, Mapping | None]:
-    """Best over the grid (per seed), mean over seeds. Returns (score, the best run of the first seed)."""
+def setting_score(rows: Sequence[Mapping[str, Any]], regression: bool = False, with_bests: bool = False) -> tuple:
+    """Best over the grid (per seed), mean over seeds. Returns (score, the best run of the first seed),
+    and with `with_bests` also the best run of every seed."""
     by_seed: dict[int, list] = defaultdict(list)
     for r in rows:
         if r["status"] != "done":
@@ -114,15 +116,16 @@ def setting_score(rows: Sequence[Mapping[str, Any]], regression: bool = False) -
         if value is not None:
             by_seed[r["seed"]].append((value, r))
     if not by_seed:
-        return None, None
+        return (None, None, []) if with_bests else (None, None)
     pick = min if regression else max
     bests = [pick(values, key=lambda vr: vr[0]) for _, values in sorted(by_seed.items())]
-    return statistics.fmean(v for v, _ in bests), bests[0][1]
+    score = statistics.fmean(v for v, _ in bests)
+    return (score, bests[0][1], [r for _, r in bests]) if with_bests else (score, bests[0][1])
 
 
 def task_score(rows: Sequence[Mapping[str, Any]], spec_hash: str, spec: str, protocol: str, task: str) -> TaskScore:
     """The task score of one spec from its runs of that task (any status)."""
-    regression = _is_regression(rows)
+    regression = is_regression(rows)
     by_setting: dict[str, list] = defaultdict(list)
     for r in rows:
         by_setting[r["setting"]].append(r)
@@ -153,6 +156,17 @@ def mad_score(task_scores: Iterable[TaskScore]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def group_runs(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence[str]] | None = None
+               ) -> dict[tuple[str, str, str], list]:
+    """(spec_hash, protocol, conventions) -> its runs: a run counts under each protocol that
+    asked for it (labels: run_id -> protocols; none: protocol "")."""
+    groups: dict[tuple[str, str, str], list] = defaultdict(list)
+    for r in rows:
+        for protocol in (labels or {}).get(r["run_id"], None) or [""]:
+            groups[(r["spec_hash"], protocol, run_conventions(r))].append(r)
+    return groups
+
+
 def spec_scores(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence[str]] | None = None,
                 task_order: Sequence[str] = (),
                 length_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
@@ -166,12 +180,9 @@ def spec_scores(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence
     ceiling(task, conventions, setting, seed): the task's ceiling at a setting, or None;
     a task score's ceiling is its mean over the scored settings (over seeds within one).
     """
-    groups: dict[tuple[str, str, str], list] = defaultdict(list)
-    names: dict[str, str] = {}
-    for r in rows:
-        names[r["spec_hash"]] = r["spec_name"]
-        for protocol in (labels or {}).get(r["run_id"], None) or [""]:
-            groups[(r["spec_hash"], protocol, run_conventions(r))].append(r)
+    rows = list(rows)
+    groups = group_runs(rows, labels)
+    names = {r["spec_hash"]: r["spec_name"] for r in rows}
     out: list[SpecScore] = []
     order = {t: i for i, t in enumerate(task_order)}
     for (spec_hash, protocol, conventions), group in groups.items():
