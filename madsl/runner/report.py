@@ -1,10 +1,11 @@
-"""`madsl report`: the leaderboard of a results database.
+"""`madsl report`: the leaderboard of a results database (text tables: madsl.runner.leaderboard).
 
-    text   a table architectures x tasks with the MAD score and the conventions the runs
-           followed (madsl.conventions), then per task: score, the task's ceiling (the best
-           score any model could reach, where the data bound it: memorization), settings, runs (and how many diverged: loss NaN / inf), best lr / wd, seconds
-           per run; where runs were evaluated at other sequence lengths (--eval-lengths),
-           a length-extrapolation table
+    text   a table architectures x tasks with the MAD score (the protocol and the conventions
+           the runs followed, madsl.conventions, in its title), then per task: score, the
+           task's ceiling (the best score any model could reach, where the data bound it:
+           memorization), settings, runs (and how many diverged: loss NaN / inf), best lr / wd,
+           time per run; where runs were evaluated at other sequence lengths (--eval-lengths),
+           a length-extrapolation table; fitted to the terminal's width
     json   a list of records: one per (spec, task) with `spec`, `task`, `score`, ...,
            `length_evals` (the best run's accuracy per evaluation length, per setting),
            and one per spec with `task: "MAD"` and `aggregate: true`
@@ -28,6 +29,8 @@ from typing import Sequence
 from madsl.errors import MadslError, did_you_mean
 from madsl.outputs import check_output_path, output_error
 from madsl.runner.export import csv_cell
+from madsl.runner.leaderboard import (aggregate_name, display_names, mad_task_order, protocols_text, render_text,
+                                      row_name, task_columns)
 from madsl.runner.scores import SpecScore, spec_scores
 from madsl.runner.store import Store
 
@@ -38,16 +41,6 @@ AGGREGATE = "MAD"
 RECORD_FIELDS = ("spec", "protocol", "task", "aggregate", "score", "metric", "settings", "runs_done", "runs_total",
                  "best_lr", "best_wd", "seconds_per_run", "spec_hash", "length_evals",
                  "runs_diverged", "conventions", "ceiling")  # new fields go last: csv readers by position keep working
-
-
-def mad_task_order() -> list[str]:
-    try:
-        from madsl.tasks import MAD_TASKS
-
-        return list(MAD_TASKS)
-    except ImportError:
-        return ["in-context-recall", "fuzzy-in-context-recall", "noisy-in-context-recall",
-                "selective-copying", "compression", "memorization"]
 
 
 @dataclass
@@ -137,161 +130,6 @@ def records(scores: Sequence[SpecScore]) -> list[dict]:
     return [{k: r[k] for k in RECORD_FIELDS} for r in out]
 
 
-def _cell(name: str):
-    """A name as plain text: a sweep variant's `hyena-sg[dim=64]` is not rich markup."""
-    from rich.text import Text
-
-    return Text(name)
-
-
-def display_names(keys: Sequence[tuple[str, str, str, str]]) -> dict[tuple, str]:
-    """(spec, spec_hash, protocol, conventions) -> the name a table row or plot line shows: the
-    spec's name, its hash where two versions share the name, and in brackets the protocol and
-    conventions where the same spec was scored under several."""
-    keys = list(dict.fromkeys(keys))
-    names = {}
-    for spec, spec_hash, protocol, conventions in keys:
-        name = spec
-        if any(o[0] == spec and o[1] != spec_hash for o in keys):
-            name += f" ({spec_hash[:8]})"  # two versions of a spec with the same name
-        tags = []
-        if protocol and any(o[1] == spec_hash and o[2] != protocol for o in keys):
-            tags.append(protocol)
-        if any(o[1] == spec_hash and o[3] != conventions for o in keys):
-            tags.append(conventions)
-        names[(spec, spec_hash, protocol, conventions)] = name + (f" [{', '.join(tags)}]" if tags else "")
-    return names
-
-
-def _key(s: SpecScore) -> tuple[str, str, str, str]:
-    return s.spec, s.spec_hash, s.protocol, s.conventions
-
-
-def _row_name(s: SpecScore, scores: Sequence[SpecScore]) -> str:
-    return display_names([_key(o) for o in scores])[_key(s)]
-
-
-def _fmt(value: float | None, metric: str = "accuracy") -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f}" if metric == "accuracy" else f"{value:.3g}"
-
-
-def _fmt_runs(done: int, total: int, diverged: int) -> str:
-    return f"{done}/{total}" + (f" ({diverged} diverged)" if diverged else "")
-
-
-def _fmt_seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.0f} s" if value < 120 else f"{value / 60:.1f} min"
-
-
-def task_columns(scores: Sequence[SpecScore]) -> list[str]:
-    order = mad_task_order()
-    seen = {t for s in scores for t in s.tasks}
-    return [t for t in order if t in seen] + sorted(seen - set(order))
-
-
-def aggregate_name(columns: Sequence[str]) -> str:
-    """'MAD score' where the columns are the six MAD tasks; 'mean' over any other set of tasks."""
-    return "MAD score" if sorted(columns) == sorted(mad_task_order()) else "mean"
-
-
-def protocols_text(scores: Sequence[SpecScore]) -> str:
-    """", protocol quick" for titles; empty for scores not filed under a protocol (an eval's own summary)."""
-    names = sorted({s.protocol for s in scores if s.protocol})
-    if not names:
-        return ""
-    return (", protocol " if len(names) == 1 else ", protocols ") + ", ".join(names)
-
-
-def render_text(scores: Sequence[SpecScore], width: int = 160) -> str:
-    from rich.console import Console
-    from rich.table import Table
-
-    if not scores:
-        return "no runs in the database yet\n"
-    columns = task_columns(scores)
-    board = Table(title=f"MAD leaderboard{protocols_text(scores)} (class-averaged eval accuracy; "
-                        "best over lr x wd, mean over settings)")
-    board.add_column("architecture")
-    for t in columns:
-        board.add_column(t, justify="right")
-    board.add_column(aggregate_name(columns), justify="right", style="bold")
-    board.add_column("conventions")
-    board.add_column("runs", justify="right")
-    board.add_column("time/run", justify="right")
-    for s in scores:
-        cells = []
-        for t in columns:
-            ts = s.tasks.get(t)
-            cells.append("-" if ts is None else _fmt(ts.score, ts.metric) + ("" if ts.metric == "accuracy" else " mse"))
-        board.add_row(_cell(_row_name(s, scores)), *cells, _fmt(s.score), s.conventions,
-                      _fmt_runs(s.runs_done, s.runs_total, s.runs_diverged), _fmt_seconds(s.seconds_per_run))
-    detail = Table(title="per task (ceiling: the best score any model could reach on the test data, "
-                         "where the task has one)")
-    for name, justify in (("architecture", "left"), ("conventions", "left"), ("task", "left"), ("score", "right"),
-                          ("ceiling", "right"), ("settings", "right"),
-                          ("runs", "right"), ("best lr", "right"), ("best wd", "right"), ("time/run", "right")):
-        detail.add_column(name, justify=justify)
-    for s in scores:
-        for t in s.tasks.values():
-            detail.add_row(_cell(_row_name(s, scores)), s.conventions, t.task, _fmt(t.score, t.metric),
-                           _fmt(t.ceiling), str(t.settings),
-                           _fmt_runs(t.runs_done, t.runs_total, t.runs_diverged),
-                           "-" if t.best_lr is None else f"{t.best_lr:g}",
-                           "-" if t.best_wd is None else f"{t.best_wd:g}", _fmt_seconds(t.seconds_per_run))
-    console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
-    console.print(board)
-    console.print(detail)
-    lengths = length_table(scores)
-    if lengths is not None:
-        console.print(lengths)
-    return console.file.getvalue()
-
-
-def _length_cell(ev: dict) -> str:
-    if ev["status"] == "oom":
-        return "OOM"
-    if ev["status"] != "ok" or ev["acc"] is None:
-        return "error"
-    return f"{ev['acc']:.3f}"
-
-
-def length_table(scores: Sequence[SpecScore]):
-    """Length extrapolation (Mamba paper Table 11): the best run of each setting, evaluated
-    at every --eval-lengths length; accuracy = share of scored positions predicted right."""
-    from rich.table import Table
-
-    def key(ev: dict) -> str:
-        return json.dumps(ev["setting"], sort_keys=True)
-
-    rows = [(s, t, json.loads(setting), [ev for ev in t.length_evals if key(ev) == setting])
-            for s in scores for t in s.tasks.values()
-            for setting in dict.fromkeys(key(ev) for ev in t.length_evals)]
-    if not rows:
-        return None
-    lengths = sorted({ev["length"] for *_, evs in rows for ev in evs})
-    table = Table(title="length extrapolation (accuracy of the best model at each evaluation length; "
-                        "OOM = out of memory)")
-    for name in ("architecture", "task", "trained at"):
-        table.add_column(name)
-    for length in lengths:
-        table.add_column(_length_label(length), justify="right")
-    for s, t, setting, evs in rows:
-        trained = setting.get("seq_len")
-        by_length = {ev["length"]: ev for ev in evs}
-        table.add_row(_cell(_row_name(s, scores)), t.task, "-" if trained is None else str(trained),
-                      *(_length_cell(by_length[n]) if n in by_length else "" for n in lengths))
-    return table
-
-
-def _length_label(length: int) -> str:
-    exponent = length.bit_length() - 1
-    return f"2^{exponent}" if length == 1 << exponent and length >= 1024 else str(length)
-
-
 def render(scores: Sequence[SpecScore], fmt: str = "text") -> str:
     if fmt == "json":
         return json.dumps(records(scores), indent=2) + "\n"
@@ -324,7 +162,7 @@ def plot_heatmap(scores: Sequence[SpecScore], path: str | os.PathLike) -> Path:
             if ts is not None and ts.score is not None and ts.metric == "accuracy":
                 values[i, j] = ts.score
         values[i, -1] = np.nan if s.score is None else s.score
-    return heatmap([_row_name(s, scores) for s in scores], [*columns, aggregate_name(columns)], values,
+    return heatmap([row_name(s, scores) for s in scores], [*columns, aggregate_name(columns)], values,
                    f"MAD{protocols_text(scores)}: eval accuracy per task (best over lr x wd, mean over settings)",
                    Path(path))
 
