@@ -171,14 +171,15 @@ def fitted(build: Callable[[Layout], object], width: int) -> str:
 
 # --- the tables ------------------------------------------------------------------------------
 
-def _context(scores: Sequence[SpecScore]) -> str:
+def context_text(scores: Sequence[SpecScore]) -> str:
+    """", protocol quick, conventions madsl" for titles: what every row shares."""
     conventions = shared_conventions(scores)
     return protocols_text(scores) + (f", conventions {conventions}" if conventions else "")
 
 
 def board_table(scores: Sequence[SpecScore], layout: Layout):
     columns = task_columns(scores)
-    board = _table(layout, f"MAD leaderboard{_context(scores)} (class-averaged eval accuracy; "
+    board = _table(layout, f"MAD leaderboard{context_text(scores)} (class-averaged eval accuracy; "
                            "best over lr x wd, mean over settings)")
     board.add_column("architecture", overflow=layout.overflow)
     for t in columns:

@@ -29,7 +29,7 @@ from typing import Sequence
 from madsl.errors import MadslError, did_you_mean
 from madsl.outputs import check_output_path, output_error
 from madsl.runner.export import csv_cell
-from madsl.runner.leaderboard import (aggregate_name, display_names, mad_task_order, protocols_text, render_text,
+from madsl.runner.leaderboard import (aggregate_name, context_text, display_names, mad_task_order, render_text,
                                       row_name, task_columns)
 from madsl.runner.scores import SpecScore, spec_scores
 from madsl.runner.store import Store
@@ -163,7 +163,7 @@ def plot_heatmap(scores: Sequence[SpecScore], path: str | os.PathLike) -> Path:
                 values[i, j] = ts.score
         values[i, -1] = np.nan if s.score is None else s.score
     return heatmap([row_name(s, scores) for s in scores], [*columns, aggregate_name(columns)], values,
-                   f"MAD{protocols_text(scores)}: eval accuracy per task (best over lr x wd, mean over settings)",
+                   f"MAD{context_text(scores)}: eval accuracy per task (best over lr x wd, mean over settings)",
                    Path(path))
 
 
@@ -237,7 +237,9 @@ def plot_sweep_figures(stored: StoredRuns, out_dir: Path) -> tuple[list[Path], l
         raise MadslError("nothing to plot: the database has no finished runs")
     keys = [(r["spec"], r["spec_hash"], r["protocol"], r["conventions"]) for r in table]
     protocols = sorted({r["protocol"] for r in table if r["protocol"]})
-    suffix = (", protocol " if len(protocols) == 1 else ", protocols ") + ", ".join(protocols) if protocols else ""
+    conventions = {r["conventions"] for r in table}
+    suffix = ((", protocol " if len(protocols) == 1 else ", protocols ") + ", ".join(protocols) if protocols else "") \
+        + (f", conventions {conventions.pop()}" if len(conventions) == 1 else "")
     try:
         written, flat = sweep_figures(table, display_names(keys), mad_task_order(), out_dir, suffix)
     except OSError as err:
