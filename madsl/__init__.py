@@ -9,25 +9,30 @@ Importing madsl does not import torch; `compile` does.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import MadslError
 from .graph import account, build_graph
 from .spec import Spec, load_spec, spec_from_topology
 
+if TYPE_CHECKING:  # only for the annotations: importing madsl does not import torch
+    from .model import Model
+    from .runner.heads import TaskModel
+
 __version__ = "0.1.0"
 
 
-def compile(spec: "Spec | str", **kwargs: Any):  # noqa: A001 - the verb users expect
+def compile(spec: "Spec | str", **kwargs: Any) -> "Model":  # noqa: A001 - the verb users expect
     """Compile a spec (a Spec, or a path to a .mad file) to a torch.nn.Module.
 
-    Keyword arguments: vocab_size, max_seq_len, num_classes, device, seed."""
+    Keyword arguments: vocab_size, max_seq_len, num_classes, device, seed. `print(model)` is
+    one line (name, topology, sizes); `print(model.body)` shows the module tree."""
     from .compiler import compile_spec
 
     return compile_spec(spec, **kwargs)
 
 
-def load_run(directory: str, **kwargs: Any):
+def load_run(directory: str, **kwargs: Any) -> "TaskModel":
     """The trained model of a run exported with `madsl export` (safetensors + JSON; never unpickles).
 
     Keyword arguments: device."""

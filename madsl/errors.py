@@ -12,13 +12,18 @@ line) and renders like a compiler diagnostic:
        = expected: a layer symbol (A, H, Mb, ...)
        = hint: did you mean 'H'?
 
+A spec with several independent problems raises one `MadslError` that carries them
+all (`diagnostics`, in file order): checks that stay sound after an error keep going
+(`Collector`), so one run of `madsl check` lists every error of a file.
+
 The CLI prints `render()` and exits with status 2; no traceback reaches the user.
 """
 from __future__ import annotations
 
 import difflib
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Iterable
+from typing import Iterable, Iterator
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,10 @@ class Location:
 
 
 class MadslError(Exception):
-    """An error in user input, with its location."""
+    """An error in user input, with its location.
+
+    One that gathers several (`MadslError.combine`) carries them in `diagnostics`, in file
+    order; its own message, location, expected and hint are those of the first."""
 
     def __init__(self, message: str, location: Location | None = None, *,
                  expected: str | None = None, hint: str | None = None):
@@ -41,15 +49,54 @@ class MadslError(Exception):
         self.location = location or Location()
         self.expected = expected
         self.hint = hint
+        self._diagnostics: tuple[MadslError, ...] = ()
+
+    @property
+    def diagnostics(self) -> list["MadslError"]:
+        """Every error this one stands for, in file order (just itself, unless combined)."""
+        return list(self._diagnostics) or [self]
+
+    @classmethod
+    def combine(cls, errors: Iterable["MadslError"], file: str | None = None) -> "MadslError":
+        """One error standing for all of `errors`: in file order (errors in `file` first, then by
+        file, line and column; unlocated ones keep their place at the end), duplicates dropped."""
+        unique: dict[tuple, MadslError] = {}
+        for err in errors:
+            for one in err.diagnostics:
+                loc = one.location
+                unique.setdefault((one.message, loc.file, loc.line, loc.column), one)
+        if not unique:
+            raise ValueError("MadslError.combine needs at least one error")
+        ordered = sorted(unique.values(), key=lambda e: _file_order(e.location, file))
+        if len(ordered) == 1:
+            return ordered[0]
+        first = ordered[0]
+        combined = cls(first.message, first.location, expected=first.expected, hint=first.hint)
+        combined._diagnostics = tuple(ordered)
+        return combined
 
     def relocated(self, location: Location) -> "MadslError":
-        err = MadslError(self.message, location, expected=self.expected, hint=self.hint)
-        return err
+        """This error at another location (the first, if it stands for several)."""
+        return MadslError(self.message, location, expected=self.expected, hint=self.hint)
 
     def with_hint(self, hint: str | None) -> "MadslError":
+        """This error with `hint` (the first, if it stands for several)."""
         return MadslError(self.message, self.location, expected=self.expected, hint=hint or self.hint)
 
     def render(self) -> str:
+        """The compiler-style block(s): message, location, the source line with a caret, expected, hint."""
+        if len(self._diagnostics) > 1:
+            blocks = [err._render_one() for err in self._diagnostics]
+            return "\n\n".join(blocks) + f"\n\n{len(blocks)} errors"
+        return self._render_one()
+
+    def one_line(self) -> str:
+        """The message with what was expected and the hint, on one line (for `file:line:col: ...`)."""
+        text = self.message + (f" (expected: {self.expected})" if self.expected else "") + \
+            (f" (hint: {self.hint})" if self.hint else "")
+        return " ".join(text.split())
+
+    def _render_one(self) -> str:
         loc = self.location
         lines = [f"error: {self.message}"]
         if loc.file is not None or loc.line is not None:
@@ -76,6 +123,7 @@ class MadslError(Exception):
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
+        """The first error as plain data (its `diagnostics` give the others)."""
         loc = self.location
         return {"error": self.message, "file": loc.file, "line": loc.line, "column": loc.column,
                 "topology_column": loc.topology_column,
@@ -83,6 +131,42 @@ class MadslError(Exception):
 
     def __str__(self) -> str:
         return self.render()
+
+
+def _file_order(loc: Location, file: str | None) -> tuple:
+    unlocated = loc.line is None
+    return (unlocated, loc.file != file, loc.file or "", loc.line or 0, loc.column or 0)
+
+
+class Collector:
+    """Gathers independent errors, so that one run reports them all:
+
+        errors = Collector(file)
+        with errors.check():
+            check_one_thing()      # a MadslError here is recorded, and the next check runs
+        errors.raise_any()         # one MadslError carrying all of them, in file order
+    """
+
+    def __init__(self, file: str | None = None):
+        self.file = file
+        self.errors: list[MadslError] = []
+
+    def add(self, err: MadslError) -> None:
+        self.errors.append(err)
+
+    @contextmanager
+    def check(self) -> Iterator[None]:
+        try:
+            yield
+        except MadslError as err:
+            self.errors.append(err)
+
+    def __bool__(self) -> bool:
+        return bool(self.errors)
+
+    def raise_any(self) -> None:
+        if self.errors:
+            raise MadslError.combine(self.errors, self.file)
 
 
 SHOWN_WIDTH = 100  # a longer source line is shown as the part around the error

@@ -22,7 +22,7 @@ from typing import Any
 from madsl import budget as budgets
 from madsl import stdlib
 from madsl import topology as topo
-from madsl.errors import MadslError, did_you_mean
+from madsl.errors import Collector, MadslError, did_you_mean
 from madsl.primitives.base import ConfigError, Primitive, WidthRelative
 from madsl.spec_files import Locator, SourceMap, load_merged
 from madsl.spec_schema import check_top_level, parse_budget
@@ -33,6 +33,10 @@ DEFAULT_SEQ_LEN = 128
 
 @dataclass
 class Spec:
+    """A checked, resolved spec: the topology (parsed), the symbol table, the model-wide
+    settings, budgets and eval settings. Made by `load_spec`, `spec_from_data` or
+    `spec_from_topology`; `repr` is one line (name, topology, width, file)."""
+
     name: str
     dim: int
     topology_text: str
@@ -117,25 +121,37 @@ class Spec:
                              expected="one of " + ", ".join(integers))
         return symbol, param
 
-    def primitive_for(self, layer: topo.Layer) -> Primitive:
-        """The primitive a layer occurrence stands for: symbol defaults + overrides, validated."""
+    def definition_for(self, layer: topo.Layer) -> SymbolDef:
+        """What the symbol of a layer occurrence means; an unknown symbol is an error at it."""
         definition = self.symbols.get(layer.symbol)
         if definition is None:
             raise self.topology_error(MadslError(
                 f"unknown layer {layer.symbol!r}", expected="a layer symbol: " + ", ".join(sorted(self.symbols)),
                 hint=did_you_mean(layer.symbol, self.symbols) or
                 "define it under `layers:` with `primitive:` or `base:`"), layer.span)
-        config = dict(definition.params)
+        return definition
+
+    def check_override_keys(self, layer: topo.Layer) -> None:
+        """Every parameter written in `{...}` after a layer is one of its primitive's (all
+        unknown ones raised at once). The symbol must be known."""
+        definition = self.symbols[layer.symbol]
+        defaults = stdlib.primitives()[definition.primitive].defaults
         key_spans = {k: ks for k, ks, _ in layer.override_spans}
+        unknown = Collector()
+        for key, _ in layer.overrides:
+            if key not in defaults:
+                err = MadslError(f"{layer.symbol} ({definition.primitive}) has no parameter {key!r}",
+                                 expected="one of " + ", ".join(defaults), hint=did_you_mean(key, defaults))
+                unknown.add(self.topology_error(err, key_spans.get(key, layer.span)))
+        unknown.raise_any()
+
+    def primitive_for(self, layer: topo.Layer) -> Primitive:
+        """The primitive a layer occurrence stands for: symbol defaults + overrides, validated."""
+        definition = self.definition_for(layer)
+        self.check_override_keys(layer)
+        config = {**definition.params, **dict(layer.overrides)}
         value_spans = {k: vs for k, _, vs in layer.override_spans}
         entry = stdlib.primitives()[definition.primitive]
-        for key, value in layer.overrides:
-            if key not in entry.defaults:
-                err = MadslError(f"{layer.symbol} ({definition.primitive}) has no parameter {key!r}",
-                                 expected="one of " + ", ".join(entry.defaults),
-                                 hint=did_you_mean(key, entry.defaults))
-                raise self.topology_error(err, key_spans.get(key, layer.span))
-            config[key] = value
         try:
             return entry.cls.create(self.dim, config)
         except ConfigError as err:
@@ -234,45 +250,77 @@ def spec_from_topology(text: str, *, dim: int = 128, vocab: int | None = None,
 
 
 def _build(data: dict, source_map: SourceMap | None, path: Path | None) -> Spec:
+    """Check and resolve merged spec data. Independent problems are all collected and raised
+    together (one MadslError, in file order); checks that an earlier error would make
+    meaningless are skipped: nothing is resolved against a topology that does not parse, a
+    width that is not a positive integer, or a symbol whose `layers:` entry is broken."""
     at = Locator(source_map)
-    check_top_level(data, at, from_file=path is not None)
-    symbols = symbol_table(data.get("layers") or {}, at)
-    text = data["topology"]
-    spec = Spec(name=data["name"], dim=data["dim"], topology_text=text, topology=(), symbols=symbols,
+    errors = Collector(str(path) if path is not None else None)
+    unusable = check_top_level(data, at, errors, from_file=path is not None)
+    layers = data.get("layers") if "layers" not in unusable else None
+    symbols, broken = symbol_table(layers or {}, at, errors)
+    text = data.get("topology") if "topology" not in unusable else None
+    spec = Spec(name=str(data.get("name")), dim=data.get("dim"), topology_text=text, topology=(), symbols=symbols,
                 channel_mixer=data.get("channel_mixer", "Sg"), vocab=data.get("vocab"),
                 seq_len=data.get("seq_len", DEFAULT_SEQ_LEN), norm=data.get("norm", "rms"),
                 tie_embeddings=data.get("tie_embeddings", True), description=data.get("description", ""),
-                eval=dict(data.get("eval") or {}), path=path, data=dict(data), source_map=source_map)
+                eval=dict(data.get("eval") or {}) if "eval" not in unusable else {}, path=path, data=dict(data),
+                source_map=source_map)
     if spec.channel_mixer == topo.NO_CHANNEL:
         spec.channel_mixer = None
-    try:
-        spec.topology = topo.parse(text)
-    except topo.TopologySyntaxError as err:
-        raise spec.topology_error(err, err.span) from None
-
-    if spec.channel_mixer is not None:
-        if spec.channel_mixer not in symbols:
-            raise MadslError(f"unknown channel mixer {spec.channel_mixer!r}", at.value("channel_mixer"),
-                             hint=did_you_mean(spec.channel_mixer, symbols) or "use a channel mixer symbol or none")
-        if symbols[spec.channel_mixer].role() != "channel":
-            raise MadslError(f"channel_mixer {spec.channel_mixer!r} is a {symbols[spec.channel_mixer].role()} "
-                             f"mixer, not a channel mixer", at.value("channel_mixer"),
-                             hint="channel mixers: " + ", ".join(s for s, d in symbols.items()
-                                                                if d.role() == "channel"))
-    spec.budget, spec.budget_seq_len, spec.fit = parse_budget(data.get("budget") or {}, at)
-    # every layer written in the topology must resolve (unknown symbols, bad overrides) at load time
+    if "budget" not in unusable:
+        spec.budget, spec.budget_seq_len, spec.fit = parse_budget(data.get("budget") or {}, at, errors)
+    if "channel_mixer" not in unusable:
+        with errors.check():
+            _check_channel_mixer(spec, broken, at)
+    if text is not None:
+        try:
+            spec.topology = topo.parse(text)
+        except topo.TopologySyntaxError as err:  # nothing after it can be read: stop here
+            errors.add(spec.topology_error(err, err.span))
+            text = None
+    if text is None:
+        errors.raise_any()
+        raise AssertionError("unreachable: a missing topology is an error")
+    # every layer written in the topology must resolve (unknown symbols, bad overrides) at load time;
+    # without a valid width, or for a symbol whose entry is broken, only the names are checked
+    values_checkable = "dim" not in unusable
     for layer in dict.fromkeys(topo.layers(spec.topology)):
-        if layer.symbol == topo.NO_CHANNEL:
-            _check_no_channel(spec, layer)
-        else:
-            spec.primitive_for(layer)
-    _check_unused_symbols(spec, data.get("layers") or {}, at)
+        with errors.check():
+            if layer.symbol == topo.NO_CHANNEL:
+                _check_no_channel(spec, layer)
+            elif layer.symbol in broken:
+                if layer.symbol in symbols:
+                    spec.check_override_keys(layer)
+            elif values_checkable:
+                spec.primitive_for(layer)
+            else:
+                spec.definition_for(layer)
+                spec.check_override_keys(layer)
+    if values_checkable:
+        _check_unused_symbols(spec, layers or {}, broken, at, errors)
     for index, item in enumerate(spec.fit):
+        if item.partition(".")[0] in broken:
+            continue
         try:
             spec.free_parameter(item)
         except MadslError as err:
-            raise err.relocated(at.value("budget", "fit", index) or at.value("budget", "fit")) from None
+            errors.add(err.relocated(at.value("budget", "fit", index) or at.value("budget", "fit")))
+    errors.raise_any()
     return spec
+
+
+def _check_channel_mixer(spec: Spec, broken: set[str], at: Locator) -> None:
+    mixer, symbols = spec.channel_mixer, spec.symbols
+    if mixer is None or mixer in broken:
+        return
+    if mixer not in symbols:
+        raise MadslError(f"unknown channel mixer {mixer!r}", at.value("channel_mixer"),
+                         hint=did_you_mean(mixer, symbols) or "use a channel mixer symbol or none")
+    if symbols[mixer].role() != "channel":
+        raise MadslError(f"channel_mixer {mixer!r} is a {symbols[mixer].role()} mixer, not a channel mixer",
+                         at.value("channel_mixer"),
+                         hint="channel mixers: " + ", ".join(s for s, d in symbols.items() if d.role() == "channel"))
 
 
 def _check_no_channel(spec: Spec, layer: topo.Layer) -> None:
@@ -290,19 +338,19 @@ def _check_no_channel(spec: Spec, layer: topo.Layer) -> None:
                                   layer.span)
 
 
-def _check_unused_symbols(spec: Spec, layers: dict, at: Locator) -> None:
+def _check_unused_symbols(spec: Spec, layers: dict, broken: set[str], at: Locator, errors: Collector) -> None:
     """A `layers:` entry the topology does not use is still checked at the spec's width, so a
     typo in it is found now and not when the topology starts to use it. (A used symbol is checked
     with its topology overrides applied, which may be what makes it valid.)"""
     used = set(spec.symbols_used())
     for symbol in layers:
-        if symbol in used:
+        if symbol in used or str(symbol) in broken:
             continue
         definition = spec.symbols[symbol]
         try:
             stdlib.primitives()[definition.primitive].cls.create(spec.dim, dict(definition.params))
         except ConfigError as err:
             where = definition.where.get(err.key) or at.key("layers", symbol)
-            raise MadslError(f"layers.{symbol}: {err.message}", where,
-                             hint=err.hint or f"{symbol} is not used by the topology, but every symbol under "
-                                              f"layers: must be valid at dim {spec.dim}") from None
+            errors.add(MadslError(f"layers.{symbol}: {err.message}", where,
+                                  hint=err.hint or f"{symbol} is not used by the topology, but every symbol "
+                                                   f"under layers: must be valid at dim {spec.dim}"))

@@ -19,10 +19,11 @@ Every key is checked; unknown keys are errors, never ignored:
 """
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from madsl import budget as budgets
-from madsl.errors import MadslError, did_you_mean
+from madsl.errors import Collector, MadslError, did_you_mean
 from madsl.spec_files import Locator
 
 TYPES: dict[str, tuple[type, ...]] = {
@@ -37,66 +38,85 @@ _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: 
                type(None): "none"}
 
 
-def check_top_level(data: dict[str, Any], at: Locator, *, from_file: bool) -> None:
-    """Keys known, required keys present, every value of its type and range. Raises MadslError."""
+def check_top_level(data: dict[str, Any], at: Locator, errors: Collector, *, from_file: bool) -> set[str]:
+    """Keys known, required keys present, every value of its type and range. Each problem goes
+    to `errors`; returns the keys whose values cannot be used (missing, or of the wrong type or range)."""
+    unusable: set[str] = set()
+
+    def error(key: str, err: MadslError) -> None:
+        errors.add(err)
+        unusable.add(key)
+
+    misspelled: set[str] = set()  # known keys that an unknown key is near: 'topolgy' is 'topology'
     for key in data:
         if key not in TYPES:
-            raise MadslError(f"unknown key {key!r}", at.key(key),
-                             expected="one of " + ", ".join(TYPES), hint=did_you_mean(str(key), TYPES))
+            error(key, MadslError(f"unknown key {key!r}", at.key(key),
+                                  expected="one of " + ", ".join(TYPES), hint=did_you_mean(str(key), TYPES)))
+            misspelled |= set(difflib.get_close_matches(str(key), TYPES, n=1, cutoff=0.5))
     for key in REQUIRED:
         if key not in data:
-            raise MadslError(f"missing required key {key!r}", at.key(),
-                             hint=f"add `{key}: ...` to the spec" + (" (or to the spec it extends)" if from_file
-                                                                    else ""))
+            unusable.add(key)
+            if key in misspelled:  # the unknown key's error already says what to write
+                continue
+            error(key, MadslError(f"missing required key {key!r}", at.key(),
+                                  hint=f"add `{key}: ...` to the spec" + (" (or to the spec it extends)"
+                                                                         if from_file else "")))
     for key, value in data.items():
-        allowed = TYPES[key]
+        allowed = TYPES.get(key)
+        if allowed is None:
+            continue
         # YAML's true/false are Python bools, and bool is an int: an integer key must not take them
         if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
             hint = None
             if key == "topology" and isinstance(value, (list, dict)):
                 hint = "YAML reads [...] and {...} as lists and mappings: quote the topology, e.g. topology: '[H | mA]'"
-            raise MadslError(f"{key} must be {' or '.join(_TYPE_NAMES[t] for t in allowed)}, got {value!r}",
-                             at.value(key), hint=hint)
-        if key in CHOICES and value not in CHOICES[key]:
-            raise MadslError(f"{key} must be one of {', '.join(CHOICES[key])}, got {value!r}", at.value(key),
-                             hint=did_you_mean(str(value), CHOICES[key]))
-    for key in POSITIVE:
-        if key in data and data[key] <= 0:
-            raise MadslError(f"{key} must be a positive integer, got {data[key]}", at.value(key))
-    if not data["name"].strip():
-        raise MadslError("name must not be empty", at.value("name"))
+            error(key, MadslError(f"{key} must be {' or '.join(_TYPE_NAMES[t] for t in allowed)}, got {value!r}",
+                                  at.value(key), hint=hint))
+        elif key in CHOICES and value not in CHOICES[key]:
+            error(key, MadslError(f"{key} must be one of {', '.join(CHOICES[key])}, got {value!r}", at.value(key),
+                                  hint=did_you_mean(str(value), CHOICES[key])))
+        elif key in POSITIVE and value <= 0:
+            error(key, MadslError(f"{key} must be a positive integer, got {value}", at.value(key)))
+        elif key == "name" and not value.strip():
+            error(key, MadslError("name must not be empty", at.value("name")))
+    return unusable
 
 
-def parse_budget(section: dict[str, Any], at: Locator
+def parse_budget(section: dict[str, Any], at: Locator, errors: Collector
                  ) -> tuple[dict[str, budgets.Bound], int | None, list[str]]:
     """The `budget:` section -> bounds by quantity, the sequence length they are checked at,
-    and the free parameters (`fit: [H.filter_states]`) that `madsl fit` may set to meet them."""
+    and the free parameters (`fit: [H.filter_states]`) that `madsl fit` may set to meet them.
+    Each key is checked on its own; a bad one goes to `errors` and is left out."""
     bounds: dict[str, budgets.Bound] = {}
     seq_len = None
     fit: list[str] = []
     for key, value in section.items():
-        if key == "fit":
-            items = [value] if isinstance(value, str) else value
-            if not isinstance(items, list) or not items or not all(isinstance(i, str) for i in items):
-                raise MadslError(f"budget.fit must list free parameters, got {value!r}", at.value("budget", key),
-                                 expected="SYMBOL.param names such as [H.filter_states]")
-            fit = list(items)
-            continue
-        if key == "seq_len":
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise MadslError(f"budget.seq_len must be a positive integer, got {value!r}",
-                                 at.value("budget", key))
-            seq_len = value
-            continue
-        if key not in budgets.QUANTITIES:
-            raise MadslError(f"unknown budget {key!r}", at.key("budget", key),
-                             expected="one of " + ", ".join(budgets.QUANTITIES + ("seq_len", "fit")),
-                             hint=did_you_mean(str(key), budgets.QUANTITIES + ("fit",)))
-        try:
-            bounds[key] = budgets.parse_bound(value)
-        except budgets.BudgetError as err:
-            raise MadslError(f"budget.{key}: {err}", at.value("budget", key)) from None
-    if fit and not bounds:
-        raise MadslError("budget.fit needs a budget to fit to", at.key("budget", "fit"),
-                         hint="add a bound such as fixed_state: 4096 next to fit:")
+        with errors.check():
+            if key == "fit":
+                fit = _fit_items(value, at)
+            elif key == "seq_len":
+                if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                    raise MadslError(f"budget.seq_len must be a positive integer, got {value!r}",
+                                     at.value("budget", key))
+                seq_len = value
+            elif key not in budgets.QUANTITIES:
+                raise MadslError(f"unknown budget {key!r}", at.key("budget", key),
+                                 expected="one of " + ", ".join(budgets.QUANTITIES + ("seq_len", "fit")),
+                                 hint=did_you_mean(str(key), budgets.QUANTITIES + ("fit",)))
+            else:
+                try:
+                    bounds[key] = budgets.parse_bound(value)
+                except budgets.BudgetError as err:
+                    raise MadslError(f"budget.{key}: {err}", at.value("budget", key)) from None
+    if "fit" in section and not any(q in section for q in budgets.QUANTITIES):
+        errors.add(MadslError("budget.fit needs a budget to fit to", at.key("budget", "fit"),
+                              hint="add a bound such as fixed_state: 4096 next to fit:"))
     return bounds, seq_len, fit
+
+
+def _fit_items(value: Any, at: Locator) -> list[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(i, str) for i in items):
+        raise MadslError(f"budget.fit must list free parameters, got {value!r}", at.value("budget", "fit"),
+                         expected="SYMBOL.param names such as [H.filter_states]")
+    return list(items)

@@ -14,7 +14,7 @@ from typing import Any
 
 from madsl import stdlib
 from madsl import topology as topo
-from madsl.errors import Location, MadslError, did_you_mean
+from madsl.errors import Collector, Location, MadslError, did_you_mean
 from madsl.spec_files import Locator
 
 SYMBOL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -35,43 +35,66 @@ class SymbolDef:
         return stdlib.primitives()[self.primitive].cls.role
 
 
-def symbol_table(layers: dict, at: Locator) -> dict[str, SymbolDef]:
-    """The stdlib's symbols with the spec's `layers:` section applied. Raises MadslError."""
+def symbol_table(layers: dict, at: Locator, errors: Collector) -> tuple[dict[str, SymbolDef], set[str]]:
+    """The stdlib's symbols with the spec's `layers:` section applied, and the symbols whose
+    entry has an error (each error goes to `errors`; a symbol based on a broken one is broken
+    too, without an error of its own). A broken symbol is in the table only where its entry
+    names its primitive and just some parameters are unknown (then which parameters exist is
+    still known; their values are not checked against it)."""
     prims = stdlib.primitives()
     table: dict[str, SymbolDef] = {}
     for sym, entry in stdlib.symbols().items():
         params = {**prims[entry.primitive].defaults, **entry.params}
         table[sym] = SymbolDef(sym, entry.primitive, params, entry.source or prims[entry.primitive].source)
 
+    broken: set[str] = set()
     pending = dict(layers)
     # symbols may be based on each other in any order; resolve until nothing changes
     while pending:
         progressed = False
         for sym in list(pending):
             body = pending[sym]
-            sym_text = str(sym)
-            if not isinstance(sym, str) or not SYMBOL_RE.match(sym) or sym == topo.NO_CHANNEL:
-                raise MadslError(f"{sym_text!r} is not a valid layer symbol", at.key("layers", sym),
-                                 expected="a letter followed by letters, digits or '_' (and not 'none')")
-            if body is None:
-                body = {}
-            if not isinstance(body, dict):
-                raise MadslError(f"layers.{sym} must be a mapping of parameters, got {body!r}",
-                                 at.value("layers", sym), hint=f"e.g. `{sym}: {{heads: 4}}`")
-            base_sym = body.get("base")
+            base_sym = body.get("base") if isinstance(body, dict) else None
+            if not isinstance(base_sym, str):
+                base_sym = None  # no base, or a bad one (_symbol_def reports it)
             if base_sym is not None and base_sym in pending and base_sym != sym:
                 continue  # resolve the base first
-            table[sym] = _symbol_def(sym, body, table, at)
             del pending[sym]
             progressed = True
+            if base_sym in broken:
+                broken.add(sym)
+                continue
+            unknown = Collector()
+            try:
+                # with unknown parameters left out: its primitive still tells which parameters exist
+                table[sym] = _symbol_def(sym, body, table, at, unknown)
+            except MadslError as err:
+                unknown.add(err)
+                table.pop(sym, None)
+            if unknown:
+                errors.errors += unknown.errors
+                broken.add(str(sym))
         if not progressed:
             sym = next(iter(pending))
-            raise MadslError(f"layers.{sym}: `base:` symbols form a cycle ({', '.join(pending)})",
-                             at.value("layers", sym, "base"))
-    return table
+            errors.add(MadslError(f"layers.{sym}: `base:` symbols form a cycle ({', '.join(map(str, pending))})",
+                                  at.value("layers", sym, "base")))
+            broken |= set(map(str, pending))
+            break
+    return table, broken
 
 
-def _symbol_def(sym: str, body: dict, table: dict[str, SymbolDef], at: Locator) -> SymbolDef:
+def _symbol_def(sym: str, body: Any, table: dict[str, SymbolDef], at: Locator, errors: Collector) -> SymbolDef:
+    """One `layers:` entry. Raises MadslError where the entry cannot be read; its unknown
+    parameters go to `errors` one by one (the caller treats the symbol as broken)."""
+    sym_text = str(sym)
+    if not isinstance(sym, str) or not SYMBOL_RE.match(sym) or sym == topo.NO_CHANNEL:
+        raise MadslError(f"{sym_text!r} is not a valid layer symbol", at.key("layers", sym),
+                         expected="a letter followed by letters, digits or '_' (and not 'none')")
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise MadslError(f"layers.{sym} must be a mapping of parameters, got {body!r}",
+                         at.value("layers", sym), hint=f"e.g. `{sym}: {{heads: 4}}`")
     prims = stdlib.primitives()
     primitive = body.get("primitive")
     base_sym = body.get("base")
@@ -110,8 +133,9 @@ def _symbol_def(sym: str, body: dict, table: dict[str, SymbolDef], at: Locator) 
             source = str(value)
             continue
         if key not in defaults:
-            raise MadslError(f"layers.{sym}: {primitive} has no parameter {key!r}", at.key("layers", sym, key),
-                             expected="one of " + ", ".join(defaults), hint=did_you_mean(str(key), defaults))
+            errors.add(MadslError(f"layers.{sym}: {primitive} has no parameter {key!r}", at.key("layers", sym, key),
+                                  expected="one of " + ", ".join(defaults), hint=did_you_mean(str(key), defaults)))
+            continue
         params[key] = value
         where[key] = at.value("layers", sym, key)
     return SymbolDef(sym, primitive, params, source, where)

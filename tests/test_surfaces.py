@@ -227,3 +227,23 @@ def test_progress_labels_name_the_protocols_own_setting():
     baseline = budgeted_baseline(task, get_protocol("baseline"))
     assert _setting_label(baseline, baseline, task.baseline, "baseline") == "baseline"
     assert _setting_label(smoke, {**smoke, "seq_len": 256}, task.baseline, "smoke") == "seq_len=256"
+
+
+def test_every_public_callable_has_a_docstring_and_a_return_type():
+    missing = []
+    for name in madsl.__all__:
+        obj = getattr(madsl, name)
+        if not callable(obj):
+            continue
+        functions = [(name, obj)]
+        if inspect.isclass(obj):
+            if not obj.__doc__ or obj.__doc__.startswith(f"{name}("):  # a dataclass's generated signature
+                missing.append(f"{name}: docstring")
+            functions = [(f"{name}.{m}", getattr(f, "__func__", f)) for m, f in vars(obj).items()
+                         if not m.startswith("_") and inspect.isfunction(getattr(f, "__func__", f))]
+        for label, function in functions:
+            if not (function.__doc__ or "").strip():
+                missing.append(f"{label}: docstring")
+            if inspect.signature(function).return_annotation is inspect.Signature.empty:
+                missing.append(f"{label}: return type")
+    assert not missing, missing

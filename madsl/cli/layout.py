@@ -182,7 +182,8 @@ def cmd_check(args) -> int:
 
     tolerance = _parse_tolerance(args.iso_params) if args.iso_params is not None else None
     results, errors = [], []
-    for path in dict.fromkeys(spec_paths(args.specs)):  # a spec named twice (overlapping globs) is checked once
+    paths = list(dict.fromkeys(spec_paths(args.specs)))  # a spec named twice (overlapping globs) is checked once
+    for path in paths:
         try:
             spec = load_spec(path)
             acc = account(spec, seq_len=spec.budget_seq_len)
@@ -211,11 +212,11 @@ def cmd_check(args) -> int:
                        **({"fit": s.fit, "fit_solved": not v} if s.fit else {}),
                        "violations": [{"quantity": x.quantity, "actual": x.actual, "budget": x.bound.text}
                                       for x in v]} for p, s, a, v in results],
-            "errors": [{"path": str(p), **e.to_dict()} for p, e in errors],
+            "errors": [{"path": str(p), **one.to_dict()} for p, e in errors for one in e.diagnostics],
             "set_checks": [{"check": c, "problem": m, "values": vals} for c, m, vals in set_problems],
         }, indent=2))
     elif args.format in ("github", "line"):
-        _check_lines(results, errors, set_problems, github=args.format == "github")
+        _check_lines(paths, results, errors, set_problems, github=args.format == "github")
     else:
         _check_text(results, errors, set_problems, args)
     if errors:
@@ -274,25 +275,37 @@ def _budget_location(spec, path, quantity: str) -> tuple[str, int | None, int | 
 
 def _one_line(file: str, line: int | None, column: int | None, message: str, github: bool) -> str:
     message = " ".join(message.split())
-    if github:  # GitHub workflow commands: data escapes %, CR and LF
-        fields = ",".join(f"{k}={v}" for k, v in (("file", file), ("line", line), ("col", column)) if v is not None)
+    if github:  # GitHub workflow commands: data escapes %, CR and LF; properties also ':' and ','
+        fields = ",".join(f"{k}={_github_property(v)}" for k, v in (("file", file), ("line", line), ("col", column))
+                          if v is not None)
         return f"::error {fields}::" + message.replace("%", "%25")
     where = ":".join(str(x) for x in (file, line, column) if x is not None)
     return f"{where}: error: {message}"
 
 
-def _check_lines(results, errors, set_problems, github: bool) -> None:
-    """One line per problem: errors where they are written, budget violations at their budget key."""
+def _github_property(value) -> str:
+    return str(value).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A").replace(":", "%3A") \
+        .replace(",", "%2C")
+
+
+def _check_lines(order, results, errors, set_problems, github: bool) -> None:
+    """One line per problem, file by file as named: errors where they are written, budget
+    violations at their budget key (both in file order), then the set checks."""
+    problems: dict = {}
+    for path in [p for p, _ in errors] + [p for p, *_ in results]:
+        problems[path] = []
     for path, err in errors:
-        loc = err.location
-        text = err.message + (f" (expected: {err.expected})" if err.expected else "") + \
-            (f" (hint: {err.hint})" if err.hint else "")
-        print(_one_line(loc.file or str(path), loc.line, loc.column, text, github))
+        for one in err.diagnostics:
+            loc = one.location
+            problems[path].append((loc.file or str(path), loc.line, loc.column, one.one_line()))
     for path, spec, acc, violations in results:
         for v in violations:
             file, line, column = _budget_location(spec, path, v.quantity)
-            print(_one_line(file, line, column, f"{spec.name}: {v.message()}{_contributors(acc, v.quantity)}",
-                            github))
+            problems[path].append((file, line, column, f"{spec.name}: {v.message()}{_contributors(acc, v.quantity)}"))
+    for path in sorted(problems, key=order.index):
+        in_order = sorted(problems[path], key=lambda p: (p[1] is None, p[0] != str(path), p[0], p[1] or 0, p[2] or 0))
+        for file, line, column, message in in_order:
+            print(_one_line(file, line, column, message, github))
     for check_name, message, values in set_problems:
         listed = ", ".join(f"{p} {v:,}" for p, v in values.items())
         print(_one_line(str(next(iter(values))), None, None, f"{check_name}: {message}: {listed}", github))
