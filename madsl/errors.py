@@ -134,8 +134,9 @@ class MadslError(Exception):
 
 
 def _file_order(loc: Location, file: str | None) -> tuple:
-    unlocated = loc.line is None
-    return (unlocated, loc.file != file, loc.file or "", loc.line or 0, loc.column or 0)
+    if loc.line is None:
+        return (1,)  # unlocated: after the located ones, in the order they were found
+    return (0, loc.file != file, loc.file or "", loc.line, loc.column or 0)
 
 
 class Collector:
