@@ -155,3 +155,16 @@ def test_the_language_references_error_sample_is_real_output(tmp_path, monkeypat
     assert len(patterns) == len(out.splitlines())
     for pattern, line in zip(patterns, out.splitlines()):
         assert re.fullmatch(pattern, line), (pattern, line)
+
+
+def test_check_reports_the_eval_sections_errors_with_the_rest(specs, capsys):
+    (specs / "ev.mad").write_text("name: e\ndim: 128\ntopology: Hx\neval:\n  taskz: [x]\n  lr: abc\n"
+                                  "  epochs: 0\nnorm: b\n")
+    code, out, _ = check(capsys, "ev.mad", "--format", "line")
+    assert code == 2
+    assert [line.split(": error: ")[0] for line in out.splitlines()] == \
+        ["ev.mad:3:11", "ev.mad:5:3", "ev.mad:6:7", "ev.mad:7:11", "ev.mad:8:7"]
+    assert "eval: unknown key 'taskz'" in out.splitlines()[1]
+    (specs / "ok.mad").write_text("name: ok\ndim: 128\ntopology: H\neval:\n  tasks: [x]\n  task: y\n")
+    code, out, _ = check(capsys, "ok.mad", "--format", "line")
+    assert code == 2 and out == "ok.mad:6:3: error: eval: give either tasks: or task:, not both\n"

@@ -178,14 +178,13 @@ def _parse_tolerance(text: str) -> float:
 def cmd_check(args) -> int:
     from madsl.budget import check
     from madsl.graph import account
-    from madsl.spec import load_spec
 
     tolerance = _parse_tolerance(args.iso_params) if args.iso_params is not None else None
     results, errors = [], []
     paths = list(dict.fromkeys(spec_paths(args.specs)))  # a spec named twice (overlapping globs) is checked once
     for path in paths:
         try:
-            spec = load_spec(path)
+            spec = _load_with_eval(path)
             acc = account(spec, seq_len=spec.budget_seq_len)
         except MadslError as err:
             errors.append((path, err))
@@ -222,6 +221,27 @@ def cmd_check(args) -> int:
     if errors:
         return EXIT_BAD_INPUT
     return EXIT_BUDGET if violated else EXIT_OK
+
+
+def _load_with_eval(path: str) -> Spec:
+    """A spec, checked with its `eval:` section (what shows without the tasks): every error of
+    the file, the eval section's included, raised together."""
+    from madsl.runner.protocols import check_spec_eval
+    from madsl.spec import load_spec
+    from madsl.spec_files import load_merged
+
+    try:
+        spec = load_spec(path)
+    except MadslError as err:
+        try:  # the eval section is independent of what broke the rest, unless the file is unreadable
+            data, source_map = load_merged(Path(path))
+            if isinstance(data.get("eval"), dict):
+                check_spec_eval(data["eval"], path, source_map)
+        except MadslError as eval_err:
+            raise MadslError.combine([err, eval_err], path) from None
+        raise
+    check_spec_eval(spec.eval, path, spec.source_map)
+    return spec
 
 
 GLOB_CHARACTERS = set("*?[")

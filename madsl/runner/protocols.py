@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
-from madsl.errors import Location, MadslError, did_you_mean
+from madsl.errors import Collector, Location, MadslError, did_you_mean
 
 SettingsChoice = Literal["sweep", "baseline"]
 
@@ -258,6 +258,22 @@ def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str |
 
         out.conventions = check_conventions(section["conventions"], where.value("conventions"), "eval.conventions")
     return out
+
+
+def check_spec_eval(section: Mapping[str, Any] | None, spec_file: str | None = None, source_map: Any = None) -> None:
+    """Every error of a spec's `eval:` section that shows without the tasks (unknown keys, types,
+    ranges, protocol, precision, conventions; task names and `set:` knobs need the tasks, which
+    `plan_spec` has), each key checked on its own and all raised together, in file order.
+    Light: `madsl check` runs it without torch or numpy."""
+    section = dict(section or {})
+    errors = Collector(spec_file)
+    for key, value in section.items():
+        with errors.check():
+            overrides_from_spec_eval({key: value}, spec_file, source_map)
+    if not errors:  # what only the keys together can break (tasks: and task: both given)
+        with errors.check():
+            overrides_from_spec_eval(section, spec_file, source_map)
+    errors.raise_any()
 
 
 def check_spec_settings(tasks: Sequence, settings: Mapping[str, Any], source: str, where: SpecEvalWhere) -> None:

@@ -250,7 +250,8 @@ def _variant(base: Any, spec_path: str, varied: dict[str, Any], located: Located
         spec = load_spec(spec_path, overrides=overrides) if varied else base
         account_ = account(spec, seq_len=spec.budget_seq_len)
     except MadslError as err:
-        raise MadslError(f"variant {overrides['name']}: {err.message}", located.key(("vary",)),
+        messages = "; ".join(one.message for one in err.diagnostics)  # all of them, not just the first
+        raise MadslError(f"variant {overrides['name']}: {messages}", located.key(("vary",)),
                          expected=err.expected, hint=err.hint) from None
     violations = check(account_.totals, spec.budget)
     return Variant(spec=spec, path=spec_path, varied=varied, over_budget=[v.message() for v in violations])
