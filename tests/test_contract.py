@@ -91,9 +91,28 @@ def _accounting(prim: Primitive) -> tuple:
     return (prim.params(), prim.fixed_state(), prim.conv_state(), prim.kv_cache(SEQ_LEN), prim.flops(SEQ_LEN))
 
 
+def _moved_with_another(cls: type[Primitive], start: Primitive, key: str, annotation: Any) -> list[Primitive]:
+    """`key` moved where no value of it validates alone because another integer field must be
+    a multiple of it (attention's heads % kv_heads): each value of `key` with the other field
+    at 2 to 5 times that value, the first setting that validates for each value."""
+    fields = cls.fields()
+    others = [k for k, t in fields.items() if k != key and t is int]
+    out = []
+    for value in _alternatives(annotation, getattr(start, key)):
+        if not isinstance(value, int):
+            continue
+        found = next((p for other in others for factor in range(2, 6)
+                      if (p := _valid(cls, start.dim, {**start.config(), key: value, other: factor * value}))
+                      is not None), None)
+        if found is not None:
+            out.append(found)
+    return out
+
+
 def settings(name: str) -> list[Primitive]:
     """The settings a primitive is checked at: MAD-width defaults, a second width, and each field
-    moved to up to two valid other values. For the non-default options of a choice field
+    moved to up to two valid other values (with another field that must be a multiple of it,
+    where it cannot move alone). For the non-default options of a choice field
     (e.g. Hyena's filter family), a moved field is kept only where it changes the accounting:
     fields that only another option reads are not rebuilt for every option."""
     entry = primitives()[name]
@@ -111,6 +130,8 @@ def settings(name: str) -> list[Primitive]:
                 continue
             moved = [p for v in _alternatives(annotation, getattr(start, key))
                      if (p := _valid(entry.cls, start.dim, {**start.config(), key: v})) is not None]
+            if not moved:
+                moved = _moved_with_another(entry.cls, start, key, annotation)
             if index > 0:  # a non-default choice: only what its accounting sees
                 moved = [p for p in moved if _accounting(p) != _accounting(start)]
             out += moved[:2]

@@ -1,14 +1,18 @@
 """Multi-head causal self-attention (`A`, `mA`): the torch module of `madsl.primitives.attention`.
 
-    q, k, v = split(qkv(x))                  one fused projection dim -> 3 x heads x head_dim
+    q, k, v = split(qkv(x))                  one fused projection dim -> (heads + 2 kv_heads) x head_dim
     q, k    = rotary(q), rotary(k)           optional; rotate-half convention (GPT-NeoX / Llama)
     out     = out(softmax(q k^T / sqrt(head_dim) + causal mask) v)
+
+Grouped-query attention (kv_heads < heads): k and v have kv_heads heads; each is repeated
+for its heads / kv_heads query heads just before SDPA (query head h reads key/value head
+h // groups, as Hugging Face's repeat_kv), so the cache keeps kv_heads heads only.
 
 Attention runs through `torch.nn.functional.scaled_dot_product_attention`, which picks
 its fused backend itself: on CUDA flash attention for bf16/fp16 (under autocast) and
 the memory-efficient kernel for fp32; on the CPU its flash kernel. All of them keep the
 softmax statistics (row max and sum) in float32. Step mode keeps a growing KV cache: state
-{"k": (B, heads, T, head_dim), "v": (B, heads, T, head_dim), "pos": (B,) int64}, so
+{"k": (B, kv_heads, T, head_dim), "v": (B, kv_heads, T, head_dim), "pos": (B,) int64}, so
 k and v together hold the accounting's kv_cache(T) numbers per sequence; "pos" is
 the position of the next token (what rotary needs; it equals T).
 
@@ -40,16 +44,24 @@ def _apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + _rotate_half(x) * sin
 
 
+def _repeat_heads(x: Tensor, groups: int) -> Tensor:
+    """(B, kv_heads, T, hd) -> (B, kv_heads * groups, T, hd), each key/value head repeated for
+    its consecutive query heads. (SDPA's enable_gqa does the same, but not under vmap.)"""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
 class Attention(nn.Module):
     def __init__(self, p: AttentionPrimitive):
         super().__init__()
         self.dim = p.dim
         self.heads = p.heads
+        self.kv_heads = p.key_value_heads
+        self.groups = p.groups
         self.head_dim = p.inner_head_dim
         self.rotary = p.rotary
         self.rotary_base = float(p.rotary_base)
         self.window = p.window
-        self.qkv = nn.Linear(p.dim, 3 * p.inner, bias=p.bias)
+        self.qkv = nn.Linear(p.dim, p.inner + 2 * p.kv_inner, bias=p.bias)
         self.out = nn.Linear(p.inner, p.dim, bias=p.bias)
         # cos/sin tables of the rotary embedding, grown on demand (no parameters, not saved).
         self._rotary_cache: tuple[Tensor, Tensor] | None = None
@@ -86,18 +98,19 @@ class Attention(nn.Module):
     def prefill(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """The parallel forward and the KV cache `step` continues from."""
         batch, length, _ = x.shape
-        q, k, v = self.qkv(x).view(batch, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = self._project(self.qkv(x).view(batch, length, -1, self.head_dim).transpose(1, 2))
         if self.rotary:
             cos, sin = self._rotary_tables(length, q)
             cos, sin = cos[:length], sin[:length]
             q, k = _apply_rotary(q, cos, sin), _apply_rotary(k, cos, sin)
+        keys, values = _repeat_heads(k, self.groups), _repeat_heads(v, self.groups)
         if self.window is None or self.window >= length:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, heads, L, head_dim)
+            y = F.scaled_dot_product_attention(q, keys, values, is_causal=True)  # (B, heads, L, head_dim)
         else:
             back = torch.arange(length, device=x.device)
             back = back[:, None] - back[None, :]  # query position - key position
             band = (back >= 0) & (back < self.window)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=band)
+            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=band)
         y = self.out(y.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
         pos = torch.full((batch,), length, dtype=torch.long, device=x.device)
         if self.window is not None and length > self.window:
@@ -105,17 +118,22 @@ class Attention(nn.Module):
             k, v = (torch.roll(t[:, :, -self.window:], length % self.window, dims=2) for t in (k, v))
         return y, {"k": k, "v": v, "pos": pos}
 
+    def _project(self, heads: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q (B, heads, T, hd), k and v (B, kv_heads, T, hd) from the fused projection's
+        (B, heads + 2 kv_heads, T, hd)."""
+        return heads.split((self.heads, self.kv_heads, self.kv_heads), dim=1)
+
     # ---- recurrent (inference) form ---------------------------------------------------------------
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
         dtype = dtype if dtype is not None else self.out.weight.dtype
         device = device if device is not None else self.out.weight.device
-        empty = torch.zeros(batch, self.heads, 0, self.head_dim, device=device, dtype=dtype)
+        empty = torch.zeros(batch, self.kv_heads, 0, self.head_dim, device=device, dtype=dtype)
         return {"k": empty, "v": empty.clone(),
                 "pos": torch.zeros(batch, dtype=torch.long, device=device)}
 
     def step(self, x_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         batch = x_t.shape[0]
-        q, k, v = self.qkv(x_t).view(batch, 3, self.heads, 1, self.head_dim).unbind(1)  # (B, heads, 1, hd)
+        q, k, v = self._project(self.qkv(x_t).view(batch, -1, 1, self.head_dim))  # (B, heads or kv_heads, 1, hd)
         pos = state["pos"]
         if self.rotary:
             # positions run past the cache size once a window's ring buffer is full
@@ -128,11 +146,12 @@ class Attention(nn.Module):
             keys = torch.cat((state["k"], k), dim=2)
             values = torch.cat((state["v"], v), dim=2)
         else:  # the ring buffer is full: the new token takes the oldest one's slot
-            slot = (pos % self.window).view(batch, 1, 1, 1).expand(batch, self.heads, 1, self.head_dim)
+            slot = (pos % self.window).view(batch, 1, 1, 1).expand(batch, self.kv_heads, 1, self.head_dim)
             # the cache keeps its dtype (under autocast k, v are the projections' bf16)
             keys = state["k"].scatter(2, slot, k.to(state["k"].dtype))
             values = state["v"].scatter(2, slot, v.to(state["v"].dtype))
         # The new token attends to every cached one: no mask (is_causal would align top-left).
-        y = F.scaled_dot_product_attention(q, keys, values)  # (B, heads, 1, head_dim)
+        y = F.scaled_dot_product_attention(q, _repeat_heads(keys, self.groups),
+                                           _repeat_heads(values, self.groups))  # (B, heads, 1, head_dim)
         out = self.out(y.reshape(batch, self.heads * self.head_dim))
         return out, {"k": keys, "v": values, "pos": pos + 1}

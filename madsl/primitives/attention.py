@@ -3,16 +3,21 @@
 Defaults: MAD paper App. B.3.2 (16 heads, head dim 8, no bias for linear layers);
 rotary position embeddings as in Transformer++ (MAD paper App. C.4.1).
 
-Layout: a fused `qkv` projection dim -> 3*heads*head_dim and `out` heads*head_dim -> dim.
+Layout: a fused `qkv` projection dim -> (heads + 2*kv_heads)*head_dim and `out`
+heads*head_dim -> dim. Grouped-query attention (`kv_heads`, null = heads: multi-head
+attention; Ainslie et al. 2023, Llama 2/3, Mistral, Jamba, Nemotron-H): kv_heads key/value
+heads, each shared by heads / kv_heads consecutive query heads (query head h reads key/value
+head h // (heads / kv_heads), as Hugging Face's repeat_kv and SDPA's enable_gqa).
 Sliding window (`window`, null = full attention): each token attends to itself and the
 window - 1 tokens before it (flash-attn's window_size=(window - 1, 0); Mistral, Gemma).
 
 State: no fixed state; the KV cache holds keys and values of every past token,
-2 * heads * head_dim numbers per token (MAD paper §2.2: a dynamic state); with a
-window, of the last min(L, window) tokens only: 2 * heads * head_dim * min(L, window).
+2 * kv_heads * head_dim numbers per token (MAD paper §2.2: a dynamic state); with a
+window, of the last min(L, window) tokens only: 2 * kv_heads * head_dim * min(L, window).
 FLOPs: App. C.4.1 (projections 6LD^2, attention 4L^2D + 2HL^2, out layer 2LD^2),
-with D replaced by heads*head_dim where the inner width differs from the model width;
-with a window, the L^2 (query, key) pairs become L * min(L, window).
+with D replaced by heads*head_dim where the inner width differs from the model width,
+and the key/value projections 2 x 2LD * kv_heads*head_dim; with a window, the L^2
+(query, key) pairs become L * min(L, window).
 """
 from __future__ import annotations
 
@@ -29,14 +34,16 @@ class Attention(Heads, Primitive):
     rotary_base: float
     bias: bool
     window: int | None  # sliding window in tokens (the current one included); None: full attention
+    kv_heads: int | None  # key/value heads (grouped-query attention); None: heads (multi-head attention)
 
     name = "attention"
     role = "sequence"
     module = "madsl.layers.attention:Attention"
-    identity_omits = ("window",)  # added later: specs without a window keep their run identities
+    # added later: specs without a window or grouped keys/values keep their run identities
+    identity_omits = ("window", "kv_heads")
 
     def validate(self) -> None:
-        positive(self, "heads", "head_dim", "window")
+        positive(self, "heads", "head_dim", "window", "kv_heads")
         if self.rotary_base <= 0:
             raise ConfigError("rotary_base", "attention: rotary_base must be positive")
         if self.head_dim is None:
@@ -44,9 +51,26 @@ class Attention(Heads, Primitive):
         if self.rotary and self.inner_head_dim % 2:
             raise ConfigError("head_dim", f"attention: rotary embeddings need an even head_dim, "
                                           f"got {self.inner_head_dim}", "set rotary=false or an even head_dim")
+        if self.kv_heads is not None:
+            divides(self, "kv_heads", self.kv_heads, self.heads, "heads")
+
+    @property
+    def groups(self) -> int:
+        """Query heads per key/value head (1: multi-head attention)."""
+        return self.heads // self.key_value_heads
+
+    @property
+    def key_value_heads(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def kv_inner(self) -> int:
+        """Width of the keys (and of the values): key_value_heads * head_dim."""
+        return self.key_value_heads * self.inner_head_dim
 
     def params(self) -> int:
-        qkv = 3 * self.dim * self.inner + (3 * self.inner if self.bias else 0)
+        projected = self.inner + 2 * self.kv_inner  # q, k, v
+        qkv = self.dim * projected + (projected if self.bias else 0)
         out = self.inner * self.dim + (self.dim if self.bias else 0)
         return qkv + out
 
@@ -55,9 +79,9 @@ class Attention(Heads, Primitive):
         return seq_len if self.window is None else min(seq_len, self.window)
 
     def kv_cache(self, seq_len: int) -> int:
-        return 2 * self.inner * self.attended(seq_len)
+        return 2 * self.kv_inner * self.attended(seq_len)
 
     def flops(self, seq_len: int) -> int:
-        L, D, I, H = seq_len, self.dim, self.inner, self.heads
+        L, D, I, K, H = seq_len, self.dim, self.inner, self.kv_inner, self.heads
         pairs = L * self.attended(L)
-        return 6 * L * D * I + 4 * pairs * I + 2 * H * pairs + 2 * L * I * D
+        return 2 * L * D * (I + 2 * K) + 4 * pairs * I + 2 * H * pairs + 2 * L * I * D
