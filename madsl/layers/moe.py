@@ -6,7 +6,8 @@
     out    = sum_{e in top} w_e * down_e(silu(gate_e x) * up_e x)
 
 Experts are stacked weights: w_gate, w_up (experts, dim, expert_width) and w_down
-(experts, expert_width, dim), no biases.
+(experts, expert_width, dim), no biases. A shared expert (shared_width > 0) is a SwiGLU
+`shared` on every token, its output added to the routed sum.
 
 Two ways to compute the same sum, picked by `dense_dispatch` (set in __init__ from
 the sizes, may be overridden):
@@ -34,7 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from madsl.layers.swiglu import SwiGLU
 from madsl.primitives.moe import MoE as MoEPrimitive
+from madsl.primitives.swiglu import SwiGLU as SwiGLUPrimitive
 
 
 class MoE(nn.Module):
@@ -55,6 +58,8 @@ class MoE(nn.Module):
         self.dense_dispatch = experts * expert_width <= 2 * dim or experts <= 2 * p.active
         self.aux_loss: Tensor | None = None
         self.reset_parameters()
+        # built after the routed experts' init, so that a MoE without one draws the same weights
+        self.shared = SwiGLU(SwiGLUPrimitive(dim, p.shared_width, False)) if p.shared_width else None
 
     def reset_parameters(self) -> None:
         self.router.reset_parameters()
@@ -80,6 +85,8 @@ class MoE(nn.Module):
             out = self._dense(tokens, top_experts, top_weights)
         else:
             out = self._gather(tokens, top_experts, top_weights)
+        if self.shared is not None:
+            out = out + self.shared(tokens)
         return out.view_as(x)
 
     def _load_balancing_loss(self, logits: Tensor, top_experts: Tensor) -> Tensor:

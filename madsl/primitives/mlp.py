@@ -1,4 +1,6 @@
-"""A plain MLP channel mixer (`Mlp`): fc dim -> inner, GELU (tanh approximation), proj inner -> dim.
+"""A plain MLP channel mixer (`Mlp`): fc dim -> inner, an activation, proj inner -> dim.
+The activation: GELU (tanh approximation, the default) or squared ReLU (`relu2`: Primer,
+So et al. 2021; Nemotron-H's MLP layers); the parameters do not depend on it.
 
 Defaults: the MAD reference's `mlp` layer (athms/mad-lab configs/layers/mlp.yml and
 mad/model/layers/mlp.py): inner null = 4 * dim, no bias.
@@ -9,6 +11,7 @@ FLOPs: 4 * L * dim * inner (two matmuls); the activation is not counted, as for 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from .base import Primitive, positive
 
@@ -17,10 +20,12 @@ from .base import Primitive, positive
 class Mlp(Primitive):
     inner: int | None  # None: 4 * dim
     bias: bool
+    activation: Literal["gelu", "relu2"]
 
     name = "mlp"
     role = "channel"
     module = "madsl.layers.mlp:Mlp"
+    identity_omits = ("activation",)  # added later: specs with the GELU keep their run identities
 
     def validate(self) -> None:
         positive(self, "inner")
