@@ -44,6 +44,11 @@ def _error(pattern: str, index: int, message: str, hint: str | None = None) -> M
 def from_megatron_pattern(pattern: str, symbols: dict[str, str] | None = None) -> str:
     """A Megatron `hybrid_override_pattern` as a madsl topology (consecutive equal blocks
     counted: `M-M-M-` -> `3M2-Mlp`). `symbols` maps mamba/attention/mlp/moe to madsl symbols."""
+    return _run_length(megatron_blocks(pattern, symbols))
+
+
+def megatron_blocks(pattern: str, symbols: dict[str, str] | None = None) -> list[str]:
+    """The madsl blocks of a Megatron pattern, one per sequence layer (`M-` -> `M2-Mlp`)."""
     names = {**DEFAULT_SYMBOLS, **(symbols or {})}
     if not pattern:
         raise MadslError("an empty hybrid pattern", hint="e.g. M-M-M*-")
@@ -65,7 +70,17 @@ def from_megatron_pattern(pattern: str, symbols: dict[str, str] | None = None) -
                          hint="madsl can express an MLP only right after a sequence layer (M- or *-)")
         else:
             raise _error(pattern, i, f"unknown layer character {char!r} at position {i + 1}")
-    return _run_length(blocks)
+    return blocks
+
+
+def compact(blocks: list[str]) -> str:
+    """A topology for a list of blocks: their shortest repeating period as `(...)xN` (Jamba's
+    8-layer period: `(Mb-Sg:Mb-MoE:...)x4`), each period run-length counted."""
+    n = len(blocks)
+    period = next(p for p in range(1, n + 1) if n % p == 0 and all(blocks[i] == blocks[i % p] for i in range(n)))
+    if period in (1, n):
+        return _run_length(blocks)
+    return f"({_run_length(blocks[:period])})x{n // period}"
 
 
 def _run_length(blocks: list[str]) -> str:

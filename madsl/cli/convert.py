@@ -1,4 +1,5 @@
-"""`madsl convert`: Megatron-LM / Nemotron-H hybrid layer patterns <-> madsl specs (madsl/convert.py)."""
+"""`madsl convert`: Megatron-LM / Nemotron-H hybrid layer patterns (madsl/convert.py) and Hugging Face
+config.json files of hybrid families (madsl/hf_config.py) <-> madsl specs."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,13 +10,22 @@ from madsl.errors import MadslError
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("convert", help="Megatron-LM / Nemotron-H hybrid_override_pattern <-> madsl spec")
+    p = subparsers.add_parser("convert", help="Megatron-LM hybrid patterns and Hugging Face config.json "
+                                              "(Jamba, Nemotron-H, Granite 4.0 hybrids) <-> madsl spec")
     way = p.add_mutually_exclusive_group(required=True)
     way.add_argument("--from-megatron", metavar="PATTERN",
                      help="a hybrid_override_pattern (M Mamba, * attention, - MLP, E MoE), e.g. 'M-M*-': "
                           "prints a spec (YAML)")
     way.add_argument("--to-megatron", metavar="SPEC", help="a .mad spec: prints its hybrid_override_pattern")
-    p.add_argument("--dim", type=positive_int, default=128, help="model width of the spec (default: %(default)s)")
+    way.add_argument("--from-hf", metavar="CONFIG_JSON",
+                     help="a Hugging Face config.json of a hybrid family (model_type jamba, nemotron_h or "
+                          "granitemoehybrid): prints a spec (YAML) with its widths, heads, state sizes and experts")
+    way.add_argument("--to-hf", metavar="SPEC", help="a .mad spec: prints the config.json fields (JSON) of the "
+                                                      "family --model-type that describe its layer stack")
+    p.add_argument("--model-type", choices=("jamba", "nemotron_h", "granitemoehybrid"),
+                   help="the family --to-hf writes (its config.json model_type)")
+    p.add_argument("--dim", type=positive_int, default=128,
+                   help="model width of the spec, --from-megatron (default: %(default)s)")
     p.add_argument("--name", default="converted", help="name of the spec (default: %(default)s)")
     p.add_argument("--mamba", default="M2", metavar="SYMBOL",
                    help="the madsl symbol for M layers (default: %(default)s, Mamba-2; Mb for Mamba-1)")
@@ -43,6 +53,27 @@ def cmd_convert(args) -> int:
 
     if args.to_megatron:
         text = to_megatron_pattern(args.to_megatron) + "\n"
+    elif args.to_hf:
+        import json
+
+        from madsl.hf_config import to_hf_config
+
+        if args.model_type is None:
+            raise MadslError("--to-hf needs --model-type", expected="jamba, nemotron_h or granitemoehybrid")
+        text = json.dumps(to_hf_config(args.to_hf, args.model_type), indent=2) + "\n"
+    elif args.from_hf:
+        import yaml
+
+        from madsl.graph import account
+        from madsl.hf_config import from_hf_config
+        from madsl.spec import spec_from_data
+
+        data = from_hf_config(args.from_hf, args.name)
+        for item in args.layer:  # on top of the config's own settings
+            for symbol, params in _layer_values([item]).items():
+                data.setdefault("layers", {}).setdefault(symbol, {}).update(params)
+        account(spec_from_data(data))  # the spec loads and accounts, or a located error now
+        text = yaml.safe_dump(data, sort_keys=False, width=10_000)
     else:
         import yaml
 

@@ -1,0 +1,145 @@
+"""Hugging Face config.json of hybrid families <-> specs (madsl/hf_config.py, `madsl convert --from-hf/--to-hf`):
+the bundled public configurations convert to the bundled specs, back to the same config fields, and
+account to their published sizes; what a family cannot express is refused with the reason."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+import madsl
+from madsl.hf_config import from_hf_config, to_hf_config
+from madsl.spec import spec_from_data
+
+ROOT = Path(__file__).resolve().parent.parent
+PUBLIC = ROOT / "specs/public"
+# name -> (model_type, published parameters, madsl's count: every weight, embeddings and untied head included)
+MODELS = {
+    "jamba-v0.1": ("jamba", 52e9, 51_570_315_264),
+    "nemotron-h-8b": ("nemotron_h", 8e9, 8_100_852_736),
+    "granite-4.0-h-small": ("granitemoehybrid", 32e9, 32_207_337_984),
+}
+# docs/convert.md's table: fixed (recurrent) state, conv state and KV cache at 8192 tokens, in numbers
+STATE_AT_8192 = {
+    "jamba-v0.1": (3_670_016, 688_128, 67_108_864),
+    "nemotron-h-8b": (25_165_824, 737_280, 67_108_864),
+    "granite-4.0-h-small": (37_748_736, 912_384, 67_108_864),
+}
+
+
+def _config(name: str) -> dict:
+    return json.loads((PUBLIC / f"{name}.config.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_the_bundled_spec_is_the_conversion_of_the_bundled_config(name):
+    assert yaml.safe_load((PUBLIC / f"{name}.mad").read_text()) == from_hf_config(PUBLIC / f"{name}.config.json", name)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_parameters_match_the_published_size_and_the_state_is_accounted(name):
+    _, published, count = MODELS[name]
+    account = madsl.account(PUBLIC / f"{name}.mad", seq_len=8192)
+    assert account.totals["params"] == count
+    assert abs(count - published) / published < 0.02
+    totals = account.totals
+    assert (totals["fixed_state"], totals["conv_state"], totals["kv_cache"]) == STATE_AT_8192[name]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_config_to_spec_to_config_gives_the_config_back(name):
+    model_type = MODELS[name][0]
+    written = to_hf_config(PUBLIC / f"{name}.mad", model_type)
+    assert written == _config(name)
+    assert from_hf_config(written, name)["topology"] == from_hf_config(_config(name), name)["topology"]
+
+
+def test_what_each_family_places_where():
+    jamba = madsl.load_spec(PUBLIC / "jamba-v0.1.mad")
+    account = madsl.account(jamba)
+    mixers = [r.symbol for r in account.layers if r.role != "channel"]
+    channels = [r.symbol for r in account.layers if r.role == "channel"]
+    assert [i for i, s in enumerate(mixers) if s == "A"] == [4, 12, 20, 28]  # i % 8 == 4
+    assert [i for i, s in enumerate(channels) if s == "MoE"] == list(range(1, 32, 2))  # i % 2 == 1
+    granite = madsl.account(PUBLIC / "granite-4.0-h-small.mad")
+    assert [i for i, r in enumerate(r for r in granite.layers if r.role != "channel") if r.symbol == "A"] == [5, 15, 25, 35]
+    nemotron = madsl.account(PUBLIC / "nemotron-h-8b.mad")
+    assert len(nemotron.layers) == 52 and sum(r.symbol == "A" for r in nemotron.layers) == 4
+
+
+def test_grouped_query_attention_and_the_family_layers_are_read():
+    data = from_hf_config(PUBLIC / "nemotron-h-8b.config.json")
+    assert data["layers"]["A"] == {"heads": 32, "head_dim": 128, "rotary": False, "bias": False, "kv_heads": 8}
+    assert data["layers"]["Mlp"]["activation"] == "relu2" and data["layers"]["M2"]["groups"] == 8
+    granite = from_hf_config(PUBLIC / "granite-4.0-h-small.config.json")
+    assert granite["layers"]["MoE"]["shared_width"] == 1536 and granite["tie_embeddings"] is True
+    # one expert is a dense MLP in Jamba; an attention-only stack, no Mamba settings needed
+    small = {**_config("jamba-v0.1"), "num_experts": 1, "num_experts_per_tok": 1}
+    assert "MoE" not in from_hf_config(small)["topology"]
+    dense = {k: v for k, v in _config("granite-4.0-h-small").items() if not k.startswith("mamba_")}
+    dense.update(layer_types=["attention"] * 40, num_local_experts=0, position_embedding_type="rope", rope_theta=1e7)
+    data = from_hf_config(dense)
+    assert data["topology"] == "40A-Sg" and data["layers"]["A"]["rotary_base"] == 1e7
+    assert to_hf_config(spec_from_data(data), "granitemoehybrid")["layer_types"] == ["attention"] * 40
+
+
+BAD_CONFIGS = {
+    "unknown family": ({"model_type": "llama"}, "madsl converts no 'llama' configs"),
+    "offset past period": ({"attn_layer_offset": 8}, "attn_layer_offset: 8 is not below attn_layer_period=8"),
+    "kv heads": ({"num_key_value_heads": 3}, "3 does not divide num_attention_heads=32"),
+    "missing": ({"mamba_d_state": None}, "mamba_d_state: expected an integer"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bad_configs_are_located_errors(case, tmp_path):
+    change, message = BAD_CONFIGS[case]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**_config("jamba-v0.1"), **change}, indent=2))
+    with pytest.raises(madsl.MadslError, match=message) as err:
+        from_hf_config(path)
+    assert err.value.location.file == str(path) and err.value.location.line is not None
+
+
+def test_nemotron_patterns_that_madsl_would_miscount_or_cannot_pair_are_refused():
+    config = _config("nemotron-h-8b")
+    for pattern, message in (("M-ME" + "M-" * 24, "squared-ReLU MLPs"), ("M--" + "M-" * 24 + "M", "layer 3"),
+                             ("M-" * 25, "50 layers, but num_hidden_layers is 52")):
+        with pytest.raises(madsl.MadslError, match=message):
+            from_hf_config({**config, "hybrid_override_pattern": pattern})
+    with pytest.raises(madsl.MadslError, match="madsl's Mamba-2 is expand x hidden_size = 8192 wide"):
+        from_hf_config({**config, "mamba_num_heads": 96})
+
+
+@pytest.mark.parametrize("topology,model_type,message", [
+    ("A{rotary=false}-Sg:Mb-Sg:A{rotary=false}-Sg:A{rotary=false}-Sg", "jamba", "not every k-th layer"),
+    ("M2-Sg:A-Sg", "jamba", "Jamba has no mamba2 layer"),
+    ("M2-Sg:A-Sg", "nemotron_h", "Nemotron-H has no swiglu layer"),
+    ("M2-MoE:A-MoE", "granitemoehybrid", "always has a shared expert"),
+    ("M2-Sg:A-MoE", "granitemoehybrid", "same channel mixer"),
+    ("[M2 | A]-Sg", "granitemoehybrid", "parallel mixers"),
+    ("Mb-Sg:A{heads=2}-Sg", "jamba", "has no rotary"),
+])
+def test_what_a_family_cannot_express_is_refused_with_the_reason(topology, model_type, message):
+    spec = madsl.spec_from_topology(topology, dim=64, vocab=100)
+    with pytest.raises(madsl.MadslError, match=message):
+        to_hf_config(spec, model_type)
+
+
+def test_madsl_convert_from_and_to_hf_without_torch(tmp_path):
+    from test_surfaces import madsl_without_torch
+
+    def run(*args):  # the gate's light install converts too
+        return madsl_without_torch("convert", *args)
+
+    out = tmp_path / "jamba.mad"
+    proc = run("--from-hf", "specs/public/jamba-v0.1.config.json", "--name", "jamba", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    proc = run("--to-hf", str(out), "--model-type", "jamba")
+    assert proc.returncode == 0 and json.loads(proc.stdout) == _config("jamba-v0.1")
+    bad = run("--to-hf", str(out), "--model-type", "nemotron_h")
+    assert bad.returncode == 2 and "Nemotron-H has no mamba layer" in bad.stderr and "Traceback" not in bad.stderr
+    bad = run("--from-hf", "specs/public/README.md")
+    assert bad.returncode == 2 and "not valid JSON" in bad.stderr
