@@ -183,3 +183,20 @@ def test_plot_sweeps_of_runs_at_one_setting_each_is_bad_input(tmp_path, capsys):
 def test_rows_for_analysis_need_json_or_csv(sweep_db, capsys):
     assert main(["report", "--db", str(sweep_db), "--rows", "runs"]) == 2
     assert "--format json or csv" in capsys.readouterr().err
+
+
+def test_a_figure_write_that_fails_is_bad_input_and_leaves_no_partial_file(sweep_db, tmp_path, capsys, monkeypatch):
+    import errno
+
+    from madsl.runner import plots
+
+    def disk_full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(plots.os, "replace", disk_full)
+    out = tmp_path / "sweeps"
+    assert main(["report", "--db", str(sweep_db), "--plot-sweeps", str(out)]) == 2
+    assert main(["report", "--db", str(sweep_db), "--plot", str(tmp_path / "scores.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("No space left") == 2 and "Traceback" not in err
+    assert list(out.iterdir()) == [] and [p.name for p in tmp_path.iterdir()] == ["sweeps"]  # no temporaries
