@@ -100,12 +100,21 @@ def load_merged(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, SourceM
             raise MadslError(f"extends makes a cycle: {' -> '.join(str(p) for p in chain + (parent,))}",
                              where, hint="a spec cannot extend itself")
         try:
-            parent_data, parent_map = load_merged(parent, chain + (path.resolve(),))
+            parent_data, parent_map = load_merged(_as_named(parent), chain + (path.resolve(),))
         except _NotASpec:
             raise MadslError(f"extends names {file_data['extends']}, which is not a spec", where,
                              expected="a YAML mapping with keys such as name, dim, topology") from None
     merged = merge(parent_data, {k: v for k, v in file_data.items() if k != "extends"})
     return merged, SourceMap(located, parent_map)
+
+
+def _as_named(resolved: Path) -> Path:
+    """A file `extends:` reached, named as errors should show it: relative to the working
+    directory where it is under it (as CI annotations and editors want), else absolute."""
+    try:
+        return resolved.relative_to(Path.cwd().resolve())
+    except ValueError:
+        return resolved
 
 
 class _NotASpec(Exception):

@@ -168,3 +168,14 @@ def test_check_reports_the_eval_sections_errors_with_the_rest(specs, capsys):
     (specs / "ok.mad").write_text("name: ok\ndim: 128\ntopology: H\neval:\n  tasks: [x]\n  task: y\n")
     code, out, _ = check(capsys, "ok.mad", "--format", "line")
     assert code == 2 and out == "ok.mad:6:3: error: eval: give either tasks: or task:, not both\n"
+
+
+def test_errors_in_an_extended_spec_follow_the_files_own_named_as_ci_wants(specs, capsys):
+    (specs / "shared").mkdir()
+    (specs / "shared/base.mad").write_text("name: base\ndim: 128\ntopology: H\ncolr: 1\nlayers:\n  H: {ordr: 2}\n")
+    (specs / "child.mad").write_text("extends: shared/base.mad\nname: child\nnorm: x\n")
+    code, out, _ = check(capsys, "child.mad", "--format", "github")
+    assert code == 2
+    assert [line.split("::")[1] for line in out.splitlines()] == [
+        "error file=child.mad,line=3,col=7",  # the file checked first, then what it extends
+        "error file=shared/base.mad,line=4,col=1", "error file=shared/base.mad,line=6,col=7"]
