@@ -33,7 +33,7 @@ from layer_helpers import make, n_params, run_steps  # noqa: E402
 # small settings that exercise every hyperparameter a family reads (fno: 5 modes of a
 # 32-point spectrum, so a 40-step sequence outgrows the filter; rational: order 4)
 SMALL = {"filter_states": 4, "filter_order": 8, "filter_emb_dim": 5, "filter_size": 6, "filter_modes": 5,
-         "filter_length": 32}
+         "filter_length": 32, "filter_emb_learned": False}
 SEQ_LEN = 24
 
 
@@ -260,6 +260,39 @@ def test_unknown_filter_names_the_families():
     with pytest.raises(ConfigError, match="conv1d") as err:
         entry.cls.create(64, {**entry.defaults, "filter": "fn0"})
     assert err.value.hint == "did you mean 'fno'?"
+
+
+def test_learned_positional_features_start_as_the_fixed_ones_and_extend_past_their_table():
+    """filter_emb_learned (the MAD reference's PositionalEmbedding): the first filter_length
+    features are parameters initialised to the fixed features, so at init the taps are those of
+    the fixed filter at every length; past the table the fixed features continue, and step mode
+    agrees with the parallel form across that boundary."""
+    sizes = {**SMALL, "filter_length": 8}
+    torch.manual_seed(0)
+    fixed = build_filter("hyena", 3, **sizes).double()
+    torch.manual_seed(0)
+    learned = build_filter("hyena", 3, **{**sizes, "filter_emb_learned": True}).double()
+    assert n_params(learned) - n_params(fixed) == 8 * SMALL["filter_emb_dim"]
+    torch.testing.assert_close(learned(20), fixed(20), rtol=0, atol=1e-6)  # the table was made in float32
+    with torch.no_grad():
+        learned.features_table.add_(0.1 * torch.randn_like(learned.features_table))
+    assert not torch.allclose(learned(20)[:, :8], fixed(20)[:, :8])
+    # the filter is a function of the table below filter_length only
+    torch.testing.assert_close(learned(20)[:, 8:], fixed(20)[:, 8:], rtol=0, atol=0)
+    _, module = make("hyena", 6, filter="hyena", **{**sizes, "filter_emb_learned": True})
+    module = module.double()
+    with torch.no_grad():
+        module.long_filter.features_table.add_(0.1 * torch.randn_like(module.long_filter.features_table))
+    x = torch.randn(2, 13, 6, dtype=torch.float64)
+    stepped, _ = run_steps(module, x)
+    torch.testing.assert_close(stepped, module(x), rtol=1e-9, atol=1e-9)
+
+
+def test_learned_positional_features_need_the_implicit_filter():
+    entry = primitives()["hyena"]
+    with pytest.raises(ConfigError, match="filter=hyena only") as err:
+        entry.cls.create(64, {**entry.defaults, "filter_emb_learned": True})
+    assert err.value.key == "filter_emb_learned"
 
 
 # ---- training ------------------------------------------------------------------------------------

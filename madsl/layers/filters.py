@@ -549,9 +549,11 @@ class HyenaFilter(FullPrecisionFilter):
     the filter to ~1e-2 or less by then). Default 1024, the longest MAD sequence length.
 
     Parameters: the MLP, the shared sine frequencies (`order`) and `skip` (`channels`),
-    exactly `madsl.primitives.filters.filter_cost`. The positional features and decay
-    window are buffers computed on the fly, not parameters (safari trains the features
-    with a tiny learning rate; here they are fixed).
+    exactly `madsl.primitives.filters.filter_cost`. The decay window is computed on the fly.
+    The positional features too, unless `learned_features`: then the features of the first
+    `reference_length` positions are a parameter `features_table` (reference_length, filter_emb_dim),
+    initialised to the fixed ones, as the MAD reference's (and safari's) PositionalEmbedding
+    registers them; past the reference length the fixed features continue.
 
     Init (safari / MAD reference defaults): nn.Linear's default init for the MLP, sine
     frequency 1 (`sine_frequency`; the Hyena paper's language models used 14), `skip`
@@ -567,7 +569,7 @@ class HyenaFilter(FullPrecisionFilter):
     channel_keys = ("cache",)  # state entries whose axis 1 is the filter channel
 
     def __init__(self, channels: int, filter_order: int, filter_emb_dim: int,
-                 reference_length: int = 1024, sine_frequency: float = 1.0,
+                 reference_length: int = 1024, learned_features: bool = False, sine_frequency: float = 1.0,
                  fast_decay_pct: float = 0.3, slow_decay_pct: float = 1.5, decay_target: float = 1e-2):
         super().__init__()
         self.channels = channels
@@ -580,6 +582,7 @@ class HyenaFilter(FullPrecisionFilter):
         self.skip = nn.Parameter(torch.randn(channels))
         slowest, fastest = math.log(decay_target) / slow_decay_pct, math.log(decay_target) / fast_decay_pct
         self.register_buffer("decay", torch.linspace(slowest, fastest, channels).abs(), persistent=False)
+        self.features_table = (nn.Parameter(self.features(reference_length)[0]) if learned_features else None)
         for parameter in self.parameters():  # safari trains the implicit filter without weight decay
             parameter._no_weight_decay = True
 
@@ -596,6 +599,8 @@ class HyenaFilter(FullPrecisionFilter):
         weight = self.mlp_in.weight
         with full_precision(weight):
             z, t_norm = self.features(seq_len, weight.device, weight.dtype)
+            if self.features_table is not None:  # learned for the first reference_length positions
+                z = torch.cat([self.features_table[:seq_len].to(z.dtype), z[self.reference_length:]])
             a = self.sin(self.mlp_in(z))
             for layer in self.mlp_hidden:
                 a = self.sin(layer(a))
@@ -618,7 +623,7 @@ LongFilter = ModalFilter | S4DFilter | RationalFilter | Conv1dFilter | FNOFilter
 
 
 # The module of each filter family, from the filter's channel count and the layer's filter
-# sizes (`madsl.primitives.filters.FILTER_FIELDS`, validated there by `validate_filter`).
+# sizes (`madsl.primitives.filters.FILTER_OPTIONS`, validated there by `validate_filter`).
 FILTER_MODULES: dict[str, Callable[..., nn.Module]] = {
     "modal": lambda channels, sizes: ModalFilter(channels, sizes["filter_states"]),
     "s4d": lambda channels, sizes: S4DFilter(channels, sizes["filter_states"]),
@@ -627,7 +632,8 @@ FILTER_MODULES: dict[str, Callable[..., nn.Module]] = {
     "fno": lambda channels, sizes: FNOFilter(channels, sizes["filter_modes"], sizes["filter_length"]),
     "ckconv": lambda channels, sizes: CKConvFilter(channels, sizes["filter_order"], sizes["filter_length"]),
     "hyena": lambda channels, sizes: HyenaFilter(channels, sizes["filter_order"], sizes["filter_emb_dim"],
-                                                 reference_length=sizes["filter_length"]),
+                                                 reference_length=sizes["filter_length"],
+                                                 learned_features=sizes["filter_emb_learned"]),
 }
 
 

@@ -11,12 +11,13 @@ long filter); a router mixes the experts' outputs per token (MAD paper §3.3):
 
 All experts are computed densely (cheaper on a CPU than gathering), but the output is
 the sparse definition: an unselected expert has weight 0 and no gradient flows through it.
-(The MAD reference code sets the unselected logits to 0 instead of -inf before its
-softmax, so they keep weight; that bug is not reproduced.) Ties at the k-th logit are
-broken by torch.topk.
+Ties at the k-th logit are broken by torch.topk. With `leaky_routing` (the MAD reference
+code's routing) the logits below the k-th largest are set to 0 instead of -inf before a
+softmax over all experts, so unselected experts keep weight e^0 / Z (ties at the k-th
+logit all keep theirs).
 
 Init: Hyena's (safari: nn.Linear / nn.Conv1d defaults); the router is nn.Linear's
-default without bias (the MAD reference's router is a plain nn.Linear).
+default, with a bias where `router_bias` (the MAD reference's router is a plain nn.Linear).
 
 State for `step`: as Hyena at order 2 over dim channels: "conv" (B, 3*dim,
 short_filter-1); modal: "fixed" complex (B, dim, filter_states) = 2048 at width 128,
@@ -30,6 +31,7 @@ from torch import Tensor, nn
 
 from madsl.kernels.fftconv import ConvMethod, causal_conv, short_causal_conv
 from madsl.layers.filters import build_filter
+from madsl.layers.routing import route
 from madsl.primitives.filters import filter_config
 from madsl.primitives.hyena_experts import HyenaExperts as HyenaExpertsPrimitive
 
@@ -42,9 +44,10 @@ class HyenaExperts(nn.Module):
         self.experts = p.experts
         self.expert_width = p.expert_width
         self.active = p.active
+        self.leaky_routing = p.leaky_routing
         self.short_filter = p.short_filter
         self.conv_method: ConvMethod = "auto"
-        self.router = nn.Linear(dim, p.experts, bias=False)
+        self.router = nn.Linear(dim, p.experts, bias=p.router_bias)
         self.in_proj = nn.Linear(dim, 3 * dim, bias=bias)
         # holds the depthwise weights; applied causally by short_causal_conv (and by hand in step)
         self.short_conv = nn.Conv1d(3 * dim, 3 * dim, p.short_filter, groups=3 * dim, bias=bias)
@@ -52,14 +55,14 @@ class HyenaExperts(nn.Module):
         self.out_proj = nn.Linear(p.expert_width, dim, bias=bias)
 
     def routing_weights(self, u: Tensor) -> Tensor:
-        """(..., dim) -> (..., experts): softmax over the top-`active` logits, exactly 0 elsewhere."""
+        """(..., dim) -> (..., experts): softmax over the top-`active` logits, exactly 0 elsewhere
+        (leaky_routing: softmax over all logits, those below the top `active` set to 0)."""
         # Routing in full precision under autocast, as the MoE layer routes: a bf16 router flips
         # the top-k choice of near-tied tokens, and CUDA autocast runs softmax in float32 (the
         # scatter of float32 weights into bf16 zeros failed on an H100).
         with torch.autocast(device_type=u.device.type, enabled=False):
             logits = self.router(u.to(self.router.weight.dtype))
-        top = logits.topk(self.active, dim=-1)
-        return torch.zeros_like(logits).scatter(-1, top.indices, torch.softmax(top.values, dim=-1))
+            return route(logits, self.active, self.leaky_routing)
 
     def _combine(self, expert_out: Tensor, weights: Tensor) -> Tensor:
         """expert_out (..., dim), weights (..., experts) -> out_proj(sum_e w_e o_e) (..., dim)."""

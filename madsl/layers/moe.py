@@ -1,13 +1,16 @@
-"""Mixture-of-experts SwiGLU channel mixer (`MoE`): the torch module of `madsl.primitives.moe`.
+"""Mixture-of-experts GLU channel mixer (`MoE`): the torch module of `madsl.primitives.moe`.
 
-    logits = router(x)                                   dim -> experts, no bias
+    logits = router(x)                                   dim -> experts (a bias where router_bias)
     top    = the `active` largest logits per token; w = softmax over those only
-             (every other expert has weight exactly 0)
-    out    = sum_{e in top} w_e * down_e(silu(gate_e x) * up_e x)
+             (every other expert has weight exactly 0; leaky_routing: madsl.layers.routing)
+    h_e    = act(gate_e x) * up_e x                      act: silu, or gelu (tanh approximation)
+    out    = sum_{e in top} w_e * down_e(h_e)            dense_down: down_e(h_1, ..., h_experts)
 
 Experts are stacked weights: w_gate, w_up (experts, dim, expert_width) and w_down
-(experts, expert_width, dim), no biases. A shared expert (shared_width > 0) is a SwiGLU
-`shared` on every token, its output added to the routed sum.
+(experts, expert_width, dim), or (experts, experts * expert_width, dim) with dense_down
+(the MAD reference's MoeMlp: one dense map from all hidden units to experts * dim); no
+biases. A shared expert (shared_width > 0) is a SwiGLU `shared` on every token, its output
+added to the routed sum.
 
 Two ways to compute the same sum, picked by `dense_dispatch` (set in __init__ from
 the sizes, may be overridden):
@@ -18,6 +21,7 @@ the sizes, may be overridden):
   are one 128-wide layer and this is several times faster on the CPU than gathering.
 - gather: tokens sorted by expert, one small matmul chain per expert on its tokens,
   outputs scattered back. Only the FLOPs of the sparse sum; wins for wide experts.
+  (Not with leaky routing or dense_down, where every expert's hidden units are needed.)
 
 Load balancing (Switch Transformer): with f_e the fraction of the batch's routing
 slots (tokens x active) sent to expert e and P_e the mean router probability
@@ -25,7 +29,7 @@ slots (tokens x active) sent to expert e and P_e the mean router probability
 which is aux_loss_weight at perfect balance. Stored in `self.aux_loss` each forward.
 
 Init: what nn.Linear does, per expert: router kaiming-uniform (bound 1/sqrt(dim));
-expert weights uniform with bound 1/sqrt(fan_in) (dim for gate/up, expert_width for down).
+expert weights uniform with bound 1/sqrt(fan_in) (dim for gate/up, down's inputs for down).
 """
 from __future__ import annotations
 
@@ -35,9 +39,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from madsl.layers.routing import route
 from madsl.layers.swiglu import SwiGLU
 from madsl.primitives.moe import MoE as MoEPrimitive
 from madsl.primitives.swiglu import SwiGLU as SwiGLUPrimitive
+
+_ACTIVATIONS = {"silu": F.silu, "gelu": lambda x: F.gelu(x, approximate="tanh")}
 
 
 class MoE(nn.Module):
@@ -49,21 +56,27 @@ class MoE(nn.Module):
         self.expert_width = expert_width
         self.active = p.active
         self.aux_loss_weight = float(p.aux_loss_weight)
-        self.router = nn.Linear(dim, experts, bias=False)
+        self.activation = _ACTIVATIONS[p.activation]
+        self.leaky_routing = p.leaky_routing
+        self.dense_down = p.dense_down
+        self.router = nn.Linear(dim, experts, bias=p.router_bias)
         self.w_gate = nn.Parameter(torch.empty(experts, dim, expert_width))
         self.w_up = nn.Parameter(torch.empty(experts, dim, expert_width))
-        self.w_down = nn.Parameter(torch.empty(experts, expert_width, dim))
+        self.w_down = nn.Parameter(torch.empty(experts, p.down_inputs, dim))
         # Dense while the extra FLOPs of running every expert are cheap next to the
-        # overhead of gathering (benchmarks/throughput_basic.py measures both).
+        # overhead of gathering (benchmarks/throughput_basic.py measures both); always
+        # where every expert's hidden units are read (`needs_dense`, whatever this says).
         self.dense_dispatch = experts * expert_width <= 2 * dim or experts <= 2 * p.active
+        self.needs_dense = p.leaky_routing or p.dense_down
         self.aux_loss: Tensor | None = None
         self.reset_parameters()
         # built after the routed experts' init, so that a MoE without one draws the same weights
-        self.shared = SwiGLU(SwiGLUPrimitive(dim, p.shared_width, False)) if p.shared_width else None
+        self.shared = (SwiGLU(SwiGLUPrimitive(dim=dim, inner=p.shared_width, multiple_of=1, bias=False))
+                       if p.shared_width else None)  # (multiple_of is read only where inner is null)
 
     def reset_parameters(self) -> None:
         self.router.reset_parameters()
-        for weight, fan_in in ((self.w_gate, self.dim), (self.w_up, self.dim), (self.w_down, self.expert_width)):
+        for weight, fan_in in ((self.w_gate, self.dim), (self.w_up, self.dim), (self.w_down, self.w_down.shape[1])):
             bound = 1.0 / math.sqrt(fan_in)
             nn.init.uniform_(weight, -bound, bound)
 
@@ -77,14 +90,13 @@ class MoE(nn.Module):
         # Routing in full precision under autocast: a bf16 router flips the top-k choice of
         # near-tied tokens, which changes the output discretely (tests/test_precision.py).
         with torch.autocast(device_type=tokens.device.type, enabled=False):
-            logits = F.linear(tokens.to(self.router.weight.dtype), self.router.weight)  # (T, experts)
+            logits = F.linear(tokens.to(self.router.weight.dtype), self.router.weight, self.router.bias)
         top_logits, top_experts = logits.topk(self.active, dim=-1)  # (T, active)
-        top_weights = top_logits.softmax(dim=-1)
         self.aux_loss = self._load_balancing_loss(logits, top_experts)
-        if self.dense_dispatch:
-            out = self._dense(tokens, top_experts, top_weights)
+        if self.dense_dispatch or self.needs_dense:
+            out = self._dense(tokens, route(logits, self.active, self.leaky_routing))
         else:
-            out = self._gather(tokens, top_experts, top_weights)
+            out = self._gather(tokens, top_experts, top_logits.softmax(dim=-1))
         if self.shared is not None:
             out = out + self.shared(tokens)
         return out.view_as(x)
@@ -97,16 +109,19 @@ class MoE(nn.Module):
         fractions = counts.to(probs.dtype) / top_experts.numel()  # f_e (no gradient: counts)
         return self.aux_loss_weight * self.experts * (fractions * probs).sum()
 
-    def _dense(self, tokens: Tensor, top_experts: Tensor, top_weights: Tensor) -> Tensor:
+    def _dense(self, tokens: Tensor, weights: Tensor) -> Tensor:
+        """Every expert on every token, weighted by `weights` (T, experts)."""
         n_tokens = tokens.shape[0]
         width = self.experts * self.expert_width
         # (experts, dim, width) -> (dim, experts * width): all experts side by side.
         gate_up = torch.cat((self.w_gate, self.w_up), dim=0).permute(1, 0, 2).reshape(self.dim, 2 * width)
         gate, up = (tokens @ gate_up).split(width, dim=-1)
-        hidden = (F.silu(gate) * up).view(n_tokens, self.experts, self.expert_width)
-        weights = torch.zeros(n_tokens, self.experts, dtype=top_weights.dtype, device=tokens.device)
-        weights = weights.scatter(1, top_experts, top_weights)  # exactly 0 for unselected experts
-        hidden = (hidden * weights.unsqueeze(-1)).view(n_tokens, width)
+        hidden = self.activation(gate) * up  # (T, width)
+        if self.dense_down:  # each expert's down projection reads all hidden units
+            down = self.w_down.permute(1, 0, 2).reshape(width, self.experts * self.dim)
+            outputs = (hidden @ down).view(n_tokens, self.experts, self.dim)
+            return (outputs * weights.unsqueeze(-1).to(outputs.dtype)).sum(1)
+        hidden = (hidden.view(n_tokens, self.experts, self.expert_width) * weights.unsqueeze(-1)).view(n_tokens, width)
         return hidden @ self.w_down.reshape(width, self.dim)
 
     def _gather(self, tokens: Tensor, top_experts: Tensor, top_weights: Tensor) -> Tensor:
@@ -122,7 +137,7 @@ class MoE(nn.Module):
             if count == 0:
                 continue
             chunk = sorted_inputs[start:start + count]
-            hidden = F.silu(chunk @ self.w_gate[expert]) * (chunk @ self.w_up[expert])
+            hidden = self.activation(chunk @ self.w_gate[expert]) * (chunk @ self.w_up[expert])
             outputs.append(hidden @ self.w_down[expert])
             start += count
         expert_out = torch.cat(outputs) * sorted_weights

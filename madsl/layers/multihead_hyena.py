@@ -2,7 +2,8 @@
 
 Layout (Laughing Hyena's multi-head Hyena; the MAD reference's `MultiHeadHyenaOperator`):
 
-    q, k, v = split(short_conv(in_proj(u)))          dim -> 3*dim, depthwise causal conv; heads x head_dim each
+    q, k, v = split(short_conv(in_proj(u)))          dim -> 3*dim (in_proj: 3*dim/G, repeated G = proj_groups
+                                                     times), depthwise causal conv; heads x head_dim each
     S_t     = sum_{s<=t} h[t-s] k_s (x) v_s          per head: head_dim^2 outer-product channels, one filter per head
     y_t     = q_t . S_t                              y_t[j] = sum_i q_t[i] S_t[i, j]
     out     = out_proj(y)
@@ -20,7 +21,7 @@ madsl.kernels.fftconv.TOEPLITZ_MAX_LEN):
 
 Init as Hyena (safari): nn.Linear / nn.Conv1d defaults; the filter documents its own.
 
-State for `step`: "conv" (B, 3*dim, short_filter-1) and the filter's state over its
+State for `step`: "conv" (B, 3*dim/G, short_filter-1), the last in_proj outputs, and the filter's state over its
 heads, each with the head's head_dim x head_dim outer-product channels
 (madsl.layers.filters, `extra` dims): modal: "fixed" complex
 (B, heads, head_dim, head_dim, filter_states) = 16*8*8*2 = 2048 numbers at width 128;
@@ -52,10 +53,11 @@ class MultiHeadHyena(nn.Module):
         self.dim = dim
         self.heads = p.heads
         self.head_dim = p.head_dim
+        self.proj_groups = p.proj_groups
         self.short_filter = p.short_filter
         self.conv_method: ConvMethod = "auto"
         width = (p.order + 1) * dim  # q, k, v: the primitive admits order 2 only
-        self.in_proj = nn.Linear(dim, width, bias=bias)
+        self.in_proj = nn.Linear(dim, p.proj_width, bias=bias)
         # holds the depthwise weights; applied causally by short_causal_conv (and by hand in step)
         self.short_conv = nn.Conv1d(width, width, p.short_filter, groups=width, bias=bias)
         self.long_filter = build_filter(p.filter, p.heads, **filter_config(p))
@@ -64,7 +66,7 @@ class MultiHeadHyena(nn.Module):
     # ---- parallel (training) form -----------------------------------------------------------------
     def forward(self, u: Tensor) -> Tensor:
         batch, seq_len, _ = u.shape
-        z = short_causal_conv(self.in_proj(u), self.short_conv.weight, self.short_conv.bias)  # (B, 3*dim, L)
+        z = short_causal_conv(self._project(u), self.short_conv.weight, self.short_conv.bias)  # (B, 3*dim, L)
         q, k, v = (part.reshape(batch, self.heads, self.head_dim, seq_len) for part in z.split(self.dim, dim=1))
         taps = self.long_filter(seq_len)  # (heads, L)
         skip = self.long_filter.skip  # (heads,) or None
@@ -78,6 +80,11 @@ class MultiHeadHyena(nn.Module):
         else:
             raise ValueError(f"unknown convolution method {method!r}")
         return self.out_proj(y.reshape(batch, self.dim, seq_len).transpose(1, 2))
+
+    def _project(self, u: Tensor) -> Tensor:
+        """in_proj's outputs repeated over the projection groups (along the last axis)."""
+        p = self.in_proj(u)
+        return p.repeat(*([1] * (p.dim() - 1)), self.proj_groups) if self.proj_groups > 1 else p
 
     @staticmethod
     def _mix_quadratic(q: Tensor, k: Tensor, v: Tensor, taps: Tensor, skip: Tensor | None) -> Tensor:
@@ -105,13 +112,15 @@ class MultiHeadHyena(nn.Module):
         dtype = dtype if dtype is not None else self.in_proj.weight.dtype
         # every head's filter runs over the head's head_dim x head_dim outer-product channels
         state = self.long_filter.init_state(batch, device, dtype, extra=(self.head_dim, self.head_dim))
-        state["conv"] = torch.zeros(batch, 3 * self.dim, self.short_filter - 1, device=device, dtype=dtype)
+        state["conv"] = torch.zeros(batch, self.in_proj.out_features, self.short_filter - 1, device=device,
+                                    dtype=dtype)
         return state
 
     def step(self, u_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         batch = u_t.shape[0]
-        window = torch.cat([state["conv"], self.in_proj(u_t).unsqueeze(-1)], dim=-1)  # (B, 3*dim, short_filter)
-        z = (window * self.short_conv.weight.squeeze(1)).sum(-1)
+        window = torch.cat([state["conv"], self.in_proj(u_t).unsqueeze(-1)], dim=-1)  # (B, 3*dim/G, short_filter)
+        repeated = window.repeat(1, self.proj_groups, 1) if self.proj_groups > 1 else window
+        z = (repeated * self.short_conv.weight.squeeze(1)).sum(-1)
         if self.short_conv.bias is not None:
             z = z + self.short_conv.bias
         q, k, v = (part.reshape(batch, self.heads, self.head_dim) for part in z.split(self.dim, dim=-1))

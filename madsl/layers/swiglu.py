@@ -1,6 +1,6 @@
 """SwiGLU channel mixer (`Sg`): the torch module of `madsl.primitives.swiglu`.
 
-    out = w2(silu(w1 x) * w3 x)          w1, w3: dim -> inner; w2: inner -> dim
+    out = w2(silu(w1 x) * w3 x)          w1, w3: dim -> inner; w2: inner -> dim (inner: the primitive's width)
 
 Init (as the MAD reference's SwiGLU inside its language model, which zeroes every
 Linear bias): PyTorch's default Linear init for the weights (kaiming-uniform, bound
@@ -17,9 +17,9 @@ from madsl.primitives.swiglu import SwiGLU as SwiGLUPrimitive
 class SwiGLU(nn.Module):
     def __init__(self, p: SwiGLUPrimitive):
         super().__init__()
-        self.w1 = nn.Linear(p.dim, p.inner, bias=p.bias)  # gate
-        self.w3 = nn.Linear(p.dim, p.inner, bias=p.bias)  # value
-        self.w2 = nn.Linear(p.inner, p.dim, bias=p.bias)  # down
+        self.w1 = nn.Linear(p.dim, p.width, bias=p.bias)  # gate
+        self.w3 = nn.Linear(p.dim, p.width, bias=p.bias)  # value
+        self.w2 = nn.Linear(p.width, p.dim, bias=p.bias)  # down
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -18,7 +18,7 @@ filters; set it to the sequence length):
 | `conv1d`   | K                                            | K - 1            | 0                 |
 | `fno`      | 2m                                           | 0                | min(L, M - 1)     |
 | `ckconv`   | 1 (+ MLP 1 -> w -> w -> w, no window)        | 0                | L                 |
-| `hyena`    | 1 (+ MLP e -> w -> w -> w, sine freqs)       | 0                | L                 |
+| `hyena`    | 1 (+ MLP e -> w -> w -> w, sine freqs, M e)  | 0                | L                 |
 
 - `modal`: h[t] = Re(sum_n R_n lambda_n^t), filter_states complex modes per channel,
   four reals per mode (log-rate, angle, Re R, Im R) ("Laughing Hyena", Massaroli et al.
@@ -54,7 +54,10 @@ filters; set it to the sequence length):
 - `hyena`: the implicit MLP filter of the Hyena paper (App. A): positional features
   (filter_emb_dim), MLP e -> w -> w -> w -> channels (no bias on the last layer), one
   learned sine frequency per hidden unit shared by all activations, a skip per channel,
-  an exponential-decay window (fixed). Dynamic state channels * L.
+  an exponential-decay window (fixed). Dynamic state channels * L. The positional features
+  are fixed unless `filter_emb_learned`: then the first M of them are parameters (M x e,
+  shared by all channels, initialised to the fixed features), as the MAD reference's
+  `PositionalEmbedding` registers them; past M the fixed features continue.
 
 Featurization FLOPs (the "S * D" per token of MAD paper App. C.4.2): S = filter_states
 for the state-space filters (each tap is a sum or recursion over the states), S =
@@ -86,13 +89,16 @@ class LongFilterPrimitive(Primitive):
     filter_size: int
     filter_modes: int
     filter_length: int
+    filter_emb_learned: bool
     bias: bool
 
 FILTERS = ("modal", "s4d", "rational", "conv1d", "fno", "ckconv", "hyena")
 
-# The hyperparameters of the Hyena-family primitives that configure the long filter.
+# The hyperparameters of the Hyena-family primitives that size the long filter (positive integers),
+# and all those that configure it (filter_config).
 FILTER_FIELDS = ("filter_states", "filter_order", "filter_emb_dim", "filter_size", "filter_modes",
                  "filter_length")
+FILTER_OPTIONS = FILTER_FIELDS + ("filter_emb_learned",)
 
 
 @dataclass(frozen=True)
@@ -153,10 +159,11 @@ def _ckconv(channels: int, width: int) -> FilterCost:
                       dynamic_per_token=channels, featurization_flops_per_token=width * channels)
 
 
-def _hyena(channels: int, width: int, emb: int) -> FilterCost:
+def _hyena(channels: int, width: int, emb: int, length: int, emb_learned: bool) -> FilterCost:
     sine_freq, skip = width, channels  # one learned frequency per hidden unit; a skip per channel
-    return FilterCost(params=_mlp(emb, width, channels, out_bias=False) + sine_freq + skip, fixed_state=0,
-                      dynamic_per_token=channels, featurization_flops_per_token=width * channels)
+    features = length * emb if emb_learned else 0  # the positional features as parameters (MAD reference)
+    return FilterCost(params=_mlp(emb, width, channels, out_bias=False) + sine_freq + skip + features,
+                      fixed_state=0, dynamic_per_token=channels, featurization_flops_per_token=width * channels)
 
 
 # Each family's cost function and the filter sizes it reads, in order.
@@ -167,13 +174,13 @@ _FILTER_COSTS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "conv1d": (_conv1d, ("filter_size",)),
     "fno": (_fno, ("filter_modes", "filter_length")),
     "ckconv": (_ckconv, ("filter_order",)),
-    "hyena": (_hyena, ("filter_order", "filter_emb_dim")),
+    "hyena": (_hyena, ("filter_order", "filter_emb_dim", "filter_length", "filter_emb_learned")),
 }
 
 
 def filter_cost(kind: str, channels: int, **sizes: int | None) -> FilterCost:
     """Parameters, state and featurization FLOPs of `channels` long filters of the given kind.
-    Only the sizes the kind uses (FILTER_FIELDS) need to be given."""
+    Only the sizes the kind uses (FILTER_OPTIONS) need to be given."""
     if kind not in _FILTER_COSTS:
         raise ValueError(f"unknown filter {kind!r} (expected one of {', '.join(FILTERS)})")
     cost, needs = _FILTER_COSTS[kind]
@@ -183,9 +190,9 @@ def filter_cost(kind: str, channels: int, **sizes: int | None) -> FilterCost:
     return cost(channels, *(sizes[name] for name in needs))
 
 
-def filter_config(prim: Any) -> dict[str, int]:
+def filter_config(prim: Any) -> dict[str, int | bool]:
     """The filter hyperparameters of a Hyena-family primitive, as keyword arguments."""
-    return {name: getattr(prim, name) for name in FILTER_FIELDS}
+    return {name: getattr(prim, name) for name in FILTER_OPTIONS}
 
 
 def validate_filter(prim: Any) -> None:
@@ -198,6 +205,10 @@ def validate_filter(prim: Any) -> None:
     if kind in ("hyena", "ckconv", "fno") and prim.filter_length < 2:
         raise ConfigError("filter_length", f"{prim.name}: filter_length must be at least 2 for filter={kind}, "
                                            f"got {prim.filter_length}")
+    if prim.filter_emb_learned and kind != "hyena":
+        raise ConfigError("filter_emb_learned", f"{prim.name}: filter_emb_learned applies to filter=hyena only "
+                                                f"(the implicit filter's positional features), not filter={kind}",
+                          "set filter: hyena, or leave filter_emb_learned false")
     if kind == "hyena" and (prim.filter_emb_dim < 3 or prim.filter_emb_dim % 2 == 0):
         raise ConfigError("filter_emb_dim", f"{prim.name}: filter_emb_dim must be odd and >= 3 "
                                             "(time plus sine/cosine pairs)")

@@ -4,12 +4,16 @@ of which a router picks `active` per token.
 Defaults: 8 experts of width 16, 2 active; all other settings shared with Hyena
 (MAD paper App. B.3.2 and App. C.4.8).
 
-Layout: `router` dim -> experts (no bias); `in_proj` dim -> 3*dim, `short_conv`
-and long filters as in an order-2 Hyena whose dim = experts * expert_width
+Layout: `router` dim -> experts (a bias where `router_bias`); `in_proj` dim -> 3*dim,
+`short_conv` and long filters as in an order-2 Hyena whose dim = experts * expert_width
 channels are grouped into experts; each expert's gated output (expert_width
 wide) is weighted by the router (softmax over the token's top-k logits, the
 others get exactly zero) and the weighted sum goes through `out_proj`
-expert_width -> dim.
+expert_width -> dim. `leaky_routing` is the MAD reference's routing instead: the
+logits outside the top k are set to 0 and the softmax runs over all experts, so every
+expert keeps some weight (and is computed: the FLOPs count all experts as active).
+The reference's `hyena-experts.yml` also has a router bias and the implicit filter
+(`filter: hyena`, filter_order 16, learned positional features).
 
 State: all experts' filter states, since which experts are active depends on
 the input: experts * expert_width * filter_states = 2048 at width 128 (modal
@@ -30,10 +34,14 @@ class HyenaExperts(LongFilterPrimitive):
     experts: int
     expert_width: int
     active: int
+    router_bias: bool
+    leaky_routing: bool
 
     name = "hyena_experts"
     role = "sequence"
     module = "madsl.layers.hyena_experts:HyenaExperts"
+    # added later: specs at their defaults keep their run identities
+    identity_omits = ("router_bias", "leaky_routing", "filter_emb_learned")
 
     def validate(self) -> None:
         positive(self, "experts", "expert_width", "active", "short_filter")
@@ -50,9 +58,14 @@ class HyenaExperts(LongFilterPrimitive):
     def _filter(self):
         return filter_cost(self.filter, self.dim, **filter_config(self))
 
+    @property
+    def weighted_experts(self) -> int:
+        """Experts whose output a token's sum reads: all of them under leaky routing."""
+        return self.experts if self.leaky_routing else self.active
+
     def params(self) -> int:
         D, P, W = self.dim, 3 * self.dim, self.expert_width
-        router = D * self.experts
+        router = D * self.experts + (self.experts if self.router_bias else 0)
         in_proj = D * P + (P if self.bias else 0)
         short_conv = P * self.short_filter + (P if self.bias else 0)
         out_proj = W * D + (D if self.bias else 0)
@@ -68,7 +81,7 @@ class HyenaExperts(LongFilterPrimitive):
         return self._filter().dynamic_state(seq_len)
 
     def flops(self, seq_len: int) -> int:
-        L, D, W, G = seq_len, self.dim, self.expert_width, self.active
+        L, D, W, G = seq_len, self.dim, self.expert_width, self.weighted_experts
         # the active experts' share of the featurization (App. C.4.8: S L D_moh G)
         featurization = self._filter().featurization_flops(L) * G // self.experts
         return (L * D * self.experts + 6 * L * D * D + 2 * self.short_filter * L * 3 * D + featurization

@@ -1,19 +1,31 @@
-"""Mixture-of-experts SwiGLU channel mixer (`MoE`).
+"""Mixture-of-experts GLU channel mixer (`MoE`).
 
-Defaults: 8 experts of width 16, 2 active (MAD paper App. B.3.1). Router: a
-linear map dim -> experts without bias; each token's top-k logits go through a
-softmax and the other experts get exactly zero weight (the public reference
-sets them to 0 before the softmax, which leaks weight to unselected experts).
-An auxiliary load-balancing loss (Switch Transformer form) is available.
+Defaults: 8 experts of width 16, 2 active (MAD paper App. B.3.1), SwiGLU experts.
+Router: a linear map dim -> experts without bias; each token's top-k logits go
+through a softmax and the other experts get exactly zero weight. An auxiliary
+load-balancing loss (Switch Transformer form) is available.
 
-Parameters: router dim*experts + experts * 3*dim*expert_width.
+Options for the MAD reference's `MoeMlp` (athms/mad-lab mad/model/layers/mlp.py,
+configs/layers/moe-mlp.yml): `router_bias` (its router is a plain nn.Linear);
+`activation: gelu` (its experts gate with GELU, tanh approximation, not SiLU);
+`dense_down` (its down projection is one dense map from all experts' hidden units,
+experts*expert_width, to experts*dim: each expert's output reads every expert's hidden
+units, instead of its own); `leaky_routing` (the logits outside the top k are set to
+0, not dropped, before a softmax over all experts, so every expert keeps weight).
+
+Parameters: router dim*experts (+ experts), gate and up projections
+2*experts*dim*expert_width, down projections experts*expert_width*dim (dense_down:
+experts*expert_width*dim*experts). The reference's MoeMlp also holds `gates`
+(experts x expert_width) that its forward never reads: not a parameter here.
 FLOPs: App. C.4.7 as printed there: router L D A, up projections 4 L D D_moe A
 (the paper counts the up projections of all experts), sparse down projection
-2 L D D_moe G; the shared expert as SwiGLU, 6 L D D_shared.
+2 L D D_moe G (G: the active experts; all experts under leaky routing; dense_down
+reads all experts' hidden units: 2 L D A D_moe G); the shared expert as SwiGLU, 6 L D D_shared.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from .base import ConfigError, Primitive, positive
 
@@ -25,11 +37,16 @@ class MoE(Primitive):
     active: int
     aux_loss_weight: float
     shared_width: int  # 0: no shared expert
+    activation: Literal["silu", "gelu"]
+    router_bias: bool
+    dense_down: bool
+    leaky_routing: bool
 
     name = "moe"
     role = "channel"
     module = "madsl.layers.moe:MoE"
-    identity_omits = ("shared_width",)  # added later: specs without a shared expert keep their run identities
+    # added later: specs at their defaults keep their run identities
+    identity_omits = ("shared_width", "activation", "router_bias", "dense_down", "leaky_routing")
 
     def validate(self) -> None:
         positive(self, "experts", "expert_width", "active")
@@ -41,11 +58,22 @@ class MoE(Primitive):
         if self.shared_width < 0:
             raise ConfigError("shared_width", f"moe: shared_width must be >= 0 (0: none), got {self.shared_width}")
 
+    @property
+    def weighted_experts(self) -> int:
+        """Experts whose output a token's sum reads: all of them under leaky routing."""
+        return self.experts if self.leaky_routing else self.active
+
+    @property
+    def down_inputs(self) -> int:
+        """Hidden units each expert's down projection reads."""
+        return self.experts * self.expert_width if self.dense_down else self.expert_width
+
     def params(self) -> int:
-        return (self.dim * self.experts + self.experts * 3 * self.dim * self.expert_width
-                + 3 * self.dim * self.shared_width)
+        D, E, W = self.dim, self.experts, self.expert_width
+        router = D * E + (E if self.router_bias else 0)
+        return router + 2 * E * D * W + E * self.down_inputs * D + 3 * D * self.shared_width
 
     def flops(self, seq_len: int) -> int:
         L, D = seq_len, self.dim
         return (L * D * self.experts + 4 * L * D * self.expert_width * self.experts
-                + 2 * L * D * self.expert_width * self.active + 6 * L * D * self.shared_width)
+                + 2 * L * D * self.down_inputs * self.weighted_experts + 6 * L * D * self.shared_width)
