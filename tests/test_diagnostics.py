@@ -70,8 +70,9 @@ def test_check_line_format_lists_every_problem_of_every_file_in_order(specs, cap
         ["over.mad:5:3", "over.mad:6:3"]  # budget violations at their keys, in file order
     lines = out.splitlines()
     assert lines[0] == ("many.mad:3:14: error: H (hyena) has no parameter 'filter_sates' (expected: one of order, "
-                        "short_filter, filter, filter_states, filter_order, filter_emb_dim, filter_size, "
-                        "filter_modes, filter_length, bias) (hint: did you mean 'filter_states'?)")
+                        "inner_factor, proj_groups, short_filter, filter, filter_states, filter_order, "
+                        "filter_emb_dim, filter_size, filter_modes, filter_length, filter_emb_learned, bias) "
+                        "(hint: did you mean 'filter_states'?)")
     assert lines[3] == "many.mad:4:7: error: norm must be one of rms, layer, got 'batch'"
     assert lines[-2] == ("over.mad:5:3: error: over: kv_cache = 32,768 is outside its budget <= 1k (<= 1,000); "
                          "from mA x1 (32,768 each)")
@@ -113,9 +114,9 @@ def test_an_unparsable_topology_stops_the_checks_that_need_it(specs, capsys):
         "syntax.mad:3:1: error: unknown key 'colour' (expected: one of name, description, extends, dim, vocab, "
         "seq_len, topology, channel_mixer, norm, tie_embeddings, layers, budget, eval)",
         "syntax.mad:4:22: error: unexpected ')' (expected: the end of the topology)",
-        "syntax.mad:6:7: error: layers.H: hyena has no parameter 'shrt' (expected: one of order, short_filter, "
-        "filter, filter_states, filter_order, filter_emb_dim, filter_size, filter_modes, filter_length, bias) "
-        "(hint: did you mean 'short_filter'?)",
+        "syntax.mad:6:7: error: layers.H: hyena has no parameter 'shrt' (expected: one of order, inner_factor, "
+        "proj_groups, short_filter, filter, filter_states, filter_order, filter_emb_dim, filter_size, filter_modes, "
+        "filter_length, filter_emb_learned, bias) (hint: did you mean 'short_filter'?)",
     ]
 
 
