@@ -118,7 +118,9 @@ def compile_spec(spec: Spec | str | Path, *, vocab_size: int | None = None, max_
         compiler = _Compiler(spec, plan)
         body = compiler.body()
         model = Model(body, spec.dim, vocab_size, num_classes or vocab_size, spec.norm, spec.tie_embeddings,
-                      max_seq_len or spec.seq_len)
+                      max_seq_len or spec.seq_len, positions=spec.seq_len if spec.positions == "learned" else 0,
+                      embedding_std=spec.embedding_std,
+                      linear_std=spec.linear_std)
     model.spec = spec
     model.plan = plan  # the graph the model was built from (`madsl compile --emit dot` draws it)
     model.named_layers = compiler.named

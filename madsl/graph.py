@@ -258,6 +258,8 @@ def build_graph(spec: Spec | str | PathLike, *, seq_len: int | None = None, voca
     if vocab is not None:
         # MAD paper App. C.4.1 counts 4LDV FLOPs for the embedding layers (input and output)
         parts.append(PartRow("embedding", vocab * d, 4 * seq_len * d * vocab))
+    if spec.positions == "learned":  # one per position up to the spec's seq_len, whatever the accounting length
+        parts.append(PartRow("positions", spec.seq_len * d))
     parts.append(PartRow("final_norm", norm_params(spec)))
     if vocab is not None and not spec.tie_embeddings:
         parts.append(PartRow("head", vocab * d))

@@ -201,18 +201,29 @@ class Model(nn.Module):
     """tokens (B, L) -> logits (B, L, num_classes)."""
 
     def __init__(self, body: list[nn.Module], dim: int, vocab_size: int, num_classes: int, norm: str,
-                 tie_embeddings: bool, max_seq_len: int | None = None):
+                 tie_embeddings: bool, max_seq_len: int | None = None, *, positions: int = 0,
+                 embedding_std: float = 0.02, linear_std: float | None = None):
         super().__init__()
         self.dim, self.vocab_size, self.num_classes, self.max_seq_len = dim, vocab_size, num_classes, max_seq_len
         self.named_layers: dict[str, list[nn.Module]] = {}  # set by the compiler: symbol or "#tag" -> modules
         self.embedding = nn.Embedding(vocab_size, dim)
+        # `positions` learned absolute positions (GPT-2, GPT-Neo), added to the token embedding; 0: none
+        self.positions = nn.Embedding(positions, dim) if positions else None
         self.body = Stack(*body)
         self.final_norm = make_norm(norm, dim)
         tied = tie_embeddings and num_classes == vocab_size
         self.head = None if tied else nn.Linear(dim, num_classes, bias=False)
-        nn.init.normal_(self.embedding.weight, std=0.02)  # GPT-2 / Transformer++ practice
+        if linear_std is not None:  # GPT-2 / GPT-Neo: every Linear N(0, std), biases zero (Mamba's dt_proj kept)
+            for module in self.body.modules():
+                if isinstance(module, nn.Linear) and not getattr(module.bias, "_no_reinit", False):
+                    nn.init.normal_(module.weight, std=linear_std)
+                    if module.bias is not None:
+                        nn.init.zeros_(module.bias)
+        nn.init.normal_(self.embedding.weight, std=embedding_std)  # 0.02: GPT-2 / Transformer++ practice
+        if self.positions is not None:
+            nn.init.normal_(self.positions.weight, std=embedding_std)
         if self.head is not None:
-            nn.init.normal_(self.head.weight, std=0.02)
+            nn.init.normal_(self.head.weight, std=0.02 if linear_std is None else linear_std)
 
     def __repr__(self) -> str:
         # the one-line summary; `print(model.body)` shows the module tree
@@ -226,7 +237,16 @@ class Model(nn.Module):
         if (tokens is None) == (embeds is None):
             raise ValueError("give exactly one of tokens or embeds")
         x = self.embedding(tokens) if tokens is not None else embeds
-        return self.final_norm(self.body(x))
+        return self.final_norm(self.body(self._add_positions(x)))
+
+    def _add_positions(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        if self.positions is None:
+            return x
+        end = start + x.shape[1]
+        if end > self.positions.num_embeddings:
+            raise ValueError(f"position {end - 1} is past the {self.positions.num_embeddings} learned positions "
+                             f"(positions: learned: the spec's seq_len is the longest sequence)")
+        return x + self.positions.weight[start:end]
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self._logits(self.features(tokens))
@@ -241,6 +261,8 @@ class Model(nn.Module):
         device = device if device is not None else self.embedding.weight.device
         dtype = dtype if dtype is not None else self.embedding.weight.dtype
         out: State = []
+        if self.positions is not None:
+            out.append({"pos": torch.zeros(batch, dtype=torch.long, device=device)})
         self.body.init_state(batch, device, dtype, out)
         return out
 
@@ -250,7 +272,15 @@ class Model(nn.Module):
         The input state is not modified."""
         out: State = []
         states = iter(state)
-        h = self.body.step(self.embedding(tokens), states, out)
+        x = self.embedding(tokens)
+        if self.positions is not None:  # learned positions: the state's first entry counts the tokens seen
+            pos = next(states)["pos"]
+            if int(pos.max()) >= self.positions.num_embeddings:
+                raise ValueError(f"position {int(pos.max())} is past the {self.positions.num_embeddings} learned "
+                                 f"positions (positions: learned)")
+            x = x + self.positions(pos)
+            out.append({"pos": pos + 1})
+        h = self.body.step(x, states, out)
         if next(states, None) is not None or len(out) != len(state):
             raise ValueError("the state does not belong to this model (use model.init_state or model.prefill)")
         return self._logits(self.final_norm(h)), out
@@ -260,7 +290,9 @@ class Model(nn.Module):
         """The parallel forward over a prompt, tokens (B, L) -> (logits (B, L, num_classes),
         the state after the prompt); `step` continues from it."""
         out: State = []
-        h = self.body.prefill(self.embedding(tokens), out)
+        if self.positions is not None:
+            out.append({"pos": torch.full((tokens.shape[0],), tokens.shape[1], dtype=torch.long, device=tokens.device)})
+        h = self.body.prefill(self._add_positions(self.embedding(tokens)), out)
         return self._logits(self.final_norm(h)), out
 
     @torch.no_grad()

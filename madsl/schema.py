@@ -94,7 +94,10 @@ def spec_schema() -> dict[str, Any]:
     for key, choices in CHOICES.items():
         properties[key]["enum"] = list(choices)
     for key in POSITIVE:
-        properties[key]["minimum"] = 1
+        if float in TYPES[key]:  # a positive number (the init stds)
+            properties[key]["exclusiveMinimum"] = 0
+        else:
+            properties[key]["minimum"] = 1
     properties["name"]["pattern"] = r"\S"
     properties["channel_mixer"]["anyOf"] = [{"type": "null"}, {"type": "string", "pattern": SYMBOL_PATTERN}]
     properties["layers"] = {

@@ -47,6 +47,9 @@ class Spec:
     seq_len: int = DEFAULT_SEQ_LEN
     norm: str = "rms"
     tie_embeddings: bool = True
+    positions: str = "none"  # or "learned": absolute position embeddings (GPT-2, GPT-Neo)
+    embedding_std: float = 0.02
+    linear_std: float | None = None  # None: each layer's own init; a number: every Linear N(0, std)
     description: str = ""
     budget: dict[str, budgets.Bound] = field(default_factory=dict)
     budget_seq_len: int | None = None
@@ -80,7 +83,14 @@ class Spec:
         return {"canonical": self.canonical(), "dim": self.dim, "vocab": self.vocab, "norm": self.norm,
                 "tie_embeddings": self.tie_embeddings, "channel_mixer": self.channel_mixer,
                 "layers": {s: {"primitive": self.symbols[s].primitive, "params": _identity_params(self.symbols[s], self.dim)}
-                           for s in self.symbols_used()}}
+                           for s in self.symbols_used()},
+                # model-wide options added later: named only off their defaults (existing identities hold)
+                **{key: value for key, value, default in self.model_options() if value != default}}
+
+    def model_options(self) -> list[tuple[str, Any, Any]]:
+        """(key, value, default) of the model-wide options that came after the first stored runs."""
+        return [("positions", self.positions, "none"), ("embedding_std", self.embedding_std, 0.02),
+                ("linear_std", self.linear_std, None)]
 
     def topology_error(self, err: MadslError, span: topo.Span | None) -> MadslError:
         """`err`, which happened at `span` inside the topology string, located in the spec file."""
@@ -266,6 +276,13 @@ def _build(data: dict, source_map: SourceMap | None, path: Path | None) -> Spec:
                 tie_embeddings=data.get("tie_embeddings", True), description=data.get("description", ""),
                 eval=dict(data.get("eval") or {}) if "eval" not in unusable else {}, path=path, data=dict(data),
                 source_map=source_map)
+    # the model-wide options added later, where their values are usable (else their defaults)
+    if "positions" not in unusable:
+        spec.positions = data.get("positions", "none")
+    if "embedding_std" not in unusable:
+        spec.embedding_std = float(data.get("embedding_std", 0.02))
+    if "linear_std" not in unusable and data.get("linear_std") is not None:
+        spec.linear_std = float(data["linear_std"])
     if spec.channel_mixer == topo.NO_CHANNEL:
         spec.channel_mixer = None
     if "budget" not in unusable:

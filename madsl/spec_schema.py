@@ -12,6 +12,11 @@ Every key is checked; unknown keys are errors, never ignored:
     channel_mixer: SYMBOL | none    the channel mixer of blocks that name none (default Sg)
     norm: rms | layer               pre-norm kind (default rms)
     tie_embeddings: bool            output head shares the embedding (default true)
+    positions: none | learned       learned absolute position embeddings added to the token
+                                    embedding, one per position up to seq_len (default none)
+    embedding_std: number           init std of the token (and position) embedding (default 0.02)
+    linear_std: number | none       init every Linear weight N(0, std), biases zero, as GPT-2 / GPT-Neo
+                                    do (default none: each layer's own initialisation)
     layers: {SYMBOL: {...}}         override a symbol's parameters, or define a new symbol
                                     with `primitive: NAME` or `base: SYMBOL` (spec_symbols.py)
     budget: {QUANTITY: BOUND, seq_len: int}   see budget.py
@@ -29,13 +34,14 @@ from madsl.spec_files import Locator
 TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "description": (str,), "extends": (str,), "dim": (int,), "vocab": (int,),
     "seq_len": (int,), "topology": (str,), "channel_mixer": (str, type(None)), "norm": (str,),
-    "tie_embeddings": (bool,), "layers": (dict,), "budget": (dict,), "eval": (dict,),
+    "tie_embeddings": (bool,), "positions": (str,), "embedding_std": (float, int), "linear_std": (float, int, type(None)),
+    "layers": (dict,), "budget": (dict,), "eval": (dict,),
 }
 REQUIRED = ("name", "dim", "topology")
-CHOICES = {"norm": ("rms", "layer")}
-POSITIVE = ("dim", "vocab", "seq_len")
+CHOICES = {"norm": ("rms", "layer"), "positions": ("none", "learned")}
+POSITIVE = ("dim", "vocab", "seq_len", "embedding_std", "linear_std")
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "a mapping",
-               type(None): "none"}
+               type(None): "none", float: "a number"}
 
 
 def check_top_level(data: dict[str, Any], at: Locator, errors: Collector, *, from_file: bool) -> set[str]:
@@ -75,8 +81,9 @@ def check_top_level(data: dict[str, Any], at: Locator, errors: Collector, *, fro
         elif key in CHOICES and value not in CHOICES[key]:
             error(key, MadslError(f"{key} must be one of {', '.join(CHOICES[key])}, got {value!r}", at.value(key),
                                   hint=did_you_mean(str(value), CHOICES[key])))
-        elif key in POSITIVE and value <= 0:
-            error(key, MadslError(f"{key} must be a positive integer, got {value}", at.value(key)))
+        elif key in POSITIVE and value is not None and not 0 < value < float("inf"):
+            kind = "integer" if float not in TYPES[key] else "number"
+            error(key, MadslError(f"{key} must be a positive {kind}, got {value}", at.value(key)))
         elif key == "name" and not value.strip():
             error(key, MadslError("name must not be empty", at.value("name")))
     return unusable

@@ -57,6 +57,26 @@ def add_parser(subparsers) -> None:
                         "reference implementation (athms/mad-lab) has them; madsl: the paper's text "
                         "(default: the spec's eval.conventions, else the protocol's: mad-lab for paper and "
                         "baseline, madsl for quick and smoke; docs/tasks.md)")
+    training = p.add_argument_group("training options (docs/runner.md; default: the spec's eval: section, else "
+                                    "the first choice)")
+    training.add_argument("--optimizer", choices=("adamw", "adam"), default=None,
+                          help="adamw: decoupled weight decay, Table B.1's betas; adam: plain torch Adam "
+                               "(betas 0.9, 0.999), weight decay coupled")
+    training.add_argument("--schedule", choices=("cosine", "constant"), default=None,
+                          help="cosine: decay to the protocol's min lr; constant: the learning rate throughout")
+    training.add_argument("--metric", choices=("macro", "token"), default=None,
+                          help="the accuracy the stopping rule reads and runs are scored by: macro (class-averaged, "
+                               "MAD's) or token (share of scored positions right)")
+    training.add_argument("--stop-acc", type=float, default=None, metavar="X",
+                          help="stop once the eval accuracy exceeds X (default: the protocol's early stop)")
+    training.add_argument("--patience", type=int, default=None, metavar="P",
+                          help="stop after P epochs in a row without an eval-loss improvement of more than "
+                               "--min-delta")
+    training.add_argument("--min-delta", type=float, default=None, metavar="D",
+                          help="the eval-loss decrease that counts as an improvement (default 0)")
+    training.add_argument("--lm-head", choices=("conventions", "spec"), default=None,
+                          help="conventions: the LM head the conventions give (mad-lab: untied, with a bias); "
+                               "spec: the spec's own output layer (tied where the spec says so)")
     p.add_argument("--batch-grid", action=argparse.BooleanOptionalAction, default=None,
                    help="train the runs of a setting that differ only in lr, weight decay or seed together, "
                         "in one job (each stored as its own run, results as unbatched; default: on for CUDA, "
@@ -131,7 +151,9 @@ def cmd_eval(args) -> int:
                            batch_size=pick(args.batch_size, "batch_size"),
                            eval_lengths=args.eval_lengths, freeze=args.freeze, precision=args.precision,
                            batch_grid=args.batch_grid,
-                           conventions=args.conventions,
+                           conventions=args.conventions, optimizer=args.optimizer, schedule=args.schedule,
+                           metric=args.metric, stop_acc=args.stop_acc, patience=args.patience,
+                           min_delta=args.min_delta, lm_head=args.lm_head,
                            progress=not args.quiet and args.format == "text", executor=args.executor,
                            address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run,
                            dry_run=args.dry_run, reporter=reporter, keep=args.keep)

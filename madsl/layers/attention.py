@@ -61,8 +61,9 @@ class Attention(nn.Module):
         self.rotary = p.rotary
         self.rotary_base = float(p.rotary_base)
         self.window = p.window
+        self.scale = p.scale  # None: SDPA's 1 / sqrt(head_dim)
         self.qkv = nn.Linear(p.dim, p.inner + 2 * p.kv_inner, bias=p.bias)
-        self.out = nn.Linear(p.inner, p.dim, bias=p.bias)
+        self.out = nn.Linear(p.inner, p.dim, bias=p.has_out_bias)
         # cos/sin tables of the rotary embedding, grown on demand (no parameters, not saved).
         self._rotary_cache: tuple[Tensor, Tensor] | None = None
         self.reset_parameters()
@@ -105,12 +106,12 @@ class Attention(nn.Module):
             q, k = _apply_rotary(q, cos, sin), _apply_rotary(k, cos, sin)
         keys, values = _repeat_heads(k, self.groups), _repeat_heads(v, self.groups)
         if self.window is None or self.window >= length:
-            y = F.scaled_dot_product_attention(q, keys, values, is_causal=True)  # (B, heads, L, head_dim)
+            y = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=self.scale)  # (B, heads, L, head_dim)
         else:
             back = torch.arange(length, device=x.device)
             back = back[:, None] - back[None, :]  # query position - key position
             band = (back >= 0) & (back < self.window)
-            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=band)
+            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=band, scale=self.scale)
         y = self.out(y.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
         pos = torch.full((batch,), length, dtype=torch.long, device=x.device)
         if self.window is not None and length > self.window:
@@ -152,6 +153,6 @@ class Attention(nn.Module):
             values = state["v"].scatter(2, slot, v.to(state["v"].dtype))
         # The new token attends to every cached one: no mask (is_causal would align top-left).
         y = F.scaled_dot_product_attention(q, _repeat_heads(keys, self.groups),
-                                           _repeat_heads(values, self.groups))  # (B, heads, 1, head_dim)
+                                           _repeat_heads(values, self.groups), scale=self.scale)  # (B, heads, 1, head_dim)
         out = self.out(y.reshape(batch, self.heads * self.head_dim))
         return out, {"k": keys, "v": values, "pos": pos + 1}

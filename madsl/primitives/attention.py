@@ -2,6 +2,9 @@
 
 Defaults: MAD paper App. B.3.2 (16 heads, head dim 8, no bias for linear layers);
 rotary position embeddings as in Transformer++ (MAD paper App. C.4.1).
+GPT-Neo's attention is `rotary=false, scale=1.0, out_bias=true` (learned absolute
+positions are model-wide: the spec's `positions: learned`): it does not scale q.k by
+1/sqrt(head_dim), and only its output projection has a bias.
 
 Layout: a fused `qkv` projection dim -> (heads + 2*kv_heads)*head_dim and `out`
 heads*head_dim -> dim. Grouped-query attention (`kv_heads`, null = heads: multi-head
@@ -35,15 +38,20 @@ class Attention(Heads, Primitive):
     bias: bool
     window: int | None  # sliding window in tokens (the current one included); None: full attention
     kv_heads: int | None  # key/value heads (grouped-query attention); None: heads (multi-head attention)
+    scale: float | None  # softmax scale of q.k; None: 1 / sqrt(head_dim). GPT-Neo: 1.0 (no scaling)
+    out_bias: bool  # a bias on the output projection even where `bias` is false (GPT-Neo's out_proj)
 
     name = "attention"
     role = "sequence"
     module = "madsl.layers.attention:Attention"
-    # added later: specs without a window or grouped keys/values keep their run identities
-    identity_omits = ("window", "kv_heads")
+    # added later: specs that leave them at their defaults keep their run identities
+    identity_omits = ("window", "kv_heads", "scale", "out_bias")
 
     def validate(self) -> None:
         positive(self, "heads", "head_dim", "window", "kv_heads")
+        if self.scale is not None and not 0 < self.scale < float("inf"):
+            raise ConfigError("scale", f"attention: scale must be a positive number, got {self.scale}",
+                              "null: 1 / sqrt(head_dim); 1.0: no scaling (GPT-Neo)")
         if self.rotary_base <= 0:
             raise ConfigError("rotary_base", "attention: rotary_base must be positive")
         if self.head_dim is None:
@@ -71,8 +79,12 @@ class Attention(Heads, Primitive):
     def params(self) -> int:
         projected = self.inner + 2 * self.kv_inner  # q, k, v
         qkv = self.dim * projected + (projected if self.bias else 0)
-        out = self.inner * self.dim + (self.dim if self.bias else 0)
+        out = self.inner * self.dim + (self.dim if self.has_out_bias else 0)
         return qkv + out
+
+    @property
+    def has_out_bias(self) -> bool:
+        return self.bias or self.out_bias
 
     def attended(self, seq_len: int) -> int:
         """Tokens a query sees at most: the whole sequence, or the window."""

@@ -25,7 +25,8 @@ from madsl.runner.protocols import (Overrides, SpecEvalWhere, apply_setting_over
                                     overrides_from_spec_eval, resolve_task_names)
 from madsl.runner.report import load_scores, render_text
 from madsl.runner.report import report as _report
-from madsl.runner.precision import check_precision, resolve_precision, train_config_identity
+from madsl.runner.options import train_config_identity
+from madsl.runner.precision import check_precision, resolve_precision
 from madsl.runner.store import (DEFAULT_DB, RunIdentity, Store, StoreFiles, canonical_json, check_database,
                                 madsl_version, sha256)
 
@@ -259,7 +260,9 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
              batch_size: int | None = None, eval_lengths: Sequence[int] | None = None,
              freeze: Sequence[str] | None = None, precision: str | None = None,
              conventions: str | None = None, batch_grid: bool | None = None,
-             progress: bool = True,
+             optimizer: str | None = None, schedule: str | None = None, metric: str | None = None,
+             stop_acc: float | None = None, patience: int | None = None, min_delta: float | None = None,
+             lm_head: str | None = None, progress: bool = True,
              model_factory: Callable[[Any], Any] | None = None, task_registry: Mapping[str, Any] | None = None,
              executor: Executor | str | None = None, reporter: Reporter | None = None,
              stop_requested: Callable[[], bool] | None = None, address: str | None = None,
@@ -275,6 +278,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     stop_requested: polled; once true, runs checkpoint and stop (as on Ctrl-C).
     executor: "local" (default: `workers` processes of this machine), "ray" (a Ray cluster at
     `address`, each run holding `cpus_per_run` CPUs and `gpus_per_run` GPUs), or an Executor.
+    optimizer, schedule, metric, stop_acc, patience, min_delta, lm_head: madsl.runner.options.
     keep: "best" keeps each run's best weights in the results folder (`madsl export`, madsl.runner.kept).
     dry_run: plan only: return {"plan": ...} (runs, done, pending, tokens, FLOPs, estimated time;
     madsl.runner.cost) without running anything. A run with progress prints the same plan first.
@@ -294,7 +298,8 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     batch_grid = ray_options is None and (default_batch_grid(device) if batch_grid is None else batch_grid)
     cli = cli_overrides(protocol=protocol, tasks=tasks, settings=settings_overrides, lr=lr, wd=wd, epochs=epochs,
                         seed=seed, batch_size=batch_size, eval_lengths=eval_lengths, freeze=freeze,
-                        precision=precision, conventions=conventions)
+                        precision=precision, conventions=conventions, optimizer=optimizer, schedule=schedule,
+                        metric=metric, stop_acc=stop_acc, patience=patience, min_delta=min_delta, lm_head=lm_head)
     specs = _load_specs(spec_paths)
     if not specs:
         raise MadslError("no spec to evaluate", hint="madsl eval SPEC.mad ...")
@@ -450,7 +455,10 @@ def _check_workers_and_device(workers: int, device: str, on_this_machine: bool =
 def cli_overrides(protocol: str | None = None, tasks: Sequence[str] | None = None,
                   settings: Mapping[str, Any] | None = None, lr=None, wd=None, epochs: int | None = None,
                   seed=None, batch_size: int | None = None, eval_lengths=None, freeze=None,
-                  precision: str | None = None, conventions: str | None = None) -> Overrides:
+                  precision: str | None = None, conventions: str | None = None, optimizer: str | None = None,
+                  schedule: str | None = None, metric: str | None = None, stop_acc: float | None = None,
+                  patience: int | None = None, min_delta: float | None = None,
+                  lm_head: str | None = None) -> Overrides:
     """The knobs of `evaluate` as Overrides (one value or several become tuples; None means "not set")."""
     def as_tuple(value, kind):
         if value is None:
@@ -465,11 +473,20 @@ def cli_overrides(protocol: str | None = None, tasks: Sequence[str] | None = Non
         from madsl.conventions import check_conventions
 
         check_conventions(conventions)
+    from madsl.runner import options
+
+    chosen = {"optimizer": optimizer, "schedule": schedule, "metric": metric, "lm_head": lm_head}
+    for key, value in chosen.items():
+        if value is not None:
+            options.check_choice(key, value)
+    stop_acc = None if stop_acc is None else options.check_stop_acc(stop_acc)
+    patience = None if patience is None else options.check_patience(patience)
+    min_delta = None if min_delta is None else options.check_min_delta(min_delta)
     return Overrides(protocol=protocol, tasks=None if tasks is None else tuple(tasks),
                      settings=dict(settings or {}), lrs=as_tuple(lr, float), wds=as_tuple(wd, float),
                      epochs=epochs, batch_size=batch_size, seeds=as_tuple(seed, int),
                      eval_lengths=as_tuple(eval_lengths, int), freeze=as_tuple(freeze, str), precision=precision,
-                     conventions=conventions)
+                     conventions=conventions, stop_acc=stop_acc, patience=patience, min_delta=min_delta, **chosen)
 
 
 @dataclass

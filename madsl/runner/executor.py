@@ -116,7 +116,7 @@ def job_inputs(job: RunJob, load: Callable[..., Any] = load_split) -> JobInputs:
                          target_len=int(train_data.targets.shape[1]) if head == "compression" else None,
                          input_dim=input_dim,
                          compression_position=int(dict(train_data.meta).get("compression_position", -1)),
-                         conventions=job.train.conventions)
+                         conventions=job.train.conventions, lm_head=job.train.lm_head)
 
     def length_data(length: int):
         return load(task, {**setting, "seq_len": length}, "test", seed, job.data_dir)
@@ -127,7 +127,7 @@ def job_inputs(job: RunJob, load: Callable[..., Any] = load_split) -> JobInputs:
              "head": head, "input_dim": input_dim,
              "target_len": int(train_data.targets.shape[1]) if head == "compression" else None,
              "compression_position": int(dict(train_data.meta).get("compression_position", -1)),
-             "conventions": job.train.conventions}
+             "conventions": job.train.conventions, "lm_head": job.train.lm_head}
     return JobInputs(train_data, test_data, max(num_classes, 1), build_model, length_data,
                      job.train.batch_size * max(int(train_data.inputs.shape[1]), 1), build)
 

@@ -216,7 +216,8 @@ def _stackable(members: list[Member]) -> bool:
     from madsl.runner.stacked import batchable
 
     return (len(members) >= 2 and len({(m.state.epoch, m.state.step, m.state.steps_per_epoch) for m in members}) == 1
-            and not members[0].state.finished and batchable([m.state.model for m in members]))
+            and not members[0].state.finished and members[0].state.settings.optimizer == "adamw"  # the stack's update
+            and batchable([m.state.model for m in members]))
 
 
 def _train_stacked(group: GroupJob, together: list[Member], members: list[Member], device,

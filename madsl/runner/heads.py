@@ -16,7 +16,8 @@ A `TaskModel` puts the head a task needs on top of it:
 (..., C) for the class heads, values (...) for regress.
 
 Under the reference implementation's conventions (`conventions="mad-lab"`) the lm head
-is its own untied Linear with a bias (PyTorch's default weight init), every Linear bias
+is its own untied Linear with a bias (PyTorch's default weight init; training option
+`lm_head: spec` keeps the spec's output layer instead), every Linear bias
 of the model starts at zero (except those a layer marks `_no_reinit`, e.g. Mamba's dt
 bias), and for compression every Linear weight starts as N(0, 0.02) and the decoder's
 norms are RMSNorms, as mad-lab's LanguageModel / AutoEncoder build them.
@@ -77,7 +78,7 @@ class TaskModel(nn.Module):
 
     def __init__(self, backbone: nn.Module, head: str, *, num_classes: int | None = None,
                  target_len: int | None = None, input_dim: int = 0, compression_position: int = -1,
-                 conventions: str = "madsl"):
+                 conventions: str = "madsl", lm_head: str = "conventions"):
         super().__init__()
         if head not in HEADS:
             raise ValueError(f"unknown head {head!r}; heads: {', '.join(HEADS)}")
@@ -87,7 +88,7 @@ class TaskModel(nn.Module):
         self.lm_head: nn.Linear | None = None
         dim = backbone.dim
         mad_lab = conventions == "mad-lab"
-        if head == "lm" and mad_lab:
+        if head == "lm" and mad_lab and lm_head == "conventions":
             assert num_classes is not None
             self.lm_head = nn.Linear(dim, num_classes)  # untied, with a bias
             if getattr(backbone, "head", None) is not None:

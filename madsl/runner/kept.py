@@ -115,7 +115,7 @@ def load_run(directory: str | os.PathLike, *, device: str | None = None):
                              num_classes=build["backbone_num_classes"], seed=0)
     model = TaskModel(backbone, build["head"], num_classes=build["num_classes"], target_len=build["target_len"],
                       input_dim=build["input_dim"], compression_position=build["compression_position"],
-                      conventions=build["conventions"])
+                      conventions=build["conventions"], lm_head=build.get("lm_head", "conventions"))
     try:
         weights = load_file(str(directory / WEIGHTS))
     except Exception as err:  # noqa: BLE001 - safetensors' own errors: a damaged or planted file

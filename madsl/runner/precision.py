@@ -19,6 +19,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from madsl.errors import MadslError
+from madsl.runner.options import train_config_identity  # noqa: F401 (its home before the other options)
 
 if TYPE_CHECKING:
     import torch
@@ -75,12 +76,3 @@ def configure_device(device: "torch.device") -> None:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
-
-def train_config_identity(train_config: dict) -> dict:
-    """A run's training settings as they enter its identity: precision only when not fp32,
-    conventions only when not madsl (the values of every run made before they existed)."""
-    config = dict(train_config)
-    for key, before in (("precision", "fp32"), ("conventions", "madsl")):
-        if config.get(key, before) == before:
-            config.pop(key, None)
-    return config

@@ -109,6 +109,14 @@ class Overrides:
     freeze: tuple[str, ...] | None = None  # layers not trained: symbols, "#tag"s or "embedding"
     precision: str | None = None  # fp32, bf16 or auto (madsl.runner.precision)
     conventions: str | None = None  # mad-lab or madsl (madsl.conventions)
+    # madsl.runner.options
+    optimizer: str | None = None
+    schedule: str | None = None
+    metric: str | None = None
+    stop_acc: float | None = None
+    patience: int | None = None
+    min_delta: float | None = None
+    lm_head: str | None = None
 
     def over(self, lower: "Overrides") -> "Overrides":
         """These overrides on top of `lower` (ours win; settings merge key by key)."""
@@ -124,7 +132,8 @@ class Overrides:
 
 # The keys a spec's `eval:` section may have, and how each maps onto Overrides.
 SPEC_EVAL_KEYS = ("protocol", "tasks", "task", "set", "lr", "wd", "epochs", "batch_size", "seed",
-                  "eval_lengths", "freeze", "precision", "conventions")
+                  "eval_lengths", "freeze", "precision", "conventions", "optimizer", "schedule", "metric",
+                  "stop_acc", "patience", "min_delta", "lm_head")
 
 
 class SpecEvalWhere:
@@ -257,6 +266,15 @@ def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str |
         from madsl.conventions import check_conventions
 
         out.conventions = check_conventions(section["conventions"], where.value("conventions"), "eval.conventions")
+    from madsl.runner import options
+
+    for key in ("optimizer", "schedule", "metric", "lm_head"):
+        if key in section:
+            setattr(out, key, options.check_choice(key, section[key], where.value(key), f"eval.{key}"))
+    for key, check in (("stop_acc", options.check_stop_acc), ("patience", options.check_patience),
+                       ("min_delta", options.check_min_delta)):
+        if key in section:
+            setattr(out, key, check(section[key], where.value(key), f"eval.{key}"))
     return out
 
 
@@ -332,6 +350,14 @@ class TrainSettings:
     freeze: tuple[str, ...] = ()
     precision: str = "fp32"  # fp32 or bf16 once planned for a device; "auto" before
     conventions: str = "madsl"  # whose task layouts and training details (madsl.conventions)
+    # madsl.runner.options: each default is what runs did before the option existed
+    optimizer: str = "adamw"
+    schedule: str = "cosine"
+    metric: str = "macro"
+    stop_acc: float | None = None
+    patience: int | None = None
+    min_delta: float = 0.0
+    lm_head: str = "conventions"
 
 
 # Runs that the protocol alone would not make (a setting, lr, wd, epochs, batch size, seed or
@@ -458,6 +484,8 @@ def _plan_runs(tasks: Sequence, overrides: Overrides, source: str = "--set") -> 
     conventions = overrides.conventions or protocol.conventions
     # the reference trains in bf16 on its GPUs: "auto" gives that on CUDA, fp32 on a CPU
     precision = overrides.precision or ("auto" if conventions == "mad-lab" else "fp32")
+    options = {key: getattr(overrides, key) for key in ("optimizer", "schedule", "metric", "stop_acc", "patience",
+                                                        "min_delta", "lm_head") if getattr(overrides, key) is not None}
     for name, value in (("epochs", epochs_for(tasks[0]) if tasks else 1), ("batch size", batch_size)):
         if value < 1:
             raise MadslError(f"{name} must be at least 1, got {value}")
@@ -487,5 +515,5 @@ def _plan_runs(tasks: Sequence, overrides: Overrides, source: str = "--set") -> 
                             seed=int(seed), min_lr=protocol.min_lr, early_stop_acc=protocol.early_stop_acc,
                             eval_lengths=tuple(int(x) for x in lengths),
                             freeze=tuple(overrides.freeze or ()),
-                            precision=precision, conventions=conventions)))
+                            precision=precision, conventions=conventions, **options)))
     return Plan(protocol, tuple(runs))

@@ -1,6 +1,7 @@
 """MAD scores from finished runs (MAD paper §3.2, App. B.4).
 
-    run accuracy    class-averaged eval accuracy of the run's best epoch (lowest eval perplexity)
+    run accuracy    class-averaged eval accuracy of the run's best epoch (lowest eval perplexity);
+                    the token accuracy for runs with `metric: token`
     setting score   the best run accuracy over the lr x wd grid (mean over seeds if several)
     task score      mean over the task's settings (baseline + difficulty sweep) of the setting scores
     MAD score       mean over tasks of the task scores
@@ -74,13 +75,17 @@ def diverged(row: Mapping[str, Any]) -> bool:
         return False
 
 
-def run_conventions(row: Mapping[str, Any]) -> str:
-    """The conventions a run trained under (runs from before they existed: madsl)."""
+def _train_option(row: Mapping[str, Any], key: str, default: Any) -> Any:
     try:
         config = json.loads(row["train_config"] or "{}")
     except (KeyError, IndexError, TypeError, ValueError):
-        return "madsl"
-    return config.get("conventions", "madsl") if isinstance(config, dict) else "madsl"
+        return default
+    return config.get(key, default) if isinstance(config, dict) else default
+
+
+def run_conventions(row: Mapping[str, Any]) -> str:
+    """The conventions a run trained under (runs from before they existed: madsl)."""
+    return _train_option(row, "conventions", "madsl")
 
 
 def _task_ceiling(ceiling: Callable[[str, str, Mapping[str, Any], int], float | None], ts: "TaskScore",
@@ -96,6 +101,10 @@ def _task_ceiling(ceiling: Callable[[str, str, Mapping[str, Any], int], float | 
 
 
 def run_accuracy(row: Mapping[str, Any]) -> float | None:
+    """The run's accuracy at its best epoch: class-averaged, or the token accuracy for runs
+    with `metric: token` (madsl.runner.options)."""
+    if _train_option(row, "metric", "macro") == "token":
+        return row["best_eval_token_acc"]
     return row["best_eval_acc"]
 
 

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 
 from madsl.runner.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from madsl.runner.heads import TaskModel
+from madsl.runner.options import IDENTITY_DEFAULTS, stale_epochs
 from madsl.runner.precision import autocast, configure_device
 from madsl.runner.protocols import TrainSettings
 
@@ -223,9 +224,11 @@ class TrainHooks:
 
 
 def build_optimizer(model: torch.nn.Module, lr: float, wd: float, device: torch.device,
-                    conventions: str = "madsl") -> torch.optim.AdamW:
+                    conventions: str = "madsl", optimizer: str = "adamw") -> torch.optim.Optimizer:
     """AdamW; weight decay on matrices only (no biases, norms, or `_no_weight_decay` tensors), betas
-    of Table B.1. mad-lab: decay on every trained parameter, AdamW's default betas."""
+    of Table B.1. mad-lab: decay on every trained parameter, AdamW's default betas.
+    optimizer "adam": torch.optim.Adam with its own defaults (betas (0.9, 0.999)) on the same groups,
+    its weight decay coupled (added to the gradient)."""
     decay, no_decay = [], []
     for p in model.parameters():
         if not p.requires_grad:
@@ -233,11 +236,26 @@ def build_optimizer(model: torch.nn.Module, lr: float, wd: float, device: torch.
         plain = conventions == MAD_LAB or (p.ndim >= 2 and not getattr(p, "_no_weight_decay", False))
         (decay if plain else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
-    betas = (0.9, 0.999) if conventions == MAD_LAB else BETAS
+    if optimizer == "adam":
+        kind, betas = torch.optim.Adam, (0.9, 0.999)
+    else:
+        kind, betas = torch.optim.AdamW, (0.9, 0.999) if conventions == MAD_LAB else BETAS
     try:  # the fused kernel makes the step ~25x cheaper on the CPU
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=True)
+        return kind(groups, lr=lr, betas=betas, fused=True)
     except (RuntimeError, TypeError, ValueError):
-        return torch.optim.AdamW(groups, lr=lr, betas=betas)
+        return kind(groups, lr=lr, betas=betas)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, settings: TrainSettings,
+                    steps_per_epoch: int) -> torch.optim.lr_scheduler.LRScheduler:
+    """The learning-rate schedule: cosine to min_lr over the run (stepped per step; per epoch under
+    mad-lab), or constant."""
+    if settings.schedule == "constant":
+        return torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=0)
+    per_epoch = settings.conventions == MAD_LAB  # the reference steps its cosine once per epoch
+    return torch.optim.lr_scheduler.CosineAnnealingLR(
+        optimizer, T_max=settings.epochs * (1 if per_epoch else steps_per_epoch),
+        eta_min=min(settings.min_lr, settings.lr))
 
 
 def resolve_device(device: str) -> torch.device:
@@ -261,8 +279,8 @@ def _seed_everything(seed: int) -> None:
 
 
 def same_settings(saved: Mapping[str, Any] | None, settings: TrainSettings) -> bool:
-    """A checkpoint's settings are these (checkpoints from before `precision` existed are fp32)."""
-    return isinstance(saved, Mapping) and {"precision": "fp32", "conventions": "madsl", **saved} == asdict(settings)
+    """A checkpoint's settings are these (checkpoints from before an option existed had its default)."""
+    return isinstance(saved, Mapping) and {**IDENTITY_DEFAULTS, **saved} == asdict(settings)
 
 
 def _loss(model: TaskModel, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -352,12 +370,10 @@ class RunState:
         """A fresh run: seeded, so the model's init is deterministic."""
         _seed_everything(settings.seed)
         model = build_model().to(device)
-        optimizer = build_optimizer(model, settings.lr, settings.wd, device, settings.conventions)
+        optimizer = build_optimizer(model, settings.lr, settings.wd, device, settings.conventions, settings.optimizer)
         steps_per_epoch = math.ceil(num_train / settings.batch_size)
-        per_epoch = settings.conventions == MAD_LAB  # the reference steps its cosine once per epoch
-        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
-            optimizer, T_max=settings.epochs * (1 if per_epoch else steps_per_epoch),
-            eta_min=min(settings.min_lr, settings.lr))
+        per_epoch = settings.conventions == MAD_LAB  # the reference aggregates its metrics per batch
+        scheduler = build_scheduler(optimizer, settings, steps_per_epoch)
         return cls(settings, model, optimizer, scheduler, MetricAccumulator(model.kind, num_classes, per_epoch),
                    steps_per_epoch, num_classes)
 
@@ -409,11 +425,27 @@ class RunState:
             self.best = metrics
             if self.settings.eval_lengths or self.keep_best:
                 self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
-        acc, threshold = metrics.eval_macro_acc, self.settings.early_stop_acc
-        solved = acc is not None and (acc > threshold if self.settings.conventions == MAD_LAB else acc >= threshold)
         self.epoch, self.step, self.epoch_seconds = self.epoch + 1, 0, 0.0
         self.train_metrics.reset()
-        self.finished = solved or self.diverged_epoch is not None or self.epoch >= self.settings.epochs
+        self.finished = (self.solved(metrics) or self.stalled() or self.diverged_epoch is not None
+                         or self.epoch >= self.settings.epochs)
+
+    def solved(self, metrics: EpochMetrics) -> bool:
+        """The eval accuracy (settings.metric's) passed the stopping threshold: above stop_acc when set,
+        else the protocol's early_stop_acc (reached; passed under mad-lab, whose check is strict)."""
+        settings = self.settings
+        acc = metrics.eval_acc if settings.metric == "token" else metrics.eval_macro_acc
+        if acc is None:
+            return False
+        if settings.stop_acc is not None:
+            return acc > settings.stop_acc
+        return acc > settings.early_stop_acc if settings.conventions == MAD_LAB else acc >= settings.early_stop_acc
+
+    def stalled(self) -> bool:
+        """settings.patience epochs in a row without an eval-loss improvement of more than min_delta."""
+        patience = self.settings.patience
+        return patience is not None and stale_epochs([h.eval_loss for h in self.history],
+                                                     self.settings.min_delta) >= patience
 
     def result(self) -> RunResult:
         assert self.best is not None
