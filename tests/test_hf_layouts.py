@@ -113,3 +113,12 @@ def test_bad_attention_scale_is_a_located_error(tmp_path):
     with pytest.raises(MadslError) as err:
         madsl.account(_spec(tmp_path, "name: m\ndim: 32\ntopology: 2mA\nlayers:\n  mA: {scale: -1.0}\n"))
     assert "scale" in str(err.value) and "s.mad:5" in str(err.value)
+
+
+def test_a_run_longer_than_the_learned_positions_is_refused_before_training(tmp_path):
+    from tests.test_cli import madsl as run_madsl
+
+    spec = tmp_path / "s.mad"
+    spec.write_text(GPT_NEO + "eval:\n  protocol: smoke\n  tasks: [in-context-recall]\n  set: {seq_len: 32}\n")
+    proc = run_madsl("eval", str(spec), "--db", str(tmp_path / "r.db"), check_rc=2)
+    assert "s.mad:3:10" in proc.stderr and "past the 16 learned positions" in proc.stderr

@@ -249,7 +249,23 @@ def plan_spec(spec: Any, path: str | None, cli: Overrides | None = None,
     if cli.eval_lengths is None and from_spec.eval_lengths is not None and getattr(spec, "source_map", None):
         lengths_where = spec.source_map.value(("eval", "eval_lengths"))
     _check_settings(registry, plan, lengths_where)
+    _check_learned_positions(spec, plan, path)
     return plan
+
+
+def _check_learned_positions(spec: Any, plan: Any, path: str | None) -> None:
+    """A model with learned positions (`positions: learned`) takes sequences up to its seq_len:
+    a run on longer ones (task length or evaluation length) is refused before it starts."""
+    if getattr(spec, "positions", "none") != "learned":
+        return
+    for run in plan.runs:
+        longest = max([int(run.settings.get("seq_len", 0)), *run.train.eval_lengths])
+        if longest > spec.seq_len:
+            at = spec.source_map.value(("seq_len",)) if getattr(spec, "source_map", None) and "seq_len" in spec.data \
+                else Location(file=path)
+            raise MadslError(f"{spec.name}: {run.task} runs at length {longest}, past the {spec.seq_len} learned "
+                             f"positions of this model (positions: learned)", at,
+                             hint=f"set seq_len: {longest} or more in the spec")
 
 
 def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, protocol: str | None = None,
