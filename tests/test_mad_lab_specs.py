@@ -140,6 +140,27 @@ def test_hyena_computes_the_reference_hyena_operator():
     torch.testing.assert_close(module(u), module.out_proj(y.transpose(1, 2)), rtol=1e-9, atol=1e-9)
 
 
+def test_multihead_hyena_computes_the_reference_operator():
+    """MultiHeadHyenaOperator.forward: in_proj repeated over 4 projection groups, the short filter,
+    x1, x2, v = thirds, then fftconv_heads(v, h, bias, q=x1, v=x2, head_dim=num_heads=16): per group h
+    of 16 channels the outer products v[i] x2[j] convolved with filter h (plus bias * the product),
+    summed over i against x1[i]."""
+    module = _module("mH")
+    u = torch.randn(2, 24, D, dtype=torch.float64)
+    batch, seq = u.shape[:2]
+    p = u @ module.in_proj.weight.t() + module.in_proj.bias
+    z = p.repeat(1, 1, 4).transpose(1, 2)
+    conv = module.short_conv
+    uc = torch.nn.functional.conv1d(z, conv.weight, conv.bias, padding=2, groups=z.shape[1])[..., :seq]
+    x1, x2, v = (part.reshape(batch, 8, 16, seq) for part in uc.split(D, dim=1))  # (b, h, d, l)
+    kv = v.unsqueeze(3) * x2.unsqueeze(2)  # (b, h, i, j, l): v[i] x2[j]
+    h, bias = module.long_filter(seq)[:, None, None], module.long_filter.skip[:, None, None, None]
+    n = 2 * seq
+    y = torch.fft.irfft(torch.fft.rfft(kv, n=n) / n * torch.fft.rfft(h, n=n), n=n, norm="forward")[..., :seq]
+    y = ((y + kv * bias) * x1.unsqueeze(3)).sum(2).reshape(batch, D, seq)  # sum over i against x1[i]
+    torch.testing.assert_close(module(u), module.out_proj(y.transpose(1, 2)), rtol=1e-9, atol=1e-9)
+
+
 def test_moe_computes_the_reference_moe_mlp():
     """MoeMlp.forward: x1 = up1(x), x2 = up2(x), z = down1(x1 * gelu_tanh(x2)) reshaped (dim, experts),
     router logits below the 2nd largest set to 0, softmax over all 8, weighted sum over experts."""

@@ -4,6 +4,7 @@ Layout (Laughing Hyena's multi-head Hyena; the MAD reference's `MultiHeadHyenaOp
 
     q, k, v = split(short_conv(in_proj(u)))          dim -> 3*dim (in_proj: 3*dim/G, repeated G = proj_groups
                                                      times), depthwise causal conv; heads x head_dim each
+                                                     (key_last: q, v, k, the MAD reference's order)
     S_t     = sum_{s<=t} h[t-s] k_s (x) v_s          per head: head_dim^2 outer-product channels, one filter per head
     y_t     = q_t . S_t                              y_t[j] = sum_i q_t[i] S_t[i, j]
     out     = out_proj(y)
@@ -54,6 +55,7 @@ class MultiHeadHyena(nn.Module):
         self.heads = p.heads
         self.head_dim = p.head_dim
         self.proj_groups = p.proj_groups
+        self.key_last = p.key_last
         self.short_filter = p.short_filter
         self.conv_method: ConvMethod = "auto"
         width = (p.order + 1) * dim  # q, k, v: the primitive admits order 2 only
@@ -67,7 +69,7 @@ class MultiHeadHyena(nn.Module):
     def forward(self, u: Tensor) -> Tensor:
         batch, seq_len, _ = u.shape
         z = short_causal_conv(self._project(u), self.short_conv.weight, self.short_conv.bias)  # (B, 3*dim, L)
-        q, k, v = (part.reshape(batch, self.heads, self.head_dim, seq_len) for part in z.split(self.dim, dim=1))
+        q, k, v = self._qkv(z.split(self.dim, dim=1), (batch, self.heads, self.head_dim, seq_len))
         taps = self.long_filter(seq_len)  # (heads, L)
         skip = self.long_filter.skip  # (heads,) or None
         method = self.conv_method
@@ -80,6 +82,11 @@ class MultiHeadHyena(nn.Module):
         else:
             raise ValueError(f"unknown convolution method {method!r}")
         return self.out_proj(y.reshape(batch, self.dim, seq_len).transpose(1, 2))
+
+    def _qkv(self, thirds: tuple[Tensor, ...], shape: tuple[int, ...]) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v from the three thirds of the short-convolved projections."""
+        q, k, v = (part.reshape(shape) for part in thirds)
+        return (q, v, k) if self.key_last else (q, k, v)
 
     def _project(self, u: Tensor) -> Tensor:
         """in_proj's outputs repeated over the projection groups (along the last axis)."""
@@ -123,7 +130,7 @@ class MultiHeadHyena(nn.Module):
         z = (repeated * self.short_conv.weight.squeeze(1)).sum(-1)
         if self.short_conv.bias is not None:
             z = z + self.short_conv.bias
-        q, k, v = (part.reshape(batch, self.heads, self.head_dim) for part in z.split(self.dim, dim=-1))
+        q, k, v = self._qkv(z.split(self.dim, dim=-1), (batch, self.heads, self.head_dim))
         kv = k.unsqueeze(-1) * v.unsqueeze(-2)  # (B, heads, head_dim, head_dim)
 
         filter_state = {key: value for key, value in state.items() if key != "conv"}

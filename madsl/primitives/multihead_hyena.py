@@ -11,7 +11,9 @@ as in Hyena. Per head, the outer product k_t (x) v_t (head_dim^2 channels) is co
 with that head's long filter (one filter per head, shared by its head_dim^2
 channels), then read out with q_t: y_t = q_t . (h * (k (x) v))_t. This is the
 outer-product head trick of MAD paper §2.2, which raises the state from head_dim
-to head_dim^2 per head without parameters. `out_proj` dim -> dim.
+to head_dim^2 per head without parameters. `out_proj` dim -> dim. `key_last`: k is the
+last third of the projections and v the middle one, as the MAD reference's
+MultiHeadHyenaOperator reads them (which matters with tied projections, proj_groups > 1).
 
 State: heads * head_dim^2 * filter_states = 16*8*8*2 = 2048 at width 128 (modal
 filter). Every filter family of filters.py works here, one filter per head: its
@@ -33,12 +35,13 @@ class MultiHeadHyena(LongFilterPrimitive):
     heads: int
     order: int
     proj_groups: int
+    key_last: bool
 
     name = "multihead_hyena"
     role = "sequence"
     module = "madsl.layers.multihead_hyena:MultiHeadHyena"
     # added later: specs at their defaults keep their run identities
-    identity_omits = ("proj_groups", "filter_emb_learned")
+    identity_omits = ("proj_groups", "key_last", "filter_emb_learned")
 
     def validate(self) -> None:
         positive(self, "heads", "short_filter", "proj_groups")
