@@ -90,6 +90,14 @@ def test_check_github_format_is_one_annotation_per_problem(specs, capsys):
     assert lines[5] == "::error file=many.mad,line=4,col=7::norm must be one of rms, layer, got 'batch'"
 
 
+def test_check_text_format_locates_budget_violations_at_their_keys(specs, capsys):
+    code, _, err = check(capsys, "over.mad")
+    assert code == 1  # budget violations only
+    assert [line.strip() for line in err.splitlines() if line.strip().startswith("-->")] == \
+        ["--> over.mad:5:3", "--> over.mad:6:3"]
+    assert "error: over: kv_cache = 32,768 is outside its budget <= 1k (<= 1,000); from mA x1 (32,768 each)" in err
+
+
 def test_check_text_and_json_formats_show_every_error(specs, capsys):
     code, _, err = check(capsys, "many.mad", "--format", "text")
     assert code == 2

@@ -282,6 +282,20 @@ def _contributors(acc, quantity: str) -> str:
     return "; from " + ", ".join(parts) if parts else ""
 
 
+def _budget_error(spec, path, acc, violation) -> MadslError | None:
+    """A budget violation as a located error at its budget key (None where the spec has no file)."""
+    source_map = getattr(spec, "source_map", None)
+    try:
+        location = source_map.key(("budget", violation.quantity)) if source_map is not None else None
+    except (KeyError, LookupError, AttributeError):
+        location = None
+    if location is None:
+        return None
+    return MadslError(f"{spec.name}: {violation.message()}{_contributors(acc, violation.quantity)}", location,
+                      hint="change the model or the budget; `budget.fit` lets `madsl fit` solve a "
+                           "free parameter for it")
+
+
 def _budget_location(spec, path, quantity: str) -> tuple[str, int | None, int | None]:
     source_map = getattr(spec, "source_map", None)
     if source_map is not None:
@@ -364,6 +378,10 @@ def _check_text(results, errors, set_problems, args) -> None:
                 state = f"[bold red]{state}[/]"
             table.add_row(str(path), f"{t['params']:,}", state, f"{t['kv_cache']:,}", f"{t['flops']:,}", verdict)
         console.print(table)
+        for path, spec, acc, violations in results:  # each violation again, located at its budget key
+            located = [e for v in violations if (e := _budget_error(spec, path, acc, v)) is not None]
+            for err in sorted(located, key=lambda e: (e.location.line or 0, e.location.column or 0)):
+                print_error(err)
     if args.quiet:
         for path, spec, acc, violations in results:
             for v in violations:
