@@ -17,7 +17,7 @@ from torch import nn
 
 from .errors import MadslError
 from .graph import build_graph, layer_nodes
-from .model import Block, GroupConnection, Model, Parallel, PreNorm, Stack, make_norm
+from .model import Block, Fork, GroupConnection, Model, Parallel, PreNorm, Stack, make_norm, reinit_linears
 from .spec import Spec, load_spec, spec_from_data
 
 
@@ -31,6 +31,8 @@ class _Compiler:
         self.tagged: dict[str, nn.Module] = {}
         # every built layer module under the names `freeze` accepts: its symbol and "#tag"
         self.named: dict[str, list[nn.Module]] = {}
+        # (depth, module, std) of each group with a `linear_std`, applied after the model-wide init, outer first
+        self.group_inits: list[tuple[int, nn.Module, float]] = []
 
     def layer(self, node: dict) -> nn.Module:
         layer = node["layer"]
@@ -49,7 +51,7 @@ class _Compiler:
         tag = node["layer"].tag
         if tag is not None and tag in self.tagged:
             return self.tagged[tag]
-        unit = PreNorm(make_norm(self.spec.norm, self.spec.dim), self.layer(node))
+        unit = PreNorm(make_norm(node["norm"], self.spec.dim), self.layer(node))
         if tag is not None:
             self.tagged[tag] = unit
         return unit
@@ -69,12 +71,13 @@ class _Compiler:
         if len(mixers) == 1:
             mixer: nn.Module = self.unit(mixers[0])
         else:
-            mixer = Parallel(make_norm(self.spec.norm, self.spec.dim), [self.bare_layer(m) for m in mixers])
+            mixer = Parallel(make_norm(mixers[0]["norm"], self.spec.dim), [self.bare_layer(m) for m in mixers])
         return Block(mixer, self.unit(channels[0]) if channels else None)
 
     def body(self) -> list[nn.Module]:
-        """The blocks in stack order, each group's blocks wrapped in its connection."""
-        groups: dict[int, str] = self.plan.graph["groups"]
+        """The blocks in stack order, each group's blocks wrapped in its connection (a group of
+        branches: each branch's blocks in a Stack, the branches in a Fork)."""
+        groups: dict[int, dict] = self.plan.graph["groups"]
         by_block: dict[int, list[dict]] = {}
         for node in layer_nodes(self.plan):
             by_block.setdefault(node["row"].block, []).append(node)
@@ -83,9 +86,19 @@ class _Compiler:
 
         def close() -> None:
             gid, members = open_groups.pop()
-            residual = groups[gid]
-            module = (GroupConnection(members, residual, self.spec.dim) if residual != "none"
-                      else Stack(*members))
+            attrs, dim = groups[gid], self.spec.dim
+            if "branch" in attrs:  # one branch of a group of branches
+                module: nn.Module = Stack(*members)
+            else:
+                if "branches" in attrs:
+                    members = [Fork(members, attrs["split"], attrs["combine"], dim)]
+                residual = attrs["residual"]
+                if residual != "none":
+                    module = GroupConnection(members, residual, dim)
+                else:
+                    module = members[0] if "branches" in attrs else Stack(*members)
+                if "linear_std" in attrs:
+                    self.group_inits.append((len(open_groups), module, float(attrs["linear_std"])))
             (open_groups[-1][1] if open_groups else top).append(module)
 
         for block in sorted(by_block):
@@ -120,7 +133,9 @@ def compile_spec(spec: Spec | str | Path, *, vocab_size: int | None = None, max_
         model = Model(body, spec.dim, vocab_size, num_classes or vocab_size, spec.norm, spec.tie_embeddings,
                       max_seq_len or spec.seq_len, positions=spec.seq_len if spec.positions == "learned" else 0,
                       embedding_std=spec.embedding_std,
-                      linear_std=spec.linear_std)
+                      linear_std=spec.linear_std, final_norm=spec.final_norm)
+        for _, module, std in sorted(compiler.group_inits, key=lambda entry: entry[0]):
+            reinit_linears(module, std)
     model.spec = spec
     model.plan = plan  # the graph the model was built from (`madsl compile --emit dot` draws it)
     model.named_layers = compiler.named

@@ -104,8 +104,18 @@ class Account:
         }
 
 
-def norm_params(spec: Spec) -> int:
-    return spec.dim * (2 if spec.norm == "layer" else 1)
+def norm_params(spec: Spec, kind: str | None = None) -> int:
+    """A norm's parameters: RMSNorm a weight, LayerNorm a weight and a bias (kind: the spec's norm by default)."""
+    return spec.dim * (2 if (kind or spec.norm) == "layer" else 1)
+
+
+def projector_cost(kind: str, branches: int, dim: int, seq_len: int) -> tuple[int, int]:
+    """(params, FLOPs) of a group's splitter or combiner: `res` and `gated` give each branch a
+    Linear(dim, dim) with bias (`gated` also its scalar gate); `copy` and `mean` have none."""
+    if kind not in ("res", "gated"):
+        return 0, 0
+    per_branch = dim * dim + dim + (1 if kind == "gated" else 0)
+    return branches * per_branch, branches * 2 * seq_len * dim * dim
 
 
 def _mixers(block: topo.Block) -> tuple[topo.Layer, ...]:
@@ -122,7 +132,9 @@ class _Builder:
         self.resolved: dict[topo.Layer, Primitive] = {}
         self.block_index = 0
         self.group_count = 0
-        self.groups: dict[int, str] = {}  # group id -> its residual connection ("none", "add", "gated")
+        # group id -> its attributes (residual, split, combine, linear_std, the number of branches);
+        # each branch of a group of branches is a group of its own: {"branch": index}
+        self.groups: dict[int, dict[str, Any]] = {}
 
     def primitive(self, layer: topo.Layer) -> Primitive:
         if layer not in self.resolved:
@@ -144,7 +156,7 @@ class _Builder:
         return True
 
     def add_layer(self, layer: topo.Layer, role_slot: str, block: int, node_id: str,
-                  group_path: tuple[int, ...], branch: int | None, with_norm: bool) -> LayerRow:
+                  group_path: tuple[int, ...], branch: int | None, with_norm: bool, norm_kind: str) -> LayerRow:
         prim = self.primitive(layer)
         role = prim.role
         if role_slot == "sequence" and role == "channel":
@@ -161,7 +173,7 @@ class _Builder:
         # a layer's pre-norm belongs to it (and is shared with it), except in a parallel
         # block, where one norm owned by the block feeds every branch
         norm_shared = shared and branch is None
-        norm = 0 if norm_shared or not with_norm else norm_params(self.spec)
+        norm = 0 if norm_shared or not with_norm else norm_params(self.spec, norm_kind)
         row = LayerRow(index=len(self.rows), block=block, node=node_id, symbol=layer.symbol,
                        primitive=prim.name, role=role, config=prim.config(), derived=prim.derived(),
                        params=(0 if shared else cost.params) + norm, norm_params=norm,
@@ -171,12 +183,13 @@ class _Builder:
         if layer.tag is not None and not shared:
             self.tags[layer.tag] = (layer, node_id)
         self.rows.append(row)
-        self.graph.add_node(node_id, kind="layer", slot=role_slot, row=row, primitive=prim, layer=layer)
+        self.graph.add_node(node_id, kind="layer", slot=role_slot, row=row, primitive=prim, layer=layer,
+                            norm=norm_kind)
         if shared:
             self.graph.add_edge(self.tags[layer.tag][1], node_id, kind="shares")
         return row
 
-    def add_block(self, block: topo.Block, prev: str, group_path: tuple[int, ...]) -> str:
+    def add_block(self, block: topo.Block, prev: str, group_path: tuple[int, ...], norm_kind: str) -> str:
         b = self.block_index
         self.block_index += 1
         mixers = _mixers(block)
@@ -184,7 +197,7 @@ class _Builder:
 
         if len(mixers) == 1:
             mixer_out = f"b{b}.mixer"
-            self.add_layer(mixers[0], "sequence", b, mixer_out, group_path, None, with_norm=True)
+            self.add_layer(mixers[0], "sequence", b, mixer_out, group_path, None, with_norm=True, norm_kind=norm_kind)
             self.graph.add_edge(prev, mixer_out, kind="data")
         else:
             # one pre-norm feeds every branch; their outputs are summed
@@ -192,7 +205,7 @@ class _Builder:
             self.graph.add_node(fan_in, kind="sum")
             for i, m in enumerate(mixers):
                 node_id = f"b{b}.mixer{i}"
-                self.add_layer(m, "sequence", b, node_id, group_path, i, with_norm=(i == 0))
+                self.add_layer(m, "sequence", b, node_id, group_path, i, with_norm=(i == 0), norm_kind=norm_kind)
                 self.graph.add_edge(prev, node_id, kind="branch")
                 self.graph.add_edge(node_id, fan_in, kind="branch")
             mixer_out = fan_in
@@ -203,7 +216,7 @@ class _Builder:
         if channel is None:
             return after_mixer
         channel_node = f"b{b}.channel"
-        self.add_layer(channel, "channel", b, channel_node, group_path, None, with_norm=True)
+        self.add_layer(channel, "channel", b, channel_node, group_path, None, with_norm=True, norm_kind=norm_kind)
         self.graph.add_edge(after_mixer, channel_node, kind="data")
         out = f"b{b}.add1"
         self.graph.add_node(out, kind="add")
@@ -211,14 +224,41 @@ class _Builder:
         self.graph.add_edge(after_mixer, out, kind="residual")
         return out
 
-    def add_nodes(self, nodes: topo.Topology, prev: str, group_path: tuple[int, ...]) -> str:
+    def new_group(self, attrs: dict[str, Any]) -> int:
+        gid = self.group_count
+        self.group_count += 1
+        self.groups[gid] = attrs
+        return gid
+
+    def add_fork(self, gid: int, fork: topo.Fork, prev: str, group_path: tuple[int, ...], norm_kind: str) -> str:
+        """A group of branches: its splitter feeds each branch, its combiner joins their outputs."""
+        attrs, d, n = self.groups[gid], self.spec.dim, len(fork.branches)
+        split, combine = f"g{gid}.split", f"g{gid}.combine"
+        self.graph.add_node(split, kind=f"split_{attrs['split']}", group=gid)
+        self.graph.add_node(combine, kind=f"combine_{attrs['combine']}", group=gid)
+        self.graph.add_edge(prev, split, kind="data")
+        for i, branch in enumerate(fork.branches):
+            bid = self.new_group({"branch": i})
+            out = self.add_nodes(branch, split, group_path + (bid,), norm_kind)
+            self.graph.add_edge(out, combine, kind="branch")
+        for role in ("split", "combine"):
+            params, flops = projector_cost(attrs[role], n, d, self.seq_len)
+            if params:
+                self.parts.append(PartRow(f"group_{role}[{gid}]", params, flops))
+        return combine
+
+    def add_nodes(self, nodes: topo.Topology, prev: str, group_path: tuple[int, ...], norm_kind: str) -> str:
         for node in nodes:
             if isinstance(node, topo.Group):
-                gid = self.group_count
-                self.group_count += 1
-                residual = dict(node.attrs).get("residual", "none")
-                self.groups[gid] = residual
-                inner = self.add_nodes(node.body, prev, group_path + (gid,))
+                attrs = {**topo.GROUP_DEFAULTS, **dict(node.attrs)}
+                residual = attrs["residual"]
+                inner_norm = attrs.get("norm", norm_kind)
+                gid = self.new_group(attrs)
+                if topo.is_forked(node):
+                    attrs["branches"] = len(node.body[0].branches)
+                    inner = self.add_fork(gid, node.body[0], prev, group_path + (gid,), inner_norm)
+                else:
+                    inner = self.add_nodes(node.body, prev, group_path + (gid,), inner_norm)
                 if residual == "none":
                     prev = inner
                     continue
@@ -231,7 +271,7 @@ class _Builder:
                     self.parts.append(PartRow(f"group_gate[{gid}]", d * d + d, 2 * self.seq_len * d * d))
                 prev = joint
             else:
-                prev = self.add_block(node, prev, group_path)
+                prev = self.add_block(node, prev, group_path, norm_kind)
         return prev
 
 
@@ -248,11 +288,13 @@ def build_graph(spec: Spec | str | PathLike, *, seq_len: int | None = None, voca
     vocab = vocab if vocab is not None else spec.vocab
     b = _Builder(spec, seq_len, vocab)
     b.graph.add_node("embedding", kind="embedding")
-    last = b.add_nodes(topo.expand(spec.topology), "embedding", ())
-    b.graph.add_node("final_norm", kind="norm")
-    b.graph.add_edge(last, "final_norm", kind="data")
+    last = b.add_nodes(topo.expand(spec.topology), "embedding", (), spec.norm)
+    if spec.final_norm:
+        b.graph.add_node("final_norm", kind="norm")
+        b.graph.add_edge(last, "final_norm", kind="data")
+        last = "final_norm"
     b.graph.add_node("head", kind="head")
-    b.graph.add_edge("final_norm", "head", kind="data")
+    b.graph.add_edge(last, "head", kind="data")
     d = spec.dim
     parts = []
     if vocab is not None:
@@ -260,7 +302,8 @@ def build_graph(spec: Spec | str | PathLike, *, seq_len: int | None = None, voca
         parts.append(PartRow("embedding", vocab * d, 4 * seq_len * d * vocab))
     if spec.positions == "learned":  # one per position up to the spec's seq_len, whatever the accounting length
         parts.append(PartRow("positions", spec.seq_len * d))
-    parts.append(PartRow("final_norm", norm_params(spec)))
+    if spec.final_norm:
+        parts.append(PartRow("final_norm", norm_params(spec)))
     if vocab is not None and not spec.tie_embeddings:
         parts.append(PartRow("head", vocab * d))
     b.graph.graph.update(parts=parts + b.parts, groups=b.groups, blocks=b.block_index)

@@ -3,7 +3,8 @@
 Every block is pre-norm residual (`x + mixer(norm(x))`, then `x + channel(norm(x))`).
 A layer and its pre-norm form one `PreNorm` unit, so a tag (`H#a`) shares both.
 Parallel mixers share one norm owned by their block and are summed. A group with a
-`residual` attribute wraps its sub-stack in a `GroupConnection`.
+`residual` attribute wraps its sub-stack in a `GroupConnection`; a group of branches,
+`(X | Y)`, is a `Fork`: a splitter feeds each branch (a sub-stack) and a combiner joins them.
 
 Recurrent inference (`Model.init_state`, `step`, `prefill`, `generate`): the state of a
 model is a list with one entry per stateful layer *use*, in stack order (a tagged layer
@@ -184,6 +185,70 @@ class GroupConnection(nn.Module):
         return self._connect(x, _seq_prefill(self.body, x, out))
 
 
+class Projector(nn.Module):
+    """One side of a group of branches, per branch i (seed 004's HybridModel projectors,
+    hybrid/projector.py): `res` x_i + P_i(x_i); `gated` (1 - a_i) * P_i(x_i) + a_i * x_i with a
+    learned scalar a_i (init 1); `copy` and `mean` pass x_i through. P_i is a Linear(dim, dim)
+    with bias, initialised as torch's default."""
+
+    def __init__(self, kind: str, branches: int, dim: int):
+        super().__init__()
+        self.kind = kind
+        self.proj = nn.ModuleList(nn.Linear(dim, dim) for _ in range(branches)) if kind in ("res", "gated") else None
+        self.alpha = nn.Parameter(torch.ones(branches)) if kind == "gated" else None
+
+    def forward(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        if self.proj is None:
+            return xs
+        if self.alpha is None:
+            return [x + proj(x) for x, proj in zip(xs, self.proj)]
+        return [(1 - a) * proj(x) + a * x for x, proj, a in zip(xs, self.proj, self.alpha)]
+
+
+class Fork(nn.Module):
+    """A group of branches: every branch (a sub-stack) reads the splitter's projection of the
+    input, and the combiner joins the branches' projected outputs: their mean (`mean`, `res`),
+    or their sum weighted by softmax(a) of the combiner's gates (`gated`)."""
+
+    def __init__(self, branches: list[nn.Module], split: str, combine: str, dim: int):
+        super().__init__()
+        self.branches = nn.ModuleList(branches)
+        self.split = Projector(split, len(branches), dim)
+        self.combine = Projector(combine, len(branches), dim)
+
+    def _join(self, ys: list[torch.Tensor]) -> torch.Tensor:
+        ys = self.combine(ys)
+        if self.combine.alpha is None:
+            return sum(ys) / len(ys)
+        weights = torch.softmax(self.combine.alpha, dim=0)
+        return sum(w * y for w, y in zip(weights, ys))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xs = self.split([x] * len(self.branches))
+        return self._join([branch(x_i) for branch, x_i in zip(self.branches, xs)])
+
+    def init_state(self, batch: int, device, dtype, out: State) -> None:
+        _seq_init(self.branches, batch, device, dtype, out)
+
+    def step(self, x_t: torch.Tensor, states, out: State) -> torch.Tensor:
+        xs = self.split([x_t] * len(self.branches))
+        return self._join([branch.step(x_i, states, out) for branch, x_i in zip(self.branches, xs)])
+
+    def prefill(self, x: torch.Tensor, out: State) -> torch.Tensor:
+        xs = self.split([x] * len(self.branches))
+        return self._join([branch.prefill(x_i, out) for branch, x_i in zip(self.branches, xs)])
+
+
+def reinit_linears(module: nn.Module, std: float) -> None:
+    """GPT-2 / GPT-Neo's init: every Linear weight N(0, std), biases zero (Mamba's dt_proj,
+    whose bias is marked `_no_reinit`, keeps its own, as Hugging Face's Mamba does)."""
+    for sub in module.modules():
+        if isinstance(sub, nn.Linear) and not getattr(sub.bias, "_no_reinit", False):
+            nn.init.normal_(sub.weight, std=std)
+            if sub.bias is not None:
+                nn.init.zeros_(sub.bias)
+
+
 class Stack(nn.Sequential):
     """Blocks in order (a group without a connection)."""
 
@@ -202,7 +267,7 @@ class Model(nn.Module):
 
     def __init__(self, body: list[nn.Module], dim: int, vocab_size: int, num_classes: int, norm: str,
                  tie_embeddings: bool, max_seq_len: int | None = None, *, positions: int = 0,
-                 embedding_std: float = 0.02, linear_std: float | None = None):
+                 embedding_std: float = 0.02, linear_std: float | None = None, final_norm: bool = True):
         super().__init__()
         self.dim, self.vocab_size, self.num_classes, self.max_seq_len = dim, vocab_size, num_classes, max_seq_len
         self.named_layers: dict[str, list[nn.Module]] = {}  # set by the compiler: symbol or "#tag" -> modules
@@ -210,15 +275,11 @@ class Model(nn.Module):
         # `positions` learned absolute positions (GPT-2, GPT-Neo), added to the token embedding; 0: none
         self.positions = nn.Embedding(positions, dim) if positions else None
         self.body = Stack(*body)
-        self.final_norm = make_norm(norm, dim)
+        self.final_norm = make_norm(norm, dim) if final_norm else nn.Identity()
         tied = tie_embeddings and num_classes == vocab_size
         self.head = None if tied else nn.Linear(dim, num_classes, bias=False)
-        if linear_std is not None:  # GPT-2 / GPT-Neo: every Linear N(0, std), biases zero (Mamba's dt_proj kept)
-            for module in self.body.modules():
-                if isinstance(module, nn.Linear) and not getattr(module.bias, "_no_reinit", False):
-                    nn.init.normal_(module.weight, std=linear_std)
-                    if module.bias is not None:
-                        nn.init.zeros_(module.bias)
+        if linear_std is not None:
+            reinit_linears(self.body, linear_std)
         nn.init.normal_(self.embedding.weight, std=embedding_std)  # 0.02: GPT-2 / Transformer++ practice
         if self.positions is not None:
             nn.init.normal_(self.positions.weight, std=embedding_std)
@@ -233,7 +294,7 @@ class Model(nn.Module):
                 f"params={self.num_params():,})")
 
     def features(self, tokens: torch.Tensor | None = None, embeds: torch.Tensor | None = None) -> torch.Tensor:
-        """Hidden states after the final norm, (B, L, dim). Give token ids or input embeddings."""
+        """Hidden states after the final norm (if the model has one), (B, L, dim). Give token ids or input embeddings."""
         if (tokens is None) == (embeds is None):
             raise ValueError("give exactly one of tokens or embeds")
         x = self.embedding(tokens) if tokens is not None else embeds

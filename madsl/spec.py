@@ -50,6 +50,7 @@ class Spec:
     positions: str = "none"  # or "learned": absolute position embeddings (GPT-2, GPT-Neo)
     embedding_std: float = 0.02
     linear_std: float | None = None  # None: each layer's own init; a number: every Linear N(0, std)
+    final_norm: bool = True  # false: the last block's output goes to the head unnormalised (seed 004's hybrids)
     description: str = ""
     budget: dict[str, budgets.Bound] = field(default_factory=dict)
     budget_seq_len: int | None = None
@@ -90,7 +91,7 @@ class Spec:
     def model_options(self) -> list[tuple[str, Any, Any]]:
         """(key, value, default) of the model-wide options that came after the first stored runs."""
         return [("positions", self.positions, "none"), ("embedding_std", self.embedding_std, 0.02),
-                ("linear_std", self.linear_std, None)]
+                ("linear_std", self.linear_std, None), ("final_norm", self.final_norm, True)]
 
     def topology_error(self, err: MadslError, span: topo.Span | None) -> MadslError:
         """`err`, which happened at `span` inside the topology string, located in the spec file."""
@@ -283,6 +284,8 @@ def _build(data: dict, source_map: SourceMap | None, path: Path | None) -> Spec:
         spec.embedding_std = float(data.get("embedding_std", 0.02))
     if "linear_std" not in unusable and data.get("linear_std") is not None:
         spec.linear_std = float(data["linear_std"])
+    if "final_norm" not in unusable:
+        spec.final_norm = data.get("final_norm", True)
     if spec.channel_mixer == topo.NO_CHANNEL:
         spec.channel_mixer = None
     if "budget" not in unusable:

@@ -17,6 +17,7 @@ Every key is checked; unknown keys are errors, never ignored:
     embedding_std: number           init std of the token (and position) embedding (default 0.02)
     linear_std: number | none       init every Linear weight N(0, std), biases zero, as GPT-2 / GPT-Neo
                                     do (default none: each layer's own initialisation)
+    final_norm: bool                a norm after the last block, before the head (default true)
     layers: {SYMBOL: {...}}         override a symbol's parameters, or define a new symbol
                                     with `primitive: NAME` or `base: SYMBOL` (spec_symbols.py)
     budget: {QUANTITY: BOUND, seq_len: int}   see budget.py
@@ -35,6 +36,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "description": (str,), "extends": (str,), "dim": (int,), "vocab": (int,),
     "seq_len": (int,), "topology": (str,), "channel_mixer": (str, type(None)), "norm": (str,),
     "tie_embeddings": (bool,), "positions": (str,), "embedding_std": (float, int), "linear_std": (float, int, type(None)),
+    "final_norm": (bool,),
     "layers": (dict,), "budget": (dict,), "eval": (dict,),
 }
 REQUIRED = ("name", "dim", "topology")

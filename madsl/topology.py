@@ -27,7 +27,19 @@ from .resources import grammar_file
 Value = Union[int, float, bool, str, None]
 Settings = tuple[tuple[str, Value], ...]  # sorted (key, value) pairs
 
-GROUP_ATTRIBUTES = {"residual": ("add", "none", "gated")}
+POSITIVE_NUMBER = "a positive number"
+# A group's attributes and their values (docs/language.md): the connection around it, the
+# splitter and combiner of a group of branches, the pre-norm kind and the Linear init of its layers
+GROUP_ATTRIBUTES: dict[str, Any] = {
+    "residual": ("add", "none", "gated"),
+    "split": ("copy", "res", "gated"),
+    "combine": ("mean", "res", "gated"),
+    "norm": ("rms", "layer"),
+    "linear_std": POSITIVE_NUMBER,
+}
+BRANCH_ATTRIBUTES = ("split", "combine")  # only a group of branches has a splitter and a combiner
+# what a bare group already is: dropped, so that both spellings are one architecture
+GROUP_DEFAULTS = {"residual": "none", "split": "copy", "combine": "mean"}
 NO_CHANNEL = "none"  # `H-none`: a block without a channel mixer
 
 # Limits, checked before the expensive work so that any input answers in seconds
@@ -89,12 +101,20 @@ class Group:
 
 
 @dataclass(frozen=True)
+class Fork:
+    """The branches of a group written `(X | Y)`: sub-stacks that each read the group's input
+    through its splitter, and whose outputs its combiner joins. Only ever a group's whole body."""
+
+    branches: tuple[tuple["Node", ...], ...]
+
+
+@dataclass(frozen=True)
 class Repeat:
     node: Union[Block, Group]
     count: int
 
 
-Node = Union[Block, Group, Repeat]
+Node = Union[Block, Group, Repeat, Fork]
 Topology = tuple[Node, ...]
 
 # --- parsing ------------------------------------------------------------------------
@@ -132,22 +152,18 @@ class _ToData(lark.Transformer):
         return Repeat(node, count) if count != 1 else node
 
     def group(self, meta, children):
-        body, attrs, count = children[0], (), None
-        for child in children[1:]:
+        sequences, attrs, count = [], (), None
+        for child in children:
             if isinstance(child, tuple) and child and child[0] == "attrs":
                 attrs = child[1]
+            elif isinstance(child, tuple):
+                sequences.append(child)
             else:
                 count = child
         for key, value, key_span, value_span in attrs:
-            if key not in GROUP_ATTRIBUTES:
-                raise _TopologyError(f"unknown group attribute {key!r}", key_span,
-                                     expected=", ".join(GROUP_ATTRIBUTES),
-                                     hint=_nearest(key, GROUP_ATTRIBUTES))
-            if value not in GROUP_ATTRIBUTES[key]:
-                raise _TopologyError(f"{key} must be one of {', '.join(GROUP_ATTRIBUTES[key])}, got {value!r}",
-                                     value_span, hint=_nearest(str(value), GROUP_ATTRIBUTES[key]))
-        # residual=none is what a bare group already is: drop it so both spellings are one architecture
-        attrs = tuple(a for a in attrs if not (a[0] == "residual" and a[1] == "none"))
+            _check_group_attribute(key, value, key_span, value_span, branched=len(sequences) > 1)
+        attrs = tuple(a for a in attrs if GROUP_DEFAULTS.get(a[0], object()) != a[1])
+        body = sequences[0] if len(sequences) == 1 else (Fork(tuple(sequences)),)
         group = Group(body, _settings(attrs, meta), _span(meta))
         return Repeat(group, count) if count not in (None, 1) else group
 
@@ -198,6 +214,23 @@ class _ToData(lark.Transformer):
             raise _TopologyError("a quoted value cannot contain control characters (newlines, tabs, ...)",
                                  _tok_span(children[0]), hint="write the value on one line")
         return text, _tok_span(children[0])
+
+
+def _check_group_attribute(key: str, value: Value, key_span: Span, value_span: Span, *, branched: bool) -> None:
+    allowed = GROUP_ATTRIBUTES.get(key)
+    if allowed is None:
+        raise _TopologyError(f"unknown group attribute {key!r}", key_span, expected=", ".join(GROUP_ATTRIBUTES),
+                             hint=_nearest(key, GROUP_ATTRIBUTES))
+    if allowed == POSITIVE_NUMBER:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise _TopologyError(f"{key} must be a positive number, got {value!r}", value_span,
+                                 expected=POSITIVE_NUMBER, hint=f"for example {key}=0.02")
+    elif value not in allowed:
+        raise _TopologyError(f"{key} must be one of {', '.join(allowed)}, got {value!r}", value_span,
+                             hint=_nearest(str(value), allowed))
+    if key in BRANCH_ATTRIBUTES and not branched:
+        raise _TopologyError(f"{key} applies to a group of branches, and this group has one", key_span,
+                             hint=f"separate the branches with '|': (Ag:Al | 2Mb){{{key}={value}}}")
 
 
 def _settings(raw: tuple, meta: Any) -> Settings:
@@ -412,13 +445,15 @@ def size(topology: Topology) -> int:
             total += node.count * size((node.node,))
         elif isinstance(node, Group):
             total += size(node.body)
+        elif isinstance(node, Fork):
+            total += sum(size(branch) for branch in node.branches)
         else:
             total += len(node.mixer.branches) if isinstance(node.mixer, Parallel) else 1
     return total
 
 
 def expand(topology: Topology) -> Topology:
-    """Unroll repeats and flatten groups without attributes."""
+    """Unroll repeats and flatten groups without attributes (a group of branches stays)."""
     out: list[Node] = []
     for node in topology:
         out.extend(_expand_node(node))
@@ -432,12 +467,19 @@ def _expand_node(node: Node) -> Iterator[Node]:
             yield from inner
     elif isinstance(node, Group):
         body = expand(node.body)
-        if node.attrs:
+        if node.attrs or is_forked(node):
             yield Group(body, node.attrs, node.span)
         else:
             yield from body
+    elif isinstance(node, Fork):
+        yield Fork(tuple(expand(branch) for branch in node.branches))
     else:
         yield node
+
+
+def is_forked(group: Group) -> bool:
+    """Whether a group is a group of branches, `(X | Y)`."""
+    return len(group.body) == 1 and isinstance(group.body[0], Fork)
 
 
 def blocks(topology: Topology) -> Iterator[Block]:
@@ -445,6 +487,9 @@ def blocks(topology: Topology) -> Iterator[Block]:
     for node in expand(topology):
         if isinstance(node, Group):
             yield from blocks(node.body)
+        elif isinstance(node, Fork):
+            for branch in node.branches:
+                yield from blocks(branch)
         else:
             yield node
 
@@ -456,6 +501,9 @@ def layers(topology: Topology) -> Iterator[Layer]:
             yield from layers((node.node,))
         elif isinstance(node, Group):
             yield from layers(node.body)
+        elif isinstance(node, Fork):
+            for branch in node.branches:
+                yield from layers(branch)
         else:
             yield from (node.mixer.branches if isinstance(node.mixer, Parallel) else (node.mixer,))
             if node.channel is not None:
@@ -468,6 +516,8 @@ def map_blocks(topology: Topology, fn) -> Topology:
     for node in topology:
         if isinstance(node, Group):
             out.append(Group(map_blocks(node.body, fn), node.attrs, node.span))
+        elif isinstance(node, Fork):
+            out.append(Fork(tuple(map_blocks(branch, fn) for branch in node.branches)))
         elif isinstance(node, Repeat):
             out.append(Repeat(map_blocks((node.node,), fn)[0], node.count))
         else:
@@ -521,6 +571,8 @@ def expanded_text(topology: Topology) -> str:
     for node in expand(topology):
         if isinstance(node, Group):
             parts.append(f"({expanded_text(node.body)}){_settings_text(node.attrs)}")
+        elif isinstance(node, Fork):
+            parts.append(" | ".join(expanded_text(branch) for branch in node.branches))
         else:
             parts.append(block_text(node))
     return " : ".join(parts)
@@ -538,6 +590,8 @@ def canonical(topology: Topology) -> str:
 def _unit(node: Node) -> str:
     if isinstance(node, Group):
         return f"({_compress(list(node.body))}){_settings_text(node.attrs)}"
+    if isinstance(node, Fork):
+        return " | ".join(_compress(list(branch)) for branch in node.branches)
     return block_text(node)
 
 
