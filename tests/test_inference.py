@@ -19,7 +19,8 @@ torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT, STEPS, VOCAB = 5, 3, 16
 SPECS = sorted(ROOT.glob("specs/paper/*.mad")) + sorted(ROOT.glob("specs/hybrid/*.mad"))
-TOPOLOGIES = ["H#a-Sg:A:H#a-Sg", "A{window=3}-Sg:A{window=2,rotary=true}", "[H | mA]-MoE:Mb", "(2A:2Mb){residual=gated}:(A-Sg){residual=add}:(Mb:H)"]
+TOPOLOGIES = ["H#a-Sg:A:H#a-Sg", "A{window=3}-Sg:A{window=2,rotary=true}", "[H | mA]-MoE:Mb", "(2A:2Mb){residual=gated}:(A-Sg){residual=add}:(Mb:H)",
+              "((A:A){norm=layer} | Mb:H)x2:(A-Sg | Mb){split=gated, combine=res, residual=add}"]
 
 
 def _model(spec) -> torch.nn.Module:

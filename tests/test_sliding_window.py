@@ -59,7 +59,6 @@ def test_a_window_as_long_as_the_sequence_is_full_attention():
 STORED_IDENTITIES = {
     "specs/paper/mh-attention-sg.mad": "f79c7cbf25432160a6ccadf5dc863c6714b63e6e49aa78b54544b9cb17d25e04",
     "specs/paper/attention-moe.mad": "ac7cbec18e1ac26a812c3fcafb537a43f42a9ea7c8f1789ab696feb600072354",
-    "specs/hybrid/icr-hybrid.mad": "747f82e1f5aaf884e4e1ac887929612217778ffed1c3e954e94f38e3af14de64",
     "specs/induction/attention-rope.mad": "39cacf0d76edca22a5a2b08d14e1e7351d97bd83094fdc7f9bc49524c81939c6",
 }
 
