@@ -128,4 +128,6 @@ def _refuse_structure(nodes: Any) -> None:
         if isinstance(node, topo.Group):
             if dict(node.attrs).get("residual", "none") != "none":
                 raise MadslError("a group connection (residual=...) has no Megatron pattern")
+            if topo.is_forked(node) or node.attrs:
+                raise MadslError("a group of branches (X | Y) or a group's norm= / linear_std= has no Megatron pattern")
             _refuse_structure(node.body)

@@ -60,7 +60,7 @@ class LayerRow:
 class PartRow:
     """A model-level part that is not a layer of the topology."""
 
-    name: str  # "embedding", "final_norm", "head", "group_gate"
+    name: str  # "embedding", "positions", "final_norm", "head", "group_gate[g]", "group_split[g]", "group_combine[g]"
     params: int
     flops: int = 0
 

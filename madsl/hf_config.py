@@ -156,6 +156,8 @@ class Stack:
         self.spec, self.family = spec, family
         if spec.norm != "rms":
             raise MadslError(f"{spec.name}: {family.title} uses RMSNorm; the spec has norm: {spec.norm}")
+        if not spec.final_norm:
+            raise MadslError(f"{spec.name}: {family.title} has a final norm; the spec has final_norm: false")
         if spec.vocab is None:
             raise MadslError(f"{spec.name}: a config.json states vocab_size", hint="set `vocab:` in the spec")
         _plain(spec, family)
@@ -213,6 +215,9 @@ def _plain(spec: Any, family: "Family") -> None:
                 if dict(node.attrs).get("residual", "none") != "none":
                     raise MadslError(f"{spec.name}: a group connection (residual=...) has no "
                                      f"{family.title} config.json")
+                if topo.is_forked(node) or node.attrs:
+                    raise MadslError(f"{spec.name}: a group of branches (X | Y) or a group's norm= / "
+                                     f"linear_std= has no {family.title} config.json")
                 walk(node.body)
     walk(spec.topology)
     for block in topo.blocks(topo.expand(spec.topology)):
