@@ -74,9 +74,18 @@ def written_topologies(max_depth: int = 3):
     def group(inner):
         @st.composite
         def make(draw) -> str:
-            text = "(" + draw(inner) + ")"
+            branches = [draw(inner) for _ in range(draw(st.sampled_from([1, 1, 2, 3])))]
+            text = "(" + " | ".join(branches) + ")"
+            attrs = []
             if draw(st.booleans()):
-                text += "{residual=" + draw(st.sampled_from(["add", "gated", "none", '"add"'])) + "}"
+                attrs.append("residual=" + draw(st.sampled_from(["add", "gated", "none", '"add"'])))
+            if len(branches) > 1 and draw(st.booleans()):
+                attrs.append("split=" + draw(st.sampled_from(["copy", "res", "gated"])))
+                attrs.append("combine=" + draw(st.sampled_from(["mean", "res", "gated"])))
+            if draw(st.integers(0, 3)) == 0:
+                attrs.append(draw(st.sampled_from(["norm=layer", "norm=rms", "linear_std=0.02", "linear_std=1"])))
+            if attrs:
+                text += "{" + ", ".join(draw(st.permutations(attrs))) + "}"
             if draw(st.booleans()):
                 text += draw(st.sampled_from(["x", "X", "×"])) + str(draw(st.integers(1, 3)))
             return text
