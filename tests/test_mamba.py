@@ -230,7 +230,7 @@ def test_scan_saves_no_per_step_states():
     # Nothing of size batch*L*d_inner*d_state: inputs, (batch, L, d_inner) sequences and
     # one state per chunk only.
     assert max(t.numel() for t in saved if t is not None) == batch * length * d_inner
-    starts = [t for t in saved if t is not None and t.dim() == 4]
+    starts = [t for t in saved if t is not None and t.dim() == 5]  # (chunks, batch, groups, d_state, d_inner)
     assert len(starts) == 1 and starts[0].shape[0] == length // chunk_len
 
 

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from madsl.kernels import cuda
+from madsl.kernels.member_fold import folds_into_batch
 
 
 def _full_precision(fn):
@@ -104,6 +105,7 @@ def _largest_safe_chunk(log_decay: Tensor, chunk: int) -> int:
     return chunk
 
 
+@folds_into_batch  # under vmap one call for all members (its chunk choice reads the data)
 @_full_precision
 def gla_chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
                 initial_state: Tensor | None = None,
@@ -167,6 +169,7 @@ def fla_chunk_gla():
     return cuda.chunk_gla()
 
 
+@folds_into_batch  # fla's kernels have no vmap rule
 def gla_fla_chunk(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
                   initial_state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
     """fla's Triton chunk kernel on CUDA tensors (same layout and semantics as above).

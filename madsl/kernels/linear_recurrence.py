@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from madsl.kernels import cuda
+from madsl.kernels.member_fold import folds_into_batch
 
 
 def full_precision(fn):
@@ -202,6 +203,7 @@ def _heads_second(*xs: Tensor | None) -> list[Tensor | None]:
     return [None if x is None else x.transpose(1, 2).contiguous() for x in xs]
 
 
+@folds_into_batch  # under vmap one call for all members: fla's kernels have no vmap rule
 def decay_parallel(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None, chunk_size: int = 64) -> Tensor:
     """o of `decay_recurrent` from a zero state: fla's `chunk_simple_gla` on CUDA when installed
     (q as given: scale 1; the log decay per head and token is its `g`), else `decay_chunked`."""
@@ -214,6 +216,7 @@ def decay_parallel(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None, ch
     return decay_chunked(q, k, v, log_decay, chunk_size=chunk_size)[0]
 
 
+@folds_into_batch
 def delta_parallel(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor | None,
                    chunk_size: int = 64) -> Tensor:
     """o of `delta_recurrent` from a zero state: fla's `chunk_gated_delta_rule` (with a decay) or

@@ -9,7 +9,9 @@ input-dependent `B`, `C` (one group):
     out_t  = y_t * silu(z_t)
 
 Shapes (mamba-ssm's layout): u, delta, z (batch, d_inner, L); A (d_inner, d_state);
-B, C (batch, d_state, L); D, delta_bias (d_inner,). Any strides are accepted. Inputs
+B, C (batch, d_state, L), or grouped (batch, groups, d_state, L) as mamba-ssm takes them
+(channel d reads group d // (d_inner / groups): the members of a stacked model, folded
+into the channels, each read their own B and C); D, delta_bias (d_inner,). Any strides are accepted. Inputs
 whose channel axis is contiguous are read in place: transposed views of
 (batch, L, channels) tensors, which is what `madsl.layers.mamba.Mamba` passes;
 contiguous (batch, channels, L) inputs are copied once. Outputs and input gradients
@@ -28,7 +30,9 @@ O(batch*d_inner*d_state*chunk_len).
 
 `selective_scan` dispatches by device: this scan on the CPU; on CUDA mamba-ssm's
 kernel, or without it the chunked parallel scan of `selective_scan_chunked` (the
-step-by-step loop here would launch several kernels per time step on a GPU).
+step-by-step loop here would launch several kernels per time step on a GPU). Under
+vmap (grid-batched training) it folds the members into the channels and scans once
+(`madsl.kernels.member_fold`).
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from madsl.kernels import cuda
+from madsl.kernels import cuda, member_fold
 from madsl.kernels.selective_scan_chunked import selective_scan_chunked
 
 # State elements (batch * d_inner * d_state * steps) held per chunk buffer. 2^18 (1 MiB of
@@ -52,21 +56,26 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _time_major(x: Tensor, dtype: torch.dtype) -> Tensor:
-    """(batch, channels, L) -> a (L, batch, channels) view; copies only to fix dtype or
-    to make the channel axis contiguous (what the per-step ops vectorise over)."""
-    x = x.to(dtype).permute(2, 0, 1)
+    """(batch, ..., L) -> a (L, batch, ...) view; copies only to fix dtype or to make the
+    last axis contiguous (what the per-step ops vectorise over)."""
+    x = x.to(dtype).movedim(-1, 0)
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _new_time_major(length: int, batch: int, channels: int, like: Tensor) -> Tensor:
-    """An (L, batch, channels) view of fresh (batch, L, channels) storage, so that the
-    result transposed back to (batch, channels, L) is a view of a (batch, L, channels)
+def _grouped(BC: Tensor) -> Tensor:
+    """B or C as (batch, groups, d_state, L): one group where it is (batch, d_state, L)."""
+    return BC.unsqueeze(1) if BC.dim() == 3 else BC
+
+
+def _new_time_major(length: int, batch: int, *channels: int, like: Tensor) -> Tensor:
+    """An (L, batch, *channels) view of fresh (batch, L, *channels) storage, so that the
+    result moved back to (batch, *channels, L) is a view of a (batch, L, *channels)
     tensor: the layout the surrounding Linear layers consume without copies."""
-    return like.new_empty(batch, length, channels).transpose(0, 1)
+    return like.new_empty(batch, length, *channels).transpose(0, 1)
 
 
 def _to_user_layout(x_time_major: Tensor) -> Tensor:
-    return x_time_major.permute(1, 2, 0)  # (L, batch, channels) -> (batch, channels, L)
+    return x_time_major.movedim(0, -1)  # (L, batch, ...) -> (batch, ..., L)
 
 
 def _default_chunk_len(batch: int, d_inner: int, d_state: int, length: int) -> int:
@@ -76,14 +85,14 @@ def _default_chunk_len(batch: int, d_inner: int, d_state: int, length: int) -> i
 class _ChunkBuffers:
     """Preallocated per-chunk work buffers, reused by every chunk of one call.
 
-    States are laid out (step, batch, d_state, d_inner): d_inner is contiguous in every
-    elementwise op, so they vectorise (mamba-ssm's (.., d_state)-innermost layout gives
-    inner loops of length d_state), and the contractions over d_state or d_inner are
-    batched matmuls over the merged (step, batch) axis."""
+    States are laid out (step, batch, groups, d_state, d_inner / groups): the channels are
+    contiguous in every elementwise op, so they vectorise (mamba-ssm's (.., d_state)-innermost
+    layout gives inner loops of length d_state), and the contractions over d_state or the
+    channels are batched matmuls over the merged (step, batch, groups) axis."""
 
-    def __init__(self, chunk_len: int, batch: int, d_inner: int, d_state: int, like: Tensor,
-                 with_grad: bool):
-        shape = (batch, d_state, d_inner)
+    def __init__(self, chunk_len: int, batch: int, groups: int, d_state: int, group_width: int,
+                 like: Tensor, with_grad: bool):
+        shape = (batch, groups, d_state, group_width)
         self.decay = like.new_empty(chunk_len, *shape)  # exp(delta*A) per step
         self.states = like.new_empty(chunk_len + 1, *shape)  # [h_{start-1}, h_start, ...]
         self.decay_steps = self.decay.unbind(0)
@@ -96,19 +105,30 @@ class _ChunkBuffers:
 def _recompute_chunk(buf: _ChunkBuffers, steps: int, delta_c: Tensor, delta_u_c: Tensor,
                      B_c: Tensor, A_T: Tensor, h_start: Tensor) -> None:
     """Fill buf.decay[:steps] and buf.states[:steps+1] for one chunk starting from h_start.
-    delta_c, delta_u_c: (T, batch, d_inner); B_c: (T, batch, d_state); A_T: (d_state, d_inner)."""
+    delta_c, delta_u_c: (T, batch, groups, 1, group_width); B_c: (T, batch, groups, d_state, 1);
+    A_T: (groups, d_state, group_width)."""
     decay, states = buf.decay[:steps], buf.states[1:steps + 1]
     buf.states[0].copy_(h_start)  # first: h_start may alias the buffer's last state
-    torch.mul(delta_c.unsqueeze(2), A_T, out=decay).exp_()
-    torch.mul(delta_u_c.unsqueeze(2), B_c.unsqueeze(-1), out=states)  # delta*u*B
+    torch.mul(delta_c, A_T, out=decay).exp_()
+    torch.mul(delta_u_c, B_c, out=states)  # delta*u*B
     decay_steps, state_steps = buf.decay_steps, buf.state_steps
     for t in range(steps):  # h_t = exp(delta_t A) h_{t-1} + delta_t u_t B_t, in place
         state_steps[t + 1].addcmul_(decay_steps[t], state_steps[t])
 
 
 def _rows(x: Tensor) -> Tensor:
-    """(T, batch, k) or (T, batch, d_state, d_inner) -> (T*batch, ...), for bmm."""
-    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+    """(T, batch, groups, ...) -> (T*batch*groups, ...), for bmm."""
+    return x.reshape(x.shape[0] * x.shape[1] * x.shape[2], *x.shape[3:])
+
+
+def _per_group(x: Tensor, groups: int) -> Tensor:
+    """(T, batch, d_inner) -> (T, batch, groups, 1, group_width) view."""
+    return x.view(*x.shape[:2], groups, 1, -1)
+
+
+def _A_T(A: Tensor, groups: int, dtype: torch.dtype) -> Tensor:
+    """A (d_inner, d_state) -> (groups, d_state, group_width), contiguous."""
+    return A.to(dtype).view(groups, -1, A.shape[1]).transpose(1, 2).contiguous()
 
 
 class SelectiveScanCPU(torch.autograd.Function):
@@ -121,12 +141,13 @@ class SelectiveScanCPU(torch.autograd.Function):
         dtype_in = u.dtype
         cdtype = _compute_dtype(dtype_in)
         batch, d_inner, length = u.shape
-        d_state = A.shape[1]
-        A_T = A.to(cdtype).t().contiguous()
+        groups, d_state = _grouped(B).shape[1:3]
+        width = d_inner // groups  # channels per group
+        A_T = _A_T(A, groups, cdtype)
         u_t = _time_major(u, cdtype)
-        B_t, C_t = _time_major(B, cdtype), _time_major(C, cdtype)
+        B_t, C_t = _time_major(_grouped(B), cdtype), _time_major(_grouped(C), cdtype)  # (L, batch, groups, d_state)
         z_t = _time_major(z, cdtype) if z is not None else None
-        delta_pre = _new_time_major(length, batch, d_inner, u_t)  # delta + bias
+        delta_pre = _new_time_major(length, batch, d_inner, like=u_t)  # delta + bias
         if delta_bias is not None:
             torch.add(_time_major(delta, cdtype), delta_bias.to(cdtype), out=delta_pre)
         else:
@@ -136,15 +157,15 @@ class SelectiveScanCPU(torch.autograd.Function):
 
         T = chunk_len or _default_chunk_len(batch, d_inner, d_state, length)
         n_chunks = (length + T - 1) // T
-        buf = _ChunkBuffers(min(T, length), batch, d_inner, d_state, u_t, with_grad=False)
-        chunk_starts = u_t.new_empty(n_chunks, batch, d_state, d_inner)  # h before each chunk
-        y = _new_time_major(length, batch, d_inner, u_t)  # sum_n h C (+ D u below)
-        h = u_t.new_zeros(batch, d_state, d_inner)
+        buf = _ChunkBuffers(min(T, length), batch, groups, d_state, width, u_t, with_grad=False)
+        chunk_starts = u_t.new_empty(n_chunks, batch, groups, d_state, width)  # h before each chunk
+        y = _new_time_major(length, batch, d_inner, like=u_t)  # sum_n h C (+ D u below)
+        h = u_t.new_zeros(batch, groups, d_state, width)
         for c in range(n_chunks):
             t0, t1 = c * T, min(length, (c + 1) * T)
             chunk_starts[c].copy_(h)
-            _recompute_chunk(buf, t1 - t0, delta_t[t0:t1], delta_u[t0:t1], B_t[t0:t1], A_T,
-                             chunk_starts[c])
+            _recompute_chunk(buf, t1 - t0, _per_group(delta_t[t0:t1], groups), _per_group(delta_u[t0:t1], groups),
+                             B_t[t0:t1].unsqueeze(-1), A_T, chunk_starts[c])
             states = buf.states[1:t1 - t0 + 1]
             y[t0:t1] = torch.bmm(_rows(C_t[t0:t1]).unsqueeze(1), _rows(states)).view(t1 - t0, batch, d_inner)
             h = buf.states[t1 - t0]
@@ -157,7 +178,7 @@ class SelectiveScanCPU(torch.autograd.Function):
         out = _to_user_layout(out).to(dtype_in)
         if not return_last_state:
             return out
-        last_state = h.permute(0, 2, 1).contiguous()  # (batch, d_inner, d_state)
+        last_state = h.transpose(2, 3).reshape(batch, d_inner, d_state)  # (batch, d_inner, d_state)
         ctx.mark_non_differentiable(last_state)
         return out, last_state
 
@@ -171,10 +192,11 @@ class SelectiveScanCPU(torch.autograd.Function):
         u, delta_pre, delta_t, A, B, C, D, z, delta_bias, chunk_starts, y = ctx.saved_tensors
         delta_softplus, T, cdtype, delta_dtype = ctx.meta
         batch, d_inner, length = u.shape
-        d_state = A.shape[1]
-        A_T = A.to(cdtype).t().contiguous()
+        groups, d_state = _grouped(B).shape[1:3]
+        width = d_inner // groups
+        A_T = _A_T(A, groups, cdtype)
         u_t = _time_major(u, cdtype)
-        B_t, C_t = _time_major(B, cdtype), _time_major(C, cdtype)
+        B_t, C_t = _time_major(_grouped(B), cdtype), _time_major(_grouped(C), cdtype)
         grad_out_t = _time_major(grad_out, cdtype)
         delta_u = delta_t * u_t
 
@@ -186,38 +208,40 @@ class SelectiveScanCPU(torch.autograd.Function):
         else:
             grad_y, grad_z_t = grad_out_t, None
 
-        grad_u_t = _new_time_major(length, batch, d_inner, u_t)
+        grad_u_t = _new_time_major(length, batch, d_inner, like=u_t)
         if D is not None:
             torch.mul(grad_y, D.to(cdtype), out=grad_u_t)
             grad_D = (grad_y * u_t).sum((0, 1))
         else:
             grad_u_t.zero_()
             grad_D = None
-        grad_delta_t = _new_time_major(length, batch, d_inner, u_t)
-        grad_B_t = _new_time_major(length, batch, d_state, u_t)
-        grad_C_t = _new_time_major(length, batch, d_state, u_t)
+        grad_delta_t = _new_time_major(length, batch, d_inner, like=u_t)
+        grad_B_t = _new_time_major(length, batch, groups, d_state, like=u_t)
+        grad_C_t = _new_time_major(length, batch, groups, d_state, like=u_t)
         grad_A_T = torch.zeros_like(A_T)
 
-        buf = _ChunkBuffers(min(T, length), batch, d_inner, d_state, u_t, with_grad=True)
+        buf = _ChunkBuffers(min(T, length), batch, groups, d_state, width, u_t, with_grad=True)
         # exp(delta_{t+1} A) * dL/dh_{t+1}, flowing into the last step of the chunk before.
-        carry = u_t.new_zeros(batch, d_state, d_inner)
+        carry = u_t.new_zeros(batch, groups, d_state, width)
         n_chunks = chunk_starts.shape[0]
         for c in reversed(range(n_chunks)):
             t0, t1 = c * T, min(length, (c + 1) * T)
             steps = t1 - t0
-            delta_c, delta_u_c, B_c, C_c = delta_t[t0:t1], delta_u[t0:t1], B_t[t0:t1], C_t[t0:t1]
-            grad_y_c = grad_y[t0:t1]
-            _recompute_chunk(buf, steps, delta_c, delta_u_c, B_c, A_T, chunk_starts[c])
+            delta_c = _per_group(delta_t[t0:t1], groups)  # (T, batch, groups, 1, width)
+            delta_u_c = _per_group(delta_u[t0:t1], groups)
+            B_c, C_c = B_t[t0:t1], C_t[t0:t1]  # (T, batch, groups, d_state)
+            grad_y_c = _per_group(grad_y[t0:t1], groups)
+            _recompute_chunk(buf, steps, delta_c, delta_u_c, B_c.unsqueeze(-1), A_T, chunk_starts[c])
             decay = buf.decay[:steps]
             prev_states = buf.states[:steps]
             grad_h = buf.grad_states[:steps]
 
-            # y_t = C_t . h_t  ->  dC_t = h_t dy_t  (sum over d_inner)
+            # y_t = C_t . h_t  ->  dC_t = h_t dy_t  (sum over the group's channels)
             states = _rows(buf.states[1:steps + 1])
-            grad_C_t[t0:t1] = torch.bmm(states, _rows(grad_y_c).unsqueeze(-1)).view(steps, batch, d_state)
+            grad_C_t[t0:t1] = torch.bmm(states, _rows(grad_y_c).transpose(1, 2)).view(steps, batch, groups, d_state)
 
             # Reverse-time recurrence: G_t = dy_t C_t + exp(delta_{t+1} A) G_{t+1}.
-            torch.mul(grad_y_c.unsqueeze(2), C_c.unsqueeze(-1), out=grad_h)
+            torch.mul(grad_y_c, C_c.unsqueeze(-1), out=grad_h)
             grad_h[steps - 1].add_(carry)
             decay_steps, grad_steps = buf.decay_steps, buf.grad_steps
             for t in range(steps - 2, -1, -1):
@@ -226,19 +250,19 @@ class SelectiveScanCPU(torch.autograd.Function):
 
             # Decay a_t = exp(delta_t A): dL/d(delta_t A) = G_t * h_{t-1} * a_t.
             grad_log_decay = prev_states.mul_(decay).mul_(grad_h)  # overwrites h_{t-1}
-            grad_delta_c = grad_delta_t[t0:t1]
-            torch.mul(grad_log_decay[:, :, 0], A_T[0], out=grad_delta_c)
+            grad_delta_c = _per_group(grad_delta_t[t0:t1], groups).squeeze(3)  # (T, batch, groups, width)
+            torch.mul(grad_log_decay[:, :, :, 0], A_T[:, 0], out=grad_delta_c)
             for n in range(1, d_state):
-                grad_delta_c.addcmul_(grad_log_decay[:, :, n], A_T[n])
-            scratch = torch.mul(grad_log_decay, delta_c.unsqueeze(2), out=decay)  # decay is spent
+                grad_delta_c.addcmul_(grad_log_decay[:, :, :, n], A_T[:, n])
+            scratch = torch.mul(grad_log_decay, delta_c, out=decay)  # decay is spent
             grad_A_T.add_(scratch.sum((0, 1)))
 
             # Input b_t = delta_t u_t B_t.
             grad_h_rows = _rows(grad_h)
-            grad_B_t[t0:t1] = torch.bmm(grad_h_rows, _rows(delta_u_c).unsqueeze(-1)).view(steps, batch, d_state)
+            grad_B_t[t0:t1] = torch.bmm(grad_h_rows, _rows(delta_u_c).transpose(1, 2)).view(steps, batch, groups, d_state)
             grad_b_dot_B = torch.bmm(_rows(B_c).unsqueeze(1), grad_h_rows).view(steps, batch, d_inner)
-            grad_u_t[t0:t1].addcmul_(grad_b_dot_B, delta_c)
-            grad_delta_c.addcmul_(grad_b_dot_B, u_t[t0:t1])
+            grad_u_t[t0:t1].addcmul_(grad_b_dot_B, delta_t[t0:t1])
+            grad_delta_t[t0:t1].addcmul_(grad_b_dot_B, u_t[t0:t1])
 
         if delta_softplus:
             grad_delta_t = torch.ops.aten.softplus_backward(grad_delta_t, delta_pre, 1.0, 20.0)
@@ -247,12 +271,26 @@ class SelectiveScanCPU(torch.autograd.Function):
         def user(x: Tensor, dtype: torch.dtype) -> Tensor:
             return _to_user_layout(x).to(dtype)
 
-        return (user(grad_u_t, u.dtype), user(grad_delta_t, delta_dtype), grad_A_T.t().to(A.dtype),
-                user(grad_B_t, B.dtype), user(grad_C_t, C.dtype),
+        def user_BC(x: Tensor, like: Tensor) -> Tensor:  # (L, batch, groups, d_state) -> B's or C's shape
+            x = user(x, like.dtype)
+            return x.squeeze(1) if like.dim() == 3 else x
+
+        return (user(grad_u_t, u.dtype), user(grad_delta_t, delta_dtype),
+                grad_A_T.transpose(1, 2).reshape(d_inner, d_state).to(A.dtype),
+                user_BC(grad_B_t, B), user_BC(grad_C_t, C),
                 grad_D.to(D.dtype) if grad_D is not None else None,
                 user(grad_z_t, z.dtype) if z is not None else None,
                 grad_bias.to(delta_bias.dtype) if grad_bias is not None else None,
                 None, None, None)
+
+
+def _check_groups(name: str, u: Tensor, A: Tensor, B: Tensor, C: Tensor) -> None:
+    if A.is_complex() or B.dim() not in (3, 4) or C.dim() != B.dim():
+        raise NotImplementedError(f"{name}: real A and B, C of shape (batch, d_state, L) or "
+                                  f"(batch, groups, d_state, L) only")
+    if B.dim() == 4 and (u.shape[1] % B.shape[1] or B.shape[1] != C.shape[1]):
+        raise ValueError(f"{name}: {u.shape[1]} channels do not split into the {B.shape[1]} groups of B "
+                         f"and the {C.shape[1]} of C")
 
 
 def selective_scan_cpu(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
@@ -261,12 +299,12 @@ def selective_scan_cpu(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor
                        return_last_state: bool = False, chunk_len: int | None = None):
     """The fused CPU scan (works on any device, but is meant for the CPU).
 
-    Same arguments and result as mamba-ssm's `selective_scan_fn` (real A, B and C of
-    shape (batch, d_state, L)). With `return_last_state` it returns (out, h_L); like
-    mamba-ssm, no gradient flows through h_L. `chunk_len` overrides the chunk length.
+    Same arguments and result as mamba-ssm's `selective_scan_fn` (real A; B and C of
+    shape (batch, d_state, L) or grouped (batch, groups, d_state, L)). With
+    `return_last_state` it returns (out, h_L); like mamba-ssm, no gradient flows through
+    h_L. `chunk_len` overrides the chunk length.
     """
-    if A.is_complex() or B.dim() != 3 or C.dim() != 3:
-        raise NotImplementedError("selective_scan_cpu: real A and (batch, d_state, L) B, C only")
+    _check_groups("selective_scan_cpu", u, A, B, C)
     # The scan is computed in float32 (float64) whatever autocast says (its bmm would run in
     # bf16); the backward disables autocast itself.
     with torch.autocast(device_type=u.device.type, enabled=False):
@@ -280,7 +318,11 @@ def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
                    return_last_state: bool = False):
     """Dispatch. CUDA tensors: mamba-ssm's `selective_scan_fn` when it imports, else the
     chunked parallel scan (`selective_scan_chunked`, after a one-time warning naming the
-    extra); never this module's step-by-step loop. Other devices: the fused CPU scan."""
+    extra); never this module's step-by-step loop. Other devices: the fused CPU scan.
+    Under vmap: the members folded into the channels, one scan for all (`_ScanFold`)."""
+    if member_fold.active():
+        return member_fold.folded(_ScanFold, u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                                  return_last_state)
     if u.is_cuda:
         cuda_scan = cuda.selective_scan_fn() if u.dtype != torch.float64 else None
         if cuda_scan is not None:
@@ -289,12 +331,54 @@ def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
     return selective_scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
 
 
+class _ScanFold:
+    """Members into channels: u, delta, z (members, batch, d_inner, L) -> (batch, members *
+    d_inner, L); A, D, delta_bias concatenated along the channels; B, C (members, batch,
+    [groups,] d_state, L) -> (batch, members * groups, d_state, L), so that each member's
+    channels read its own B and C (the scans' grouped B, C). The channels of different
+    members never mix: the scan is exactly each member's."""
+
+    call = staticmethod(selective_scan)
+
+    @staticmethod
+    def fold(members: int, in_dims: tuple, u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
+             D: Tensor | None, z: Tensor | None, delta_bias: Tensor | None, delta_softplus: bool,
+             return_last_state: bool):
+        def first(x: Tensor | None, d: int | None) -> Tensor | None:
+            return None if x is None else member_fold.member_first(x, d, members)
+
+        def channels(x: Tensor | None, d: int | None) -> Tensor | None:  # -> (batch, members * d_inner, L)
+            if x is None:
+                return None
+            x = first(x, d)  # (members, batch, d_inner, L)
+            batch, length = x.shape[1], x.shape[3]
+            if x.is_cuda:  # the CUDA kernels read time-contiguous rows
+                return x.transpose(0, 1).reshape(batch, -1, length)
+            # the CPU scan reads channel-contiguous (batch, L, channels) storage in place
+            return x.permute(1, 3, 0, 2).reshape(batch, length, -1).transpose(1, 2)
+
+        def groups(x: Tensor, d: int | None) -> Tensor:  # -> (batch, members * groups, d_state, L)
+            x = first(x, d)
+            x = x.unsqueeze(2) if x.dim() == 4 else x  # (members, batch, groups, d_state, L)
+            return x.transpose(0, 1).flatten(1, 2)
+
+        flat = [None if x is None else first(x, d).flatten(0, 1) for x, d in ((D, in_dims[5]), (delta_bias, in_dims[7]))]
+        out = selective_scan(channels(u, in_dims[0]), channels(delta, in_dims[1]), first(A, in_dims[2]).flatten(0, 1),
+                             groups(B, in_dims[3]), groups(C, in_dims[4]), flat[0], channels(z, in_dims[6]), flat[1],
+                             delta_softplus, return_last_state)
+        # (batch, members * d_inner, ...) -> (batch, members, d_inner, ...): the member axis is 1
+        if return_last_state:
+            return tuple(x.unflatten(1, (members, -1)) for x in out), (1, 1)
+        return out.unflatten(1, (members, -1)), 1
+
+
 def selective_scan_reference(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
                              D: Tensor | None = None, z: Tensor | None = None,
                              delta_bias: Tensor | None = None, delta_softplus: bool = False,
                              return_last_state: bool = False):
     """The plain sequential recurrence, differentiated by autograd (tests and benchmarks
-    only: autograd keeps every step's state, and every step costs several ops)."""
+    only: autograd keeps every step's state, and every step costs several ops). B, C
+    (batch, d_state, L) or grouped (batch, groups, d_state, L)."""
     dtype_in = u.dtype
     cdtype = _compute_dtype(dtype_in)
     u, delta, A, B, C = (x.to(cdtype) for x in (u, delta, A, B, C))
@@ -303,12 +387,14 @@ def selective_scan_reference(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: 
     if delta_softplus:
         delta = F.softplus(delta)
     batch, d_inner, length = u.shape
+    # every channel's own B and C: (batch, d_inner, d_state, L)
+    B, C = (_grouped(x).repeat_interleave(d_inner // _grouped(x).shape[1], dim=1) for x in (B, C))
     h = u.new_zeros(batch, d_inner, A.shape[1])
     ys = []
     for t in range(length):
         delta_step = delta[:, :, t].unsqueeze(-1)
-        h = torch.exp(delta_step * A) * h + delta_step * u[:, :, t, None] * B[:, None, :, t]
-        ys.append(torch.matmul(h, C[:, :, t, None]).squeeze(-1))
+        h = torch.exp(delta_step * A) * h + delta_step * u[:, :, t, None] * B[..., t]
+        ys.append(torch.matmul(h.unsqueeze(-2), C[..., t, None]).squeeze(-1).squeeze(-1))
     y = torch.stack(ys, dim=2)
     if D is not None:
         y = y + u * D.to(cdtype)[:, None]

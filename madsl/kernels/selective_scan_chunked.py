@@ -2,8 +2,8 @@
 when mamba-ssm is not installed (it also runs, and is tested, on the CPU).
 
 Same arguments, semantics and result as `selective_scan_cpu` / mamba-ssm's
-`selective_scan_fn` (real A; B, C of shape (batch, d_state, L)). Differentiated by
-autograd.
+`selective_scan_fn` (real A; B, C of shape (batch, d_state, L) or grouped (batch,
+groups, d_state, L)). Differentiated by autograd.
 
 The recurrence h_t = a_t h_{t-1} + b_t, with a_t = exp(delta_t A) and
 b_t = delta_t u_t B_t, has a diagonal decay, and its cumulative log-decay factorises:
@@ -66,16 +66,21 @@ def selective_scan_chunked(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Te
                            delta_bias: Tensor | None = None, delta_softplus: bool = False,
                            return_last_state: bool = False, chunk_size: int | None = None):
     """The chunked parallel scan; see the module docstring. Shapes as mamba-ssm:
-    u, delta, z (batch, d_inner, L); A (d_inner, d_state); B, C (batch, d_state, L);
+    u, delta, z (batch, d_inner, L); A (d_inner, d_state); B, C (batch, d_state, L) or
+    (batch, groups, d_state, L) (channel d reads group d // (d_inner / groups));
     D, delta_bias (d_inner,). With `return_last_state`: (out, h_L (batch, d_inner,
     d_state)), no gradient through h_L. `chunk_size` caps the chunk (default 128)."""
-    if A.is_complex() or B.dim() != 3 or C.dim() != 3:
-        raise NotImplementedError("selective_scan_chunked: real A and (batch, d_state, L) B, C only")
+    if A.is_complex() or B.dim() not in (3, 4) or C.dim() != B.dim():
+        raise NotImplementedError("selective_scan_chunked: real A and B, C of shape (batch, d_state, L) or "
+                                  "(batch, groups, d_state, L) only")
     dtype_in = u.dtype
     cdtype = _compute_dtype(dtype_in)
     with torch.autocast(device_type=u.device.type, enabled=False):
-        # Time before channels: (batch, L, d_inner) and (batch, L, d_state).
-        u_t, delta_t, B_t, C_t = (x.to(cdtype).transpose(1, 2) for x in (u, delta, B, C))
+        # Time before channels: (batch, L, d_inner) and (batch, L, groups, d_state).
+        u_t, delta_t = (x.to(cdtype).transpose(1, 2) for x in (u, delta))
+        B_t, C_t = (x.to(cdtype).movedim(-1, 1) if x.dim() == 4 else x.to(cdtype).transpose(1, 2).unsqueeze(2)
+                    for x in (B, C))
+        groups = B_t.shape[2]
         A = A.to(cdtype)
         if delta_bias is not None:
             delta_t = delta_t + delta_bias.to(cdtype)
@@ -89,13 +94,14 @@ def selective_scan_chunked(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Te
         n_chunks = padded // chunk
         # Padding: delta = 0 neither decays nor adds (b = delta u B = 0), so the states of
         # the real steps and the last state are those of the unpadded sequence.
-        pad = (0, 0, 0, padded - length)
-        delta_c, u_c, B_c = (F.pad(x, pad).unflatten(1, (n_chunks, chunk)) for x in (delta_t, u_t, B_t))
+        delta_c, u_c, B_c = (F.pad(x, (0, 0) * (x.dim() - 2) + (0, padded - length)).unflatten(1, (n_chunks, chunk))
+                             for x in (delta_t, u_t, B_t))
 
         # (batch, n_chunks, chunk, d_inner, d_state)
         log_decay = delta_c.cumsum(2).unsqueeze(-1) * A  # S_t, non-increasing in t
         ref = 0.5 * (log_decay[:, :, :1] + log_decay[:, :, -1:])  # middle of [S_last, S_1]
-        inputs = (delta_c * u_c).unsqueeze(-1) * B_c.unsqueeze(-2)  # b_t
+        # b_t, channel d with its group's B: (..., groups, d_inner / groups, d_state) -> (..., d_inner, d_state)
+        inputs = ((delta_c * u_c).unflatten(-1, (groups, -1)).unsqueeze(-1) * B_c.unsqueeze(-2)).flatten(-3, -2)
         # Two exps rather than one division: its gradient would overflow.
         local = (log_decay - ref).exp() * ((ref - log_decay).exp() * inputs).cumsum(2)  # h_t from h_0 = 0
 
@@ -110,7 +116,8 @@ def selective_scan_chunked(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Te
         states = local + decay_from_start * torch.stack(states_before, 1).unsqueeze(2)
         states = states.flatten(1, 2)[:, :length]  # (batch, L, d_inner, d_state)
 
-        y = (states @ C_t.unsqueeze(-1)).squeeze(-1)  # sum_n h_t[n] C_t[n]
+        # sum_n h_t[n] C_t[n], channel d with its group's C
+        y = (states.unflatten(-2, (groups, -1)) @ C_t.unsqueeze(-1)).squeeze(-1).flatten(-2)
         if D is not None:
             y = y + u_t * D.to(cdtype)
         if z is not None:

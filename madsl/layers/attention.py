@@ -11,7 +11,9 @@ h // groups, as Hugging Face's repeat_kv), so the cache keeps kv_heads heads onl
 Attention runs through `torch.nn.functional.scaled_dot_product_attention`, which picks
 its fused backend itself: on CUDA flash attention for bf16/fp16 (under autocast) and
 the memory-efficient kernel for fp32; on the CPU its flash kernel. All of them keep the
-softmax statistics (row max and sum) in float32. Step mode keeps a growing KV cache: state
+softmax statistics (row max and sum) in float32. Under vmap (grid-batched training) the
+members fold into SDPA's batch axis: one call for all of them (`madsl.kernels.attention`).
+Step mode keeps a growing KV cache: state
 {"k": (B, kv_heads, T, head_dim), "v": (B, kv_heads, T, head_dim), "pos": (B,) int64}, so
 k and v together hold the accounting's kv_cache(T) numbers per sequence; "pos" is
 the position of the next token (what rotary needs; it equals T).
@@ -32,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from madsl.kernels.attention import scaled_dot_product_attention
 from madsl.primitives.attention import Attention as AttentionPrimitive
 
 
@@ -51,6 +54,8 @@ def _repeat_heads(x: Tensor, groups: int) -> Tensor:
 
 
 class Attention(nn.Module):
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+
     def __init__(self, p: AttentionPrimitive):
         super().__init__()
         self.dim = p.dim
@@ -106,12 +111,12 @@ class Attention(nn.Module):
             q, k = _apply_rotary(q, cos, sin), _apply_rotary(k, cos, sin)
         keys, values = _repeat_heads(k, self.groups), _repeat_heads(v, self.groups)
         if self.window is None or self.window >= length:
-            y = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=self.scale)  # (B, heads, L, head_dim)
+            y = scaled_dot_product_attention(q, keys, values, is_causal=True, scale=self.scale)  # (B, heads, L, head_dim)
         else:
             back = torch.arange(length, device=x.device)
             back = back[:, None] - back[None, :]  # query position - key position
             band = (back >= 0) & (back < self.window)
-            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=band, scale=self.scale)
+            y = scaled_dot_product_attention(q, keys, values, attn_mask=band, scale=self.scale)
         y = self.out(y.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
         pos = torch.full((batch,), length, dtype=torch.long, device=x.device)
         if self.window is not None and length > self.window:

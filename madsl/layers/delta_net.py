@@ -29,6 +29,8 @@ from madsl.primitives.delta_net import DeltaNet as DeltaNetPrimitive
 
 
 class DeltaNet(nn.Module):
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+
     def __init__(self, p: DeltaNetPrimitive):
         super().__init__()
         dim, heads = p.dim, p.heads

@@ -32,6 +32,8 @@ Kernel = Literal["auto", "chunked", "recurrent", "fla"]
 
 
 class GatedLinearAttention(nn.Module):
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+
     def __init__(self, p: GLAPrimitive):
         super().__init__()
         dim, heads, gate_low_rank, output_gate = p.dim, p.heads, p.gate_low_rank, p.output_gate

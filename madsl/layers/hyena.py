@@ -36,6 +36,8 @@ from madsl.primitives.hyena import Hyena as HyenaPrimitive
 
 
 class Hyena(nn.Module):
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+
     def __init__(self, p: HyenaPrimitive):
         super().__init__()
         dim, bias = p.dim, p.bias

@@ -37,6 +37,8 @@ from madsl.primitives.hyena_experts import HyenaExperts as HyenaExpertsPrimitive
 
 
 class HyenaExperts(nn.Module):
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+
     def __init__(self, p: HyenaExpertsPrimitive):
         super().__init__()
         dim, bias = p.dim, p.bias

@@ -48,6 +48,8 @@ class _EluPlusOne(nn.Module):
 
 
 class LinearAttention(nn.Module):
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+
     def __init__(self, p: LinearAttentionPrimitive):
         super().__init__()
         self.heads, self.key_dim, self.value_dim = p.heads, p.key_dim, p.value_dim

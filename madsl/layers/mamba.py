@@ -6,6 +6,9 @@ dicts move between the two. Kernels, by device (`madsl.kernels`):
     CUDA, either one missing             causal-conv1d's conv (else torch's Conv1d) and
                                          mamba-ssm's scan (else the chunked parallel scan)
     CPU (and float64 anywhere)           torch's Conv1d and madsl's fused CPU scan / chunked scan
+    under vmap (stacked grid training)   the unfused parts, each running once for all members
+                                         (members folded into the channels; mamba_inner_fn's
+                                         projections cannot fold)
 
 Nothing here imports mamba-ssm, causal-conv1d or triton eagerly.
 """
@@ -18,7 +21,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from madsl.kernels import cuda
+from madsl.kernels import cuda, member_fold
+from madsl.kernels.causal_conv1d import causal_conv1d_silu
 from madsl.kernels.selective_scan import selective_scan
 from madsl.primitives.mamba import Mamba as MambaPrimitive
 
@@ -55,6 +59,8 @@ class Mamba(nn.Module):
     (batch, d_inner, d_conv - 1), the last d_conv - 1 conv inputs (mamba-ssm keeps
     d_conv of them; the oldest is never used).
     """
+
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
 
     # dt initialisation (mamba-ssm's defaults): softplus(dt bias) log-uniform in [DT_MIN, DT_MAX]
     DT_MIN, DT_MAX, DT_SCALE, DT_INIT_FLOOR = 0.001, 0.1, 1.0, 1e-4
@@ -129,8 +135,8 @@ class Mamba(nn.Module):
 
     def _cuda_kernels(self, x: Tensor):
         """mamba-ssm's fused `mamba_inner_fn` where it applies: CUDA, not float64 (its
-        kernels take fp32/fp16/bf16), a conv width causal-conv1d supports (2..4)."""
-        if not x.is_cuda or x.dtype == torch.float64 or not 2 <= self.d_conv <= 4:
+        kernels take fp32/fp16/bf16), a conv width causal-conv1d supports (2..4), not under vmap."""
+        if not x.is_cuda or x.dtype == torch.float64 or not 2 <= self.d_conv <= 4 or member_fold.active():
             return None
         return cuda.mamba_inner_fn()
 
@@ -157,9 +163,9 @@ class Mamba(nn.Module):
         (batch, d_inner, L) copies was the fastest variant measured (shifted
         multiply-adds in place, a custom Function: no faster)."""
         conv_fn = self._cuda_conv(x)
-        if conv_fn is not None:
-            out = conv_fn(x.transpose(1, 2).contiguous(), self.conv1d.weight[:, 0, :],
-                          self.conv1d.bias, activation="silu")
+        if conv_fn is not None:  # under vmap: one call for all members (madsl.kernels.causal_conv1d)
+            out = causal_conv1d_silu(conv_fn, x.transpose(1, 2).contiguous(), self.conv1d.weight[:, 0, :],
+                                     self.conv1d.bias)
             return out.transpose(1, 2)
         length = x.shape[1]
         out = self.conv1d(x.transpose(1, 2).contiguous())[..., :length]

@@ -27,6 +27,8 @@ from madsl.primitives.mamba2 import Mamba2 as Mamba2Primitive
 
 
 class Mamba2(nn.Module):
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+
     def __init__(self, p: Mamba2Primitive):
         super().__init__()
         self.d_inner, self.d_state, self.head_dim = p.d_inner, p.d_state, p.head_dim

@@ -53,6 +53,8 @@ def mlstm_step(q: Tensor, k: Tensor, v: Tensor, log_input: Tensor, log_forget: T
 
 
 class MLSTM(nn.Module):
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+
     def __init__(self, p: MLSTMPrimitive):
         super().__init__()
         self.heads, self.head_dim = p.heads, p.inner_head_dim

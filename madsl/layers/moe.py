@@ -21,7 +21,8 @@ the sizes, may be overridden):
   are one 128-wide layer and this is several times faster on the CPU than gathering.
 - gather: tokens sorted by expert, one small matmul chain per expert on its tokens,
   outputs scattered back. Only the FLOPs of the sparse sum; wins for wide experts.
-  (Not with leaky routing or dense_down, where every expert's hidden units are needed.)
+  (Not with leaky routing or dense_down, where every expert's hidden units are needed,
+  nor under vmap: its per-expert token counts are read on the host.)
 
 Load balancing (Switch Transformer): with f_e the fraction of the batch's routing
 slots (tokens x active) sent to expert e and P_e the mean router probability
@@ -39,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from madsl.kernels import member_fold
 from madsl.layers.routing import route
 from madsl.layers.swiglu import SwiGLU
 from madsl.primitives.moe import MoE as MoEPrimitive
@@ -48,6 +50,8 @@ _ACTIVATIONS = {"silu": F.silu, "gelu": lambda x: F.gelu(x, approximate="tanh")}
 
 
 class MoE(nn.Module):
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+
     def __init__(self, p: MoEPrimitive):
         super().__init__()
         dim, experts, expert_width = p.dim, p.experts, p.expert_width
@@ -93,7 +97,8 @@ class MoE(nn.Module):
             logits = F.linear(tokens.to(self.router.weight.dtype), self.router.weight, self.router.bias)
         top_logits, top_experts = logits.topk(self.active, dim=-1)  # (T, active)
         self.aux_loss = self._load_balancing_loss(logits, top_experts)
-        if self.dense_dispatch or self.needs_dense:
+        # under vmap (stacked grid training) dense: gathering reads each member's counts on the host
+        if self.dense_dispatch or self.needs_dense or member_fold.active():
             out = self._dense(tokens, route(logits, self.active, self.leaky_routing))
         else:
             out = self._gather(tokens, top_experts, top_logits.softmax(dim=-1))
@@ -104,8 +109,8 @@ class MoE(nn.Module):
     def _load_balancing_loss(self, logits: Tensor, top_experts: Tensor) -> Tensor:
         probs = logits.float().softmax(dim=-1).mean(dim=0)  # P_e
         flat = top_experts.flatten()  # index_add_, not bincount: no host sync per step
-        counts = torch.zeros(self.experts, dtype=torch.long, device=flat.device).index_add_(
-            0, flat, torch.ones_like(flat))
+        counts = torch.zeros(self.experts, dtype=torch.long, device=flat.device).index_add(
+            0, flat, torch.ones_like(flat))  # out of place: vmap cannot add members' counts into one tensor
         fractions = counts.to(probs.dtype) / top_experts.numel()  # f_e (no gradient: counts)
         return self.aux_loss_weight * self.experts * (fractions * probs).sum()
 

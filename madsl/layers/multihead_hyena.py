@@ -48,6 +48,8 @@ from madsl.primitives.multihead_hyena import MultiHeadHyena as MultiHeadHyenaPri
 
 
 class MultiHeadHyena(nn.Module):
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+
     def __init__(self, p: MultiHeadHyenaPrimitive):
         super().__init__()
         dim, bias = p.dim, p.bias

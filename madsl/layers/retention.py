@@ -27,6 +27,8 @@ ROTARY_BASE = 10000.0
 
 
 class Retention(nn.Module):
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+
     def __init__(self, p: RetentionPrimitive):
         super().__init__()
         self.heads, self.key_dim, self.value_dim = p.heads, p.key_dim, p.value_dim

@@ -40,6 +40,8 @@ def _ramp(dim: int) -> Tensor:
 
 
 class RWKV(nn.Module):
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+
     def __init__(self, p: RWKVPrimitive):
         super().__init__()
         dim, att = p.dim, p.att
@@ -116,6 +118,8 @@ class RWKV(nn.Module):
 
 class RWKVChannel(nn.Module):
     """out = sigmoid(receptance(x_r)) * value(relu(key(x_k))^2), x_c = x + (x_prev - x) * maa_c."""
+
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
 
     def __init__(self, p: RWKVChannelPrimitive):
         super().__init__()

@@ -15,6 +15,8 @@ from madsl.primitives.swiglu import SwiGLU as SwiGLUPrimitive
 
 
 class SwiGLU(nn.Module):
+    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+
     def __init__(self, p: SwiGLUPrimitive):
         super().__init__()
         self.w1 = nn.Linear(p.dim, p.width, bias=p.bias)  # gate

@@ -3,11 +3,14 @@ axis, every member's forward and backward in one `torch.func.vmap(functional_cal
 AdamW applied to the stacked tensors with each member's own learning rate (its cosine
 schedule) and weight decay.
 
-Used by `madsl.runner.grid` for models whose layers are all in `BATCHED_LAYERS`:
-those whose vmap is exact and was measured not slower than stepping the members one after
-another (docs/runner.md). Hyena's FFT / Toeplitz convolutions batch poorly under vmap and
-Mamba's fused CPU scan is an autograd.Function without a vmap rule: groups of those train
-in lockstep instead.
+Used by `madsl.runner.grid` for models whose every layer declares `stacks = True` (a class
+attribute of the layer module, covering its submodules): its forward is exact under vmap
+over stacked parameters, because each op either has a vmap batching rule or a *member
+fold* (`madsl.kernels.member_fold`: SDPA, the selective scan, causal-conv1d, GLA and fla's
+kernels run once for all members, with the member axis folded into their batch or channel
+axis). Every layer in madsl.layers declares it; a new layer trains in lockstep until it
+does (tests/test_grid.py checks the declaration against a loop over members). The model's
+containers, heads and torch.nn building blocks are taken as they come.
 
 Each member keeps its unbatched `RunState` as the record of what it is: before an
 evaluation, a checkpoint or its end, its slice of the stacked weights and Adam moments is
@@ -25,33 +28,29 @@ import warnings
 from typing import Any, Callable, Sequence
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from madsl.runner.precision import autocast
 
-# SDPA has no vmap batching rule: vmap loops over the members, and the memory-efficient
-# kernel's backward then gets per-member views of its logsumexp, which it rejects ("LSE is
-# not correctly aligned (strideB)", H100, fp32). Flash (bf16) and math (fp32) take them.
-STACKED_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
-
-# The layers (madsl.layers) whose forward is exact under vmap over stacked parameters and
-# batches well; the model's containers, heads and torch.nn building blocks are taken as they come.
-BATCHED_LAYERS = frozenset({"madsl.layers.attention.Attention", "madsl.layers.swiglu.SwiGLU"})
+# Containers and building blocks that batch under vmap as they are (their children are checked).
 GENERIC_MODULES = ("torch.nn.modules.", "madsl.model", "madsl.runner.heads")
 
 
 def _batches(module: torch.nn.Module) -> bool:
-    name = f"{type(module).__module__}.{type(module).__name__}"
-    return name in BATCHED_LAYERS or name.startswith(GENERIC_MODULES)
+    """A module stacks if it declares so (for itself and its submodules: a layer owns its
+    filters and projections), or is a generic container whose children all stack."""
+    declared = getattr(type(module), "stacks", None)
+    if declared is not None:
+        return bool(declared)
+    return type(module).__module__.startswith(GENERIC_MODULES) and all(_batches(c) for c in module.children())
 
 
 def batchable(models: Sequence[torch.nn.Module]) -> bool:
     """Whether these members can train as one stacked model: same structure, class outputs
     (regression masks select a data-dependent number of positions, which vmap cannot), and
-    no layer outside BATCHED_LAYERS."""
+    every layer declaring `stacks`."""
     first = models[0]
     shapes = [{k: (v.shape, v.requires_grad) for k, v in m.named_parameters()} for m in models]
-    return (getattr(first, "kind", None) == "classes" and all(_batches(m) for m in first.modules())
+    return (getattr(first, "kind", None) == "classes" and _batches(first)
             and all(s == shapes[0] for s in shapes))
 
 
@@ -127,14 +126,13 @@ class StackedMembers:
             with autocast(precision, inputs.device):
                 outputs = torch.func.functional_call(model, (params, buffers), (inputs,))
             loss, loss_sum = loss_fn(model, outputs, targets)
-            return loss, outputs, loss_sum
+            return loss + model.aux_loss(), outputs, loss_sum  # as train_epoch: MoE's balancing loss
 
-        with warnings.catch_warnings(), sdpa_kernel(STACKED_SDPA_BACKENDS):
-            warnings.filterwarnings("ignore", message="There is a performance drop")  # the loop above
-            losses, outputs, loss_sums = torch.func.vmap(member_loss)(self.params, x, y)
-            for name in self.trainable:
-                self.params[name].grad = None
-            losses.sum().backward()
+        losses, outputs, loss_sums = torch.func.vmap(member_loss)(self.params, x, y)
+        _forget_aux_losses(model)
+        for name in self.trainable:
+            self.params[name].grad = None
+        losses.sum().backward()
         self._adamw()
         return outputs.detach(), loss_sums.detach()
 
@@ -161,6 +159,14 @@ class StackedMembers:
     def _decay(self, state: Any, name: str) -> float:
         """The member's weight decay for this parameter (its optimizer group's: 0 for biases, norms, ...)."""
         return state.optimizer.param_groups[self.group_of[name]]["weight_decay"]
+
+
+def _forget_aux_losses(model: torch.nn.Module) -> None:
+    """Drop the members' auxiliary losses the vmapped forward left on the template's layers
+    (tensors of a finished vmap level; the template is the first member's own model)."""
+    for module in model.modules():
+        if isinstance(getattr(module, "aux_loss", None), torch.Tensor):
+            module.aux_loss = None
 
 
 def _fused(optimizer: torch.optim.Optimizer) -> bool:
