@@ -188,14 +188,18 @@ def _layer_cases():
 @pytest.mark.parametrize("name, overrides", _layer_cases(), ids=lambda c: str(c) if isinstance(c, str) else
                          "-".join(f"{k}={v}" for k, v in c.items()) or "defaults")
 def test_every_layer_declares_stacks_and_is_exact_under_vmap(name, overrides):
-    """A layer's `stacks` declaration (madsl.runner.stacked) holds: vmap over members' stacked
-    parameters equals each member's own forward and parameter gradients (MoE's balancing loss included)."""
+    """Every layer declares `stacks` (madsl.runner.stacked), and where it is True it holds: vmap
+    over members' stacked parameters equals each member's own forward and parameter gradients
+    (MoE's balancing loss included)."""
     p = primitive(name, 16, **overrides)
     models = []
     for seed in range(MEMBERS):
         torch.manual_seed(seed)
         models.append(p.build().double())
-    assert getattr(type(models[0]), "stacks", False) is True, f"{type(models[0]).__name__} does not declare stacks"
+    declared = getattr(type(models[0]), "stacks", None)
+    assert declared in (True, False), f"{type(models[0]).__name__} must declare `stacks` (True, or False and why)"
+    if not declared:
+        return  # trains in lockstep
     params, buffers = torch.func.stack_module_state(models)
     x = torch.randn(MEMBERS, 2, 12, 16, dtype=f64, generator=torch.Generator().manual_seed(8))
 

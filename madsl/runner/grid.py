@@ -3,8 +3,9 @@ rate, weight decay or seed train together, in one job.
 
 A `GroupJob` holds its members (plain `RunJob`s, each with the run id it has unbatched).
 `execute_group` trains them in one process: as one stacked model where the group's device
-and layers allow (`GroupJob.stack`, `madsl.runner.stacked`: on CUDA, for the attention
-family), else in lockstep, one epoch of every member still training per round:
+and layers allow (`GroupJob.stack`, `madsl.runner.stacked`: on CUDA, for every layer that
+declares `stacks`, which all of madsl's do), else in lockstep, one epoch of every member
+still training per round:
 
 - data is loaded once per seed (members with the same seed share the splits, as their
   unbatched runs would read the same cached data; other seeds load their own);
@@ -225,7 +226,7 @@ def _train_stacked(group: GroupJob, together: list[Member], members: list[Member
     """Train `together` as one stacked model while at least two of them are left; each epoch
     ends per member (evaluation, best epoch, checkpoint, event), finished members leave the
     stack, and a last one trains on alone (lockstep, exactly as its run)."""
-    from madsl.runner.stacked import StackedMembers, train_stacked_epoch
+    from madsl.runner.stacked import StackedMembers, schedulers_without_steps, train_stacked_epoch
     from madsl.runner.train import RunInterrupted, _epoch_order, epoch_metrics
 
     stack = StackedMembers([m.state for m in together])
@@ -241,7 +242,7 @@ def _train_stacked(group: GroupJob, together: list[Member], members: list[Member
                             lambda: any(m.checkpointer.due() for m in active), should_stop, RunInterrupted,
                             _epoch_order)
         for member in active:
-            with _own_rng(member):
+            with _own_rng(member), schedulers_without_steps():  # mad-lab steps the schedule per epoch
                 metrics = epoch_metrics(member.state, member.data, time.monotonic())
                 member.state.end_epoch(metrics)
                 member.checkpointer.save(member.state)

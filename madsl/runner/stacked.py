@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from typing import Any, Callable, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -161,6 +162,15 @@ class StackedMembers:
         return state.optimizer.param_groups[self.group_of[name]]["weight_decay"]
 
 
+@contextmanager
+def schedulers_without_steps() -> Iterator[None]:
+    """The members' own optimizers never step (the stack does): their schedulers' warning
+    about it is silenced while they step (per step, or per epoch under mad-lab's conventions)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)`")
+        yield
+
+
 def _forget_aux_losses(model: torch.nn.Module) -> None:
     """Drop the members' auxiliary losses the vmapped forward left on the template's layers
     (tensors of a finished vmap level; the template is the first member's own model)."""
@@ -206,9 +216,7 @@ def train_stacked_epoch(stack: StackedMembers, datas: Sequence[Any], hooks: Sequ
         stack.sync()
         checkpoint()
 
-    with warnings.catch_warnings():
-        # the members' own optimizers never step (the stack does): their schedulers warn about it
-        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)`")
+    with schedulers_without_steps():
         while states[0].step < states[0].steps_per_epoch:
             if should_stop():
                 save()
