@@ -23,6 +23,7 @@ device uses by default.
     python benchmarks/protocol_cost.py                       # paper specs mamba, hyena-sg, attention-sg
     python benchmarks/protocol_cost.py --quick               # a few minutes on 2 CPU cores
     python benchmarks/protocol_cost.py --grid-only           # only batched vs unbatched, every task
+    python benchmarks/protocol_cost.py --grid-only --grid-examples 16   # per-step overhead regime
     python benchmarks/protocol_cost.py --specs specs/paper/*.mad --precision bf16 --device cuda
 """
 from __future__ import annotations
@@ -79,10 +80,14 @@ def epoch_seconds(spec, path: str, task_name: str, device: str, precision: str, 
 
 
 def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, examples: int,
-                 workdir: Path) -> tuple[float, float, float | None]:
+                 workdir: Path, repeats: int = 1) -> tuple[float, float, float | None]:
     """Seconds of the paper grid's 6 (lr, wd) runs (one epoch on `examples` training
     examples): one after another, as one grid group in lockstep, and as one stacked model
-    (None where the layers do not stack); each with its own data cache."""
+    (None where the layers do not stack); each with its own data cache. With `repeats` > 1
+    the three modes run that many rounds, interleaved, and each keeps its fastest: the first
+    round pays the one-time costs (kernel autotuning, FFT plans, allocator growth) of its shapes."""
+    import torch
+
     from madsl.runner.executor import job_inputs
     from madsl.runner.stacked import batchable
 
@@ -93,28 +98,34 @@ def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, e
                         settings={"num_train_examples": examples, "num_test_examples": min(examples, 256)})
     # CPU time on the CPU (robust to other jobs on a shared machine), wall time on a GPU
     clock = time.monotonic if device.startswith("cuda") else time.process_time
-    times = []
-    for mode in ("unbatched", "lockstep", "stacked"):
-        plan = plan_evaluation(StoreFiles(workdir / f"grid-{spec.name}-{task_name}-{mode}.db"), [(spec, path)], cli,
-                               device=device)
-        if mode == "stacked":
-            model = job_inputs(plan.jobs[0]).build_model()
-            if not batchable([model, model]):
-                times.append(None)
-                continue
-        work = plan.work(batch_grid=mode != "unbatched")
-        for job in work:
-            if mode != "unbatched":
-                job.stack = mode == "stacked"
-        events: list = []
-        started = clock()
-        for job in work:
-            execute_job(job, events.append, lambda: False)
-        times.append(clock() - started)
-        done = [e for e in events if e.kind == "finished"]
-        if len(done) != len(plan.jobs):
-            raise RuntimeError(f"{task_name}: grid runs did not finish: {[e for e in events if e.kind == 'failed']}")
-    return times[0], times[1], times[2]
+    times: dict[str, float | None] = {}
+    for round_ in range(repeats):
+        for mode in ("unbatched", "lockstep", "stacked"):
+            plan = plan_evaluation(StoreFiles(workdir / f"grid-{spec.name}-{task_name}-{mode}-{round_}.db"),
+                                   [(spec, path)], cli, device=device)
+            if mode == "stacked":
+                model = job_inputs(plan.jobs[0]).build_model()
+                if not batchable([model, model]):
+                    times[mode] = None
+                    continue
+            work = plan.work(batch_grid=mode != "unbatched")
+            for job in work:
+                if mode != "unbatched":
+                    job.stack = mode == "stacked"
+            events: list = []
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            started = clock()
+            for job in work:
+                execute_job(job, events.append, lambda: False)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            seconds = clock() - started
+            times[mode] = min(seconds, times.get(mode) or seconds)
+            done = [e for e in events if e.kind == "finished"]
+            if len(done) != len(plan.jobs):
+                raise RuntimeError(f"{task_name}: grid runs did not finish: {[e for e in events if e.kind == 'failed']}")
+    return times["unbatched"], times["lockstep"], times["stacked"]
 
 
 def main() -> int:
@@ -128,6 +139,9 @@ def main() -> int:
                         help="one spec (mamba) on 256 training examples per task, scaled up")
     parser.add_argument("--grid-examples", type=int, default=64,
                         help="training examples of the batched-vs-unbatched grid comparison (0: skip it)")
+    parser.add_argument("--tasks", nargs="+", default=None, help="only these tasks (default: all six)")
+    parser.add_argument("--grid-repeats", type=int, default=1,
+                        help="rounds of the grid comparison, each mode keeping its fastest (2: warm kernels)")
     parser.add_argument("--grid-only", action="store_true",
                         help="only the batched-vs-unbatched comparison, for every spec and task (no projection)")
     args = parser.parse_args()
@@ -148,7 +162,12 @@ def main() -> int:
                 runs_by_task[run.task].append(run)
             total = batched_total = 0.0
             print(f"\n{spec.name}: {len(paper.runs)} runs in the paper protocol")
+            unknown = set(args.tasks or ()) - set(runs_by_task)
+            if unknown:
+                parser.error(f"unknown task(s) {sorted(unknown)}; the tasks are {sorted(runs_by_task)}")
             for task_name, runs in runs_by_task.items():
+                if args.tasks and task_name not in args.tasks:
+                    continue
                 started = time.monotonic()
                 if not args.grid_only:
                     seconds, baseline = epoch_seconds(spec, path, task_name, device, args.precision, examples,
@@ -160,7 +179,7 @@ def main() -> int:
                 ratio = 1.0
                 if args.grid_examples:
                     unbatched, lockstep, stacked = grid_seconds(spec, path, task_name, device, args.precision,
-                                                                args.grid_examples, Path(tmp))
+                                                                args.grid_examples, Path(tmp), args.grid_repeats)
                     default = stacked if stacked is not None and stacks_on(device) else lockstep
                     ratio = default / unbatched
                     grid = (f"   grid of 6: unbatched {unbatched:6.2f} s, lockstep {lockstep / unbatched:.2f}x, "

@@ -7,7 +7,8 @@
 # It builds mamba-ssm and causal-conv1d from their sdists for this GPU's architecture only
 # (their setup.py builds eight: an hour; one: ~2 and ~5 minutes on 16 cores), installs
 # lark and fla from wheels, runs the CUDA lane with per-test timeouts (fla's Triton kernels
-# autotune for minutes per shape on a cold cache) and the cost benchmark; logs in LOG_DIR.
+# autotune for minutes per shape on a cold cache) and the cost benchmark; logs in LOG_DIR. Grid-batched
+# (stacked) training is checked and measured first, for attention, Hyena and Mamba.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GPU=.gpu
@@ -58,8 +59,19 @@ for name, ops in (("mamba-ssm", cuda.mamba_ssm_ops()), ("causal-conv1d", cuda.ca
                   ("flash-linear-attention", cuda.fla_gla_ops())):
     print(f"{name:24s} {\"imports\" if ops else \"MISSING\"}")' | tee "$LOG/imports.txt"
 TIMEOUT=$(python3 -c 'import pytest_timeout' 2>/dev/null && echo "--timeout 300")
+# Grid-batched (stacked) training first, cheap and decisive: the member folds and the stacked groups
+# against their unbatched runs (fla's, which autotune for minutes, in the lane below), then stacked vs lockstep vs unbatched for the three
+# families (warm: best of 2 rounds) at one step per run (16 examples) and at 8 (1024).
+python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py -k "(fold or grid_group) and not (fla or gla)" \
+    > "$LOG/stacked-lane.log" 2>&1
+echo "stacked lane rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/stacked-lane.log" | tail -n 12
+for examples in 16 1024; do
+    python3 benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-only --grid-repeats 2 \
+        --grid-examples $examples --tasks in-context-recall selective-copying > "$LOG/stacked-$examples.txt" 2>&1
+    echo "stacked benchmark ($examples examples) rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/stacked-$examples.txt" | grep -v Warning
+done
 python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py tests/test_gpu_paths.py \
-    tests/test_precision.py > "$LOG/lane.log" 2>&1
+    tests/test_precision.py -k "not ((fold or grid_group) and not (fla or gla))" > "$LOG/lane.log" 2>&1  # the rest
 echo "CUDA lane rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/lane.log" | tail -n 20
 python3 benchmarks/protocol_cost.py --device cuda --precision bf16 > "$LOG/protocol_cost.txt" 2>&1
 echo "cost benchmark rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/protocol_cost.txt" | grep -v Warning
