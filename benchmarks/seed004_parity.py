@@ -202,8 +202,44 @@ class GatedResidualSplitter(torch.nn.Module):
                 (1 - self.alpha2) * self.out_proj2(x) + self.alpha2 * x[:, :, :d2])
 
 
+class GatedResidualSoftCombiner(torch.nn.Module):
+    def __init__(self, d1, d2):
+        super().__init__()
+        proj_dim = max(d1, d2)
+        self.alpha1 = torch.nn.Parameter(torch.randn(1))
+        self.in_proj1, self.in_proj2 = torch.nn.Linear(d1, proj_dim), torch.nn.Linear(d2, proj_dim)
+
+    def forward(self, x1, x2):
+        proj_dim = self.in_proj1.weight.shape[0]
+        x1_proj, x2_proj = self.in_proj1(x1), self.in_proj2(x2)
+        x1, x2 = _pad(x1, proj_dim), _pad(x2, proj_dim)
+        alpha1 = self.alpha1
+        alpha2 = 1 - alpha1
+        alpha_sf1, alpha_sf2 = torch.softmax(torch.cat([alpha1, alpha2]), dim=0)
+        x1_proj_out = (1 - alpha_sf1) * x1_proj + alpha_sf1 * x1
+        x2_proj_out = (1 - alpha_sf2) * x2_proj + alpha_sf2 * x2
+        return alpha_sf1 * x1_proj_out + alpha_sf2 * x2_proj_out
+
+
+class GatedResidualSoftSplitter(torch.nn.Module):
+    def __init__(self, d1, d2):
+        super().__init__()
+        proj_dim = max(d1, d2)
+        self.alpha1 = torch.nn.Parameter(torch.randn(1))
+        self.out_proj1, self.out_proj2 = torch.nn.Linear(proj_dim, d1), torch.nn.Linear(proj_dim, d2)
+
+    def forward(self, x):
+        d1, d2 = self.out_proj1.weight.shape[0], self.out_proj2.weight.shape[0]
+        alpha1 = self.alpha1
+        alpha2 = 1 - alpha1
+        alpha_sf1, alpha_sf2 = torch.softmax(torch.cat([alpha1, alpha2]), dim=0)
+        return ((1 - alpha_sf1) * self.out_proj1(x) + alpha_sf1 * x[:, :, :d1],
+                (1 - alpha_sf2) * self.out_proj2(x) + alpha_sf2 * x[:, :, :d2])
+
+
 PROJECTORS = {"null": (NullCombiner, NullSplitter), "res": (ResidualCombiner, ResidualSplitter),
-              "gres": (GatedResidualCombiner, GatedResidualSplitter)}
+              "gres": (GatedResidualCombiner, GatedResidualSplitter),
+              "gressf": (GatedResidualSoftCombiner, GatedResidualSoftSplitter)}
 
 
 class HybridModel(torch.nn.Module):
@@ -260,8 +296,10 @@ def copy_hybrid(hybrid, mm):
                 if linear is not None:
                     out[f"{fork}.{side}.proj.{n - 1}.weight"] = linear.weight.detach()
                     out[f"{fork}.{side}.proj.{n - 1}.bias"] = linear.bias.detach()
-            if hasattr(module, "alpha1"):
+            if hasattr(module, "alpha2"):
                 out[f"{fork}.{side}.alpha"] = torch.cat([module.alpha1, module.alpha2]).detach()
+            elif hasattr(module, "alpha1"):  # gressf: one gate a, the other side's 1 - a
+                out[f"{fork}.{side}.alpha"] = module.alpha1.detach()
     missing, extra = set(sd) - set(out), set(out) - set(sd)
     assert not missing and not extra, (missing, extra)
     return out
@@ -273,6 +311,8 @@ def hybrid_init_differences(hybrid, mm):
     numbers (the projectors' biases) are left out: their spread is too noisy to compare."""
     fresh, out = mm.state_dict(), []
     for k, v in copy_hybrid(hybrid, mm).items():
+        if k.endswith(".alpha") and v.numel() == 1:  # gressf's gate: one draw of N(0, 1) each
+            continue
         if k.endswith(".alpha"):
             a, b = v.float().mean().item(), fresh[k].float().mean().item()
         elif v.numel() >= 256:
@@ -303,8 +343,10 @@ for path, n, dim, L in [("specs/hybrid/icr-mamba-4.mad", 4, 128, 64), ("specs/hy
     worst = max(worst, compare(path, hf, mm, L))
 # the hybrids: (spec, layers of each kind, blocks, the study's proj_type, hidden_size, num_heads, length)
 HYBRIDS = [(f"specs/hybrid/selcopy-hybrid-{name}-{blocks}{suffix}.mad", layers, blocks, proj, 32, 2, 20)
-           for name, proj in (("null", "null"), ("res", "res"), ("gated", "gres"))
+           for name, proj in (("null", "null"), ("res", "res"), ("gated", "gres"), ("gsoft", "gressf"))
            for blocks in (1, 2) for suffix, layers in (("", 2), ("-12", 12))]
+HYBRIDS += [(f"specs/hybrid/selcopy-hybrid-{name}-1-1.mad", 1, 1, proj, 32, 2, 20)
+            for name, proj in (("gated", "gres"), ("gsoft", "gressf"))]
 HYBRIDS += [("specs/hybrid/icr-hybrid.mad", 2, 1, "gres", 128, 16, 16),
             ("specs/hybrid/icr-hybrid-12.mad", 12, 1, "gres", 128, 16, 16)]
 worst_hybrid = 0.0

@@ -110,12 +110,13 @@ def norm_params(spec: Spec, kind: str | None = None) -> int:
 
 
 def projector_cost(kind: str, branches: int, dim: int, seq_len: int) -> tuple[int, int]:
-    """(params, FLOPs) of a group's splitter or combiner: `res` and `gated` give each branch a
-    Linear(dim, dim) with bias (`gated` also its scalar gate); `copy` and `mean` have none."""
-    if kind not in ("res", "gated"):
+    """(params, FLOPs) of a group's splitter or combiner: `res`, `gated` and `gated_soft` give each
+    branch a Linear(dim, dim) with bias; `gated` adds a scalar gate per branch, `gated_soft` one
+    for the pair; `copy` and `mean` have none."""
+    if kind not in ("res", "gated", "gated_soft"):
         return 0, 0
-    per_branch = dim * dim + dim + (1 if kind == "gated" else 0)
-    return branches * per_branch, branches * 2 * seq_len * dim * dim
+    gates = {"gated": branches, "gated_soft": 1}.get(kind, 0)
+    return branches * (dim * dim + dim) + gates, branches * 2 * seq_len * dim * dim
 
 
 def _mixers(block: topo.Block) -> tuple[topo.Layer, ...]:

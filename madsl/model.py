@@ -187,28 +187,37 @@ class GroupConnection(nn.Module):
 
 class Projector(nn.Module):
     """One side of a group of branches, per branch i (seed 004's HybridModel projectors,
-    hybrid/projector.py): `res` x_i + P_i(x_i); `gated` (1 - a_i) * P_i(x_i) + a_i * x_i with a
-    learned scalar a_i (init 1); `copy` and `mean` pass x_i through. P_i is a Linear(dim, dim)
-    with bias, initialised as torch's default."""
+    hybrid/projector.py): `res` x_i + P_i(x_i); `gated` (1 - g_i) * P_i(x_i) + g_i * x_i with
+    a learned scalar g_i = a_i (init 1); `gated_soft` the same with (g_1, g_2) = softmax(a, 1 - a)
+    of one learned scalar a (init N(0, 1)); `copy` and `mean` pass x_i through. P_i is a
+    Linear(dim, dim) with bias, initialised as torch's default."""
 
     def __init__(self, kind: str, branches: int, dim: int):
         super().__init__()
         self.kind = kind
-        self.proj = nn.ModuleList(nn.Linear(dim, dim) for _ in range(branches)) if kind in ("res", "gated") else None
-        self.alpha = nn.Parameter(torch.ones(branches)) if kind == "gated" else None
+        projected = kind in ("res", "gated", "gated_soft")
+        self.proj = nn.ModuleList(nn.Linear(dim, dim) for _ in range(branches)) if projected else None
+        self.alpha = {"gated": lambda: nn.Parameter(torch.ones(branches)),
+                      "gated_soft": lambda: nn.Parameter(torch.randn(1))}.get(kind, lambda: None)()
+
+    def gates(self) -> torch.Tensor:
+        """g_i: the weight of each branch's input against its projection (and, in a combiner, in the join)."""
+        if self.kind == "gated_soft":
+            return torch.softmax(torch.cat([self.alpha, 1 - self.alpha]), dim=0)
+        return self.alpha
 
     def forward(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
         if self.proj is None:
             return xs
         if self.alpha is None:
             return [x + proj(x) for x, proj in zip(xs, self.proj)]
-        return [(1 - a) * proj(x) + a * x for x, proj, a in zip(xs, self.proj, self.alpha)]
+        return [(1 - g) * proj(x) + g * x for x, proj, g in zip(xs, self.proj, self.gates())]
 
 
 class Fork(nn.Module):
     """A group of branches: every branch (a sub-stack) reads the splitter's projection of the
     input, and the combiner joins the branches' projected outputs: their mean (`mean`, `res`),
-    or their sum weighted by softmax(a) of the combiner's gates (`gated`)."""
+    or their sum weighted by softmax(a) of the combiner's gates (`gated`) or by its g_i (`gated_soft`)."""
 
     def __init__(self, branches: list[nn.Module], split: str, combine: str, dim: int):
         super().__init__()
@@ -220,7 +229,7 @@ class Fork(nn.Module):
         ys = self.combine(ys)
         if self.combine.alpha is None:
             return sum(ys) / len(ys)
-        weights = torch.softmax(self.combine.alpha, dim=0)
+        weights = self.combine.gates() if self.combine.kind == "gated_soft" else torch.softmax(self.combine.alpha, dim=0)
         return sum(w * y for w, y in zip(weights, ys))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

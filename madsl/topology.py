@@ -32,8 +32,8 @@ POSITIVE_NUMBER = "a positive number"
 # splitter and combiner of a group of branches, the pre-norm kind and the Linear init of its layers
 GROUP_ATTRIBUTES: dict[str, Any] = {
     "residual": ("add", "none", "gated"),
-    "split": ("copy", "res", "gated"),
-    "combine": ("mean", "res", "gated"),
+    "split": ("copy", "res", "gated", "gated_soft"),
+    "combine": ("mean", "res", "gated", "gated_soft"),
     "norm": ("rms", "layer"),
     "linear_std": POSITIVE_NUMBER,
 }
@@ -161,7 +161,7 @@ class _ToData(lark.Transformer):
             else:
                 count = child
         for key, value, key_span, value_span in attrs:
-            _check_group_attribute(key, value, key_span, value_span, branched=len(sequences) > 1)
+            _check_group_attribute(key, value, key_span, value_span, branches=len(sequences))
         attrs = tuple(a for a in attrs if GROUP_DEFAULTS.get(a[0], object()) != a[1])
         body = sequences[0] if len(sequences) == 1 else (Fork(tuple(sequences)),)
         group = Group(body, _settings(attrs, meta), _span(meta))
@@ -216,7 +216,7 @@ class _ToData(lark.Transformer):
         return text, _tok_span(children[0])
 
 
-def _check_group_attribute(key: str, value: Value, key_span: Span, value_span: Span, *, branched: bool) -> None:
+def _check_group_attribute(key: str, value: Value, key_span: Span, value_span: Span, *, branches: int) -> None:
     allowed = GROUP_ATTRIBUTES.get(key)
     if allowed is None:
         raise _TopologyError(f"unknown group attribute {key!r}", key_span, expected=", ".join(GROUP_ATTRIBUTES),
@@ -228,9 +228,12 @@ def _check_group_attribute(key: str, value: Value, key_span: Span, value_span: S
     elif value not in allowed:
         raise _TopologyError(f"{key} must be one of {', '.join(allowed)}, got {value!r}", value_span,
                              hint=_nearest(str(value), allowed))
-    if key in BRANCH_ATTRIBUTES and not branched:
+    if key in BRANCH_ATTRIBUTES and branches == 1:
         raise _TopologyError(f"{key} applies to a group of branches, and this group has one", key_span,
                              hint=f"separate the branches with '|': (Ag:Al | 2Mb){{{key}={value}}}")
+    if value == "gated_soft" and branches != 2:  # its two gates are one number a and 1 - a
+        raise _TopologyError(f"{key}=gated_soft joins exactly two branches, and this group has {branches}",
+                             value_span, hint="use gated for more branches")
 
 
 def _settings(raw: tuple, meta: Any) -> Settings:

@@ -33,18 +33,20 @@ def test_branches_parse_print_and_drop_the_default_projectors():
     assert topo.expand(topo.parse("(A:Mb)")) == topo.expand(topo.parse("A:Mb"))
 
 
-@pytest.mark.parametrize("split", ["copy", "res", "gated"])
-@pytest.mark.parametrize("combine", ["mean", "res", "gated"])
+@pytest.mark.parametrize("split", ["copy", "res", "gated", "gated_soft"])
+@pytest.mark.parametrize("combine", ["mean", "res", "gated", "gated_soft"])
 def test_projectors_are_counted_as_built(tmp_path, split, combine):
     spec = _spec(tmp_path, f"(A:A | Mb){{split={split}, combine={combine}}}")
     account = madsl.account(spec, vocab=10)
     model = madsl.compile(spec, vocab_size=10)
     assert account.totals["params"] == sum(p.numel() for p in model.parameters())
     parts = {p.name.split("[")[0]: p for p in account.parts}
-    per_branch = {"copy": 0, "mean": 0, "res": D * D + D, "gated": D * D + D + 1}
+    # two branches: a Linear(D, D) with bias each, and a gate each (gated) or one for both (gated_soft)
+    expected = {"copy": 0, "mean": 0, "res": 2 * (D * D + D), "gated": 2 * (D * D + D + 1),
+                "gated_soft": 2 * (D * D + D) + 1}
     for role, kind in (("split", split), ("combine", combine)):
-        if per_branch[kind]:
-            assert parts[f"group_{role}"].params == 2 * per_branch[kind]
+        if expected[kind]:
+            assert parts[f"group_{role}"].params == expected[kind]
             assert parts[f"group_{role}"].flops == 2 * 2 * 8 * D * D  # two Linear(D, D) over 8 positions
         else:
             assert f"group_{role}" not in parts
@@ -63,6 +65,20 @@ def test_gated_branches_compute_the_study_projectors():
     y = [(1 - a) * p(y_i) + a * y_i for y_i, p, a in zip(y, c.proj, c.alpha)]
     w = torch.softmax(c.alpha, dim=0)
     torch.testing.assert_close(fork(x), w[0] * y[0] + w[1] * y[1])
+
+
+def test_gated_soft_branches_weigh_each_side_by_softmax_of_a_and_one_minus_a():
+    model = madsl.compile(spec_from_topology("(A-none | Mb){split=gated_soft, combine=gated_soft}"), vocab_size=10)
+    fork = model.body[0]
+    with torch.no_grad():
+        fork.split.alpha.fill_(0.3)
+        fork.combine.alpha.fill_(-0.4)
+    x = torch.randn(2, 5, model.dim)
+    s = torch.softmax(torch.tensor([0.3, 0.7]), dim=0)
+    c = torch.softmax(torch.tensor([-0.4, 1.4]), dim=0)
+    y = [branch((1 - g) * p(x) + g * x) for branch, p, g in zip(fork.branches, fork.split.proj, s)]
+    y = [(1 - g) * p(y_i) + g * y_i for y_i, p, g in zip(y, fork.combine.proj, c)]
+    torch.testing.assert_close(fork(x), c[0] * y[0] + c[1] * y[1])
 
 
 def test_copy_mean_branches_average_the_branches_and_res_adds_the_projections():
@@ -100,7 +116,8 @@ def test_a_group_norm_and_linear_std_reach_only_its_layers(tmp_path):
 
 @pytest.mark.parametrize("topology, column, message", [
     ("(A:A){split=res}", 7, "split applies to a group of branches"),
-    ("(A | Mb){combine=sum}", 18, "combine must be one of mean, res, gated"),
+    ("(A | Mb){combine=sum}", 18, "combine must be one of mean, res, gated, gated_soft"),
+    ("(A | Mb | H){split=gated_soft}", 20, "split=gated_soft joins exactly two branches, and this group has 3"),
     ("(A | Mb){norm=batch}", 15, "norm must be one of rms, layer"),
     ("(A | Mb){linear_std=0}", 21, "linear_std must be a positive number"),
     ("(A | Mb){linear_std=big}", 21, "linear_std must be a positive number"),
