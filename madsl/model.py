@@ -197,14 +197,24 @@ class Projector(nn.Module):
         self.kind = kind
         projected = kind in ("res", "gated", "gated_soft")
         self.proj = nn.ModuleList(nn.Linear(dim, dim) for _ in range(branches)) if projected else None
-        self.alpha = {"gated": lambda: nn.Parameter(torch.ones(branches)),
-                      "gated_soft": lambda: nn.Parameter(torch.randn(1))}.get(kind, lambda: None)()
+        self.alpha = None  # the learned gates: one per branch from 1 (gated), one from N(0, 1) (gated_soft)
+        if kind == "gated":
+            self.alpha = nn.Parameter(torch.ones(branches))
+        elif kind == "gated_soft":
+            self.alpha = nn.Parameter(torch.randn(1))
 
     def gates(self) -> torch.Tensor:
-        """g_i: the weight of each branch's input against its projection (and, in a combiner, in the join)."""
+        """g_i: the weight of each branch's input against its projection."""
         if self.kind == "gated_soft":
             return torch.softmax(torch.cat([self.alpha, 1 - self.alpha]), dim=0)
         return self.alpha
+
+    def join_weights(self) -> torch.Tensor | None:
+        """A combiner's weight of each branch in the join: softmax(a) (`gated`), g_i (`gated_soft`);
+        None: the mean."""
+        if self.alpha is None:
+            return None
+        return self.gates() if self.kind == "gated_soft" else torch.softmax(self.alpha, dim=0)
 
     def forward(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
         if self.proj is None:
@@ -227,9 +237,9 @@ class Fork(nn.Module):
 
     def _join(self, ys: list[torch.Tensor]) -> torch.Tensor:
         ys = self.combine(ys)
-        if self.combine.alpha is None:
+        weights = self.combine.join_weights()
+        if weights is None:
             return sum(ys) / len(ys)
-        weights = self.combine.gates() if self.combine.kind == "gated_soft" else torch.softmax(self.combine.alpha, dim=0)
         return sum(w * y for w, y in zip(weights, ys))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
