@@ -116,17 +116,19 @@ def test_a_stacked_group_trains_each_member_as_its_unbatched_run(tmp_path, monke
     assert len({json.dumps(_strip_time(r)["history"]) for r in batched.values()}) == len(batched)
 
 
-def test_a_stacked_group_trains_under_bf16_autocast_as_its_unbatched_runs(tmp_path):
-    """bf16 (the CUDA default) through vmap: SDPA is not autocast there, so the rotary q, k
-    must already have v's dtype (found on an H100). Members within bf16 rounding of their runs."""
-    plan = _plan("attention-sg.mad", tmp_path / "a.db", (1e-3, 5e-4), (0.0,), precision="bf16")
+@pytest.mark.parametrize("spec", ["attention-sg.mad", "hyena-sg.mad", "mamba.mad"])
+def test_a_stacked_group_trains_under_bf16_autocast_as_its_unbatched_runs(tmp_path, spec):
+    """bf16 (the CUDA default) through vmap and the member folds (the rotary q, k must have v's
+    dtype, found on an H100; the scan and the long convolutions switch autocast off inside).
+    Members within bf16 rounding of their runs."""
+    plan = _plan(spec, tmp_path / "a.db", (1e-3, 5e-4), (0.0,), precision="bf16")
     [group] = plan.work(batch_grid=True)
     group.stack = True
     events = []
     execute_group(group, events.append, lambda: False)
     assert not [e for e in events if e.kind == "failed"]
     batched = _results(events)
-    alone = _plan("attention-sg.mad", tmp_path / "b.db", (1e-3, 5e-4), (0.0,), precision="bf16")
+    alone = _plan(spec, tmp_path / "b.db", (1e-3, 5e-4), (0.0,), precision="bf16")
     for job in alone.jobs:
         single = []
         execute_job(job, single.append, lambda: False)

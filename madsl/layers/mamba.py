@@ -24,6 +24,7 @@ from torch import Tensor
 from madsl.kernels import cuda, member_fold
 from madsl.kernels.causal_conv1d import causal_conv1d_silu
 from madsl.kernels.selective_scan import selective_scan
+from madsl.layers.short_conv import depthwise_conv1d
 from madsl.primitives.mamba import Mamba as MambaPrimitive
 
 
@@ -168,7 +169,7 @@ class Mamba(nn.Module):
                                      self.conv1d.bias)
             return out.transpose(1, 2)
         length = x.shape[1]
-        out = self.conv1d(x.transpose(1, 2).contiguous())[..., :length]
+        out = depthwise_conv1d(self.conv1d, x.transpose(1, 2).contiguous())[..., :length]
         return F.silu(out.transpose(1, 2).contiguous())
 
     # --- recurrent (inference) form ----------------------------------------------------

@@ -12,6 +12,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+def depthwise_conv1d(conv: nn.Conv1d, x: Tensor) -> Tensor:
+    """conv(x) with its weight and bias in x's dtype. Under vmap (stacked grid training) torch's
+    convolution batching rule leaves the bias out of autocast's casts (a bf16 input with a
+    float32 bias fails); outside vmap autocast casts both to x's dtype itself, so this is the
+    same computation."""
+    bias = None if conv.bias is None else conv.bias.to(x.dtype)
+    return F.conv1d(x, conv.weight.to(x.dtype), bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+
+
 class ShortConv(nn.Module):
     def __init__(self, channels: int, taps: int, bias: bool):
         super().__init__()
@@ -21,7 +30,7 @@ class ShortConv(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """x (batch, L, channels) -> SiLU(conv(x)) (batch, L, channels)."""
         length = x.shape[1]
-        return F.silu(self.conv(x.transpose(1, 2))[..., :length].transpose(1, 2))
+        return F.silu(depthwise_conv1d(self.conv, x.transpose(1, 2))[..., :length].transpose(1, 2))
 
     def init_state(self, batch: int, device=None, dtype=None) -> Tensor:
         weight = self.conv.weight
