@@ -24,6 +24,11 @@ A fold is a class with two static methods:
     call(*args)                            the op's public function (dispatching on device)
     fold(members, in_dims, *args)          -> (outputs, out_dims), on unwrapped tensors; calls
                                            `call` on the folded tensors (so nested vmaps fold again)
+
+An op whose every tensor argument and output leads with the batch axis needs no class of
+its own: the decorator `folds_into_batch` folds the members into that axis. `active()`
+reads torch's private `torch._C._are_functorch_transforms_active` (what torch's own
+autograd.Function dispatch reads); tests/test_member_fold.py fails if it stops working.
 """
 from __future__ import annotations
 
@@ -124,7 +129,7 @@ class _Folded(torch.autograd.Function):
                 args[i] = args[i].detach().requires_grad_(True)
             outputs = ctx.fold.call(*args)
             outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-            pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
+            pairs = [(o, g) for o, g in zip(outputs, grads) if o is not None and g is not None and o.requires_grad]
             found = torch.autograd.grad([o for o, _ in pairs], [args[i] for i in wanted],
                                         [g for _, g in pairs], allow_unused=True) if pairs else [None] * len(wanted)
         result: list[Tensor | None] = [None] * len(args)
