@@ -136,10 +136,11 @@ def test_a_stacked_group_trains_under_bf16_autocast_as_its_unbatched_runs(tmp_pa
             assert got["train_loss"] == pytest.approx(want["train_loss"], rel=2e-2), job.label
 
 
-def test_an_interrupted_stacked_group_resumes_to_the_uninterrupted_result(tmp_path):
+@pytest.mark.parametrize("spec", ["attention-sg.mad", "mamba.mad"])
+def test_an_interrupted_stacked_group_resumes_to_the_uninterrupted_result(tmp_path, spec):
     runs = {}
     for name, stop_after in (("a", None), ("b", 4)):
-        plan = _plan("attention-sg.mad", tmp_path / f"{name}.db", (1e-3, 1e-4), (0.0, 0.1), epochs=2)
+        plan = _plan(spec, tmp_path / f"{name}.db", (1e-3, 1e-4), (0.0, 0.1), epochs=2)
         [group] = plan.work(batch_grid=True)
         group.stack = True
         events = []
