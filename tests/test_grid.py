@@ -27,7 +27,7 @@ TINY_SETTING = {"seq_len": 24, "num_train_examples": 24, "num_test_examples": 16
 
 def _plan(spec_name: str, db: Path, lrs, wds=(0.0,), seeds=(0,), epochs=2, task="in-context-recall",
           early_stop_acc=None, precision="fp32"):
-    path = PAPER / spec_name
+    path = spec_name if isinstance(spec_name, Path) else PAPER / spec_name
     cli = cli_overrides(protocol="baseline", tasks=[task], settings=TINY_SETTING, lr=list(lrs), wd=list(wds),
                         seed=list(seeds), epochs=epochs, batch_size=8, precision=precision)
     plan = plan_evaluation(StoreFiles(db), [(load_spec(path), str(path))], cli, device="cpu")
@@ -70,6 +70,20 @@ def test_a_group_trains_each_member_exactly_as_its_unbatched_run(tmp_path, spec,
     assert len({json.dumps(_strip_time(r)["history"]) for r in batched.values()}) == len(batched)
 
 
+# Two parallel branches between gated projectors, one with its own norm and Linear init
+# (specs/hybrid/icr-hybrid.mad in miniature).
+BRANCHED_SPEC = """\
+name: branches
+dim: 32
+channel_mixer: Mlp
+final_norm: false
+layers:
+  A: {heads: 4, rotary: false}
+  Mb: {d_state: 4, expand: 2}
+topology: ((A){norm=layer, linear_std=0.02} | Mb){split=gated, combine=gated}
+"""
+
+
 def _close(a: dict, b: dict, rel: float) -> bool:
     """Every number of two results within `rel` of each other (NaN equal to NaN; None to None)."""
     if isinstance(a, dict):
@@ -89,10 +103,14 @@ def _close(a: dict, b: dict, rel: float) -> bool:
     ("hyena-experts-moe.mad", (1e-3, 5e-4), (0.1,), (0,)),  # routing, MoE's balancing loss
     ("gla-sg.mad", (1e-3,), (0.0,), (0, 1)),  # GLA's chunked form folded into the batch
     ("mh-hyena-sg.mad", (1e-3, 5e-4), (0.0,), (0,)),
+    ("branches", (1e-3, 5e-4), (0.0,), (0,)),  # seed 004's hybrid block: gated projectors, group attributes
 ])
 def test_a_stacked_group_trains_each_member_as_its_unbatched_run(tmp_path, monkeypatch, spec, lrs, wds, seeds):
     """Members as one vmapped model with stacked AdamW (every op batching or folding the
     member axis): equal to the unbatched runs to fp32 rounding, for each layer family."""
+    if spec == "branches":
+        spec = tmp_path / "branches.mad"
+        spec.write_text(BRANCHED_SPEC)
     plan = _plan(spec, tmp_path / "a.db", lrs, wds, seeds, epochs=3)
     [group] = plan.work(batch_grid=True)
     group.stack = True  # the CUDA default; on the CPU lockstep is the default (faster there)
