@@ -18,7 +18,7 @@ grid group in lockstep and as one stacked model (`madsl.runner.grid`, `stacked`;
 layers stack), in the same process and run; the columns are time over the unbatched time
 (below 1: faster; CPU time of this process on the CPU, wall time on a GPU), and the
 projection is also given with each task's hours scaled by the ratio of the mode this
-device uses by default.
+device uses by default (and, on CUDA, of the stacked step with CUDA graphs).
 
     python benchmarks/protocol_cost.py                       # paper specs mamba, hyena-sg, attention-sg
     python benchmarks/protocol_cost.py --quick               # a few minutes on 2 CPU cores
@@ -80,12 +80,13 @@ def epoch_seconds(spec, path: str, task_name: str, device: str, precision: str, 
 
 
 def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, examples: int,
-                 workdir: Path, repeats: int = 1) -> tuple[float, float, float | None]:
+                 workdir: Path, repeats: int = 1) -> dict[str, float | None]:
     """Seconds of the paper grid's 6 (lr, wd) runs (one epoch on `examples` training
-    examples): one after another, as one grid group in lockstep, and as one stacked model
-    (None where the layers do not stack); each with its own data cache. With `repeats` > 1
-    the three modes run that many rounds, interleaved, and each keeps its fastest: the first
-    round pays the one-time costs (kernel autotuning, FFT plans, allocator growth) of its shapes."""
+    examples): one after another ("unbatched"), as one grid group in lockstep, as one stacked
+    model ("stacked"; None where the layers do not stack) and, on CUDA, stacked with its step
+    replayed as a CUDA graph ("graphs"); each with its own data cache. With `repeats` > 1 the
+    modes run that many rounds, interleaved, and each keeps its fastest: the first round pays
+    the one-time costs (kernel autotuning, FFT plans, allocator growth) of its shapes."""
     import torch
 
     from madsl.runner.executor import job_inputs
@@ -98,20 +99,21 @@ def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, e
                         settings={"num_train_examples": examples, "num_test_examples": min(examples, 256)})
     # CPU time on the CPU (robust to other jobs on a shared machine), wall time on a GPU
     clock = time.monotonic if device.startswith("cuda") else time.process_time
+    modes = ("unbatched", "lockstep", "stacked") + (("graphs",) if device.startswith("cuda") else ())
     times: dict[str, float | None] = {}
     for round_ in range(repeats):
-        for mode in ("unbatched", "lockstep", "stacked"):
+        for mode in modes:
             plan = plan_evaluation(StoreFiles(workdir / f"grid-{spec.name}-{task_name}-{mode}-{round_}.db"),
                                    [(spec, path)], cli, device=device)
-            if mode == "stacked":
+            if mode in ("stacked", "graphs"):
                 model = job_inputs(plan.jobs[0]).build_model()
                 if not batchable([model, model]):
                     times[mode] = None
                     continue
-            work = plan.work(batch_grid=mode != "unbatched")
+            work = plan.work(batch_grid=mode != "unbatched", cuda_graphs=mode == "graphs")
             for job in work:
                 if mode != "unbatched":
-                    job.stack = mode == "stacked"
+                    job.stack = mode in ("stacked", "graphs")
             events: list = []
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
@@ -125,7 +127,7 @@ def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, e
             done = [e for e in events if e.kind == "finished"]
             if len(done) != len(plan.jobs):
                 raise RuntimeError(f"{task_name}: grid runs did not finish: {[e for e in events if e.kind == 'failed']}")
-    return times["unbatched"], times["lockstep"], times["stacked"]
+    return times
 
 
 def main() -> int:
@@ -160,7 +162,7 @@ def main() -> int:
             runs_by_task = collections.defaultdict(list)
             for run in paper.runs:
                 runs_by_task[run.task].append(run)
-            total = batched_total = 0.0
+            total = batched_total = graphs_total = 0.0
             print(f"\n{spec.name}: {len(paper.runs)} runs in the paper protocol")
             unknown = set(args.tasks or ()) - set(runs_by_task)
             if unknown:
@@ -176,18 +178,22 @@ def main() -> int:
                                      * args.stop_fraction for r in runs) / 3600
                     total += task_hours
                 grid = ""
-                ratio = 1.0
+                ratio = graphs_ratio = 1.0
                 if args.grid_examples:
-                    unbatched, lockstep, stacked = grid_seconds(spec, path, task_name, device, args.precision,
-                                                                args.grid_examples, Path(tmp), args.grid_repeats)
-                    default = stacked if stacked is not None and stacks_on(device) else lockstep
+                    times = grid_seconds(spec, path, task_name, device, args.precision, args.grid_examples,
+                                         Path(tmp), args.grid_repeats)
+                    unbatched = times["unbatched"]
+                    default = times["stacked"] if times["stacked"] is not None and stacks_on(device) else times["lockstep"]
                     ratio = default / unbatched
-                    grid = (f"   grid of 6: unbatched {unbatched:6.2f} s, lockstep {lockstep / unbatched:.2f}x, "
-                            + (f"stacked {stacked / unbatched:.2f}x" if stacked is not None else "stacked n/a"))
+                    graphs_ratio = (times.get("graphs") or default) / unbatched
+                    grid = f"   grid of 6: unbatched {unbatched:6.2f} s" + "".join(
+                        f", {mode} " + (f"{times[mode] / unbatched:.2f}x" if times[mode] is not None else "n/a")
+                        for mode in times if mode != "unbatched")
                 if args.grid_only:
                     print(f"  {task_name:26s}{grid}")
                     continue
                 batched_total += task_hours * ratio
+                graphs_total += task_hours * graphs_ratio
                 print(f"  {task_name:26s} epoch {seconds:8.2f} s at baseline   {len(runs):3d} runs   "
                       f"{task_hours:8.2f} h{grid}   (measured in {time.monotonic() - started:.0f} s)")
             if args.grid_only:
@@ -196,6 +202,9 @@ def main() -> int:
                   f"stop fraction {args.stop_fraction:g})")
             if args.grid_examples:
                 print(f"  {'total, grid-batched':26s} {batched_total:8.2f} device-hours ({batched_total / total:.2f}x)")
+                if device.startswith("cuda"):
+                    print(f"  {'total, + CUDA graphs':26s} {graphs_total:8.2f} device-hours "
+                          f"({graphs_total / total:.2f}x; --cuda-graphs)")
     return 0
 
 

@@ -8,7 +8,8 @@
 # (their setup.py builds eight: an hour; one: ~2 and ~5 minutes on 16 cores), installs
 # lark and fla from wheels, runs the CUDA lane with per-test timeouts (fla's Triton kernels
 # autotune for minutes per shape on a cold cache) and the cost benchmark; logs in LOG_DIR. Grid-batched
-# (stacked) training is checked and measured first, for attention, Hyena and Mamba.
+# (stacked) training, with and without CUDA graphs, is checked and measured first: attention and
+# Hyena on two cores while the libraries build on the others, then Mamba.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GPU=.gpu
@@ -45,11 +46,35 @@ done
 # madsl imports only mamba-ssm's ops: its package __init__ also imports models that need more
 printf '__version__ = "%s"\n\nfrom mamba_ssm.ops.selective_scan_interface import selective_scan_fn, mamba_inner_fn\n' \
     "$(ls $GPU/sdist/mamba_ssm-*.tar.gz | sed 's/.*mamba_ssm-\(.*\)\.tar\.gz/\1/')" > "$GPU/build/mamba_ssm/mamba_ssm/__init__.py"
-export TORCH_CUDA_ARCH_LIST="${ARCH:0:1}.${ARCH:1}" MAX_JOBS=$(nproc) MAMBA_FORCE_BUILD=TRUE CAUSAL_CONV1D_FORCE_BUILD=TRUE
+export TORCH_CUDA_ARCH_LIST="${ARCH:0:1}.${ARCH:1}" MAX_JOBS=$(( $(nproc) > 4 ? $(nproc) - 2 : 2 )) \
+    MAMBA_FORCE_BUILD=TRUE CAUSAL_CONV1D_FORCE_BUILD=TRUE
+# The builds take minutes: they run on all cores but two, while what needs neither library is
+# checked and timed on those two (the timing thread has its core; note the build's load beside it).
+PIN_BUILD=""; PIN_CHECK=""
+if command -v taskset > /dev/null && (( $(nproc) > 4 )); then
+    PIN_BUILD="taskset -c 2-$(( $(nproc) - 1 ))"; PIN_CHECK="taskset -c 0,1"
+fi
 for name in mamba_ssm causal_conv1d; do
-    (cd "$GPU/build/$name" && python3 setup.py build_ext --inplace > "$LOG/build-$name.log" 2>&1; \
+    (cd "$GPU/build/$name" && $PIN_BUILD python3 setup.py build_ext --inplace > "$LOG/build-$name.log" 2>&1; \
      echo "$name build rc=$? at $(elapsed) s" >> "$LOG/build-$name.log") &
 done
+TIMEOUT=$(python3 -c 'import pytest_timeout' 2>/dev/null && echo "--timeout 300")
+STACKED="(fold or grid_group or cuda_graphs) and not (fla or gla)"
+# Grid-batched (stacked) training first, cheap and decisive: the member folds, the stacked groups and
+# their CUDA graphs against their unbatched runs (fla's, which autotune for minutes, in the lane below),
+# then stacked vs lockstep vs unbatched vs stacked + CUDA graphs (warm: best of 2 rounds) at one step
+# per run (16 examples) and at 8 (1024). Attention and Hyena while the libraries build; Mamba after.
+$PIN_CHECK python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py \
+    -k "($STACKED) and not (mamba or causal_conv1d)" > "$LOG/stacked-lane-attention-hyena.log" 2>&1
+echo "stacked lane (attention, Hyena) rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/stacked-lane-attention-hyena.log" | tail -n 12
+bench() {  # bench NAME ARGS...: the grid comparison (pinned by $PIN), its lines on stdout
+    local name=$1; shift
+    $PIN python3 benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-only --grid-repeats 2 \
+        --tasks in-context-recall selective-copying "$@" > "$LOG/stacked-$name.txt" 2>&1
+    echo "stacked benchmark ($name) rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/stacked-$name.txt" | grep -v Warning
+}
+{ echo "during the builds:"; uptime; } >> "$LOG/env.txt"
+PIN=$PIN_CHECK bench attention-hyena-16 --grid-examples 16 --specs specs/paper/attention-sg.mad specs/paper/hyena-sg.mad
 wait
 tail -qn 1 "$LOG"/build-*.log
 export PYTHONPATH=$PYTHONPATH:$PWD/$GPU/build/mamba_ssm:$PWD/$GPU/build/causal_conv1d
@@ -58,20 +83,13 @@ from madsl.kernels import cuda
 for name, ops in (("mamba-ssm", cuda.mamba_ssm_ops()), ("causal-conv1d", cuda.causal_conv1d_ops()),
                   ("flash-linear-attention", cuda.fla_gla_ops())):
     print(f"{name:24s} {\"imports\" if ops else \"MISSING\"}")' | tee "$LOG/imports.txt"
-TIMEOUT=$(python3 -c 'import pytest_timeout' 2>/dev/null && echo "--timeout 300")
-# Grid-batched (stacked) training first, cheap and decisive: the member folds and the stacked groups
-# against their unbatched runs (fla's, which autotune for minutes, in the lane below), then stacked vs lockstep vs unbatched for the three
-# families (warm: best of 2 rounds) at one step per run (16 examples) and at 8 (1024).
-python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py -k "(fold or grid_group) and not (fla or gla)" \
-    > "$LOG/stacked-lane.log" 2>&1
-echo "stacked lane rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/stacked-lane.log" | tail -n 12
-for examples in 16 1024; do
-    python3 benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-only --grid-repeats 2 \
-        --grid-examples $examples --tasks in-context-recall selective-copying > "$LOG/stacked-$examples.txt" 2>&1
-    echo "stacked benchmark ($examples examples) rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/stacked-$examples.txt" | grep -v Warning
-done
+python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py \
+    -k "($STACKED) and (mamba or causal_conv1d)" > "$LOG/stacked-lane-mamba.log" 2>&1
+echo "stacked lane (Mamba) rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/stacked-lane-mamba.log" | tail -n 12
+PIN="" bench mamba-16 --grid-examples 16 --specs specs/paper/mamba.mad
+PIN="" bench all-1024 --grid-examples 1024
 python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py tests/test_gpu_paths.py \
-    tests/test_precision.py -k "not ((fold or grid_group) and not (fla or gla))" > "$LOG/lane.log" 2>&1  # the rest
+    tests/test_precision.py -k "not ($STACKED)" > "$LOG/lane.log" 2>&1  # the rest
 echo "CUDA lane rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/lane.log" | tail -n 20
 python3 benchmarks/protocol_cost.py --device cuda --precision bf16 > "$LOG/protocol_cost.txt" 2>&1
 echo "cost benchmark rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/protocol_cost.txt" | grep -v Warning

@@ -213,6 +213,49 @@ def test_grid_group_on_device_equals_the_unbatched_runs(tmp_path, monkeypatch, s
                 assert got[key] == pytest.approx(want[key], rel=1e-3), (run_id, key)
 
 
+@pytest.mark.parametrize("spec_name, precision", [("attention-sg.mad", "bf16"), ("hyena-sg.mad", "bf16"),
+                                                   ("mamba.mad", "bf16"), ("mamba.mad", "fp32"), ("gla-sg.mad", "bf16")])
+def test_cuda_graphs_replay_the_stacked_step_to_the_same_results(tmp_path, monkeypatch, spec_name, precision):
+    """`--cuda-graphs`: after three eager warm-up steps the stacked step is captured once and
+    replayed (8 steps: 5 replays, no fallback warning), and the members' results equal those
+    of the same group trained without graphs (the same kernels; the learning rates and Adam's
+    bias corrections reach the graph through its buffers, so they change every step)."""
+    import warnings
+
+    from madsl.runner.api import cli_overrides, plan_evaluation
+    from madsl.runner.executor import execute_job
+    from madsl.runner.store import StoreFiles
+    from madsl.spec import load_spec
+
+    path = Path(__file__).resolve().parents[1] / "specs" / "paper" / spec_name
+    cli = cli_overrides(protocol="baseline", tasks=["in-context-recall"], lr=[1e-3, 1e-4], wd=[0.0, 0.1], epochs=2,
+                        batch_size=16, precision=precision,
+                        settings={"seq_len": 64, "num_train_examples": 64, "num_test_examples": 32})
+    replays = []
+    replay = torch.cuda.CUDAGraph.replay
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", lambda graph: replays.append(1) or replay(graph))
+
+    def results(db, graphs):
+        plan = plan_evaluation(StoreFiles(tmp_path / db), [(load_spec(path), str(path))], cli, device="cuda")
+        events = []
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="CUDA graphs off")
+            for job in plan.work(batch_grid=True, cuda_graphs=graphs):
+                assert job.stack and job.graphs == graphs
+                execute_job(job, events.append, lambda: False)
+        assert not [e for e in events if e.kind == "failed"], [e.data for e in events if e.kind == "failed"]
+        return {e.run_id: e.data["result"]["history"] for e in events if e.kind == "finished"}
+
+    graphed = results("a.db", True)
+    assert len(replays) == 5
+    eager = results("b.db", False)
+    assert graphed.keys() == eager.keys() and len(graphed) == 4
+    for run_id, history in eager.items():
+        for got, want in zip(graphed[run_id], history):
+            for key in ("train_loss", "eval_loss", "eval_acc"):
+                assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), (run_id, key)
+
+
 # --- member folds on the device: each CUDA kernel under vmap runs once for all members -------
 MEMBERS = 3
 

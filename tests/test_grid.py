@@ -276,3 +276,70 @@ def test_batch_grid_on_ray_is_bad_input(tmp_path, capsys):
     assert main(["eval", spec, *EVAL, "--db", str(tmp_path / "r.db"), "--executor", "ray", "--batch-grid"]) == 2
     assert "--batch-grid runs with the local executors only" in capsys.readouterr().err
     assert not (tmp_path / "r.db").exists()
+
+
+@pytest.mark.parametrize("flags", [["--device", "cpu", "--batch-grid"], ["--device", "cpu", "--no-batch-grid"]])
+def test_cuda_graphs_without_a_cuda_device_or_grid_batching_is_bad_input(tmp_path, capsys, flags):
+    spec = str(PAPER / "hyena-sg.mad")
+    assert main(["eval", spec, *EVAL, "--db", str(tmp_path / "g.db"), *flags, "--cuda-graphs"]) == 2
+    err = capsys.readouterr().err
+    assert "--cuda-graphs captures the training step of grid-batched groups on a CUDA device" in err
+    assert "Traceback" not in err and not (tmp_path / "g.db").exists()
+
+
+# Ops whose result the host must read: each would stall a GPU every step and cannot be captured.
+HOST_SYNC_OPS = ("_local_scalar_dense", "nonzero", "is_nonzero", "masked_select", "unique", "aten.equal")
+
+
+@pytest.mark.parametrize("spec, precision", [("attention-sg.mad", "fp32"), ("hyena-sg.mad", "bf16"),
+                                             ("mamba.mad", "fp32"), ("hyena-experts-moe.mad", "fp32")])
+def test_a_stacked_step_is_the_same_device_work_every_step(tmp_path, monkeypatch, spec, precision):
+    """What a CUDA graph needs of the stacked step and evaluation batch (`--cuda-graphs` captures
+    each and replays it): every step (evaluation batch) dispatches the same ops on tensors of the same shapes with the same non-tensor
+    arguments (a per-step value passed as a Python number, such as the learning rate or Adam's
+    bias correction, would be frozen into the graph at its capture) from the second step on (the
+    first may fill caches, as warm-up steps do before a capture), and none reads a value on the
+    host. The dispatch trace of each step, on the CPU, stands in for the recorded graph."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_map
+
+    def describe(value):
+        if isinstance(value, torch.Tensor):
+            return ("tensor", tuple(value.shape), value.dtype)
+        return repr(value)
+
+    class Trace(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            self.ops.append((str(func), tree_map(describe, args), tree_map(describe, kwargs)))
+            return func(*args, **kwargs)
+
+    traces = {"_train_compute": [], "_eval_compute": []}
+    for name in traces:
+        def traced(self, *args, _compute=getattr(StackedMembers, name), _traces=traces[name]):
+            with Trace() as trace:
+                _compute(self, *args)
+            _traces.append(trace.ops)
+
+        monkeypatch.setattr(StackedMembers, name, traced)
+    plan = _plan(spec, tmp_path / "a.db", (1e-3, 5e-4), (0.0, 0.1), epochs=3, precision=precision)
+    [group] = plan.work(batch_grid=True)
+    group.stack = True
+    events = []
+    execute_group(group, events.append, lambda: False)
+    steps, evaluations = traces["_train_compute"], traces["_eval_compute"]
+    # 3 epochs of 3 steps and of 2 evaluation batches (the baseline protocol's mad-lab conventions
+    # evaluate in batches of the training batch size)
+    assert len(_results(events)) == 4 and len(steps) == 9 and len(evaluations) == 6
+    # the first step may fill caches (rotary tables): what a capture after warm-up steps reads
+    assert any("addcmul" in op for op, *_ in steps[1]) and any("scatter_add" in op for op, *_ in steps[1])
+    for trace in steps[2:]:
+        assert trace == steps[1]
+    assert any("scatter_add" in op for op, *_ in evaluations[1])
+    for trace in evaluations[2:]:
+        assert trace == evaluations[1]
+    assert not [op for trace in steps + evaluations for op, *_ in trace if any(name in op for name in HOST_SYNC_OPS)]

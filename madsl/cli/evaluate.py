@@ -81,6 +81,9 @@ def add_parser(subparsers) -> None:
                    help="train the runs of a setting that differ only in lr, weight decay or seed together, "
                         "in one job (each stored as its own run, results as unbatched; default: on for CUDA, "
                         "off on the CPU)")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="capture each grid-batched group's training step as a CUDA graph and replay it (one "
+                        "launch a step; CUDA only; a step that cannot be captured trains on without)")
     p.add_argument("--set", action="append", dest="settings", default=[], metavar="KEY=VALUE",
                    help="a task setting, e.g. seq_len=512, or TASK.KEY=VALUE for one task; repeatable")
     p.add_argument("--lr", type=non_negative_number, action="append", help="learning rate(s) instead of the grid's")
@@ -150,7 +153,7 @@ def cmd_eval(args) -> int:
                            epochs=pick(args.epochs, "epochs"), seed=pick(args.seed, "seed"),
                            batch_size=pick(args.batch_size, "batch_size"),
                            eval_lengths=args.eval_lengths, freeze=args.freeze, precision=args.precision,
-                           batch_grid=args.batch_grid,
+                           batch_grid=args.batch_grid, cuda_graphs=args.cuda_graphs,
                            conventions=args.conventions, optimizer=args.optimizer, schedule=args.schedule,
                            metric=args.metric, stop_acc=args.stop_acc, patience=args.patience,
                            min_delta=args.min_delta, lm_head=args.lm_head,

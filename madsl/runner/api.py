@@ -275,7 +275,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
              wd: float | Sequence[float] | None = None, epochs: int | None = None, seed: int | None = None,
              batch_size: int | None = None, eval_lengths: Sequence[int] | None = None,
              freeze: Sequence[str] | None = None, precision: str | None = None,
-             conventions: str | None = None, batch_grid: bool | None = None,
+             conventions: str | None = None, batch_grid: bool | None = None, cuda_graphs: bool = False,
              optimizer: str | None = None, schedule: str | None = None, metric: str | None = None,
              stop_acc: float | None = None, patience: int | None = None, min_delta: float | None = None,
              lm_head: str | None = None, progress: bool = True,
@@ -300,6 +300,8 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     madsl.runner.cost) without running anything. A run with progress prints the same plan first.
     batch_grid: train the runs of a setting that differ only in lr, wd or seed together
     (madsl.runner.grid; local executors only); None: on for CUDA, off on the CPU and on Ray.
+    cuda_graphs: capture each stacked group's training step as a CUDA graph and replay it
+    (madsl.runner.stacked; CUDA and grid batching only).
     Returns a summary: counts of runs, failures, and the scores of these specs.
     """
     ray_options = _ray_options(executor, address, cpus_per_run, gpus_per_run)
@@ -312,6 +314,10 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
         raise MadslError("--batch-grid runs with the local executors only: Ray runs each run as its own task",
                          hint="drop --batch-grid, or use --executor local")
     batch_grid = ray_options is None and (default_batch_grid(device) if batch_grid is None else batch_grid)
+    if cuda_graphs and not (batch_grid and _planned_device(device).startswith("cuda")):
+        raise MadslError("--cuda-graphs captures the training step of grid-batched groups on a CUDA device",
+                         hint="run on CUDA (--device cuda) with grid batching (its default there), "
+                              "or drop --cuda-graphs")
     cli = cli_overrides(protocol=protocol, tasks=tasks, settings=settings_overrides, lr=lr, wd=wd, epochs=epochs,
                         seed=seed, batch_size=batch_size, eval_lengths=eval_lengths, freeze=freeze,
                         precision=precision, conventions=conventions, optimizer=optimizer, schedule=schedule,
@@ -326,7 +332,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
                            runs_on=_ray_device(ray_options) if ray_options is not None else None)
     for job in plan.jobs:
         job.keep_best = keep == "best"
-    work = plan.work(batch_grid, placement)
+    work = plan.work(batch_grid, placement, cuda_graphs)
     if dry_run or progress:
         cost = plan_cost(db, plan, at_once=workers if ray_options is None else None,
                          executor_name="ray" if ray_options is not None else "local")
@@ -517,14 +523,16 @@ class EvaluationPlan:
     protocols: set[str]
     spec_of: dict[str, str] = dataclasses.field(default_factory=dict)  # run id -> its spec hash
 
-    def work(self, batch_grid: bool, placement: Sequence[str] | None = None) -> list:
+    def work(self, batch_grid: bool, placement: Sequence[str] | None = None, cuda_graphs: bool = False) -> list:
         """What to hand the executor: the runs, or with `batch_grid` the grid groups
-        (madsl.runner.grid) that train together, placed round-robin on `placement`."""
+        (madsl.runner.grid) that train together, placed round-robin on `placement`; with
+        `cuda_graphs`, stacked groups replay their training step as a CUDA graph."""
         if not batch_grid:
             return self.jobs
         from madsl.runner.grid import group_jobs
 
-        return group_jobs([(self.spec_of[job.run_id], job) for job in self.jobs], self.skip_solved_at, placement)
+        return group_jobs([(self.spec_of[job.run_id], job) for job in self.jobs], self.skip_solved_at, placement,
+                          cuda_graphs)
 
     def register(self, store: Store) -> None:
         for spec_row in self.specs:

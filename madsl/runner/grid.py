@@ -51,6 +51,7 @@ class GroupJob:
     label: str = ""
     skip_solved_at: float | None = None
     stack: bool = False  # train as one stacked model where the layers allow (madsl.runner.stacked)
+    graphs: bool = False  # stacked on CUDA: replay the training step as a CUDA graph
 
     def execute(self, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
         execute_group(self, emit, should_stop)
@@ -66,7 +67,7 @@ def group_key(job: RunJob, model_key: Hashable) -> tuple:
 
 
 def group_jobs(jobs: Sequence[tuple[Hashable, RunJob]], skip_solved_at: float | None = None,
-               placement: Sequence[str] | None = None) -> list[RunJob | GroupJob]:
+               placement: Sequence[str] | None = None, cuda_graphs: bool = False) -> list[RunJob | GroupJob]:
     """(model key, job) pairs -> runs and groups, in the order of each group's first run.
     A group's members move to its device (placement: round-robin over groups)."""
     groups: dict[tuple, list[RunJob]] = {}
@@ -82,7 +83,7 @@ def group_jobs(jobs: Sequence[tuple[Hashable, RunJob]], skip_solved_at: float | 
         first = members[0]
         label = first.label.rsplit(" · lr ", 1)[0] + f" · {len(members)} runs"
         out.append(GroupJob(run_id="group-" + first.run_id, members=members, device=device, label=label,
-                            skip_solved_at=skip_solved_at, stack=stacks_on(device)))
+                            skip_solved_at=skip_solved_at, stack=stacks_on(device), graphs=cuda_graphs))
     return out
 
 
@@ -229,7 +230,7 @@ def _train_stacked(group: GroupJob, together: list[Member], members: list[Member
     from madsl.runner.stacked import StackedMembers, schedulers_without_steps, train_stacked_epoch
     from madsl.runner.train import RunInterrupted, _epoch_order, epoch_metrics
 
-    stack = StackedMembers([m.state for m in together])
+    stack = StackedMembers([m.state for m in together], graphs=group.graphs)
     active = list(together)
 
     def checkpoint() -> None:
@@ -241,9 +242,11 @@ def _train_stacked(group: GroupJob, together: list[Member], members: list[Member
         train_stacked_epoch(stack, [m.data for m in active], [m.hooks for m in active], checkpoint,
                             lambda: any(m.checkpointer.due() for m in active), should_stop, RunInterrupted,
                             _epoch_order)
-        for member in active:
+        started = time.monotonic()
+        evaluations = stack.evaluate([m.data for m in active])  # every member's, in one forward per batch
+        for member, evaluation in zip(active, evaluations):
             with _own_rng(member), schedulers_without_steps():  # mad-lab steps the schedule per epoch
-                metrics = epoch_metrics(member.state, member.data, time.monotonic())
+                metrics = epoch_metrics(member.state, member.data, started, evaluation)
                 member.state.end_epoch(metrics)
                 member.checkpointer.save(member.state)
                 member.hooks.on_epoch(metrics)

@@ -56,12 +56,13 @@ def resolve_precision(name: str, device: "torch.device | str") -> str:
     return name
 
 
-def autocast(precision: str, device: "torch.device") -> contextlib.AbstractContextManager:
-    """The forward pass's context: bf16 autocast, or nothing for fp32."""
+def autocast(precision: str, device: "torch.device", cache: bool = True) -> contextlib.AbstractContextManager:
+    """The forward pass's context: bf16 autocast, or nothing for fp32. `cache=False` for a
+    step captured as a CUDA graph (autocast's cache of cast weights must not outlive it)."""
     import torch
 
     if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=cache)
     return contextlib.nullcontext()
 
 

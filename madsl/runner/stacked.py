@@ -1,7 +1,8 @@
 """The members of a grid group as one model: parameters stacked along a leading member
-axis, every member's forward and backward in one `torch.func.vmap(functional_call)`, and
+axis, every member's forward and backward in one `torch.func.vmap(functional_call)`,
 AdamW applied to the stacked tensors with each member's own learning rate (its cosine
-schedule) and weight decay.
+schedule) and weight decay, and every member's evaluation in one vmapped forward per
+test batch.
 
 Used by `madsl.runner.grid` for models whose every layer declares `stacks = True` (a class
 attribute of the layer module, covering its submodules): its forward is exact under vmap
@@ -19,6 +20,13 @@ selection, checkpoints (in the unbatched format) and results are the unbatched c
 The arithmetic is the same as the unbatched run's up to floating-point association (vmap
 reorders no reduction of a member, but batched matmuls may block differently): results
 agree to fp32 rounding, not bit for bit.
+
+A step and an evaluation batch are each a fixed sequence of device work on tensors that
+live as long as the stack (`_Replayed`): the batch is copied into buffers, the members'
+learning rates and Adam's bias corrections are uploaded into one small tensor, and the
+rest (forward, backward, AdamW, the metric sums) reads nothing on the host. So with CUDA
+graphs on (`--cuda-graphs`), each is captured once warm and replayed: one launch instead of
+hundreds, which is where a width-128 model's time goes on a GPU.
 """
 from __future__ import annotations
 
@@ -26,11 +34,13 @@ import math
 import time
 import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
 from madsl.runner.precision import autocast
+from madsl.runner.train import MAD_LAB, MetricAccumulator, _loss, eval_batch_size, metric_increments
 
 # Containers and building blocks that batch under vmap as they are (their children are checked).
 GENERIC_MODULES = ("torch.nn.modules.", "madsl.model", "madsl.runner.heads")
@@ -55,10 +65,106 @@ def batchable(models: Sequence[torch.nn.Module]) -> bool:
             and all(s == shapes[0] for s in shapes))
 
 
-class StackedMembers:
-    """Members' weights and AdamW moments stacked; trains them one step at a time, together."""
+class _Upload:
+    """Sets a small device tensor from host values every step without making the host wait
+    for the device (a copy from ordinary host memory to a GPU does): on CUDA through pinned
+    staging buffers taken in turn, each reused once the device has read it."""
 
-    def __init__(self, states: Sequence[Any]):
+    SLOTS = 8  # how many steps the host may run ahead of the device
+
+    def __init__(self, target: torch.Tensor):
+        self.target = target
+        self.turn = 0
+        if target.device.type == "cuda":
+            self.staging = [torch.empty(target.shape, dtype=target.dtype, pin_memory=True) for _ in range(self.SLOTS)]
+            self.read: list[Any] = [None] * self.SLOTS  # per slot: the event after the device's read
+
+    def __call__(self, values: Sequence[float]) -> None:
+        host = torch.tensor(values, dtype=self.target.dtype)
+        if self.target.device.type != "cuda":
+            self.target.copy_(host)
+            return
+        slot = self.turn % self.SLOTS
+        self.turn += 1
+        if self.read[slot] is not None:
+            self.read[slot].synchronize()  # its last upload has been read (SLOTS steps ago)
+        self.staging[slot].copy_(host)
+        self.target.copy_(self.staging[slot], non_blocking=True)
+        self.read[slot] = torch.cuda.Event()
+        self.read[slot].record()
+
+
+@dataclass
+class _Buffers:
+    """One batch shape's inputs and targets, where the computation reads them; its CUDA graph once captured."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    graph: Any = None
+    eager_runs: int = 0
+
+
+class _Replayed:
+    """Runs `compute(inputs, targets, cache)` on per-shape input buffers: eagerly or, with
+    `graphs` on a CUDA device, captured as a CUDA graph after `WARMUP` eager runs of that
+    shape (kernel autotuning, cuBLAS and cuFFT plans, lazily filled caches such as rotary
+    tables) and replayed from then on. `compute` must do the same device work on every call
+    and read no value on the host (tests/test_grid.py checks the stacked step for it); where
+    a capture fails anyway, one warning and eager runs from then on."""
+
+    WARMUP = 3
+
+    def __init__(self, compute: Callable[[torch.Tensor, torch.Tensor, bool], None], device: torch.device,
+                 graphs: bool, what: str):
+        self.compute, self.device, self.what = compute, device, what
+        self.graphs = graphs and device.type == "cuda"
+        self.shapes: dict[tuple, _Buffers] = {}  # an epoch's smaller last batch has its own
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        key = (tuple(x.shape), x.dtype, tuple(y.shape), y.dtype)
+        if key not in self.shapes:
+            self.shapes[key] = _Buffers(torch.empty(x.shape, dtype=x.dtype, device=x.device),
+                                        torch.empty(y.shape, dtype=y.dtype, device=y.device))
+        buffers = self.shapes[key]
+        buffers.inputs.copy_(x)
+        buffers.targets.copy_(y)
+        if buffers.graph is None and self.graphs and buffers.eager_runs >= self.WARMUP:
+            self._capture(buffers)
+        if buffers.graph is not None:
+            buffers.graph.replay()
+            return
+        if self.graphs:  # warm-up before a capture, on a side stream (torch's CUDA-graph recipe)
+            side = torch.cuda.Stream(device=self.device)
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.compute(buffers.inputs, buffers.targets, False)
+            torch.cuda.current_stream().wait_stream(side)
+        else:
+            self.compute(buffers.inputs, buffers.targets, True)
+        buffers.eager_runs += 1
+
+    def _capture(self, buffers: _Buffers) -> None:
+        """Record `compute` on these buffers (nothing runs while it records)."""
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                self.compute(buffers.inputs, buffers.targets, False)  # autocast's cast cache must not outlive it
+        except Exception as err:  # noqa: BLE001 - any capture failure: run on without graphs
+            first_line = str(err).splitlines()[0] if str(err) else ""
+            warnings.warn(f"CUDA graphs off for this group's {self.what}: it cannot be captured "
+                          f"({type(err).__name__}: {first_line}); it runs on without them",
+                          RuntimeWarning, stacklevel=3)
+            self.graphs = False
+            torch.cuda.synchronize()
+            return
+        buffers.graph = graph
+
+
+class StackedMembers:
+    """Members' weights and AdamW moments stacked; trains them one step at a time, together,
+    and evaluates them together (`graphs`: replaying both as CUDA graphs on a CUDA device)."""
+
+    def __init__(self, states: Sequence[Any], graphs: bool = False):
         self.states = list(states)  # RunStates, all at the same epoch and step
         self.template = states[0].model
         self.names = [name for name, p in self.template.named_parameters()]
@@ -66,8 +172,10 @@ class StackedMembers:
         self.buffers = dict(self.template.named_buffers())
         first_groups = states[0].optimizer.param_groups
         self.betas, self.eps = first_groups[0]["betas"], first_groups[0]["eps"]
+        self.settings = states[0].settings  # what members share: precision, conventions, batch size
         self.params, self.exp_avg, self.exp_avg_sq = {}, {}, {}
         self.step_count = 0
+        self.graphs = graphs
         self._load()
 
     # --- stacking and writing back ----------------------------------------------------------
@@ -92,10 +200,26 @@ class StackedMembers:
         by_id = {id(p): name for name, p in models[0].items()}
         self.group_of = {by_id[id(p)]: index for index, group in enumerate(self.states[0].optimizer.param_groups)
                          for p in group["params"]}
+        self._restart()
+
+    def _restart(self) -> None:
+        """Per-member constants for the current members; buffers and graphs made anew."""
+        device = next(iter(self.params.values())).device
+        # each member's weight decay per optimizer group (0 for biases, norms, ... under madsl's conventions)
+        self.decay = [torch.tensor([s.optimizer.param_groups[g]["weight_decay"] for s in self.states],
+                                   dtype=torch.float32, device=device)
+                      for g in range(len(self.states[0].optimizer.param_groups))]
+        # the members' learning rates, then AdamW's two bias corrections: uploaded before each step
+        self.hyper = torch.zeros(len(self.states) + 2, dtype=torch.float32, device=device)
+        self._upload_hyper = _Upload(self.hyper)
+        self.train_sums: dict[str, torch.Tensor] | None = None  # the epoch's train-metric sums (load_metrics)
+        self.eval_sums: dict[str, torch.Tensor] | None = None  # an evaluation's metric sums
+        self._train_step = _Replayed(self._train_compute, device, self.graphs, "training step")
+        self._eval_batch = _Replayed(self._eval_compute, device, self.graphs, "evaluation")
 
     def sync(self) -> None:
-        """Write each member's slice of the weights and moments back into its RunState, in the
-        layout of torch's AdamW (so its checkpoint is the unbatched run's)."""
+        """Write each member's slice of the weights, moments and the epoch's train-metric sums back into its
+        RunState, in the layout of torch's AdamW (so its checkpoint is the unbatched run's)."""
         with torch.no_grad():
             for i, state in enumerate(self.states):
                 params = dict(state.model.named_parameters())
@@ -108,58 +232,135 @@ class StackedMembers:
                             "step": torch.tensor(float(self.step_count), dtype=torch.float32, device=p.device)
                             if _fused(state.optimizer) else torch.tensor(float(self.step_count)),
                             "exp_avg": self.exp_avg[name][i].clone(), "exp_avg_sq": self.exp_avg_sq[name][i].clone()}
+                if self.train_sums is not None:  # the epoch's sums so far are the stack's
+                    state.train_metrics.load_state_dict({key: sums[i] for key, sums in self.train_sums.items()})
+
+    def load_metrics(self) -> None:
+        """Continue each member's train-metric sums (a resumed epoch's, or the zeros of a new
+        one) in the stack: one chain of additions, as unbatched, so resuming changes no digit."""
+        members = [s.train_metrics for s in self.states]
+        sums = {key: torch.stack([getattr(m, key).to(self.hyper.device) for m in members])
+                for key in MetricAccumulator.SUMS}
+        if self.train_sums is None:
+            self.train_sums = sums
+        else:
+            for key, value in sums.items():
+                self.train_sums[key].copy_(value)  # in place: a captured step adds into these tensors
 
     def keep(self, indices: Sequence[int]) -> None:
-        """Only these members train on (the others finished): their slices, restacked."""
+        """Only these members train on (the others finished; written back by `sync`): their
+        slices, restacked."""
         index = torch.tensor(list(indices), device=next(iter(self.params.values())).device)
         self.states = [self.states[i] for i in indices]
         for table in (self.params, self.exp_avg, self.exp_avg_sq):
             for name, tensor in table.items():
                 table[name] = tensor.detach().index_select(0, index).requires_grad_(tensor.requires_grad)
+        self._restart()
 
-    # --- one step -------------------------------------------------------------------------
-    def step(self, x: torch.Tensor, y: torch.Tensor, precision: str, loss_fn: Callable) -> tuple:
-        """Forward and backward of every member on its batch (x, y: member axis first), then
-        each member's AdamW step at its current learning rate. Returns (outputs, loss sums)."""
-        model, buffers = self.template, self.buffers
+    # --- training -------------------------------------------------------------------------
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Forward and backward of every member on its batch (x, y: member axis first), each
+        member's AdamW step at its current learning rate, and its train-metric sums."""
+        self.step_count += 1
+        lrs = [s.optimizer.param_groups[0]["lr"] for s in self.states]  # the schedule sets every group's lr
+        beta1, beta2 = self.betas
+        self._upload_hyper(lrs + [1 - beta1 ** self.step_count, math.sqrt(1 - beta2 ** self.step_count)])
+        self._train_step(x, y)
 
-        def member_loss(params, inputs, targets):
-            with autocast(precision, inputs.device):
+    def _member_forward(self, cache: bool) -> Callable:
+        """One member's outputs, loss and summed loss, a function of its parameters (for vmap)."""
+        model, buffers, precision = self.template, self.buffers, self.settings.precision
+
+        def member_forward(params, inputs, targets):
+            with autocast(precision, inputs.device, cache=cache):
                 outputs = torch.func.functional_call(model, (params, buffers), (inputs,))
-            loss, loss_sum = loss_fn(model, outputs, targets)
+            loss, loss_sum = _loss(model, outputs, targets)
             return loss + model.aux_loss(), outputs, loss_sum  # as train_epoch: MoE's balancing loss
 
-        losses, outputs, loss_sums = torch.func.vmap(member_loss)(self.params, x, y)
-        _forget_aux_losses(model)
+        return member_forward
+
+    def _train_compute(self, inputs: torch.Tensor, targets: torch.Tensor, cache: bool) -> None:
+        """A step's device work, from its input buffers and `hyper`."""
+        losses, outputs, loss_sums = torch.func.vmap(self._member_forward(cache))(self.params, inputs, targets)
+        _forget_aux_losses(self.template)
         for name in self.trainable:
-            self.params[name].grad = None
+            self.params[name].grad = None  # (while capturing: the graph's backward writes them anew each replay)
         losses.sum().backward()
         self._adamw()
-        return outputs.detach(), loss_sums.detach()
+        self._add_sums(self.train_sums, outputs.detach(), targets, loss_sums.detach())
 
     @torch.no_grad()
     def _adamw(self) -> None:
         """torch.optim.AdamW's update (decoupled weight decay, bias-corrected moments), with
         the learning rate and weight decay of each member along the member axis."""
-        self.step_count += 1
         beta1, beta2 = self.betas
-        correction1 = 1 - beta1 ** self.step_count
-        correction2_sqrt = math.sqrt(1 - beta2 ** self.step_count)
-        lrs = [s.optimizer.param_groups[0]["lr"] for s in self.states]  # the schedule sets every group's lr
+        members = len(self.states)
+        lr, correction1, correction2_sqrt = self.hyper[:members], self.hyper[members], self.hyper[members + 1]
+        step_size = lr / correction1
+        shrink = [1 - lr * decay for decay in self.decay]  # per optimizer group
         for name in self.trainable:
             p, grad = self.params[name], self.params[name].grad
             shape = (-1,) + (1,) * (p.ndim - 1)
-            lr = torch.tensor(lrs, dtype=p.dtype, device=p.device).view(shape)
-            wd = torch.tensor([self._decay(s, name) for s in self.states], dtype=p.dtype, device=p.device).view(shape)
-            p.mul_(1 - lr * wd)
+            p.mul_(shrink[self.group_of[name]].view(shape))
             self.exp_avg[name].lerp_(grad, 1 - beta1)
             self.exp_avg_sq[name].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
             denom = (self.exp_avg_sq[name].sqrt() / correction2_sqrt).add_(self.eps)
-            p.sub_(lr / correction1 * self.exp_avg[name] / denom)
+            p.sub_(step_size.view(shape) * self.exp_avg[name] / denom)
 
-    def _decay(self, state: Any, name: str) -> float:
-        """The member's weight decay for this parameter (its optimizer group's: 0 for biases, norms, ...)."""
-        return state.optimizer.param_groups[self.group_of[name]]["weight_decay"]
+    @torch.no_grad()
+    def _add_sums(self, sums: dict[str, torch.Tensor], outputs: torch.Tensor, targets: torch.Tensor,
+                  loss_sums: torch.Tensor) -> None:
+        """Add one batch of every member to metric sums (in place: a captured step adds into them)."""
+        kind, num_classes = self.states[0].train_metrics.kind, self.states[0].num_classes
+        per_batch = self.settings.conventions == MAD_LAB
+        for key, value in metric_increments(kind, num_classes, per_batch, outputs, targets, loss_sums).items():
+            sums[key].add_(value)
+
+    # --- evaluation -----------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, datas: Sequence[Any]) -> list[dict[str, float | None]]:
+        """Every member on its test split, as train.evaluate does for one run (its batches,
+        its metrics), in one vmapped forward per batch: the members' evaluations, in order."""
+        test_x = [data.test_x for data in datas]
+        test_y = [data.test_y for data in datas]
+        members, batch = len(self.states), eval_batch_size(self.settings)
+        if self.eval_sums is None:
+            kind, num_classes = self.states[0].train_metrics.kind, self.states[0].num_classes
+            self.eval_sums = {key: torch.stack([getattr(MetricAccumulator(kind, num_classes), key)] * members)
+                              .to(self.hyper.device) for key in MetricAccumulator.SUMS}
+        for sums in self.eval_sums.values():
+            sums.zero_()  # in place: a captured evaluation adds into these tensors
+        was_training = self.template.training
+        self.template.eval()
+        try:
+            for start in range(0, test_x[0].shape[0], batch):
+                self._eval_batch(_member_batch(test_x, slice(start, start + batch), members),
+                                 _member_batch(test_y, slice(start, start + batch), members))
+        finally:
+            self.template.train(was_training)
+        results = []
+        for i, state in enumerate(self.states):
+            accumulator = MetricAccumulator(state.train_metrics.kind, state.num_classes,
+                                            self.settings.conventions == MAD_LAB)
+            accumulator.add({key: sums[i] for key, sums in self.eval_sums.items()})
+            results.append(accumulator.compute())
+        return results
+
+    def _eval_compute(self, inputs: torch.Tensor, targets: torch.Tensor, cache: bool) -> None:
+        """An evaluation batch's device work, from its input buffers."""
+        with torch.no_grad():
+            _, outputs, loss_sums = torch.func.vmap(self._member_forward(cache))(self.params, inputs, targets)
+            _forget_aux_losses(self.template)
+            self._add_sums(self.eval_sums, outputs, targets, loss_sums)
+
+
+def _member_batch(splits: Sequence[torch.Tensor], rows: slice, members: int) -> torch.Tensor:
+    """The members' rows of their splits, member axis first: members that share a split (one
+    seed) read it once, broadcast."""
+    if all(split is splits[0] for split in splits):
+        part = splits[0][rows]
+        return part.expand(members, *part.shape)
+    return torch.stack([split[rows] for split in splits])
 
 
 @contextmanager
@@ -191,8 +392,6 @@ def train_stacked_epoch(stack: StackedMembers, datas: Sequence[Any], hooks: Sequ
     train.train_epoch does for one run: scheduler steps, train metrics and progress per
     member; `checkpoint()` (after writing the members back) when due mid-epoch and on a
     stop, which then raises `interrupted`. Ends with the members written back."""
-    from madsl.runner.train import MAD_LAB, _loss
-
     states = stack.states
     batch_size = states[0].settings.batch_size
     per_step_schedule = states[0].settings.conventions != MAD_LAB  # mad-lab steps it per epoch (epoch_metrics)
@@ -216,6 +415,7 @@ def train_stacked_epoch(stack: StackedMembers, datas: Sequence[Any], hooks: Sequ
         stack.sync()
         checkpoint()
 
+    stack.load_metrics()
     with schedulers_without_steps():
         while states[0].step < states[0].steps_per_epoch:
             if should_stop():
@@ -223,13 +423,16 @@ def train_stacked_epoch(stack: StackedMembers, datas: Sequence[Any], hooks: Sequ
                 raise interrupted(f"stopped at epoch {states[0].epoch + 1}, step {states[0].step}")
             window = slice(states[0].step * batch_size, (states[0].step + 1) * batch_size)
             indices = [orders[(id(data), state.settings.seed)][window] for data, state in zip(datas, states)]
-            x = torch.stack([data.train_x[index] for data, index in zip(datas, indices)])
-            y = torch.stack([data.train_y[index] for data, index in zip(datas, indices)])
-            outputs, loss_sums = stack.step(x, y, states[0].settings.precision, _loss)
-            for i, (state, member_hooks) in enumerate(zip(states, hooks)):
+            if len(orders) == 1:  # the members share data and order (one seed): one gather, broadcast
+                x, y = datas[0].train_x[indices[0]], datas[0].train_y[indices[0]]
+                x, y = x.expand(len(states), *x.shape), y.expand(len(states), *y.shape)
+            else:
+                x = torch.stack([data.train_x[index] for data, index in zip(datas, indices)])
+                y = torch.stack([data.train_y[index] for data, index in zip(datas, indices)])
+            stack.step(x, y)
+            for state, member_hooks in zip(states, hooks):
                 if per_step_schedule:  # the member's cosine schedule, on its own optimizer's groups
                     state.scheduler.step()
-                state.train_metrics.update(outputs[i], y[i], loss_sums[i])
                 state.step += 1
                 if member_hooks.on_progress is not None:
                     member_hooks.on_progress(state.epoch + 1, state.step, state.steps_per_epoch)

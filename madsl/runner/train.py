@@ -100,33 +100,16 @@ class MetricAccumulator:
     def update(self, outputs: torch.Tensor, targets: torch.Tensor, loss_sum: torch.Tensor) -> None:
         """Add one batch. No host sync: masks weigh the counts instead of selecting positions
         (a boolean index or a bincount makes a GPU wait for its result every step)."""
-        self._to(outputs.device)
-        self.loss_sum += loss_sum.double()
-        if self.kind == "regression":
-            self.count += (~torch.isnan(targets)).sum()
-            return
-        flat_targets = targets.reshape(-1)
-        scored = (flat_targets != IGNORE).long()  # 1 at scored positions
-        classes = flat_targets.clamp(min=0)  # IGNORE -> class 0, weighed 0 below
-        predictions = outputs.reshape(-1, outputs.shape[-1]).argmax(-1)
-        hit = (predictions == flat_targets).long() * scored
-        n = self.num_classes
-        hits = _class_counts(classes, hit, n)
-        support = _class_counts(classes, scored, n)
-        predicted = _class_counts(predictions, scored, n)
-        scored_count = scored.sum()
-        self.count += scored_count
-        self.correct += hit.sum()
-        self.hits += hits
-        self.support += support
-        self.predicted += predicted
-        if self.per_batch:
-            rows = targets.shape[0]
-            batch_loss = loss_sum.double() / scored_count.clamp(min=1)
-            self.rows += rows
-            self.batch_loss += rows * batch_loss
-            self.batch_ppl += rows * torch.exp(batch_loss.clamp(max=700.0))
-            self.batch_macro += rows * _macro_accuracy(hits, support, predicted)
+        increments = metric_increments(self.kind, self.num_classes, self.per_batch, outputs.unsqueeze(0),
+                                       targets.unsqueeze(0), loss_sum.reshape(1))
+        self.add({key: value[0] for key, value in increments.items()})
+
+    @torch.no_grad()
+    def add(self, increments: Mapping[str, torch.Tensor]) -> None:
+        """Add sums computed elsewhere (`metric_increments`; a stacked group's, one member's slice)."""
+        for key, value in increments.items():
+            self._to(value.device)
+            getattr(self, key).add_(value)
 
     def compute(self) -> dict[str, float | None]:
         count = max(int(self.count), 1)
@@ -150,19 +133,52 @@ class MetricAccumulator:
             setattr(self, key, value.clone())
 
 
+def metric_increments(kind: str, num_classes: int, per_batch: bool, outputs: torch.Tensor,
+                      targets: torch.Tensor, loss_sum: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What one batch adds to each of MetricAccumulator's sums, for each member of a leading
+    group axis (outputs (G, rows, ..., classes), targets (G, rows, ...), loss_sum (G,)): one
+    definition for a run's batch (G = 1) and a stacked group's (`madsl.runner.stacked`).
+    Elementwise ops, reductions and scatter-adds only: no host sync, and the same work on
+    every call (a CUDA graph can hold it)."""
+    groups = targets.shape[0]
+    increments = {"loss_sum": loss_sum.double()}
+    if kind == "regression":
+        increments["count"] = (~torch.isnan(targets)).reshape(groups, -1).sum(-1)
+        return increments
+    flat_targets = targets.reshape(groups, -1)
+    scored = (flat_targets != IGNORE).long()  # 1 at scored positions
+    classes = flat_targets.clamp(min=0)  # IGNORE -> class 0, weighed 0 below
+    predictions = outputs.reshape(groups, -1, outputs.shape[-1]).argmax(-1)
+    hit = (predictions == flat_targets).long() * scored
+    hits = _class_counts(classes, hit, num_classes)
+    support = _class_counts(classes, scored, num_classes)
+    predicted = _class_counts(predictions, scored, num_classes)
+    scored_count = scored.sum(-1)
+    increments.update(count=scored_count, correct=hit.sum(-1), hits=hits, support=support, predicted=predicted)
+    if per_batch:
+        rows = targets.shape[1]
+        batch_loss = loss_sum.double() / scored_count.clamp(min=1)
+        increments.update(rows=torch.full_like(scored_count, rows), batch_loss=rows * batch_loss,
+                          batch_ppl=rows * torch.exp(batch_loss.clamp(max=700.0)),
+                          batch_macro=rows * _macro_accuracy(hits, support, predicted))
+    return increments
+
+
 def _class_counts(classes: torch.Tensor, weights: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """sum of `weights` per class (classes >= num_classes, e.g. predicted padding ids, are
-    not counted); like bincount(classes, weights)[:num_classes] without its host sync."""
+    """Sum of `weights` per class along the last axis ((..., N) -> (..., num_classes); classes >=
+    num_classes, e.g. predicted padding ids, are not counted); like bincount(classes,
+    weights)[:num_classes] per row, without its host sync."""
     inside = classes < num_classes
-    counts = torch.zeros(num_classes, dtype=torch.long, device=classes.device)
-    return counts.index_add_(0, torch.where(inside, classes, 0), weights * inside)
+    counts = torch.zeros(*classes.shape[:-1], num_classes, dtype=torch.long, device=classes.device)
+    return counts.scatter_add_(-1, torch.where(inside, classes, 0), weights * inside)
 
 
 def _macro_accuracy(hits: torch.Tensor, support: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
-    """Mean over classes seen as a target or a prediction of hits / support (0-d float64; 0 if none)."""
+    """Mean over classes seen as a target or a prediction of hits / support, along the last
+    axis (float64; 0 where none)."""
     present = (support + predicted) > 0
     per_class = hits.double() / support.clamp(min=1).double()
-    return (per_class * present).sum() / present.sum().clamp(min=1)
+    return (per_class * present).sum(-1) / present.sum(-1).clamp(min=1)
 
 
 @dataclass
@@ -475,10 +491,24 @@ class Checkpointer:
         return time.monotonic() - self.last > self.every_s
 
 
+def train_step(state: RunState, x: torch.Tensor, y: torch.Tensor) -> None:
+    """One optimizer step on the batch (x, y): forward, backward, AdamW, the schedule (per
+    step; mad-lab's per epoch, in epoch_metrics) and the epoch's train-metric sums."""
+    model = state.model
+    with autocast(state.settings.precision, x.device):  # the forward only; backward follows its dtypes
+        outputs = model(x)
+    loss, loss_sum = _loss(model, outputs, y)
+    state.optimizer.zero_grad(set_to_none=True)
+    (loss + model.aux_loss()).backward()
+    state.optimizer.step()
+    if state.settings.conventions != MAD_LAB:
+        state.scheduler.step()
+    state.train_metrics.update(outputs.detach(), y, loss_sum)
+
+
 def train_epoch(state: RunState, data: RunData, hooks: TrainHooks, checkpointer: Checkpointer) -> EpochMetrics:
     """Train the rest of `state.epoch` from `state.step`, then evaluate; raises RunInterrupted on a stop."""
-    settings, model = state.settings, state.model
-    mad_lab = settings.conventions == MAD_LAB
+    settings = state.settings
     order = _epoch_order(data.train_x.shape[0], settings.seed, state.epoch).to(data.train_x.device)
     started = time.monotonic()
 
@@ -495,16 +525,7 @@ def train_epoch(state: RunState, data: RunData, hooks: TrainHooks, checkpointer:
             checkpointer.save(state)
             raise RunInterrupted(f"stopped at epoch {state.epoch + 1}, step {state.step}")
         index = order[state.step * settings.batch_size:(state.step + 1) * settings.batch_size]
-        x, y = data.train_x[index], data.train_y[index]
-        with autocast(settings.precision, x.device):  # the forward only; backward follows its dtypes
-            outputs = model(x)
-        loss, loss_sum = _loss(model, outputs, y)
-        state.optimizer.zero_grad(set_to_none=True)
-        (loss + model.aux_loss()).backward()
-        state.optimizer.step()
-        if not mad_lab:
-            state.scheduler.step()
-        state.train_metrics.update(outputs.detach(), y, loss_sum)
+        train_step(state, data.train_x[index], data.train_y[index])
         state.step += 1
         if hooks.on_progress is not None:
             hooks.on_progress(state.epoch + 1, state.step, state.steps_per_epoch)
@@ -515,17 +536,25 @@ def train_epoch(state: RunState, data: RunData, hooks: TrainHooks, checkpointer:
     return epoch_metrics(state, data, started)
 
 
-def epoch_metrics(state: RunState, data: RunData, started: float) -> EpochMetrics:
-    """Close the epoch's training: evaluate and return its metrics; the time since `started`
-    (not yet banked) counts towards the epoch and the run."""
+def eval_batch_size(settings: TrainSettings) -> int:
+    """Evaluation batches: at least EVAL_BATCH rows; mad-lab's accuracy depends on how the test
+    set is batched, so under its conventions the training batch size, as there."""
+    return settings.batch_size if settings.conventions == MAD_LAB else max(settings.batch_size, EVAL_BATCH)
+
+
+def epoch_metrics(state: RunState, data: RunData, started: float,
+                  evaluation: Mapping[str, float | None] | None = None) -> EpochMetrics:
+    """Close the epoch's training: evaluate (unless `evaluation` is given: a stacked group's,
+    madsl.runner.stacked) and return its metrics; the time since `started` (not yet banked)
+    counts towards the epoch and the run."""
     settings = state.settings
     mad_lab = settings.conventions == MAD_LAB
     if mad_lab:
         state.scheduler.step()  # once per epoch, after its last step
     train = state.train_metrics.compute()
-    # mad-lab's accuracy depends on how the test set is batched: in batches of the training batch size, as there
-    evaluation = evaluate(state.model, data.test_x, data.test_y, settings.batch_size if mad_lab else
-                          max(settings.batch_size, EVAL_BATCH), state.num_classes, settings.precision, mad_lab)
+    if evaluation is None:
+        evaluation = evaluate(state.model, data.test_x, data.test_y, eval_batch_size(settings), state.num_classes,
+                              settings.precision, mad_lab)
     elapsed = time.monotonic() - started
     state.train_seconds += elapsed
     return EpochMetrics(
