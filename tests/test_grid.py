@@ -26,10 +26,10 @@ TINY_SETTING = {"seq_len": 24, "num_train_examples": 24, "num_test_examples": 16
 
 
 def _plan(spec_name: str, db: Path, lrs, wds=(0.0,), seeds=(0,), epochs=2, task="in-context-recall",
-          early_stop_acc=None, precision="fp32"):
+          precision="fp32", **overrides):
     path = spec_name if isinstance(spec_name, Path) else PAPER / spec_name
     cli = cli_overrides(protocol="baseline", tasks=[task], settings=TINY_SETTING, lr=list(lrs), wd=list(wds),
-                        seed=list(seeds), epochs=epochs, batch_size=8, precision=precision)
+                        seed=list(seeds), epochs=epochs, batch_size=8, precision=precision, **overrides)
     plan = plan_evaluation(StoreFiles(db), [(load_spec(path), str(path))], cli, device="cpu")
     return plan
 
@@ -170,6 +170,33 @@ def test_an_interrupted_stacked_group_resumes_to_the_uninterrupted_result(tmp_pa
             execute_group(group, events.append, lambda: False)
         runs[name] = {k: _strip_time(v) for k, v in _results(events).items()}
     assert runs["a"] == runs["b"]
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_members_leave_the_stack_as_they_finish(tmp_path, monkeypatch, graphs):
+    """Members that stop early (here: no eval-loss improvement, `patience` 1) leave the stack
+    and the others train on restacked, each still as its unbatched run. With CUDA graphs the
+    last one stays a stack of one (its graphs); without, it trains on alone (on the CPU
+    `graphs` changes only that: the step runs eagerly)."""
+    plan = _plan("attention-sg.mad", tmp_path / "a.db", (3e-2, 3e-3, 3e-4), epochs=6, patience=1)
+    [group] = plan.work(batch_grid=True)
+    group.stack, group.graphs = True, graphs
+    stacked_steps = []
+    step = StackedMembers.step
+    monkeypatch.setattr(StackedMembers, "step", lambda self, *a: stacked_steps.append(len(self.states))
+                        or step(self, *a))
+    events = []
+    execute_group(group, events.append, lambda: False)
+    batched = _results(events)
+    ends = sorted(result["epochs_done"] for result in batched.values())
+    assert len(batched) == 3 and len(set(ends)) == 3, ends  # three members, three ends
+    # 3 steps an epoch; members leave after their last epoch; the last alone stays stacked only with graphs
+    assert stacked_steps == [3] * 3 * ends[0] + [2] * 3 * (ends[1] - ends[0]) + [1] * 3 * (ends[2] - ends[1]) * graphs
+    alone = _plan("attention-sg.mad", tmp_path / "b.db", (3e-2, 3e-3, 3e-4), epochs=6, patience=1)
+    for job in alone.jobs:
+        single = []
+        execute_job(job, single.append, lambda: False)
+        assert _close(_strip_time(batched[job.run_id]), _strip_time(_results(single)[job.run_id]), rel=1e-5), job.label
 
 
 def test_an_interrupted_group_resumes_to_the_uninterrupted_result(tmp_path):

@@ -226,7 +226,9 @@ def _train_stacked(group: GroupJob, together: list[Member], members: list[Member
                    emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
     """Train `together` as one stacked model while at least two of them are left; each epoch
     ends per member (evaluation, best epoch, checkpoint, event), finished members leave the
-    stack, and a last one trains on alone (lockstep, exactly as its run)."""
+    stack, and a last one trains on alone (lockstep, exactly as its run), except with CUDA
+    graphs: there it stays a stack of one, for the graphs (the group's last member is often
+    the one that trains longest)."""
     from madsl.runner.stacked import StackedMembers, schedulers_without_steps, train_stacked_epoch
     from madsl.runner.train import RunInterrupted, _epoch_order, epoch_metrics
 
@@ -238,7 +240,7 @@ def _train_stacked(group: GroupJob, together: list[Member], members: list[Member
             with _own_rng(member):  # the checkpoint holds the member's RNG state
                 member.checkpointer.save(member.state)
 
-    while len(active) >= 2:
+    while len(active) >= (1 if group.graphs else 2):
         train_stacked_epoch(stack, [m.data for m in active], [m.hooks for m in active], checkpoint,
                             lambda: any(m.checkpointer.due() for m in active), should_stop, RunInterrupted,
                             _epoch_order)
