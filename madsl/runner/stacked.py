@@ -13,10 +13,11 @@ axis). Every layer in madsl.layers declares it; a new layer trains in lockstep u
 does (tests/test_grid.py checks the declaration against a loop over members). The model's
 containers, heads and torch.nn building blocks are taken as they come.
 
-Each member keeps its unbatched `RunState` as the record of what it is: before an
-evaluation, a checkpoint or its end, its slice of the stacked weights and Adam moments is
-written back into that state's model and optimizer (`sync`), so evaluation, best-epoch
-selection, checkpoints (in the unbatched format) and results are the unbatched code's.
+Each member keeps its unbatched `RunState` as the record of what it is: before a
+checkpoint and at the end of each epoch, its slice of the stacked weights, Adam moments and
+train-metric sums is written back into that state's model, optimizer and metrics (`sync`),
+so best-epoch selection, checkpoints (in the unbatched format) and results are the
+unbatched code's; the stacked evaluation keeps each member's batches and metrics.
 The arithmetic is the same as the unbatched run's up to floating-point association (vmap
 reorders no reduction of a member, but batched matmuls may block differently): results
 agree to fp32 rounding, not bit for bit.
@@ -160,6 +161,52 @@ class _Replayed:
         buffers.graph = graph
 
 
+class _Flat:
+    """The stacked trainable parameters of one optimizer group (of one dtype) in one flat
+    tensor each for the weights, their gradients and the two Adam moments: parameter after
+    parameter, each a contiguous (members, *shape) block, which every parameter is a view of.
+    AdamW is then a few ops for all the group's parameters instead of a few per parameter,
+    and the backward adds into one gradient tensor that lives as long as the stack (as a CUDA
+    graph needs). `member_of` gives each element's member, for the per-member lr and decay."""
+
+    def __init__(self, group: int, names: list[str], shapes: list[tuple], blocks: dict[str, list[torch.Tensor]]):
+        self.group, self.names, self.shapes = group, names, shapes
+        self.sizes = [math.prod(shape) for shape in shapes]
+        # blocks: "param", "exp_avg", "exp_avg_sq" -> per parameter, its (members, *shape) stack
+        self.param, self.exp_avg, self.exp_avg_sq = (torch.cat([b.reshape(-1) for b in blocks[key]])
+                                                     for key in ("param", "exp_avg", "exp_avg_sq"))
+        self.members = blocks["param"][0].shape[0]
+        self._derived()
+
+    def _derived(self) -> None:
+        self.grad = torch.zeros_like(self.param)
+        self.member_of = torch.cat([torch.arange(self.members, device=self.param.device).repeat_interleave(size)
+                                    for size in self.sizes])
+
+    def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each parameter's (members, *shape) view of a flat tensor."""
+        blocks = flat.split([self.members * size for size in self.sizes])
+        return {name: block.view(self.members, *shape) for name, shape, block in zip(self.names, self.shapes, blocks)}
+
+    def leaves(self) -> dict[str, torch.Tensor]:
+        """The parameters as leaves of autograd sharing the weights' memory, each with its
+        block of the gradient tensor as .grad."""
+        grads = self.views(self.grad)
+        leaves = {}
+        for name, view in self.views(self.param).items():
+            leaves[name] = view.detach().requires_grad_()
+            leaves[name].grad = grads[name]
+        return leaves
+
+    def keep(self, index: torch.Tensor) -> None:
+        """Only these members' blocks."""
+        for key in ("param", "exp_avg", "exp_avg_sq"):
+            blocks = self.views(getattr(self, key)).values()
+            setattr(self, key, torch.cat([block.index_select(0, index).reshape(-1) for block in blocks]))
+        self.members = len(index)
+        self._derived()
+
+
 class StackedMembers:
     """Members' weights and AdamW moments stacked; trains them one step at a time, together,
     and evaluates them together (`graphs`: replaying both as CUDA graphs on a CUDA device)."""
@@ -173,7 +220,6 @@ class StackedMembers:
         first_groups = states[0].optimizer.param_groups
         self.betas, self.eps = first_groups[0]["betas"], first_groups[0]["eps"]
         self.settings = states[0].settings  # what members share: precision, conventions, batch size
-        self.params, self.exp_avg, self.exp_avg_sq = {}, {}, {}
         self.step_count = 0
         self.graphs = graphs
         self._load()
@@ -182,28 +228,44 @@ class StackedMembers:
     def _load(self) -> None:
         """Stack the members' current weights and optimizer moments (fresh or resumed)."""
         models = [dict(s.model.named_parameters()) for s in self.states]
-        for name in self.names:
-            stacked = torch.stack([m[name].detach() for m in models]).clone()
-            self.params[name] = stacked.requires_grad_(name in self.trainable)
-        steps = set()
-        for name in self.trainable:
-            moments = [s.optimizer.state.get(m[name], {}) for s, m in zip(self.states, models)]
-            steps |= {int(x["step"]) if "step" in x else 0 for x in moments}
-            self.exp_avg[name] = torch.stack([x.get("exp_avg", torch.zeros_like(m[name]))
-                                              for x, m in zip(moments, models)]).detach().clone()
-            self.exp_avg_sq[name] = torch.stack([x.get("exp_avg_sq", torch.zeros_like(m[name]))
-                                                 for x, m in zip(moments, models)]).detach().clone()
-        if len(steps) > 1:
-            raise ValueError(f"members at different optimizer steps {sorted(steps)}")
-        self.step_count = steps.pop() if steps else 0
         # the optimizer group of each parameter (build_optimizer: decayed or not); members share the layout
         by_id = {id(p): name for name, p in models[0].items()}
         self.group_of = {by_id[id(p)]: index for index, group in enumerate(self.states[0].optimizer.param_groups)
                          for p in group["params"]}
+        self.frozen = {name: torch.stack([m[name].detach() for m in models]).clone()
+                       for name in self.names if name not in self.trainable}
+        steps = set()
+        moments: dict[str, list[dict]] = {}
+        for name in self.trainable:
+            moments[name] = [s.optimizer.state.get(m[name], {}) for s, m in zip(self.states, models)]
+            steps |= {int(x["step"]) if "step" in x else 0 for x in moments[name]}
+        if len(steps) > 1:
+            raise ValueError(f"members at different optimizer steps {sorted(steps)}")
+        self.step_count = steps.pop() if steps else 0
+        layout: dict[tuple, list[str]] = {}  # (optimizer group, dtype) -> its parameters, in order
+        for name in self.trainable:
+            layout.setdefault((self.group_of[name], models[0][name].dtype), []).append(name)
+        self.flats = []
+        for (group, _), names in layout.items():
+            def stacks(member_tensor: Callable[[int, str], torch.Tensor]) -> list[torch.Tensor]:
+                return [torch.stack([member_tensor(i, name).detach() for i in range(len(models))]) for name in names]
+
+            self.flats.append(_Flat(group, names, [tuple(models[0][name].shape) for name in names], {
+                "param": stacks(lambda i, name: models[i][name]),
+                "exp_avg": stacks(lambda i, name: moments[name][i].get("exp_avg", torch.zeros_like(models[i][name]))),
+                "exp_avg_sq": stacks(lambda i, name: moments[name][i].get("exp_avg_sq",
+                                                                          torch.zeros_like(models[i][name])))}))
         self._restart()
 
     def _restart(self) -> None:
-        """Per-member constants for the current members; buffers and graphs made anew."""
+        """The parameters as views of the flat tensors; per-member constants for the current
+        members; buffers and graphs made anew."""
+        self.params = dict(self.frozen)
+        self.exp_avg, self.exp_avg_sq = {}, {}
+        for flat in self.flats:
+            self.params.update(flat.leaves())
+            self.exp_avg.update(flat.views(flat.exp_avg))
+            self.exp_avg_sq.update(flat.views(flat.exp_avg_sq))
         device = next(iter(self.params.values())).device
         # each member's weight decay per optimizer group (0 for biases, norms, ... under madsl's conventions)
         self.decay = [torch.tensor([s.optimizer.param_groups[g]["weight_decay"] for s in self.states],
@@ -252,9 +314,9 @@ class StackedMembers:
         slices, restacked."""
         index = torch.tensor(list(indices), device=next(iter(self.params.values())).device)
         self.states = [self.states[i] for i in indices]
-        for table in (self.params, self.exp_avg, self.exp_avg_sq):
-            for name, tensor in table.items():
-                table[name] = tensor.detach().index_select(0, index).requires_grad_(tensor.requires_grad)
+        self.frozen = {name: tensor.index_select(0, index) for name, tensor in self.frozen.items()}
+        for flat in self.flats:
+            flat.keep(index)
         self._restart()
 
     # --- training -------------------------------------------------------------------------
@@ -283,8 +345,8 @@ class StackedMembers:
         """A step's device work, from its input buffers and `hyper`."""
         losses, outputs, loss_sums = torch.func.vmap(self._member_forward(cache))(self.params, inputs, targets)
         _forget_aux_losses(self.template)
-        for name in self.trainable:
-            self.params[name].grad = None  # (while capturing: the graph's backward writes them anew each replay)
+        for flat in self.flats:
+            flat.grad.zero_()  # the parameters' .grad are views of it: the backward adds into them
         losses.sum().backward()
         self._adamw()
         self._add_sums(self.train_sums, outputs.detach(), targets, loss_sums.detach())
@@ -292,20 +354,18 @@ class StackedMembers:
     @torch.no_grad()
     def _adamw(self) -> None:
         """torch.optim.AdamW's update (decoupled weight decay, bias-corrected moments), with
-        the learning rate and weight decay of each member along the member axis."""
+        the learning rate and weight decay of each member along the member axis: on the flat
+        tensors, a few ops for all parameters of an optimizer group."""
         beta1, beta2 = self.betas
         members = len(self.states)
         lr, correction1, correction2_sqrt = self.hyper[:members], self.hyper[members], self.hyper[members + 1]
         step_size = lr / correction1
-        shrink = [1 - lr * decay for decay in self.decay]  # per optimizer group
-        for name in self.trainable:
-            p, grad = self.params[name], self.params[name].grad
-            shape = (-1,) + (1,) * (p.ndim - 1)
-            p.mul_(shrink[self.group_of[name]].view(shape))
-            self.exp_avg[name].lerp_(grad, 1 - beta1)
-            self.exp_avg_sq[name].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denom = (self.exp_avg_sq[name].sqrt() / correction2_sqrt).add_(self.eps)
-            p.sub_(step_size.view(shape) * self.exp_avg[name] / denom)
+        for flat in self.flats:  # per element: its member's values
+            flat.param.mul_((1 - lr * self.decay[flat.group]).index_select(0, flat.member_of))
+            flat.exp_avg.lerp_(flat.grad, 1 - beta1)
+            flat.exp_avg_sq.mul_(beta2).addcmul_(flat.grad, flat.grad, value=1 - beta2)
+            denom = (flat.exp_avg_sq.sqrt() / correction2_sqrt).add_(self.eps)
+            flat.param.sub_(step_size.index_select(0, flat.member_of) * flat.exp_avg / denom)
 
     @torch.no_grad()
     def _add_sums(self, sums: dict[str, torch.Tensor], outputs: torch.Tensor, targets: torch.Tensor,
