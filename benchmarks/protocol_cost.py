@@ -10,7 +10,8 @@ with scale(setting) = (train examples x sequence length) of the setting over the
 baseline's (linear: attention's quadratic term is ignored, a lower bound for long
 settings), epochs = 200 and stop = the fraction of epochs early stopping leaves
 (`--stop-fraction`, default 1: no early stop, an upper bound; measure it on a sample of
-settings with `madsl eval --protocol paper --task ...` and pass it in).
+settings with `--measure-stop K`, which trains K settings of each task as the paper
+protocol does, or elsewhere with `madsl eval --protocol paper --task ...`, and pass it in).
 
 Grid batching: for each task, the paper grid's 6 (lr, wd) runs of one epoch on
 `--grid-examples` training examples, run one after another (`execute_job` each), as one
@@ -25,6 +26,7 @@ device uses by default (and, on CUDA, of the stacked step with CUDA graphs).
     python benchmarks/protocol_cost.py --grid-only           # only batched vs unbatched, every task
     python benchmarks/protocol_cost.py --grid-only --grid-examples 16   # per-step overhead regime
     python benchmarks/protocol_cost.py --specs specs/paper/*.mad --precision bf16 --device cuda
+    python benchmarks/protocol_cost.py --device cuda --measure-stop 2 --cuda-graphs   # early stopping measured
 """
 from __future__ import annotations
 
@@ -130,6 +132,38 @@ def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, e
     return times
 
 
+def stop_fraction(spec, path: str, task_name: str, settings: list[dict], device: str, precision: str,
+                  sample: int, workdir: Path, graphs: bool) -> tuple[float, list[str]]:
+    """Early stopping, measured: `sample` settings of the task (spread over its sweep, the
+    baseline first), each trained as the paper protocol trains it (its lr x wd grid of runs,
+    all epochs unless early stopping ends them; grid-batched as this device does by default),
+    and the fraction of the epochs the runs took; with a line per setting."""
+    chosen = [settings[round(i * (len(settings) - 1) / max(sample - 1, 1))] for i in range(min(sample, len(settings)))]
+    done = planned = 0
+    lines = []
+    for index, setting in enumerate(chosen):
+        cli = cli_overrides(protocol="baseline", tasks=[task_name], settings=setting, precision=precision)
+        plan = plan_evaluation(StoreFiles(workdir / f"stop-{spec.name}-{task_name}-{index}.db"), [(spec, path)], cli,
+                               device=device)
+        events: list = []
+        started = time.monotonic()
+        for job in plan.work(batch_grid=stacks_on(device), cuda_graphs=graphs):
+            execute_job(job, events.append, lambda: False)
+        results = [e.data["result"] for e in events if e.kind == "finished"]
+        if len(results) != len(plan.jobs):
+            raise RuntimeError(f"{task_name}: runs did not finish: {[e for e in events if e.kind == 'failed']}")
+        epochs = [result["epochs_done"] for result in results]
+        done += sum(epochs)
+        planned += len(results) * plan.jobs[0].train.epochs
+        lines.append(f"{canonical(setting)}: epochs {sorted(epochs)} of {plan.jobs[0].train.epochs}, "
+                     f"{time.monotonic() - started:.0f} s")
+    return done / planned, lines
+
+
+def canonical(setting: dict) -> str:
+    return ", ".join(f"{key}={value}" for key, value in sorted(setting.items()))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--specs", nargs="+", default=DEFAULT_SPECS)
@@ -137,6 +171,11 @@ def main() -> int:
     parser.add_argument("--precision", default="auto", choices=("fp32", "bf16", "auto"))
     parser.add_argument("--stop-fraction", type=float, default=1.0,
                         help="fraction of the 200 epochs early stopping leaves (measured elsewhere)")
+    parser.add_argument("--measure-stop", type=int, default=0, metavar="K",
+                        help="measure the stop fraction per task instead: train K of its settings as the paper "
+                             "protocol does (full grids, early stopping; minutes to hours per setting)")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="the --measure-stop runs replay their steps as CUDA graphs")
     parser.add_argument("--quick", action="store_true",
                         help="one spec (mamba) on 256 training examples per task, scaled up")
     parser.add_argument("--grid-examples", type=int, default=64,
@@ -163,6 +202,7 @@ def main() -> int:
             for run in paper.runs:
                 runs_by_task[run.task].append(run)
             total = batched_total = graphs_total = 0.0
+            stop_fractions: dict[str, float] = {}
             print(f"\n{spec.name}: {len(paper.runs)} runs in the paper protocol")
             unknown = set(args.tasks or ()) - set(runs_by_task)
             if unknown:
@@ -174,8 +214,16 @@ def main() -> int:
                 if not args.grid_only:
                     seconds, baseline = epoch_seconds(spec, path, task_name, device, args.precision, examples,
                                                       Path(tmp))
+                    fraction = args.stop_fraction
+                    if args.measure_stop:
+                        settings = list({canonical(dict(r.settings)): dict(r.settings) for r in runs}.values())
+                        fraction, lines = stop_fraction(spec, path, task_name, settings, device, args.precision,
+                                                        args.measure_stop, Path(tmp), args.cuda_graphs)
+                        stop_fractions[task_name] = fraction
+                        print(f"  {task_name:26s} stop fraction {fraction:.3f}, measured on "
+                              + "; ".join(lines))
                     task_hours = sum(seconds * _size(dict(r.settings)) / _size(baseline) * r.train.epochs
-                                     * args.stop_fraction for r in runs) / 3600
+                                     * fraction for r in runs) / 3600
                     total += task_hours
                 grid = ""
                 ratio = graphs_ratio = 1.0
@@ -198,8 +246,9 @@ def main() -> int:
                       f"{task_hours:8.2f} h{grid}   (measured in {time.monotonic() - started:.0f} s)")
             if args.grid_only:
                 continue
-            print(f"  {'total':26s} {total:8.2f} device-hours for {spec.name} (unbatched, "
-                  f"stop fraction {args.stop_fraction:g})")
+            stops = (", ".join(f"{task} {f:.2f}" for task, f in stop_fractions.items()) if stop_fractions
+                     else f"{args.stop_fraction:g}")
+            print(f"  {'total':26s} {total:8.2f} device-hours for {spec.name} (unbatched, stop fraction {stops})")
             if args.grid_examples:
                 print(f"  {'total, grid-batched':26s} {batched_total:8.2f} device-hours ({batched_total / total:.2f}x)")
                 if device.startswith("cuda"):

@@ -52,7 +52,7 @@ export TORCH_CUDA_ARCH_LIST="${ARCH:0:1}.${ARCH:1}" MAX_JOBS=$(( $(nproc) > 4 ? 
 # checked and timed on those two (the timing thread has its core; note the build's load beside it).
 PIN_BUILD=""; PIN_CHECK=""
 if command -v taskset > /dev/null && (( $(nproc) > 4 )); then
-    PIN_BUILD="taskset -c 2-$(( $(nproc) - 1 ))"; PIN_CHECK="taskset -c 0,1"
+    PIN_BUILD="taskset -c 2-$(( $(nproc) - 1 ))"; PIN_CHECK="taskset -c 0,1 env OMP_NUM_THREADS=2"
 fi
 for name in mamba_ssm causal_conv1d; do
     (cd "$GPU/build/$name" && $PIN_BUILD python3 setup.py build_ext --inplace > "$LOG/build-$name.log" 2>&1; \

@@ -656,3 +656,29 @@ def test_every_bad_value_in_an_eval_section_is_located_in_the_spec(tmp_path, bod
     assert message in err.message, err.render()
     assert (err.location.file, err.location.line, err.location.column) == (str(path), 5, column), err.render()
     assert "^" in err.render()
+
+
+@pytest.mark.parametrize("kind, per_batch", [("classes", False), ("classes", True), ("regression", False)])
+def test_a_groups_metric_increments_are_its_members(kind, per_batch):
+    """metric_increments over a group axis (a stacked grid group's batch) gives each member
+    exactly what its own batch gives alone: one definition for both."""
+    from madsl.runner.train import IGNORE, metric_increments
+
+    generator = torch.Generator().manual_seed(0)
+    members, rows, length, classes = 3, 4, 9, 8
+    outputs = torch.randn(members, rows, length, classes, generator=generator)
+    if kind == "regression":
+        outputs, targets = outputs[..., 0], torch.randn(members, rows, length, generator=generator)
+        targets[targets > 1.0] = float("nan")  # unscored positions
+    else:
+        targets = torch.randint(0, classes + 2, (members, rows, length), generator=generator)  # some past the classes
+        targets[:, :, :3] = IGNORE
+    loss_sums = torch.rand(members, generator=generator)
+    grouped = metric_increments(kind, classes, per_batch, outputs, targets, loss_sums)
+    for m in range(members):
+        alone = metric_increments(kind, classes, per_batch, outputs[m:m + 1], targets[m:m + 1], loss_sums[m:m + 1])
+        assert grouped.keys() == alone.keys()
+        for key in grouped:
+            assert torch.equal(grouped[key][m], alone[key][0]), key
+    if kind == "classes":  # the counts are real: scored positions are those not IGNOREd
+        assert grouped["count"].tolist() == [(t != IGNORE).sum().item() for t in targets]
