@@ -199,6 +199,55 @@ def test_members_leave_the_stack_as_they_finish(tmp_path, monkeypatch, graphs):
         assert _close(_strip_time(batched[job.run_id]), _strip_time(_results(single)[job.run_id]), rel=1e-5), job.label
 
 
+def test_with_cuda_graphs_a_run_alone_is_a_stack_of_one(tmp_path, monkeypatch):
+    """--cuda-graphs stacks every run, so that every run gets the graphs: a run with no grid
+    siblings becomes a group of one, trained stacked (on the CPU the step runs eagerly), as
+    its unbatched run; without graphs it stays a plain run."""
+    plan = _plan("hyena-sg.mad", tmp_path / "a.db", (1e-3,), epochs=2)
+    [run] = plan.work(batch_grid=True)
+    assert not isinstance(run, GroupJob)
+    [group] = plan.work(batch_grid=True, cuda_graphs=True)
+    assert isinstance(group, GroupJob) and len(group.members) == 1 and group.graphs
+    group.stack = True  # as on CUDA
+    stacked_steps = []
+    step = StackedMembers.step
+    monkeypatch.setattr(StackedMembers, "step", lambda self, *a: stacked_steps.append(len(self.states))
+                        or step(self, *a))
+    events = []
+    execute_group(group, events.append, lambda: False)
+    assert stacked_steps == [1] * 6  # 2 epochs of 3 steps
+    alone = []
+    execute_job(_plan("hyena-sg.mad", tmp_path / "b.db", (1e-3,), epochs=2).jobs[0], alone.append, lambda: False)
+    assert _close(_strip_time(_results(events)[run.run_id]), _strip_time(_results(alone)[run.run_id]), rel=1e-5)
+
+
+def test_the_coordinator_submits_a_group_of_one_as_a_run_unless_it_has_graphs(tmp_path):
+    """A group with one member left to run goes to the executor as that run; with CUDA
+    graphs as the group (a stack of one has its graphs)."""
+    from madsl.runner.executor import ThreadExecutor, run_jobs
+    from madsl.runner.store import Store
+
+    for graphs in (False, True):
+        plan = _plan("attention-sg.mad", tmp_path / f"{graphs}.db", (1e-3, 5e-4), epochs=1)
+        [group] = plan.work(batch_grid=True, cuda_graphs=graphs)
+        store = Store(tmp_path / f"{graphs}.db")
+        plan.register(store)
+        first = []  # the first member ran before: done in the store
+        execute_job(group.members[0], first.append, lambda: False)
+        store.finish(group.members[0].run_id, _results(first)[group.members[0].run_id])
+        submitted = []
+
+        class Recording(ThreadExecutor):
+            def submit(self, job):
+                submitted.append(job)
+                super().submit(job)
+
+        run_jobs(store, [group], Recording())
+        assert len(submitted) == 1
+        assert isinstance(submitted[0], GroupJob) == graphs
+        assert [r["status"] for r in store.runs()] == ["done", "done"]
+
+
 def test_an_interrupted_group_resumes_to_the_uninterrupted_result(tmp_path):
     plan = _plan("hyena-sg.mad", tmp_path / "a.db", (1e-3, 5e-4, 1e-4), epochs=3)
     [group] = plan.work(batch_grid=True)

@@ -467,7 +467,7 @@ class Coordinator:
 
     def _start(self, job) -> None:
         """Submit a run, or the members of a grid group that `_admit` lets through (a group of one
-        runs as that run)."""
+        runs as that run, except with CUDA graphs: a stack of one, for its graphs)."""
         members = [run for run in (job.members if is_group(job) else [job]) if self._admit(run)]
         if not members:
             return
@@ -475,7 +475,8 @@ class Coordinator:
         for run in members:
             self.active[run.run_id] = run
             self.slot_of[run.run_id] = self.submitted
-        self.executor.submit(dataclasses.replace(job, members=members) if len(members) > 1 else members[0])
+        alone = len(members) == 1 and not getattr(job, "graphs", False)
+        self.executor.submit(members[0] if alone else dataclasses.replace(job, members=members))
 
     def _admit(self, job: RunJob) -> bool:
         """Claim `job` unless it is done, solved by a sibling, or claimed by another live process."""

@@ -77,7 +77,7 @@ def group_jobs(jobs: Sequence[tuple[Hashable, RunJob]], skip_solved_at: float | 
     for members in groups.values():
         device = placement[len(out) % len(placement)] if placement else members[0].device
         members = [_on(device, m) for m in members]
-        if len(members) == 1:
+        if len(members) == 1 and not cuda_graphs:  # with graphs, a run alone is a stack of one
             out.append(members[0])
             continue
         first = members[0]
@@ -187,7 +187,7 @@ def execute_group(group: GroupJob, emit: Callable[[Event], None], should_stop: C
             member.state.model.train()
         _check_solved(group, members, emit)
         together = [m for m in members if not m.done]
-        if group.stack and _stackable(together):
+        if group.stack and _stackable(together, group.graphs):
             _train_stacked(group, together, members, device, emit, should_stop)
         while any(not m.done for m in members):  # lockstep: one epoch of each member in turn
             for member in members:
@@ -213,11 +213,12 @@ def execute_group(group: GroupJob, emit: Callable[[Event], None], should_stop: C
                                                   "traceback": traceback.format_exc()}))
 
 
-def _stackable(members: list[Member]) -> bool:
-    """At least two members, at the same point of training, whose layers batch exactly."""
+def _stackable(members: list[Member], graphs: bool) -> bool:
+    """At least two members (one with CUDA graphs: a stack of one has its graphs), at the
+    same point of training, whose layers batch exactly."""
     from madsl.runner.stacked import batchable
 
-    return (len(members) >= 2 and len({(m.state.epoch, m.state.step, m.state.steps_per_epoch) for m in members}) == 1
+    return (len(members) >= (1 if graphs else 2) and len({(m.state.epoch, m.state.step, m.state.steps_per_epoch) for m in members}) == 1
             and not members[0].state.finished and members[0].state.settings.optimizer == "adamw"  # the stack's update
             and batchable([m.state.model for m in members]))
 
