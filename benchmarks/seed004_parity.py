@@ -50,7 +50,6 @@ def copy_neo(hf, mm):
     out["positions.weight"] = sd["transformer.wpe.weight"][:n_pos]
     for i in range(len(hf.transformer.h)):
         h = f"transformer.h.{i}."
-        b = f"body.{i // 2}.blocks.{i % 2}." if False else None
         out[f"L{i}.mixer.norm.weight"] = sd[h + "ln_1.weight"]; out[f"L{i}.mixer.norm.bias"] = sd[h + "ln_1.bias"]
         a = h + "attn.attention."
         out[f"L{i}.mixer.layer.qkv.weight"] = torch.cat([sd[a + "q_proj.weight"], sd[a + "k_proj.weight"], sd[a + "v_proj.weight"]])
