@@ -231,7 +231,8 @@ def main() -> int:
                     times = grid_seconds(spec, path, task_name, device, args.precision, args.grid_examples,
                                          Path(tmp), args.grid_repeats)
                     unbatched = times["unbatched"]
-                    default = times["stacked"] if times["stacked"] is not None and stacks_on(device) else times["lockstep"]
+                    stacked = times["stacked"] is not None and stacks_on(device)
+                    default = times["stacked"] if stacked else times["lockstep"]
                     ratio = default / unbatched
                     graphs_ratio = (times.get("graphs") or default) / unbatched
                     grid = f"   grid of 6: unbatched {unbatched:6.2f} s" + "".join(

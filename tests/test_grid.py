@@ -370,12 +370,13 @@ HOST_SYNC_OPS = ("_local_scalar_dense", "nonzero", "is_nonzero", "masked_select"
 @pytest.mark.parametrize("spec, precision", [("attention-sg.mad", "fp32"), ("hyena-sg.mad", "bf16"),
                                              ("mamba.mad", "fp32"), ("hyena-experts-moe.mad", "fp32")])
 def test_a_stacked_step_is_the_same_device_work_every_step(tmp_path, monkeypatch, spec, precision):
-    """What a CUDA graph needs of the stacked step and evaluation batch (`--cuda-graphs` captures
-    each and replays it): every step (evaluation batch) dispatches the same ops on tensors of the same shapes with the same non-tensor
-    arguments (a per-step value passed as a Python number, such as the learning rate or Adam's
-    bias correction, would be frozen into the graph at its capture) from the second step on (the
-    first may fill caches, as warm-up steps do before a capture), and none reads a value on the
-    host. The dispatch trace of each step, on the CPU, stands in for the recorded graph."""
+    """What a CUDA graph needs of the stacked step and evaluation batch (`--cuda-graphs`
+    captures each and replays it): from the second on (the first may fill caches, as the
+    warm-up before a capture does), every step (evaluation batch) dispatches the same ops on
+    tensors of the same shapes with the same non-tensor arguments (a per-step value passed as
+    a Python number, such as the learning rate or Adam's bias correction, would be frozen into
+    the graph at its capture), and none reads a value on the host. The dispatch trace of each
+    step, on the CPU, stands in for the recorded graph."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_map
 

@@ -82,8 +82,9 @@ def add_parser(subparsers) -> None:
                         "in one job (each stored as its own run, results as unbatched; default: on for CUDA, "
                         "off on the CPU)")
     p.add_argument("--cuda-graphs", action="store_true",
-                   help="capture each grid-batched group's training step as a CUDA graph and replay it (one "
-                        "launch a step; CUDA only; a step that cannot be captured trains on without)")
+                   help="train every run stacked (grid groups; a run alone as a stack of one) and replay each "
+                        "training step and evaluation batch as a CUDA graph: one launch each (CUDA with grid "
+                        "batching only; a step that cannot be captured runs on without)")
     p.add_argument("--set", action="append", dest="settings", default=[], metavar="KEY=VALUE",
                    help="a task setting, e.g. seq_len=512, or TASK.KEY=VALUE for one task; repeatable")
     p.add_argument("--lr", type=non_negative_number, action="append", help="learning rate(s) instead of the grid's")

@@ -300,8 +300,9 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     madsl.runner.cost) without running anything. A run with progress prints the same plan first.
     batch_grid: train the runs of a setting that differ only in lr, wd or seed together
     (madsl.runner.grid; local executors only); None: on for CUDA, off on the CPU and on Ray.
-    cuda_graphs: capture each stacked group's training step as a CUDA graph and replay it
-    (madsl.runner.stacked; CUDA and grid batching only).
+    cuda_graphs: every run trains stacked (a run alone as a stack of one), each training step
+    and evaluation batch replayed as a CUDA graph (madsl.runner.stacked; CUDA and grid
+    batching only).
     Returns a summary: counts of runs, failures, and the scores of these specs.
     """
     ray_options = _ray_options(executor, address, cpus_per_run, gpus_per_run)
@@ -526,7 +527,7 @@ class EvaluationPlan:
     def work(self, batch_grid: bool, placement: Sequence[str] | None = None, cuda_graphs: bool = False) -> list:
         """What to hand the executor: the runs, or with `batch_grid` the grid groups
         (madsl.runner.grid) that train together, placed round-robin on `placement`; with
-        `cuda_graphs`, stacked groups replay their training step as a CUDA graph."""
+        `cuda_graphs`, every run in a group (of one where alone), replaying its steps as CUDA graphs."""
         if not batch_grid:
             return self.jobs
         from madsl.runner.grid import group_jobs

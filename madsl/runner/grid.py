@@ -51,7 +51,7 @@ class GroupJob:
     label: str = ""
     skip_solved_at: float | None = None
     stack: bool = False  # train as one stacked model where the layers allow (madsl.runner.stacked)
-    graphs: bool = False  # stacked on CUDA: replay the training step as a CUDA graph
+    graphs: bool = False  # stacked on CUDA: replay each training step and evaluation batch as a CUDA graph
 
     def execute(self, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
         execute_group(self, emit, should_stop)
@@ -81,7 +81,8 @@ def group_jobs(jobs: Sequence[tuple[Hashable, RunJob]], skip_solved_at: float | 
             out.append(members[0])
             continue
         first = members[0]
-        label = first.label.rsplit(" · lr ", 1)[0] + f" · {len(members)} runs"
+        runs = f"{len(members)} runs" if len(members) > 1 else "stacked"
+        label = first.label.rsplit(" · lr ", 1)[0] + f" · {runs}"
         out.append(GroupJob(run_id="group-" + first.run_id, members=members, device=device, label=label,
                             skip_solved_at=skip_solved_at, stack=stacks_on(device), graphs=cuda_graphs))
     return out
@@ -218,7 +219,8 @@ def _stackable(members: list[Member], graphs: bool) -> bool:
     same point of training, whose layers batch exactly."""
     from madsl.runner.stacked import batchable
 
-    return (len(members) >= (1 if graphs else 2) and len({(m.state.epoch, m.state.step, m.state.steps_per_epoch) for m in members}) == 1
+    at_once = len({(m.state.epoch, m.state.step, m.state.steps_per_epoch) for m in members}) == 1
+    return (len(members) >= (1 if graphs else 2) and at_once
             and not members[0].state.finished and members[0].state.settings.optimizer == "adamw"  # the stack's update
             and batchable([m.state.model for m in members]))
 
