@@ -133,14 +133,13 @@ def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, e
 
 
 def stop_fraction(spec, path: str, task_name: str, settings: list[dict], device: str, precision: str,
-                  sample: int, workdir: Path, graphs: bool) -> tuple[float, list[str]]:
+                  sample: int, workdir: Path, graphs: bool) -> float:
     """Early stopping, measured: `sample` settings of the task (spread over its sweep, the
     baseline first), each trained as the paper protocol trains it (its lr x wd grid of runs,
     all epochs unless early stopping ends them; grid-batched as this device does by default),
-    and the fraction of the epochs the runs took; with a line per setting."""
+    and the fraction of the epochs the runs took; each setting's line printed as it ends."""
     chosen = [settings[round(i * (len(settings) - 1) / max(sample - 1, 1))] for i in range(min(sample, len(settings)))]
     done = planned = 0
-    lines = []
     for index, setting in enumerate(chosen):
         cli = cli_overrides(protocol="baseline", tasks=[task_name], settings=setting, precision=precision)
         plan = plan_evaluation(StoreFiles(workdir / f"stop-{spec.name}-{task_name}-{index}.db"), [(spec, path)], cli,
@@ -155,9 +154,9 @@ def stop_fraction(spec, path: str, task_name: str, settings: list[dict], device:
         epochs = [result["epochs_done"] for result in results]
         done += sum(epochs)
         planned += len(results) * plan.jobs[0].train.epochs
-        lines.append(f"{canonical(setting)}: epochs {sorted(epochs)} of {plan.jobs[0].train.epochs}, "
-                     f"{time.monotonic() - started:.0f} s")
-    return done / planned, lines
+        print(f"  {task_name:26s} stop: {canonical(setting)}: epochs {sorted(epochs)} of "
+              f"{plan.jobs[0].train.epochs}, {time.monotonic() - started:.0f} s", flush=True)
+    return done / planned
 
 
 def canonical(setting: dict) -> str:
@@ -217,11 +216,10 @@ def main() -> int:
                     fraction = args.stop_fraction
                     if args.measure_stop:
                         settings = list({canonical(dict(r.settings)): dict(r.settings) for r in runs}.values())
-                        fraction, lines = stop_fraction(spec, path, task_name, settings, device, args.precision,
-                                                        args.measure_stop, Path(tmp), args.cuda_graphs)
+                        fraction = stop_fraction(spec, path, task_name, settings, device, args.precision,
+                                                 args.measure_stop, Path(tmp), args.cuda_graphs)
                         stop_fractions[task_name] = fraction
-                        print(f"  {task_name:26s} stop fraction {fraction:.3f}, measured on "
-                              + "; ".join(lines))
+                        print(f"  {task_name:26s} stop fraction {fraction:.3f}")
                     task_hours = sum(seconds * _size(dict(r.settings)) / _size(baseline) * r.train.epochs
                                      * fraction for r in runs) / 3600
                     total += task_hours
