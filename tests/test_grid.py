@@ -354,13 +354,28 @@ def test_batch_grid_on_ray_is_bad_input(tmp_path, capsys):
     assert not (tmp_path / "r.db").exists()
 
 
-@pytest.mark.parametrize("flags", [["--device", "cpu", "--batch-grid"], ["--device", "cpu", "--no-batch-grid"]])
-def test_cuda_graphs_without_a_cuda_device_or_grid_batching_is_bad_input(tmp_path, capsys, flags):
+@pytest.mark.parametrize("flags, message", [
+    (["--device", "cpu", "--batch-grid"], "--cuda-graphs needs a CUDA device; the runs are planned on cpu"),
+    (["--device", "cpu", "--no-batch-grid"], "--cuda-graphs needs a CUDA device"),
+    (["--executor", "ray"], "--cuda-graphs runs with the local executors only"),
+])
+def test_cuda_graphs_without_a_cuda_device_or_on_ray_is_bad_input(tmp_path, capsys, flags, message):
+    if "ray" in flags:
+        pytest.importorskip("ray")
     spec = str(PAPER / "hyena-sg.mad")
     assert main(["eval", spec, *EVAL, "--db", str(tmp_path / "g.db"), *flags, "--cuda-graphs"]) == 2
     err = capsys.readouterr().err
-    assert "--cuda-graphs captures the training step of grid-batched groups on a CUDA device" in err
+    assert message in err and "hint:" in err
     assert "Traceback" not in err and not (tmp_path / "g.db").exists()
+
+
+def test_cuda_graphs_without_grid_batching_is_bad_input():
+    from madsl.errors import MadslError
+    from madsl.runner.api import _check_cuda_graphs
+
+    with pytest.raises(MadslError, match="it needs grid batching"):
+        _check_cuda_graphs(False, "cuda", batch_grid=False)
+    _check_cuda_graphs(False, "cuda:1", batch_grid=True)  # fine
 
 
 # Ops whose result the host must read: each would stall a GPU every step and cannot be captured.

@@ -315,10 +315,8 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
         raise MadslError("--batch-grid runs with the local executors only: Ray runs each run as its own task",
                          hint="drop --batch-grid, or use --executor local")
     batch_grid = ray_options is None and (default_batch_grid(device) if batch_grid is None else batch_grid)
-    if cuda_graphs and not (batch_grid and _planned_device(device).startswith("cuda")):
-        raise MadslError("--cuda-graphs captures the training step of grid-batched groups on a CUDA device",
-                         hint="run on CUDA (--device cuda) with grid batching (its default there), "
-                              "or drop --cuda-graphs")
+    if cuda_graphs:
+        _check_cuda_graphs(ray_options is not None, _planned_device(device), batch_grid)
     cli = cli_overrides(protocol=protocol, tasks=tasks, settings=settings_overrides, lr=lr, wd=wd, epochs=epochs,
                         seed=seed, batch_size=batch_size, eval_lengths=eval_lengths, freeze=freeze,
                         precision=precision, conventions=conventions, optimizer=optimizer, schedule=schedule,
@@ -397,6 +395,19 @@ def _planned_device(device: str) -> str:
 
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
+
+
+def _check_cuda_graphs(on_ray: bool, device: str, batch_grid: bool) -> None:
+    """--cuda-graphs replays grid-batched (stacked) training on a CUDA device of this machine."""
+    if on_ray:
+        raise MadslError("--cuda-graphs runs with the local executors only: Ray runs each run as its own task",
+                         hint="drop --cuda-graphs, or use --executor local")
+    if not device.startswith("cuda"):
+        raise MadslError(f"--cuda-graphs needs a CUDA device; the runs are planned on {device}",
+                         hint="run on a GPU (--device cuda), or drop --cuda-graphs")
+    if not batch_grid:
+        raise MadslError("--cuda-graphs replays grid-batched training: it needs grid batching",
+                         hint="drop --no-batch-grid (grid batching is the default on CUDA), or drop --cuda-graphs")
 
 
 def default_batch_grid(device: str) -> bool:
