@@ -5,11 +5,18 @@
 # then copy the repository (with .gpu/) to the GPU machine and run there:
 #   scripts/gpu_check_offline.sh [LOG_DIR]
 # It builds mamba-ssm and causal-conv1d from their sdists for this GPU's architecture only
-# (their setup.py builds eight: an hour; one: ~2 and ~5 minutes on 16 cores), installs
+# (their setup.py builds eight: an hour; one: ~2 and ~5 minutes on 16 cores; none where
+# .gpu/prebuilt/ holds them for this torch and architecture: see below), installs
 # lark and fla from wheels, runs the CUDA lane with per-test timeouts (fla's Triton kernels
 # autotune for minutes per shape on a cold cache) and the cost benchmark; logs in LOG_DIR. Grid-batched
 # (stacked) training, with and without CUDA graphs, is checked and measured first: attention and
 # Hyena on two cores while the libraries build on the others, then Mamba.
+#
+# Where $OUT is set (this workplace's device tool: what is written there comes back, at most 8
+# files of 16 MiB), the logs come back as one archive, and freshly built libraries as
+# xz-compressed parts named <package>-torch<version>-sm<arch>.tar.xz.partN. Kept here with
+#   scripts/gpu_check_offline.sh --keep-prebuilt DIR      # DIR: where the returned files lie
+# they go into .gpu/prebuilt/, travel with .gpu/, and spare the next run its builds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GPU=.gpu
@@ -22,6 +29,12 @@ if [[ "${1:-}" == "--prepare" ]]; then
         --no-build-isolation --no-binary :all: -d $GPU/sdist mamba-ssm==2.3.2.post1 causal-conv1d==1.7.0 || exit 1
     echo "prepared $GPU/ ($(du -sh $GPU | cut -f1))"; exit 0
 fi
+if [[ "${1:-}" == "--keep-prebuilt" ]]; then
+    mkdir -p $GPU/prebuilt
+    found=$(ls "${2:?--keep-prebuilt DIR}"/*-torch*-sm*.tar.xz.part* 2>/dev/null)
+    [[ -n "$found" ]] || { echo "no prebuilt parts in $2"; exit 1; }
+    cp $found $GPU/prebuilt/ && echo "kept in $GPU/prebuilt/:" && ls -la $GPU/prebuilt/; exit 0
+fi
 LOG=${1:-gpu-check-$(date +%Y%m%d-%H%M%S)}; mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 T0=$(date +%s); elapsed() { echo $(( $(date +%s) - T0 )); }
@@ -29,6 +42,8 @@ T0=$(date +%s); elapsed() { echo $(( $(date +%s) - T0 )); }
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/madsl-site $GPU/wheels/*.whl || exit 1
 export PYTHONPATH=$PWD:/tmp/madsl-site
 ARCH=$(python3 -c 'import torch; m, n = torch.cuda.get_device_capability(); print(f"{m}{n}")') || exit 1
+TORCH_TAG=$(python3 -c 'import torch; print(torch.__version__.replace("+", "_"))')
+prebuilt() { echo "$GPU/prebuilt/$1-torch$TORCH_TAG-sm$ARCH.tar.xz.part"; }  # prebuilt NAME: its parts' prefix
 python3 -c 'import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__, torch.cuda.get_device_name())' >> "$LOG/env.txt"
 for name in mamba_ssm causal_conv1d; do  # unpack, and build for this architecture only
     rm -rf "$GPU/build/$name"; mkdir -p "$GPU/build/$name"
@@ -54,7 +69,13 @@ PIN_BUILD=""; PIN_CHECK=""
 if command -v taskset > /dev/null && (( $(nproc) > 4 )); then
     PIN_BUILD="taskset -c 2-$(( $(nproc) - 1 ))"; PIN_CHECK="taskset -c 0,1 env OMP_NUM_THREADS=2"
 fi
+BUILT=()  # the libraries built in this run (not prebuilt)
 for name in mamba_ssm causal_conv1d; do
+    if ls "$(prebuilt $name)"* > /dev/null 2>&1; then
+        cat "$(prebuilt $name)"* | tar xJf - -C "$GPU/build/$name" && echo "$name: prebuilt, not built"
+        continue
+    fi
+    BUILT+=($name)
     (cd "$GPU/build/$name" && $PIN_BUILD python3 setup.py build_ext --inplace > "$LOG/build-$name.log" 2>&1; \
      echo "$name build rc=$? at $(elapsed) s" >> "$LOG/build-$name.log") &
 done
@@ -76,7 +97,13 @@ bench() {  # bench NAME ARGS...: the grid comparison (pinned by $PIN), its lines
 { echo "during the builds:"; uptime; } >> "$LOG/env.txt"
 PIN=$PIN_CHECK bench attention-hyena-16 --grid-examples 16 --specs specs/paper/attention-sg.mad specs/paper/hyena-sg.mad
 wait
-tail -qn 1 "$LOG"/build-*.log
+for name in "${BUILT[@]}"; do
+    tail -n 1 "$LOG/build-$name.log"
+    if [[ -n "${OUT:-}" ]] && ls "$GPU/build/$name"/*.so > /dev/null 2>&1; then  # for the next run: --keep-prebuilt
+        (cd "$GPU/build/$name" && XZ_OPT="-T0 -3" tar cJf - *.so) | split -b 15M -d -a 1 - "$OUT/$(basename "$(prebuilt $name)")"
+    fi
+done
+[[ -n "${OUT:-}" ]] && ls -la "$OUT" | grep part
 export PYTHONPATH=$PYTHONPATH:$PWD/$GPU/build/mamba_ssm:$PWD/$GPU/build/causal_conv1d
 python3 -c '
 from madsl.kernels import cuda
@@ -93,3 +120,4 @@ python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda
 echo "CUDA lane rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/lane.log" | tail -n 20
 python3 benchmarks/protocol_cost.py --device cuda --precision bf16 > "$LOG/protocol_cost.txt" 2>&1
 echo "cost benchmark rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/protocol_cost.txt" | grep -v Warning
+[[ -n "${OUT:-}" ]] && tar czf "$OUT/gpu-check-logs.tar.gz" -C "$LOG" . && echo "logs: \$OUT/gpu-check-logs.tar.gz"
