@@ -46,6 +46,14 @@ def _strip_time(result: dict) -> dict:
     return out
 
 
+def _count_stacked_steps(monkeypatch) -> list[int]:
+    """The members in the stack at each stacked step, recorded as the group trains."""
+    counts = []
+    step = StackedMembers.step
+    monkeypatch.setattr(StackedMembers, "step", lambda self, *a: counts.append(len(self.states)) or step(self, *a))
+    return counts
+
+
 @pytest.mark.parametrize("spec, lrs, wds, seeds", [
     ("attention-sg.mad", (1e-3, 5e-4), (0.0,), (0,)),
     ("hyena-sg.mad", (1e-3, 1e-4), (0.0, 0.1), (0,)),
@@ -114,10 +122,7 @@ def test_a_stacked_group_trains_each_member_as_its_unbatched_run(tmp_path, monke
     plan = _plan(spec, tmp_path / "a.db", lrs, wds, seeds, epochs=3)
     [group] = plan.work(batch_grid=True)
     group.stack = True  # the CUDA default; on the CPU lockstep is the default (faster there)
-    stacked_steps = []
-    step = StackedMembers.step
-    monkeypatch.setattr(StackedMembers, "step", lambda self, *a: stacked_steps.append(len(self.states))
-                        or step(self, *a))
+    stacked_steps = _count_stacked_steps(monkeypatch)
     events = []
     execute_group(group, events.append, lambda: False)
     assert stacked_steps == [len(group.members)] * 9  # 3 epochs of 3 steps, every member in the stack
@@ -181,10 +186,7 @@ def test_members_leave_the_stack_as_they_finish(tmp_path, monkeypatch, graphs):
     plan = _plan("attention-sg.mad", tmp_path / "a.db", (3e-2, 3e-3, 3e-4), epochs=6, patience=1)
     [group] = plan.work(batch_grid=True)
     group.stack, group.graphs = True, graphs
-    stacked_steps = []
-    step = StackedMembers.step
-    monkeypatch.setattr(StackedMembers, "step", lambda self, *a: stacked_steps.append(len(self.states))
-                        or step(self, *a))
+    stacked_steps = _count_stacked_steps(monkeypatch)
     events = []
     execute_group(group, events.append, lambda: False)
     batched = _results(events)
@@ -209,10 +211,7 @@ def test_with_cuda_graphs_a_run_alone_is_a_stack_of_one(tmp_path, monkeypatch):
     [group] = plan.work(batch_grid=True, cuda_graphs=True)
     assert isinstance(group, GroupJob) and len(group.members) == 1 and group.graphs
     group.stack = True  # as on CUDA
-    stacked_steps = []
-    step = StackedMembers.step
-    monkeypatch.setattr(StackedMembers, "step", lambda self, *a: stacked_steps.append(len(self.states))
-                        or step(self, *a))
+    stacked_steps = _count_stacked_steps(monkeypatch)
     events = []
     execute_group(group, events.append, lambda: False)
     assert stacked_steps == [1] * 6  # 2 epochs of 3 steps
