@@ -35,18 +35,21 @@ from madsl.spec import load_spec  # noqa: E402
 
 DEFAULT_SPECS = ["specs/paper/attention-sg.mad", "specs/paper/hyena-sg.mad", "specs/paper/mamba.mad"]
 TEST_BATCHES = 4
+METADATA_ONLY = {torch.ops.aten.detach, torch.ops.aten.lift_fresh, torch.ops.aten._unsafe_view}  # (not marked views)
 HOST_READS = ("_local_scalar_dense", "nonzero", "is_nonzero", "masked_select", "unique")
 
 
 class OpCount(TorchDispatchMode):
-    """Counts the ops dispatched while active, and those that read a value on the host."""
+    """Counts the ops dispatched while active, those that compute (a view or a reshape of
+    metadata launches no kernel on a GPU), and those that read a value on the host."""
 
     def __init__(self):
         super().__init__()
-        self.ops = self.host_reads = 0
+        self.ops = self.computing = self.host_reads = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops += 1
+        self.computing += not func.is_view and func.overloadpacket not in METADATA_ONLY
         self.host_reads += any(name in str(func) for name in HOST_READS)
         return func(*args, **(kwargs or {}))
 
@@ -99,12 +102,14 @@ def main() -> int:
                     restore()
             runs_per_step = 6 if mode == "unbatched" else 1  # unbatched, six runs take a step each
             counts[mode] = {"step": step.ops / len(steps) * runs_per_step,
+                            "step kernels": step.computing / len(steps) * runs_per_step,
                             "evaluation": evaluation.ops,  # one epoch: six runs' evaluations, or the stack's one
                             "step reads": step.host_reads / len(steps) * runs_per_step,
                             "evaluation reads": evaluation.host_reads}  # the epoch's metrics, to the host
         unbatched, stacked_counts = counts["unbatched"], counts["stacked"]
         print(f"  {spec.name:14s} a step of the 6: unbatched {unbatched['step']:6.0f}, stacked "
-              f"{stacked_counts['step']:6.0f} ({stacked_counts['step'] / unbatched['step']:.2f}x)   "
+              f"{stacked_counts['step']:6.0f} ({stacked_counts['step'] / unbatched['step']:.2f}x); computing ops "
+              f"{unbatched['step kernels']:6.0f}, {stacked_counts['step kernels']:6.0f}   "
               f"an epoch's evaluation: unbatched {unbatched['evaluation']:6.0f}, stacked "
               f"{stacked_counts['evaluation']:6.0f} ({stacked_counts['evaluation'] / unbatched['evaluation']:.2f}x)   "
               f"host reads: a step {unbatched['step reads']:.0f}, {stacked_counts['step reads']:.0f}; an evaluation "
