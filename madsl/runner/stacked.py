@@ -394,8 +394,8 @@ class StackedMembers:
         self.template.eval()
         try:
             for start in range(0, test_x[0].shape[0], batch):
-                self._eval_batch(_member_batch(test_x, slice(start, start + batch), members),
-                                 _member_batch(test_y, slice(start, start + batch), members))
+                rows = [slice(start, start + batch)] * members
+                self._eval_batch(_member_batch(test_x, rows), _member_batch(test_y, rows))
         finally:
             self.template.train(was_training)
         results = []
@@ -414,13 +414,13 @@ class StackedMembers:
             self._add_sums(self.eval_sums, outputs, targets, loss_sums)
 
 
-def _member_batch(splits: Sequence[torch.Tensor], rows: slice, members: int) -> torch.Tensor:
-    """The members' rows of their splits, member axis first: members that share a split (one
-    seed) read it once, broadcast."""
-    if all(split is splits[0] for split in splits):
-        part = splits[0][rows]
-        return part.expand(members, *part.shape)
-    return torch.stack([split[rows] for split in splits])
+def _member_batch(splits: Sequence[torch.Tensor], rows: Sequence[Any]) -> torch.Tensor:
+    """Each member's rows (a slice or indices) of its split, member axis first; where every
+    member reads the same rows of the same split (one seed), they are read once and broadcast."""
+    if all(split is splits[0] for split in splits) and all(r is rows[0] for r in rows):
+        part = splits[0][rows[0]]
+        return part.expand(len(splits), *part.shape)
+    return torch.stack([split[r] for split, r in zip(splits, rows)])
 
 
 @contextmanager
@@ -482,14 +482,10 @@ def train_stacked_epoch(stack: StackedMembers, datas: Sequence[Any], hooks: Sequ
                 save()
                 raise interrupted(f"stopped at epoch {states[0].epoch + 1}, step {states[0].step}")
             window = slice(states[0].step * batch_size, (states[0].step + 1) * batch_size)
-            indices = [orders[(id(data), state.settings.seed)][window] for data, state in zip(datas, states)]
-            if len(orders) == 1:  # the members share data and order (one seed): one gather, broadcast
-                x, y = datas[0].train_x[indices[0]], datas[0].train_y[indices[0]]
-                x, y = x.expand(len(states), *x.shape), y.expand(len(states), *y.shape)
-            else:
-                x = torch.stack([data.train_x[index] for data, index in zip(datas, indices)])
-                y = torch.stack([data.train_y[index] for data, index in zip(datas, indices)])
-            stack.step(x, y)
+            rows = {key: order[window] for key, order in orders.items()}
+            rows = [rows[(id(data), state.settings.seed)] for data, state in zip(datas, states)]
+            stack.step(_member_batch([data.train_x for data in datas], rows),
+                       _member_batch([data.train_y for data in datas], rows))
             for state, member_hooks in zip(states, hooks):
                 if per_step_schedule:  # the member's cosine schedule, on its own optimizer's groups
                     state.scheduler.step()
