@@ -112,10 +112,12 @@ def test_layer_on_device_matches_cpu_forward_and_backward(name):
 
 @pytest.mark.parametrize("name, params", [("mamba2", {"d_state": 16}), ("retention", {}),
                                           ("linear_attention", {"normalize": True}), ("delta_net", {"gated": True}),
-                                          ("delta_net", {"gated": False})])
+                                          ("delta_net", {"gated": False}), ("rwkv", {"version": 5}),
+                                          ("rwkv", {"version": 6})])
 def test_fla_backed_layer_on_device_matches_cpu_forward_and_backward(name, params):
-    """The layers that train through fla's chunk kernels (chunk_simple_gla, chunk_(gated_)delta_rule)
-    against their CPU chunked forms; TF32 inside fla's dots, hence the relative-RMS criterion."""
+    """The layers that train through fla's chunk kernels (chunk_simple_gla, chunk_(gated_)delta_rule,
+    RWKV's chunk_gla) against their CPU chunked forms; TF32 inside fla's dots, hence the
+    relative-RMS criterion."""
     torch.manual_seed(0)
     _, layer = make(name, 128, **params)
     x = torch.randn(4, 96, 128)

@@ -224,3 +224,49 @@ def test_fla_wrapper_layout(monkeypatch):
     o_ref, final_ref = gla_recurrent(q, k, v, log_decay)
     torch.testing.assert_close(o, o_ref)
     torch.testing.assert_close(final, final_ref)
+
+
+@pytest.mark.parametrize("version", [5, 6])
+def test_rwkv_takes_flas_chunk_gla_where_it_applies(monkeypatch, version):
+    """On CUDA with fla installed RWKV's WKV runs fla's chunk_gla (stable for any decays, no
+    host reads: its stacked step can be a CUDA graph), on the token-shifted k, v and log w
+    as madsl's chunked form does. On the CPU, through a stand-in with fla's layout and
+    signature: forward and gradients equal the chunked form's, with decays strong enough that
+    the chunked form halves its chunks."""
+    import madsl.kernels.gla as kernels
+
+    calls = []
+
+    def fake_chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False,
+                       cu_seqlens=None, head_first=True):
+        calls.append(q.shape)
+        assert not head_first and scale == 1.0
+        o, final = gla_recurrent(*(x.transpose(1, 2).double() for x in (q, k, v, g)),
+                                 None if initial_state is None else initial_state.double())
+        return o.transpose(1, 2).to(v.dtype), final.float()
+
+    torch.manual_seed(0)
+    layer = stdlib.primitive("rwkv", 64, version=version).build()
+    with torch.no_grad():
+        layer.time_decay.add_(3.0)  # log w = -exp(decay) down to about -20 a token: chunks halve
+    x = torch.randn(2, 40, 64, requires_grad=True)
+    from madsl.layers.rwkv import _previous
+
+    with torch.no_grad():  # the point of the decays: the chunked form cannot take the sequence in one chunk
+        log_w = layer._inputs(x, _previous(x))[3]
+        assert _largest_safe_chunk(log_w.transpose(1, 2), 40) < 40
+
+    def run():
+        x.grad = None
+        layer.zero_grad(set_to_none=True)
+        y = layer(x)
+        y.square().mean().backward()
+        return [y, x.grad, *(p.grad for p in layer.parameters() if p.grad is not None)]
+
+    want = run()  # madsl's chunked form on the CPU
+    monkeypatch.setattr(kernels, "fla_applies", lambda t: t.dtype != torch.float64)
+    monkeypatch.setattr(kernels, "fla_chunk_gla", lambda: fake_chunk_gla)
+    got = run()
+    assert len(calls) == 1  # one kernel call per forward
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=2e-5, rtol=1e-4)

@@ -169,6 +169,13 @@ def fla_chunk_gla():
     return cuda.chunk_gla()
 
 
+def fla_applies(x: Tensor) -> bool:
+    """Whether fla's `chunk_gla` serves `x`: a CUDA tensor of a dtype it takes (not float64),
+    with fla installed. Its chunks are stable for any decays (sub-chunks referenced at their
+    start, explicit exponentials within), and it reads nothing on the host."""
+    return x.is_cuda and x.dtype != torch.float64 and fla_chunk_gla() is not None
+
+
 @folds_into_batch  # fla's kernels have no vmap rule
 def gla_fla_chunk(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
                   initial_state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:

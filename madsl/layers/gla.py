@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from madsl.primitives.gla import GatedLinearAttention as GLAPrimitive
-from madsl.kernels.gla import fla_chunk_gla, gla_chunked, gla_fla_chunk, gla_recurrent, gla_step
+from madsl.kernels.gla import fla_applies, gla_chunked, gla_fla_chunk, gla_recurrent, gla_step
 
 Kernel = Literal["auto", "chunked", "recurrent", "fla"]
 
@@ -86,8 +86,7 @@ class GatedLinearAttention(nn.Module):
     def _select_kernel(self, x: Tensor) -> str:
         if self.kernel != "auto":
             return self.kernel
-        use_fla = x.is_cuda and x.dtype != torch.float64 and fla_chunk_gla() is not None  # fla: no float64
-        return "fla" if use_fla else "chunked"
+        return "fla" if fla_applies(x) else "chunked"
 
     # ---- parallel (training) form -----------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:

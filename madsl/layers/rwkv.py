@@ -11,8 +11,9 @@ Time mixer (x_prev: the previous token's input, zero before the first):
     out = output(group_norm(o / head_dim_divisor) * g)
 
 The WKV readout uses the state before the token, plus the bonus term. The parallel form runs
-`madsl.kernels.gla.gla_chunked` on k, v and log w shifted by one token (its state after token t
-is then S_{t-1}) and adds the bonus (r_t . u k_t) v_t; `step` runs the recurrence. State:
+GLA (`madsl.kernels.gla`: fla's `chunk_gla` on CUDA where installed, else `gla_chunked`) on k, v
+and log w shifted by one token (its state after token t is then S_{t-1}) and adds the bonus
+(r_t . u k_t) v_t; `step` runs the recurrence. State:
 "fixed" (batch, heads, head_dim, head_dim) and "conv" (batch, dim), the previous input.
 
 Init: the reference's for a single layer (layer_id 0 of n_layer 1): maa = 1 - (i / dim) (k, v, x,
@@ -25,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from madsl.kernels.gla import gla_chunked
+from madsl.kernels import gla
 from madsl.primitives.rwkv import RWKV as RWKVPrimitive
 from madsl.primitives.rwkv import RWKVChannel as RWKVChannelPrimitive
 
@@ -98,7 +99,8 @@ class RWKV(nn.Module):
         r, k, v, log_w, g = self._inputs(x, _previous(x))
         # gla's state after token t is S_{t-1} when it reads k, v and log w one token late
         late = lambda t: F.pad(t, (0, 0, 0, 0, 1, -1)).transpose(1, 2)
-        o, _ = gla_chunked(r.transpose(1, 2), late(k), late(v), late(log_w))
+        wkv = gla.gla_fla_chunk if gla.fla_applies(x) else gla.gla_chunked  # fla's kernel on CUDA, where installed
+        o, _ = wkv(r.transpose(1, 2), late(k), late(v), late(log_w))
         o = o.transpose(1, 2).to(v.dtype) + self._bonus(r, k, v)
         return self._readout(o, g)
 
