@@ -80,7 +80,7 @@ for name in mamba_ssm causal_conv1d; do
      echo "$name build rc=$? at $(elapsed) s" >> "$LOG/build-$name.log") &
 done
 TIMEOUT=$(python3 -c 'import pytest_timeout' 2>/dev/null && echo "--timeout 300")
-STACKED="(fold or grid_group or cuda_graphs) and not (fla or gla)"
+STACKED="(fold or grid_group or cuda_graphs) and not (fla or gla or rwkv)"  # fla's (autotuning) in the rest
 # Grid-batched (stacked) training first, cheap and decisive: the member folds, the stacked groups and
 # their CUDA graphs against their unbatched runs (fla's, which autotune for minutes, in the lane below),
 # then stacked vs lockstep vs unbatched vs stacked + CUDA graphs (warm: best of 2 rounds) at one step

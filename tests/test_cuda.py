@@ -216,7 +216,8 @@ def test_grid_group_on_device_equals_the_unbatched_runs(tmp_path, monkeypatch, s
 
 
 @pytest.mark.parametrize("spec_name, precision", [("attention-sg.mad", "bf16"), ("hyena-sg.mad", "bf16"),
-                                                   ("mamba.mad", "bf16"), ("mamba.mad", "fp32"), ("gla-sg.mad", "bf16")])
+                                                   ("mamba.mad", "bf16"), ("mamba.mad", "fp32"), ("gla-sg.mad", "bf16"),
+                                                   ("../modern/rwkv6-sg.mad", "bf16")])  # fla's chunk_gla
 def test_cuda_graphs_replay_the_stacked_step_to_the_same_results(tmp_path, monkeypatch, spec_name, precision):
     """`--cuda-graphs`: after three eager warm-up steps the stacked step (and evaluation batch)
     is captured once and replayed (no fallback warning), and the members' results equal those
@@ -229,7 +230,7 @@ def test_cuda_graphs_replay_the_stacked_step_to_the_same_results(tmp_path, monke
     from madsl.runner.store import StoreFiles
     from madsl.spec import load_spec
 
-    path = Path(__file__).resolve().parents[1] / "specs" / "paper" / spec_name
+    path = (Path(__file__).resolve().parents[1] / "specs" / "paper" / spec_name).resolve()
     cli = cli_overrides(protocol="baseline", tasks=["in-context-recall"], lr=[1e-3, 1e-4], wd=[0.0, 0.1], epochs=2,
                         batch_size=16, precision=precision,
                         settings={"seq_len": 64, "num_train_examples": 64, "num_test_examples": 32})
