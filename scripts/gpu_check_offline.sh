@@ -17,6 +17,10 @@
 # xz-compressed parts named <package>-torch<version>-sm<arch>.tar.xz.partN. Kept here with
 #   scripts/gpu_check_offline.sh --keep-prebuilt DIR      # DIR: where the returned files lie
 # they go into .gpu/prebuilt/, travel with .gpu/, and spare the next run its builds.
+#
+# GPU_CHECK_STEPS picks what runs after the builds (default "stacked rest"): "stacked" checks and
+# times grid-batched training (minutes), "rest" runs the rest of the lane and the cost projection.
+# The device tool gives one command 10 minutes: there, run them as two calls, "stacked" then "rest".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GPU=.gpu
@@ -80,22 +84,31 @@ for name in mamba_ssm causal_conv1d; do
      echo "$name build rc=$? at $(elapsed) s" >> "$LOG/build-$name.log") &
 done
 TIMEOUT=$(python3 -c 'import pytest_timeout' 2>/dev/null && echo "--timeout 300")
+want() { [[ " ${GPU_CHECK_STEPS:-stacked rest} " == *" $1 "* ]]; }
+pack_logs() {  # the logs so far, as one file under $OUT (what a command cut short at its limit still returns)
+    [[ -n "${OUT:-}" ]] && tar czf "$OUT/gpu-check-logs.tar.gz" -C "$LOG" . 2>/dev/null
+    return 0
+}
 STACKED="(fold or grid_group or cuda_graphs) and not (fla or gla or rwkv)"  # fla's (autotuning) in the rest
 # Grid-batched (stacked) training first, cheap and decisive: the member folds, the stacked groups and
 # their CUDA graphs against their unbatched runs (fla's, which autotune for minutes, in the lane below),
 # then stacked vs lockstep vs unbatched vs stacked + CUDA graphs (warm: best of 2 rounds) at one step
 # per run (16 examples) and at 8 (1024). Attention and Hyena while the libraries build; Mamba after.
-$PIN_CHECK python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py \
-    -k "($STACKED) and not (mamba or causal_conv1d)" > "$LOG/stacked-lane-attention-hyena.log" 2>&1
-echo "stacked lane (attention, Hyena) rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/stacked-lane-attention-hyena.log" | tail -n 12
 bench() {  # bench NAME ARGS...: the grid comparison (pinned by $PIN), its lines on stdout
     local name=$1; shift
     $PIN python3 benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-only --grid-repeats 2 \
         --tasks in-context-recall selective-copying "$@" > "$LOG/stacked-$name.txt" 2>&1
     echo "stacked benchmark ($name) rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/stacked-$name.txt" | grep -v Warning
 }
-{ echo "during the builds:"; uptime; } >> "$LOG/env.txt"
-PIN=$PIN_CHECK bench attention-hyena-16 --grid-examples 16 --specs specs/paper/attention-sg.mad specs/paper/hyena-sg.mad
+if want stacked; then
+    $PIN_CHECK python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py \
+        -k "($STACKED) and not (mamba or causal_conv1d)" > "$LOG/stacked-lane-attention-hyena.log" 2>&1
+    echo "stacked lane (attention, Hyena) rc=$? at $(elapsed) s"
+    grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/stacked-lane-attention-hyena.log" | tail -n 12
+    { echo "during the builds:"; uptime; } >> "$LOG/env.txt"
+    PIN=$PIN_CHECK bench attention-hyena-16 --grid-examples 16 --specs specs/paper/attention-sg.mad specs/paper/hyena-sg.mad
+    pack_logs
+fi
 wait
 for name in "${BUILT[@]}"; do
     tail -n 1 "$LOG/build-$name.log"
@@ -110,14 +123,24 @@ from madsl.kernels import cuda
 for name, ops in (("mamba-ssm", cuda.mamba_ssm_ops()), ("causal-conv1d", cuda.causal_conv1d_ops()),
                   ("flash-linear-attention", cuda.fla_gla_ops())):
     print(f"{name:24s} {\"imports\" if ops else \"MISSING\"}")' | tee "$LOG/imports.txt"
-python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py \
-    -k "($STACKED) and (mamba or causal_conv1d)" > "$LOG/stacked-lane-mamba.log" 2>&1
-echo "stacked lane (Mamba) rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/stacked-lane-mamba.log" | tail -n 12
-PIN="" bench mamba-16 --grid-examples 16 --specs specs/paper/mamba.mad
-PIN="" bench all-1024 --grid-examples 1024
-python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py tests/test_gpu_paths.py \
-    tests/test_precision.py -k "not ($STACKED)" > "$LOG/lane.log" 2>&1  # the rest
-echo "CUDA lane rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/lane.log" | tail -n 20
-python3 benchmarks/protocol_cost.py --device cuda --precision bf16 > "$LOG/protocol_cost.txt" 2>&1
-echo "cost benchmark rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/protocol_cost.txt" | grep -v Warning
-[[ -n "${OUT:-}" ]] && tar czf "$OUT/gpu-check-logs.tar.gz" -C "$LOG" . && echo "logs: \$OUT/gpu-check-logs.tar.gz"
+pack_logs
+if want stacked; then
+    python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py \
+        -k "($STACKED) and (mamba or causal_conv1d)" > "$LOG/stacked-lane-mamba.log" 2>&1
+    echo "stacked lane (Mamba) rc=$? at $(elapsed) s"
+    grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/stacked-lane-mamba.log" | tail -n 12
+    PIN="" bench mamba-16 --grid-examples 16 --specs specs/paper/mamba.mad
+    pack_logs
+    PIN="" bench all-1024 --grid-examples 1024
+    pack_logs
+fi
+if want rest; then
+    python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py tests/test_gpu_paths.py \
+        tests/test_precision.py -k "not ($STACKED)" > "$LOG/lane.log" 2>&1  # the rest
+    echo "CUDA lane rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/lane.log" | tail -n 20
+    pack_logs
+    python3 benchmarks/protocol_cost.py --device cuda --precision bf16 > "$LOG/protocol_cost.txt" 2>&1
+    echo "cost benchmark rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/protocol_cost.txt" | grep -v Warning
+    pack_logs
+fi
+[[ -n "${OUT:-}" ]] && echo "logs: \$OUT/gpu-check-logs.tar.gz"
