@@ -150,6 +150,27 @@ def test_a_stacked_group_trains_each_member_as_its_unbatched_run(tmp_path, monke
     assert len({json.dumps(_strip_time(r)["history"]) for r in batched.values()}) == len(batched)
 
 
+def test_a_stacked_group_with_frozen_layers_trains_as_its_unbatched_runs(tmp_path, monkeypatch):
+    """Frozen layers (`--freeze`, hybrid fine-tuning) stay out of the stacked AdamW: stacked
+    as they are, never updated; the rest trains as each member's unbatched run."""
+    plan = _plan("attention-sg.mad", tmp_path / "a.db", (1e-3, 5e-4), (0.0, 0.1), freeze=["Sg"])
+    [group] = plan.work(batch_grid=True)
+    group.stack = True
+    stacks = []
+    load = StackedMembers._load
+    monkeypatch.setattr(StackedMembers, "_load", lambda self: stacks.append(self) or load(self))
+    events = []
+    execute_group(group, events.append, lambda: False)
+    [stack] = stacks
+    assert stack.frozen and all(".channel." in name for name in stack.frozen)  # the SwiGLU mixers
+    assert not set(stack.frozen) & {name for flat in stack.flats for name in flat.names}
+    batched = _results(events)
+    for job in _plan("attention-sg.mad", tmp_path / "b.db", (1e-3, 5e-4), (0.0, 0.1), freeze=["Sg"]).jobs:
+        single = []
+        execute_job(job, single.append, lambda: False)
+        assert _close(_strip_time(batched[job.run_id]), _strip_time(_results(single)[job.run_id]), rel=1e-5)
+
+
 @pytest.mark.parametrize("spec", ["attention-sg.mad", "hyena-sg.mad", "mamba.mad"])
 def test_a_stacked_group_trains_under_bf16_autocast_as_its_unbatched_runs(tmp_path, spec):
     """bf16 (the CUDA default) through vmap and the member folds (the rotary q, k must have v's
