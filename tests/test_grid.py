@@ -150,6 +150,29 @@ def test_a_stacked_group_trains_each_member_as_its_unbatched_run(tmp_path, monke
     assert len({json.dumps(_strip_time(r)["history"]) for r in batched.values()}) == len(batched)
 
 
+@pytest.mark.parametrize("spec", ["attention-sg.mad", "mamba.mad"])
+def test_under_madsls_conventions_the_stacked_adamw_decays_matrices_only(tmp_path, monkeypatch, spec):
+    """madsl's conventions give AdamW two groups (weight decay on matrices; none on biases,
+    norms and `_no_weight_decay` tensors): the stack keeps one flat tensor per group, each with
+    its members' decays, and each member trains as its unbatched run."""
+    stacks = []
+    load = StackedMembers._load
+    monkeypatch.setattr(StackedMembers, "_load", lambda self: stacks.append(self) or load(self))
+    plan = _plan(spec, tmp_path / "a.db", (1e-3, 5e-4), (0.0, 0.1), conventions="madsl")
+    [group] = plan.work(batch_grid=True)
+    group.stack = True
+    events = []
+    execute_group(group, events.append, lambda: False)
+    [stack] = stacks
+    assert sorted(flat.group for flat in stack.flats) == [0, 1]
+    assert [d.tolist() for d in stack.decay] == [pytest.approx([0.0, 0.1, 0.0, 0.1]), [0.0] * 4]
+    batched = _results(events)
+    for job in _plan(spec, tmp_path / "b.db", (1e-3, 5e-4), (0.0, 0.1), conventions="madsl").jobs:
+        single = []
+        execute_job(job, single.append, lambda: False)
+        assert _close(_strip_time(batched[job.run_id]), _strip_time(_results(single)[job.run_id]), rel=1e-5)
+
+
 def test_a_stacked_group_with_frozen_layers_trains_as_its_unbatched_runs(tmp_path, monkeypatch):
     """Frozen layers (`--freeze`, hybrid fine-tuning) stay out of the stacked AdamW: stacked
     as they are, never updated; the rest trains as each member's unbatched run."""
