@@ -489,3 +489,89 @@ def test_a_stacked_step_is_the_same_device_work_every_step(tmp_path, monkeypatch
     for trace in evaluations[2:]:
         assert trace == evaluations[1]
     assert not [op for trace in steps + evaluations for op, *_ in trace if any(name in op for name in HOST_SYNC_OPS)]
+
+
+class _FakeCuda:
+    """torch.cuda's stream and graph calls as `_Replayed` makes them, recorded on the CPU: a
+    capture records which compute it holds (and runs nothing); a replay runs that compute."""
+
+    def __init__(self, fail_capture: bool = False):
+        self.log, self.fail_capture = [], fail_capture
+        fake = self
+
+        class Graph:
+            def replay(self):
+                fake.log.append("replay")
+                self.compute()
+
+        class Capture:
+            def __init__(self, graph, capture_error_mode="global"):
+                self.graph = graph
+
+            def __enter__(self):
+                fake.capturing = self.graph
+
+            def __exit__(self, *exc):
+                fake.capturing = None
+                return False
+
+        class Stream:
+            def __init__(self, device=None):
+                pass
+
+            def wait_stream(self, other):
+                pass
+
+        self.CUDAGraph, self.graph, self.Stream = Graph, Capture, Stream
+        self.capturing = None
+
+    def stream(self, stream):
+        import contextlib
+
+        self.log.append("side stream")
+        return contextlib.nullcontext()
+
+    def current_stream(self):
+        return self.Stream()
+
+    def synchronize(self):
+        pass
+
+    def compute(self, inputs, targets, cache):
+        if self.capturing is not None:
+            if self.fail_capture:
+                raise RuntimeError("operation not permitted when stream is capturing")
+            self.log.append(f"captured {tuple(inputs.shape)}")
+            self.capturing.compute = lambda: self.log.append(f"ran {tuple(inputs.shape)} cache={cache}")
+            return
+        self.log.append(f"ran {tuple(inputs.shape)} cache={cache}")
+
+
+@pytest.mark.parametrize("fail_capture", [False, True])
+def test_replayed_warms_up_each_shape_then_captures_once_and_replays(monkeypatch, fail_capture):
+    """`_Replayed`'s bookkeeping, with torch.cuda's stream and graph calls faked on the CPU: each
+    batch shape runs WARMUP times eagerly on a side stream (autocast cache off), is then
+    captured once and replayed from then on; a capture that fails warns once and every later
+    call runs eagerly on the current stream, with no further capture."""
+    from madsl.runner import stacked
+
+    fake = _FakeCuda(fail_capture)
+    for name in ("CUDAGraph", "graph", "Stream", "stream", "current_stream", "synchronize"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    replayed = stacked._Replayed(fake.compute, torch.device("cpu"), graphs=True, what="training step")
+    replayed.graphs = True  # as on a CUDA device
+    full, last = torch.zeros(2, 8, 5, dtype=torch.long), torch.zeros(2, 3, 5, dtype=torch.long)
+    if fail_capture:
+        with pytest.warns(RuntimeWarning, match="CUDA graphs off for this group's training step"):
+            for x in (full, full, full, full, full, last):
+                replayed(x, x)
+        warm = ["side stream", "ran (2, 8, 5) cache=False"] * 3
+        assert fake.log == warm + ["ran (2, 8, 5) cache=True"] * 2 + ["ran (2, 3, 5) cache=True"]
+        return
+    for x in (full, full, full, full, full, last, full):
+        replayed(x, x)
+    warm = ["side stream", "ran (2, 8, 5) cache=False"] * 3
+    replays = ["replay", "ran (2, 8, 5) cache=False"]
+    assert fake.log == (warm + ["captured (2, 8, 5)"] + replays + replays
+                        + ["side stream", "ran (2, 3, 5) cache=False"] + replays)
+    assert len(replayed.shapes) == 2  # the smaller last batch has its own buffers (and will have its graph)
