@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from madsl.runner.api import (CompiledSpecFactory, _task_registry, cli_overrides, plan_evaluation,  # noqa: E402
                               plan_spec)
 from madsl.runner.grid import stacks_on  # noqa: E402
-from madsl.runner.store import StoreFiles  # noqa: E402
+from madsl.runner.store import StoreFiles, canonical_json  # noqa: E402
 from madsl.runner.executor import RunJob, execute_job  # noqa: E402
 from madsl.runner.precision import resolve_precision  # noqa: E402
 from madsl.runner.protocols import Overrides  # noqa: E402
@@ -154,13 +154,9 @@ def stop_fraction(spec, path: str, task_name: str, settings: list[dict], device:
         epochs = [result["epochs_done"] for result in results]
         done += sum(epochs)
         planned += len(results) * plan.jobs[0].train.epochs
-        print(f"  {task_name:26s} stop: {canonical(setting)}: epochs {sorted(epochs)} of "
+        print(f"  {task_name:26s} stop: {canonical_json(setting)}: epochs {sorted(epochs)} of "
               f"{plan.jobs[0].train.epochs}, {time.monotonic() - started:.0f} s", flush=True)
     return done / planned
-
-
-def canonical(setting: dict) -> str:
-    return ", ".join(f"{key}={value}" for key, value in sorted(setting.items()))
 
 
 def main() -> int:
@@ -215,7 +211,7 @@ def main() -> int:
                                                       Path(tmp))
                     fraction = args.stop_fraction
                     if args.measure_stop:
-                        settings = list({canonical(dict(r.settings)): dict(r.settings) for r in runs}.values())
+                        settings = list({canonical_json(dict(r.settings)): dict(r.settings) for r in runs}.values())
                         fraction = stop_fraction(spec, path, task_name, settings, device, args.precision,
                                                  args.measure_stop, Path(tmp), args.cuda_graphs)
                         stop_fractions[task_name] = fraction

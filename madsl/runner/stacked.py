@@ -220,6 +220,8 @@ class StackedMembers:
         first_groups = states[0].optimizer.param_groups
         self.betas, self.eps = first_groups[0]["betas"], first_groups[0]["eps"]
         self.settings = states[0].settings  # what members share: precision, conventions, batch size
+        # what the members' metrics are: output kind, classes, per-batch aggregation (mad-lab)
+        self.metrics = (states[0].train_metrics.kind, states[0].num_classes, self.settings.conventions == MAD_LAB)
         self.step_count = 0
         self.graphs = graphs
         self._load()
@@ -371,9 +373,7 @@ class StackedMembers:
     def _add_sums(self, sums: dict[str, torch.Tensor], outputs: torch.Tensor, targets: torch.Tensor,
                   loss_sums: torch.Tensor) -> None:
         """Add one batch of every member to metric sums (in place: a captured step adds into them)."""
-        kind, num_classes = self.states[0].train_metrics.kind, self.states[0].num_classes
-        per_batch = self.settings.conventions == MAD_LAB
-        for key, value in metric_increments(kind, num_classes, per_batch, outputs, targets, loss_sums).items():
+        for key, value in metric_increments(*self.metrics, outputs, targets, loss_sums).items():
             sums[key].add_(value)
 
     # --- evaluation -----------------------------------------------------------------------
@@ -385,8 +385,7 @@ class StackedMembers:
         test_y = [data.test_y for data in datas]
         members, batch = len(self.states), eval_batch_size(self.settings)
         if self.eval_sums is None:
-            kind, num_classes = self.states[0].train_metrics.kind, self.states[0].num_classes
-            self.eval_sums = {key: torch.stack([getattr(MetricAccumulator(kind, num_classes), key)] * members)
+            self.eval_sums = {key: torch.stack([getattr(MetricAccumulator(*self.metrics), key)] * members)
                               .to(self.hyper.device) for key in MetricAccumulator.SUMS}
         for sums in self.eval_sums.values():
             sums.zero_()  # in place: a captured evaluation adds into these tensors
@@ -399,9 +398,8 @@ class StackedMembers:
         finally:
             self.template.train(was_training)
         results = []
-        for i, state in enumerate(self.states):
-            accumulator = MetricAccumulator(state.train_metrics.kind, state.num_classes,
-                                            self.settings.conventions == MAD_LAB)
+        for i in range(members):
+            accumulator = MetricAccumulator(*self.metrics)
             accumulator.add({key: sums[i] for key, sums in self.eval_sums.items()})
             results.append(accumulator.compute())
         return results
