@@ -35,6 +35,7 @@ import collections
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +47,7 @@ from madsl.runner.grid import stacks_on  # noqa: E402
 from madsl.runner.store import StoreFiles, canonical_json  # noqa: E402
 from madsl.runner.executor import RunJob, execute_job  # noqa: E402
 from madsl.runner.precision import resolve_precision  # noqa: E402
-from madsl.runner.protocols import Overrides  # noqa: E402
+from madsl.runner.protocols import PAPER_GRID_LR, PAPER_GRID_WD, Overrides  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
 
 DEFAULT_SPECS = ["specs/paper/mamba.mad", "specs/paper/hyena-sg.mad", "specs/paper/attention-sg.mad"]
@@ -81,27 +82,32 @@ def epoch_seconds(spec, path: str, task_name: str, device: str, precision: str, 
     return seconds * _size(full) / _size(run.settings), dict(full)
 
 
-def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, examples: int,
-                 workdir: Path, repeats: int = 1) -> dict[str, float | None]:
+def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, examples: int | None,
+                 workdir: Path, repeats: int = 1, modes: Sequence[str] | None = None) -> dict[str, float | None]:
     """Seconds of the paper grid's 6 (lr, wd) runs (one epoch on `examples` training
     examples): one after another ("unbatched"), as one grid group in lockstep, as one stacked
     model ("stacked"; None where the layers do not stack) and, on CUDA, stacked with its step
     replayed as a CUDA graph ("graphs"); each with its own data cache. With `repeats` > 1 the
     modes run that many rounds, interleaved, and each keeps its fastest: the first round pays
-    the one-time costs (kernel autotuning, FFT plans, allocator growth) of its shapes."""
+    the one-time costs (kernel autotuning, FFT plans, allocator growth) of its shapes.
+
+    `examples` None: the task's baseline setting, timed as the runner times an epoch (training
+    and evaluation, graph capture included; data generation and model building excluded: the
+    members' recorded epoch seconds, summed over the runs of a mode that trains them one after
+    another). `modes`: only these (default all of this device's)."""
     import torch
 
     from madsl.runner.executor import job_inputs
     from madsl.runner.stacked import batchable
 
-    from madsl.runner.protocols import PAPER_GRID_LR, PAPER_GRID_WD
-
+    settings = None if examples is None else {"num_train_examples": examples,
+                                              "num_test_examples": min(examples, 256)}
     cli = cli_overrides(protocol="baseline", tasks=[task_name], lr=list(PAPER_GRID_LR), wd=list(PAPER_GRID_WD),
-                        epochs=1, eval_lengths=[], precision=precision,
-                        settings={"num_train_examples": examples, "num_test_examples": min(examples, 256)})
+                        epochs=1, eval_lengths=[], precision=precision, settings=settings)
     # CPU time on the CPU (robust to other jobs on a shared machine), wall time on a GPU
     clock = time.monotonic if device.startswith("cuda") else time.process_time
-    modes = ("unbatched", "lockstep", "stacked") + (("graphs",) if device.startswith("cuda") else ())
+    all_modes = ("unbatched", "lockstep", "stacked") + (("graphs",) if device.startswith("cuda") else ())
+    modes = [mode for mode in all_modes if modes is None or mode in modes]
     times: dict[str, float | None] = {}
     for round_ in range(repeats):
         for mode in modes:
@@ -125,10 +131,13 @@ def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, e
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             seconds = clock() - started
-            times[mode] = min(seconds, times.get(mode) or seconds)
             done = [e for e in events if e.kind == "finished"]
             if len(done) != len(plan.jobs):
                 raise RuntimeError(f"{task_name}: grid runs did not finish: {[e for e in events if e.kind == 'failed']}")
+            if examples is None:  # the runs' own epoch seconds: a group's members each record the group's
+                recorded = [e.data["result"]["history"][0]["seconds"] for e in done]
+                seconds = sum(recorded) if mode == "unbatched" else max(recorded)
+            times[mode] = min(seconds, times.get(mode) or seconds)
     return times
 
 
@@ -159,6 +168,15 @@ def stop_fraction(spec, path: str, task_name: str, settings: list[dict], device:
     return done / planned
 
 
+def _grid_examples(text: str) -> int | str:
+    if text == "baseline":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of examples or 'baseline', got {text!r}") from None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--specs", nargs="+", default=DEFAULT_SPECS)
@@ -173,14 +191,22 @@ def main() -> int:
                         help="the --measure-stop runs replay their steps as CUDA graphs")
     parser.add_argument("--quick", action="store_true",
                         help="one spec (mamba) on 256 training examples per task, scaled up")
-    parser.add_argument("--grid-examples", type=int, default=64,
-                        help="training examples of the batched-vs-unbatched grid comparison (0: skip it)")
+    parser.add_argument("--grid-examples", type=_grid_examples, default=64,
+                        help="training examples of the batched-vs-unbatched grid comparison (0: skip it; "
+                             "'baseline': the task's baseline setting, epoch seconds as the runner records them)")
+    parser.add_argument("--grid-modes", nargs="+", default=None, choices=("unbatched", "lockstep", "stacked", "graphs"),
+                        help="only these modes of the grid comparison; without 'unbatched' (and with "
+                             "--grid-examples baseline) the unbatched grid is taken as 6 x the measured epoch")
     parser.add_argument("--tasks", nargs="+", default=None, help="only these tasks (default: all six)")
     parser.add_argument("--grid-repeats", type=int, default=1,
                         help="rounds of the grid comparison, each mode keeping its fastest (2: warm kernels)")
     parser.add_argument("--grid-only", action="store_true",
                         help="only the batched-vs-unbatched comparison, for every spec and task (no projection)")
     args = parser.parse_args()
+    if args.grid_modes is not None and "unbatched" not in args.grid_modes and (
+            args.grid_only or args.grid_examples != "baseline"):
+        parser.error("--grid-modes without 'unbatched' takes the unbatched grid from the measured epoch: "
+                     "it needs --grid-examples baseline and the projection (not --grid-only)")
     import torch
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
@@ -222,11 +248,15 @@ def main() -> int:
                 grid = ""
                 ratio = graphs_ratio = 1.0
                 if args.grid_examples:
-                    times = grid_seconds(spec, path, task_name, device, args.precision, args.grid_examples,
-                                         Path(tmp), args.grid_repeats)
+                    examples_ = None if args.grid_examples == "baseline" else args.grid_examples
+                    times = grid_seconds(spec, path, task_name, device, args.precision, examples_,
+                                         Path(tmp), args.grid_repeats, args.grid_modes)
+                    if "unbatched" not in times:  # (checked in main: baseline grid, projection on)
+                        times = {"unbatched": len(PAPER_GRID_LR) * len(PAPER_GRID_WD) * seconds, **times}
                     unbatched = times["unbatched"]
-                    stacked = times["stacked"] is not None and stacks_on(device)
-                    default = times["stacked"] if stacked else times["lockstep"]
+                    stacked = times.get("stacked") is not None and stacks_on(device)
+                    default = times["stacked"] if stacked else times.get("lockstep")
+                    default = default if default is not None else unbatched  # neither measured
                     ratio = default / unbatched
                     graphs_ratio = (times.get("graphs") or default) / unbatched
                     grid = f"   grid of 6: unbatched {unbatched:6.2f} s" + "".join(

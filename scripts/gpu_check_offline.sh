@@ -18,12 +18,18 @@
 #   scripts/gpu_check_offline.sh --keep-prebuilt DIR      # DIR: where the returned files lie
 # they go into .gpu/prebuilt/, travel with .gpu/, and spare the next run its builds.
 #
-# GPU_CHECK_STEPS picks what runs after the builds (default "stacked rest"): "stacked" checks and
-# times grid-batched training (minutes), "rest" runs the rest of the lane and the cost projection.
-# The device tool gives one command 10 minutes: there, run them as two calls, "stacked" then "rest".
+# GPU_CHECK_STEPS picks what runs (default "stacked rest"). "stacked": grid-batched (stacked)
+# training and its CUDA graphs checked against the unbatched runs, then the cost projection at
+# each task's baseline with stacked and graph-replayed grids (attention and Hyena while the
+# libraries build, Mamba once mamba-ssm is built). "rest": the rest of the lane, fla's
+# autotuning tests last. The device tool gives one command 10 minutes: there, run them as two
+# calls, "stacked" then "rest", back to back on the same warm machine: the builds run detached
+# (setsid), so causal-conv1d (the long one) goes on building between the calls, and the second
+# call reuses what the first built ($BUILD/<name>/.done) instead of building again.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GPU=.gpu
+BUILD=${GPU_BUILD_DIR:-/tmp/madsl-gpu-build}  # outside the repository: kept between calls on one machine
 if [[ "${1:-}" == "--prepare" ]]; then
     mkdir -p $GPU/wheels $GPU/sdist
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -42,17 +48,28 @@ fi
 LOG=${1:-gpu-check-$(date +%Y%m%d-%H%M%S)}; mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 T0=$(date +%s); elapsed() { echo $(( $(date +%s) - T0 )); }
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvcc --version | tail -1; uptime; } > "$LOG/env.txt" 2>&1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/madsl-site $GPU/wheels/*.whl || exit 1
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvcc --version | tail -1; uptime; } >> "$LOG/env.txt" 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/madsl-site $GPU/wheels/*.whl || exit 1
 export PYTHONPATH=$PWD:/tmp/madsl-site
 ARCH=$(python3 -c 'import torch; m, n = torch.cuda.get_device_capability(); print(f"{m}{n}")') || exit 1
 TORCH_TAG=$(python3 -c 'import torch; print(torch.__version__.replace("+", "_"))')
 prebuilt() { echo "$GPU/prebuilt/$1-torch$TORCH_TAG-sm$ARCH.tar.xz.part"; }  # prebuilt NAME: its parts' prefix
 python3 -c 'import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__, torch.cuda.get_device_name())' >> "$LOG/env.txt"
-for name in mamba_ssm causal_conv1d; do  # unpack, and build for this architecture only
-    rm -rf "$GPU/build/$name"; mkdir -p "$GPU/build/$name"
-    tar xzf $GPU/sdist/${name}-*.tar.gz -C "$GPU/build/$name" --strip-components=1
-    python3 - "$GPU/build/$name/setup.py" "$ARCH" <<'PY'
+export TORCH_CUDA_ARCH_LIST="${ARCH:0:1}.${ARCH:1}" MAX_JOBS=$(( $(nproc) > 8 ? $(nproc) - 4 : 2 )) \
+    MAMBA_FORCE_BUILD=TRUE CAUSAL_CONV1D_FORCE_BUILD=TRUE
+# The builds take minutes: they run on all cores but four, while what needs neither library is
+# checked and timed on those four (note the build's load beside any time taken meanwhile).
+PIN_BUILD=""; PIN_CHECK=""
+if command -v taskset > /dev/null && (( $(nproc) > 8 )); then
+    PIN_BUILD="taskset -c 4-$(( $(nproc) - 1 ))"; PIN_CHECK="taskset -c 0-3 env OMP_NUM_THREADS=4"
+fi
+start_build() {  # start_build NAME: unpack (or take prebuilt) and build for this architecture only, detached
+    local name=$1 dir=$BUILD/$1
+    [[ -f $dir/.done ]] && { echo "$name: built by an earlier call"; return 0; }
+    [[ -f $dir/.pid ]] && ! grep -q "build rc=" "$dir/build.log" 2> /dev/null && { echo "$name: still building"; return 0; }
+    rm -rf "$dir"; mkdir -p "$dir"
+    tar xzf $GPU/sdist/${name}-*.tar.gz -C "$dir" --strip-components=1
+    python3 - "$dir/setup.py" "$ARCH" <<'PY'
 import sys
 path, arch = sys.argv[1], sys.argv[2]
 text = open(path).read()
@@ -61,86 +78,74 @@ assert marker in text, "setup.py changed: update scripts/gpu_check_offline.sh"
 text = text.replace(marker, f'        cc_flag = ["-gencode", "arch=compute_{arch},code=sm_{arch}"]\n\n' + marker, 1)
 open(path, "w").write(text.replace('"--ptxas-options=-v",', ""))
 PY
-done
-# madsl imports only mamba-ssm's ops: its package __init__ also imports models that need more
-printf '__version__ = "%s"\n\nfrom mamba_ssm.ops.selective_scan_interface import selective_scan_fn, mamba_inner_fn\n' \
-    "$(ls $GPU/sdist/mamba_ssm-*.tar.gz | sed 's/.*mamba_ssm-\(.*\)\.tar\.gz/\1/')" > "$GPU/build/mamba_ssm/mamba_ssm/__init__.py"
-export TORCH_CUDA_ARCH_LIST="${ARCH:0:1}.${ARCH:1}" MAX_JOBS=$(( $(nproc) > 4 ? $(nproc) - 2 : 2 )) \
-    MAMBA_FORCE_BUILD=TRUE CAUSAL_CONV1D_FORCE_BUILD=TRUE
-# The builds take minutes: they run on all cores but two, while what needs neither library is
-# checked and timed on those two (the timing thread has its core; note the build's load beside it).
-PIN_BUILD=""; PIN_CHECK=""
-if command -v taskset > /dev/null && (( $(nproc) > 4 )); then
-    PIN_BUILD="taskset -c 2-$(( $(nproc) - 1 ))"; PIN_CHECK="taskset -c 0,1 env OMP_NUM_THREADS=2"
-fi
-BUILT=()  # the libraries built in this run (not prebuilt)
-for name in mamba_ssm causal_conv1d; do
-    if ls "$(prebuilt $name)"* > /dev/null 2>&1; then
-        cat "$(prebuilt $name)"* | tar xJf - -C "$GPU/build/$name" && echo "$name: prebuilt, not built"
-        continue
+    if [[ $name == mamba_ssm ]]; then  # madsl imports only its ops: the package __init__ also imports models that need more
+        printf '__version__ = "%s"\n\nfrom mamba_ssm.ops.selective_scan_interface import selective_scan_fn, mamba_inner_fn\n' \
+            "$(ls $GPU/sdist/mamba_ssm-*.tar.gz | sed 's/.*mamba_ssm-\(.*\)\.tar\.gz/\1/')" > "$dir/mamba_ssm/__init__.py"
     fi
-    BUILT+=($name)
-    (cd "$GPU/build/$name" && $PIN_BUILD python3 setup.py build_ext --inplace > "$LOG/build-$name.log" 2>&1; \
-     echo "$name build rc=$? at $(elapsed) s" >> "$LOG/build-$name.log") &
-done
-TIMEOUT=$(python3 -c 'import pytest_timeout' 2>/dev/null && echo "--timeout 300")
+    if ls "$(prebuilt $name)"* > /dev/null 2>&1; then
+        cat "$(prebuilt $name)"* | tar xJf - -C "$dir" && touch "$dir/.done" "$dir/.prebuilt" && echo "$name: prebuilt, not built"
+        return 0
+    fi
+    # detached (setsid): a build the command's end would kill goes on for the next call on this machine
+    setsid bash -c "cd '$dir' && $PIN_BUILD python3 setup.py build_ext --inplace > build.log 2>&1 \
+        && touch .done; echo \"$name build rc=\$? at \$(( \$(date +%s) - $T0 )) s of the call that started it\" >> build.log" \
+        < /dev/null > /dev/null 2>&1 &
+    echo $! > "$dir/.pid"; echo "$name: building (pid $!)"
+}
+wait_build() {  # wait_build NAME: until its build ends; its log kept, its libraries returned under $OUT once
+    local name=$1 dir=$BUILD/$1
+    # its log's last line marks the end (an orphaned build's pid can linger as a zombie)
+    while [[ -f $dir/.pid ]] && ! grep -q "build rc=" "$dir/build.log" 2> /dev/null; do sleep 2; done
+    cp "$dir/build.log" "$LOG/build-$name.log" 2> /dev/null && tail -n 1 "$LOG/build-$name.log"
+    if [[ -f $dir/.done && ! -f $dir/.prebuilt && ! -f $dir/.returned && -n "${OUT:-}" ]]; then  # for --keep-prebuilt
+        (cd "$dir" && XZ_OPT="-T0 -3" tar cJf - *.so) | split -b 15M -d -a 1 - "$OUT/$(basename "$(prebuilt $name)")" \
+            && touch "$dir/.returned" && ls -la "$OUT" | grep "$name"
+    fi
+    echo "$name: $([[ -f $dir/.done ]] && echo built || echo 'NOT built') at $(elapsed) s"
+}
+export PYTHONPATH=$PYTHONPATH:$BUILD/mamba_ssm:$BUILD/causal_conv1d
+start_build mamba_ssm; start_build causal_conv1d  # side by side: mamba-ssm ~2 min, causal-conv1d ~5
+TIMEOUT=$(python3 -c 'import pytest_timeout' 2>/dev/null && echo "--timeout 150")
 want() { [[ " ${GPU_CHECK_STEPS:-stacked rest} " == *" $1 "* ]]; }
 pack_logs() {  # the logs so far, as one file under $OUT (what a command cut short at its limit still returns)
     [[ -n "${OUT:-}" ]] && tar czf "$OUT/gpu-check-logs.tar.gz" -C "$LOG" . 2>/dev/null
     return 0
 }
-STACKED="(fold or grid_group or cuda_graphs) and not (fla or gla or rwkv)"  # fla's (autotuning) in the rest
-# Grid-batched (stacked) training first, cheap and decisive: the member folds, the stacked groups and
-# their CUDA graphs against their unbatched runs (fla's, which autotune for minutes, in the lane below),
-# then stacked vs lockstep vs unbatched vs stacked + CUDA graphs (warm: best of 2 rounds) at one step
-# per run (16 examples) and at 8 (1024). Attention and Hyena while the libraries build; Mamba after.
-bench() {  # bench NAME ARGS...: the grid comparison (pinned by $PIN), its lines on stdout
-    local name=$1; shift
-    $PIN python3 benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-only --grid-repeats 2 \
-        --tasks in-context-recall selective-copying "$@" > "$LOG/stacked-$name.txt" 2>&1
-    echo "stacked benchmark ($name) rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/stacked-$name.txt" | grep -v Warning
-}
-if want stacked; then
-    $PIN_CHECK python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py \
-        -k "($STACKED) and not (mamba or causal_conv1d)" > "$LOG/stacked-lane-attention-hyena.log" 2>&1
-    echo "stacked lane (attention, Hyena) rc=$? at $(elapsed) s"
-    grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/stacked-lane-attention-hyena.log" | tail -n 12
-    { echo "during the builds:"; uptime; } >> "$LOG/env.txt"
-    PIN=$PIN_CHECK bench attention-hyena-16 --grid-examples 16 --specs specs/paper/attention-sg.mad specs/paper/hyena-sg.mad
-    pack_logs
-fi
-wait
-for name in "${BUILT[@]}"; do
-    tail -n 1 "$LOG/build-$name.log"
-    if [[ -n "${OUT:-}" ]] && ls "$GPU/build/$name"/*.so > /dev/null 2>&1; then  # for the next run: --keep-prebuilt
-        (cd "$GPU/build/$name" && XZ_OPT="-T0 -3" tar cJf - *.so) | split -b 15M -d -a 1 - "$OUT/$(basename "$(prebuilt $name)")"
-    fi
-done
-[[ -n "${OUT:-}" ]] && ls -la "$OUT" | grep part
-export PYTHONPATH=$PYTHONPATH:$PWD/$GPU/build/mamba_ssm:$PWD/$GPU/build/causal_conv1d
-python3 -c '
+imports() {
+    python3 -c '
 from madsl.kernels import cuda
 for name, ops in (("mamba-ssm", cuda.mamba_ssm_ops()), ("causal-conv1d", cuda.causal_conv1d_ops()),
                   ("flash-linear-attention", cuda.fla_gla_ops())):
-    print(f"{name:24s} {\"imports\" if ops else \"MISSING\"}")' | tee "$LOG/imports.txt"
-pack_logs
+    print(name.ljust(24), "imports" if ops else "MISSING")' | tee -a "$LOG/imports.txt"
+}
+lane() {  # lane NAME PIN -k EXPR [FILES]: pytest on the CUDA lane, its summary on stdout
+    local name=$1 pin=$2; shift 2
+    $pin python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT "$@" > "$LOG/lane-$name.log" 2>&1
+    echo "lane $name rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/lane-$name.log" | tail -n 12
+    pack_logs
+}
+cost() {  # cost NAME PIN SPECS...: the projection at each task's baseline, stacked and graph-replayed grids
+    local name=$1 pin=$2; shift 2
+    $pin python3 benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-examples baseline \
+        --grid-modes stacked graphs --specs "$@" > "$LOG/cost-$name.txt" 2>&1
+    echo "cost projection ($name) rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/cost-$name.txt" | grep -v Warning
+    pack_logs
+}
+STACKED="(fold or grid_group or cuda_graphs) and not (fla or gla or rwkv or causal_conv1d)"
 if want stacked; then
-    python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py \
-        -k "($STACKED) and (mamba or causal_conv1d)" > "$LOG/stacked-lane-mamba.log" 2>&1
-    echo "stacked lane (Mamba) rc=$? at $(elapsed) s"
-    grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/stacked-lane-mamba.log" | tail -n 12
-    PIN="" bench mamba-16 --grid-examples 16 --specs specs/paper/mamba.mad
-    pack_logs
-    PIN="" bench all-1024 --grid-examples 1024
-    pack_logs
+    lane stacked-attention-hyena "$PIN_CHECK" tests/test_cuda.py -k "($STACKED) and not mamba"
+    cost attention-hyena "$PIN_CHECK" specs/paper/attention-sg.mad specs/paper/hyena-sg.mad
+    { echo "during the builds:"; uptime; } >> "$LOG/env.txt"
+    wait_build mamba_ssm; imports
+    lane stacked-mamba "" tests/test_cuda.py -k "($STACKED) and mamba"
+    cost mamba "" specs/paper/mamba.mad
 fi
-if want rest; then
-    python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT tests/test_cuda.py tests/test_gpu_paths.py \
-        tests/test_precision.py -k "not ($STACKED)" > "$LOG/lane.log" 2>&1  # the rest
-    echo "CUDA lane rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/lane.log" | tail -n 20
-    pack_logs
-    python3 benchmarks/protocol_cost.py --device cuda --precision bf16 > "$LOG/protocol_cost.txt" 2>&1
-    echo "cost benchmark rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/protocol_cost.txt" | grep -v Warning
-    pack_logs
+if want rest; then  # what needs causal-conv1d after its build; fla's autotuning (minutes a shape) last
+    wait_build mamba_ssm
+    lane rest "" tests/test_cuda.py tests/test_gpu_paths.py tests/test_precision.py \
+        -k "not ($STACKED) and not (fla or gla or rwkv or retention or delta or causal_conv1d)"
+    wait_build causal_conv1d; imports
+    lane causal-conv1d "" tests/test_cuda.py -k "causal_conv1d or (grid_group and mamba)"
+    lane fla "" tests/test_cuda.py tests/test_gpu_paths.py -k "fla or gla or rwkv or retention or delta"
 fi
 [[ -n "${OUT:-}" ]] && echo "logs: \$OUT/gpu-check-logs.tar.gz"

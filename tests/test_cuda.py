@@ -134,9 +134,19 @@ def test_fla_backed_layer_on_device_matches_cpu_forward_and_backward(name, param
     _assert_relative_rms(run(layer, DEVICE), want, ratio=5e-3)
 
 
+@pytest.fixture
+def exact_fp32_matmuls():
+    """TF32 off for the test (the runner turns it on for the process): a test of the algebra, not
+    of TF32's 10-bit rounding (which put linear attention's normalised outputs 3e-3 apart on an H100)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 @pytest.mark.parametrize("name", ["mamba", "gla", "attention", "hyena", "multihead_hyena", "mamba2", "delta_net",
                                   "retention", "linear_attention"])
-def test_step_mode_equals_parallel_forward_on_device(name):
+def test_step_mode_equals_parallel_forward_on_device(name, exact_fp32_matmuls):
     torch.manual_seed(0)
     _, layer = make(name, 128)
     layer = layer.to(DEVICE).eval()
@@ -255,10 +265,14 @@ def test_cuda_graphs_replay_the_stacked_step_to_the_same_results(tmp_path, monke
     assert len(replays) == 5 + 1
     eager = results("b.db", False)
     assert graphed.keys() == eager.keys() and len(graphed) == 4
+    # Replayed and eager steps agree to rounding (the losses to 1e-4), not bit for bit; accuracy
+    # counts argmaxes, and one of the 774 scored tokens whose top logits were tied or that close
+    # flipped (on an H100, for attention, Hyena and Mamba, in fp32 too): two flips are allowed.
     for run_id, history in eager.items():
         for got, want in zip(graphed[run_id], history):
-            for key in ("train_loss", "eval_loss", "eval_acc"):
+            for key in ("train_loss", "eval_loss"):
                 assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), (run_id, key)
+            assert got["eval_acc"] == pytest.approx(want["eval_acc"], abs=2.5 / 774), run_id
 
 
 # --- member folds on the device: each CUDA kernel under vmap runs once for all members -------
