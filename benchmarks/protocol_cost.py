@@ -1,8 +1,8 @@
 """What the full `paper` protocol costs per architecture on this device.
 
-For each spec and each MAD task: one epoch of one run at the task's baseline setting,
-trained by the runner itself (`execute_job`: data, model, AdamW, evaluation), timed;
-then the projection
+For each spec and each MAD task: one run at the task's baseline setting, trained by the
+runner itself (`execute_job`: data, model, AdamW, evaluation) for two epochs, its second
+epoch timed (the steady state: the first pays one-time costs); then the projection
 
     hours = sum over the paper protocol's runs of  epoch seconds(task) x scale(setting) x epochs x stop
 
@@ -17,16 +17,18 @@ Grid batching: for each task, the paper grid's 6 (lr, wd) runs of one epoch on
 `--grid-examples` training examples, run one after another (`execute_job` each), as one
 grid group in lockstep and as one stacked model (`madsl.runner.grid`, `stacked`; where the
 layers stack), in the same process and run; the columns are time over the unbatched time
-(below 1: faster; CPU time of this process on the CPU, wall time on a GPU), and the
-projection is also given with each task's hours scaled by the ratio of the mode this
-device uses by default (and, on CUDA, of the stacked step with CUDA graphs).
+(below 1: faster; CPU time of this process on the CPU, wall time on a GPU), or with
+`--grid-examples baseline` the runs' own second epochs at the baseline setting; and the
+projection is also given with each task's hours scaled by the ratio of grid-batched training
+as this device runs it: on the CPU lockstep; on CUDA stacked, without CUDA graphs and with
+them (the default there).
 
     python benchmarks/protocol_cost.py                       # paper specs mamba, hyena-sg, attention-sg
     python benchmarks/protocol_cost.py --quick               # a few minutes on 2 CPU cores
     python benchmarks/protocol_cost.py --grid-only           # only batched vs unbatched, every task
     python benchmarks/protocol_cost.py --grid-only --grid-examples 16   # per-step overhead regime
     python benchmarks/protocol_cost.py --specs specs/paper/*.mad --precision bf16 --device cuda
-    python benchmarks/protocol_cost.py --device cuda --measure-stop 2 --cuda-graphs   # early stopping measured
+    python benchmarks/protocol_cost.py --device cuda --measure-stop 2     # early stopping measured
 """
 from __future__ import annotations
 
@@ -41,8 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from madsl.runner.api import (CompiledSpecFactory, _task_registry, cli_overrides, plan_evaluation,  # noqa: E402
-                              plan_spec)
+from madsl.runner.api import (CompiledSpecFactory, _task_registry, cli_overrides, default_batch_grid,  # noqa: E402
+                              plan_evaluation, plan_spec, resolve_cuda_graphs)
 from madsl.runner.grid import stacks_on  # noqa: E402
 from madsl.runner.store import StoreFiles, canonical_json  # noqa: E402
 from madsl.runner.executor import RunJob, execute_job  # noqa: E402
@@ -50,6 +52,10 @@ from madsl.runner.precision import resolve_precision  # noqa: E402
 from madsl.runner.protocols import PAPER_GRID_LR, PAPER_GRID_WD, Overrides  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
 
+# The epoch timed: the first pays one-time costs that 200 epochs amortize (cuBLAS and cuDNN
+# heuristics, Triton autotuning, CUDA graph capture, the allocator's growth); the second is the
+# steady state (or the last, where early stopping ends a run sooner).
+TIMED_EPOCH = 2
 DEFAULT_SPECS = ["specs/paper/mamba.mad", "specs/paper/hyena-sg.mad", "specs/paper/attention-sg.mad"]
 
 
@@ -59,10 +65,11 @@ def _size(setting: dict) -> float:
 
 def epoch_seconds(spec, path: str, task_name: str, device: str, precision: str, examples: int | None,
                   workdir: Path) -> tuple[float, dict]:
-    """Seconds of one runner epoch (train + eval) at the task's baseline setting, scaled to its
-    full number of training examples when `examples` trims it; and the baseline setting."""
+    """Seconds of a runner epoch (train + eval; the TIMED_EPOCH-th) at the task's baseline setting,
+    scaled to its full number of training examples when `examples` trims it; and the baseline setting."""
     registry, all_tasks = _task_registry(None)
-    overrides = Overrides(protocol="baseline", tasks=(task_name,), lrs=(1e-3,), wds=(0.0,), epochs=1, eval_lengths=(),
+    overrides = Overrides(protocol="baseline", tasks=(task_name,), lrs=(1e-3,), wds=(0.0,), epochs=TIMED_EPOCH,
+                          eval_lengths=(),
                           precision=resolve_precision(precision, "cuda" if device.startswith("cuda") else "cpu"))
     if examples is not None:
         overrides.settings = {"num_train_examples": examples, "num_test_examples": min(examples, 256)}
@@ -78,7 +85,7 @@ def epoch_seconds(spec, path: str, task_name: str, device: str, precision: str, 
     finished = [e for e in events if e.kind == "finished"]
     if not finished:
         raise RuntimeError(f"{task_name}: the run did not finish: {events[-1]}")
-    seconds = finished[0].data["result"]["history"][0]["seconds"]
+    seconds = finished[0].data["result"]["history"][-1]["seconds"]
     return seconds * _size(full) / _size(run.settings), dict(full)
 
 
@@ -91,10 +98,11 @@ def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, e
     modes run that many rounds, interleaved, and each keeps its fastest: the first round pays
     the one-time costs (kernel autotuning, FFT plans, allocator growth) of its shapes.
 
-    `examples` None: the task's baseline setting, timed as the runner times an epoch (training
-    and evaluation, graph capture included; data generation and model building excluded: the
-    members' recorded epoch seconds, summed over the runs of a mode that trains them one after
-    another). `modes`: only these (default all of this device's)."""
+    `examples` None: the task's baseline setting, for TIMED_EPOCH epochs, the last timed as the
+    runner times an epoch (training and evaluation; data generation, model building and the
+    first epoch's one-time costs excluded: the members' recorded seconds of it, summed over the
+    runs of a mode that trains them one after another). `modes`: only these (default all of
+    this device's)."""
     import torch
 
     from madsl.runner.executor import job_inputs
@@ -103,7 +111,8 @@ def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, e
     settings = None if examples is None else {"num_train_examples": examples,
                                               "num_test_examples": min(examples, 256)}
     cli = cli_overrides(protocol="baseline", tasks=[task_name], lr=list(PAPER_GRID_LR), wd=list(PAPER_GRID_WD),
-                        epochs=1, eval_lengths=[], precision=precision, settings=settings)
+                        epochs=TIMED_EPOCH if examples is None else 1, eval_lengths=[], precision=precision,
+                        settings=settings)
     # CPU time on the CPU (robust to other jobs on a shared machine), wall time on a GPU
     clock = time.monotonic if device.startswith("cuda") else time.process_time
     all_modes = ("unbatched", "lockstep", "stacked") + (("graphs",) if device.startswith("cuda") else ())
@@ -135,17 +144,18 @@ def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, e
             if len(done) != len(plan.jobs):
                 raise RuntimeError(f"{task_name}: grid runs did not finish: {[e for e in events if e.kind == 'failed']}")
             if examples is None:  # the runs' own epoch seconds: a group's members each record the group's
-                recorded = [e.data["result"]["history"][0]["seconds"] for e in done]
+                recorded = [e.data["result"]["history"][-1]["seconds"] for e in done]
                 seconds = sum(recorded) if mode == "unbatched" else max(recorded)
             times[mode] = min(seconds, times.get(mode) or seconds)
     return times
 
 
 def stop_fraction(spec, path: str, task_name: str, settings: list[dict], device: str, precision: str,
-                  sample: int, workdir: Path, graphs: bool) -> float:
+                  sample: int, workdir: Path, graphs: bool | None) -> float:
     """Early stopping, measured: `sample` settings of the task (spread over its sweep, the
     baseline first), each trained as the paper protocol trains it (its lr x wd grid of runs,
-    all epochs unless early stopping ends them; grid-batched as this device does by default),
+    all epochs unless early stopping ends them; grid-batched, with CUDA graphs or not, as this
+    device does by default unless `graphs` says),
     and the fraction of the epochs the runs took; each setting's line printed as it ends."""
     chosen = [settings[round(i * (len(settings) - 1) / max(sample - 1, 1))] for i in range(min(sample, len(settings)))]
     done = planned = 0
@@ -155,7 +165,8 @@ def stop_fraction(spec, path: str, task_name: str, settings: list[dict], device:
                                device=device)
         events: list = []
         started = time.monotonic()
-        for job in plan.work(batch_grid=stacks_on(device), cuda_graphs=graphs):
+        batch_grid = default_batch_grid(device)
+        for job in plan.work(batch_grid, cuda_graphs=resolve_cuda_graphs(graphs, False, device, batch_grid)):
             execute_job(job, events.append, lambda: False)
         results = [e.data["result"] for e in events if e.kind == "finished"]
         if len(results) != len(plan.jobs):
@@ -187,8 +198,9 @@ def main() -> int:
     parser.add_argument("--measure-stop", type=int, default=0, metavar="K",
                         help="measure the stop fraction per task instead: train K of its settings as the paper "
                              "protocol does (full grids, early stopping; minutes to hours per setting)")
-    parser.add_argument("--cuda-graphs", action="store_true",
-                        help="the --measure-stop runs replay their steps as CUDA graphs")
+    parser.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
+                        help="whether the --measure-stop runs replay their steps as CUDA graphs (default: as "
+                             "`madsl eval` does, on CUDA)")
     parser.add_argument("--quick", action="store_true",
                         help="one spec (mamba) on 256 training examples per task, scaled up")
     parser.add_argument("--grid-examples", type=_grid_examples, default=64,
@@ -275,10 +287,11 @@ def main() -> int:
                      else f"{args.stop_fraction:g}")
             print(f"  {'total':26s} {total:8.2f} device-hours for {spec.name} (unbatched, stop fraction {stops})")
             if args.grid_examples:
-                print(f"  {'total, grid-batched':26s} {batched_total:8.2f} device-hours ({batched_total / total:.2f}x)")
+                print(f"  {'total, grid-batched':26s} {batched_total:8.2f} device-hours ({batched_total / total:.2f}x"
+                      f"{'; --no-cuda-graphs' if device.startswith('cuda') else ''})")
                 if device.startswith("cuda"):
                     print(f"  {'total, + CUDA graphs':26s} {graphs_total:8.2f} device-hours "
-                          f"({graphs_total / total:.2f}x; --cuda-graphs)")
+                          f"({graphs_total / total:.2f}x; the default on CUDA)")
     return 0
 
 

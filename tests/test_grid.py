@@ -432,6 +432,23 @@ def test_cuda_graphs_without_grid_batching_is_bad_input():
     _check_cuda_graphs(False, "cuda:1", batch_grid=True)  # fine
 
 
+@pytest.mark.parametrize("asked, on_ray, device, batch_grid, graphs", [
+    (None, False, "cuda", True, True), (None, False, "cuda:1", True, True),  # the default on CUDA
+    (None, False, "cpu", False, False), (None, False, "cpu", True, False),  # never on the CPU,
+    (None, True, "cuda", False, False), (None, False, "cuda", False, False),  # on Ray, without grid batching
+    (False, False, "cuda", True, False), (True, False, "cuda", True, True)])  # as asked
+def test_cuda_graphs_are_on_by_default_wherever_they_can_run(asked, on_ray, device, batch_grid, graphs):
+    from madsl.runner.api import resolve_cuda_graphs
+
+    assert resolve_cuda_graphs(asked, on_ray, device, batch_grid) is graphs
+
+
+def test_no_cuda_graphs_is_accepted_on_the_cpu(tmp_path):
+    spec = str(PAPER / "attention-sg.mad")
+    assert main(["eval", spec, *EVAL, "--db", str(tmp_path / "g.db"), "--device", "cpu", "--no-cuda-graphs",
+                 "--dry-run"]) == 0
+
+
 # Ops whose result the host must read: each would stall a GPU every step and cannot be captured.
 HOST_SYNC_OPS = ("_local_scalar_dense", "nonzero", "is_nonzero", "masked_select", "unique", "aten.equal")
 

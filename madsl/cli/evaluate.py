@@ -81,10 +81,11 @@ def add_parser(subparsers) -> None:
                    help="train the runs of a setting that differ only in lr, weight decay or seed together, "
                         "in one job (each stored as its own run, results as unbatched; default: on for CUDA, "
                         "off on the CPU)")
-    p.add_argument("--cuda-graphs", action="store_true",
+    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="train every run stacked (grid groups; a run alone as a stack of one) and replay each "
                         "training step and evaluation batch as a CUDA graph: one launch each (CUDA with grid "
-                        "batching only; a step that cannot be captured runs on without)")
+                        "batching only; a step that cannot be captured runs on without; default: on where "
+                        "grid batching is on a CUDA device)")
     p.add_argument("--set", action="append", dest="settings", default=[], metavar="KEY=VALUE",
                    help="a task setting, e.g. seq_len=512, or TASK.KEY=VALUE for one task; repeatable")
     p.add_argument("--lr", type=non_negative_number, action="append", help="learning rate(s) instead of the grid's")
