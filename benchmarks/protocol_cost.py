@@ -29,6 +29,7 @@ them (the default there).
     python benchmarks/protocol_cost.py --grid-only --grid-examples 16   # per-step overhead regime
     python benchmarks/protocol_cost.py --specs specs/paper/*.mad --precision bf16 --device cuda
     python benchmarks/protocol_cost.py --device cuda --measure-stop 2     # early stopping measured
+    python benchmarks/protocol_cost.py --device cuda --workers-per-device 3   # runs sharing one GPU
 """
 from __future__ import annotations
 
@@ -179,6 +180,31 @@ def stop_fraction(spec, path: str, task_name: str, settings: list[dict], device:
     return done / planned
 
 
+def shared_device_ratio(path: str, tasks: Sequence[str], device: str, precision: str, workers: int,
+                        workdir: Path) -> tuple[float, dict[int, float]]:
+    """Several runs at once on one device: the paper grid of each task's baseline (one group
+    each, trained as `madsl eval` trains it by default) by 1 worker process and by `workers`
+    sharing the device, each for 1 and for 3 epochs. The difference of those two wall times
+    is two steady epochs of every group: the setup (processes, CUDA contexts, data, models,
+    warm-up and graph capture) cancels. Returns the `workers` steady time over the 1-worker
+    one (below 1: sharing the device pays) and the steady seconds by worker count."""
+    from madsl.runner.api import evaluate
+
+    walls: dict[tuple[int, int], float] = {}
+    for count in (1, workers):
+        for epochs in (1, 3):
+            started = time.monotonic()
+            summary = evaluate([path], tasks=list(tasks), protocol="baseline", lr=list(PAPER_GRID_LR),
+                               wd=list(PAPER_GRID_WD), epochs=epochs, eval_lengths=[], precision=precision,
+                               device=device, workers=count, progress=False,
+                               db=workdir / f"shared-{Path(path).stem}-{count}-{epochs}.db")
+            walls[count, epochs] = time.monotonic() - started
+            if summary["failed"]:
+                raise RuntimeError(f"{path}: {summary['failed']} runs failed with {count} worker(s)")
+    steady = {count: walls[count, 3] - walls[count, 1] for count in (1, workers)}
+    return steady[workers] / steady[1], steady
+
+
 def _grid_examples(text: str) -> int | str:
     if text == "baseline":
         return text
@@ -212,6 +238,9 @@ def main() -> int:
     parser.add_argument("--tasks", nargs="+", default=None, help="only these tasks (default: all six)")
     parser.add_argument("--grid-repeats", type=int, default=1,
                         help="rounds of the grid comparison, each mode keeping its fastest (2: warm kernels)")
+    parser.add_argument("--workers-per-device", type=int, default=0, metavar="W",
+                        help="also measure W worker processes sharing the device against one (the baseline "
+                             "grids of the tasks, steady epochs) and project with that throughput")
     parser.add_argument("--grid-only", action="store_true",
                         help="only the batched-vs-unbatched comparison, for every spec and task (no projection)")
     args = parser.parse_args()
@@ -286,12 +315,24 @@ def main() -> int:
             stops = (", ".join(f"{task} {f:.2f}" for task, f in stop_fractions.items()) if stop_fractions
                      else f"{args.stop_fraction:g}")
             print(f"  {'total':26s} {total:8.2f} device-hours for {spec.name} (unbatched, stop fraction {stops})")
+            shared = 1.0
+            if args.workers_per_device > 1:
+                shared, steady = shared_device_ratio(path, [t for t in runs_by_task if not args.tasks or t in args.tasks],
+                                                     device, args.precision, args.workers_per_device, Path(tmp))
+                print(f"  {args.workers_per_device} workers sharing the device: two steady epochs of the baseline "
+                      f"grids in {steady[args.workers_per_device]:.1f} s against {steady[1]:.1f} s by one "
+                      f"({shared:.2f}x)")
             if args.grid_examples:
                 print(f"  {'total, grid-batched':26s} {batched_total:8.2f} device-hours ({batched_total / total:.2f}x"
                       f"{'; --no-cuda-graphs' if device.startswith('cuda') else ''})")
                 if device.startswith("cuda"):
                     print(f"  {'total, + CUDA graphs':26s} {graphs_total:8.2f} device-hours "
                           f"({graphs_total / total:.2f}x; the default on CUDA)")
+            # on top of what `madsl eval` does by default, as measured: unbatched on the CPU, graphs on CUDA
+            if args.workers_per_device > 1 and (args.grid_examples or not device.startswith("cuda")):
+                best = graphs_total if device.startswith("cuda") else total
+                print(f"  {f'total, {args.workers_per_device} workers a device':26s} {best * shared:8.2f} "
+                      f"device-hours ({best * shared / total:.2f}x; --workers {args.workers_per_device} on one device)")
     return 0
 
 

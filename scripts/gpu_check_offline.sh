@@ -18,12 +18,13 @@
 #   scripts/gpu_check_offline.sh --keep-prebuilt DIR      # DIR: where the returned files lie
 # they go into .gpu/prebuilt/, travel with .gpu/, and spare the next run its builds.
 #
-# GPU_CHECK_STEPS picks what runs (default "stacked rest"). "stacked": grid-batched (stacked)
-# training and its CUDA graphs checked against the unbatched runs, then the cost projection at
-# each task's baseline with stacked and graph-replayed grids (attention and Hyena while the
-# libraries build, Mamba once mamba-ssm is built). "rest": the rest of the lane, fla's
-# autotuning tests last. The device tool gives one command 10 minutes: there, run them as two
-# calls, "stacked" then "rest", back to back on the same warm machine: the builds run detached
+# GPU_CHECK_STEPS picks what runs (default "stacked cost rest"). "stacked": grid-batched
+# (stacked) training and its CUDA graphs checked against the unbatched runs. "cost": the cost
+# projection at each task's baseline with stacked and graph-replayed grids (GPU_COST_ARGS adds
+# protocol_cost.py arguments, e.g. "--workers-per-device 3" or "--measure-stop 1"). Both do
+# attention and Hyena while the libraries build, Mamba once mamba-ssm is built. "rest": the rest
+# of the lane, fla's autotuning tests last. The device tool gives one command 10 minutes: there,
+# run them as two calls, "stacked cost" then "rest", back to back on the same warm machine: the builds run detached
 # (setsid), so causal-conv1d (the long one) goes on building between the calls, and the second
 # call reuses what the first built ($BUILD/<name>/.done) instead of building again.
 set -uo pipefail
@@ -98,7 +99,9 @@ wait_build() {  # wait_build NAME: until its build ends; its log kept, its libra
     while [[ -f $dir/.pid ]] && ! grep -q "build rc=" "$dir/build.log" 2> /dev/null; do sleep 2; done
     cp "$dir/build.log" "$LOG/build-$name.log" 2> /dev/null && tail -n 1 "$LOG/build-$name.log"
     if [[ -f $dir/.done && ! -f $dir/.prebuilt && ! -f $dir/.returned && -n "${OUT:-}" ]]; then  # for --keep-prebuilt
-        (cd "$dir" && XZ_OPT="-T0 -3" tar cJf - *.so) | split -b 15M -d -a 1 - "$OUT/$(basename "$(prebuilt $name)")" \
+        # stripped: 59 MB for both libraries instead of 62, so that with the wheels they fit in a call's 64 MiB
+        (cd "$dir" && strip --strip-unneeded *.so; XZ_OPT="-T0 -6" tar cJf - *.so) \
+            | split -b 15M -d -a 1 - "$OUT/$(basename "$(prebuilt $name)")" \
             && touch "$dir/.returned" && ls -la "$OUT" | grep "$name"
     fi
     echo "$name: $([[ -f $dir/.done ]] && echo built || echo 'NOT built') at $(elapsed) s"
@@ -106,7 +109,7 @@ wait_build() {  # wait_build NAME: until its build ends; its log kept, its libra
 export PYTHONPATH=$PYTHONPATH:$BUILD/mamba_ssm:$BUILD/causal_conv1d
 start_build mamba_ssm; start_build causal_conv1d  # side by side: mamba-ssm ~2 min, causal-conv1d ~5
 TIMEOUT=$(python3 -c 'import pytest_timeout' 2>/dev/null && echo "--timeout 150")
-want() { [[ " ${GPU_CHECK_STEPS:-stacked rest} " == *" $1 "* ]]; }
+want() { [[ " ${GPU_CHECK_STEPS:-stacked cost rest} " == *" $1 "* ]]; }
 pack_logs() {  # the logs so far, as one file under $OUT (what a command cut short at its limit still returns)
     [[ -n "${OUT:-}" ]] && tar czf "$OUT/gpu-check-logs.tar.gz" -C "$LOG" . 2>/dev/null
     return 0
@@ -127,18 +130,19 @@ lane() {  # lane NAME PIN -k EXPR [FILES]: pytest on the CUDA lane, its summary 
 cost() {  # cost NAME PIN SPECS...: the projection at each task's baseline, stacked and graph-replayed grids
     local name=$1 pin=$2; shift 2
     $pin python3 benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-examples baseline \
-        --grid-modes stacked graphs --specs "$@" > "$LOG/cost-$name.txt" 2>&1
+        --grid-modes stacked graphs ${GPU_COST_ARGS:-} --specs "$@" > "$LOG/cost-$name.txt" 2>&1
     echo "cost projection ($name) rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/cost-$name.txt" | grep -v Warning
     pack_logs
 }
 STACKED="(fold or grid_group or cuda_graphs) and not (fla or gla or rwkv or causal_conv1d)"
-if want stacked; then
-    lane stacked-attention-hyena "$PIN_CHECK" tests/test_cuda.py -k "($STACKED) and not mamba"
-    cost attention-hyena "$PIN_CHECK" specs/paper/attention-sg.mad specs/paper/hyena-sg.mad
-    { echo "during the builds:"; uptime; } >> "$LOG/env.txt"
+# attention and Hyena first, on the pinned cores while the libraries build; Mamba once mamba-ssm is built
+want stacked && lane stacked-attention-hyena "$PIN_CHECK" tests/test_cuda.py -k "($STACKED) and not mamba"
+want cost && cost attention-hyena "$PIN_CHECK" specs/paper/attention-sg.mad specs/paper/hyena-sg.mad
+{ echo "during the builds:"; uptime; } >> "$LOG/env.txt"
+if want stacked || want cost; then
     wait_build mamba_ssm; imports
-    lane stacked-mamba "" tests/test_cuda.py -k "($STACKED) and mamba"
-    cost mamba "" specs/paper/mamba.mad
+    want stacked && lane stacked-mamba "" tests/test_cuda.py -k "($STACKED) and mamba"
+    want cost && cost mamba "" specs/paper/mamba.mad
 fi
 if want rest; then  # what needs causal-conv1d after its build; fla's autotuning (minutes a shape) last
     wait_build mamba_ssm
