@@ -16,7 +16,10 @@
 # files of 16 MiB), the logs come back as one archive, and freshly built libraries as
 # xz-compressed parts named <package>-torch<version>-sm<arch>.tar.xz.partN. Kept here with
 #   scripts/gpu_check_offline.sh --keep-prebuilt DIR      # DIR: where the returned files lie
-# they go into .gpu/prebuilt/, travel with .gpu/, and spare the next run its builds.
+# they go into .gpu/prebuilt/, travel with .gpu/, and spare the next run its builds; a returned
+# Triton cache (triton-cache-*.partN) goes into .gpu/triton/ and spares fla's autotuning. Both
+# do not fit in one call's 64 MiB: carry .gpu/prebuilt on the first call of a fresh machine and
+# .gpu/triton on the "rest" call (the builds stay on the warm machine, outside the repository).
 #
 # GPU_CHECK_STEPS picks what runs (default "stacked cost rest"). "stacked": grid-batched
 # (stacked) training and its CUDA graphs checked against the unbatched runs. "cost": the cost
@@ -41,10 +44,13 @@ if [[ "${1:-}" == "--prepare" ]]; then
     echo "prepared $GPU/ ($(du -sh $GPU | cut -f1))"; exit 0
 fi
 if [[ "${1:-}" == "--keep-prebuilt" ]]; then
-    mkdir -p $GPU/prebuilt
-    found=$(ls "${2:?--keep-prebuilt DIR}"/*-torch*-sm*.tar.xz.part* 2>/dev/null)
-    [[ -n "$found" ]] || { echo "no prebuilt parts in $2"; exit 1; }
-    cp $found $GPU/prebuilt/ && echo "kept in $GPU/prebuilt/:" && ls -la $GPU/prebuilt/; exit 0
+    mkdir -p $GPU/prebuilt $GPU/triton
+    found=$(ls "${2:?--keep-prebuilt DIR}"/*-torch*-sm*.tar.xz.part* 2>/dev/null | grep -v /triton-cache-)
+    cache=$(ls "$2"/triton-cache-*.tar.xz.part* 2>/dev/null)
+    [[ -n "$found$cache" ]] || { echo "no prebuilt parts in $2"; exit 1; }
+    [[ -z "$found" ]] || { cp $found $GPU/prebuilt/ && echo "kept in $GPU/prebuilt/:" && ls -la $GPU/prebuilt/; }
+    [[ -z "$cache" ]] || { rm -f $GPU/triton/*; cp $cache $GPU/triton/ && echo "kept in $GPU/triton/:" && ls -la $GPU/triton/; }
+    exit 0
 fi
 LOG=${1:-gpu-check-$(date +%Y%m%d-%H%M%S)}; mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -108,6 +114,24 @@ wait_build() {  # wait_build NAME: until its build ends; its log kept, its libra
 }
 export PYTHONPATH=$PYTHONPATH:$BUILD/mamba_ssm:$BUILD/causal_conv1d
 start_build mamba_ssm; start_build causal_conv1d  # side by side: mamba-ssm ~2 min, causal-conv1d ~5
+# Triton's cache (compiled kernels and, as fla asks, autotuning results): fla's kernels take
+# minutes a shape on a cold one. Seeded from .gpu/triton/ where an earlier run returned it.
+export TRITON_CACHE_DIR=$BUILD/triton-cache
+if [[ ! -d $TRITON_CACHE_DIR ]] && ls $GPU/triton/triton-cache-*.part* > /dev/null 2>&1; then
+    mkdir -p "$TRITON_CACHE_DIR" && cat $GPU/triton/triton-cache-*.part* | tar xJf - -C "$TRITON_CACHE_DIR" \
+        && echo "Triton cache: $(du -sh "$TRITON_CACHE_DIR" | cut -f1) from an earlier run"
+fi
+return_triton_cache() {  # its parts under $OUT for --keep-prebuilt (45 MB at most: the rest of $OUT is the logs')
+    [[ -n "${OUT:-}" && -d $TRITON_CACHE_DIR ]] || return 0
+    tar cJf /tmp/triton-cache.tar.xz -C "$TRITON_CACHE_DIR" . 2> /dev/null
+    local size=$(stat -c %s /tmp/triton-cache.tar.xz)
+    if (( size <= 45 * 1024 * 1024 )); then
+        split -b 15M -d -a 1 /tmp/triton-cache.tar.xz "$OUT/triton-cache-torch$TORCH_TAG-sm$ARCH.tar.xz.part"
+        echo "Triton cache returned: $size bytes"
+    else
+        echo "Triton cache not returned: $size bytes compressed, over 45 MB"
+    fi
+}
 TIMEOUT=$(python3 -c 'import pytest_timeout' 2>/dev/null && echo "--timeout 150")
 want() { [[ " ${GPU_CHECK_STEPS:-stacked cost rest} " == *" $1 "* ]]; }
 pack_logs() {  # the logs so far, as one file under $OUT (what a command cut short at its limit still returns)
@@ -150,6 +174,9 @@ if want rest; then  # what needs causal-conv1d after its build; fla's autotuning
         -k "not ($STACKED) and not (fla or gla or rwkv or retention or delta or causal_conv1d)"
     wait_build causal_conv1d; imports
     lane causal-conv1d "" tests/test_cuda.py -k "causal_conv1d or (grid_group and mamba)"
-    lane fla "" tests/test_cuda.py tests/test_gpu_paths.py -k "fla or gla or rwkv or retention or delta"
+    # fla's tests last, stopped in time (GPU_CALL_SECONDS: the call's limit) to return what they compiled
+    left=$(( ${GPU_CALL_SECONDS:-100000} - $(elapsed) - 60 )); (( left > 30 )) || left=30
+    lane fla "timeout $left" tests/test_cuda.py tests/test_gpu_paths.py -k "fla or gla or rwkv or retention or delta"
+    return_triton_cache
 fi
 [[ -n "${OUT:-}" ]] && echo "logs: \$OUT/gpu-check-logs.tar.gz"
