@@ -101,9 +101,9 @@ def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, e
 
     `examples` None: the task's baseline setting, for TIMED_EPOCH epochs, the last timed as the
     runner times an epoch (training and evaluation; data generation, model building and the
-    first epoch's one-time costs excluded: the members' recorded seconds of it, summed over the
-    runs of a mode that trains them one after another). `modes`: only these (default all of
-    this device's)."""
+    first epoch's one-time costs excluded: the members' recorded seconds of it, summed where
+    they train one after another, unbatched or in lockstep). `modes`: only these (default all
+    of this device's)."""
     import torch
 
     from madsl.runner.executor import job_inputs
@@ -144,9 +144,9 @@ def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, e
             done = [e for e in events if e.kind == "finished"]
             if len(done) != len(plan.jobs):
                 raise RuntimeError(f"{task_name}: grid runs did not finish: {[e for e in events if e.kind == 'failed']}")
-            if examples is None:  # the runs' own epoch seconds: a group's members each record the group's
-                recorded = [e.data["result"]["history"][-1]["seconds"] for e in done]
-                seconds = sum(recorded) if mode == "unbatched" else max(recorded)
+            if examples is None:  # the runs' own epoch seconds: a stack's members each record the stack's,
+                recorded = [e.data["result"]["history"][-1]["seconds"] for e in done]  # lockstep's its own
+                seconds = sum(recorded) if mode in ("unbatched", "lockstep") else max(recorded)
             times[mode] = min(seconds, times.get(mode) or seconds)
     return times
 
