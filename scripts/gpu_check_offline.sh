@@ -5,31 +5,31 @@
 # then copy the repository (with .gpu/) to the GPU machine and run there:
 #   scripts/gpu_check_offline.sh [LOG_DIR]
 # It builds mamba-ssm and causal-conv1d from their sdists for this GPU's architecture only
-# (their setup.py builds eight: an hour; one: ~2 and ~5 minutes on 16 cores; none where
-# .gpu/prebuilt/ holds them for this torch and architecture: see below), installs
-# lark and fla from wheels, runs the CUDA lane with per-test timeouts (fla's Triton kernels
-# autotune for minutes per shape on a cold cache) and the cost benchmark; logs in LOG_DIR. Grid-batched
-# (stacked) training, with and without CUDA graphs, is checked and measured first: attention and
-# Hyena on two cores while the libraries build on the others, then Mamba.
+# (their setup.py builds eight: an hour; one: ~2.5 and ~6 minutes side by side on 12 cores;
+# none where .gpu/prebuilt/ holds them for this torch and architecture: see below), installs
+# lark and fla from wheels, and runs the CUDA lane (per-test timeouts) and the cost projection,
+# logs in LOG_DIR. What needs neither library runs first, on 4 pinned cores while the builds
+# use the others (detached, in $BUILD outside the repository: a build outlives its call and
+# the next call on the same warm machine reuses it).
+#
+# GPU_CHECK_STEPS picks what runs (default "stacked cost rest"):
+#   stacked  grid-batched (stacked) training and its CUDA graphs against the unbatched runs
+#   cost     benchmarks/protocol_cost.py at each task's baseline, stacked and graph-replayed
+#            grids (GPU_COST_ARGS adds arguments: "--workers-per-device 3", "--measure-stop 1")
+#   rest     the rest of the lane; fla's tests last (Triton autotunes them for minutes a shape
+#            on a cold cache), stopped a minute before GPU_CALL_SECONDS to return Triton's cache
+# The device tool gives one command 10 minutes: run "stacked cost", then "rest", as two calls
+# back to back on the warm machine.
 #
 # Where $OUT is set (this workplace's device tool: what is written there comes back, at most 8
-# files of 16 MiB), the logs come back as one archive, and freshly built libraries as
-# xz-compressed parts named <package>-torch<version>-sm<arch>.tar.xz.partN. Kept here with
+# files of 16 MiB), the logs come back as one archive, freshly built libraries (stripped) as
+# xz-compressed parts named <package>-torch<version>-sm<arch>.tar.xz.partN, and Triton's cache
+# as triton-cache-torch<version>-sm<arch>.tar.xz.partN. Kept here with
 #   scripts/gpu_check_offline.sh --keep-prebuilt DIR      # DIR: where the returned files lie
-# they go into .gpu/prebuilt/, travel with .gpu/, and spare the next run its builds; a returned
-# Triton cache (triton-cache-*.partN) goes into .gpu/triton/ and spares fla's autotuning. Both
-# do not fit in one call's 64 MiB: carry .gpu/prebuilt on the first call of a fresh machine and
-# .gpu/triton on the "rest" call (the builds stay on the warm machine, outside the repository).
-#
-# GPU_CHECK_STEPS picks what runs (default "stacked cost rest"). "stacked": grid-batched
-# (stacked) training and its CUDA graphs checked against the unbatched runs. "cost": the cost
-# projection at each task's baseline with stacked and graph-replayed grids (GPU_COST_ARGS adds
-# protocol_cost.py arguments, e.g. "--workers-per-device 3" or "--measure-stop 1"). Both do
-# attention and Hyena while the libraries build, Mamba once mamba-ssm is built. "rest": the rest
-# of the lane, fla's autotuning tests last. The device tool gives one command 10 minutes: there,
-# run them as two calls, "stacked cost" then "rest", back to back on the same warm machine: the builds run detached
-# (setsid), so causal-conv1d (the long one) goes on building between the calls, and the second
-# call reuses what the first built ($BUILD/<name>/.done) instead of building again.
+# the libraries go into .gpu/prebuilt/ (next run: no builds) and the cache into .gpu/triton/
+# (next run: no autotuning). Both do not fit in one call's 64 MiB: carry .gpu/wheels,
+# .gpu/sdist and .gpu/prebuilt on the first call, .gpu/wheels, .gpu/sdist and .gpu/triton on
+# the "rest" call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GPU=.gpu
