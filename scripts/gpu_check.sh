@@ -22,5 +22,8 @@ for name, ops in (("mamba-ssm", cuda.mamba_ssm_ops()), ("causal-conv1d", cuda.ca
     print(f"{name:24s} {'imports' if ops else 'MISSING'}")
 PY
 python -m pytest -v tests/test_cuda.py tests/test_gpu_paths.py tests/test_precision.py
-python benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-repeats 2 --specs specs/paper/*.mad
+# each task's baseline, one run against the paper grid stacked and graph-replayed (steady epochs),
+# and three workers sharing the GPU
+python benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-examples baseline --grid-modes stacked graphs \
+    --workers-per-device 3 --specs specs/paper/*.mad
 echo "log: $log"
