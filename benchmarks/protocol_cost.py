@@ -244,6 +244,9 @@ def main() -> int:
     parser.add_argument("--grid-only", action="store_true",
                         help="only the batched-vs-unbatched comparison, for every spec and task (no projection)")
     args = parser.parse_args()
+    if args.workers_per_device and args.workers_per_device < 2:
+        parser.error(f"--workers-per-device compares W workers with one: W must be at least 2, got "
+                     f"{args.workers_per_device}")
     if args.grid_modes is not None and "unbatched" not in args.grid_modes and (
             args.grid_only or args.grid_examples != "baseline"):
         parser.error("--grid-modes without 'unbatched' takes the unbatched grid from the measured epoch: "
