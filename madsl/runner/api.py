@@ -398,9 +398,10 @@ def _planned_device(device: str) -> str:
 
 def resolve_cuda_graphs(cuda_graphs: bool | None, on_ray: bool, device: str, batch_grid: bool) -> bool:
     """Whether steps replay as CUDA graphs. By default (None) wherever they can: grid-batched
-    training on a CUDA device of this machine (measured faster on an H100 for every task
-    of attention, Hyena and Mamba, with results equal to eager's: docs/runner.md); asked for
-    (True) where they cannot: bad input."""
+    training on a CUDA device of this machine (on an H100, faster than stacked without them
+    for attention, Hyena and Mamba on every task but memorization's one-epoch measurement,
+    with results equal to eager's to rounding: docs/runner.md); asked for (True) where they
+    cannot: bad input."""
     if cuda_graphs is None:
         return not on_ray and batch_grid and device.startswith("cuda")
     if cuda_graphs:
