@@ -292,8 +292,8 @@ def main() -> int:
                 grid = ""
                 ratio = graphs_ratio = 1.0
                 if args.grid_examples:
-                    examples_ = None if args.grid_examples == "baseline" else args.grid_examples
-                    times = grid_seconds(spec, path, task_name, device, args.precision, examples_,
+                    grid_examples = None if args.grid_examples == "baseline" else args.grid_examples
+                    times = grid_seconds(spec, path, task_name, device, args.precision, grid_examples,
                                          Path(tmp), args.grid_repeats, args.grid_modes)
                     if "unbatched" not in times:  # (checked in main: baseline grid, projection on)
                         times = {"unbatched": len(PAPER_GRID_LR) * len(PAPER_GRID_WD) * seconds, **times}

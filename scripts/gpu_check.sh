@@ -15,12 +15,7 @@ if [[ "${1:-}" != "--no-install" ]]; then
     pip install -e '.[dev]'
     pip install --no-build-isolation -e '.[cuda]'
 fi
-python - <<'PY'
-from madsl.kernels import cuda
-for name, ops in (("mamba-ssm", cuda.mamba_ssm_ops()), ("causal-conv1d", cuda.causal_conv1d_ops()),
-                  ("flash-linear-attention", cuda.fla_gla_ops())):
-    print(f"{name:24s} {'imports' if ops else 'MISSING'}")
-PY
+python -m madsl.kernels.cuda  # which libraries of the cuda extra import
 python -m pytest -v tests/test_cuda.py tests/test_gpu_paths.py tests/test_precision.py
 # each task's baseline, one run against the paper grid stacked and graph-replayed (steady epochs),
 # and three workers sharing the GPU

@@ -138,13 +138,7 @@ pack_logs() {  # the logs so far, as one file under $OUT (what a command cut sho
     [[ -n "${OUT:-}" ]] && tar czf "$OUT/gpu-check-logs.tar.gz" -C "$LOG" . 2>/dev/null
     return 0
 }
-imports() {
-    python3 -c '
-from madsl.kernels import cuda
-for name, ops in (("mamba-ssm", cuda.mamba_ssm_ops()), ("causal-conv1d", cuda.causal_conv1d_ops()),
-                  ("flash-linear-attention", cuda.fla_gla_ops())):
-    print(name.ljust(24), "imports" if ops else "MISSING")' | tee -a "$LOG/imports.txt"
-}
+imports() { python3 -m madsl.kernels.cuda | tee -a "$LOG/imports.txt"; }
 lane() {  # lane NAME PIN -k EXPR [FILES]: pytest on the CUDA lane, its summary on stdout
     local name=$1 pin=$2; shift 2
     $pin python3 -m pytest -v -rs --tb=short -p no:cacheprovider $TIMEOUT "$@" > "$LOG/lane-$name.log" 2>&1

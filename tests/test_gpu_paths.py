@@ -173,3 +173,12 @@ def test_devices_are_checked_and_runs_placed_round_robin(tmp_path):
     plan = plan_evaluation(store, [(spec, "specs/paper/hyena-sg.mad")], cli, placement=["cpu", "meta"])
     store.close()
     assert [job.device for job in plan.jobs] == ["cpu", "meta", "cpu"]
+
+
+def test_library_status_says_for_each_library_of_the_cuda_extra_whether_it_imports(monkeypatch):
+    """`python -m madsl.kernels.cuda` (the GPU check scripts' first look): one line per library."""
+    monkeypatch.setattr(cuda, "mamba_ssm_ops", lambda: (print, print))
+    monkeypatch.setattr(cuda, "causal_conv1d_ops", lambda: None)
+    monkeypatch.setattr(cuda, "fla_gla_ops", lambda: None)
+    assert [line.split() for line in cuda.library_status().splitlines()] == [
+        ["mamba-ssm", "imports"], ["causal-conv1d", "MISSING"], ["flash-linear-attention", "MISSING"]]

@@ -107,3 +107,14 @@ def fla_op(module: str, name: str, fallback: str) -> Callable | None:
     if op is None:
         warn_missing("flash-linear-attention", fallback)
     return op
+
+
+def library_status() -> str:
+    """Which libraries of the extra import here, a line each (the GPU check scripts print it)."""
+    return "\n".join(f"{name:24s} {'imports' if ops else 'MISSING'}"
+                     for name, ops in (("mamba-ssm", mamba_ssm_ops()), ("causal-conv1d", causal_conv1d_ops()),
+                                       ("flash-linear-attention", fla_gla_ops())))
+
+
+if __name__ == "__main__":  # python -m madsl.kernels.cuda
+    print(library_status())
