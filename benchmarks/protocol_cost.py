@@ -23,6 +23,15 @@ projection is also given with each task's hours scaled by the ratio of grid-batc
 as this device runs it: on the CPU lockstep; on CUDA stacked, without CUDA graphs and with
 them (the default there).
 
+With `--shapes`, nothing is scaled from the baseline: every sequence length in each task's
+sweep is trained as `madsl eval` trains it by default on this device (the paper grid as one
+group, stacked and graph-replayed on CUDA; run by run on the CPU) for `--shape-steps` steps
+an epoch, and its steady epoch (the wall time from the first epoch's end to the second's) is
+split into the training steps, the evaluation (timed, the device synchronized) and the
+checkpoints; each setting then costs its steps x the step + its test examples x the
+evaluation per example + the checkpoints, per epoch. This is the projection to read on a
+GPU: a launch-bound short setting and a compute-bound long one are each measured.
+
     python benchmarks/protocol_cost.py                       # paper specs mamba, hyena-sg, attention-sg
     python benchmarks/protocol_cost.py --quick               # a few minutes on 2 CPU cores
     python benchmarks/protocol_cost.py --grid-only           # only batched vs unbatched, every task
@@ -30,15 +39,20 @@ them (the default there).
     python benchmarks/protocol_cost.py --specs specs/paper/*.mad --precision bf16 --device cuda
     python benchmarks/protocol_cost.py --device cuda --measure-stop 2     # early stopping measured
     python benchmarks/protocol_cost.py --device cuda --workers-per-device 3   # runs sharing one GPU
+    python benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-examples baseline --grid-modes graphs \
+        --shapes                                             # the GPU projection, measured per shape
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import math
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +71,7 @@ from madsl.spec import load_spec  # noqa: E402
 # heuristics, Triton autotuning, CUDA graph capture, the allocator's growth); the second is the
 # steady state (or the last, where early stopping ends a run sooner).
 TIMED_EPOCH = 2
+SHAPE_STEPS = 20  # training steps of a per-shape measurement (--shapes): steady steps cost alike
 DEFAULT_SPECS = ["specs/paper/mamba.mad", "specs/paper/hyena-sg.mad", "specs/paper/attention-sg.mad"]
 
 
@@ -151,6 +166,122 @@ def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, e
     return times
 
 
+@dataclass
+class ShapeCost:
+    """One epoch of a setting's paper grid, as `madsl eval` trains it by default on this device,
+    at one sequence length: per training step, per evaluated test example, and per epoch the
+    members' checkpoints (where one fell due: by default once a minute)."""
+
+    seq_len: int
+    step_seconds: float
+    eval_seconds_per_example: float
+    checkpoint_seconds: float
+
+    def epoch(self, setting: dict, batch_size: int) -> float:
+        steps = math.ceil(int(setting["num_train_examples"]) / batch_size)
+        return (steps * self.step_seconds + int(setting["num_test_examples"]) * self.eval_seconds_per_example
+                + self.checkpoint_seconds)
+
+
+@contextlib.contextmanager
+def timed_calls(targets: Sequence[tuple[object, str, str]], device: str) -> Iterator[list]:
+    """Log (label, start, end) of every call of owner.name for (owner, name, label) in `targets`,
+    the device synchronized at both ends (a GPU's queued steps land before the call, not in it)."""
+    import torch
+
+    spans: list[tuple[str, float, float]] = []
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in targets]
+
+    def timed(original, label):
+        def wrapper(*args, **kwargs):
+            sync()
+            start = time.monotonic()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                sync()
+                spans.append((label, start, time.monotonic()))
+        return wrapper
+
+    for (owner, name, original), (_, _, label) in zip(originals, targets):
+        setattr(owner, name, timed(original, label))
+    try:
+        yield spans
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+
+
+def shape_costs(spec, path: str, task_name: str, runs: Sequence, device: str, precision: str, steps: int,
+                workdir: Path) -> dict[int, ShapeCost]:
+    """The paper grid of each sequence length in the task's sweep, trained as `madsl eval` trains it
+    by default on this device (grid-batched and graph-replayed on CUDA, run by run on the CPU),
+    measured, not scaled: `steps` training steps of that length's first sweep setting for
+    TIMED_EPOCH epochs; the wall time between the first and the last epoch's end (checkpoints
+    included, setup and one-time costs excluded), split into its evaluation, its checkpoints and
+    the rest, the training steps. Other vocabularies are costed at this one's (the LM head is a
+    small part at MAD's vocabularies)."""
+    import madsl.runner.stacked as stacked
+    import madsl.runner.train as train
+
+    costs: dict[int, ShapeCost] = {}
+    for seq_len in sorted({int(r.settings["seq_len"]) for r in runs}):
+        first = next(r for r in runs if int(r.settings["seq_len"]) == seq_len)
+        batch_size = first.train.batch_size
+        setting = {**dict(first.settings), "num_train_examples": steps * batch_size}
+        cli = cli_overrides(protocol="baseline", tasks=[task_name], lr=list(PAPER_GRID_LR), wd=list(PAPER_GRID_WD),
+                            epochs=TIMED_EPOCH, eval_lengths=[], precision=precision, settings=setting)
+        plan = plan_evaluation(StoreFiles(workdir / f"shape-{spec.name}-{task_name}-{seq_len}.db"), [(spec, path)],
+                               cli, device=device)
+        batch_grid = default_batch_grid(device)
+        epoch_ends: dict[tuple[int, str], list[float]] = collections.defaultdict(list)  # (job, epoch): times
+        events: list = []
+        targets = [(stacked.StackedMembers, "evaluate", "evaluation"), (train, "evaluate", "evaluation"),
+                   (train.Checkpointer, "save", "checkpoint")]
+        step = evaluation = per_epoch = 0.0
+        with timed_calls(targets, device) as spans:
+            for index, job in enumerate(plan.work(batch_grid, cuda_graphs=resolve_cuda_graphs(None, False, device,
+                                                                                             batch_grid))):
+                def emit(event, index=index):
+                    events.append(event)
+                    if event.kind == "epoch":
+                        epoch_ends[index, event.data["metrics"]["epoch"]].append(time.monotonic())
+                execute_job(job, emit, lambda: False)
+                # the job's steady epoch: from its first member's end of epoch 1 to that of the last
+                start, end = epoch_ends[index, 1][0], epoch_ends[index, TIMED_EPOCH][0]
+                inside = [(label, b - a) for label, a, b in spans if start <= a and b <= end]
+                job_evaluation = sum(t for label, t in inside if label == "evaluation")
+                job_checkpoints = sum(t for label, t in inside if label == "checkpoint")
+                evaluation += job_evaluation
+                per_epoch += job_checkpoints
+                step += (end - start - job_evaluation - job_checkpoints) / (TIMED_EPOCH - 1) / steps
+        done = [e for e in events if e.kind == "finished"]
+        if len(done) != len(plan.jobs):
+            raise RuntimeError(f"{task_name}: grid runs did not finish: {[e for e in events if e.kind == 'failed']}")
+        epochs = TIMED_EPOCH - 1
+        costs[seq_len] = ShapeCost(seq_len, step, evaluation / epochs / int(setting["num_test_examples"]),
+                                   per_epoch / epochs)
+    return costs
+
+
+def shapes_hours(spec, path: str, task_name: str, runs: Sequence, device: str, precision: str, steps: int,
+                 fraction: float, workdir: Path) -> float:
+    """The task's share of the paper protocol from its measured shapes (`shape_costs`): each
+    setting's grid epoch x its epochs x the stop fraction; the shapes printed as measured."""
+    started = time.monotonic()
+    costs = shape_costs(spec, path, task_name, runs, device, precision, steps, workdir)
+    settings = {canonical_json(dict(r.settings)): r for r in runs}  # one grid per setting
+    hours = sum(costs[int(r.settings["seq_len"])].epoch(dict(r.settings), r.train.batch_size) * r.train.epochs
+                * fraction for r in settings.values()) / 3600
+    print(f"  {task_name:26s} per shape   {len(settings):3d} grids  {hours:8.2f} h   "
+          f"(measured in {time.monotonic() - started:.0f} s)", flush=True)
+    for c in costs.values():
+        print(f"      length {c.seq_len:5d}: a step of the grid {c.step_seconds * 1e3:8.2f} ms, evaluation "
+              f"{c.eval_seconds_per_example * 1e6:7.1f} us an example, checkpoints {c.checkpoint_seconds:.3f} s an epoch")
+    return hours
+
+
 def stop_fraction(spec, path: str, task_name: str, settings: list[dict], device: str, precision: str,
                   sample: int, workdir: Path, graphs: bool | None) -> float:
     """Early stopping, measured: `sample` settings of the task (spread over its sweep, the
@@ -241,6 +372,12 @@ def main() -> int:
     parser.add_argument("--workers-per-device", type=int, default=0, metavar="W",
                         help="also measure W worker processes sharing the device against one (the baseline "
                              "grids of the tasks, steady epochs) and project with that throughput")
+    parser.add_argument("--shapes", action="store_true",
+                        help="also project from each sequence length of every task's sweep measured as `madsl eval` "
+                             "trains it by default on this device (grid-batched, with CUDA graphs on CUDA), no "
+                             "scaling from the baseline")
+    parser.add_argument("--shape-steps", type=int, default=SHAPE_STEPS, metavar="N",
+                        help=f"training steps an epoch of a --shapes measurement (default {SHAPE_STEPS})")
     parser.add_argument("--grid-only", action="store_true",
                         help="only the batched-vs-unbatched comparison, for every spec and task (no projection)")
     args = parser.parse_args()
@@ -251,6 +388,10 @@ def main() -> int:
             args.grid_only or args.grid_examples != "baseline"):
         parser.error("--grid-modes without 'unbatched' takes the unbatched grid from the measured epoch: "
                      "it needs --grid-examples baseline and the projection (not --grid-only)")
+    if args.shape_steps < 1:
+        parser.error(f"--shape-steps must be at least 1, got {args.shape_steps}")
+    if args.shapes and args.grid_only:
+        parser.error("--shapes is a projection: it cannot go with --grid-only")
     import torch
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
@@ -266,7 +407,8 @@ def main() -> int:
             runs_by_task = collections.defaultdict(list)
             for run in paper.runs:
                 runs_by_task[run.task].append(run)
-            total = batched_total = graphs_total = 0.0
+            total = batched_total = graphs_total = shapes_total = 0.0
+            batched_measured = graphs_measured = False
             stop_fractions: dict[str, float] = {}
             print(f"\n{spec.name}: {len(paper.runs)} runs in the paper protocol")
             unknown = set(args.tasks or ()) - set(runs_by_task)
@@ -303,6 +445,8 @@ def main() -> int:
                     default = default if default is not None else unbatched  # neither measured
                     ratio = default / unbatched
                     graphs_ratio = (times.get("graphs") or default) / unbatched
+                    batched_measured |= times.get("stacked") is not None or times.get("lockstep") is not None
+                    graphs_measured |= times.get("graphs") is not None
                     grid = f"   grid of 6: unbatched {unbatched:6.2f} s" + "".join(
                         f", {mode} " + (f"{times[mode] / unbatched:.2f}x" if times[mode] is not None else "n/a")
                         for mode in times if mode != "unbatched")
@@ -313,6 +457,9 @@ def main() -> int:
                 graphs_total += task_hours * graphs_ratio
                 print(f"  {task_name:26s} epoch {seconds:8.2f} s at baseline   {len(runs):3d} runs   "
                       f"{task_hours:8.2f} h{grid}   (measured in {time.monotonic() - started:.0f} s)")
+                if args.shapes:
+                    shapes_total += shapes_hours(spec, path, task_name, runs, device, args.precision,
+                                                 args.shape_steps, fraction, Path(tmp))
             if args.grid_only:
                 continue
             stops = (", ".join(f"{task} {f:.2f}" for task, f in stop_fractions.items()) if stop_fractions
@@ -325,17 +472,23 @@ def main() -> int:
                 print(f"  {args.workers_per_device} workers sharing the device: two steady epochs of the baseline "
                       f"grids in {steady[args.workers_per_device]:.1f} s against {steady[1]:.1f} s by one "
                       f"({shared:.2f}x)")
-            if args.grid_examples:
+            if args.grid_examples and batched_measured:
                 print(f"  {'total, grid-batched':26s} {batched_total:8.2f} device-hours ({batched_total / total:.2f}x"
                       f"{'; --no-cuda-graphs' if device.startswith('cuda') else ''})")
-                if device.startswith("cuda"):
-                    print(f"  {'total, + CUDA graphs':26s} {graphs_total:8.2f} device-hours "
-                          f"({graphs_total / total:.2f}x; the default on CUDA)")
+            if args.grid_examples and graphs_measured:  # (CUDA only)
+                print(f"  {'total, + CUDA graphs':26s} {graphs_total:8.2f} device-hours "
+                      f"({graphs_total / total:.2f}x; the default on CUDA)")
             # on top of what `madsl eval` does by default, as measured: unbatched on the CPU, graphs on CUDA
             if args.workers_per_device > 1 and (args.grid_examples or not device.startswith("cuda")):
                 best = graphs_total if device.startswith("cuda") else total
                 print(f"  {f'total, {args.workers_per_device} workers a device':26s} {best * shared:8.2f} "
                       f"device-hours ({best * shared / total:.2f}x; --workers {args.workers_per_device} on one device)")
+            if args.shapes:
+                print(f"  {'total, measured per shape':26s} {shapes_total:8.2f} device-hours (as `madsl eval` trains "
+                      f"by default here, stop fraction {stops})")
+                if args.workers_per_device > 1:
+                    print(f"  {f'  + {args.workers_per_device} workers a device':26s} {shapes_total * shared:8.2f} "
+                          f"device-hours")
     return 0
 
 

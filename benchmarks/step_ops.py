@@ -72,14 +72,16 @@ def main() -> int:
     parser.add_argument("--specs", nargs="+", default=DEFAULT_SPECS)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16: count under CPU bf16 autocast, as the GPU trains (default fp32)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"ops dispatched, paper grid of 6 runs, in-context recall, length {args.seq_len}, batch {args.batch_size}, "
-          f"{TEST_BATCHES} test batches (CPU)")
+          f"{TEST_BATCHES} test batches, {args.precision} (CPU)")
     for path in args.specs:
         spec = load_spec(path)
         cli = cli_overrides(protocol="baseline", tasks=["in-context-recall"], lr=[1e-4, 5e-4, 1e-3], wd=[0.0, 0.1],
-                            epochs=1, batch_size=args.batch_size, eval_lengths=[],
+                            epochs=1, batch_size=args.batch_size, eval_lengths=[], precision=args.precision,
                             settings={"seq_len": args.seq_len, "num_train_examples": 2 * args.batch_size,
                                       "num_test_examples": TEST_BATCHES * args.batch_size})
         counts = {}

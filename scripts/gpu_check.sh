@@ -18,7 +18,8 @@ fi
 python -m madsl.kernels.cuda  # which libraries of the cuda extra import
 python -m pytest -v tests/test_cuda.py tests/test_gpu_paths.py tests/test_precision.py
 # each task's baseline, one run against the paper grid stacked and graph-replayed (steady epochs),
-# and three workers sharing the GPU
+# every sequence length of the sweeps measured as `madsl eval` trains it (--shapes), and three
+# workers sharing the GPU
 python benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-examples baseline --grid-modes stacked graphs \
-    --workers-per-device 3 --specs specs/paper/*.mad
+    --shapes --workers-per-device 3 --specs specs/paper/*.mad
 echo "log: $log"

@@ -12,14 +12,18 @@
 # use the others (detached, in $BUILD outside the repository: a build outlives its call and
 # the next call on the same warm machine reuses it).
 #
-# GPU_CHECK_STEPS picks what runs (default "stacked cost rest"):
+# GPU_CHECK_STEPS picks what runs, in this order (default "stacked cost shared rest"):
 #   stacked  grid-batched (stacked) training and its CUDA graphs against the unbatched runs
-#   cost     benchmarks/protocol_cost.py at each task's baseline, stacked and graph-replayed
-#            grids (GPU_COST_ARGS adds arguments: "--workers-per-device 3", "--measure-stop 1")
+#   cost     benchmarks/protocol_cost.py: each task's baseline, its grid graph-replayed, and every
+#            sequence length of its sweep as `madsl eval` trains it here (--shapes): the projection
+#            (GPU_COST_ARGS adds arguments: "--grid-modes stacked graphs", "--measure-stop 1")
+#   shared   3 worker processes sharing the GPU against one (attention-sg, two tasks' baseline
+#            grids), without MPS (the processes' contexts take turns) and with it (their kernels
+#            run side by side), where nvidia-cuda-mps-control is found
 #   rest     the rest of the lane; fla's tests last (Triton autotunes them for minutes a shape
 #            on a cold cache), stopped a minute before GPU_CALL_SECONDS to return Triton's cache
-# The device tool gives one command 10 minutes: run "stacked cost", then "rest", as two calls
-# back to back on the warm machine.
+# The device tool gives one command 10 minutes: run "stacked cost", then "shared rest", as two
+# calls back to back on the warm machine.
 #
 # Where $OUT is set (this workplace's device tool: what is written there comes back, at most 8
 # files of 16 MiB), the logs come back as one archive, freshly built libraries (stripped) as
@@ -133,7 +137,7 @@ return_triton_cache() {  # its parts under $OUT for --keep-prebuilt (45 MB at mo
     fi
 }
 TIMEOUT=$(python3 -c 'import pytest_timeout' 2>/dev/null && echo "--timeout 150")
-want() { [[ " ${GPU_CHECK_STEPS:-stacked cost rest} " == *" $1 "* ]]; }
+want() { [[ " ${GPU_CHECK_STEPS:-stacked cost shared rest} " == *" $1 "* ]]; }
 pack_logs() {  # the logs so far, as one file under $OUT (what a command cut short at its limit still returns)
     [[ -n "${OUT:-}" ]] && tar czf "$OUT/gpu-check-logs.tar.gz" -C "$LOG" . 2>/dev/null
     return 0
@@ -145,10 +149,10 @@ lane() {  # lane NAME PIN -k EXPR [FILES]: pytest on the CUDA lane, its summary 
     echo "lane $name rc=$? at $(elapsed) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOG/lane-$name.log" | tail -n 12
     pack_logs
 }
-cost() {  # cost NAME PIN SPECS...: the projection at each task's baseline, stacked and graph-replayed grids
+cost() {  # cost NAME PIN SPECS...: the projection, from the baselines and from every shape measured
     local name=$1 pin=$2; shift 2
     $pin python3 benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-examples baseline \
-        --grid-modes stacked graphs ${GPU_COST_ARGS:-} --specs "$@" > "$LOG/cost-$name.txt" 2>&1
+        --grid-modes graphs --shapes ${GPU_COST_ARGS:-} --specs "$@" > "$LOG/cost-$name.txt" 2>&1
     echo "cost projection ($name) rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/cost-$name.txt" | grep -v Warning
     pack_logs
 }
@@ -161,6 +165,24 @@ if want stacked || want cost; then
     wait_build mamba_ssm; imports
     want stacked && lane stacked-mamba "" tests/test_cuda.py -k "($STACKED) and mamba"
     want cost && cost mamba "" specs/paper/mamba.mad
+fi
+share() {  # share NAME: 3 worker processes on the GPU against one, two steady epochs of two baseline grids
+    python3 benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-examples 0 --workers-per-device 3 \
+        --tasks in-context-recall compression --specs specs/paper/attention-sg.mad > "$LOG/shared-$1.txt" 2>&1
+    echo "shared ($1) rc=$? at $(elapsed) s"; grep -E "workers|Error" "$LOG/shared-$1.txt"
+    pack_logs
+}
+if want shared; then  # without MPS the processes' CUDA contexts take turns on the GPU; with it their kernels overlap
+    share contexts
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/madsl-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/madsl-mps/log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if command -v nvidia-cuda-mps-control > /dev/null && nvidia-cuda-mps-control -d; then
+        share mps
+        echo quit | nvidia-cuda-mps-control
+    else
+        echo "MPS: nvidia-cuda-mps-control not found or did not start"
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 fi
 if want rest; then  # what needs causal-conv1d after its build; fla's autotuning (minutes a shape) last
     wait_build mamba_ssm

@@ -13,13 +13,15 @@ import numpy as np
 import pytest
 import torch
 
+from madsl.errors import MadslError
 from madsl.runner import checkpoint as checkpoints
 from madsl.runner.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from madsl.runner.executor import Reporter
 from madsl.runner.heads import TaskModel
 from madsl.runner.protocols import TrainSettings
 from madsl.runner.store import Store
-from madsl.runner.train import train_run
+from madsl.runner import train as training
+from madsl.runner.train import TrainHooks, train_run
 from runner_helpers import TOY_TASKS, StandInModel, run_rows, run_toy_eval
 
 torch.set_num_threads(1)
@@ -190,3 +192,35 @@ def test_temporaries_of_a_writer_killed_mid_write_are_removed_by_the_next_save(t
     other_host.write_bytes(b"PK half a checkpoint")
     save_checkpoint(path, {"epoch": 1})
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run.pt", other_host.name])
+
+
+@pytest.mark.parametrize("every_s, saved_epochs", [(0.0, [1, 2, 3, 3]), (3600.0, [3])])
+def test_a_run_checkpoints_at_an_epochs_end_only_when_one_is_due(tmp_path, monkeypatch, every_s, saved_epochs):
+    """Every `checkpoint_every_s` (0: every epoch), and always at the end, with the result."""
+    saved = []
+    monkeypatch.setattr(training, "save_checkpoint", lambda path, data: saved.append((data["epoch"], data["result"])))
+    task = TOY_TASKS["toy-previous"]
+    settings = dict(task.baseline)
+    train, test = task.generate(settings, "train", 0), task.generate(settings, "test", 0)
+    cfg = TrainSettings(lr=3e-3, wd=0.0, epochs=3, batch_size=32, seed=0, min_lr=1e-6, early_stop_acc=1.0)
+    result = train_run(cfg, lambda: TaskModel(StandInModel(8, 16), "lm"), train, test, num_classes=8,
+                       checkpoint_path=tmp_path / "run.pt", hooks=TrainHooks(checkpoint_every_s=every_s))
+    assert [epoch for epoch, _ in saved] == saved_epochs
+    assert saved[-1][1] is not None and all(r is None for _, r in saved[:-1])  # the last holds the result
+    assert len(result.history) == 3
+
+
+def test_checkpoint_every_is_passed_to_the_runs_and_checked(tmp_path, monkeypatch):
+    saved = []
+    original = training.save_checkpoint
+    monkeypatch.setattr(training, "save_checkpoint", lambda path, data: saved.append(data["epoch"])
+                        or original(path, data))
+    run_toy_eval(tmp_path / "every.db", epochs=3, checkpoint_every=0)
+    assert saved == [1, 2, 3, 3]
+    saved.clear()
+    run_toy_eval(tmp_path / "default.db", epochs=3)  # a minute: only the last
+    assert saved == [3]
+    for bad in (-1.0, float("nan"), float("inf"), "60"):
+        with pytest.raises(MadslError, match="--checkpoint-every"):
+            run_toy_eval(tmp_path / "bad.db", epochs=1, checkpoint_every=bad)
+    assert not (tmp_path / "bad.db").exists()

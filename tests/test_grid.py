@@ -14,6 +14,7 @@ import torch
 
 from madsl.cli import main
 from madsl.runner.api import cli_overrides, plan_evaluation
+from madsl.runner.checkpoint import load_checkpoint
 from madsl.runner.executor import execute_job
 from madsl.runner.grid import GroupJob, execute_group
 from madsl.runner.stacked import StackedMembers
@@ -230,6 +231,36 @@ def test_an_interrupted_stacked_group_resumes_to_the_uninterrupted_result(tmp_pa
             execute_group(group, events.append, lambda: False)
         runs[name] = {k: _strip_time(v) for k, v in _results(events).items()}
     assert runs["a"] == runs["b"]
+
+
+def test_a_stacked_groups_members_checkpoint_together_and_resume_as_a_stack(tmp_path, monkeypatch):
+    """Checkpoints are written when due, not after every epoch; one member's being due makes
+    every member write its own, before any epoch is reported: after a crash the group
+    resumes at one point, as a stack, to the uninterrupted result."""
+    runs = {}
+    for name in ("uninterrupted", "crashed"):
+        plan = _plan("attention-sg.mad", tmp_path / f"{name}.db", (1e-3, 1e-4), epochs=3)
+        [group] = plan.work(batch_grid=True)
+        group.stack = True
+        group.members[0].checkpoint_every_s, group.members[1].checkpoint_every_s = 0.0, 3600.0  # every epoch; hourly
+        events = []
+
+        def crash_at_epoch_2(event):
+            events.append(event)
+            if name == "crashed" and event.kind == "epoch" and event.data["metrics"]["epoch"] == 2:
+                raise RuntimeError("the machine is gone")
+
+        execute_group(group, crash_at_epoch_2, lambda: False)
+        if name == "crashed":
+            assert {e.run_id for e in events if e.kind == "failed"} == {m.run_id for m in group.members}
+            saved = [load_checkpoint(Path(m.checkpoint_path)) for m in group.members]
+            assert [c["epoch"] for c in saved] == [2, 2]  # the hourly member's too
+            steps = _count_stacked_steps(monkeypatch)
+            events = []
+            execute_group(group, events.append, lambda: False)
+            assert steps and set(steps) == {2}, steps  # the third epoch, stacked
+        runs[name] = {k: _strip_time(v) for k, v in _results(events).items()}
+    assert runs["uninterrupted"] == runs["crashed"]
 
 
 @pytest.mark.parametrize("graphs", [False, True])

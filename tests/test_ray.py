@@ -189,7 +189,9 @@ print("complete" if summary["complete"] else "incomplete", flush=True)
 
 @needs_ray
 def test_a_worker_node_lost_mid_run_is_retried_from_its_checkpoint_and_nothing_is_lost(tmp_path):
-    kwargs = dict(epochs=16, wd=[0.0, 0.1], lr=3e-4, settings_overrides={"num_train_examples": 512})
+    # a checkpoint after every epoch (by default one a minute: this run would have none to resume from)
+    kwargs = dict(epochs=16, wd=[0.0, 0.1], lr=3e-4, settings_overrides={"num_train_examples": 512},
+                  checkpoint_every=0)
     toy.run_toy_eval(tmp_path / "reference.db", **kwargs)
     reference = toy.epoch_rows(tmp_path / "reference.db")
 

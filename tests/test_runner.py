@@ -258,7 +258,8 @@ t.run_toy_eval({db!r}, epochs={epochs}, model_factory=lambda spec: factory, **{e
 
 def test_kill_9_resumes_from_checkpoint_to_the_same_result(tmp_path):
     epochs, paused_epochs = 12, 3
-    extra = {"settings_overrides": {"num_train_examples": 512}, "lr": 3e-4}
+    # a checkpoint after every epoch (by default one a minute: this run would have none to resume from)
+    extra = {"settings_overrides": {"num_train_examples": 512}, "lr": 3e-4, "checkpoint_every": 0}
     reference_db = tmp_path / "reference.db"
     run_toy_eval(reference_db, epochs=epochs, **extra)
     reference_run, reference_epochs = run_rows(reference_db)[0], epoch_rows(reference_db)

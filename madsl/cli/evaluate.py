@@ -100,6 +100,9 @@ def add_parser(subparsers) -> None:
                    help="do not train these layers: a symbol (Mb), a tag (#a) or embedding; repeatable")
     p.add_argument("--keep", choices=("none", "best"), default="none",
                    help="best: keep each run's best weights in the results folder, for `madsl export RUN_ID`")
+    p.add_argument("--checkpoint-every", type=non_negative_number, default=None, metavar="SECONDS",
+                   help="how often a run writes its checkpoint, at an epoch's end or inside a long one (default "
+                        "60: a crash loses at most a minute of training; 0: after every epoch)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan and exit: runs (in all, done, pending), training tokens, FLOPs, estimated "
                         "time (a few timed steps of each distinct model, cached beside --db); with --format json")
@@ -161,7 +164,8 @@ def cmd_eval(args) -> int:
                            min_delta=args.min_delta, lm_head=args.lm_head,
                            progress=not args.quiet and args.format == "text", executor=args.executor,
                            address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run,
-                           dry_run=args.dry_run, reporter=reporter, keep=args.keep)
+                           dry_run=args.dry_run, reporter=reporter, keep=args.keep,
+                           checkpoint_every=args.checkpoint_every)
     except KeyboardInterrupt:
         print("aborted; rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
-
+import math
 import os
 import sqlite3
 import signal
@@ -283,7 +283,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
              executor: Executor | str | None = None, reporter: Reporter | None = None,
              stop_requested: Callable[[], bool] | None = None, address: str | None = None,
              cpus_per_run: float = 1.0, gpus_per_run: float = 0.0, dry_run: bool = False,
-             keep: str | None = None) -> dict:
+             keep: str | None = None, checkpoint_every: float | None = None) -> dict:
     """Evaluate specs on tasks under a protocol; finished runs in `db` are never repeated.
 
     spec_paths: .mad files (or Spec objects). tasks: task names or "all" (None: the spec's
@@ -296,6 +296,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     `address`, each run holding `cpus_per_run` CPUs and `gpus_per_run` GPUs), or an Executor.
     optimizer, schedule, metric, stop_acc, patience, min_delta, lm_head: madsl.runner.options.
     keep: "best" keeps each run's best weights in the results folder (`madsl export`, madsl.runner.kept).
+    checkpoint_every: seconds between a run's checkpoints (None: a minute; 0: after every epoch).
     dry_run: plan only: return {"plan": ...} (runs, done, pending, tokens, FLOPs, estimated time;
     madsl.runner.cost) without running anything. A run with progress prints the same plan first.
     batch_grid: train the runs of a setting that differ only in lr, wd or seed together
@@ -326,10 +327,15 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     check_database(db)  # a bad --db is refused before anything is planned or written
     if keep not in (None, "none", "best"):
         raise MadslError(f"keep must be 'best' or 'none', got {keep!r}")
+    if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or not isinstance(
+            checkpoint_every, (int, float)) or not math.isfinite(checkpoint_every) or checkpoint_every < 0):
+        raise MadslError(f"--checkpoint-every: expected a non-negative number of seconds, got {checkpoint_every!r}",
+                         hint="how often a run writes its checkpoint, e.g. 60; 0: after every epoch")
     plan = plan_evaluation(StoreFiles(db), specs, cli, task_registry, model_factory, device, placement,
                            runs_on=_ray_device(ray_options) if ray_options is not None else None)
     for job in plan.jobs:
         job.keep_best = keep == "best"
+        job.checkpoint_every_s = None if checkpoint_every is None else float(checkpoint_every)
     work = plan.work(batch_grid, placement, cuda_graphs)
     if dry_run or progress:
         cost = plan_cost(db, plan, at_once=workers if ray_options is None else None,

@@ -60,6 +60,7 @@ class RunJob:
     device: str = "auto"
     label: str = ""  # for progress displays
     keep_best: bool = False  # keep the best epoch's weights when the run finishes (madsl.runner.kept)
+    checkpoint_every_s: float | None = None  # None: train.TrainHooks' default (a minute); 0: every epoch
 
 
 @dataclass
@@ -150,8 +151,9 @@ def job_hooks(job: RunJob, emit: Callable[[Event], None], should_stop: Callable[
     def on_length(length: int, index: int, count: int) -> None:
         emit(Event("length", job.run_id, {"length": length, "index": index, "count": count}))
 
+    every = {} if job.checkpoint_every_s is None else {"checkpoint_every_s": job.checkpoint_every_s}
     return TrainHooks(on_epoch=on_epoch, on_progress=on_progress, should_stop=should_stop, on_length=on_length,
-                      keep_best=job.keep_best)
+                      keep_best=job.keep_best, **every)
 
 
 def execute_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:

@@ -206,6 +206,9 @@ def execute_group(group: GroupJob, emit: Callable[[Event], None], should_stop: C
     except RunInterrupted as err:
         for member in members:
             if not member.done:
+                if member.state is not None:  # lockstep: the siblings between epochs keep their progress too
+                    with _own_rng(member):
+                        member.checkpointer.save(member.state)
                 emit(Event("interrupted", member.job.run_id, {"message": str(err)}))
     except BaseException as err:  # noqa: BLE001 - report, never take the executor down
         for job in group.members:
@@ -249,11 +252,15 @@ def _train_stacked(group: GroupJob, together: list[Member], members: list[Member
                             _epoch_order)
         started = time.monotonic()
         evaluations = stack.evaluate([m.data for m in active])  # every member's, in one forward per batch
+        ended = []
         for member, evaluation in zip(active, evaluations):
             with _own_rng(member), schedulers_without_steps():  # mad-lab steps the schedule per epoch
-                metrics = epoch_metrics(member.state, member.data, started, evaluation)
-                member.state.end_epoch(metrics)
-                member.checkpointer.save(member.state)
+                ended.append(epoch_metrics(member.state, member.data, started, evaluation))
+                member.state.end_epoch(ended[-1])
+        if any(m.checkpointer.due_at_epoch_end() for m in active):
+            checkpoint()  # every member's, before any is reported: they resume at one point, as a stack
+        for member, metrics in zip(active, ended):
+            with _own_rng(member):
                 member.hooks.on_epoch(metrics)
                 if member.state.finished:
                     _advance(member, device, emit)  # length evaluations, result, `finished`
@@ -283,7 +290,7 @@ def _advance(member: Member, device, emit: Callable[[Event], None]) -> None:
     if not state.finished:
         metrics = train_epoch(state, member.data, hooks, member.checkpointer)
         state.end_epoch(metrics)
-        member.checkpointer.save(state)
+        member.checkpointer.save_if_due(state)
         hooks.on_epoch(metrics)
     if state.finished:
         if state.settings.eval_lengths:

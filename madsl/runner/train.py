@@ -21,9 +21,10 @@ EarlyStopping threshold is strict).
 
 Resumable and deterministic: model init and data order derive from the seed
 (the data order of epoch e from (seed, e) alone), and a checkpoint (model,
-optimizer, scheduler, RNG states, position, history) is written atomically after
-every epoch, every `checkpoint_every_s` seconds and when asked to stop. A run
-resumed from its checkpoint ends exactly where an uninterrupted run ends.
+optimizer, scheduler, RNG states, position, history) is written atomically every
+`checkpoint_every_s` seconds (at the end of an epoch, or inside a long one), when
+asked to stop and when the run ends. A run resumed from its checkpoint ends exactly
+where an uninterrupted run ends.
 
 This module knows nothing of the results store or of executors.
 """
@@ -229,13 +230,16 @@ class RunResult:
 
 @dataclass
 class TrainHooks:
-    """Callbacks of a run. `on_epoch` is called after the epoch's checkpoint is written."""
+    """Callbacks of a run. `on_epoch` is called after the epoch's checkpoint, where one was due, is written."""
 
     on_epoch: Callable[[EpochMetrics], None] | None = None
     on_progress: Callable[[int, int, int], None] | None = None  # (epoch, step, steps per epoch)
     should_stop: Callable[[], bool] | None = None
     on_length: Callable[[int, int, int], None] | None = None  # (length, index, count): evaluating at it
-    checkpoint_every_s: float = 300.0  # also checkpoint mid-epoch this often (long epochs)
+    # checkpoint this often (at an epoch's end, or inside a long epoch): a crash loses at most this
+    # much training; not every epoch: six members' saves a few times a second would cost a GPU more
+    # than their training
+    checkpoint_every_s: float = 60.0
     keep_best: bool = False  # hold the best epoch's weights (in the checkpoint) for `--keep best`
 
 
@@ -488,7 +492,17 @@ class Checkpointer:
         self.last = time.monotonic()
 
     def due(self) -> bool:
-        return time.monotonic() - self.last > self.every_s
+        """Inside an epoch: whether `every_s` has passed since the last save (0: never inside one)."""
+        return self.every_s > 0 and time.monotonic() - self.last > self.every_s
+
+    def due_at_epoch_end(self) -> bool:
+        """At an epoch's end: whether `every_s` has passed (0: always)."""
+        return self.every_s == 0 or self.due()
+
+    def save_if_due(self, state: RunState) -> None:
+        """At an epoch's end: the checkpoint, if one is due."""
+        if self.due_at_epoch_end():
+            self.save(state)
 
 
 def train_step(state: RunState, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -641,7 +655,7 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
     while not state.finished:
         metrics = train_epoch(state, data, hooks, checkpointer)
         state.end_epoch(metrics)
-        checkpointer.save(state)
+        checkpointer.save_if_due(state)
         if hooks.on_epoch is not None:
             hooks.on_epoch(metrics)
 
