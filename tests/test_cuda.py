@@ -7,6 +7,7 @@ Kernel tests that need the extra skip when its library does not import, so the l
 also checks an install without it (the chunked fallbacks)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,22 @@ from tests.layer_helpers import make, run_steps  # noqa: E402
 
 DEVICE = torch.device("cuda")
 PAPER_SPECS = sorted(Path(__file__).resolve().parents[1].joinpath("specs", "paper").glob("*.mad"))
+
+
+@pytest.fixture(autouse=True)
+def one_triton_config(monkeypatch):
+    """Triton's autotuned kernels (fla's) run their first configuration instead of compiling and
+    timing every one: on a cold cache that took minutes a shape on an H100, past a device call's
+    limit. Every configuration computes the same thing, and that is what this lane checks (speed
+    is the benchmarks'). MADSL_TRITON_AUTOTUNE=1 keeps the autotuning."""
+    if os.environ.get("MADSL_TRITON_AUTOTUNE") == "1":
+        return
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:  # no Triton: nothing autotunes
+        return
+    prune = Autotuner.prune_configs
+    monkeypatch.setattr(Autotuner, "prune_configs", lambda self, kwargs: prune(self, kwargs)[:1])
 
 
 def _scan_inputs(batch=2, d_inner=64, d_state=4, length=300, dtype=torch.float32, device="cpu"):
@@ -273,6 +290,33 @@ def test_cuda_graphs_replay_the_stacked_step_to_the_same_results(tmp_path, monke
             for key in ("train_loss", "eval_loss"):
                 assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), (run_id, key)
             assert got["eval_acc"] == pytest.approx(want["eval_acc"], abs=2.5 / 774), run_id
+
+
+def test_cuda_graphs_in_the_plans_time_estimate(tmp_path, monkeypatch):
+    """`madsl eval`'s plan times a stacked group as it trains on CUDA: graph-replayed steps,
+    after the warm-up and the capture (no fallback), shared out among the group's runs."""
+    import warnings
+
+    from madsl.runner import cost
+    from madsl.runner.api import cli_overrides, plan_evaluation
+    from madsl.runner.store import StoreFiles
+    from madsl.spec import load_spec
+
+    path = (Path(__file__).resolve().parents[1] / "specs" / "paper" / "attention-sg.mad").resolve()
+    cli = cli_overrides(protocol="baseline", tasks=["in-context-recall"], lr=[1e-3, 1e-4], wd=[0.0, 0.1], epochs=2,
+                        batch_size=16, precision="bf16", settings={"seq_len": 64, "num_train_examples": 64,
+                                                                   "num_test_examples": 32})
+    plan = plan_evaluation(StoreFiles(tmp_path / "r.db"), [(load_spec(path), str(path))], cli, device="cuda")
+    [group] = plan.work(batch_grid=True, cuda_graphs=True)
+    assert group.stack and group.graphs
+    replays = []
+    replay = torch.cuda.CUDAGraph.replay
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", lambda graph: replays.append(1) or replay(graph))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="CUDA graphs off")
+        costs = cost.estimate(plan.jobs, set(), tmp_path / "files", work=[group])
+    assert len(replays) == 2 + cost.MEASURED_STEPS  # the capture's replay and one more, then the timed ones
+    assert len(costs) == 4 and len({c.seconds for c in costs}) == 1 and costs[0].seconds > 0
 
 
 # --- member folds on the device: each CUDA kernel under vmap runs once for all members -------

@@ -108,6 +108,36 @@ def test_sweep_file_errors_are_located_with_a_hint(tmp_path, capsys, text, messa
 
 # --- plans and their cost ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("done", [0, 1])
+def test_a_stacked_groups_runs_are_costed_as_the_group_that_trains_them(tmp_path, monkeypatch, done):
+    """On CUDA the paper grid of a setting trains as one stacked group (graph-replayed): the plan
+    times a few of the group's stacked steps, once, and shares them out among its pending runs,
+    instead of timing each run's own step (which on a GPU is launch-bound, not what runs)."""
+    from madsl.runner import cost
+    from madsl.runner.api import cli_overrides, plan_evaluation
+    from madsl.runner.store import StoreFiles
+    from madsl.spec import load_spec
+
+    cli = cli_overrides(protocol="smoke", tasks=["in-context-recall"], lr=[1e-3, 5e-4, 1e-4], epochs=2, batch_size=8,
+                        settings={"num_train_examples": 24, "num_test_examples": 8, "seq_len": 32})
+    plan = plan_evaluation(StoreFiles(tmp_path / "r.db"), [(load_spec(HYENA), str(HYENA))], cli, device="cpu")
+    [group] = plan.work(batch_grid=True)
+    group.stack = True  # as on CUDA (on the CPU a group trains in lockstep, costed run by run)
+    measured = []
+    real = cost.measure_group_step
+    monkeypatch.setattr(cost, "measure_group_step",
+                        lambda g, members, batch: measured.append(len(members)) or real(g, members, batch))
+    finished = {group.members[0].run_id} if done else set()
+    costs = cost.estimate(plan.jobs, finished, tmp_path / "files", work=[group])
+    assert measured == [3 - done]  # the pending members, stacked, timed once
+    assert len(costs) == 3 - done and len({c.seconds for c in costs}) == 1 and costs[0].seconds > 0
+    [[_, group_step]] = json.loads((tmp_path / "files" / "step-times.json").read_text()).values()
+    steps = 24 // 8 + cost.FORWARD_SHARE * 1 * cost.EVAL_BATCH / 8  # 3 steps, one evaluation batch
+    assert sum(c.seconds for c in costs) == pytest.approx(group_step * steps * 2)  # 2 epochs of the group
+    assert cost.estimate(plan.jobs, finished, tmp_path / "files", work=[group]) == costs  # cached: measured once
+    assert measured == [3 - done]
+
+
 def test_dry_run_counts_runs_tokens_flops_and_estimates_time_and_a_real_sweep_prints_it_first(tmp_path, capsys):
     from madsl.graph import account
     from madsl.spec import load_spec

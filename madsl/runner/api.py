@@ -339,7 +339,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     work = plan.work(batch_grid, placement, cuda_graphs)
     if dry_run or progress:
         cost = plan_cost(db, plan, at_once=workers if ray_options is None else None,
-                         executor_name="ray" if ray_options is not None else "local")
+                         executor_name="ray" if ray_options is not None else "local", work=work)
         if dry_run:
             return {"db": str(db), "plan": cost}
         from madsl.runner.cost import render_cost
@@ -377,8 +377,10 @@ def _register_and_run(store: Store, plan: "EvaluationPlan", work: list, runner: 
                         stop_requested=should_stop)
 
 
-def plan_cost(db: str | os.PathLike, plan: "EvaluationPlan", at_once: int | None, executor_name: str) -> dict:
-    """The plan's cost (madsl.runner.cost): what is done is read from `db` when it exists."""
+def plan_cost(db: str | os.PathLike, plan: "EvaluationPlan", at_once: int | None, executor_name: str,
+              work: Sequence[Any] = ()) -> dict:
+    """The plan's cost (madsl.runner.cost): what is done is read from `db` when it exists;
+    `work`: the units the executor runs (a stacked grid group is costed as one)."""
     from madsl.runner.cost import estimate, summarize_cost
 
     done: set[str] = set()
@@ -389,7 +391,7 @@ def plan_cost(db: str | os.PathLike, plan: "EvaluationPlan", at_once: int | None
                     and row["status"] in ("done", "skipped")}
         finally:
             store.close()
-    costs = estimate(plan.jobs, done, StoreFiles(db).files_dir)
+    costs = estimate(plan.jobs, done, StoreFiles(db).files_dir, work=work)
     return summarize_cost(len(plan.jobs), len(done), costs, at_once, executor_name)
 
 

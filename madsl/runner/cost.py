@@ -9,7 +9,10 @@
                 scaled linearly to the run's length (a lower bound for attention at longer
                 lengths), x the run's steps, + its evaluations (a forward pass costs about
                 a third of a training step); cached per database in
-                `<db>.files/step-times.json`, so a second plan measures nothing
+                `<db>.files/step-times.json`, so a second plan measures nothing; the runs
+                of a stacked grid group (the default on CUDA: `madsl.runner.grid`) are
+                costed as what trains, the group: a few timed steps of its members stacked
+                (graph-replayed where the group replays), shared out among its runs
 
 The estimate is an upper bound where runs stop early (a protocol's early stop once a
 run is solved). Wall time divides the run-seconds over the runs that execute at once.
@@ -49,9 +52,15 @@ def run_shape(job: Any) -> tuple[int, int, int, int, int]:
             int(job.train.batch_size))
 
 
-def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measure: bool = True) -> list[RunCost]:
-    """The cost of every pending job (done ones cost nothing)."""
+def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measure: bool = True,
+             work: Sequence[Any] = ()) -> list[RunCost]:
+    """The cost of every pending job (done ones cost nothing); `work`: the units the executor
+    runs (RunJobs and GroupJobs), so that a stacked group's runs share its measured steps."""
     timings = StepTimes(files_dir / "step-times.json" if files_dir is not None else None)
+    stacked_in = {member.run_id: unit for unit in work if getattr(unit, "stack", False)
+                  for member in unit.members}
+    pending_members = {id(unit): sum(m.run_id not in done for m in unit.members) for unit in work
+                       if getattr(unit, "stack", False)}
     forward_flops: dict[tuple[int, int, int], float] = {}  # (spec, seq_len, vocab) -> FLOPs of one sequence
     costs = []
     for job in jobs:
@@ -70,7 +79,12 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
             flops = 3.0 * forward_flops[key] * n_train * job.train.epochs
         seconds = None
         if measure:
-            step = timings.seconds_per_step(job, seq_len, vocab, batch)
+            group = stacked_in.get(job.run_id)
+            if group is not None:  # the group's stacked step, this run's share of it
+                step = timings.seconds_per_group_step(group, [m for m in group.members if m.run_id not in done],
+                                                      seq_len, batch) / pending_members[id(group)]
+            else:
+                step = timings.seconds_per_step(job, seq_len, vocab, batch)
             steps = math.ceil(n_train / batch) + FORWARD_SHARE * math.ceil(n_test / max(batch, EVAL_BATCH)) \
                 * max(batch, EVAL_BATCH) / batch
             seconds = step * steps * job.train.epochs
@@ -103,6 +117,22 @@ class StepTimes:
         key = self.key(job, batch)
         if key not in self.table:
             self.table[key] = [seq_len, measure_step(job, seq_len, vocab, batch)]
+            self.changed = True
+        measured_at, seconds = self.table[key]
+        return seconds * seq_len / measured_at
+
+    def seconds_per_group_step(self, group: Any, members: Sequence[Any], seq_len: int, batch: int) -> float:
+        """Seconds of a stacked step of `members` (a group's pending runs), measured once per model,
+        member count, precision and graphs, at the first sequence length planned, scaled linearly."""
+        import torch
+
+        first = members[0]
+        model = canonical_json(first.model_factory.spec.identity()) if hasattr(first.model_factory, "spec") \
+            else repr(first.model_factory)
+        key = sha256(canonical_json(["stacked", model, batch, len(members), first.train.precision, group.graphs,
+                                     group.device, torch.get_num_threads()]))
+        if key not in self.table:
+            self.table[key] = [seq_len, measure_group_step(group, members, batch)]
             self.changed = True
         measured_at, seconds = self.table[key]
         return seconds * seq_len / measured_at
@@ -140,6 +170,43 @@ def measure_step(job: Any, seq_len: int, vocab: int, batch: int) -> float:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - started)
     return sorted(times[1:])[len(times[1:]) // 2]
+
+
+def measure_group_step(group: Any, members: Sequence[Any], batch: int) -> float:
+    """Median seconds of a training step of `members` stacked as their group trains them
+    (`madsl.runner.stacked`: precision, graphs), after the warm-up (and, with graphs, the
+    capture), on one batch of the task's own data (shapes matter here, not values)."""
+    import torch
+
+    from madsl.runner.executor import job_inputs
+    from madsl.runner.stacked import GRAPH_WARMUP, StackedMembers
+    from madsl.runner.train import RunData, RunState, resolve_device
+
+    def one_batch(task, setting, split, seed, data_dir):
+        return task.generate({**setting, "num_train_examples": batch, "num_test_examples": batch}, split, seed)
+
+    device = resolve_device(group.device if group.device in ("auto", "cpu", "cuda") else "auto")
+    states, data = [], None
+    for job in members:
+        inputs = job_inputs(job, one_batch)
+        states.append(RunState.start(job.train, inputs.build_model, device,
+                                     int(dict(job.setting).get("num_train_examples", batch)), inputs.num_classes))
+        data = data or RunData.from_tasks(inputs.train_data, inputs.test_data, device)
+    stack = StackedMembers(states, graphs=group.graphs)
+    stack.load_metrics()  # the epoch's train-metric sums a step adds into
+    x = data.train_x[:batch].expand(len(states), *data.train_x[:batch].shape)
+    y = data.train_y[:batch].expand(len(states), *data.train_y[:batch].shape)
+    # graphs: the eager runs, the capture (and its replay), one more replay; then only replays are timed
+    warm_up = GRAPH_WARMUP + 2 if group.graphs else 1
+    times = []
+    for index in range(warm_up + MEASURED_STEPS):
+        started = time.perf_counter()
+        stack.step(x, y)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if index >= warm_up:
+            times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2]
 
 
 def summarize_cost(total_runs: int, done: int, costs: list[RunCost], at_once: int | None,

@@ -105,6 +105,9 @@ class _Buffers:
     eager_runs: int = 0
 
 
+GRAPH_WARMUP = 3  # eager runs of a batch shape before its CUDA graph is captured
+
+
 class _Replayed:
     """Runs `compute(inputs, targets, cache)` on per-shape input buffers: eagerly or, with
     `graphs` on a CUDA device, captured as a CUDA graph after `WARMUP` eager runs of that
@@ -113,7 +116,7 @@ class _Replayed:
     and read no value on the host (tests/test_grid.py checks the stacked step for it); where
     a capture fails anyway, one warning and eager runs from then on."""
 
-    WARMUP = 3
+    WARMUP = GRAPH_WARMUP
 
     def __init__(self, compute: Callable[[torch.Tensor, torch.Tensor, bool], None], device: torch.device,
                  graphs: bool, what: str):
