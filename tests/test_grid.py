@@ -263,6 +263,45 @@ def test_a_stacked_groups_members_checkpoint_together_and_resume_as_a_stack(tmp_
     assert runs["uninterrupted"] == runs["crashed"]
 
 
+@pytest.mark.parametrize("fail_at_step", [1, 5])  # the first step; the second epoch's (after a checkpoint)
+def test_a_stack_that_runs_out_of_memory_trains_on_in_smaller_stacks(tmp_path, monkeypatch, fail_at_step):
+    """A device with room for two members' stacked step (stand-in: the step raises torch's
+    OutOfMemoryError for more): the group of four frees the memory, reopens its members from
+    their checkpoints (or from the start) and trains them in two stacks of two, each member
+    still as its unbatched run; each is told why it was retried."""
+    plan = _plan("attention-sg.mad", tmp_path / "a.db", (1e-3, 1e-4), (0.0, 0.1), epochs=2)
+    [group] = plan.work(batch_grid=True)
+    group.stack = True
+    for member in group.members:
+        member.checkpoint_every_s = 0.0  # a checkpoint after every epoch (3 steps an epoch)
+    sizes = []
+    step = StackedMembers.step
+
+    def step_on_a_small_device(self, *args):
+        sizes.append(len(self.states))
+        if len(self.states) > 2 and len(sizes) >= fail_at_step:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (stand-in)")
+        return step(self, *args)
+
+    monkeypatch.setattr(StackedMembers, "step", step_on_a_small_device)
+    events = []
+    execute_group(group, events.append, lambda: False)
+    assert not [e for e in events if e.kind == "failed"]
+    retried = [e for e in events if e.kind == "retried"]
+    assert sorted(e.run_id for e in retried) == sorted(m.run_id for m in group.members)
+    assert all("out of memory stacked with 3 other run(s)" in e.data["reason"] and "in stacks of 2" in e.data["reason"]
+               and e.data["from_checkpoint"] == (fail_at_step > 3) for e in retried)
+    # then two stacks of two, one after the other, each 2 epochs of 3 steps (from the start), or the
+    # second epoch's 3 (from the checkpoints of the first)
+    assert sizes == [4] * fail_at_step + [2] * (12 if fail_at_step <= 3 else 6)
+    batched = _results(events)
+    alone = _plan("attention-sg.mad", tmp_path / "b.db", (1e-3, 1e-4), (0.0, 0.1), epochs=2)
+    for job in alone.jobs:
+        single = []
+        execute_job(job, single.append, lambda: False)
+        assert _close(_strip_time(batched[job.run_id]), _strip_time(_results(single)[job.run_id]), rel=1e-5), job.label
+
+
 @pytest.mark.parametrize("graphs", [False, True])
 def test_members_leave_the_stack_as_they_finish(tmp_path, monkeypatch, graphs):
     """Members that stop early (here: no eval-loss improvement, `patience` 1) leave the stack

@@ -521,10 +521,13 @@ class Coordinator:
     def _on_progress(self, job: RunJob, data: dict) -> None:
         self.reporter.progress(job, data["epoch"], data["step"], data["steps"])
 
-    def _on_retried(self, job: RunJob, data: dict) -> None:  # an executor lost the run's machine
+    def _on_retried(self, job: RunJob, data: dict) -> None:  # its node was lost, or its stack ran out of memory
         where = "its last checkpoint" if data.get("from_checkpoint") else "the start"
-        self.reporter.message(f"retrying {job.label} (attempt {data['attempt']}, its node was lost) "
-                              f"from {where}")
+        if "reason" in data:
+            self.reporter.message(f"retrying {job.label} from {where}: {data['reason']}")
+        else:
+            self.reporter.message(f"retrying {job.label} (attempt {data['attempt']}, its node was lost) "
+                                  f"from {where}")
 
     def _on_length(self, job: RunJob, data: dict) -> None:
         self.store.heartbeat([job.run_id], self.owner)

@@ -170,26 +170,31 @@ def execute_group(group: GroupJob, emit: Callable[[Event], None], should_stop: C
         for job in group.members:
             emit(Event("started", job.run_id, {"pid": os.getpid(), "device": str(device), "group": group.run_id}))
             members.append(Member(job, None, job_hooks(job, emit, should_stop)))
-        for member in members:  # start (or resume) each run exactly as train_run would
+        def open_member(member: Member) -> None:
+            """Start (or resume, from its checkpoint) the member's run exactly as train_run would."""
+            opened = open_run(member.job.train, member.inputs.build_model, device,
+                              member.inputs.train_data.inputs.shape[0], member.inputs.num_classes,
+                              Path(member.job.checkpoint_path), member.hooks.keep_best, member.job.run_id)
+            if isinstance(opened, RunResult):
+                _finish(member, opened.to_dict(), device, emit)
+                return
+            member.state, member.rng = opened, rng_state()
+            member.checkpointer = Checkpointer(Path(member.job.checkpoint_path), member.hooks.checkpoint_every_s)
+            member.state.model.train()
+
+        for member in members:
             try:
                 member.inputs = job_inputs(member.job, load)
-                opened = open_run(member.job.train, member.inputs.build_model, device,
-                                  member.inputs.train_data.inputs.shape[0], member.inputs.num_classes,
-                                  Path(member.job.checkpoint_path), member.hooks.keep_best, member.job.run_id)
+                open_member(member)
             except Exception as err:  # noqa: BLE001 - one member's failure is its own
                 fail(member, err)
                 continue
-            if isinstance(opened, RunResult):
-                _finish(member, opened.to_dict(), device, emit)
-                continue
-            member.state, member.rng = opened, rng_state()
-            member.checkpointer = Checkpointer(Path(member.job.checkpoint_path), member.hooks.checkpoint_every_s)
-            member.data = _shared_data(members, member, device, RunData)
-            member.state.model.train()
+            if not member.done:
+                member.data = _shared_data(members, member, device, RunData)
         _check_solved(group, members, emit)
         together = [m for m in members if not m.done]
         if group.stack and _stackable(together, group.graphs):
-            _train_stacked(group, together, members, device, emit, should_stop)
+            _train_in_stacks(group, together, members, device, emit, should_stop, open_member)
         while any(not m.done for m in members):  # lockstep: one epoch of each member in turn
             for member in members:
                 if member.done:  # finished, failed, or stopped by a sibling that solved the setting
@@ -226,6 +231,54 @@ def _stackable(members: list[Member], graphs: bool) -> bool:
     return (len(members) >= (1 if graphs else 2) and at_once
             and not members[0].state.finished and members[0].state.settings.optimizer == "adamw"  # the stack's update
             and batchable([m.state.model for m in members]))
+
+
+def _train_in_stacks(group: GroupJob, together: list[Member], members: list[Member], device,
+                     emit: Callable[[Event], None], should_stop: Callable[[], bool],
+                     reopen: Callable[[Member], None]) -> None:
+    """Train `together` as one stack (`_train_stacked`). Where the device runs out of memory,
+    free it, reopen the stack's members from their checkpoints (a member's state is only
+    consistent there: the stack holds its weights between them) and train them in two stacks
+    of half the size, one after the other, halving again as needed; a member that runs out
+    alone trains in lockstep afterwards, as its unbatched run. Results stay each member's own."""
+    from madsl.runner.train import is_out_of_memory
+
+    stacks = [together]
+    while stacks:
+        stack = [m for m in stacks.pop(0) if not m.done]
+        if not stack or not _stackable(stack, group.graphs):
+            continue  # (what is left trains in lockstep)
+        try:
+            _train_stacked(group, stack, members, device, emit, should_stop)
+            continue
+        except Exception as err:  # noqa: BLE001 - running out of memory is handled, anything else raised
+            if not is_out_of_memory(err):
+                raise
+            reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'out of memory'}"
+        _free_device_memory(device)
+        half = (len(stack) + 1) // 2
+        if len(stack) > 1:
+            stacks[:0] = [stack[:half], stack[half:]]
+        for member in stack:
+            if member.done:
+                continue
+            from_checkpoint = Path(member.job.checkpoint_path).exists()
+            reopen(member)
+            emit(Event("retried", member.job.run_id, {
+                "from_checkpoint": from_checkpoint,
+                "reason": f"out of memory stacked with {len(stack) - 1} other run(s) ({reason}): "
+                          + (f"in stacks of {half}" if len(stack) > 1 else "on its own")}))
+
+
+def _free_device_memory(device) -> None:
+    """What a failed stack held, back to the device (its frames are gone with the exception)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _train_stacked(group: GroupJob, together: list[Member], members: list[Member], device,
@@ -266,6 +319,8 @@ def _train_stacked(group: GroupJob, together: list[Member], members: list[Member
                     _advance(member, device, emit)  # length evaluations, result, `finished`
         _check_solved(group, members, emit)
         keep = [i for i, member in enumerate(active) if not member.done]
+        if not keep:
+            return  # every member finished (a stack of none is no stack)
         if len(keep) < len(active):
             stack.keep(keep)
             active = [active[i] for i in keep]

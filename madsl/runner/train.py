@@ -668,7 +668,8 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
     return result
 
 
-def _is_out_of_memory(err: BaseException) -> bool:
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether `err` is the device (or the host) running out of memory."""
     if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
         return True
     text = str(err).lower()
@@ -686,7 +687,7 @@ def _evaluate_length(model: TaskModel, length: int, length_data: Callable[[int],
         metrics = evaluate(model, x, y, max(1, tokens_per_batch // max(length, 1)), num_classes, precision)
         status = "ok"
     except Exception as err:  # noqa: BLE001 - any failure at one length must not lose the run
-        if not _is_out_of_memory(err):
+        if not is_out_of_memory(err):
             metrics, status = {"error": f"{type(err).__name__}: {err}"}, "error"
         else:
             metrics, status = {}, "oom"
