@@ -1,7 +1,7 @@
 """Ops dispatched per training step: a device-independent proxy for GPU kernel launches.
 
 A width-128 MAD model's step on a GPU costs its kernel launches, not its arithmetic
-(docs/runner.md). This counts the aten ops that reach the dispatcher in one training step,
+(docs/gpu.md). This counts the aten ops that reach the dispatcher in one training step,
 and in one epoch's evaluation, on the CPU, for the paper grid's 6 (lr, wd) runs of one
 spec: unbatched (each run's own step, `train.train_step`, and evaluation, `train.evaluate`)
 against the 6 members stacked (`madsl.runner.stacked`: one step, one evaluation), measured

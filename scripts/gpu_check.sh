@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks, in one go, for whoever has a CUDA machine (docs/runner.md, "The GPU recipe").
+# The GPU checks, in one go, for whoever has a CUDA machine (docs/gpu.md, "Checking a GPU machine").
 #   scripts/gpu_check.sh [--no-install]
 # Installs madsl with the cuda and dev extras (mamba-ssm and causal-conv1d compile against the
 # local torch: --no-build-isolation), runs the CUDA test lane and the cost benchmark, and

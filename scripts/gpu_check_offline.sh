@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks on a CUDA machine WITHOUT network access (how docs/runner.md's H100 numbers
+# The GPU checks on a CUDA machine WITHOUT network access (how docs/gpu.md's H100 numbers
 # were taken). Prepare on a machine with pip access, in the repository root:
 #   scripts/gpu_check_offline.sh --prepare      # wheels + sdists into .gpu/ (git-ignored)
 # then copy the repository (with .gpu/) to the GPU machine and run there:

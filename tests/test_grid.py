@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import warnings
 from pathlib import Path
 
 import pytest
@@ -127,7 +128,8 @@ def _close(a: dict, b: dict, rel: float) -> bool:
 ])
 def test_a_stacked_group_trains_each_member_as_its_unbatched_run(tmp_path, monkeypatch, spec, lrs, wds, seeds):
     """Members as one vmapped model with stacked AdamW (every op batching or folding the
-    member axis): equal to the unbatched runs to fp32 rounding, for each layer family."""
+    member axis, none falling back to vmap's loop over the members: its "performance drop"
+    warning is an error here): equal to the unbatched runs to fp32 rounding, for each family."""
     if spec == "branches":
         spec = tmp_path / "branches.mad"
         spec.write_text(BRANCHED_SPEC)
@@ -136,7 +138,10 @@ def test_a_stacked_group_trains_each_member_as_its_unbatched_run(tmp_path, monke
     group.stack = True  # the CUDA default; on the CPU lockstep is the default (faster there)
     stacked_steps = _count_stacked_steps(monkeypatch)
     events = []
-    execute_group(group, events.append, lambda: False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="There is a performance drop")
+        execute_group(group, events.append, lambda: False)
+    assert not [e for e in events if e.kind == "failed"], [e.data["error"] for e in events if e.kind == "failed"]
     assert stacked_steps == [len(group.members)] * 9  # 3 epochs of 3 steps, every member in the stack
     batched = _results(events)
     alone = _plan(spec, tmp_path / "b.db", lrs, wds, seeds, epochs=3)

@@ -408,7 +408,7 @@ def resolve_cuda_graphs(cuda_graphs: bool | None, on_ray: bool, device: str, bat
     """Whether steps replay as CUDA graphs. By default (None) wherever they can: grid-batched
     training on a CUDA device of this machine (on an H100, faster than stacked without them
     for attention, Hyena and Mamba on every task but memorization's one-epoch measurement,
-    with results equal to eager's to rounding: docs/runner.md); asked for (True) where they
+    with results equal to eager's to rounding: docs/gpu.md); asked for (True) where they
     cannot: bad input."""
     if cuda_graphs is None:
         return not on_ray and batch_grid and device.startswith("cuda")
@@ -432,7 +432,7 @@ def _check_cuda_graphs(on_ray: bool, device: str, batch_grid: bool) -> None:
 
 def default_batch_grid(device: str) -> bool:
     """Grid batching by default: on CUDA, where one small run leaves most of the device idle;
-    off on the CPU, where members run one after another anyway (docs/runner.md, measured)."""
+    off on the CPU, where members run one after another anyway (docs/gpu.md, measured)."""
     return _planned_device(device).startswith("cuda")
 
 

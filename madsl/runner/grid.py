@@ -23,7 +23,7 @@ still training per round:
 In lockstep each member computes exactly what its unbatched run computes, in the same
 order (bitwise equal results on the same device); what it saves is the per-run setup
 (process, data, compile of the spec). Stacked, results agree to fp32 rounding.
-docs/runner.md has the measurements behind the choice.
+docs/gpu.md has the measurements behind the choice.
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def group_jobs(jobs: Sequence[tuple[Hashable, RunJob]], skip_solved_at: float | 
 def stacks_on(device: str) -> bool:
     """Whether groups on `device` train as one stacked model where their layers allow: on CUDA,
     where six small runs leave the device idle between kernel launches; not on the CPU, where
-    it was measured slower than lockstep (docs/runner.md)."""
+    it was measured slower than lockstep (docs/gpu.md)."""
     if device == "auto":
         import torch
 
