@@ -12,18 +12,19 @@
 # use the others (detached, in $BUILD outside the repository: a build outlives its call and
 # the next call on the same warm machine reuses it).
 #
-# GPU_CHECK_STEPS picks what runs, in this order (default "stacked cost shared rest"):
+# GPU_CHECK_STEPS picks what runs, in this order (default "stacked cost rest shared"):
 #   stacked  grid-batched (stacked) training and its CUDA graphs against the unbatched runs
 #   cost     benchmarks/protocol_cost.py: each task's baseline, its grid graph-replayed, and every
 #            sequence length of its sweep as `madsl eval` trains it here (--shapes): the projection
 #            (GPU_COST_ARGS adds arguments: "--grid-modes stacked graphs", "--measure-stop 1")
+#   rest     the rest of the lane; fla's tests last (on a cold Triton cache they compile their
+#            kernels: the lane runs one configuration of each, tests/test_cuda.py), stopped a
+#            minute before GPU_CALL_SECONDS to return Triton's cache
 #   shared   3 worker processes sharing the GPU against one (attention-sg, two tasks' baseline
 #            grids), without MPS (the processes' contexts take turns) and with it (their kernels
 #            run side by side), where nvidia-cuda-mps-control is found
-#   rest     the rest of the lane; fla's tests last (Triton autotunes them for minutes a shape
-#            on a cold cache), stopped a minute before GPU_CALL_SECONDS to return Triton's cache
-# The device tool gives one command 10 minutes: run "stacked cost", then "shared rest", as two
-# calls back to back on the warm machine.
+# The device tool gives one command 10 minutes: run "stacked cost", then "rest", then (time
+# left) "shared", as calls back to back on the warm machine.
 #
 # Where $OUT is set (this workplace's device tool: what is written there comes back, at most 8
 # files of 16 MiB), the logs come back as one archive, freshly built libraries (stripped) as
@@ -137,7 +138,7 @@ return_triton_cache() {  # its parts under $OUT for --keep-prebuilt (45 MB at mo
     fi
 }
 TIMEOUT=$(python3 -c 'import pytest_timeout' 2>/dev/null && echo "--timeout 150")
-want() { [[ " ${GPU_CHECK_STEPS:-stacked cost shared rest} " == *" $1 "* ]]; }
+want() { [[ " ${GPU_CHECK_STEPS:-stacked cost rest shared} " == *" $1 "* ]]; }
 pack_logs() {  # the logs so far, as one file under $OUT (what a command cut short at its limit still returns)
     [[ -n "${OUT:-}" ]] && tar czf "$OUT/gpu-check-logs.tar.gz" -C "$LOG" . 2>/dev/null
     return 0
@@ -166,6 +167,18 @@ if want stacked || want cost; then
     want stacked && lane stacked-mamba "" tests/test_cuda.py -k "($STACKED) and mamba"
     want cost && cost mamba "" specs/paper/mamba.mad
 fi
+if want rest; then  # what needs causal-conv1d after its build; fla's autotuning (minutes a shape) last
+    wait_build mamba_ssm
+    lane rest "" tests/test_cuda.py tests/test_gpu_paths.py tests/test_precision.py \
+        -k "not ($STACKED) and not (fla or gla or rwkv or retention or delta or causal_conv1d)"
+    wait_build causal_conv1d; imports
+    lane causal-conv1d "" tests/test_cuda.py -k "causal_conv1d or (grid_group and mamba)"
+    # fla's tests last, stopped in time (GPU_CALL_SECONDS: the call's limit) to return what they compiled
+    left=$(( ${GPU_CALL_SECONDS:-100000} - $(elapsed) - 60 )); (( left > 30 )) || left=30
+    TIMEOUT=${TIMEOUT/150/400} lane fla "timeout $left" tests/test_cuda.py tests/test_gpu_paths.py \
+        -k "fla or gla or rwkv or retention or delta"  # a test may autotune several kernels: 400 s each
+    return_triton_cache
+fi
 share() {  # share NAME: 3 worker processes on the GPU against one, two steady epochs of two baseline grids
     python3 benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-examples 0 --workers-per-device 3 \
         --tasks in-context-recall compression --specs specs/paper/attention-sg.mad > "$LOG/shared-$1.txt" 2>&1
@@ -183,17 +196,5 @@ if want shared; then  # without MPS the processes' CUDA contexts take turns on t
         echo "MPS: nvidia-cuda-mps-control not found or did not start"
     fi
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-fi
-if want rest; then  # what needs causal-conv1d after its build; fla's autotuning (minutes a shape) last
-    wait_build mamba_ssm
-    lane rest "" tests/test_cuda.py tests/test_gpu_paths.py tests/test_precision.py \
-        -k "not ($STACKED) and not (fla or gla or rwkv or retention or delta or causal_conv1d)"
-    wait_build causal_conv1d; imports
-    lane causal-conv1d "" tests/test_cuda.py -k "causal_conv1d or (grid_group and mamba)"
-    # fla's tests last, stopped in time (GPU_CALL_SECONDS: the call's limit) to return what they compiled
-    left=$(( ${GPU_CALL_SECONDS:-100000} - $(elapsed) - 60 )); (( left > 30 )) || left=30
-    TIMEOUT=${TIMEOUT/150/400} lane fla "timeout $left" tests/test_cuda.py tests/test_gpu_paths.py \
-        -k "fla or gla or rwkv or retention or delta"  # a test may autotune several kernels: 400 s each
-    return_triton_cache
 fi
 [[ -n "${OUT:-}" ]] && echo "logs: \$OUT/gpu-check-logs.tar.gz"
