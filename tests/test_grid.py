@@ -331,6 +331,41 @@ def test_members_leave_the_stack_as_they_finish(tmp_path, monkeypatch, graphs):
         assert _close(_strip_time(batched[job.run_id]), _strip_time(_results(single)[job.run_id]), rel=1e-5), job.label
 
 
+def _without_seconds(result: dict) -> dict:
+    """_strip_time, length evaluations' wall time included."""
+    out = _strip_time(result)
+    out["length_evals"] = [{k: v for k, v in ev.items() if k != "seconds"} for ev in result["length_evals"]]
+    return out
+
+
+def test_a_member_stopped_in_its_length_evaluations_resumes_them_not_its_training(tmp_path):
+    """The stack's middle member stops training early (patience 1, lr 3e-2: after epoch 2) and
+    is stopped while it evaluates at its lengths. Every member's epochs so far were reported
+    (its siblings' too, the last one's included), and each checkpointed there. Resumed, the
+    group must not stack that member with its siblings (its training is over): it evaluates its
+    remaining length and ends as the uninterrupted member did, and so do its siblings."""
+    runs = {}
+    for name in ("uninterrupted", "stopped"):
+        plan = _plan("attention-sg.mad", tmp_path / f"{name}.db", (3e-4, 3e-2, 3e-3), epochs=4, patience=1,
+                     eval_lengths=[24, 32])
+        [group] = plan.work(batch_grid=True)
+        group.stack = True
+        group.members.sort(key=lambda m: [3e-4, 3e-2, 3e-3].index(m.train.lr))  # the member that ends early in the middle
+        events = []
+        if name == "stopped":
+            execute_group(group, events.append, lambda: any(e.kind == "length" for e in events))
+            assert [e.kind for e in events if e.run_id == group.members[1].run_id][-2:] == ["length", "interrupted"]
+            for member in group.members:
+                reported = [e.data["metrics"]["epoch"] for e in events if e.kind == "epoch" and e.run_id == member.run_id]
+                assert reported == [h["epoch"] for h in load_checkpoint(Path(member.checkpoint_path))["history"]]
+            events = []
+        execute_group(group, events.append, lambda: False)
+        runs[name] = {k: _without_seconds(v) for k, v in _results(events).items()}
+    early = runs["uninterrupted"][group.members[1].run_id]
+    assert early["epochs_done"] < 4 and [ev["length"] for ev in early["length_evals"]] == [24, 32]
+    assert runs["stopped"] == runs["uninterrupted"]
+
+
 def test_with_cuda_graphs_a_run_alone_is_a_stack_of_one(tmp_path, monkeypatch):
     """--cuda-graphs stacks every run, so that every run gets the graphs: a run with no grid
     siblings becomes a group of one, trained stacked (on the CPU the step runs eagerly), as

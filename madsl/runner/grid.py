@@ -191,23 +191,29 @@ def execute_group(group: GroupJob, emit: Callable[[Event], None], should_stop: C
                 continue
             if not member.done:
                 member.data = _shared_data(members, member, device, RunData)
+        def advance(member: Member) -> None:
+            """One epoch of the member, alone (or its length evaluations and result)."""
+            try:
+                with _own_rng(member):
+                    _advance(member, device, emit)
+            except RunInterrupted:
+                raise
+            except Exception as err:  # noqa: BLE001 - a failing member does not take its siblings down
+                fail(member, err)
+            if member.done:
+                _check_solved(group, members, emit)
+
         _check_solved(group, members, emit)
+        for member in members:  # resumed after its training was over (lengths or result to come): it ends first
+            if not member.done and member.state.finished:
+                advance(member)
         together = [m for m in members if not m.done]
         if group.stack and _stackable(together, group.graphs):
             _train_in_stacks(group, together, members, device, emit, should_stop, open_member)
         while any(not m.done for m in members):  # lockstep: one epoch of each member in turn
             for member in members:
-                if member.done:  # finished, failed, or stopped by a sibling that solved the setting
-                    continue
-                try:
-                    with _own_rng(member):
-                        _advance(member, device, emit)
-                except RunInterrupted:
-                    raise
-                except Exception as err:  # noqa: BLE001 - a failing member does not take its siblings down
-                    fail(member, err)
-                if member.done:
-                    _check_solved(group, members, emit)
+                if not member.done:  # not finished, failed, or stopped by a sibling that solved the setting
+                    advance(member)
     except RunInterrupted as err:
         for member in members:
             if not member.done:
@@ -229,7 +235,8 @@ def _stackable(members: list[Member], graphs: bool) -> bool:
 
     at_once = len({(m.state.epoch, m.state.step, m.state.steps_per_epoch) for m in members}) == 1
     return (len(members) >= (1 if graphs else 2) and at_once
-            and not members[0].state.finished and members[0].state.settings.optimizer == "adamw"  # the stack's update
+            and not any(m.state.finished for m in members)  # each has training left
+            and members[0].state.settings.optimizer == "adamw"  # the stack's update
             and batchable([m.state.model for m in members]))
 
 
@@ -312,10 +319,11 @@ def _train_stacked(group: GroupJob, together: list[Member], members: list[Member
                 member.state.end_epoch(ended[-1])
         if any(m.checkpointer.due_at_epoch_end() for m in active):
             checkpoint()  # every member's, before any is reported: they resume at one point, as a stack
-        for member, metrics in zip(active, ended):
-            with _own_rng(member):
-                member.hooks.on_epoch(metrics)
-                if member.state.finished:
+        for member, metrics in zip(active, ended):  # every member's epoch reported before any ends (lengths take long)
+            member.hooks.on_epoch(metrics)
+        for member in active:
+            if member.state.finished:
+                with _own_rng(member):
                     _advance(member, device, emit)  # length evaluations, result, `finished`
         _check_solved(group, members, emit)
         keep = [i for i, member in enumerate(active) if not member.done]
