@@ -431,6 +431,36 @@ def test_an_interrupted_group_resumes_to_the_uninterrupted_result(tmp_path):
            {k: _strip_time(v) for k, v in _results(uninterrupted).items()}
 
 
+def test_a_checkpoint_that_cannot_be_written_on_a_stop_fails_its_member_and_the_group_reports_every_member(
+        tmp_path, monkeypatch):
+    """Stopped, a lockstep group writes every member's checkpoint; where one cannot be written
+    (a full disk), that member fails (as its unbatched run would), its siblings still report
+    `interrupted`, and execute_group does not raise: an escaping error left the thread
+    executor waiting for events that never came."""
+    from madsl.runner import train
+
+    plan = _plan("attention-sg.mad", tmp_path / "a.db", (1e-3, 5e-4), epochs=2)
+    [group] = plan.work(batch_grid=True)
+    full = group.members[1].checkpoint_path
+    save = train.save_checkpoint
+
+    def save_unless_full(path, state):
+        if str(path) == full:
+            raise OSError(28, "No space left on device")
+        save(path, state)
+
+    monkeypatch.setattr(train, "save_checkpoint", save_unless_full)
+    events = []
+    # stopped once both trained an epoch: the first member checkpoints as it stops, then the group
+    # writes the second's, between its epochs
+    execute_group(group, events.append, lambda: any(e.kind == "epoch" and e.run_id == group.members[1].run_id
+                                                    for e in events))
+    ends = {e.run_id: e.kind for e in events if e.kind in ("finished", "failed", "interrupted", "skipped")}
+    assert len([e for e in events if e.kind in ("finished", "failed", "interrupted", "skipped")]) == 2
+    assert ends == {group.members[0].run_id: "interrupted", group.members[1].run_id: "failed"}
+    assert Path(group.members[0].checkpoint_path).exists() and not Path(full).exists()
+
+
 def test_a_member_that_solves_the_setting_stops_its_siblings(tmp_path):
     plan = _plan("attention-sg.mad", tmp_path / "a.db", (1e-3, 5e-4, 1e-4), epochs=3)
     group = plan.work(batch_grid=True)[0]

@@ -216,11 +216,16 @@ def execute_group(group: GroupJob, emit: Callable[[Event], None], should_stop: C
                     advance(member)
     except RunInterrupted as err:
         for member in members:
-            if not member.done:
-                if member.state is not None:  # lockstep: the siblings between epochs keep their progress too
+            if member.done:
+                continue
+            if member.state is not None:  # lockstep: the siblings between epochs keep their progress too
+                try:
                     with _own_rng(member):
                         member.checkpointer.save(member.state)
-                emit(Event("interrupted", member.job.run_id, {"message": str(err)}))
+                except Exception as save_err:  # noqa: BLE001 - (a full disk) as its unbatched run's stop would
+                    fail(member, save_err)
+                    continue
+            emit(Event("interrupted", member.job.run_id, {"message": str(err)}))
     except BaseException as err:  # noqa: BLE001 - report, never take the executor down
         for job in group.members:
             if not any(m.job is job and m.done for m in members):
