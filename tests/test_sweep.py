@@ -138,6 +138,25 @@ def test_a_stacked_groups_runs_are_costed_as_the_group_that_trains_them(tmp_path
     assert measured == [3 - done]
 
 
+def test_a_group_that_cannot_stack_is_costed_run_by_run(tmp_path, monkeypatch):
+    """A group whose runs cannot train stacked (Adam: the stack's update is AdamW's) trains in
+    lockstep, one run after another, even where groups stack: the plan costs its runs each
+    by its own step, not as a share of a stacked step that never runs."""
+    from madsl.runner import cost
+    from madsl.runner.api import cli_overrides, plan_evaluation
+    from madsl.runner.store import StoreFiles
+    from madsl.spec import load_spec
+
+    cli = cli_overrides(protocol="smoke", tasks=["in-context-recall"], lr=[1e-3, 5e-4], epochs=1, batch_size=8,
+                        optimizer="adam", settings={"num_train_examples": 16, "num_test_examples": 8, "seq_len": 16})
+    plan = plan_evaluation(StoreFiles(tmp_path / "r.db"), [(load_spec(HYENA), str(HYENA))], cli, device="cpu")
+    [group] = plan.work(batch_grid=True)
+    group.stack = True  # as on CUDA
+    monkeypatch.setattr(cost, "measure_group_step", lambda *args: pytest.fail("timed a stack that never trains"))
+    costs = cost.estimate(plan.jobs, set(), tmp_path / "files", work=[group])
+    assert costs == cost.estimate(plan.jobs, set(), tmp_path / "files", work=plan.jobs)  # as runs (the cached step)
+
+
 def test_dry_run_counts_runs_tokens_flops_and_estimates_time_and_a_real_sweep_prints_it_first(tmp_path, capsys):
     from madsl.graph import account
     from madsl.spec import load_spec

@@ -56,11 +56,13 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
              work: Sequence[Any] = ()) -> list[RunCost]:
     """The cost of every pending job (done ones cost nothing); `work`: the units the executor
     runs (RunJobs and GroupJobs), so that a stacked group's runs share its measured steps."""
+    from madsl.runner.grid import stacks_settings
+
     timings = StepTimes(files_dir / "step-times.json" if files_dir is not None else None)
-    stacked_in = {member.run_id: unit for unit in work if getattr(unit, "stack", False)
-                  for member in unit.members}
-    pending_members = {id(unit): sum(m.run_id not in done for m in unit.members) for unit in work
-                       if getattr(unit, "stack", False)}
+    # the groups that train stacked (the others, e.g. Adam's, train in lockstep: run by run)
+    stacked = [unit for unit in work if getattr(unit, "stack", False) and stacks_settings(unit.members[0])]
+    stacked_in = {member.run_id: unit for unit in stacked for member in unit.members}
+    pending_members = {id(unit): sum(m.run_id not in done for m in unit.members) for unit in stacked}
     forward_flops: dict[tuple[int, int, int], float] = {}  # (spec, seq_len, vocab) -> FLOPs of one sequence
     costs = []
     for job in jobs:

@@ -99,6 +99,13 @@ def stacks_on(device: str) -> bool:
     return device.startswith("cuda")
 
 
+def stacks_settings(job: RunJob) -> bool:
+    """Whether a run's settings and task let its group train stacked (its layers aside:
+    `stacked.batchable` checks those on the built model): the stack's update is AdamW's, and
+    its loss a class head's (a regression mask selects a data-dependent number of positions)."""
+    return job.train.optimizer == "adamw" and getattr(job.task, "head", "lm") != "regress"
+
+
 def _on(device: str, job: RunJob) -> RunJob:
     from dataclasses import replace
 
@@ -241,8 +248,7 @@ def _stackable(members: list[Member], graphs: bool) -> bool:
     at_once = len({(m.state.epoch, m.state.step, m.state.steps_per_epoch) for m in members}) == 1
     return (len(members) >= (1 if graphs else 2) and at_once
             and not any(m.state.finished for m in members)  # each has training left
-            and members[0].state.settings.optimizer == "adamw"  # the stack's update
-            and batchable([m.state.model for m in members]))
+            and stacks_settings(members[0].job) and batchable([m.state.model for m in members]))
 
 
 def _train_in_stacks(group: GroupJob, together: list[Member], members: list[Member], device,
