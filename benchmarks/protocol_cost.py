@@ -32,7 +32,8 @@ checkpoints; each setting then costs its steps x the step + its test examples x 
 evaluation per example + the checkpoints, per epoch. This is the projection to read on a
 GPU: a launch-bound short setting and a compute-bound long one are each measured.
 
-    python benchmarks/protocol_cost.py                       # paper specs mamba, hyena-sg, attention-sg
+    python benchmarks/protocol_cost.py                       # paper specs mamba, hyena-sg, attention-sg; on a
+                                                             # GPU: baseline grids and the per-shape projection
     python benchmarks/protocol_cost.py --quick               # a few minutes on 2 CPU cores
     python benchmarks/protocol_cost.py --grid-only           # only batched vs unbatched, every task
     python benchmarks/protocol_cost.py --grid-only --grid-examples 16   # per-step overhead regime
@@ -360,9 +361,10 @@ def main() -> int:
                              "`madsl eval` does, on CUDA)")
     parser.add_argument("--quick", action="store_true",
                         help="one spec (mamba) on 256 training examples per task, scaled up")
-    parser.add_argument("--grid-examples", type=_grid_examples, default=64,
+    parser.add_argument("--grid-examples", type=_grid_examples, default=None,
                         help="training examples of the batched-vs-unbatched grid comparison (0: skip it; "
-                             "'baseline': the task's baseline setting, epoch seconds as the runner records them)")
+                             "'baseline': the task's baseline setting, epoch seconds as the runner records them; "
+                             "default: 'baseline' on CUDA, 64 on the CPU)")
     parser.add_argument("--grid-modes", nargs="+", default=None, choices=("unbatched", "lockstep", "stacked", "graphs"),
                         help="only these modes of the grid comparison; without 'unbatched' (and with "
                              "--grid-examples baseline) the unbatched grid is taken as 6 x the measured epoch")
@@ -372,15 +374,24 @@ def main() -> int:
     parser.add_argument("--workers-per-device", type=int, default=0, metavar="W",
                         help="also measure W worker processes sharing the device against one (the baseline "
                              "grids of the tasks, steady epochs) and project with that throughput")
-    parser.add_argument("--shapes", action="store_true",
+    parser.add_argument("--shapes", action=argparse.BooleanOptionalAction, default=None,
                         help="also project from each sequence length of every task's sweep measured as `madsl eval` "
                              "trains it by default on this device (grid-batched, with CUDA graphs on CUDA), no "
-                             "scaling from the baseline")
+                             "scaling from the baseline (default: on for CUDA; on the CPU it takes hours)")
     parser.add_argument("--shape-steps", type=int, default=SHAPE_STEPS, metavar="N",
                         help=f"training steps an epoch of a --shapes measurement (default {SHAPE_STEPS})")
     parser.add_argument("--grid-only", action="store_true",
                         help="only the batched-vs-unbatched comparison, for every spec and task (no projection)")
     args = parser.parse_args()
+    import torch
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    on_cuda = device.startswith("cuda")
+    # the defaults answer the question on each device: on a GPU the projection as madsl eval trains
+    if args.grid_examples is None:
+        args.grid_examples = "baseline" if on_cuda else 64
+    if args.shapes is None:
+        args.shapes = on_cuda and not args.grid_only
     if args.workers_per_device and args.workers_per_device < 2:
         parser.error(f"--workers-per-device compares W workers with one: W must be at least 2, got "
                      f"{args.workers_per_device}")
@@ -392,9 +403,6 @@ def main() -> int:
         parser.error(f"--shape-steps must be at least 1, got {args.shape_steps}")
     if args.shapes and args.grid_only:
         parser.error("--shapes is a projection: it cannot go with --grid-only")
-    import torch
-
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     specs = args.specs[:1] if args.quick and not args.grid_only else args.specs
     examples = 256 if args.quick else None
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
