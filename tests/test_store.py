@@ -114,3 +114,23 @@ def test_a_database_from_before_the_divergence_flag_keeps_working(tmp_path):
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM runs WHERE diverged_epoch IS NULL").fetchone() == (2,)
     conn.close()
+
+
+def test_finishing_a_run_drops_the_epochs_of_an_abandoned_attempt(tmp_path, monkeypatch):
+    """A run resumed from a checkpoint older than its last reported epoch (checkpoints are once a
+    minute) may end sooner than the attempt that was lost: its epochs are its result's, no more."""
+    from runner_helpers import run_toy_eval
+
+    results = []
+    finish = Store.finish
+    monkeypatch.setattr(Store, "finish", lambda self, run_id, result, device=None:
+                        results.append(result) or finish(self, run_id, result, device))
+    db = tmp_path / "r.db"
+    run_toy_eval(db, epochs=3)
+    store = Store(db)
+    [run], [result] = store.runs(), results
+    for epoch in (4, 5):  # reported by an attempt that trained further before it was lost
+        store.record_epoch(run["run_id"], {**result["history"][-1], "epoch": epoch})
+    assert len(store.epochs(run["run_id"])) == 5
+    store.finish(run["run_id"], result)
+    assert [row["epoch"] for row in store.epochs(run["run_id"])] == [1, 2, 3]

@@ -120,6 +120,7 @@ class StepTimes:
         if key not in self.table:
             self.table[key] = [seq_len, measure_step(job, seq_len, vocab, batch)]
             self.changed = True
+            _give_device_memory_back()
         measured_at, seconds = self.table[key]
         return seconds * seq_len / measured_at
 
@@ -136,6 +137,7 @@ class StepTimes:
         if key not in self.table:
             self.table[key] = [seq_len, measure_group_step(group, members, batch)]
             self.changed = True
+            _give_device_memory_back()
         measured_at, seconds = self.table[key]
         return seconds * seq_len / measured_at
 
@@ -146,6 +148,18 @@ class StepTimes:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(self.table, indent=1, sort_keys=True))
         os.replace(tmp, self.path)
+
+
+def _give_device_memory_back() -> None:
+    """What a measurement held (a stack's graphs among it) stays cached by torch in this process,
+    the coordinator's: hand it back to the GPU, for the workers that train on it."""
+    import gc
+
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def measure_step(job: Any, seq_len: int, vocab: int, batch: int) -> float:

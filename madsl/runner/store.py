@@ -409,6 +409,10 @@ class Store(StoreFiles):
         with self.transaction() as c:
             for m in result["history"]:
                 self._write_epoch(c, run_id, m)
+            # an attempt resumed from an older checkpoint can end sooner than the lost one that reported
+            # further epochs (checkpoints are once a minute): the run's epochs are its result's
+            c.execute("DELETE FROM epochs WHERE run_id=? AND epoch>?",
+                      (run_id, max((int(m["epoch"]) for m in result["history"]), default=0)))
             for ev in result.get("length_evals", []):
                 c.execute("INSERT OR REPLACE INTO length_evals VALUES (?,?,?,?,?,?,?,?,?)",
                           (run_id, ev["length"], ev["status"], ev.get("seconds"), ev.get("loss"), ev.get("ppl"),
