@@ -180,7 +180,7 @@ if want rest; then  # what needs causal-conv1d after its build; fla's autotuning
     return_triton_cache
 fi
 share() {  # share NAME: 3 worker processes on the GPU against one, two steady epochs of two baseline grids
-    python3 benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-examples 0 --workers-per-device 3 \
+    python3 benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-examples 0 --no-shapes --workers-per-device 3 \
         --tasks in-context-recall compression --specs specs/paper/attention-sg.mad > "$LOG/shared-$1.txt" 2>&1
     echo "shared ($1) rc=$? at $(elapsed) s"; grep -E "workers|Error" "$LOG/shared-$1.txt"
     pack_logs
