@@ -6,6 +6,8 @@ real compiled path).
 """
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
 import threading
 import time
@@ -139,6 +141,14 @@ class DivergingFactory(StandInFactory):
 
         model.register_forward_pre_hook(poison)
         return model
+
+
+@dataclass
+class KillingFactory(StandInFactory):
+    """Kills the process that builds its model (SIGKILL): a worker lost to the OOM killer, on cue."""
+
+    def __call__(self, vocab_size, max_seq_len, num_classes=None, seed=0):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass

@@ -22,6 +22,7 @@ import torch
 
 from madsl.errors import MadslError
 from madsl.runner import scores as scoring
+from madsl.runner.api import evaluate
 from madsl.runner.checkpoint import load_checkpoint
 from madsl.runner.executor import Reporter
 from madsl.runner.heads import TaskModel, sincos_position_embedding
@@ -31,7 +32,8 @@ from madsl.runner.report import report
 from madsl.runner.store import Store
 from madsl.runner.train import MetricAccumulator, train_run
 from madsl.tasks.base import IGNORE
-from runner_helpers import (TESTS_DIR, TOY_TASKS, DivergingFactory, FakeSpec, StandInModel, epoch_rows, run_rows, run_toy_eval,
+from runner_helpers import (TESTS_DIR, TOY_TASKS, DivergingFactory, FakeSpec, KillingFactory, StandInFactory,
+                            StandInModel, epoch_rows, run_rows, run_toy_eval,
                             without_sequence_mixing)
 
 torch.set_num_threads(1)
@@ -298,11 +300,18 @@ def test_kill_9_resumes_from_checkpoint_to_the_same_result(tmp_path):
     _same_result(reference_run, reference_epochs, run, epoch_rows(db))
 
 
-def test_process_pool_executor(tmp_path):
+def test_process_pool_executor_and_a_killed_worker_fails_its_runs_while_the_others_go_on(tmp_path):
     db = tmp_path / "r.db"
-    summary = run_toy_eval(db, epochs=2, wd=[0.0, 0.1], workers=2)
-    assert summary["complete"] and summary["done"] == 2
-    assert {r["status"] for r in run_rows(db)} == {"done"}
+    specs = [FakeSpec("killed", "killed-v1"), FakeSpec("standin", "standin-v1")]
+    factory = lambda spec: KillingFactory() if spec.name == "killed" else StandInFactory()  # noqa: E731
+    summary = evaluate(specs, tasks=["toy-previous"], protocol="smoke", db=db, epochs=1, lr=3e-3, wd=[0.0, 0.1],
+                       workers=2, progress=False, model_factory=factory, task_registry=TOY_TASKS)
+    runs = run_rows(db)
+    # no traceback, no run left "running": the killed worker's runs failed, the others ran in a new pool
+    assert sorted((r["spec_name"], r["status"]) for r in runs) == [("killed", "failed")] * 2 + [("standin", "done")] * 2
+    assert set(summary["failed"]) == {r["run_id"] for r in runs if r["spec_name"] == "killed"}
+    assert all("worker died" in error for error in summary["failed"].values())
+    assert summary["done"] == 2 and not summary["complete"]
 
 
 def test_skip_solved_grid_points(tmp_path):

@@ -28,6 +28,7 @@ import threading
 import time
 import traceback
 from abc import ABC, abstractmethod
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
@@ -294,18 +295,29 @@ class ProcessExecutor(Executor):
         cores = cores or os.cpu_count() or 1
         self.slots = workers
         self.threads_per_worker = max(1, cores // workers)
-        context = mp.get_context("spawn")  # fork after torch has started threads can deadlock
-        self._events = context.Queue()
-        self._stop = context.Event()
-        self._pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=context, initializer=_worker_init,
-            initargs=(self._events, self._stop, self.threads_per_worker))
+        self._context = mp.get_context("spawn")  # fork after torch has started threads can deadlock
+        self._events = self._context.Queue()
+        self._stop = self._context.Event()
+        self._pool = self._new_pool()
         self._futures: dict[concurrent.futures.Future, Any] = {}  # -> the job (a run or a grid group)
         self._reported: set[str] = set()  # run ids whose terminal event arrived
         self._silent_since: dict[str, float] = {}
 
+    def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        return concurrent.futures.ProcessPoolExecutor(
+            max_workers=self.slots, mp_context=self._context, initializer=_worker_init,
+            initargs=(self._events, self._stop, self.threads_per_worker))
+
     def submit(self, job: RunJob) -> None:
-        self._futures[self._pool.submit(_worker_main, job)] = job
+        try:
+            future = self._pool.submit(_worker_main, job)
+        except BrokenProcessPool:
+            # a worker died (killed, out of memory): the pool failed its jobs (poll reports them)
+            # and takes no more; the other runs go on in a new one
+            self._pool.shutdown(wait=True)
+            self._pool = self._new_pool()
+            future = self._pool.submit(_worker_main, job)
+        self._futures[future] = job
 
     def poll(self, timeout: float) -> list[Event]:
         events = _drain(self._events, timeout)
