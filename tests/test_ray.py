@@ -75,6 +75,24 @@ class TestOnALocalRayInstance:
                [{k: r[k] for k in keys} for r in toy.run_rows(tmp_path / "ray.db")]
 
 
+    def test_keep_best_on_ray_keeps_the_weights_a_local_run_keeps(self, tmp_path, capsys):
+        from safetensors.torch import load_file
+
+        from madsl.runner.kept import WEIGHTS, models_dir
+
+        # --checkpoint-every 3600: the only checkpoint with the best weights is the run's final one
+        args = [SPEC, "--protocol", "smoke", "--task", "in-context-recall", "--epochs", "2", "--keep", "best",
+                "--set", "seq_len=32", "--set", "num_train_examples=32", "--set", "num_test_examples=16",
+                "--checkpoint-every", "3600", "--quiet"]
+        kept = {}
+        for name, more in (("local", []), ("ray", ["--executor", "ray", "--cpus-per-run", "1"])):
+            db = tmp_path / f"{name}.db"
+            assert main(["eval", *args, "--db", str(db), *more]) == 0
+            [run_id] = [r["run_id"] for r in toy.run_rows(db)]
+            kept[name] = load_file(str(models_dir(Store(db).files_dir) / run_id / WEIGHTS))
+        assert kept["local"].keys() == kept["ray"].keys()
+        assert all(torch.equal(kept["local"][k], kept["ray"][k]) for k in kept["local"])
+
     def test_a_stopped_ray_run_leaves_its_checkpoint_in_the_store_and_resumes_locally(self, tmp_path):
         epochs, extra = 12, {"settings_overrides": {"num_train_examples": 512}, "lr": 3e-4}
         toy.run_toy_eval(tmp_path / "reference.db", epochs=epochs, **extra)

@@ -175,8 +175,9 @@ class EventHub:
 class _HubLink:
     """A worker's side of the hub: emits events, ships the checkpoint file whenever it changed."""
 
-    def __init__(self, ray, hub, run_id: str, attempt: int, checkpoint: Path):
+    def __init__(self, ray, hub, run_id: str, attempt: int, checkpoint: Path, keep_best: bool = False):
         self.ray, self.hub, self.run_id, self.attempt, self.path = ray, hub, run_id, attempt, checkpoint
+        self.keep_best = keep_best  # the driver keeps the best weights from the final checkpoint
         self.shipped = self._version()  # the checkpoint we started from is the hub's already
         self.last_put = None
         self.stopping, self.asked_at = False, -math.inf
@@ -189,8 +190,8 @@ class _HubLink:
         return st.st_ino, st.st_mtime_ns, st.st_size  # train.py replaces the file atomically
 
     def emit(self, event: Event) -> None:
-        if event.kind != "finished":  # a finished run's result travels in its event
-            self._ship_checkpoint()
+        if event.kind != "finished" or self.keep_best:  # a finished run's result travels in its event,
+            self._ship_checkpoint()  # its best weights (--keep best) in its final checkpoint
         self.last_put = self.hub.put.remote(self.run_id, self.attempt, event.kind, event.data)
 
     def _ship_checkpoint(self) -> None:
@@ -223,7 +224,7 @@ def run_on_ray(job: RunJob, hub: Any, threads: int) -> None:
         local = Path(workdir) / Path(job.checkpoint_path).name
         if checkpoint is not None:
             local.write_bytes(checkpoint)
-        link = _HubLink(ray, hub, job.run_id, attempt, local)
+        link = _HubLink(ray, hub, job.run_id, attempt, local, job.keep_best)
         if attempt > 1:  # Ray lost the node of the attempt before
             link.emit(Event("retried", job.run_id, {"attempt": attempt, "from_checkpoint": checkpoint is not None}))
         if link.should_stop():
