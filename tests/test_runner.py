@@ -11,6 +11,7 @@ import io
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -320,6 +321,15 @@ def test_skip_solved_grid_points(tmp_path):
     summary = run_toy_eval(db, epochs=30, lr=[3e-3, 1e-5], settings_overrides={"num_train_examples": 512})
     statuses = sorted(r["status"] for r in run_rows(db))
     assert statuses == ["done", "skipped"] and summary["skipped"] == 1 and summary["complete"]
+
+    # the skipped grid point was running when its process died (kill -9): the next eval skips it too
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET status='running', owner=?, heartbeat=? WHERE status='skipped'",
+                     (f"{socket.gethostname()}:{dead.pid}", time.time()))
+    again = run_toy_eval(db, epochs=30, lr=[3e-3, 1e-5], settings_overrides={"num_train_examples": 512})
+    assert sorted(r["status"] for r in run_rows(db)) == ["done", "skipped"] and again["skipped"] == 1
 
 
 def test_a_run_whose_loss_diverges_is_recorded_and_reported_as_diverged(tmp_path):

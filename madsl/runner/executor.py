@@ -498,8 +498,9 @@ class Coordinator:
         if job.run_id in self.initially_done:
             outcome.already_done.append(job.run_id)
             return False
-        if self.skip_solved_at is not None and (sibling := store.solved_sibling(job.run_id, self.skip_solved_at)):
-            store.mark_skipped(job.run_id, f"solved by {sibling}")
+        if self.skip_solved_at is not None and (sibling := store.solved_sibling(job.run_id, self.skip_solved_at)) \
+                and store.mark_skipped(job.run_id, f"solved by {sibling}"):  # else done, or running elsewhere
+            Path(job.checkpoint_path).unlink(missing_ok=True)  # of a dead process's attempt
             outcome.skipped.append(job.run_id)
             self.reporter.ended(job, "skipped", "setting solved at another lr/wd")
             return False

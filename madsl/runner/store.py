@@ -388,10 +388,20 @@ class Store(StoreFiles):
             c.execute("UPDATE runs SET status=?, owner=NULL, heartbeat=NULL, error=? "
                       "WHERE run_id=? AND owner=? AND status='running'", (status, error, run_id, owner))
 
-    def mark_skipped(self, run_id: str, reason: str) -> None:
+    def mark_skipped(self, run_id: str, reason: str) -> bool:
+        """Skip a run that no live process runs (pending, failed, or a dead owner's); whether it is skipped."""
         with self.transaction() as c:
-            c.execute("UPDATE runs SET status='skipped', error=? WHERE run_id=? AND status IN ('pending','failed')",
-                      (reason, run_id))
+            row = c.execute("SELECT status, owner, heartbeat FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                raise KeyError(run_id)
+            status = row["status"]
+            if status == "running" and owner_is_dead(row["owner"], row["heartbeat"], self.stale_after_s, time.time()):
+                status = "pending"  # its process died: nobody will finish it
+            if status in ("pending", "failed"):
+                c.execute("UPDATE runs SET status='skipped', owner=NULL, heartbeat=NULL, error=? WHERE run_id=?",
+                          (reason, run_id))
+                return True
+            return status == "skipped"
 
     def record_epoch(self, run_id: str, metrics: Mapping[str, Any]) -> None:
         with self.transaction() as c:
