@@ -249,6 +249,16 @@ def test_graceful_stop_resumes_to_the_same_result(tmp_path):
     _same_result(reference_run, reference_epochs, run, epoch_rows(db))
 
 
+def test_a_stop_counts_the_runs_already_done_as_done_not_as_left_to_do(tmp_path):
+    db = tmp_path / "r.db"
+    run_toy_eval(db, epochs=1, lr=1e-2)
+    stopped = run_toy_eval(db, epochs=1, lr=[3e-3, 1e-2], stop_requested=lambda: True)
+    assert (stopped["interrupted"], stopped["already_done"]) == (1, 1)
+    # nothing left to do: a stop changes nothing (exit status 0, not 130)
+    nothing_left = run_toy_eval(db, epochs=1, lr=1e-2, stop_requested=lambda: True)
+    assert (nothing_left["interrupted"], nothing_left["already_done"]) == (0, 1) and nothing_left["complete"]
+
+
 KILL_SCRIPT = """
 import sys, torch
 torch.set_num_threads(1)

@@ -471,7 +471,10 @@ class Coordinator:
             self.executor.request_stop()
             self.reporter.message("stopping: running runs checkpoint and stop (Ctrl-C again to abort)")
         if self.stopping:
-            self.outcome.interrupted += [i for j in [*self.todo, *self.waiting] for i in run_ids(j)]
+            for run_id in (i for j in [*self.todo, *self.waiting] for i in run_ids(j)):
+                row = self.store.run(run_id)  # one done (before, or by another process) is not left to do
+                done = row is not None and row["status"] == "done"
+                (self.outcome.already_done if done else self.outcome.interrupted).append(run_id)
             self.todo.clear()
             self.waiting.clear()
 
