@@ -415,6 +415,9 @@ def test_report_json_csv_text(tmp_path):
     text = report(db)
     assert "standin" in text and "toy-previous" in text and "MAD score" not in text and "mean" in text
     assert "MAD leaderboard, protocol" in text  # the protocol in the title; "mean": toy tasks are not the MAD set
+    # the runs override the smoke protocol's epochs: they are filed under smoke+custom, not smoke
+    assert report(db, protocol="smoke") == (f"no runs in {db} are filed under protocol smoke yet "
+                                            "(`madsl report` without --protocol shows every run)\n")
 
 
 def test_report_errors(tmp_path, monkeypatch):

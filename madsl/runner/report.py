@@ -218,6 +218,9 @@ def report_outputs(db: str | os.PathLike = "madsl-results.db", fmt: str = "text"
         more, flat = plot_sweep_figures(stored, Path(plot_sweeps))
         written += more
     if rows == "tasks":
+        if fmt == "text" and protocol is not None and not stored.rows:  # the database may hold other runs
+            return (f"no runs in {db} are filed under protocol {protocol} yet "
+                    "(`madsl report` without --protocol shows every run)\n"), written, flat
         return render(scores, fmt), written, flat
     from madsl.runner import export
 
