@@ -96,6 +96,20 @@ def test_an_empty_file_becomes_a_database_and_report_only_reads_it(tmp_path, cap
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.parametrize("kind", ["empty file", "sqlite without tables"])
+def test_report_on_an_empty_database_writes_nothing(tmp_path, capsys, kind):
+    db = tmp_path / "r.db"
+    db.touch()
+    if kind == "sqlite without tables":  # e.g. a database another program has just created
+        with sqlite3.connect(db) as conn:
+            conn.execute("PRAGMA user_version=7")
+        conn.close()
+    before = db.read_bytes()
+    assert main(["report", "--db", str(db)]) == 0
+    assert "no runs" in capsys.readouterr().out
+    assert db.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["r.db"]
+
+
 def test_a_database_from_before_the_divergence_flag_keeps_working(tmp_path):
     from madsl.runner.report import report
     from runner_helpers import run_toy_eval

@@ -104,6 +104,10 @@ CREATE TABLE IF NOT EXISTS run_labels (
 );
 """
 
+# table name -> its CREATE TABLE statement
+TABLES = {statement.split()[5]: statement for statement in (part.strip() for part in SCHEMA.split(";"))
+          if statement.startswith("CREATE TABLE")}
+
 EPOCH_COLUMNS = ("lr", "seconds", "train_loss", "train_ppl", "train_acc", "train_macro_acc",
                  "eval_loss", "eval_ppl", "eval_acc", "eval_macro_acc")
 
@@ -299,13 +303,16 @@ class Store(StoreFiles):
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.execute("PRAGMA foreign_keys=ON")
         tables = {row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not {"meta", "specs", "runs", "epochs", "length_evals", "run_labels"} <= tables:
+        if create and not set(TABLES) <= tables:
             self.conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")  # idempotent: IF NOT EXISTS
+        elif not create:  # a reader writes nothing: tables the file lacks read as empty ones of its own
+            for table in set(TABLES) - tables:
+                self.conn.execute(TABLES[table].replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
         if create and "diverged_epoch" not in self._run_columns():  # added within schema 1; readers do without
             with self.transaction() as c:
                 if "diverged_epoch" not in self._run_columns():  # another eval may have just added it
                     c.execute("ALTER TABLE runs ADD COLUMN diverged_epoch INTEGER")
-        if self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() is None:
+        if create and self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() is None:
             with self.transaction() as c:  # a new database (reading one changes nothing)
                 c.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
