@@ -120,7 +120,7 @@ class StepTimes:
         if key not in self.table:
             self.table[key] = [seq_len, measure_step(job, seq_len, vocab, batch)]
             self.changed = True
-            _give_device_memory_back()
+            _release_device_memory()
         measured_at, seconds = self.table[key]
         return seconds * seq_len / measured_at
 
@@ -137,7 +137,7 @@ class StepTimes:
         if key not in self.table:
             self.table[key] = [seq_len, measure_group_step(group, members, batch)]
             self.changed = True
-            _give_device_memory_back()
+            _release_device_memory()
         measured_at, seconds = self.table[key]
         return seconds * seq_len / measured_at
 
@@ -150,16 +150,12 @@ class StepTimes:
         os.replace(tmp, self.path)
 
 
-def _give_device_memory_back() -> None:
-    """What a measurement held (a stack's graphs among it) stays cached by torch in this process,
-    the coordinator's: hand it back to the GPU, for the workers that train on it."""
-    import gc
+def _release_device_memory() -> None:
+    """A measurement's memory (a stack's graphs among it), cached in the coordinator's process,
+    back to the GPU for the workers."""
+    from madsl.runner.train import release_device_memory
 
-    import torch
-
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        gc.collect()
-        torch.cuda.empty_cache()
+    release_device_memory()
 
 
 def measure_step(job: Any, seq_len: int, vocab: int, batch: int) -> float:

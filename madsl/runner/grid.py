@@ -177,6 +177,7 @@ def execute_group(group: GroupJob, emit: Callable[[Event], None], should_stop: C
         for job in group.members:
             emit(Event("started", job.run_id, {"pid": os.getpid(), "device": str(device), "group": group.run_id}))
             members.append(Member(job, None, job_hooks(job, emit, should_stop)))
+
         def open_member(member: Member) -> None:
             """Start (or resume, from its checkpoint) the member's run exactly as train_run would."""
             opened = open_run(member.job.train, member.inputs.build_model, device,
@@ -198,6 +199,7 @@ def execute_group(group: GroupJob, emit: Callable[[Event], None], should_stop: C
                 continue
             if not member.done:
                 member.data = _shared_data(members, member, device, RunData)
+
         def advance(member: Member) -> None:
             """One epoch of the member, alone (or its length evaluations and result)."""
             try:
@@ -259,7 +261,7 @@ def _train_in_stacks(group: GroupJob, together: list[Member], members: list[Memb
     consistent there: the stack holds its weights between them) and train them in two stacks
     of half the size, one after the other, halving again as needed; a member that runs out
     alone trains in lockstep afterwards, as its unbatched run. Results stay each member's own."""
-    from madsl.runner.train import is_out_of_memory
+    from madsl.runner.train import is_out_of_memory, release_device_memory
 
     stacks = [together]
     while stacks:
@@ -273,7 +275,7 @@ def _train_in_stacks(group: GroupJob, together: list[Member], members: list[Memb
             if not is_out_of_memory(err):
                 raise
             reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'out of memory'}"
-        _free_device_memory(device)
+        release_device_memory()  # (the stack's frames went with the exception)
         half = (len(stack) + 1) // 2
         if len(stack) > 1:
             stacks[:0] = [stack[:half], stack[half:]]
@@ -286,17 +288,6 @@ def _train_in_stacks(group: GroupJob, together: list[Member], members: list[Memb
                 "from_checkpoint": from_checkpoint,
                 "reason": f"out of memory stacked with {len(stack) - 1} other run(s) ({reason}): "
                           + (f"in stacks of {half}" if len(stack) > 1 else "on its own")}))
-
-
-def _free_device_memory(device) -> None:
-    """What a failed stack held, back to the device (its frames are gone with the exception)."""
-    import gc
-
-    import torch
-
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def _train_stacked(group: GroupJob, together: list[Member], members: list[Member], device,

@@ -30,6 +30,7 @@ This module knows nothing of the results store or of executors.
 """
 from __future__ import annotations
 
+import gc
 import math
 import random
 import time
@@ -666,6 +667,14 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
     result = state.result()
     checkpointer.save(state, result)
     return result
+
+
+def release_device_memory() -> None:
+    """What freed tensors left cached in this process (a stack that ran out of memory, a plan's
+    step measurements), back to the GPU, for what trains next or in the other processes."""
+    gc.collect()  # (a failed stack's tensors can sit in reference cycles)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def is_out_of_memory(err: BaseException) -> bool:
