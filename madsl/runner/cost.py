@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 from madsl.runner.store import canonical_json, sha256
 
-MEASURED_STEPS = 3
+MEASURED_STEPS = 5  # timed steps of a measurement; the fastest counts (other work on the machine only adds)
 EVAL_BATCH = 128
 FORWARD_SHARE = 1 / 3  # a forward pass against a training step (forward + backward ~ 3 forwards)
 
@@ -159,7 +159,8 @@ def _release_device_memory() -> None:
 
 
 def measure_step(job: Any, seq_len: int, vocab: int, batch: int) -> float:
-    """Median seconds of a training step (forward, backward, AdamW) on random tokens, after a warm-up."""
+    """Seconds of a training step (forward, backward, AdamW) on random tokens: the fastest of
+    MEASURED_STEPS after a warm-up."""
     import torch
     import torch.nn.functional as F
 
@@ -181,13 +182,14 @@ def measure_step(job: Any, seq_len: int, vocab: int, batch: int) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - started)
-    return sorted(times[1:])[len(times[1:]) // 2]
+    return min(times[1:])
 
 
 def measure_group_step(group: Any, members: Sequence[Any], batch: int) -> float:
-    """Median seconds of a training step of `members` stacked as their group trains them
-    (`madsl.runner.stacked`: precision, graphs), after the warm-up (and, with graphs, the
-    capture), on one batch of the task's own data (shapes matter here, not values)."""
+    """Seconds of a training step of `members` stacked as their group trains them
+    (`madsl.runner.stacked`: precision, graphs): the fastest of MEASURED_STEPS after the warm-up
+    (and, with graphs, the capture), on one batch of the task's own data (shapes matter here,
+    not values)."""
     import torch
 
     from madsl.runner.executor import job_inputs
@@ -218,7 +220,7 @@ def measure_group_step(group: Any, members: Sequence[Any], batch: int) -> float:
             torch.cuda.synchronize()
         if index >= warm_up:
             times.append(time.perf_counter() - started)
-    return sorted(times)[len(times) // 2]
+    return min(times)
 
 
 def summarize_cost(total_runs: int, done: int, costs: list[RunCost], at_once: int | None,
