@@ -73,3 +73,29 @@ def test_loading_never_unpickles(tmp_path):
     assert not marker.exists()
     with pytest.raises(madsl.MadslError, match="not an exported madsl model"):
         madsl.load_run(tmp_path)
+
+
+def test_best_weights_kept_only_for_the_best_epoch_when_keep_best_changes_between_resumes():
+    # started with --keep best, resumed without it (a better epoch comes, unkept), resumed with it
+    # again: the checkpoint must not offer the first best epoch's weights as the later one's
+    from madsl.runner.heads import TaskModel
+    from madsl.runner.protocols import TrainSettings
+    from madsl.runner.train import EpochMetrics, RunState
+    from runner_helpers import StandInModel
+
+    settings = TrainSettings(lr=1e-3, wd=0.0, epochs=5, batch_size=8, seed=0, min_lr=1e-6, early_stop_acc=0.999)
+    state = RunState.start(settings, lambda: TaskModel(StandInModel(8, 16), "lm"), torch.device("cpu"), 16, 8)
+
+    def epoch(n: int, eval_loss: float) -> EpochMetrics:
+        return EpochMetrics(epoch=n, lr=1e-3, seconds=0.0, train_loss=1.0, train_ppl=None, train_acc=None,
+                            train_macro_acc=None, eval_loss=eval_loss, eval_ppl=None, eval_acc=0.5,
+                            eval_macro_acc=0.5)
+
+    state.keep_best = True
+    state.end_epoch(epoch(1, 1.0))
+    assert state.best_state is not None
+    state.keep_best = False
+    state.end_epoch(epoch(2, 0.5))  # the new best: its weights are not kept
+    state.keep_best = True
+    state.end_epoch(epoch(3, 0.9))
+    assert state.best.epoch == 2 and state.best_state is None

@@ -444,8 +444,10 @@ class RunState:
             self.diverged_epoch = metrics.epoch
         if self.best is None or metrics.selection_key() < self.best.selection_key():
             self.best = metrics
-            if self.settings.eval_lengths or self.keep_best:
-                self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+            # weights not kept now are dropped, not left standing for this epoch: a resume may
+            # switch --keep best on and off, and older weights must never pass for this epoch's
+            self.best_state = ({k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+                               if self.settings.eval_lengths or self.keep_best else None)
         self.epoch, self.step, self.epoch_seconds = self.epoch + 1, 0, 0.0
         self.train_metrics.reset()
         self.finished = (self.solved(metrics) or self.stalled() or self.diverged_epoch is not None
