@@ -282,3 +282,18 @@ def test_report_shows_the_ceiling_where_a_task_has_one(tmp_path, capsys):
     assert by_task["compression"]["ceiling"] is None
     assert main(["report", "--db", str(db)]) == 0
     assert "ceiling" in capsys.readouterr().out
+
+
+def test_mad_lab_compression_zeroes_every_bias_as_the_reference_autoencoder():
+    # mad-lab's AutoEncoder re-inits every Linear (Mamba's dt bias too); its LanguageModel spares `_no_reinit` ones
+    def marked() -> StandInModel:
+        backbone = StandInModel(8, 16)
+        with torch.no_grad():
+            backbone.mlp[0].bias.fill_(1.0)
+        backbone.mlp[0].bias._no_reinit = True
+        return backbone
+
+    compression = TaskModel(marked(), "compression", num_classes=8, target_len=16, conventions="mad-lab")
+    assert float(compression.backbone.mlp[0].bias.detach().abs().max()) == 0
+    lm = TaskModel(marked(), "lm", num_classes=8, conventions="mad-lab")
+    assert float(lm.backbone.mlp[0].bias.detach().min()) == 1.0

@@ -19,8 +19,9 @@ Under the reference implementation's conventions (`conventions="mad-lab"`) the l
 is its own untied Linear with a bias (PyTorch's default weight init; training option
 `lm_head: spec` keeps the spec's output layer instead), every Linear bias
 of the model starts at zero (except those a layer marks `_no_reinit`, e.g. Mamba's dt
-bias), and for compression every Linear weight starts as N(0, 0.02) and the decoder's
-norms are RMSNorms, as mad-lab's LanguageModel / AutoEncoder build them.
+bias), and for compression every Linear weight starts as N(0, 0.02), every bias at zero
+(the marked ones too: its AutoEncoder does not spare them) and the decoder's norms are
+RMSNorms, as mad-lab's LanguageModel / AutoEncoder build them.
 """
 from __future__ import annotations
 
@@ -44,13 +45,14 @@ def sincos_position_embedding(num_positions: int, dim: int) -> torch.Tensor:
     return emb
 
 
-def _init_linear(module: nn.Module, weights: bool = True) -> None:
-    """Every Linear of `module`: weights N(0, 0.02) (if `weights`), biases zero (unless marked `_no_reinit`)."""
+def _init_linear(module: nn.Module, weights: bool = True, spare_marked: bool = True) -> None:
+    """Every Linear of `module`: weights N(0, 0.02) (if `weights`), biases zero (unless marked
+    `_no_reinit` and `spare_marked`)."""
     for m in module.modules():
         if isinstance(m, nn.Linear):
             if weights:
                 nn.init.normal_(m.weight, std=0.02)
-            if m.bias is not None and not getattr(m.bias, "_no_reinit", False):
+            if m.bias is not None and not (spare_marked and getattr(m.bias, "_no_reinit", False)):
                 nn.init.zeros_(m.bias)
 
 
@@ -103,8 +105,8 @@ class TaskModel(nn.Module):
             self.readout = nn.Linear(dim, 1)
             _init_linear(self.input_proj)
             _init_linear(self.readout)
-        if mad_lab:
-            _init_linear(self, weights=head == "compression")
+        if mad_lab:  # LanguageModel spares `_no_reinit` biases; AutoEncoder (compression) zeroes them all
+            _init_linear(self, weights=head == "compression", spare_marked=head != "compression")
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.head == "lm":
