@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
 from .errors import MadslError
 from .graph import account, build_graph
 from .spec import Spec, load_spec, spec_from_topology
@@ -18,8 +19,6 @@ from .spec import Spec, load_spec, spec_from_topology
 if TYPE_CHECKING:  # only for the annotations: importing madsl does not import torch
     from .model import Model
     from .runner.heads import TaskModel
-
-__version__ = "0.1.0"
 
 
 def compile(spec: "Spec | str", **kwargs: Any) -> "Model":  # noqa: A001 - the verb users expect

@@ -129,12 +129,11 @@ def sha256(text: str) -> str:
 
 
 def madsl_version() -> str:
-    try:
-        from importlib.metadata import version
+    """madsl's version, as run ids record it: the package's own, installed or not (a source
+    checkout and its install give a run the same id)."""
+    from madsl._version import __version__
 
-        return version("madsl")
-    except Exception:  # noqa: BLE001 - a source checkout that is not installed
-        return "0+unknown"
+    return __version__
 
 
 @dataclass(frozen=True)
