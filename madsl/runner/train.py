@@ -702,6 +702,5 @@ def _evaluate_length(model: TaskModel, length: int, length_data: Callable[[int],
             metrics, status = {"error": f"{type(err).__name__}: {err}"}, "error"
         else:
             metrics, status = {}, "oom"
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        release_device_memory()
     return {"length": length, "status": status, "seconds": time.monotonic() - started, **metrics}
