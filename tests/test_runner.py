@@ -177,11 +177,11 @@ def test_a_full_disk_while_recording_is_a_clear_error_and_rerunning_loses_and_re
     db = tmp_path / "r.db"
     real_finish, calls = Store.finish, []
 
-    def full_disk_on_the_second_run(self, run_id, result, device=None):
+    def full_disk_on_the_second_run(self, run_id, result, device=None, owner=None):
         calls.append(run_id)
         if len(calls) == 2:
             raise sqlite3.OperationalError("database or disk is full")
-        return real_finish(self, run_id, result, device)
+        return real_finish(self, run_id, result, device, owner)
 
     monkeypatch.setattr(Store, "finish", full_disk_on_the_second_run)
     with pytest.raises(MadslError, match="could not be written: database or disk is full") as info:

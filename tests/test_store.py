@@ -137,8 +137,8 @@ def test_finishing_a_run_drops_the_epochs_of_an_abandoned_attempt(tmp_path, monk
 
     results = []
     finish = Store.finish
-    monkeypatch.setattr(Store, "finish", lambda self, run_id, result, device=None:
-                        results.append(result) or finish(self, run_id, result, device))
+    monkeypatch.setattr(Store, "finish", lambda self, run_id, result, device=None, owner=None:
+                        results.append(result) or finish(self, run_id, result, device, owner))
     db = tmp_path / "r.db"
     run_toy_eval(db, epochs=3)
     store = Store(db)
@@ -148,3 +148,89 @@ def test_finishing_a_run_drops_the_epochs_of_an_abandoned_attempt(tmp_path, monk
     assert len(store.epochs(run["run_id"])) == 5
     store.finish(run["run_id"], result)
     assert [row["epoch"] for row in store.epochs(run["run_id"])] == [1, 2, 3]
+
+
+class _StrayEvents:
+    """A ThreadExecutor whose runs, once ended, are followed by what a lost worker might still
+    send: an epoch and a contradicting end."""
+
+    def __new__(cls, final_kind: str):
+        from madsl.runner.executor import Event, ThreadExecutor
+
+        class Stray(ThreadExecutor):
+            def poll(self, timeout):
+                events = super().poll(timeout)
+                stray = []
+                for event in events:
+                    if event.kind == "finished":
+                        last = event.data["result"]["history"][-1]
+                        stray += [Event("epoch", event.run_id, {"metrics": {**last, "epoch": 99}}),
+                                  Event(final_kind, event.run_id, {"error": "a late report", "reason": "late"})]
+                return events + stray
+
+        return Stray()
+
+
+@pytest.mark.parametrize("final_kind", ["failed", "skipped", "interrupted", "finished"])
+def test_a_run_that_ended_takes_no_more_events(tmp_path, final_kind):
+    """A run's first end is its end: a stray epoch or end after it (a lost worker's) changes
+    nothing in the store or in the eval's counts."""
+    from runner_helpers import epoch_rows, run_rows, run_toy_eval
+
+    db = tmp_path / "r.db"
+    summary = run_toy_eval(db, epochs=2, executor=_StrayEvents(final_kind))
+    assert summary["done"] == 1 and not summary["failed"]
+    [run] = run_rows(db)
+    assert run["status"] == "done" and run["error"] is None
+    assert [row[1] for row in epoch_rows(db)] == [1, 2]
+
+
+def test_a_run_taken_over_keeps_the_new_owners_record(tmp_path, monkeypatch):
+    """A process whose run was taken over (its heartbeat went stale while it lived) records
+    neither the run's epochs nor its result; it waits for the new owner's."""
+    from runner_helpers import run_rows, run_toy_eval
+
+    from madsl.runner import executor
+
+    db = tmp_path / "r.db"
+    real_record = Store.record_epoch
+    takeover, written = {}, []
+
+    def record_epoch(self, run_id, metrics, owner=None):
+        if not takeover:  # another process takes the run over after the first epoch
+            with self.transaction() as c:
+                c.execute("UPDATE runs SET owner='elsewhere:1' WHERE run_id=?", (run_id,))
+            takeover["run_id"] = run_id
+        written.append(real_record(self, run_id, metrics, owner))
+        return written[-1]
+
+    monkeypatch.setattr(Store, "record_epoch", record_epoch)
+
+    def finish_elsewhere(self, run_id, result, device=None, owner=None):  # the new owner finishes
+        written = Store._finish(self, run_id, result, device, owner)
+        if not written:
+            Store._finish(self, run_id, {**result, "epochs_done": 7}, "elsewhere")
+        return written
+
+    monkeypatch.setattr(Store, "_finish", Store.finish, raising=False)
+    monkeypatch.setattr(Store, "finish", finish_elsewhere)
+    monkeypatch.setattr(executor.Coordinator, "__init__", _fast_wait(executor.Coordinator.__init__))
+    messages = []
+
+    class Recording(executor.Reporter):
+        def message(self, text):
+            messages.append(text)
+
+    summary = run_toy_eval(db, epochs=2, reporter=Recording())
+    [run] = run_rows(db)
+    assert run["epochs_done"] == 7 and run["device"] == "elsewhere"  # the new owner's result, not overwritten
+    assert written == [False, False]  # neither of this process's epochs
+    assert summary["already_done"] == 1 and summary["done"] == 0 and not summary["failed"]  # done elsewhere
+    assert any("took this run over" in m for m in messages)
+
+
+def _fast_wait(init):
+    def fast(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.wait_poll_s = 0.01
+    return fast

@@ -138,3 +138,37 @@ def test_bad_option_on_the_command_line_is_exit_2(tmp_path):
     with pytest.raises(MadslError, match="unknown schedule"):
         from madsl.runner.api import cli_overrides
         cli_overrides(schedule="linear")
+
+
+def test_options_that_change_nothing_plan_the_runs_they_equal():
+    """`lm_head: spec` under the madsl conventions is their own head: the same runs, the same
+    run ids, filed under the protocol; under mad-lab it is another head, other runs."""
+    from madsl.runner.protocols import Overrides, build_plan
+    from madsl.tasks import get_task
+
+    tasks = [get_task("in-context-recall")]
+    for conventions, same in (("madsl", True), ("mad-lab", False)):
+        default = build_plan(tasks, Overrides(protocol="baseline", conventions=conventions))
+        spec_head = build_plan(tasks, Overrides(protocol="baseline", conventions=conventions, lm_head="spec"))
+        assert ([r.train for r in spec_head.runs] == [r.train for r in default.runs]) is same
+        assert {r.label for r in spec_head.runs} == ({"baseline"} if same else {"baseline+custom"})
+
+
+def test_min_delta_without_patience_is_an_error_not_a_new_run(tmp_path):
+    """min_delta only says what counts as an improvement for patience: alone it would train the
+    default runs under new run ids."""
+    from madsl.runner.protocols import Overrides, build_plan
+    from madsl.tasks import get_task
+    from tests.test_cli import madsl
+
+    tasks = [get_task("in-context-recall")]
+    with pytest.raises(MadslError, match="min_delta 0.001 has no effect without patience"):
+        build_plan(tasks, Overrides(protocol="baseline", min_delta=0.001))
+    assert build_plan(tasks, Overrides(protocol="baseline", min_delta=0.0)).runs == \
+        build_plan(tasks, Overrides(protocol="baseline")).runs
+    assert build_plan(tasks, Overrides(protocol="baseline", patience=3, min_delta=0.001)).runs[0].train.min_delta \
+        == 0.001
+    proc = madsl("eval", "specs/paper/hyena-sg.mad", "--min-delta", "0.001", "--db", str(tmp_path / "r.db"),
+                 check_rc=2)
+    assert "no effect without patience" in proc.stderr and "--patience" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "r.db").exists()

@@ -526,7 +526,9 @@ class Coordinator:
 
     # --- events -----------------------------------------------------------------------
     def handle(self, event: Event) -> None:
-        job = self.by_id.get(event.run_id)
+        # only a run in flight reports: one that ended (finished, failed, skipped, interrupted) has
+        # no more to say, so a late or stray event (a lost worker's) cannot undo or repeat its end
+        job = self.active.get(event.run_id)
         handler = getattr(self, f"_on_{event.kind}", None)
         if job is not None and handler is not None:
             handler(job, event.data)
@@ -550,12 +552,14 @@ class Coordinator:
         self.reporter.length(job, data["length"], data["index"], data["count"])
 
     def _on_epoch(self, job: RunJob, data: dict) -> None:
-        self.store.record_epoch(job.run_id, data["metrics"])
-        self.store.heartbeat([job.run_id], self.owner)
+        if self.store.record_epoch(job.run_id, data["metrics"], self.owner):
+            self.store.heartbeat([job.run_id], self.owner)
         self.reporter.epoch(job, data["metrics"])
 
     def _on_finished(self, job: RunJob, data: dict) -> None:
-        self.store.finish(job.run_id, data["result"], data.get("device"))
+        if not self.store.finish(job.run_id, data["result"], data.get("device"), self.owner):
+            self._taken_over(job)
+            return
         if job.keep_best:
             self._keep(job, data)
         Path(job.checkpoint_path).unlink(missing_ok=True)  # the store has it all now
@@ -573,6 +577,15 @@ class Coordinator:
                          getattr(job.task, "name", str(job.task)), dict(job.setting))
         if kept is None:
             self.reporter.message(f"{job.label}: no best weights to keep (the run finished before --keep best)")
+
+    def _taken_over(self, job: RunJob) -> None:
+        """Another process holds the run now: it took it over while this one's heartbeat was stale.
+        Its result will be that process's (training is deterministic: the same one); this process
+        leaves the checkpoint to it and waits for it, as for any run another live process runs."""
+        self.active.pop(job.run_id, None)
+        self.waiting.append(job)
+        self.reporter.message(f"{job.label}: another process took this run over while this one's heartbeat "
+                              f"was stale; waiting for its result")
 
     def _on_failed(self, job: RunJob, data: dict) -> None:
         self.store.release(job.run_id, "failed", data.get("traceback") or data["error"], self.owner)

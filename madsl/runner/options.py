@@ -12,11 +12,12 @@
                 protocol's early_stop_acc, as the conventions compare it
     patience    stop once the eval loss has not improved by more than `min_delta` for this
                 many epochs in a row (the first epoch always improves on nothing); unset: never
-    min_delta   see patience (default 0)
+    min_delta   see patience (default 0); an error without patience, where it would do nothing
     lm_head     conventions (default): the LM head the conventions give (mad-lab: an untied
                 Linear with a bias); spec: the spec's own output layer under any conventions
                 (tied to the embedding where the spec says so), e.g. to train a Hugging Face
-                model's layout on the reference implementation's data
+                model's layout on the reference implementation's data. Under the madsl
+                conventions the two are one head, so they plan one run (one run id)
 
 A run's identity names an option only when it is off its default (`train_config_identity`),
 so the run ids of everything trained before the option existed stay valid.

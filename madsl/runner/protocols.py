@@ -486,6 +486,12 @@ def _plan_runs(tasks: Sequence, overrides: Overrides, source: str = "--set") -> 
     precision = overrides.precision or ("auto" if conventions == "mad-lab" else "fp32")
     options = {key: getattr(overrides, key) for key in ("optimizer", "schedule", "metric", "stop_acc", "patience",
                                                         "min_delta", "lm_head") if getattr(overrides, key) is not None}
+    if options.get("min_delta") and options.get("patience") is None:
+        raise MadslError(f"min_delta {options['min_delta']} has no effect without patience",
+                         hint="min_delta is how much the eval loss must improve to count for patience: set "
+                              "patience as well (--patience N or the spec's eval.patience), or drop min_delta")
+    if options.get("lm_head") == "spec" and conventions != "mad-lab":
+        options["lm_head"] = "conventions"  # the madsl conventions' LM head is the spec's: one run, one run id
     for name, value in (("epochs", epochs_for(tasks[0]) if tasks else 1), ("batch size", batch_size)):
         if value < 1:
             raise MadslError(f"{name} must be at least 1, got {value}")

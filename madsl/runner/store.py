@@ -409,9 +409,21 @@ class Store(StoreFiles):
                 return True
             return status == "skipped"
 
-    def record_epoch(self, run_id: str, metrics: Mapping[str, Any]) -> None:
+    def record_epoch(self, run_id: str, metrics: Mapping[str, Any], owner: str | None = None) -> bool:
+        """Write one epoch's metrics; with `owner`, only while that process holds the run (whether written)."""
         with self.transaction() as c:
+            if owner is not None and not self._holds(c, run_id, owner):
+                return False
             self._write_epoch(c, run_id, metrics)
+            return True
+
+    @staticmethod
+    def _holds(c: sqlite3.Connection, run_id: str, owner: str) -> bool:
+        """Whether `owner` runs `run_id` now. A process whose heartbeat went stale while it lived (it
+        was suspended, or its host lost the shared disk) may have been taken over: then the run and
+        what it records are the new owner's, and the old one's late epochs and result are not."""
+        row = c.execute("SELECT status, owner FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        return row is not None and row["status"] == "running" and row["owner"] == owner
 
     @staticmethod
     def _write_epoch(c: sqlite3.Connection, run_id: str, m: Mapping[str, Any]) -> None:
@@ -419,10 +431,14 @@ class Store(StoreFiles):
                   f"VALUES (?, ?, {', '.join('?' * len(EPOCH_COLUMNS))})",
                   (run_id, m["epoch"], *(m.get(k) for k in EPOCH_COLUMNS)))
 
-    def finish(self, run_id: str, result: Mapping[str, Any], device: str | None = None) -> None:
-        """One transaction: every epoch, the length evaluations, the best metrics, status done."""
+    def finish(self, run_id: str, result: Mapping[str, Any], device: str | None = None,
+               owner: str | None = None) -> bool:
+        """One transaction: every epoch, the length evaluations, the best metrics, status done.
+        With `owner`, only if that process still holds the run (see `_holds`); whether it was recorded."""
         best = result["best"]
         with self.transaction() as c:
+            if owner is not None and not self._holds(c, run_id, owner):
+                return False
             for m in result["history"]:
                 self._write_epoch(c, run_id, m)
             # an attempt resumed from an older checkpoint can end sooner than the lost one that reported
@@ -440,6 +456,7 @@ class Store(StoreFiles):
                 (time.time(), device, result["train_seconds"], result["epochs_done"], result["best_epoch"],
                  best["eval_loss"], best["eval_ppl"], best["eval_macro_acc"], best["eval_acc"],
                  result["max_eval_macro_acc"], int(result["early_stopped"]), result.get("diverged_epoch"), run_id))
+            return True
 
     # --- reading ----------------------------------------------------------------------
     def run(self, run_id: str) -> sqlite3.Row | None:
