@@ -147,7 +147,9 @@ def _stand_ins(calls: list[str]) -> dict[tuple[str, str], object]:
     ("retention", {}, "chunk_simple_gla"),
     ("linear_attention", {"normalize": True}, "chunk_simple_gla"),
     ("delta_net", {"gated": True}, "chunk_gated_delta_rule"),
-    ("delta_net", {"gated": False}, "chunk_delta_rule"),
+    # fla's chunk_delta_rule refuses float32, so ungated float32 takes the gated kernel with no decay
+    # (the ungated kernel's layout in 16 bits: tests/test_fla_interpreted.py, with fla's real kernel)
+    ("delta_net", {"gated": False}, "chunk_gated_delta_rule"),
 ])
 def test_layers_call_flas_kernels_with_their_layout_and_scale(monkeypatch, name, params, kernel):
     from madsl.kernels import cuda, linear_recurrence

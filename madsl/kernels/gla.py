@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -176,6 +177,38 @@ def fla_applies(x: Tensor) -> bool:
     return x.is_cuda and x.dtype != torch.float64 and fla_chunk_gla() is not None
 
 
+def fla_operands(keys: list[Tensor | None], values: list[Tensor | None],
+                 floats: list[Tensor | None] = ()) -> tuple[list, list, list, int]:
+    """Tensors as fla's chunk kernels take them, and the value width to cut the output back to.
+    - keys (q, k, and GLA's per-key gates: last axis the key width) and values (last axis the
+      value width) in one dtype: the kernels' dots take operands of one type, and under autocast
+      a projection's bf16 meets a float32 product (Mamba-2's x·dt). The autocast dtype where
+      autocast is on, else the widest of them. Gates that fla keeps in float32 come in `floats`;
+    - in 16 bits, even key and value widths, padded with zeros: fla asserts it (Triton miscompiles
+      an odd 16-bit tail), and normalised linear attention's value width is head_dim + 1. A zero
+      key column adds nothing to any q·k or state; a zero value column is an output column cut off.
+    None stays None."""
+    present = [x for x in (*keys, *values) if x is not None]
+    dtypes = {x.dtype for x in present}
+    device = present[0].device.type
+    if len(dtypes) == 1:
+        dtype = dtypes.pop()
+    elif torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+    else:
+        dtype = functools.reduce(torch.promote_types, dtypes)
+
+    def pad(xs: list, dim_of: Callable[[Tensor], int], cast: bool) -> list:
+        widths = {dim_of(x) for x in xs if x is not None}
+        odd = dtype in (torch.float16, torch.bfloat16) and any(w % 2 for w in widths)
+        return [None if x is None else F.pad(x.to(dtype) if cast else x, (0, dim_of(x) % 2) if odd else (0, 0))
+                for x in xs]
+
+    value_width = next(x.shape[-1] for x in values if x is not None)
+    return (pad(keys, lambda x: x.shape[-1], True), pad(values, lambda x: x.shape[-1], True),
+            pad(list(floats), lambda x: x.shape[-1], False), value_width)
+
+
 @folds_into_batch  # fla's kernels have no vmap rule
 def gla_fla_chunk(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
                   initial_state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
@@ -183,16 +216,20 @@ def gla_fla_chunk(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
     fla takes (batch, L, heads, dim); versions that still have `head_first` (whose default
     changed over time) get head_first=False explicitly. q is already scaled: scale=1.
     fla keeps the cumulative gates and the backward's states in float32 itself; it wants
-    a float32 initial state."""
+    a float32 initial state. Operands as `fla_operands` makes them."""
     chunk_gla = fla_chunk_gla()
     if chunk_gla is None:
         raise RuntimeError(f"flash-linear-attention is not installed ({cuda.EXTRA_HINT})")
+    key_width = q.shape[-1]
+    (q, k), [v], [log_decay], value_width = fla_operands([q, k], [v], [log_decay])
     if initial_state is not None:
-        initial_state = initial_state.float()
+        initial_state = F.pad(initial_state.float(), (0, v.shape[-1] - value_width, 0, q.shape[-1] - key_width))
     kwargs: dict = {"scale": 1.0, "initial_state": initial_state, "output_final_state": True}
     if "head_first" in inspect.signature(chunk_gla).parameters:
         kwargs["head_first"] = False
     q, k, v, log_decay = (x.transpose(1, 2).contiguous() for x in (q, k, v, log_decay))
     result = chunk_gla(q, k, v, log_decay, **kwargs)
     o, final_state = result if isinstance(result, tuple) else (result, None)
-    return o.transpose(1, 2), final_state
+    if final_state is not None:
+        final_state = final_state[..., :key_width, :value_width]
+    return o[..., :value_width].transpose(1, 2), final_state

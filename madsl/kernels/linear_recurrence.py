@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from madsl.kernels import cuda
+from madsl.kernels.gla import fla_operands
 from madsl.kernels.member_fold import folds_into_batch
 
 
@@ -210,9 +211,10 @@ def decay_parallel(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None, ch
     if _fla_applies(q):
         chunk_simple_gla = cuda.fla_op("simple_gla", "chunk_simple_gla", "madsl's chunked decay form")
         if chunk_simple_gla is not None:
-            q_, k_, v_, g = _heads_second(q, k, v, log_decay)
+            (q_, k_), [v_], _, value_width = fla_operands([q, k], [v])
+            q_, k_, v_, g = _heads_second(q_, k_, v_, log_decay)
             o, _ = chunk_simple_gla(q_, k_, v_, g=None if g is None else g.float(), scale=1.0)
-            return o.transpose(1, 2)
+            return o[..., :value_width].transpose(1, 2)
     return decay_chunked(q, k, v, log_decay, chunk_size=chunk_size)[0]
 
 
@@ -223,14 +225,19 @@ def delta_parallel(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Ten
     `chunk_delta_rule` on CUDA when installed (k already L2-normalised, q as given: scale 1), else
     `delta_chunked`."""
     if _fla_applies(q):
+        if log_decay is None and q.dtype == torch.float32:
+            # fla's chunk_delta_rule refuses float32 (an assertion, fla 0.6); the gated kernel takes
+            # it, and with a zero log decay it is the same recurrence
+            log_decay = q.new_zeros(q.shape[:-1])
         name = "chunk_delta_rule" if log_decay is None else "chunk_gated_delta_rule"
         kernel = cuda.fla_op("delta_rule" if log_decay is None else "gated_delta_rule", name,
                              "madsl's chunked WY form")
         if kernel is not None:
-            q_, k_, v_, beta_, g = _heads_second(q, k, v, beta, log_decay)
+            (q_, k_), [v_], _, value_width = fla_operands([q, k], [v])
+            q_, k_, v_, beta_, g = _heads_second(q_, k_, v_, beta.to(q_.dtype), log_decay)
             if g is None:
                 o, _ = kernel(q_, k_, v_, beta_, scale=1.0)
             else:
                 o, _ = kernel(q_, k_, v_, g.float(), beta_, scale=1.0)
-            return o.transpose(1, 2)
+            return o[..., :value_width].transpose(1, 2)
     return delta_chunked(q, k, v, beta, log_decay, chunk_size=chunk_size)[0]
