@@ -16,7 +16,7 @@ _SUFFIX = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12}
 _NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*([kKMGBT]?)\s*$")
 _TOLERANCE = re.compile(rf"^\s*(.+?)\s*(?:±|\+-|\+/-)\s*({_NUMBER})\s*(%|[kKMGBT]?)\s*$")
-_ONE_SIDED = re.compile(r"^\s*(<=|>=|<|>)\s*(.+)$")
+_ONE_SIDED = re.compile(r"^\s*(<=|>=|<|>|=<|=>|≤|≥)\s*(.*)$")
 
 
 class BudgetError(ValueError):
@@ -106,6 +106,12 @@ def parse_bound(value: Any) -> Bound:
         one_sided = _ONE_SIDED.match(value)
         if one_sided:
             op, rest = one_sided.groups()
+            if op not in ("<=", ">="):  # budgets are inclusive: `< 4096` read as `<= 4096` would admit 4096
+                inclusive = "<=" if "<" in op or op == "≤" else ">="
+                raise BudgetError(f"a one-sided budget is written '{inclusive} X' (inclusive), got {_shown(value)}")
+            if not rest.strip():
+                raise BudgetError(f"expected a number after '{op}', such as '{op} 4096' or '{op} 1.2M', "
+                                  f"got {_shown(value)}")
             limit = parse_quantity(rest)
             return Bound(-math.inf, limit, text) if op.startswith("<") else Bound(limit, math.inf, text)
         tolerance = _TOLERANCE.match(value)

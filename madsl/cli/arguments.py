@@ -25,6 +25,19 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+# training seeds every generator with it (torch's take at most 64 bits, the per-epoch one seed x 1,000,003):
+# a 32-bit seed fits them all
+MAX_SEED = 2**32 - 1
+
+
+def seed(text: str) -> int:
+    """A seed of data, init and order: an integer from 0 to 2^32 - 1."""
+    value = non_negative_int(text)
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected a seed from 0 to {MAX_SEED:,} (2^32 - 1), got {value}")
+    return value
+
+
 def non_negative_number(text: str) -> float:
     try:
         value = float(text)
@@ -42,6 +55,8 @@ def positive_number(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
     return value

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from madsl.cli.arguments import positive_int
 from madsl.cli.common import EXIT_OK, write_atomic
+from madsl.outputs import check_output_path, output_error
 from madsl.errors import MadslError
 
 
@@ -24,13 +25,14 @@ def add_parser(subparsers) -> None:
                                                       "family --model-type that describe its layer stack")
     p.add_argument("--model-type", choices=("jamba", "nemotron_h", "granitemoehybrid"),
                    help="the family --to-hf writes (its config.json model_type)")
-    p.add_argument("--dim", type=positive_int, default=128,
-                   help="model width of the spec, --from-megatron (default: %(default)s)")
-    p.add_argument("--name", default="converted", help="name of the spec (default: %(default)s)")
-    p.add_argument("--mamba", default="M2", metavar="SYMBOL",
-                   help="the madsl symbol for M layers (default: %(default)s, Mamba-2; Mb for Mamba-1)")
+    p.add_argument("--dim", type=positive_int, default=None,
+                   help="model width of the spec, --from-megatron (default: 128)")
+    p.add_argument("--name", default=None, help="name of the spec, --from-megatron / --from-hf (default: converted)")
+    p.add_argument("--mamba", default=None, metavar="SYMBOL",
+                   help="the madsl symbol for M layers, --from-megatron (default: M2, Mamba-2; Mb for Mamba-1)")
     p.add_argument("--layer", action="append", default=[], metavar="SYMBOL.PARAM=VALUE",
-                   help="a layer parameter of the spec, e.g. A.heads=32 or Mlp.inner=21504; repeatable")
+                   help="a layer parameter of the spec, --from-megatron / --from-hf, e.g. A.heads=32 or "
+                        "Mlp.inner=21504; repeatable")
     p.add_argument("-o", "--output", help="write the result to this file")
     p.set_defaults(func=cmd_convert)
 
@@ -48,9 +50,28 @@ def _layer_values(items: list[str]) -> dict[str, dict]:
     return layers
 
 
+# the options each direction reads; any other given is refused rather than ignored
+READS = {"from_megatron": {"dim", "name", "mamba", "layer"}, "from_hf": {"name", "layer"},
+         "to_megatron": set(), "to_hf": {"model_type"}}
+
+
+def _check_options(args) -> None:
+    direction = next(way for way in READS if getattr(args, way) is not None)
+    ignored = [f"--{option.replace('_', '-')}" for option in ("model_type", "dim", "name", "mamba", "layer")
+               if getattr(args, option) not in (None, []) and option not in READS[direction]]
+    if ignored:
+        readers = sorted(f"--{way.replace('_', '-')}" for way in READS if ignored[0][2:].replace("-", "_") in READS[way])
+        raise MadslError(f"{', '.join(ignored)}: not read by --{direction.replace('_', '-')}",
+                         hint=f"{ignored[0]} goes with {' or '.join(readers)}")
+
+
 def cmd_convert(args) -> int:
     from madsl.convert import from_megatron_pattern, to_megatron_pattern
 
+    _check_options(args)
+    if args.output:
+        check_output_path(args.output, "-o")  # before any work
+    name = args.name or "converted"
     if args.to_megatron:
         text = to_megatron_pattern(args.to_megatron) + "\n"
     elif args.to_hf:
@@ -68,7 +89,7 @@ def cmd_convert(args) -> int:
         from madsl.hf_config import from_hf_config
         from madsl.spec import spec_from_data
 
-        data = from_hf_config(args.from_hf, args.name)
+        data = from_hf_config(args.from_hf, name)
         for item in args.layer:  # on top of the config's own settings
             for symbol, params in _layer_values([item]).items():
                 data.setdefault("layers", {}).setdefault(symbol, {}).update(params)
@@ -79,9 +100,9 @@ def cmd_convert(args) -> int:
 
         from madsl.spec import spec_from_data
 
-        topology = from_megatron_pattern(args.from_megatron, {"mamba": args.mamba})
-        data = {"name": args.name, "description": f"converted from the Megatron pattern {args.from_megatron}",
-                "dim": args.dim, "topology": topology, "channel_mixer": "none"}
+        topology = from_megatron_pattern(args.from_megatron, {"mamba": args.mamba or "M2"})
+        data = {"name": name, "description": f"converted from the Megatron pattern {args.from_megatron}",
+                "dim": args.dim or 128, "topology": topology, "channel_mixer": "none"}
         layers = _layer_values(args.layer)
         if layers:
             data["layers"] = layers
@@ -90,7 +111,10 @@ def cmd_convert(args) -> int:
         account(spec_from_data(data))  # the spec must load and account: a bad --layer is a located error now
         text = yaml.safe_dump(data, sort_keys=False, width=10_000)
     if args.output:
-        write_atomic(Path(args.output), text)
+        try:
+            write_atomic(Path(args.output), text)
+        except OSError as err:
+            raise output_error(err, args.output, "-o") from None
     else:
         print(text, end="")
     return EXIT_OK

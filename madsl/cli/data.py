@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from madsl.cli.arguments import non_negative_int, positive_int
+from madsl.cli.arguments import positive_int, seed
 from madsl.cli.common import EXIT_OK
 from madsl.errors import MadslError, did_you_mean
 
@@ -32,7 +32,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--conventions", choices=("mad-lab", "madsl"), default="madsl",
                    help="whose task layout: the reference implementation's or madsl's (default: %(default)s)")
     p.add_argument("--split", choices=("train", "test"), default="test", help="(default: %(default)s)")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="(default: %(default)s)")
+    p.add_argument("--seed", type=seed, default=0, help="(default: %(default)s)")
     p.add_argument("-o", "--output", metavar="FILE.npz", help="where to write the split")
     p.add_argument("--format", choices=("npz", "text"), default=None,
                    help="npz (with -o; the default) or text: print --rows rows as `madsl/tasks/show.py` does")
@@ -45,15 +45,15 @@ def cmd_data(args) -> int:
     from madsl.runner.protocols import apply_setting_overrides, check_setting_keys, parse_set_option
     from madsl.tasks import TASKS, get_task
 
+    if args.task not in TASKS:
+        raise MadslError(f"unknown task {args.task!r}", expected=", ".join(sorted(TASKS)),
+                         hint=did_you_mean(args.task, TASKS))
     fmt = args.format or "npz"
     if fmt == "npz" and not args.output:
         raise MadslError("madsl data: nowhere to write the split", expected="-o FILE.npz, or --format text")
     if fmt == "text" and args.output:
         raise MadslError("madsl data: --format text prints to the terminal; -o writes .npz",
                          hint="drop -o, or drop --format text")
-    if args.task not in TASKS:
-        raise MadslError(f"unknown task {args.task!r}", expected=", ".join(sorted(TASKS)),
-                         hint=did_you_mean(args.task, TASKS))
     output = check_output_path(args.output, "-o") if args.output else None
     task = get_task(args.task, args.conventions)
     overrides = dict(parse_set_option(text) for text in args.settings)
@@ -65,6 +65,10 @@ def cmd_data(args) -> int:
         conventions = f" (conventions {args.conventions})" if args.conventions != "madsl" else ""
         raise MadslError(f"bad setting for {task.name}{conventions}: {err}", hint="check your --set values") \
             from None
+    except MemoryError:  # numpy's allocation failure: a setting far too large for this machine
+        raise MadslError(f"{task.name}: the {args.split} split of this setting does not fit in memory",
+                         hint="lower the --set values that size it (seq_len, vocab_size, num_train_examples, "
+                              "...)") from None
     if fmt == "text":
         print(_text(task, data, settings, args), end="")
         return EXIT_OK

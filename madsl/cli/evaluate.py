@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from madsl.cli.arguments import lengths, non_negative_int, non_negative_number, positive_int, positive_number
+from madsl.cli.arguments import lengths, non_negative_number, positive_int, positive_number, seed
 from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
 
 # the names of madsl.runner.protocols.PROTOCOLS, spelled out so `--help` does not import the runner;
@@ -48,9 +48,9 @@ def add_parser(subparsers) -> None:
                               "(needs madsl[ray])")
     cluster.add_argument("--address", metavar="auto|HOST:PORT",
                          help="the Ray cluster to use (default: start a local Ray instance sized to this machine)")
-    cluster.add_argument("--cpus-per-run", type=positive_number, default=1.0, metavar="N",
+    cluster.add_argument("--cpus-per-run", type=positive_number, default=None, metavar="N",
                          help="CPUs each run holds on Ray (default: 1)")
-    cluster.add_argument("--gpus-per-run", type=non_negative_number, default=0.0, metavar="F",
+    cluster.add_argument("--gpus-per-run", type=non_negative_number, default=None, metavar="F",
                          help="GPUs each run holds on Ray; fractions share a GPU, e.g. 0.25 (default: 0)")
     p.add_argument("--conventions", choices=("mad-lab", "madsl"), default=None,
                    help="mad-lab: task layouts, vocabularies, optimizer, schedule, LM head and accuracy as the "
@@ -92,7 +92,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--wd", type=non_negative_number, action="append", help="weight decay(s) instead of the grid's")
     p.add_argument("--epochs", type=positive_int, help="training epochs instead of the protocol's")
     p.add_argument("--batch-size", type=positive_int, help="batch size instead of the protocol's")
-    p.add_argument("--seed", type=non_negative_int, action="append", help="seed(s) of data, init and order")
+    p.add_argument("--seed", type=seed, action="append", help="seed(s) of data, init and order (0 to 2^32 - 1)")
     p.add_argument("--eval-lengths", type=lengths, metavar="L1,L2,...|LOW..HIGH",
                    help="after training, also evaluate the best model at these sequence lengths "
                         "(LOW..HIGH: the powers of two from LOW to HIGH, e.g. 64..1048576)")
@@ -139,11 +139,24 @@ def _specs_or_sweep(args):
     return specs, sweep
 
 
+def _check_ray_only_options(args) -> None:
+    """--address, --cpus-per-run and --gpus-per-run place runs on Ray; with the local executor they
+    would be ignored, so they are refused instead."""
+    from madsl.errors import MadslError
+
+    given = [flag for flag, value in (("--address", args.address), ("--cpus-per-run", args.cpus_per_run),
+                                      ("--gpus-per-run", args.gpus_per_run)) if value is not None]
+    if given and args.executor == "local":
+        raise MadslError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with --executor ray",
+                         hint="add --executor ray, or use --workers N for local processes")
+
+
 def cmd_eval(args) -> int:
     """Bad input raises MadslError (main() prints it, exit 2)."""
     from madsl.runner.api import evaluate
     from madsl.runner.protocols import parse_set_option
 
+    _check_ray_only_options(args)
     settings = dict(parse_set_option(text) for text in args.settings)
     specs, sweep = _specs_or_sweep(args)
     # precedence: the command line > the sweep file > the spec's eval: section > the protocol
@@ -163,7 +176,9 @@ def cmd_eval(args) -> int:
                            metric=args.metric, stop_acc=args.stop_acc, patience=args.patience,
                            min_delta=args.min_delta, lm_head=args.lm_head,
                            progress=not args.quiet and args.format == "text", executor=args.executor,
-                           address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run,
+                           address=args.address,
+                           cpus_per_run=1.0 if args.cpus_per_run is None else args.cpus_per_run,
+                           gpus_per_run=0.0 if args.gpus_per_run is None else args.gpus_per_run,
                            dry_run=args.dry_run, reporter=reporter, keep=args.keep,
                            checkpoint_every=args.checkpoint_every)
     except KeyboardInterrupt:

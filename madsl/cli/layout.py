@@ -104,11 +104,25 @@ def cmd_compile(args) -> int:
         else:
             print(text)
         return EXIT_BUDGET if violations else EXIT_OK
-    console = make_console()
+    console = make_console() if not args.output else _text_console()
     if not args.quiet:
         console.print(report_text.account_table(acc, violations))
     _print_verdict(console, spec, violations)
+    if args.output:  # the same table, as plain text
+        try:
+            write_atomic(Path(args.output), console.file.getvalue())
+        except OSError as err:
+            raise output_error(err, args.output, "-o") from None
     return EXIT_BUDGET if violations else EXIT_OK
+
+
+def _text_console():
+    """A console that renders into a string, without colors: the summary written by -o."""
+    import io
+
+    from rich.console import Console
+
+    return Console(file=io.StringIO(), width=140, highlight=False, color_system=None, force_terminal=False)
 
 
 def _emit_torch(spec, args) -> int:

@@ -62,7 +62,14 @@ def cmd_export(args) -> int:
     from madsl.runner.kept import export
     from madsl.runner.store import store_files_dir
 
-    run_id, out = export(store_files_dir(Path(args.db)), args.run_id, Path(args.output))
+    from madsl.errors import MadslError
+
+    db = Path(args.db)
+    if not db.is_file():  # else every run id would read as 'no kept model'
+        raise MadslError(f"no results database at {db}" if not db.exists() else f"results database {db} is not a file",
+                         hint="--db names the database that `madsl eval --keep best` wrote "
+                              "(default: madsl-results.db)")
+    run_id, out = export(store_files_dir(db), args.run_id, Path(args.output))
     if not args.quiet:
         print(f"wrote {out}: run {run_id} (load it with madsl.load_run({str(out)!r}))", file=sys.stderr)
     return EXIT_OK

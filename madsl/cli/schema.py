@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from madsl.cli.common import EXIT_OK, write_atomic
+from madsl.outputs import check_output_path, output_error
 
 
 def add_parser(subparsers) -> None:
@@ -16,9 +17,14 @@ def add_parser(subparsers) -> None:
 def cmd_schema(args) -> int:
     from madsl.schema import spec_schema
 
+    if args.output:
+        check_output_path(args.output, "-o")
     text = json.dumps(spec_schema(), indent=2) + "\n"
     if args.output:
-        write_atomic(Path(args.output), text)
+        try:
+            write_atomic(Path(args.output), text)
+        except OSError as err:
+            raise output_error(err, args.output, "-o") from None
         if not args.quiet:
             print(f"wrote {args.output}")
     else:
