@@ -44,3 +44,40 @@ def test_relative_links_and_anchors_resolve(page):
         elif anchor and where.suffix == ".md" and anchor not in anchors(where):
             broken.append(f"{target}: no heading with that anchor in {where.relative_to(REPO)}")
     assert not broken, broken
+
+
+# ---- docs/tasks.md: the examples are what the generators make ----------------------------------
+
+TASK_EXAMPLE = re.compile(r"^### (\S+)|^```\n(-- .*?)^```", re.S | re.M)
+
+
+def task_examples(text: str) -> list[tuple[str, str, dict, str]]:
+    """(task, split, settings, shown text) of every `-- split (k=v, ...)` example of tasks.md; a
+    part without settings repeats the previous part's."""
+    import yaml
+
+    out, task = [], None
+    for match in TASK_EXAMPLE.finditer(text):
+        if match.group(1):
+            task = match.group(1)
+            continue
+        settings: dict = {}
+        for part in re.split(r"^-- ", match.group(2), flags=re.M)[1:]:
+            head, _, shown = part.partition("\n")
+            split, _, written = head.partition(" ")
+            if written:
+                pairs = (kv.split("=") for kv in re.split(r"[,;]\s*", written.strip("()")))
+                settings = {k: yaml.safe_load(v) for k, v in pairs}
+            out.append((task, split, settings, shown.rstrip("\n")))
+    return out
+
+
+def test_task_examples_are_real_output_of_show_example_at_seed_1():
+    from madsl.tasks import get_task
+    from madsl.tasks.show import example
+
+    examples = task_examples((REPO / "docs/tasks.md").read_text())
+    assert len(examples) >= 16
+    stale = [(task, split, settings) for task, split, settings, shown in examples
+             if example(get_task(task, "madsl"), settings, split, seed=1) != shown]
+    assert not stale, stale
