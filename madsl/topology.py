@@ -402,6 +402,10 @@ def parse(text: str) -> Topology:
             hint = "a count goes before a layer (4A) or after a group's 'x' ((H:A)x4)"
         elif tok.type == "LBRACE":
             hint = "attributes go right after a layer or a group, before any repeat: (H:A){residual=gated}x2"
+        elif tok.type == "HASH":
+            hint = _tag_hint(text[:tok.start_pos])
+        elif tok.type == "RBRACE" and "NAME" in err.expected:
+            hint = "remove the ',' after the last setting"
         raise TopologySyntaxError(message, span, expected=_expected(err.expected), hint=hint) from None
     blocks_total = size(parsed)
     if blocks_total > MAX_BLOCKS:
@@ -419,6 +423,19 @@ class TopologySyntaxError(MadslError):
         super().__init__(message, Location(None, span.line, span.column, None, span.length),
                          expected=expected, hint=hint)
         self.span = span
+
+
+def _tag_hint(before: str) -> str:
+    """Why a '#' cannot stand where it does, from what precedes it."""
+    before = before.rstrip()
+    attributes_of = before[:before.rfind("{")].rstrip() if before.endswith("}") else None
+    if before.endswith(")") or (attributes_of or "").endswith(")"):
+        return "a group takes no tag; tag the layers inside it: (H#a:A)x2"
+    if attributes_of is not None:
+        return "a tag comes before the layer's {...}: H#a{order=3}"
+    if re.search(r"#\w+$", before):
+        return "a layer takes one tag: H#a"
+    return "a tag follows a layer symbol: H#a"
 
 
 def locate(err: MadslError, span: Span | None, text: str, base: Location | None = None) -> MadslError:

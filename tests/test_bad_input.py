@@ -75,3 +75,18 @@ def test_one_sided_budgets_are_inclusive_and_need_their_number(text, message):
     with pytest.raises(BudgetError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_bound(text)
     assert parse_bound("<= 4096").high == 4096 and parse_bound(">= 1k").low == 1000
+
+
+@pytest.mark.parametrize("text,hint", [
+    ("H{order=3}#a", "a tag comes before the layer's {...}: H#a{order=3}"),
+    ("(H:A)#a", "a group takes no tag"),
+    ("(H:A){residual=add}#a", "a group takes no tag"),
+    ("H#a#b", "a layer takes one tag"),
+    ("A{heads=4,}", "remove the ',' after the last setting"),
+])
+def test_misplaced_tags_and_commas_say_where_they_go(text, hint):
+    from madsl import topology as topo
+
+    with pytest.raises(topo.TopologySyntaxError) as info:
+        topo.parse(text)
+    assert info.value.hint is not None and hint in info.value.hint, info.value.hint

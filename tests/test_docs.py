@@ -81,3 +81,18 @@ def test_task_examples_are_real_output_of_show_example_at_seed_1():
     stale = [(task, split, settings) for task, split, settings, shown in examples
              if example(get_task(task, "madsl"), settings, split, seed=1) != shown]
     assert not stale, stale
+
+
+def test_every_example_of_the_topology_table_compiles_with_the_stdlib():
+    """docs/language.md's table of topology forms: each example, as a reader would paste it
+    into `madsl compile -t`, loads and accounts."""
+    import madsl
+    from madsl.spec import spec_from_topology
+
+    text = (REPO / "docs/language.md").read_text()
+    table = text[text.index("| form | example | meaning |"):text.index("Whitespace is ignored.")]
+    examples = [example.replace("\\|", "|") for row in table.splitlines()[2:] if row.startswith("|")
+                for example in re.findall(r"`([^`]*)`", row.split(" | ")[1])]
+    assert len(examples) >= 20 and "(2H:2A)X6" in examples
+    for example in examples:
+        madsl.account(spec_from_topology(example))
