@@ -50,6 +50,9 @@ def test_keep_best_export_and_load_give_the_recorded_accuracy(tmp_path, capsys):
 def test_export_errors_are_bad_input(tmp_path, capsys):
     db = tmp_path / "results.db"
     assert main(["export", "abc", "-o", str(tmp_path / "out"), "--db", str(db)]) == 2
+    assert "no results database at" in capsys.readouterr().err  # not 'no kept model': --db is mistyped
+    db.touch()
+    assert main(["export", "abc", "-o", str(tmp_path / "out"), "--db", str(db)]) == 2
     assert "no kept model" in capsys.readouterr().err
 
 
