@@ -17,10 +17,10 @@ def add_parser(subparsers) -> None:
                    help="an integer parameter madsl may set (repeatable, or comma-separated); "
                         "default: the spec's budget.fit list")
     p.add_argument("--match", metavar="SPEC", help="match this spec's totals instead of the budget")
-    p.add_argument("--on", default="fixed_state", metavar="QUANTITY",
+    p.add_argument("--on", default=None, metavar="QUANTITY",
                    help="with --match: the totals to match, comma-separated (params, fixed_state, conv_state, "
                         "kv_cache, flops; default fixed_state)")
-    p.add_argument("--tolerance", default="1%", metavar="TOL",
+    p.add_argument("--tolerance", default=None, metavar="TOL",
                    help="with --match: relative tolerance such as 1%% or 0 (default 1%%)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     p.add_argument("-o", "--output", help="write the solved spec (YAML) to this file")
@@ -32,13 +32,14 @@ def _budget_to_match(args, spec):
     from madsl.graph import account
     from madsl.spec import load_spec
 
-    quantities = [q.strip() for q in args.on.split(",") if q.strip()]
+    on = args.on if args.on is not None else "fixed_state"
+    quantities = [q.strip() for q in on.split(",") if q.strip()]
     unknown = [q for q in quantities if q not in budgets.QUANTITIES]
     if unknown or not quantities:
-        raise MadslError(f"--on: unknown quantity {unknown[0] if unknown else args.on!r}",
+        raise MadslError(f"--on: unknown quantity {unknown[0] if unknown else on!r}",
                          expected="one or more of " + ", ".join(budgets.QUANTITIES))
     try:
-        tolerance = budgets.parse_tolerance(args.tolerance)
+        tolerance = budgets.parse_tolerance(args.tolerance if args.tolerance is not None else "1%")
     except budgets.BudgetError as err:
         raise MadslError(f"--tolerance: {err}") from None
     other = load_spec(args.match)
@@ -56,6 +57,10 @@ def cmd_fit(args) -> int:
 
     if args.output:
         check_output_path(args.output, "-o")  # before any work
+    given = [flag for flag, value in (("--on", args.on), ("--tolerance", args.tolerance)) if value is not None]
+    if given and not args.match:  # without --match they would be ignored: the spec's budget is the target
+        raise MadslError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with --match SPEC",
+                         hint="add --match SPEC to fit another spec's totals, or drop them to fit the budget")
     spec = load_spec(args.spec)
     free = [item.strip() for items in (args.free or []) for item in items.split(",") if item.strip()]
     free = free or list(getattr(spec, "fit", []) or [])
