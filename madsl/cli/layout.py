@@ -122,7 +122,8 @@ def _text_console():
 
     from rich.console import Console
 
-    return Console(file=io.StringIO(), width=140, highlight=False, color_system=None, force_terminal=False)
+    # wide enough that no cell is cut short: a file has no terminal width to fit
+    return Console(file=io.StringIO(), width=1000, highlight=False, color_system=None, force_terminal=False)
 
 
 def _emit_torch(spec, args) -> int:
