@@ -93,3 +93,20 @@ def test_misplaced_tags_and_commas_say_where_they_go(text, hint):
     with pytest.raises(topo.TopologySyntaxError) as info:
         topo.parse(text)
     assert info.value.hint is not None and hint in info.value.hint, info.value.hint
+
+
+def test_a_narrow_terminal_wraps_the_layer_table_instead_of_cutting_its_numbers():
+    import io
+
+    from rich.console import Console
+
+    import madsl
+    from madsl import report_text
+    from madsl.cli.common import print_whole
+
+    acc = madsl.account("specs/hybrid/selcopy-hybrid-gated-2.mad")
+    console = Console(file=io.StringIO(), width=70, color_system=None)
+    print_whole(console, report_text.account_table(acc, []))
+    text = console.file.getvalue()
+    assert "…" not in text and f"{acc.totals['params']:,}" in text and f"{acc.totals['flops']:,}" in text
+    assert console.width == 70

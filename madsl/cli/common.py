@@ -22,6 +22,20 @@ def make_console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, width=width)
 
 
+def print_whole(console, table) -> None:
+    """Print a table at least as wide as its widest row: where the terminal is narrower, rich
+    would cut numbers short ('793,1…'); the terminal wraps the lines instead."""
+    from rich.measure import Measurement
+
+    natural = Measurement.get(console, console.options.update_width(100_000), table).maximum
+    width = console.width
+    console.width = max(width, natural)  # (print(width=...) cannot go past the console's width)
+    try:
+        console.print(table)
+    finally:
+        console.width = width
+
+
 def print_error(err: MadslError) -> None:
     print(err.render(), file=sys.stderr)
 

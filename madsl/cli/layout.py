@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from madsl.cli.arguments import positive_int
-from madsl.cli.common import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, make_console, print_error, write_atomic
+from madsl.cli.common import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, make_console, print_error, print_whole, write_atomic
 from madsl.errors import MadslError
 from madsl.outputs import check_output_path, output_error
 
@@ -106,7 +106,7 @@ def cmd_compile(args) -> int:
         return EXIT_BUDGET if violations else EXIT_OK
     console = make_console() if not args.output else _text_console()
     if not args.quiet:
-        console.print(report_text.account_table(acc, violations))
+        print_whole(console, report_text.account_table(acc, violations))
     _print_verdict(console, spec, violations)
     if args.output:  # the same table, as plain text
         try:
@@ -371,7 +371,7 @@ def _check_text(results, errors, set_problems, args) -> None:
 
         for path, spec, acc, violations in results:
             console.print(f"[bold]{path}[/]")
-            console.print(report_text.account_table(acc, violations))
+            print_whole(console, report_text.account_table(acc, violations))
     if results and not args.quiet:
         table = Table(title="madsl check", title_justify="left")
         for header in ("spec", "params", "fixed state", "KV cache", "FLOPs", "budget"):
@@ -392,7 +392,7 @@ def _check_text(results, errors, set_problems, args) -> None:
             if mode_state is not None and t["fixed_state"] != mode_state:
                 state = f"[bold red]{state}[/]"
             table.add_row(str(path), f"{t['params']:,}", state, f"{t['kv_cache']:,}", f"{t['flops']:,}", verdict)
-        console.print(table)
+        print_whole(console, table)
         for path, spec, acc, violations in results:  # each violation again, located at its budget key
             located = [e for v in violations if (e := _budget_error(spec, path, acc, v)) is not None]
             for err in sorted(located, key=lambda e: (e.location.line or 0, e.location.column or 0)):
