@@ -110,3 +110,19 @@ def test_a_narrow_terminal_wraps_the_layer_table_instead_of_cutting_its_numbers(
     text = console.file.getvalue()
     assert "…" not in text and f"{acc.totals['params']:,}" in text and f"{acc.totals['flops']:,}" in text
     assert console.width == 70
+
+
+def test_text_that_can_wrap_in_its_cell_wraps_within_the_terminal():
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from madsl.cli.common import print_whole
+
+    table = Table("spec", "budget")
+    table.add_row("a.mad", "fixed_state = 6,144 is outside its budget <= 4096; from H x3 (2,048 each) " * 3)
+    console = Console(file=io.StringIO(), width=60, color_system=None)
+    print_whole(console, table)
+    lines = console.file.getvalue().splitlines()
+    assert max(map(len, lines)) <= 60 and "…" not in "".join(lines)

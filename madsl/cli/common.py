@@ -23,17 +23,24 @@ def make_console(stderr: bool = False):
 
 
 def print_whole(console, table) -> None:
-    """Print a table at least as wide as its widest row: where the terminal is narrower, rich
-    would cut numbers short ('793,1…'); the terminal wraps the lines instead."""
+    """Print a table whose cells are never cut short: where the terminal is too narrow for it, rich
+    ends numbers and paths with '…' ('793,1…'); then the table is printed at its full width and
+    the terminal wraps the lines instead (text that wraps inside its cell is left to wrap)."""
     from rich.measure import Measurement
 
-    natural = Measurement.get(console, console.options.update_width(100_000), table).maximum
-    width = console.width
-    console.width = max(width, natural)  # (print(width=...) cannot go past the console's width)
-    try:
-        console.print(table)
-    finally:
-        console.width = width
+    full = Measurement.get(console, console.options.update_width(100_000), table).maximum
+    if full > console.width:
+        with console.capture() as capture:
+            console.print(table)
+        if "…" in capture.get():
+            width = console.width
+            console.width = full  # (print(width=...) cannot go past the console's width)
+            try:
+                console.print(table)
+            finally:
+                console.width = width
+            return
+    console.print(table)
 
 
 def print_error(err: MadslError) -> None:
