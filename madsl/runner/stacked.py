@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from madsl.runner import stacked_compile
 from madsl.runner.precision import autocast
 from madsl.runner.train import MAD_LAB, MetricAccumulator, _loss, eval_batch_size, metric_increments
 
@@ -214,7 +215,7 @@ class StackedMembers:
     """Members' weights and AdamW moments stacked; trains them one step at a time, together,
     and evaluates them together (`graphs`: replaying both as CUDA graphs on a CUDA device)."""
 
-    def __init__(self, states: Sequence[Any], graphs: bool = False):
+    def __init__(self, states: Sequence[Any], graphs: bool = False, compiled: bool | None = None):
         self.states = list(states)  # RunStates, all at the same epoch and step
         self.template = states[0].model
         self.names = [name for name, p in self.template.named_parameters()]
@@ -227,6 +228,9 @@ class StackedMembers:
         self.metrics = (states[0].train_metrics.kind, states[0].num_classes, self.settings.conventions == MAD_LAB)
         self.step_count = 0
         self.graphs = graphs
+        # the step and evaluation batch compiled into fused kernels (madsl.runner.stacked_compile);
+        # opt-in, by default from MADSL_COMPILE_STACKED=1
+        self.compiled = stacked_compile.requested() if compiled is None else compiled
         self._load()
 
     # --- stacking and writing back ----------------------------------------------------------
@@ -281,8 +285,11 @@ class StackedMembers:
         self._upload_hyper = _Upload(self.hyper)
         self.train_sums: dict[str, torch.Tensor] | None = None  # the epoch's train-metric sums (load_metrics)
         self.eval_sums: dict[str, torch.Tensor] | None = None  # an evaluation's metric sums
-        self._train_step = _Replayed(self._train_compute, device, self.graphs, "training step")
-        self._eval_batch = _Replayed(self._eval_compute, device, self.graphs, "evaluation")
+        train_compute, eval_compute = self._train_compute, self._eval_compute
+        if self.compiled:  # new members (keep), new constants: compiled anew
+            train_compute, eval_compute = self._compiled_train_compute(), self._compiled_eval_compute()
+        self._train_step = _Replayed(train_compute, device, self.graphs, "training step")
+        self._eval_batch = _Replayed(eval_compute, device, self.graphs, "evaluation")
 
     def sync(self) -> None:
         """Write each member's slice of the weights, moments and the epoch's train-metric sums back into its
@@ -361,16 +368,22 @@ class StackedMembers:
         """torch.optim.AdamW's update (decoupled weight decay, bias-corrected moments), with
         the learning rate and weight decay of each member along the member axis: on the flat
         tensors, a few ops for all parameters of an optimizer group."""
+        for flat in self.flats:
+            self._adamw_update(flat, self.hyper, flat.param, flat.grad, flat.exp_avg, flat.exp_avg_sq)
+
+    def _adamw_update(self, flat: _Flat, hyper: torch.Tensor, param: torch.Tensor, grad: torch.Tensor,
+                      exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor) -> None:
+        """One flat group's update, in place (the flat's own tensors, or a compiled step's arguments)."""
         beta1, beta2 = self.betas
         members = len(self.states)
-        lr, correction1, correction2_sqrt = self.hyper[:members], self.hyper[members], self.hyper[members + 1]
+        lr, correction1, correction2_sqrt = hyper[:members], hyper[members], hyper[members + 1]
         step_size = lr / correction1
-        for flat in self.flats:  # per element: its member's values
-            flat.param.mul_((1 - lr * self.decay[flat.group]).index_select(0, flat.member_of))
-            flat.exp_avg.lerp_(flat.grad, 1 - beta1)
-            flat.exp_avg_sq.mul_(beta2).addcmul_(flat.grad, flat.grad, value=1 - beta2)
-            denom = (flat.exp_avg_sq.sqrt() / correction2_sqrt).add_(self.eps)
-            flat.param.sub_(step_size.index_select(0, flat.member_of) * flat.exp_avg / denom)
+        # per element: its member's values
+        param.mul_((1 - lr * self.decay[flat.group]).index_select(0, flat.member_of))
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        denom = (exp_avg_sq.sqrt() / correction2_sqrt).add_(self.eps)
+        param.sub_(step_size.index_select(0, flat.member_of) * exp_avg / denom)
 
     @torch.no_grad()
     def _add_sums(self, sums: dict[str, torch.Tensor], outputs: torch.Tensor, targets: torch.Tensor,
@@ -413,6 +426,63 @@ class StackedMembers:
             _, outputs, loss_sums = torch.func.vmap(self._member_forward(cache))(self.params, inputs, targets)
             _forget_aux_losses(self.template)
             self._add_sums(self.eval_sums, outputs, targets, loss_sums)
+
+
+    # --- compiled (opt-in: madsl.runner.stacked_compile) --------------------------------------
+    def _weights(self, flat_params: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Every parameter's (members, *shape) stack, the trainable ones views of these flat tensors."""
+        weights = dict(self.frozen)
+        for flat, param in zip(self.flats, flat_params):
+            weights.update(flat.views(param))
+        return weights
+
+    def _compiled_train_compute(self) -> Callable[[torch.Tensor, torch.Tensor, bool], None]:
+        """`_train_compute`'s work (forward, backward, AdamW, metric sums) as one compiled
+        function of the stack's tensors, updating them in place."""
+        flats, keys = len(self.flats), sorted(MetricAccumulator.SUMS)
+
+        def step(*tensors: torch.Tensor) -> None:
+            params, exp_avgs, exp_avg_sqs = (tensors[i * flats:(i + 1) * flats] for i in range(3))
+            hyper, inputs, targets, *sums = tensors[3 * flats:]
+            leaves = [p.detach().requires_grad_() for p in params]
+            losses, outputs, loss_sums = torch.func.vmap(self._member_forward(False))(self._weights(leaves),
+                                                                                      inputs, targets)
+            _forget_aux_losses(self.template)
+            grads = torch.autograd.grad(losses.sum(), leaves)
+            with torch.no_grad():
+                for flat, param, grad, exp_avg, exp_avg_sq in zip(self.flats, params, grads, exp_avgs, exp_avg_sqs):
+                    self._adamw_update(flat, hyper, param, grad, exp_avg, exp_avg_sq)
+                self._add_sums(dict(zip(keys, sums)), outputs.detach(), targets, loss_sums.detach())
+
+        compiled = stacked_compile.CompiledInPlace(step, "training step")
+
+        def compute(inputs: torch.Tensor, targets: torch.Tensor, cache: bool) -> None:
+            if not compiled(*(f.param for f in self.flats), *(f.exp_avg for f in self.flats),
+                            *(f.exp_avg_sq for f in self.flats), self.hyper, inputs, targets,
+                            *(self.train_sums[key] for key in keys)):
+                self._train_compute(inputs, targets, cache)
+
+        return compute
+
+    def _compiled_eval_compute(self) -> Callable[[torch.Tensor, torch.Tensor, bool], None]:
+        """`_eval_compute`'s work (the forward, metric sums) as one compiled function."""
+        flats, keys = len(self.flats), sorted(MetricAccumulator.SUMS)
+
+        def batch(*tensors: torch.Tensor) -> None:
+            params, (inputs, targets, *sums) = tensors[:flats], tensors[flats:]
+            with torch.no_grad():
+                _, outputs, loss_sums = torch.func.vmap(self._member_forward(False))(self._weights(params),
+                                                                                     inputs, targets)
+                _forget_aux_losses(self.template)
+                self._add_sums(dict(zip(keys, sums)), outputs, targets, loss_sums)
+
+        compiled = stacked_compile.CompiledInPlace(batch, "evaluation")
+
+        def compute(inputs: torch.Tensor, targets: torch.Tensor, cache: bool) -> None:
+            if not compiled(*(f.param for f in self.flats), inputs, targets, *(self.eval_sums[key] for key in keys)):
+                self._eval_compute(inputs, targets, cache)
+
+        return compute
 
 
 def _member_batch(splits: Sequence[torch.Tensor], rows: Sequence[Any]) -> torch.Tensor:

@@ -1,0 +1,110 @@
+"""A stacked training step or evaluation batch compiled into fused kernels (opt-in:
+`MADSL_COMPILE_STACKED=1`, or `StackedMembers(..., compiled=True)`).
+
+Why: a width-128 model's stacked step on a GPU is bound by how many kernels it launches
+(hundreds of small ones: benchmarks/step_ops.py), and a CUDA graph removes the host's cost of
+launching them but not each kernel's own few microseconds and memory round trip. Fusing the
+elementwise chains, norms, activations, the loss and AdamW removes kernels.
+
+How: `torch.compile` of a function that calls `torch.func.vmap` fuses nothing (dynamo keeps
+the vmap as one higher-order op and runs it eagerly). So the step is first traced by
+`make_fx` into one flat graph of plain aten ops: vmap's batching rules and the member folds
+(`madsl.kernels.member_fold`) run as they do eagerly and leave batched ops on the stacked
+tensors; the backward (`torch.autograd.grad` inside the traced function), AdamW and the
+metric sums are recorded too. Inductor (`torch._inductor.compile_fx`) then compiles that
+graph: fused elementwise and reduction kernels, with matmuls, SDPA, convolutions and FFTs as
+calls to torch's own kernels. The traced function updates its tensor arguments in place
+(weights, Adam moments, metric sums), as the eager step does, so a compiled step can be
+replayed as a CUDA graph like an eager one (`stacked._Replayed`).
+
+A compiled function is specialised to its arguments' shapes, dtypes and strides: one is
+compiled per batch shape (an epoch's smaller last batch has its own). Tracing runs the
+function once on clones of its arguments (real tensors: nothing of the caller's changes).
+Compiled and eager steps agree to rounding, not bit for bit: inductor reorders and fuses
+floating-point work (tests/test_compiled_step.py, benchmarks/compiled_step.py).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import torch
+
+ENV = "MADSL_COMPILE_STACKED"
+# madsl.kernels.cuda's getters of the cuda extra's kernels: pybind and Triton calls that make_fx
+# cannot record (their outputs would be frozen into the graph as constants)
+EXTENSION_GETTERS = ("selective_scan_fn", "mamba_inner_fn", "causal_conv1d_fn", "chunk_gla", "fla_op")
+
+
+def requested() -> bool:
+    """Whether the environment asks for compiled stacked steps (`MADSL_COMPILE_STACKED=1`)."""
+    return os.environ.get(ENV, "0") == "1"
+
+
+class Untraceable(RuntimeError):
+    """The function calls a kernel that tracing cannot record."""
+
+
+@contextmanager
+def _extension_kernels_refused() -> Iterator[None]:
+    """While tracing, a layer that would call a kernel of the cuda extra raises `Untraceable`
+    (where the library is missing, the layer's pure-PyTorch path runs and is traced)."""
+    from madsl.kernels import cuda
+
+    originals = {name: getattr(cuda, name) for name in EXTENSION_GETTERS}
+
+    def refusing(name: str, getter: Callable) -> Callable:
+        def get(*args, **kwargs):
+            kernel = getter(*args, **kwargs)
+            if kernel is not None:
+                what = ".".join(str(a) for a in args[:2]) or name  # fla_op(module, name, ...)
+                raise Untraceable(f"{what}, a kernel of the cuda extra, cannot be traced by make_fx")
+            return kernel
+        return get
+
+    for name, getter in originals.items():
+        setattr(cuda, name, refusing(name, getter))
+    try:
+        yield
+    finally:
+        for name, getter in originals.items():
+            setattr(cuda, name, getter)
+
+
+def compile_inplace(function: Callable[..., None], tensors: tuple[torch.Tensor, ...]) -> Callable[..., None]:
+    """`function(*tensors)` (which updates some of its arguments in place and returns
+    nothing) traced into aten ops and compiled by inductor, for arguments like these."""
+    from torch._inductor.compile_fx import compile_fx
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with _extension_kernels_refused():
+        graph = make_fx(function, tracing_mode="real")(*(t.clone() for t in tensors))
+    return compile_fx(graph, list(tensors))
+
+
+class CompiledInPlace:
+    """`function(*tensors)`, compiled once per shape, dtype, stride and device of its
+    arguments. Where it cannot be traced (`Untraceable`), one warning, and the caller runs
+    its eager path from then on."""
+
+    def __init__(self, function: Callable[..., None], what: str):
+        self.function, self.what = function, what
+        self.compiled: dict[tuple, Callable[..., None]] = {}
+        self.usable = True
+
+    def __call__(self, *tensors: torch.Tensor) -> bool:
+        """Run the compiled function on `tensors`; False (having run nothing) where it cannot be."""
+        if not self.usable:
+            return False
+        key = tuple((tuple(t.shape), t.dtype, t.stride(), t.device) for t in tensors)
+        if key not in self.compiled:
+            try:
+                self.compiled[key] = compile_inplace(self.function, tensors)
+            except Untraceable as err:
+                warnings.warn(f"{ENV}: this group's {self.what} runs eagerly: {err}", RuntimeWarning, stacklevel=3)
+                self.usable = False
+                return False
+        self.compiled[key](*tensors)
+        return True

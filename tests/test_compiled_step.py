@@ -1,0 +1,117 @@
+"""The stacked step and evaluation compiled into fused kernels (`MADSL_COMPILE_STACKED=1`,
+madsl.runner.stacked_compile): opt-in, and a group trained so ends as the eager group does.
+
+One tiny spec with attention (SDPA's member fold) and Hyena (its long convolutions), each
+with a SwiGLU: one compile of a step and one of an evaluation batch. Inductor's CPU
+compile is the cost (its C++ kernels, each compiled by gcc): without vectorised kernels and
+compile workers, about 40 s of CPU time cold, less with inductor's on-disk cache warm; the
+CUDA device compiles Triton kernels instead, so what is tested here is the trace and the
+fused step's arithmetic, not the CPU's vector code.
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch._inductor.config as inductor_config
+
+from madsl.runner.api import cli_overrides, plan_evaluation
+from madsl.runner.grid import execute_group
+from madsl.runner.stacked import StackedMembers
+from madsl.runner.store import StoreFiles
+from madsl.spec import load_spec
+from torch.utils._python_dispatch import TorchDispatchMode
+
+torch.set_num_threads(1)
+TINY_SPEC = "name: compile-tiny\ndim: 32\ntopology: A-Sg:H-Sg\n"
+TINY_SETTING = {"seq_len": 24, "num_train_examples": 24, "num_test_examples": 16}
+
+
+def _group(tmp_path, db: str):
+    path = tmp_path / "tiny.mad"
+    path.write_text(TINY_SPEC)
+    cli = cli_overrides(protocol="baseline", tasks=["in-context-recall"], settings=TINY_SETTING, lr=[1e-3, 5e-4],
+                        wd=[0.0, 0.1], epochs=2, batch_size=8)
+    [group] = plan_evaluation(StoreFiles(tmp_path / db), [(load_spec(path), str(path))], cli,
+                              device="cpu").work(batch_grid=True)
+    group.stack = True  # the CUDA default
+    return group
+
+
+class _ComputingOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += not func.is_view
+        return func(*args, **(kwargs or {}))
+
+
+def test_compiled_stacked_steps_are_opt_in(monkeypatch):
+    monkeypatch.delenv("MADSL_COMPILE_STACKED", raising=False)
+    from madsl.runner import stacked_compile
+
+    assert not stacked_compile.requested()
+    monkeypatch.setenv("MADSL_COMPILE_STACKED", "1")
+    assert stacked_compile.requested()
+
+
+def test_a_compiled_stacked_group_ends_as_the_eager_group(tmp_path, monkeypatch):
+    """Two epochs of four members, every step and evaluation batch compiled (fewer ops
+    dispatched than eager: fused), equal to the eager group's results to fp32 rounding."""
+    steps = {True: [], False: []}  # per mode, the ops each step dispatched
+    step = StackedMembers.step
+
+    def counted(self, x, y):
+        with _ComputingOps() as ops:
+            step(self, x, y)
+        steps[self.compiled].append(ops.count)
+
+    monkeypatch.setattr(StackedMembers, "step", counted)
+    monkeypatch.setattr(inductor_config.cpp, "vec_isa_ok", False)  # see the module docstring
+    monkeypatch.setattr(inductor_config, "compile_threads", 1)
+    results = {}
+    for compiled in (False, True):
+        monkeypatch.setenv("MADSL_COMPILE_STACKED", "1" if compiled else "0")
+        events = []
+        execute_group(_group(tmp_path, f"{compiled}.db"), events.append, lambda: False)
+        assert not [e for e in events if e.kind == "failed"], [e.data["error"] for e in events if e.kind == "failed"]
+        results[compiled] = {e.run_id: e.data["result"] for e in events if e.kind == "finished"}
+    assert len(steps[True]) == len(steps[False]) == 6  # 2 epochs of 3 steps, stacked both ways
+    assert max(steps[True][1:]) < min(steps[False]) / 2  # compiled: fused kernels, matmuls and SDPA dispatched
+    assert results[True].keys() == results[False].keys() and len(results[True]) == 4
+    for run_id, eager in results[False].items():
+        got = results[True][run_id]
+        for got_epoch, eager_epoch in zip(got["history"], eager["history"], strict=True):
+            for key in ("train_loss", "eval_loss"):
+                assert got_epoch[key] == pytest.approx(eager_epoch[key], rel=1e-5), (run_id, key)
+            # an argmax may flip on a near tie: at most one of the evaluation's scored tokens
+            assert got_epoch["eval_acc"] == pytest.approx(eager_epoch["eval_acc"], abs=1 / 16), run_id
+
+
+def test_a_step_calling_a_kernel_of_the_cuda_extra_runs_eagerly(monkeypatch):
+    """mamba-ssm's, causal-conv1d's and fla's kernels (pybind and Triton calls) cannot be
+    traced: where a layer would call one, a warning, and the eager step from then on."""
+    from madsl.kernels import cuda
+    from madsl.runner import stacked_compile
+
+    monkeypatch.setattr(cuda, "_fla_op", lambda module, name: (lambda *args: args))  # "installed"
+    calls = []
+
+    def step(x):
+        calls.append("traced")
+        kernel = cuda.fla_op("gla", "chunk_gla", "madsl's chunked GLA")
+        x.add_(kernel(x)[0])
+
+    compiled = stacked_compile.CompiledInPlace(step, "training step")
+    with pytest.warns(RuntimeWarning, match=r"MADSL_COMPILE_STACKED: this group's training step runs eagerly: "
+                                            r"gla\.chunk_gla, a kernel of the cuda extra"):
+        assert compiled(torch.ones(3)) is False
+    assert calls == ["traced"] and not compiled.usable
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert compiled(torch.ones(3)) is False  # once refused, no second trace, no second warning
+    assert calls == ["traced"]
+    assert cuda.fla_op("gla", "chunk_gla", "") is not None  # the getters are restored after the trace
