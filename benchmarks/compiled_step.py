@@ -7,15 +7,17 @@ AdamW and metric sums into plain aten ops and compiles them with inductor. For t
 grid's 6 (lr, wd) members of one spec, in the same run: the kernels a step launches (eager:
 the ops dispatched that compute; compiled: the kernels inductor generated plus the ops it
 still dispatches to torch, such as matmuls and SDPA), the seconds the first compiled step took
-(tracing and compiling), a step's time eager and compiled (fastest of `--repeats`,
-interleaved), and how far apart the two stacks are after `--steps` steps on the same batches
+(tracing and compiling; then again for a second stack of the same shapes, with inductor's
+on-disk cache warm: what the next group of a protocol pays), a step's time eager and
+compiled (fastest of `--repeats`, interleaved; on CUDA both replayed as CUDA graphs, as
+`madsl eval` trains there, unless `--no-graphs`), and how far apart the two stacks are after `--steps` steps on the same batches
 and an evaluation (the largest absolute difference of the weights, Adam's moments, the
 training losses and the evaluation loss, each also relative to the largest eager value).
 On the CPU the kernels are inductor's C++ ones; on CUDA Triton's (fewer fusions, so more
 kernels than the CPU count).
 
     python benchmarks/compiled_step.py                          # attention-sg, hyena-sg; fp32 and bf16
-    python benchmarks/compiled_step.py --specs specs/paper/mamba.mad --precision bf16 --device cuda
+    python benchmarks/compiled_step.py --device cuda --precision bf16 --seq-len 128 --batch-size 128
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from madsl.runner.api import cli_overrides, plan_evaluation  # noqa: E402
 from madsl.runner.executor import job_inputs  # noqa: E402
-from madsl.runner.stacked import StackedMembers  # noqa: E402
+from madsl.runner.stacked import GRAPH_WARMUP, StackedMembers  # noqa: E402
 from madsl.runner.store import StoreFiles  # noqa: E402
 from madsl.runner.train import RunData, RunState, resolve_device  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
@@ -114,6 +116,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4, help="steps of both stacks before comparing (default 4)")
     parser.add_argument("--repeats", type=int, default=5, help="timed steps of each, interleaved (default 5)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
+                        help="on CUDA, time both stacks replayed as CUDA graphs (default)")
     parser.add_argument("--warm-cache", action="store_true",
                         help="use inductor's on-disk cache as it is (default: a fresh one, so compile times are cold)")
     args = parser.parse_args()
@@ -137,6 +141,14 @@ def main() -> int:
             started = time.perf_counter()
             _, code = run_and_get_code(lambda: (compiled.step(x, y), synchronize(device)))
             compile_seconds = time.perf_counter() - started
+            # a second stack of the same members: its step from inductor's on-disk cache, the same kernels
+            again, _ = build_stack(path, precision, args.seq_len, args.batch_size, device, compiled=True)
+            started = time.perf_counter()
+            again.step(x, y)
+            synchronize(device)
+            warm_compile_seconds = time.perf_counter() - started
+            warm_apart = max((a.param - b.param).abs().max().item() for a, b in zip(again.flats, compiled.flats))
+            del again
             eager.step(x, y)
             for step in range(1, args.steps):
                 x, y = epoch[step % len(epoch)]
@@ -154,6 +166,11 @@ def main() -> int:
                 counts[name] = count.computing
             generated = len(GENERATED_KERNEL.findall("\n".join(code)))
             eval_generated = len(GENERATED_KERNEL.findall("\n".join(eval_code)))
+            graphs = args.graphs and device.type == "cuda"
+            for stack in (eager, compiled):  # the rest of the warm-up (steps run: args.steps + 1), a capture, a replay
+                stack._train_step.graphs = graphs
+                for _ in range(max(0, GRAPH_WARMUP - args.steps - 1) + 2 if graphs else 0):
+                    stack.step(x, y)
             times = {"eager": [], "compiled": []}
             for _ in range(args.repeats):
                 for name, stack in (("eager", eager), ("compiled", compiled)):
@@ -166,8 +183,10 @@ def main() -> int:
             print(f"  {load_spec(path).name:14s} {precision}: kernels a step: eager {counts['eager']}, compiled "
                   f"{generated + counts['compiled']} ({generated} generated + {counts['compiled']} torch ops; "
                   f"{(generated + counts['compiled']) / counts['eager']:.2f}x); evaluation batch: {eval_generated} "
-                  f"generated kernels; compile: step {compile_seconds:.1f} s, evaluation {eval_compile_seconds:.1f} s; "
-                  f"a step eager {eager_s * 1e3:.1f} ms, compiled {compiled_s * 1e3:.1f} ms "
+                  f"generated kernels; compile: step {compile_seconds:.1f} s (cache warm {warm_compile_seconds:.1f} s, "
+                  f"weights {warm_apart:.0e} apart), "
+                  f"evaluation {eval_compile_seconds:.1f} s; a step{' (CUDA graphs)' if graphs else ''} eager "
+                  f"{eager_s * 1e3:.2f} ms, compiled {compiled_s * 1e3:.2f} ms "
                   f"({compiled_s / eager_s:.2f}x)")
             print("      after " f"{args.steps} steps and an evaluation, max abs (relative) difference: " +
                   ", ".join(f"{key} {a:.1e} ({r:.1e})" for key, (a, r) in apart.items()))

@@ -23,6 +23,10 @@
 #   shared   3 worker processes sharing the GPU against one (attention-sg, two tasks' baseline
 #            grids), without MPS (the processes' contexts take turns) and with it (their kernels
 #            run side by side), where nvidia-cuda-mps-control is found
+#   compiled (only when named) benchmarks/compiled_step.py: the stacked step compiled by inductor
+#            (MADSL_COMPILE_STACKED=1) against the eager one, both replayed as CUDA graphs, for
+#            attention-sg and hyena-sg in bf16 at in-context recall's baseline shape: kernels,
+#            compile seconds (cold and with the cache warm), step times, parity
 # The device tool gives one command 10 minutes: run "stacked cost", then "rest", then (time
 # left) "shared", as calls back to back on the warm machine.
 #
@@ -196,5 +200,11 @@ if want shared; then  # without MPS the processes' CUDA contexts take turns on t
         echo "MPS: nvidia-cuda-mps-control not found or did not start"
     fi
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
+if [[ " ${GPU_CHECK_STEPS:-} " == *" compiled "* ]]; then
+    python3 benchmarks/compiled_step.py --device cuda --precision bf16 --seq-len 128 --batch-size 128 \
+        > "$LOG/compiled-step.txt" 2>&1
+    echo "compiled step rc=$? at $(elapsed) s"; grep -E "^\S|^  " "$LOG/compiled-step.txt" | grep -v Warning
+    pack_logs
 fi
 [[ -n "${OUT:-}" ]] && echo "logs: \$OUT/gpu-check-logs.tar.gz"

@@ -79,9 +79,17 @@ def compile_inplace(function: Callable[..., None], tensors: tuple[torch.Tensor, 
     from torch._inductor.compile_fx import compile_fx
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
     with _extension_kernels_refused():
         graph = make_fx(function, tracing_mode="real")(*(t.clone() for t in tensors))
-    return compile_fx(graph, list(tensors))
+    # static shapes, but a shape environment as dynamo gives inductor: without one inductor
+    # bypasses its on-disk graph cache ("No shape env") and lowers every group's step anew
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    with tracing(TracingContext(fake_mode)):
+        return compile_fx(graph, [fake_mode.from_tensor(t, static_shapes=True) for t in tensors])
 
 
 class CompiledInPlace:
