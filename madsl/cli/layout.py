@@ -31,7 +31,8 @@ def add_parsers(subparsers) -> None:
     p.add_argument("-o", "--output", help="write the output to this file")
     p.set_defaults(func=cmd_compile)
 
-    p = subparsers.add_parser("expand", help="print the canonical, fully expanded layer list of a topology")
+    p = subparsers.add_parser("expand", help="print the fully expanded layer list of a topology (its syntax only: "
+                                             "symbols are not looked up; compile -t checks them)")
     p.add_argument("topology", help="a topology string, e.g. '(H:5A:5H:A)x2'")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text: one block per line; json: the list of blocks, each its layer symbols")
