@@ -213,9 +213,20 @@ def _without_restated(spec: Spec, layer: topo.Layer) -> topo.Layer:
         own = entry.cls.create(spec.dim, dict(definition.params)).config()
     except ConfigError:  # the symbol alone is invalid here (only its overrides make it valid)
         own = definition.params
-    kept = tuple((k, v) for k, v in layer.overrides
+    kept = tuple((k, _as_read(v, resolved[k])) for k, v in layer.overrides
                  if not (type(resolved[k]) is type(own.get(k)) and resolved[k] == own.get(k)))
-    return layer if len(kept) == len(layer.overrides) else topo.Layer(layer.symbol, kept, layer.tag, layer.span)
+    if len(kept) == len(layer.overrides) and all(type(k[1]) is type(o[1]) for k, o in zip(kept, layer.overrides)):
+        return layer  # (== alone would take 2 for 2.0)
+    return topo.Layer(layer.symbol, kept, layer.tag, layer.span)
+
+
+def _as_read(written: Any, read: Any) -> Any:
+    """A number as the primitive reads it (`heads=2.0` is the int 2, `rotary_base=20000` the float
+    20000.0), so that two spellings of one value are one model, one identity; anything else as written."""
+    numbers = (int, float)
+    if type(written) in numbers and type(read) in numbers and type(written) is not type(read) and written == read:
+        return read
+    return written
 
 
 def _identity_params(definition: "SymbolDef", dim: int) -> dict[str, Any]:
@@ -223,8 +234,13 @@ def _identity_params(definition: "SymbolDef", dim: int) -> dict[str, Any]:
     value at `dim` (what they were before they scaled), and without the parameters its
     primitive added later (`Primitive.identity_omits`) while they are at their stdlib default."""
     entry = stdlib.primitives()[definition.primitive]
-    return {k: v.resolve(k, dim) if isinstance(v, WidthRelative) else v for k, v in definition.params.items()
-            if not (k in entry.cls.identity_omits and v == entry.defaults.get(k))}
+    params = {k: v.resolve(k, dim) if isinstance(v, WidthRelative) else v for k, v in definition.params.items()
+              if not (k in entry.cls.identity_omits and v == entry.defaults.get(k))}
+    try:
+        read = entry.cls.create(dim, dict(definition.params)).config()
+    except ConfigError:  # only the topology's overrides make the symbol valid: as written
+        return params
+    return {k: _as_read(v, read.get(k)) for k, v in params.items()}
 
 
 def _mixes_both(spec: Spec, block: topo.Block) -> bool:

@@ -279,3 +279,18 @@ def test_checking_a_file_that_is_not_a_spec_does_not_print_it(tmp_path):
     with pytest.raises(MadslError) as info:
         load_spec(tmp_path / "notes.txt")
     assert "not a spec file" in info.value.message and "hunter2" not in info.value.render()
+
+
+def test_a_number_spelled_as_int_or_float_is_one_model_and_one_identity():
+    """`heads=2.0` builds the model `heads=2` builds (the primitive reads the int 2), so both are one
+    canonical form and one spec identity (one set of run ids); a float parameter written as an
+    integer likewise. Bundled specs write the primitive's own types and keep their identities."""
+    from madsl.runner.api import spec_identity
+    from madsl.spec import spec_from_data, spec_from_topology
+
+    for written, read in (("A{heads=2.0}", "A{heads=2}"), ("A{rotary_base=20000}", "A{rotary_base=20000.0}")):
+        assert spec_from_topology(written).canonical() == read
+        assert spec_identity(spec_from_topology(written)) == spec_identity(spec_from_topology(read))
+    as_float = spec_from_data({"name": "a", "dim": 128, "topology": "A", "layers": {"A": {"heads": 2.0}}})
+    as_int = spec_from_data({"name": "a", "dim": 128, "topology": "A", "layers": {"A": {"heads": 2}}})
+    assert spec_identity(as_float) == spec_identity(as_int)
