@@ -162,6 +162,9 @@ class _ToData(lark.Transformer):
                 count = child
         for key, value, key_span, value_span in attrs:
             _check_group_attribute(key, value, key_span, value_span, branches=len(sequences))
+        # a number attribute is a float however written (linear_std=1 is linear_std=1.0: one group)
+        attrs = tuple((k, float(v), *spans) if GROUP_ATTRIBUTES.get(k) == POSITIVE_NUMBER else (k, v, *spans)
+                      for k, v, *spans in attrs)
         attrs = tuple(a for a in attrs if GROUP_DEFAULTS.get(a[0], object()) != a[1])
         body = sequences[0] if len(sequences) == 1 else (Fork(tuple(sequences)),)
         group = Group(body, _settings(attrs, meta), _span(meta))

@@ -288,7 +288,8 @@ def test_a_number_spelled_as_int_or_float_is_one_model_and_one_identity():
     from madsl.runner.api import spec_identity
     from madsl.spec import spec_from_data, spec_from_topology
 
-    for written, read in (("A{heads=2.0}", "A{heads=2}"), ("A{rotary_base=20000}", "A{rotary_base=20000.0}")):
+    for written, read in (("A{heads=2.0}", "A{heads=2}"), ("A{rotary_base=20000}", "A{rotary_base=20000.0}"),
+                          ("(A){linear_std=1}", "(A){linear_std=1.0}")):
         assert spec_from_topology(written).canonical() == read
         assert spec_identity(spec_from_topology(written)) == spec_identity(spec_from_topology(read))
     as_float = spec_from_data({"name": "a", "dim": 128, "topology": "A", "layers": {"A": {"heads": 2.0}}})
