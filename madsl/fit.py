@@ -172,10 +172,10 @@ def _distance(totals: dict[str, int], budget: dict[str, Bound]) -> float:
 def solve(spec: Spec, free: list[str], budget: dict[str, Bound] | None = None, *,
           seq_len: int | None = None) -> FitResult:
     """Values of the free parameters that meet `budget` (default: the spec's own)."""
+    names = free_parameters(spec, free)  # a mistyped free parameter is the first thing to say
     budget = dict(budget if budget is not None else spec.budget)
     if not budget:
         raise MadslError(f"{spec.name}: nothing to fit to", hint="give the spec a budget: section, or use --match")
-    names = free_parameters(spec, free)
     search = _Search(spec, names, budget, seq_len or spec.budget_seq_len)
     search.run()
     result = FitResult(list(free), budget, evaluated=len(search.seen))

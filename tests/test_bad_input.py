@@ -28,6 +28,7 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
     (["fit", "specs/paper/hyena-sg.mad", "--on", "params", "--free", "Sg.inner"], "--on applies only with --match"),
     (["fit", "specs/paper/hyena-sg.mad", "--tolerance", "5%", "--free", "Sg.inner"],
      "--tolerance applies only with --match"),
+    (["fit", "{tmp}/no-budget.mad", "--free", "H.ordr"], "H (hyena) has no parameter 'ordr'"),  # not 'nothing to fit to'
     (["convert", "--from-megatron", "M-", "--model-type", "jamba"], "--model-type: not read by --from-megatron"),
     (["convert", "--to-megatron", MAMBA, "--dim", "64", "--layer", "A.heads=2"],
      "--dim, --layer: not read by --to-megatron"),
@@ -42,6 +43,7 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
     (["export", "abc", "-o", "{tmp}/out", "--db", "{tmp}/no-such.db"], "no results database at"),
 ])
 def test_options_that_cannot_work_are_refused_with_the_reason(capsys, tmp_path, args, message):
+    (tmp_path / "no-budget.mad").write_text("name: x\ndim: 128\ntopology: H:A\n")
     rc, _, err = run(capsys, *(a.format(tmp=tmp_path) for a in args))
     assert rc == 2 and message in err, err
 
