@@ -22,8 +22,8 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("args,message", [
     # options that only one executor or direction reads are refused where they would be ignored
-    (["eval", MAMBA, "--address", "auto", "--dry-run"], "--address applies only with --executor ray"),
-    (["eval", MAMBA, "--cpus-per-run", "2", "--gpus-per-run", "0.5", "--dry-run"],
+    (["eval", MAMBA, "--address", "auto", "--dry-run", "--db", "{tmp}/r.db"], "--address applies only with --executor ray"),
+    (["eval", MAMBA, "--cpus-per-run", "2", "--gpus-per-run", "0.5", "--dry-run", "--db", "{tmp}/r.db"],
      "--cpus-per-run, --gpus-per-run apply only with --executor ray"),
     (["fit", "specs/paper/hyena-sg.mad", "--on", "params", "--free", "Sg.inner"], "--on applies only with --match"),
     (["fit", "specs/paper/hyena-sg.mad", "--tolerance", "5%", "--free", "Sg.inner"],
@@ -34,9 +34,9 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
      "--dim, --layer: not read by --to-megatron"),
     (["convert", "--from-hf", "specs/public/jamba-v0.1.config.json", "--mamba", "Mb"], "--mamba: not read by --from-hf"),
     # a seed training cannot use (torch's generators take 64 bits; the run failed after planning)
-    (["eval", MAMBA, "--seed", str(10**14), "--dry-run"], "expected a seed from 0 to 4,294,967,295"),
+    (["eval", MAMBA, "--seed", str(10**14), "--dry-run", "--db", "{tmp}/r.db"], "expected a seed from 0 to 4,294,967,295"),
     (["data", "memorization", "--seed", str(2**32), "--format", "text"], "expected a seed"),
-    (["eval", MAMBA, "--executor", "ray", "--cpus-per-run", "inf", "--dry-run"], "expected a finite number"),
+    (["eval", MAMBA, "--executor", "ray", "--cpus-per-run", "inf", "--dry-run", "--db", "{tmp}/r.db"], "expected a finite number"),
     # the task name first: a misspelled task is the error, not the missing -o
     (["data", "memorisation"], "unknown task 'memorisation'"),
     (["data", "in-context-recall", "--format", "text", "--set", "vocab_size=1000000000"], "does not fit in memory"),
