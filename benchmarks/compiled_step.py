@@ -10,11 +10,11 @@ still dispatches to torch, such as matmuls and SDPA), the seconds the first comp
 (tracing and compiling; then again for a second stack of the same shapes, with inductor's
 on-disk cache warm: what the next group of a protocol pays), a step's time eager and
 compiled (fastest of `--repeats`, interleaved; on CUDA both replayed as CUDA graphs, as
-`madsl eval` trains there, unless `--no-graphs`), and how far apart the two stacks are after `--steps` steps on the same batches
-and an evaluation (the largest absolute difference of the weights, Adam's moments, the
-training losses and the evaluation loss, each also relative to the largest eager value).
-On the CPU the kernels are inductor's C++ ones; on CUDA Triton's (fewer fusions, so more
-kernels than the CPU count).
+`madsl eval` trains there, unless `--no-graphs`), and how far apart the two stacks are after
+`--steps` steps on the same batches and an evaluation (the largest absolute difference of
+the weights, Adam's moments, the training losses and the evaluation loss, each also
+relative to the largest eager value). On the CPU the kernels are inductor's C++ ones; on
+CUDA Triton's (fewer fusions, so more kernels than the CPU count).
 
     python benchmarks/compiled_step.py                          # attention-sg, hyena-sg; fp32 and bf16
     python benchmarks/compiled_step.py --device cuda --precision bf16 --seq-len 128 --batch-size 128

@@ -115,3 +115,29 @@ def test_a_step_calling_a_kernel_of_the_cuda_extra_runs_eagerly(monkeypatch):
         assert compiled(torch.ones(3)) is False  # once refused, no second trace, no second warning
     assert calls == ["traced"]
     assert cuda.fla_op("gla", "chunk_gla", "") is not None  # the getters are restored after the trace
+
+
+def test_a_cached_compile_computes_with_its_own_groups_constants(tmp_path, monkeypatch):
+    """Groups whose traced steps differ only in their constants (the members' weight decays,
+    frozen weights) share inductor's cached code, each with its own values."""
+    from torch._dynamo.utils import counters
+
+    from madsl.runner import stacked_compile
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(inductor_config.cpp, "vec_isa_ok", False)
+    monkeypatch.setattr(inductor_config, "compile_threads", 1)
+    member_of = torch.arange(3).repeat_interleave(2)
+    counters.clear()
+
+    def decaying(decay: torch.Tensor):
+        def step(param, lr):  # as the stacked AdamW decays: the decays a constant of the traced graph
+            param.mul_((1 - lr * decay).index_select(0, member_of))
+        return step
+
+    for decays in ([0.0, 0.1, 0.2], [0.3, 0.0, 0.5]):
+        compiled = stacked_compile.CompiledInPlace(decaying(torch.tensor(decays)), "training step")
+        param = torch.ones(6)
+        assert compiled(param, torch.tensor(0.5))
+        assert param.tolist() == pytest.approx([1 - 0.5 * d for d in decays for _ in range(2)])
+    assert counters["inductor"]["fxgraph_cache_hit"] == 1  # the second group's from the cache

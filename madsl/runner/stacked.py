@@ -27,7 +27,9 @@ live as long as the stack (`_Replayed`): the batch is copied into buffers, the m
 learning rates and Adam's bias corrections are uploaded into one small tensor, and the
 rest (forward, backward, AdamW, the metric sums) reads nothing on the host. So with CUDA
 graphs on (`--cuda-graphs`), each is captured once warm and replayed: one launch instead of
-hundreds, which is where a width-128 model's time goes on a GPU.
+hundreds, which is where a width-128 model's time goes on a GPU. With `compiled`
+(`MADSL_COMPILE_STACKED=1`, opt-in), each is first traced and compiled into fused kernels
+(`madsl.runner.stacked_compile`), which a CUDA graph then replays the same way.
 """
 from __future__ import annotations
 
@@ -426,7 +428,6 @@ class StackedMembers:
             _, outputs, loss_sums = torch.func.vmap(self._member_forward(cache))(self.params, inputs, targets)
             _forget_aux_losses(self.template)
             self._add_sums(self.eval_sums, outputs, targets, loss_sums)
-
 
     # --- compiled (opt-in: madsl.runner.stacked_compile) --------------------------------------
     def _weights(self, flat_params: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
