@@ -58,7 +58,14 @@ def test_compiled_stacked_steps_are_opt_in(monkeypatch):
     assert stacked_compile.requested()
 
 
-def test_a_compiled_stacked_group_ends_as_the_eager_group(tmp_path, monkeypatch):
+@pytest.fixture
+def lean_inductor():
+    """Inductor's CPU compile without vector kernels and compile workers (see the module docstring)."""
+    with inductor_config.patch({"cpp.vec_isa_ok": False, "compile_threads": 1}):
+        yield
+
+
+def test_a_compiled_stacked_group_ends_as_the_eager_group(tmp_path, monkeypatch, lean_inductor):
     """Two epochs of four members, every step and evaluation batch compiled (fewer ops
     dispatched than eager: fused), equal to the eager group's results to fp32 rounding."""
     steps = {True: [], False: []}  # per mode, the ops each step dispatched
@@ -70,8 +77,6 @@ def test_a_compiled_stacked_group_ends_as_the_eager_group(tmp_path, monkeypatch)
         steps[self.compiled].append(ops.count)
 
     monkeypatch.setattr(StackedMembers, "step", counted)
-    monkeypatch.setattr(inductor_config.cpp, "vec_isa_ok", False)  # see the module docstring
-    monkeypatch.setattr(inductor_config, "compile_threads", 1)
     results = {}
     for compiled in (False, True):
         monkeypatch.setenv("MADSL_COMPILE_STACKED", "1" if compiled else "0")
@@ -117,7 +122,7 @@ def test_a_step_calling_a_kernel_of_the_cuda_extra_runs_eagerly(monkeypatch):
     assert cuda.fla_op("gla", "chunk_gla", "") is not None  # the getters are restored after the trace
 
 
-def test_a_cached_compile_computes_with_its_own_groups_constants(tmp_path, monkeypatch):
+def test_a_cached_compile_computes_with_its_own_groups_constants(tmp_path, monkeypatch, lean_inductor):
     """Groups whose traced steps differ only in their constants (the members' weight decays,
     frozen weights) share inductor's cached code, each with its own values."""
     from torch._dynamo.utils import counters
@@ -125,8 +130,6 @@ def test_a_cached_compile_computes_with_its_own_groups_constants(tmp_path, monke
     from madsl.runner import stacked_compile
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(inductor_config.cpp, "vec_isa_ok", False)
-    monkeypatch.setattr(inductor_config, "compile_threads", 1)
     member_of = torch.arange(3).repeat_interleave(2)
     counters.clear()
 
