@@ -26,7 +26,8 @@
 #   compiled (only when named) benchmarks/compiled_step.py: the stacked step compiled by inductor
 #            (MADSL_COMPILE_STACKED=1) against the eager one, both replayed as CUDA graphs, for
 #            attention-sg and hyena-sg in bf16 at in-context recall's baseline shape: kernels,
-#            compile seconds (cold and with the cache warm), step times, parity
+#            compile seconds (cold and with the cache warm), step times, parity; stopped after
+#            GPU_COMPILED_SECONDS (360), before "shared"
 # The device tool gives one command 10 minutes: run "stacked cost", then "rest", then (time
 # left) "shared", as calls back to back on the warm machine.
 #
@@ -183,6 +184,12 @@ if want rest; then  # what needs causal-conv1d after its build; fla's autotuning
         -k "fla or gla or rwkv or retention or delta"  # a test may autotune several kernels: 400 s each
     return_triton_cache
 fi
+if want compiled; then  # only when named (not in the default steps); at most 6 minutes, a line per spec as it ends
+    timeout ${GPU_COMPILED_SECONDS:-360} python3 -u benchmarks/compiled_step.py --device cuda --precision bf16 \
+        --seq-len 128 --batch-size 128 > "$LOG/compiled-step.txt" 2>&1
+    echo "compiled step rc=$? at $(elapsed) s"; grep -E "^\S|^  " "$LOG/compiled-step.txt" | grep -v Warning
+    pack_logs
+fi
 share() {  # share NAME: 3 worker processes on the GPU against one, two steady epochs of two baseline grids
     python3 benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-examples 0 --no-shapes --workers-per-device 3 \
         --tasks in-context-recall compression --specs specs/paper/attention-sg.mad > "$LOG/shared-$1.txt" 2>&1
@@ -200,11 +207,5 @@ if want shared; then  # without MPS the processes' CUDA contexts take turns on t
         echo "MPS: nvidia-cuda-mps-control not found or did not start"
     fi
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-fi
-if [[ " ${GPU_CHECK_STEPS:-} " == *" compiled "* ]]; then
-    python3 benchmarks/compiled_step.py --device cuda --precision bf16 --seq-len 128 --batch-size 128 \
-        > "$LOG/compiled-step.txt" 2>&1
-    echo "compiled step rc=$? at $(elapsed) s"; grep -E "^\S|^  " "$LOG/compiled-step.txt" | grep -v Warning
-    pack_logs
 fi
 [[ -n "${OUT:-}" ]] && echo "logs: \$OUT/gpu-check-logs.tar.gz"
