@@ -199,6 +199,30 @@ def solve(spec: Spec, free: list[str], budget: dict[str, Bound] | None = None, *
     return result
 
 
+def fitted(spec: Spec, seq_len: int | None = None) -> tuple[Spec, Solution | None]:
+    """The spec as `madsl compile` and `madsl eval` build it: where it asks for a fit
+    (`budget.fit`) and its written values leave its budget, with the best solution's values
+    (and that solution); else as written (and None). So what is compiled is what is trained."""
+    from .budget import check
+
+    if not spec.fit:
+        return spec, None
+    seq_len = seq_len or spec.budget_seq_len
+    if not check(account(spec, seq_len=seq_len).totals, spec.budget):
+        return spec, None
+    solution = solve(spec, spec.fit, seq_len=seq_len).best
+    if solution is None:
+        return spec, None
+    return with_values(spec, {spec.free_parameter(k): v for k, v in solution.values.items()}), solution
+
+
+def fit_note(solution: Solution, path: str | None) -> str:
+    """What `fitted` did, for the user: the values used, and how to write them into the spec."""
+    values = ", ".join(f"{k}={v}" for k, v in solution.values.items())
+    return (f"budget.fit: using the solution {values} (write it into the spec with "
+            f"`madsl fit {path or 'SPEC.mad'} -o FILE`)")
+
+
 def solved_data(spec: Spec, solution: Solution) -> dict[str, Any]:
     """The spec's data with the solution written under `layers:` and the `fit:` request removed."""
     data = dict(spec.data)

@@ -128,3 +128,34 @@ def test_text_that_can_wrap_in_its_cell_wraps_within_the_terminal():
     print_whole(console, table)
     lines = console.file.getvalue().splitlines()
     assert max(map(len, lines)) <= 60 and "…" not in "".join(lines)
+
+
+def test_a_seed_training_cannot_use_is_refused_wherever_it_is_written(capsys, tmp_path):
+    """A spec's eval.seed (located) and a sweep's train.seed above 2^32 - 1 are bad input, as
+    --seed is: they planned, then every run failed in training (exit 3)."""
+    spec = tmp_path / "s.mad"
+    spec.write_text(f"name: s\ntopology: H:Sg\ndim: 32\neval:\n  protocol: smoke\n  seed: [0, {10**14}]\n")
+    rc, _, err = run(capsys, "eval", str(spec), "--dry-run", "--db", str(tmp_path / "r.db"))
+    assert rc == 2 and "s.mad:6:13" in err and "eval.seed: expected at most 4,294,967,295" in err
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"specs: [s.mad]\nprotocol: smoke\ntrain:\n  seed: [{2**32}]\n")
+    spec.write_text("name: s\ntopology: H-Sg\ndim: 32\n")
+    rc, _, err = run(capsys, "eval", str(sweep), "--dry-run", "--db", str(tmp_path / "r.db"))
+    assert rc == 2 and "seed must be from 0 to 4,294,967,295" in err and "Traceback" not in err
+
+
+def test_a_results_folder_that_cannot_be_written_is_a_clear_error(capsys, tmp_path, monkeypatch):
+    """The plan's step-time cache beside the database is a cache: where it cannot be written the
+    database's own error says why (a traceback from the cache before)."""
+    import pathlib
+
+    from madsl.runner import cost
+
+    def unwritable(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(pathlib.Path, "write_text", unwritable)
+    table = cost.StepTimes(tmp_path / "files" / "step-times.json")
+    table.table["key"], table.changed = [64, 0.01], True
+    table.save()  # nothing raised, nothing left behind
+    assert not list((tmp_path / "files").iterdir())

@@ -152,3 +152,23 @@ def test_bad_budget_fit_entries_are_located(tmp_path, fit, message, column):
     with pytest.raises(MadslError, match=message) as info:
         madsl.load_spec(source)
     assert (info.value.location.line, info.value.location.column) == (6, column)
+
+
+def test_eval_trains_the_model_compile_shows_for_an_unsolved_budget_fit(tmp_path):
+    """madsl eval of a spec whose budget.fit is not solved trains the solution, as compile
+    builds it (it trained the written values, outside the budget): the same spec identity as
+    the spec `madsl fit -o` writes, and the note on stderr."""
+    from madsl.runner.api import _load_specs, spec_identity
+
+    source, solved = tmp_path / "ha.mad", tmp_path / "solved.mad"
+    source.write_text(FIT_SPEC)
+    assert _madsl("fit", str(source), "-o", str(solved)).returncode == 0
+    notes: list[str] = []
+    [(trained, _)] = _load_specs([source], notes)
+    assert madsl.account(trained).totals["fixed_state"] == 3840
+    assert spec_identity(trained) == spec_identity(madsl.load_spec(solved))
+    assert notes == [f"hyena-attn: budget.fit: using the solution H.filter_states=10 (write it into the spec "
+                     f"with `madsl fit {source} -o FILE`)"]
+    planned = _madsl("eval", str(source), "--protocol", "smoke", "--task", "memorization", "--dry-run",
+                     "--db", str(tmp_path / "r.db"))
+    assert planned.returncode == 0 and "H.filter_states=10" in planned.stderr

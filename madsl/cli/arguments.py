@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from madsl.runner.options import MAX_SEED  # torch-free
+
 
 def positive_int(text: str) -> int:
     try:
@@ -25,9 +27,6 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-# training seeds every generator with it (torch's take at most 64 bits, the per-epoch one seed x 1,000,003):
-# a 32-bit seed fits them all
-MAX_SEED = 2**32 - 1
 
 
 def seed(text: str) -> int:

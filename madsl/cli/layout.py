@@ -78,16 +78,13 @@ def cmd_compile(args) -> int:
     acc = account(spec, seq_len=seq_len)
     violations = check(acc.totals, spec.budget)
     if violations and spec.fit:  # budget.fit: compile the solved spec, and say so
-        from madsl.fit import solve, with_values
+        from madsl.fit import fit_note, fitted
 
-        solution = solve(spec, spec.fit, seq_len=seq_len).best
+        spec, solution = fitted(spec, seq_len)
         if solution is not None:
-            spec = with_values(spec, {spec.free_parameter(k): v for k, v in solution.values.items()})
             acc = account(spec, seq_len=seq_len)
             violations = check(acc.totals, spec.budget)
-            make_console(stderr=True).print(
-                "[yellow]budget.fit: using the solution[/] " + ", ".join(f"{k}={v}" for k, v in solution.values.items())
-                + f" (write it into the spec with `madsl fit {args.spec} -o FILE`)")
+            make_console(stderr=True).print(fit_note(solution, args.spec))
     if args.emit == "torch":
         return _emit_torch(spec, args)
     if args.emit == "json":

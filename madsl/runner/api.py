@@ -55,7 +55,11 @@ class CompiledSpecFactory:
                              seed=seed)
 
 
-def _load_specs(items: Sequence[Any]) -> list[tuple[Any, str | None]]:
+def _load_specs(items: Sequence[Any], notes: list[str] | None = None) -> list[tuple[Any, str | None]]:
+    """The specs as `madsl compile` builds them: one whose `budget.fit` is not solved yet trains
+    with the solution (`madsl.fit.fitted`), and `notes` gets what was used."""
+    from madsl.fit import fit_note, fitted
+
     out = []
     for item in items:
         if isinstance(item, (str, os.PathLike)):
@@ -63,10 +67,14 @@ def _load_specs(items: Sequence[Any]) -> list[tuple[Any, str | None]]:
 
             if not Path(item).exists():
                 raise MadslError(f"no such spec file: {item}")
-            out.append((load_spec(item), str(item)))
+            spec, path = load_spec(item), str(item)
         else:
-            path = getattr(item, "path", None)
-            out.append((item, str(path) if path else None))
+            spec, path = item, str(item.path) if getattr(item, "path", None) else None
+        if getattr(spec, "fit", None):
+            spec, solution = fitted(spec)
+            if solution is not None and notes is not None:
+                notes.append(f"{spec.name}: {fit_note(solution, path)}")
+        out.append((spec, path))
     return out
 
 
@@ -321,7 +329,8 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
                         seed=seed, batch_size=batch_size, eval_lengths=eval_lengths, freeze=freeze,
                         precision=precision, conventions=conventions, optimizer=optimizer, schedule=schedule,
                         metric=metric, stop_acc=stop_acc, patience=patience, min_delta=min_delta, lm_head=lm_head)
-    specs = _load_specs(spec_paths)
+    fit_notes: list[str] = []
+    specs = _load_specs(spec_paths, fit_notes)
     if not specs:
         raise MadslError("no spec to evaluate", hint="madsl eval SPEC.mad ...")
     check_database(db)  # a bad --db is refused before anything is planned or written
@@ -340,6 +349,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     if dry_run or progress:
         cost = plan_cost(db, plan, at_once=workers if ray_options is None else None,
                          executor_name="ray" if ray_options is not None else "local", work=work)
+        print("".join(note + "\n" for note in fit_notes), end="", file=sys.stderr)
         if dry_run:
             return {"db": str(db), "plan": cost}
         from madsl.runner.cost import render_cost

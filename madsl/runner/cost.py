@@ -19,6 +19,7 @@ run is solved). Wall time divides the run-seconds over the runs that execute at 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -142,12 +143,18 @@ class StepTimes:
         return seconds * seq_len / measured_at
 
     def save(self) -> None:
+        """Keep the measurements for the next plan, where the results folder can be written (a
+        cache: where it cannot, the next plan measures again, and the database says why)."""
         if not self.changed or self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.table, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self.table, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
 
 
 def _release_device_memory() -> None:

@@ -29,6 +29,10 @@ from typing import Any, Mapping, Sequence
 
 from madsl.errors import Location, MadslError, did_you_mean
 
+# training seeds every generator with a run's seed (torch's take at most 64 bits, the per-epoch
+# one seed x 1,000,003): a 32-bit seed fits them all
+MAX_SEED = 2**32 - 1
+
 OPTIMIZERS = ("adamw", "adam")
 SCHEDULES = ("cosine", "constant")
 METRICS = ("macro", "token")

@@ -159,8 +159,9 @@ class SpecEvalWhere:
 
 
 def _numbers(value: Any, kind: type, key: str, where: SpecEvalWhere, *, minimum: float, inclusive: bool,
-             single: bool = False) -> tuple:
-    """A number or a list of numbers of `kind`, each finite and >= (or >) `minimum`; errors at the item."""
+             single: bool = False, maximum: float = math.inf) -> tuple:
+    """A number or a list of numbers of `kind`, each finite, >= (or >) `minimum` and <= `maximum`;
+    errors at the item."""
     items = value if isinstance(value, list) else [value]
     wanted = ("a number" if kind is float else "an integer") + ("" if single else " or a list of them")
     if single and isinstance(value, list):
@@ -182,6 +183,8 @@ def _numbers(value: Any, kind: type, key: str, where: SpecEvalWhere, *, minimum:
             bound = f"at least {minimum:g}" if inclusive else f"greater than {minimum:g}"
             raise MadslError(f"eval.{key}: expected {'a number' if kind is float else 'an integer'} {bound}, "
                              f"got {v!r}", at)
+        if v > maximum:
+            raise MadslError(f"eval.{key}: expected at most {maximum:,}, got {v!r}", at)
         out.append(v)
     return tuple(out)
 
@@ -248,7 +251,9 @@ def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str |
         out.batch_size = _numbers(section["batch_size"], int, "batch_size", where, minimum=1, inclusive=True,
                                   single=True)[0]
     if "seed" in section:
-        out.seeds = _numbers(section["seed"], int, "seed", where, minimum=0, inclusive=True)
+        from madsl.runner.options import MAX_SEED
+
+        out.seeds = _numbers(section["seed"], int, "seed", where, minimum=0, inclusive=True, maximum=MAX_SEED)
     if "eval_lengths" in section:
         # (their range depends on the task: checked against it when the plan is made)
         out.eval_lengths = _numbers(section["eval_lengths"], int, "eval_lengths", where, minimum=-math.inf,
@@ -495,6 +500,11 @@ def _plan_runs(tasks: Sequence, overrides: Overrides, source: str = "--set") -> 
     for name, value in (("epochs", epochs_for(tasks[0]) if tasks else 1), ("batch size", batch_size)):
         if value < 1:
             raise MadslError(f"{name} must be at least 1, got {value}")
+    from madsl.runner.options import MAX_SEED
+
+    if any(not 0 <= int(seed) <= MAX_SEED for seed in seeds):  # a sweep's train.seed, the Python API's
+        raise MadslError(f"seed must be from 0 to {MAX_SEED:,} (2^32 - 1), got {', '.join(map(str, seeds))}",
+                         hint="every generator of a run is seeded from it")
     for name, values in (("lr", lrs), ("wd", wds)):
         if not all(math.isfinite(v) for v in values):
             raise MadslError(f"{name} must be a finite number, got {', '.join(map(str, values))}")
