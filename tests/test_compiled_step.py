@@ -144,3 +144,21 @@ def test_a_cached_compile_computes_with_its_own_groups_constants(tmp_path, monke
         assert compiled(param, torch.tensor(0.5))
         assert param.tolist() == pytest.approx([1 - 0.5 * d for d in decays for _ in range(2)])
     assert counters["inductor"]["fxgraph_cache_hit"] == 1  # the second group's from the cache
+
+
+def test_a_step_that_traces_into_too_many_ops_runs_eagerly(monkeypatch):
+    """A recurrence unrolled step by step (Mamba's CPU scan: 15,000 ops) would take inductor
+    many minutes: a warning, and the eager step."""
+    from madsl.runner import stacked_compile
+
+    monkeypatch.setattr(stacked_compile, "MAX_TRACED_OPS", 8)
+
+    def recurrence(state):
+        for _ in range(10):  # unrolled by the trace: 10 ops
+            state.mul_(0.5)
+
+    compiled = stacked_compile.CompiledInPlace(recurrence, "training step")
+    state = torch.ones(2)
+    with pytest.warns(RuntimeWarning, match=r"training step runs eagerly: it traces into 10 ops \(over 8"):
+        assert compiled(state) is False
+    assert state.tolist() == [1.0, 1.0]  # traced on a copy: the caller's tensors untouched, for its eager step

@@ -36,6 +36,9 @@ ENV = "MADSL_COMPILE_STACKED"
 # madsl.kernels.cuda's getters of the cuda extra's kernels: pybind and Triton calls that make_fx
 # cannot record (their outputs would be frozen into the graph as constants)
 EXTENSION_GETTERS = ("selective_scan_fn", "mamba_inner_fn", "causal_conv1d_fn", "chunk_gla", "fla_op")
+# A traced step larger than this is not compiled: attention-sg's is ~700 ops, hyena-sg's ~1,050;
+# Mamba's CPU scan, unrolled over its steps, 15,000, which inductor did not finish in 16 minutes
+MAX_TRACED_OPS = 5_000
 
 
 def requested() -> bool:
@@ -43,13 +46,13 @@ def requested() -> bool:
     return os.environ.get(ENV, "0") == "1"
 
 
-class Untraceable(RuntimeError):
-    """The function calls a kernel that tracing cannot record."""
+class NotCompiled(RuntimeError):
+    """The function calls a kernel that tracing cannot record, or traces into too many ops."""
 
 
 @contextmanager
 def _extension_kernels_refused() -> Iterator[None]:
-    """While tracing, a layer that would call a kernel of the cuda extra raises `Untraceable`
+    """While tracing, a layer that would call a kernel of the cuda extra raises `NotCompiled`
     (where the library is missing, the layer's pure-PyTorch path runs and is traced)."""
     from madsl.kernels import cuda
 
@@ -60,7 +63,7 @@ def _extension_kernels_refused() -> Iterator[None]:
             kernel = getter(*args, **kwargs)
             if kernel is not None:
                 what = ".".join(str(a) for a in args[:2]) or name  # fla_op(module, name, ...)
-                raise Untraceable(f"{what}, a kernel of the cuda extra, cannot be traced by make_fx")
+                raise NotCompiled(f"{what}, a kernel of the cuda extra, cannot be traced by make_fx")
             return kernel
         return get
 
@@ -85,6 +88,10 @@ def compile_inplace(function: Callable[..., None], tensors: tuple[torch.Tensor, 
 
     with _extension_kernels_refused():
         graph = make_fx(function, tracing_mode="real")(*(t.clone() for t in tensors))
+    ops = sum(node.op == "call_function" for node in graph.graph.nodes)
+    if ops > MAX_TRACED_OPS:
+        raise NotCompiled(f"it traces into {ops} ops (over {MAX_TRACED_OPS}: a recurrence unrolled step by step), "
+                          f"which inductor would take many minutes to compile")
     # static shapes, but a shape environment as dynamo gives inductor: without one inductor
     # bypasses its on-disk graph cache ("No shape env") and lowers every group's step anew
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())
@@ -94,8 +101,8 @@ def compile_inplace(function: Callable[..., None], tensors: tuple[torch.Tensor, 
 
 class CompiledInPlace:
     """`function(*tensors)`, compiled once per shape, dtype, stride and device of its
-    arguments. Where it cannot be traced (`Untraceable`), one warning, and the caller runs
-    its eager path from then on."""
+    arguments. Where it cannot be traced or traces into too many ops (`NotCompiled`), one
+    warning, and the caller runs its eager path from then on."""
 
     def __init__(self, function: Callable[..., None], what: str):
         self.function, self.what = function, what
@@ -110,7 +117,7 @@ class CompiledInPlace:
         if key not in self.compiled:
             try:
                 self.compiled[key] = compile_inplace(self.function, tensors)
-            except Untraceable as err:
+            except NotCompiled as err:
                 warnings.warn(f"{ENV}: this group's {self.what} runs eagerly: {err}", RuntimeWarning, stacklevel=3)
                 self.usable = False
                 return False
