@@ -159,3 +159,14 @@ def test_a_results_folder_that_cannot_be_written_is_a_clear_error(capsys, tmp_pa
     table.table["key"], table.changed = [64, 0.01], True
     table.save()  # nothing raised, nothing left behind
     assert not list((tmp_path / "files").iterdir())
+
+
+def test_a_value_a_task_rejects_in_a_specs_eval_set_is_located(capsys, tmp_path):
+    """eval.set's seq_len: -3 has the right type, and the task rejects it: the error points at it
+    (it said only 'bad setting'); a --set of the same knob takes the blame off the spec."""
+    spec = tmp_path / "s.mad"
+    spec.write_text("name: s\ntopology: H-Sg\ndim: 32\neval:\n  protocol: smoke\n  set:\n    seq_len: -3\n")
+    rc, _, err = run(capsys, "eval", str(spec), "--dry-run", "--db", str(tmp_path / "r.db"))
+    assert rc == 2 and "seq_len must be an integer >= 2, got -3" in err and "s.mad:7:14" in err
+    rc, _, _ = run(capsys, "eval", str(spec), "--set", "seq_len=64", "--dry-run", "--db", str(tmp_path / "r.db"))
+    assert rc == 0

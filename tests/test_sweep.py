@@ -95,6 +95,8 @@ train: {{epochs: 1, lr: 1e-3}}
     ("specs: [{hyena}]\nprotocol: quik\n", "unknown protocol 'quik'", ":2:11", "did you mean 'quick'?"),
     ("specs: [{hyena}, nothing-*.mad]\n", "specs: 'nothing-*.mad' matches no file", ":1:", None),
     ("specs: [{hyena}]\ntrain: {{lr: fast}}\n", "train.lr: expected non-negative numbers", ":2:", None),
+    ("specs: [{hyena}]\nvary:\n  dim: []\n", "vary.dim: the list is empty", ":3:8", "or drop vary.dim"),
+    ("specs: [{hyena}]\nvary:\n  dim: 64\n", "vary.dim: expected a list of values", ":3:8", "dim: [64]"),
 ])
 def test_sweep_file_errors_are_located_with_a_hint(tmp_path, capsys, text, message, where, hint):
     study = write(tmp_path, text)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import sqlite3
 import signal
 import sys
@@ -94,8 +95,11 @@ def _task_for_run(registry: Mapping[str, Any], run) -> Any:
     return with_conventions(registry[run.task], run.train.conventions)
 
 
-def _check_settings(registry: Mapping[str, Any], plan, lengths_where: Location | None = None) -> None:
-    """Let each task reject bad settings now (exit 2) rather than fail its runs later."""
+def _check_settings(registry: Mapping[str, Any], plan, lengths_where: Location | None = None,
+                    set_where: Mapping[str, Location] | None = None) -> None:
+    """Let each task reject bad settings now (exit 2) rather than fail its runs later. A rejection
+    that names one knob of a spec's `eval.set` (`set_where`: knob -> where its value is written)
+    is reported there."""
     seen: set[str] = set()
     for run in plan.runs:
         key = canonical_json([run.task, run.settings, run.train.conventions])
@@ -108,7 +112,10 @@ def _check_settings(registry: Mapping[str, Any], plan, lengths_where: Location |
         except (ValueError, KeyError) as err:
             message = str(err.args[0]) if err.args else str(err)
             conventions = f" (conventions {run.train.conventions})" if run.train.conventions != "madsl" else ""
+            named = [where for knob, where in (set_where or {}).items()
+                     if re.search(rf"\b{re.escape(knob.rpartition('.')[2])}\b", message)]
             raise MadslError(f"bad setting for {run.task}{conventions}: {message}",
+                             named[0] if len(named) == 1 else None,
                              hint="check your --set / eval.set values") from None
         _check_eval_lengths(task, run.settings, run.train.eval_lengths, lengths_where)
 
@@ -256,7 +263,9 @@ def plan_spec(spec: Any, path: str | None, cli: Overrides | None = None,
     lengths_where = None  # where the evaluation lengths were written, when in the spec
     if cli.eval_lengths is None and from_spec.eval_lengths is not None and getattr(spec, "source_map", None):
         lengths_where = spec.source_map.value(("eval", "eval_lengths"))
-    _check_settings(registry, plan, lengths_where)
+    set_where = {knob: where.value("set", knob) for knob in from_spec.settings  # the spec's knobs the CLI keeps
+                 if not any(key.rpartition(".")[2] == knob.rpartition(".")[2] for key in cli.settings)}
+    _check_settings(registry, plan, lengths_where, set_where)
     _check_learned_positions(spec, plan, path)
     return plan
 

@@ -186,9 +186,12 @@ def _grid(located: Located) -> list[tuple[str, list[Any]]]:
                          hint="vary: {dim: [64, 128], layers.H.order: [2, 3]}")
     grid = []
     for key, values in section.items():
-        if not isinstance(values, list) or not values:
+        if not isinstance(values, list):
             raise MadslError(f"vary.{key}: expected a list of values", located.value(("vary", key)),
-                             hint=f"{key}: [{values!r}]" if not isinstance(values, list) else None)
+                             hint=f"{key}: [{values!r}]")
+        if not values:  # an empty axis would make an empty grid: no variant at all
+            raise MadslError(f"vary.{key}: the list is empty", located.value(("vary", key)),
+                             expected="at least one value", hint=f"list the values to try, or drop vary.{key}")
         grid.append((str(key), values))
     return grid
 
