@@ -170,3 +170,10 @@ def test_a_value_a_task_rejects_in_a_specs_eval_set_is_located(capsys, tmp_path)
     assert rc == 2 and "seq_len must be an integer >= 2, got -3" in err and "s.mad:7:14" in err
     rc, _, _ = run(capsys, "eval", str(spec), "--set", "seq_len=64", "--dry-run", "--db", str(tmp_path / "r.db"))
     assert rc == 0
+
+
+def test_a_compile_switch_that_is_neither_1_nor_0_is_refused(capsys, tmp_path, monkeypatch):
+    """MADSL_COMPILE_STACKED=true was read as 'no' in silence."""
+    monkeypatch.setenv("MADSL_COMPILE_STACKED", "true")
+    rc, _, err = run(capsys, "eval", MAMBA, "--dry-run", "--db", str(tmp_path / "r.db"))
+    assert rc == 2 and "MADSL_COMPILE_STACKED='true': expected 1" in err and not (tmp_path / "r.db").exists()

@@ -323,6 +323,9 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     batching only); None: on where grid batching is on a CUDA device, else off.
     Returns a summary: counts of runs, failures, and the scores of these specs.
     """
+    from madsl.runner import stacked_compile
+
+    stacked_compile.requested()  # a bad MADSL_COMPILE_STACKED is bad input before anything is planned
     ray_options = _ray_options(executor, address, cpus_per_run, gpus_per_run)
     _check_workers_and_device(workers, device, on_this_machine=ray_options is None)
     if ray_options is not None and device == "cuda" and not ray_options.gpus_per_run:

@@ -42,8 +42,16 @@ MAX_TRACED_OPS = 5_000
 
 
 def requested() -> bool:
-    """Whether the environment asks for compiled stacked steps (`MADSL_COMPILE_STACKED=1`)."""
-    return os.environ.get(ENV, "0") == "1"
+    """Whether the environment asks for compiled stacked steps (`MADSL_COMPILE_STACKED=1`; unset,
+    empty or 0: no). Any other value is a MadslError, never silently read as no: `madsl eval`
+    checks it before it plans (exit 2)."""
+    value = os.environ.get(ENV, "").strip()
+    if value not in ("", "0", "1"):
+        from madsl.errors import MadslError
+
+        raise MadslError(f"{ENV}={value!r}: expected 1 (compile the stacked step) or 0", expected="1 or 0",
+                         hint=f"unset {ENV} to train eagerly (the default)")
+    return value == "1"
 
 
 class NotCompiled(RuntimeError):
