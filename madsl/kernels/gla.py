@@ -31,7 +31,6 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -198,15 +197,14 @@ def fla_operands(keys: list[Tensor | None], values: list[Tensor | None],
     else:
         dtype = functools.reduce(torch.promote_types, dtypes)
 
-    def pad(xs: list, dim_of: Callable[[Tensor], int], cast: bool) -> list:
-        widths = {dim_of(x) for x in xs if x is not None}
-        odd = dtype in (torch.float16, torch.bfloat16) and any(w % 2 for w in widths)
-        return [None if x is None else F.pad(x.to(dtype) if cast else x, (0, dim_of(x) % 2) if odd else (0, 0))
+    sixteen_bits = dtype in (torch.float16, torch.bfloat16)
+
+    def pad(xs: list, cast: bool) -> list:  # tensors of one width (the key or the value width)
+        return [None if x is None else F.pad(x.to(dtype) if cast else x, (0, x.shape[-1] % 2 if sixteen_bits else 0))
                 for x in xs]
 
     value_width = next(x.shape[-1] for x in values if x is not None)
-    return (pad(keys, lambda x: x.shape[-1], True), pad(values, lambda x: x.shape[-1], True),
-            pad(list(floats), lambda x: x.shape[-1], False), value_width)
+    return pad(keys, True), pad(values, True), pad(list(floats), False), value_width
 
 
 @folds_into_batch  # fla's kernels have no vmap rule
