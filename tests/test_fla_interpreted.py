@@ -32,17 +32,21 @@ if gla_kernels.fla_chunk_gla() is None:
     pytest.skip("flash-linear-attention is not importable", allow_module_level=True)
 
 
-@pytest.fixture(autouse=True)
-def fla_on_the_cpu(monkeypatch):
-    """The interpreter's bridges, and madsl's dispatch sending CPU tensors to fla as it sends
-    CUDA ones (float64 still takes the exact paths)."""
-    triton_interpreter.bridge(monkeypatch)
-    applies = lambda x: x.dtype != torch.float64  # noqa: E731
+def _route_to_fla(monkeypatch, use_fla: bool) -> None:
+    """madsl's dispatch sending CPU tensors to fla as it sends CUDA ones (float64 still takes the
+    exact paths), or, with use_fla False, to madsl's chunked CPU forms."""
     import madsl.layers.gla as gla_layer
 
     for module, name in ((gla_kernels, "fla_applies"), (gla_layer, "fla_applies"),
                          (linear_recurrence, "_fla_applies")):
-        monkeypatch.setattr(module, name, applies)
+        monkeypatch.setattr(module, name, lambda x: use_fla and x.dtype != torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def fla_on_the_cpu(monkeypatch):
+    """The interpreter's bridges, and fla serving CPU tensors."""
+    triton_interpreter.bridge(monkeypatch)
+    _route_to_fla(monkeypatch, True)
 
 
 def _grads(outputs, inputs):
@@ -107,11 +111,7 @@ def test_fla_backed_layer_matches_its_cpu_form(name, params, monkeypatch):
     x = torch.randn(2, 40, 32)
 
     def run(use_fla: bool):
-        if not use_fla:
-            for module, attr in ((gla_kernels, "fla_applies"), (linear_recurrence, "_fla_applies")):
-                monkeypatch.setattr(module, attr, lambda _: False)
-            import madsl.layers.gla as gla_layer
-            monkeypatch.setattr(gla_layer, "fla_applies", lambda _: False)
+        _route_to_fla(monkeypatch, use_fla)
         layer.zero_grad(set_to_none=True)
         xd = x.clone().requires_grad_()
         y = layer(xd)
@@ -163,10 +163,7 @@ def test_fla_backed_layer_under_16_bit_autocast(name, params, monkeypatch):
     x = torch.randn(2, 40, 32)
 
     def run(use_fla: bool, dtype: torch.dtype | None):
-        import madsl.layers.gla as gla_layer
-        for module, attr in ((gla_kernels, "fla_applies"), (linear_recurrence, "_fla_applies"),
-                             (gla_layer, "fla_applies")):
-            monkeypatch.setattr(module, attr, lambda t: use_fla and t.dtype != torch.float64)
+        _route_to_fla(monkeypatch, use_fla)
         layer.zero_grad(set_to_none=True)
         xd = x.clone().requires_grad_()
         with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):

@@ -27,8 +27,6 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-
-
 def seed(text: str) -> int:
     """A seed of data, init and order: an integer from 0 to 2^32 - 1."""
     value = non_negative_int(text)

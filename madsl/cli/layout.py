@@ -69,22 +69,18 @@ def _load(args) -> Spec:
 def cmd_compile(args) -> int:
     from madsl import report_text
     from madsl.budget import check
+    from madsl.fit import fit_note, fitted
     from madsl.graph import account
 
     spec = _load(args)
     if args.output:
         check_output_path(args.output, "-o")  # before any work
     seq_len = spec.budget_seq_len if args.seq_len is None and spec.budget_seq_len else None
+    spec, solution = fitted(spec, seq_len)  # budget.fit not solved yet: compile the solution, and say so
+    if solution is not None:
+        make_console(stderr=True).print(fit_note(solution, args.spec))
     acc = account(spec, seq_len=seq_len)
     violations = check(acc.totals, spec.budget)
-    if violations and spec.fit:  # budget.fit: compile the solved spec, and say so
-        from madsl.fit import fit_note, fitted
-
-        spec, solution = fitted(spec, seq_len)
-        if solution is not None:
-            acc = account(spec, seq_len=seq_len)
-            violations = check(acc.totals, spec.budget)
-            make_console(stderr=True).print(fit_note(solution, args.spec))
     if args.emit == "torch":
         return _emit_torch(spec, args)
     if args.emit == "json":
