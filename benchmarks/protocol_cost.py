@@ -337,6 +337,68 @@ def shared_device_ratio(path: str, tasks: Sequence[str], device: str, precision:
     return steady[workers] / steady[1], steady
 
 
+def protocol_flops(spec, runs: Sequence, registry) -> dict[str, float]:
+    """The paper protocol's arithmetic by task, from the accounting (`madsl.graph.account`): each
+    run's epochs x (forward + backward of its training examples, ~3 forwards, + a forward of its
+    test examples), with no early stop."""
+    from madsl.graph import account
+    from madsl.runner.api import _task_for_run
+
+    forward: dict[tuple[int, int], float] = {}  # (seq_len, vocab) -> FLOPs of one sequence's forward
+    by_task: dict[str, float] = collections.defaultdict(float)
+    for run in runs:
+        settings = dict(run.settings)
+        seq_len, vocab = int(settings.get("seq_len", 1)), int(_task_for_run(registry, run).vocab_size(settings))
+        if (seq_len, vocab) not in forward:
+            forward[seq_len, vocab] = account(spec, seq_len=seq_len, vocab=vocab).totals["flops"]
+        sequences = 3 * int(settings.get("num_train_examples", 0)) + int(settings.get("num_test_examples", 0))
+        by_task[run.task] += forward[seq_len, vocab] * sequences * run.train.epochs
+    return dict(by_task)
+
+
+def matmul_rate(device: str, precision: str, dim: int, repeats: int = 20) -> float:
+    """FLOP/s of this device on the model's own matrix products: a batch of 128 sequences of 128
+    tokens through [dim, dim], [dim, 4 dim] and [4 dim, dim] weights, in the run's precision (bf16
+    under autocast), the fastest of `repeats` after a warm-up. The best a width-`dim` model's
+    arithmetic can run at here; a step's norms, activations and small kernels run slower."""
+    import torch
+
+    dtype = torch.bfloat16 if resolve_precision(precision, "cuda" if device.startswith("cuda") else "cpu") == "bf16" \
+        else torch.float32
+    generator = torch.Generator().manual_seed(0)
+    shapes = [(dim, dim), (dim, 4 * dim), (4 * dim, dim)]
+    tokens = 128 * 128
+    operands = [(torch.randn(tokens, k, generator=generator).to(device, dtype),
+                 torch.randn(k, n, generator=generator).to(device, dtype)) for k, n in shapes]
+    flops = sum(2 * tokens * k * n for k, n in shapes)
+
+    def products() -> None:
+        for x, w in operands:
+            x @ w
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
+
+    products()
+    best = math.inf
+    for _ in range(repeats):
+        started = time.perf_counter()
+        products()
+        best = min(best, time.perf_counter() - started)
+    return flops / best
+
+
+def floor_line(spec, runs: Sequence, registry, device: str, precision: str, target_hours: float = 2.0) -> str:
+    """What the protocol's arithmetic alone costs at this device's matmul rate: the floor under
+    any projection, and the sustained rate the `target_hours` needs."""
+    by_task = protocol_flops(spec, runs, registry)
+    total = sum(by_task.values())
+    rate = matmul_rate(device, precision, spec.dim)
+    shares = ", ".join(f"{task} {flops / total:.0%}" for task, flops in sorted(by_task.items(), key=lambda kv: -kv[1]))
+    return (f"  {'arithmetic floor':26s} {total / rate / 3600:8.2f} device-hours: {total / 1e15:,.0f} PFLOP "
+            f"({shares}) at {rate / 1e12:,.2f} TFLOP/s, this device's width-{spec.dim} matmuls; "
+            f"{target_hours:g} h needs {total / (target_hours * 3600) / 1e12:,.0f} TFLOP/s sustained")
+
+
 def _grid_examples(text: str) -> int | str:
     if text == "baseline":
         return text
@@ -472,6 +534,8 @@ def main() -> int:
                 continue
             stops = (", ".join(f"{task} {f:.2f}" for task, f in stop_fractions.items()) if stop_fractions
                      else f"{args.stop_fraction:g}")
+            print(floor_line(spec, [r for r in paper.runs if not args.tasks or r.task in args.tasks], registry,
+                             device, args.precision))
             print(f"  {'total':26s} {total:8.2f} device-hours for {spec.name} (unbatched, stop fraction {stops})")
             shared = 1.0
             if args.workers_per_device > 1:

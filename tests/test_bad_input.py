@@ -41,6 +41,9 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
     (["data", "memorisation"], "unknown task 'memorisation'"),
     (["data", "in-context-recall", "--format", "text", "--set", "vocab_size=1000000000"], "does not fit in memory"),
     (["export", "abc", "-o", "{tmp}/out", "--db", "{tmp}/no-such.db"], "no results database at"),
+    # a length left out between commas is not skipped in silence
+    (["eval", MAMBA, "--eval-lengths", "64,,256", "--dry-run", "--db", "{tmp}/r.db"], "an empty item in '64,,256'"),
+    (["eval", MAMBA, "--eval-lengths", "64,", "--dry-run", "--db", "{tmp}/r.db"], "an empty item in '64,'"),
 ])
 def test_options_that_cannot_work_are_refused_with_the_reason(capsys, tmp_path, args, message):
     (tmp_path / "no-budget.mad").write_text("name: x\ndim: 128\ntopology: H:A\n")

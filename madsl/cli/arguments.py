@@ -64,8 +64,8 @@ def lengths(text: str) -> list[int]:
     (64..1048576: 64, 128, ..., 1048576), or both (32,64..256)."""
     values: list[int] = []
     for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
+        if not part:  # "64,,128" or a trailing comma: a length left out, not to be guessed
+            raise argparse.ArgumentTypeError(f"an empty item in {text!r}: expected a length between every two commas")
         low, dots, high = part.partition("..")
         try:
             first, last = int(low), int(high) if dots else int(low)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from madsl.errors import Location, MadslError
 from madsl.runner.executor import Executor, Outcome, Reporter, RunJob, make_executor, run_jobs
+from madsl.runner.memory import check_fits
 from madsl.runner.protocols import (Overrides, SpecEvalWhere, apply_setting_overrides, budgeted_baseline,
                                     build_plan, check_setting_keys, check_spec_settings, get_protocol,
                                     overrides_from_spec_eval, resolve_task_names)
@@ -358,6 +359,8 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
         job.keep_best = keep == "best"
         job.checkpoint_every_s = None if checkpoint_every is None else float(checkpoint_every)
     work = plan.work(batch_grid, placement, cuda_graphs)
+    if ray_options is None:  # Ray's runs train on machines this one cannot see
+        check_fits(work)
     if dry_run or progress:
         cost = plan_cost(db, plan, at_once=workers if ray_options is None else None,
                          executor_name="ray" if ray_options is not None else "local", work=work)

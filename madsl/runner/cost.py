@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from madsl.errors import MadslError
 from madsl.runner.store import canonical_json, sha256
 
 MEASURED_STEPS = 5  # timed steps of a measurement; the fastest counts (other work on the machine only adds)
@@ -83,11 +84,20 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
         seconds = None
         if measure:
             group = stacked_in.get(job.run_id)
-            if group is not None:  # the group's stacked step, this run's share of it
-                step = timings.seconds_per_group_step(group, [m for m in group.members if m.run_id not in done],
-                                                      seq_len, batch) / pending_members[id(group)]
-            else:
-                step = timings.seconds_per_step(job, seq_len, vocab, batch)
+            try:
+                if group is not None:  # the group's stacked step, this run's share of it
+                    step = timings.seconds_per_group_step(group, [m for m in group.members if m.run_id not in done],
+                                                          seq_len, batch) / pending_members[id(group)]
+                else:
+                    step = timings.seconds_per_step(job, seq_len, vocab, batch)
+            except (MemoryError, RuntimeError) as err:
+                if not out_of_memory(err):
+                    raise
+                _release_device_memory()
+                raise MadslError(f"{job.label or job.run_id} does not fit: a training step at length {seq_len}, "
+                                 f"batch {batch}, ran out of memory while the plan timed it ({_first_line(err)})",
+                                 hint="lower the settings that size it (--set seq_len=..., vocab_size=...; "
+                                      "--batch-size), or train where there is more memory") from None
             steps = math.ceil(n_train / batch) + FORWARD_SHARE * math.ceil(n_test / max(batch, EVAL_BATCH)) \
                 * max(batch, EVAL_BATCH) / batch
             seconds = step * steps * job.train.epochs
@@ -95,6 +105,17 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
                              flops, seconds))
     timings.save()
     return costs
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """An allocation that failed: numpy's MemoryError, torch's on a GPU or on the CPU."""
+    import torch
+
+    return isinstance(err, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(err)
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
 
 
 class StepTimes:

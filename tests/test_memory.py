@@ -1,0 +1,74 @@
+"""A plan whose runs cannot fit where they train is refused before anything runs (exit 2, what
+a run needs against what the device has), and a plan that fits is never refused."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from madsl.cli import main
+from madsl.errors import MadslError
+from madsl.runner import cost, memory
+from madsl.runner.api import cli_overrides, plan_evaluation
+from madsl.runner.store import StoreFiles
+from madsl.spec import load_spec
+
+PAPER = Path(__file__).resolve().parent.parent / "specs" / "paper"
+GiB = 1 << 30
+
+
+def _plan(tmp_path: Path, spec: str, protocol: str, tasks=None, **overrides):
+    path = PAPER / spec
+    cli = cli_overrides(protocol=protocol, tasks=tasks, **overrides)
+    return plan_evaluation(StoreFiles(tmp_path / "r.db"), [(load_spec(path), str(path))], cli, device="cpu")
+
+
+@pytest.mark.parametrize("spec", sorted(p.name for p in PAPER.glob("*.mad")))
+def test_the_paper_protocol_of_every_paper_spec_fits_a_16_gib_machine(tmp_path, monkeypatch, spec):
+    monkeypatch.setattr(memory, "cpu_memory", lambda: 16 * GiB)
+    plan = _plan(tmp_path, spec, "paper")
+    memory.check_fits(plan.work(batch_grid=True))  # six members a group, the largest vocabularies and lengths
+
+
+def test_the_bound_counts_the_models_real_parameters_and_each_member_of_a_group(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, "attention-sg.mad", "baseline", tasks=["memorization"])
+    group = plan.work(batch_grid=True)[0]
+    assert len(group.members) == 6
+    job = group.members[0]
+    vocab = job.task.vocab_size(dict(job.setting))
+    model = job.model_factory(vocab_size=vocab, max_seq_len=int(job.setting["seq_len"]),
+                              num_classes=job.task.num_classes(dict(job.setting)), seed=0)
+    real = sum(p.numel() for p in model.parameters())
+    from madsl.graph import account
+
+    acc = account(job.model_factory.spec, seq_len=int(job.setting["seq_len"]), vocab=vocab)
+    needs = memory.run_needs(job, acc.totals["params"], len(acc.layers))
+    assert needs["weights"] == 4 * real and needs["training state"] == 12 * real
+    one_run = sum(needs.values())
+    monkeypatch.setattr(memory, "cpu_memory", lambda: 3 * one_run)  # one run fits; six trained together do not
+    memory.check_fits(plan.work(batch_grid=False))
+    with pytest.raises(MadslError, match="6 runs trained together need at least"):
+        memory.check_fits(plan.work(batch_grid=True))
+
+
+def test_a_setting_far_too_large_is_refused_at_plan_time_with_what_it_needs(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    rc = main(["eval", str(PAPER / "attention-sg.mad"), "--protocol", "smoke", "--task", "memorization",
+               "--set", "vocab_size=1000000000", "--db", str(db), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and not db.exists()
+    assert "attention-sg on memorization (vocab_size=1000000000" in err and "does not fit" in err
+    assert "128,000,525,056 parameters" in err and "this machine has" in err and "Traceback" not in err
+
+
+def test_a_step_that_runs_out_of_memory_while_the_plan_times_it_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    monkeypatch.setattr(cost, "measure_step", out_of_memory)
+    rc = main(["eval", str(PAPER / "attention-sg.mad"), "--protocol", "smoke", "--task", "in-context-recall",
+               "--db", str(tmp_path / "r.db"), "--dry-run", "--no-batch-grid"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "ran out of memory while the plan timed it (CUDA out of memory" in err
+    assert "Traceback" not in err
