@@ -35,25 +35,25 @@ def seed(text: str) -> int:
     return value
 
 
-def non_negative_number(text: str) -> float:
+def _finite_number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
+    return value
+
+
+def non_negative_number(text: str) -> float:
+    value = _finite_number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text}")
     return value
 
 
 def positive_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
+    value = _finite_number(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
     return value
