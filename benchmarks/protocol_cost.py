@@ -32,6 +32,10 @@ checkpoints; each setting then costs its steps x the step + its test examples x 
 evaluation per example + the checkpoints, per epoch. This is the projection to read on a
 GPU: a launch-bound short setting and a compute-bound long one are each measured.
 
+Each spec ends with its arithmetic floor: the protocol's FLOPs (the accounting; 200 epochs, no
+early stop) at the rate this device multiplies the model's own matrices, measured in the same
+process, and the sustained rate that 2 device-hours would need.
+
     python benchmarks/protocol_cost.py                       # paper specs mamba, hyena-sg, attention-sg; on a
                                                              # GPU: baseline grids and the per-shape projection
     python benchmarks/protocol_cost.py --quick               # a few minutes on 2 CPU cores

@@ -72,3 +72,17 @@ def test_a_step_that_runs_out_of_memory_while_the_plan_times_it_is_a_clear_error
     err = capsys.readouterr().err
     assert rc == 2 and "ran out of memory while the plan timed it (CUDA out of memory" in err
     assert "Traceback" not in err
+
+
+def test_a_batch_larger_than_the_training_set_is_timed_as_the_batch_that_trains(tmp_path, capsys, monkeypatch):
+    timed = []
+
+    def measure(job, seq_len, vocab, batch):
+        timed.append(batch)
+        return 0.01
+
+    monkeypatch.setattr(cost, "measure_step", measure)
+    rc = main(["eval", str(PAPER / "mamba.mad"), "--protocol", "smoke", "--task", "memorization",
+               "--batch-size", "100000000", "--db", str(tmp_path / "r.db"), "--dry-run", "--no-batch-grid"])
+    assert rc == 0, capsys.readouterr().err
+    assert timed == [64]  # smoke trains on 64 examples: one batch of all of them, not a step of 10^8 rows

@@ -134,7 +134,7 @@ def test_a_stacked_groups_runs_are_costed_as_the_group_that_trains_them(tmp_path
     assert measured == [3 - done]  # the pending members, stacked, timed once
     assert len(costs) == 3 - done and len({c.seconds for c in costs}) == 1 and costs[0].seconds > 0
     [[_, group_step]] = json.loads((tmp_path / "files" / "step-times.json").read_text()).values()
-    steps = 24 // 8 + cost.FORWARD_SHARE * 1 * cost.EVAL_BATCH / 8  # 3 steps, one evaluation batch
+    steps = 24 // 8 + cost.FORWARD_SHARE * 1 * 8 / 8  # 3 steps, one evaluation batch (of the 8 test examples)
     assert sum(c.seconds for c in costs) == pytest.approx(group_step * steps * 2)  # 2 epochs of the group
     assert cost.estimate(plan.jobs, finished, tmp_path / "files", work=[group]) == costs  # cached: measured once
     assert measured == [3 - done]

@@ -47,11 +47,12 @@ class RunCost:
 
 
 def run_shape(job: Any) -> tuple[int, int, int, int, int]:
-    """(seq_len, vocab, train examples, test examples, batch size) of a job."""
+    """(seq_len, vocab, train examples, test examples, batch size) of a job; the batch is at most
+    the training examples (a larger one trains on all of them at once, and is timed so)."""
     settings = dict(job.setting)
-    return (int(settings.get("seq_len", 1)), int(job.task.vocab_size(settings)),
-            int(settings.get("num_train_examples", 0)), int(settings.get("num_test_examples", 0)),
-            int(job.train.batch_size))
+    train_examples = int(settings.get("num_train_examples", 0))
+    return (int(settings.get("seq_len", 1)), int(job.task.vocab_size(settings)), train_examples,
+            int(settings.get("num_test_examples", 0)), min(int(job.train.batch_size), max(train_examples, 1)))
 
 
 def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measure: bool = True,
@@ -98,8 +99,8 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
                                  f"batch {batch}, ran out of memory while the plan timed it ({_first_line(err)})",
                                  hint="lower the settings that size it (--set seq_len=..., vocab_size=...; "
                                       "--batch-size), or train where there is more memory") from None
-            steps = math.ceil(n_train / batch) + FORWARD_SHARE * math.ceil(n_test / max(batch, EVAL_BATCH)) \
-                * max(batch, EVAL_BATCH) / batch
+            eval_rows = min(max(job.train.batch_size, EVAL_BATCH), max(n_test, 1))  # an evaluation batch's
+            steps = math.ceil(n_train / batch) + FORWARD_SHARE * math.ceil(n_test / eval_rows) * eval_rows / batch
             seconds = step * steps * job.train.epochs
         costs.append(RunCost(job.run_id, getattr(spec, "name", job.label.split(" · ")[0]), job.task.name, tokens,
                              flops, seconds))

@@ -115,8 +115,8 @@ def check_fits(work: Sequence[Any]) -> None:
         seq_len, vocab = int(settings.get("seq_len", 1)), int(first.task.vocab_size(settings))
         key = (id(spec), seq_len, vocab)
         if key not in accounted:
-            account_ = account(spec, seq_len=seq_len, vocab=vocab)
-            accounted[key] = (account_.totals["params"], len(account_.layers))
+            accounting = account(spec, seq_len=seq_len, vocab=vocab)
+            accounted[key] = (accounting.totals["params"], len(accounting.layers))
         params, layers = accounted[key]
         parts = run_needs(first, params, layers)
         needed = sum(parts.values()) * len(members)
