@@ -43,13 +43,17 @@ def test_the_bound_counts_the_models_real_parameters_and_each_member_of_a_group(
     from madsl.graph import account
 
     acc = account(job.model_factory.spec, seq_len=int(job.setting["seq_len"]), vocab=vocab)
-    needs = memory.run_needs(job, acc.totals["params"], len(acc.layers))
-    assert needs["weights"] == 4 * real and needs["training state"] == 12 * real
-    one_run = sum(needs.values())
-    monkeypatch.setattr(memory, "cpu_memory", lambda: 3 * one_run)  # one run fits; six trained together do not
+    one_run = memory.needs([job], acc.totals["params"], len(acc.layers))
+    assert one_run["weights"] == 4 * real and one_run["training state"] == 12 * real
+    six_runs = memory.needs(group.members, acc.totals["params"], len(acc.layers))
+    # six weights and states; one seed: the data once; activations once (lockstep steps one member at a time)
+    assert six_runs == {**one_run, "weights": 6 * one_run["weights"], "training state": 6 * one_run["training state"]}
+    monkeypatch.setattr(memory, "cpu_memory", lambda: sum(six_runs.values()) - 1)  # one run fits; six together do not
     memory.check_fits(plan.work(batch_grid=False))
     with pytest.raises(MadslError, match="6 runs trained together need at least"):
         memory.check_fits(plan.work(batch_grid=True))
+    monkeypatch.setattr(memory, "cpu_memory", lambda: sum(six_runs.values()))
+    memory.check_fits(plan.work(batch_grid=True))
 
 
 def test_a_setting_far_too_large_is_refused_at_plan_time_with_what_it_needs(tmp_path, capsys):

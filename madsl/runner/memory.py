@@ -15,9 +15,10 @@ of a run's memory, so that it never refuses a run that would fit:
 or, where `eval_lengths` asks for longer sequences and that needs more, the weights, the test
 split at the longest length and one layer's activations of a batch of it (a forward),
 
-x the members of a group trained in one process (stacked or in lockstep, each member has its
-weights, state and data), against the device's total memory (a CPU's: the machine's, or its
-container's limit). Parameters come from the accounting (`madsl.graph.account`), so a spec
+summed over the members of a group trained in one process (stacked or in lockstep: each
+member holds its weights and state, members of one seed share their data, activations count
+once), against the device's total memory (a CPU's: the machine's, or its container's limit).
+Parameters come from the accounting (`madsl.graph.account`), so a spec
 costs nothing to check: no model is built. Runs on Ray go to machines this one cannot see
 and are not checked. The runs that pass may still run out of memory (the bound leaves out
 most activations); those fail as runs, with the error recorded (exit 3).
@@ -74,25 +75,30 @@ def cpu_memory() -> int | None:
     return total
 
 
-def run_needs(job: Any, params: int, layers: int) -> dict[str, int]:
-    """The lower bound of one run's memory, by part (bytes): training, or the evaluation at
-    its longest `eval_lengths` where that needs more (a forward keeps one layer's activations)."""
-    settings = dict(job.setting)
+def needs(members: Sequence[Any], params: int, layers: int) -> dict[str, int]:
+    """The lower bound of the memory of runs trained together in one process (a run alone: one
+    member), by part (bytes): training, or the evaluation at the longest `eval_lengths` where
+    that needs more (a forward keeps one layer's activations). Each member holds its weights and
+    training state; members of one seed share their data splits; activations are counted once
+    (members in lockstep take their steps one after another)."""
+    first = members[0]
+    settings = dict(first.setting)
     seq_len = int(settings.get("seq_len", 1))
     train_examples = int(settings.get("num_train_examples", 0))
     test_examples = int(settings.get("num_test_examples", 0))
-    batch, dim = int(job.train.batch_size), int(job.model_factory.spec.dim)
-    trained = 0 if job.train.freeze else params  # which parameters a freeze leaves is known to the model only
+    batch, dim = int(first.train.batch_size), int(first.model_factory.spec.dim)
+    trained = 0 if first.train.freeze else params  # which parameters a freeze leaves is known to the model only
+    runs, seeds = len(members), len({member.train.seed for member in members})
     training = {
-        "weights": WEIGHT_BYTES * params,
-        "training state": TRAINING_STATE_BYTES * trained,
-        "data": TOKEN_BYTES * (train_examples + test_examples) * seq_len,
+        "weights": WEIGHT_BYTES * params * runs,
+        "training state": TRAINING_STATE_BYTES * trained * runs,
+        "data": TOKEN_BYTES * (train_examples + test_examples) * seq_len * seeds,
         "activations": ACTIVATION_BYTES * min(batch, max(train_examples, 1)) * seq_len * dim * max(layers, 1),
-        "logits": ACTIVATION_BYTES * min(batch, max(train_examples, 1)) * int(job.task.num_classes(settings)),
+        "logits": ACTIVATION_BYTES * min(batch, max(train_examples, 1)) * int(first.task.num_classes(settings)),
     }
-    longest = max(job.train.eval_lengths, default=0)
+    longest = max(first.train.eval_lengths, default=0)
     evaluation = {
-        "weights": WEIGHT_BYTES * params,
+        "weights": WEIGHT_BYTES * params * runs,
         "data": TOKEN_BYTES * test_examples * longest,
         "activations": ACTIVATION_BYTES * min(batch, max(test_examples, 1)) * longest * dim,
     }
@@ -118,8 +124,8 @@ def check_fits(work: Sequence[Any]) -> None:
             accounting = account(spec, seq_len=seq_len, vocab=vocab)
             accounted[key] = (accounting.totals["params"], len(accounting.layers))
         params, layers = accounted[key]
-        parts = run_needs(first, params, layers)
-        needed = sum(parts.values()) * len(members)
+        parts = needs(members, params, layers)
+        needed = sum(parts.values())
         where, available = device_memory(getattr(unit, "device", first.device))
         if available is None or needed <= available:
             continue
@@ -129,7 +135,7 @@ def check_fits(work: Sequence[Any]) -> None:
         detail = ", ".join(f"{name} {size_text(size)}" for name, size in parts.items() if size)
         raise MadslError(
             f"{spec.name} on {first.task.name} ({knobs}, batch {first.train.batch_size}) does not fit: "
-            f"{runs} at least {size_text(needed)} ({params:,} parameters; each run: {detail}), "
+            f"{runs} at least {size_text(needed)} ({params:,} parameters a run; {detail}), "
             f"and {where} has {size_text(available)}",
             hint="lower the settings that size it (--set vocab_size=..., seq_len=..., num_train_examples=...; "
                  "--batch-size), or train where there is more memory")
