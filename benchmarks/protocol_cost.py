@@ -398,9 +398,12 @@ def floor_line(spec, runs: Sequence, registry, device: str, precision: str, targ
     total = sum(by_task.values())
     rate = matmul_rate(device, precision, spec.dim)
     shares = ", ".join(f"{task} {flops / total:.0%}" for task, flops in sorted(by_task.items(), key=lambda kv: -kv[1]))
-    return (f"  {'arithmetic floor':26s} {total / rate / 3600:8.2f} device-hours: {total / 1e15:,.0f} PFLOP "
-            f"({shares}) at {rate / 1e12:,.2f} TFLOP/s, this device's width-{spec.dim} matmuls; "
-            f"{target_hours:g} h needs {total / (target_hours * 3600) / 1e12:,.0f} TFLOP/s sustained")
+    def figure(value: float) -> str:  # three significant digits, thousands separated
+        return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+    return (f"  {'arithmetic floor':26s} {total / rate / 3600:8.2f} device-hours: {figure(total / 1e15)} PFLOP "
+            f"({shares}) at {figure(rate / 1e12)} TFLOP/s, this device's width-{spec.dim} matmuls; "
+            f"{target_hours:g} h needs {figure(total / (target_hours * 3600) / 1e12)} TFLOP/s sustained")
 
 
 def _grid_examples(text: str) -> int | str:
