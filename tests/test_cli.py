@@ -110,3 +110,25 @@ def test_unwritable_outputs_are_bad_input_naming_the_path(tmp_path, args):
     proc = madsl(*args, check_rc=2)
     assert "-o" in proc.stderr and str(tmp_path) in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing half-written left behind
+
+
+@pytest.mark.parametrize("outcome,rc,line", [
+    ({"failed": {"run-1": "boom"}}, 3, "1 run(s) failed; rerun `madsl eval` to retry them"),
+    ({"interrupted": 2}, 130, "interrupted: 2 run(s) left; rerun the same command to resume"),
+])
+def test_quiet_eval_still_says_when_its_table_is_not_the_result(tmp_path, capsys, monkeypatch, outcome, rc, line):
+    """-q prints the score table and errors only; failed or interrupted runs are errors to report,
+    or a partial table would pass for the evaluation's result."""
+    import importlib
+
+    import madsl.runner.api as api
+    from madsl.cli import main
+
+    report = importlib.import_module("madsl.runner.report")  # (the package's `report` is the function)
+
+    summary = {"run_ids": [], "failed": {}, "interrupted": 0, **outcome}
+    monkeypatch.setattr(api, "evaluate", lambda *args, **kwargs: summary)
+    monkeypatch.setattr(report, "load_scores", lambda *args, **kwargs: [])
+    assert main(["eval", "specs/paper/mamba.mad", "-q", "--db", str(tmp_path / "r.db")]) == rc
+    out, err = capsys.readouterr()
+    assert line in err and line not in out

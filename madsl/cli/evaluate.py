@@ -199,6 +199,13 @@ def cmd_eval(args) -> int:
         from madsl.runner.report import load_scores, render_text
 
         print(render_text(load_scores(args.db, run_ids=summary["run_ids"])), end="")
+        # quiet keeps the errors: a table of an unfinished evaluation must not pass for the result
+        if summary["failed"]:
+            print(f"{len(summary['failed'])} run(s) failed; rerun `madsl eval` to retry them (errors are in the "
+                  f"runs table of {args.db})", file=sys.stderr)
+        if summary["interrupted"]:
+            print(f"interrupted: {summary['interrupted']} run(s) left; rerun the same command to resume",
+                  file=sys.stderr)
     if summary["interrupted"]:
         return EXIT_INTERRUPTED
     return EXIT_RUNS_FAILED if summary["failed"] else EXIT_OK
