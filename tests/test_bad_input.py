@@ -41,6 +41,13 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
     (["data", "memorisation"], "unknown task 'memorisation'"),
     (["data", "in-context-recall", "--format", "text", "--set", "vocab_size=1000000000"], "does not fit in memory"),
     (["export", "abc", "-o", "{tmp}/out", "--db", "{tmp}/no-such.db"], "no results database at"),
+    # a value or a spec given twice is a slip: planned once, it was dropped in silence
+    (["eval", MAMBA, "--seed", "1", "--seed", "1", "--dry-run", "--db", "{tmp}/r.db"], "--seed: 1 is given twice"),
+    (["eval", MAMBA, "--lr", "1e-3", "--lr", "0.001", "--dry-run", "--db", "{tmp}/r.db"], "--lr: 0.001 is given twice"),
+    (["eval", MAMBA, "--eval-lengths", "64,32..128", "--dry-run", "--db", "{tmp}/r.db"],
+     "--eval-lengths: 64 is given twice"),
+    (["eval", MAMBA, "specs/paper/../paper/mamba.mad", "--dry-run", "--db", "{tmp}/r.db"],
+     "the spec specs/paper/../paper/mamba.mad is given twice"),
     # a length left out between commas is not skipped in silence
     (["eval", MAMBA, "--eval-lengths", "64,,256", "--dry-run", "--db", "{tmp}/r.db"], "an empty item in '64,,256'"),
     (["eval", MAMBA, "--eval-lengths", "64,", "--dry-run", "--db", "{tmp}/r.db"], "an empty item in '64,'"),
@@ -180,3 +187,10 @@ def test_a_compile_switch_that_is_neither_1_nor_0_is_refused(capsys, tmp_path, m
     monkeypatch.setenv("MADSL_COMPILE_STACKED", "true")
     rc, _, err = run(capsys, "eval", MAMBA, "--dry-run", "--db", str(tmp_path / "r.db"))
     assert rc == 2 and "MADSL_COMPILE_STACKED='true': expected 1" in err and not (tmp_path / "r.db").exists()
+
+
+def test_a_value_given_twice_in_a_specs_eval_section_is_located(capsys, tmp_path):
+    spec = tmp_path / "twice.mad"
+    spec.write_text("name: twice\ndim: 64\ntopology: H:A\neval:\n  lr: [1.0e-3, 5.0e-4, 0.001]\n")
+    rc, _, err = run(capsys, "eval", str(spec), "--dry-run", "--db", str(tmp_path / "r.db"))
+    assert rc == 2 and f"{spec}:5:" in err and "eval.lr: 0.001 is given twice" in err, err

@@ -97,6 +97,10 @@ train: {{epochs: 1, lr: 1e-3}}
     ("specs: [{hyena}]\ntrain: {{lr: fast}}\n", "train.lr: expected non-negative numbers", ":2:", None),
     ("specs: [{hyena}]\nvary:\n  dim: []\n", "vary.dim: the list is empty", ":3:8", "or drop vary.dim"),
     ("specs: [{hyena}]\nvary:\n  dim: 64\n", "vary.dim: expected a list of values", ":3:8", "dim: [64]"),
+    # a value listed twice would make one variant or one run of two: a slip, located at the repeat
+    ("specs: [{hyena}]\nvary:\n  layers.H.order: [2, 2]\n", "vary.layers.H.order: 2 is given twice", ":3:23",
+     "list each value once"),
+    ("specs: [{hyena}]\ntrain: {{lr: [5e-4, 5.0e-4]}}\n", "train.lr: 0.0005 is given twice", ":2:20", None),
 ])
 def test_sweep_file_errors_are_located_with_a_hint(tmp_path, capsys, text, message, where, hint):
     study = write(tmp_path, text)

@@ -63,12 +63,17 @@ def _load_specs(items: Sequence[Any], notes: list[str] | None = None) -> list[tu
     from madsl.fit import fit_note, fitted
 
     out = []
+    files: dict[Path, Any] = {}
     for item in items:
         if isinstance(item, (str, os.PathLike)):
             from madsl.spec import load_spec
 
             if not Path(item).exists():
                 raise MadslError(f"no such spec file: {item}")
+            if Path(item).resolve() in files:  # e.g. a glob and a name that overlap
+                raise MadslError(f"the spec {item} is given twice (as {files[Path(item).resolve()]} before)",
+                                 hint="list each spec once")
+            files[Path(item).resolve()] = item
             spec, path = load_spec(item), str(item)
         else:
             spec, path = item, str(item.path) if getattr(item, "path", None) else None
@@ -539,10 +544,14 @@ def cli_overrides(protocol: str | None = None, tasks: Sequence[str] | None = Non
                   patience: int | None = None, min_delta: float | None = None,
                   lm_head: str | None = None) -> Overrides:
     """The knobs of `evaluate` as Overrides (one value or several become tuples; None means "not set")."""
-    def as_tuple(value, kind):
+    def as_tuple(value, kind, option: str = ""):
         if value is None:
             return None
-        return tuple(kind(x) for x in (value if isinstance(value, (list, tuple)) else [value]))
+        values = tuple(kind(x) for x in (value if isinstance(value, (list, tuple)) else [value]))
+        repeated = next((x for i, x in enumerate(values) if x in values[:i]), None)
+        if repeated is not None:  # planned once either way: a repeat is a slip, not a second run
+            raise MadslError(f"{option}: {repeated!r} is given twice", hint="give each value once")
+        return values
 
     if protocol is not None:
         get_protocol(protocol)
@@ -562,9 +571,10 @@ def cli_overrides(protocol: str | None = None, tasks: Sequence[str] | None = Non
     patience = None if patience is None else options.check_patience(patience)
     min_delta = None if min_delta is None else options.check_min_delta(min_delta)
     return Overrides(protocol=protocol, tasks=None if tasks is None else tuple(tasks),
-                     settings=dict(settings or {}), lrs=as_tuple(lr, float), wds=as_tuple(wd, float),
-                     epochs=epochs, batch_size=batch_size, seeds=as_tuple(seed, int),
-                     eval_lengths=as_tuple(eval_lengths, int), freeze=as_tuple(freeze, str), precision=precision,
+                     settings=dict(settings or {}), lrs=as_tuple(lr, float, "--lr"), wds=as_tuple(wd, float, "--wd"),
+                     epochs=epochs, batch_size=batch_size, seeds=as_tuple(seed, int, "--seed"),
+                     eval_lengths=as_tuple(eval_lengths, int, "--eval-lengths"),
+                     freeze=as_tuple(freeze, str, "--freeze"), precision=precision,
                      conventions=conventions, stop_acc=stop_acc, patience=patience, min_delta=min_delta, **chosen)
 
 

@@ -185,6 +185,8 @@ def _numbers(value: Any, kind: type, key: str, where: SpecEvalWhere, *, minimum:
                              f"got {v!r}", at)
         if v > maximum:
             raise MadslError(f"eval.{key}: expected at most {maximum:,}, got {v!r}", at)
+        if v in out:  # planned once either way: a repeat is a slip, not a second run
+            raise MadslError(f"eval.{key}: {v!r} is given twice", at, hint="list each value once")
         out.append(v)
     return tuple(out)
 

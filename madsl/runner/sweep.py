@@ -22,7 +22,7 @@ import glob
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from madsl.errors import Location, MadslError, did_you_mean
 from madsl.yamlsource import Located, load
@@ -164,7 +164,16 @@ def _train(located: Located) -> dict[str, Any]:
             out[key] = int(values[0])
         else:
             out[key] = [kind(v) for v in values]
+            _once(out[key], f"train.{key}", lambda i, key=key: located.value(("train", key, i))
+                  if isinstance(value, list) else located.value(("train", key)))
     return out
+
+
+def _once(values: list[Any], name: str, where: Callable[[int], Location]) -> None:
+    """A value listed twice is a slip (its runs or variant would be planned once): an error at the repeat."""
+    for index, value in enumerate(values):
+        if value in values[:index]:
+            raise MadslError(f"{name}: {value!r} is given twice", where(index), hint="list each value once")
 
 
 def _number(value: Any) -> float | None:
@@ -192,6 +201,7 @@ def _grid(located: Located) -> list[tuple[str, list[Any]]]:
         if not values:  # an empty axis would make an empty grid: no variant at all
             raise MadslError(f"vary.{key}: the list is empty", located.value(("vary", key)),
                              expected="at least one value", hint=f"list the values to try, or drop vary.{key}")
+        _once(values, f"vary.{key}", lambda i, key=key: located.value(("vary", key, i)))
         grid.append((str(key), values))
     return grid
 
