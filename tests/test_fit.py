@@ -172,3 +172,16 @@ def test_eval_trains_the_model_compile_shows_for_an_unsolved_budget_fit(tmp_path
     planned = _madsl("eval", str(source), "--protocol", "smoke", "--task", "memorization", "--dry-run",
                      "--db", str(tmp_path / "r.db"))
     assert planned.returncode == 0 and "H.filter_states=10" in planned.stderr
+
+
+@pytest.mark.parametrize("tolerance, shown", [(None, "budget params 429,696 ± 1% (mamba)"), ("0.5%", "budget params 429,696 ± 0.5% (mamba)"),
+                                                ("0", "meet params 429,696 ± 0% (mamba)")])
+def test_cli_match_states_its_tolerance_as_a_budget_writes_it(tolerance, shown, capsys):
+    """The relative tolerance of --match reads as budgets read it (`± 1%`); it was printed as
+    `± 0.01`, which in a budget is an absolute tolerance of a hundredth."""
+    from madsl.cli import main
+
+    args = ["--tolerance", tolerance] if tolerance is not None else []
+    main(["fit", "specs/paper/hyena-sg.mad", "--match", "specs/paper/mamba.mad", "--on", "params",
+          "--free", "Sg.inner", *args])
+    assert shown in capsys.readouterr().out

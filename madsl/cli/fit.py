@@ -46,7 +46,7 @@ def _budget_to_match(args, spec):
     seq_len = spec.budget_seq_len or spec.seq_len
     totals = account(other, seq_len=seq_len, vocab=spec.vocab).totals
     return {q: budgets.Bound(totals[q] * (1 - tolerance), totals[q] * (1 + tolerance),
-                             f"{totals[q]:,} ± {tolerance:.3g} ({other.name})") for q in quantities}
+                             f"{totals[q]:,} ± {tolerance * 100:.3g}% ({other.name})") for q in quantities}
 
 
 def cmd_fit(args) -> int:
