@@ -270,3 +270,19 @@ def test_runner_dry_run_plan_counts_runs_tokens_and_flops_as_shown(tmp_path, mon
     printed = capsys.readouterr().out.splitlines()
     untimed = lambda line: line.split(", ~")[0]  # noqa: E731 - a line without its estimated time
     assert [untimed(line) for line in printed[:2]] == [untimed(line) for line in shown.splitlines()[:2]]
+
+
+def test_every_flag_the_user_pages_name_is_an_option_of_madsl():
+    """A `--flag` in README.md, guide, runner, cluster, convert, ci and accounting is one of the
+    madsl commands' options (gpu.md and tasks.md also name the benchmarks' and the seed study's)."""
+    import argparse
+
+    from madsl.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    options = {o for parser in commands.values() for action in parser._actions for o in action.option_strings}
+    not_madsl = {"--storage"}  # cluster.md: the shared-filesystem option madsl chose not to have
+    pages = ["README.md", *(f"docs/{p}.md" for p in ("guide", "runner", "cluster", "convert", "ci", "accounting"))]
+    unknown = [(page, flag) for page in pages for flag in re.findall(r"`(--[a-z][\w-]*)", (REPO / page).read_text())
+               if flag not in options | not_madsl]
+    assert not unknown
