@@ -7,7 +7,6 @@ first use of a tag builds the unit, later uses reuse the object.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from torch import nn
 from .errors import MadslError
 from .graph import build_graph, layer_nodes
 from .model import Block, Fork, GroupConnection, Model, Parallel, PreNorm, Stack, make_norm, reinit_linears
+from .outputs import temp_beside
 from .spec import Spec, load_spec, spec_from_data
 
 
@@ -157,7 +157,7 @@ def save(model: Model, path: str | Path) -> None:
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = temp_beside(path)
     os.close(fd)
     try:
         torch.save(payload, tmp)

@@ -102,3 +102,19 @@ def test_best_weights_kept_only_for_the_best_epoch_when_keep_best_changes_betwee
     state.keep_best = True
     state.end_epoch(epoch(3, 0.9))
     assert state.best.epoch == 2 and state.best_state is None
+
+
+def test_exported_weights_are_readable_as_the_config_is(tmp_path, capsys):
+    """safetensors writes its file owner-only; an exported model's two files share one mode."""
+    import os
+
+    db = tmp_path / "results.db"
+    assert main(["eval", str(SPEC), *TINY, "--db", str(db), "--keep", "best", "--format", "json"]) == 0
+    [run_id] = json.loads(capsys.readouterr().out)["run_ids"]
+    previous = os.umask(0o022)
+    try:
+        assert main(["export", run_id, "-o", str(tmp_path / "out"), "--db", str(db)]) == 0
+    finally:
+        os.umask(previous)
+    assert {(p.name, p.stat().st_mode & 0o777) for p in (tmp_path / "out").iterdir()} == \
+        {("config.json", 0o644), ("model.safetensors", 0o644)}

@@ -70,3 +70,36 @@ def test_a_plot_is_written_where_asked(tmp_path, capsys, results_db):
     out = tmp_path / "plots" / "scores.png"  # a folder that does not exist yet is made
     assert main(["report", "--db", str(results_db), "--plot", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {out}" in capsys.readouterr().err
+
+
+@pytest.fixture
+def umask_022():
+    import os
+
+    previous = os.umask(0o022)
+    yield 0o644
+    os.umask(previous)
+
+
+@pytest.mark.parametrize("command", ["compile json", "compile torch", "schema", "convert", "report --plot"])
+def test_a_new_output_gets_the_permissions_the_umask_gives(tmp_path, capsys, results_db, umask_022, command):
+    """Outputs are written to a temporary file and moved into place; mkstemp made that file
+    owner-only (0600), so every output was unreadable to the rest of a shared folder."""
+    out = tmp_path / ("out.png" if command == "report --plot" else "out")
+    argv = {"compile json": ["compile", SPEC, "--emit", "json", "-o", str(out)],
+            "compile torch": ["compile", SPEC, "--emit", "torch", "--vocab", "16", "-o", str(out)],
+            "schema": ["schema", "-o", str(out)],
+            "convert": ["convert", "--from-megatron", "M-M*-", "-o", str(out)],
+            "report --plot": ["report", "--db", str(results_db), "--plot", str(out)]}[command]
+    assert main(argv) == 0
+    assert out.stat().st_mode & 0o777 == umask_022
+
+
+def test_fit_written_over_a_spec_keeps_the_spec_s_permissions(tmp_path, capsys, umask_022):
+    """docs/guide.md's `madsl fit my/hyena-attn.mad -o my/hyena-attn.mad` rewrites the spec in place."""
+    spec = tmp_path / "hyena-sg.mad"
+    spec.write_text(Path(SPEC).read_text())
+    spec.chmod(0o664)
+    mamba = str(Path(SPEC).with_name("mamba.mad"))
+    assert main(["fit", str(spec), "--match", mamba, "--on", "params", "--free", "Sg.inner", "-o", str(spec)]) == 0
+    assert spec.stat().st_mode & 0o777 == 0o664 and "inner: 361" in spec.read_text()

@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from madsl.errors import MadslError
+from madsl.outputs import temp_beside
 
 # 0 success, 1 a budget is violated, 2 bad input (a located error, no traceback),
 # 3 some eval runs failed, 130 interrupted (eval runs are resumable)
@@ -50,7 +50,7 @@ def print_error(err: MadslError) -> None:
 def write_atomic(path: Path, text: str) -> None:
     """Write `text` to `path` via a temporary file in the same directory, so readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = temp_beside(path)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,8 @@ def _write_dir(directory: Path, weights: dict[str, Any], config: dict[str, Any])
         staging.mkdir()
         save_file({k: v.contiguous() for k, v in weights.items()}, str(staging / WEIGHTS))
         (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True, default=str) + "\n")
+        # safetensors writes owner-only (0600): give the weights the umask's mode, as the config has
+        os.chmod(staging / WEIGHTS, stat.S_IMODE((staging / CONFIG).stat().st_mode))
         if directory.exists():
             shutil.rmtree(directory)
         os.replace(staging, directory)

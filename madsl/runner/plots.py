@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from madsl.errors import MadslError
+from madsl.outputs import temp_beside
 
 PLOT_EXTRA_HINT = "pip install 'madsl[plot]' (matplotlib)"
 SETTING_PREFIX = "setting."
@@ -39,7 +39,7 @@ def pyplot(option: str):
 def save_atomic(fig, path: Path, **savefig_kwargs) -> Path:
     """fig.savefig(path) through a temporary file beside it: readers never see half an image."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    fd, tmp = temp_beside(path, suffix=path.suffix)
     os.close(fd)
     try:
         fig.savefig(tmp, format=path.suffix.lstrip(".").lower() or "png", **savefig_kwargs)
