@@ -311,6 +311,33 @@ def test_kill_9_resumes_from_checkpoint_to_the_same_result(tmp_path):
     _same_result(reference_run, reference_epochs, run, epoch_rows(db))
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_sigterm_stops_runs_as_ctrl_c_does(signum):
+    """A batch system stops a job with SIGTERM (SLURM's scancel and time limit, Kubernetes, `timeout`)
+    and kills it a grace period later: the first asks the runs to checkpoint and stop, as Ctrl-C
+    does, instead of ending the coordinator with runs in flight; the second aborts."""
+    from madsl.runner.api import stop_guard
+
+    before = signal.getsignal(signum)
+    with stop_guard() as should_stop:
+        assert not should_stop()
+        os.kill(os.getpid(), signum)
+        assert should_stop()  # still alive, asking the runs to stop
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signum)
+    assert signal.getsignal(signum) is before
+
+
+def test_workers_leave_stopping_to_the_coordinator():
+    """A signal to the whole process group (Ctrl-C in a terminal, scancel) reaches the workers
+    too: they ignore it and stop when the coordinator tells them, after their checkpoint."""
+    script = ("import os, signal\nfrom madsl.runner.executor import _worker_init\n_worker_init(None, None, 1)\n"
+              "os.kill(os.getpid(), signal.SIGTERM)\nos.kill(os.getpid(), signal.SIGINT)\nprint('still running')")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=TESTS_DIR.parent,
+                          env={**os.environ, "PYTHONPATH": str(TESTS_DIR.parent)}, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "still running", proc.stderr
+
+
 def test_process_pool_executor_and_a_killed_worker_fails_its_runs_while_the_others_go_on(tmp_path):
     db = tmp_path / "r.db"
     specs = [FakeSpec("killed", "killed-v1"), FakeSpec("standin", "standin-v1")]

@@ -651,25 +651,30 @@ def plan_evaluation(store: StoreFiles, specs: Sequence[tuple[Any, str | None]], 
     return plan
 
 
+# Ctrl-C, and the polite stop of batch systems and containers (SLURM's scancel and time limit,
+# Kubernetes, `timeout`): SIGTERM, then SIGKILL after a grace period (SLURM: 30 s by default).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 @contextmanager
 def stop_guard(stop_requested: Callable[[], bool] | None = None) -> Iterator[Callable[[], bool]]:
-    """Ctrl-C handling while runs execute: the first asks runs to checkpoint and stop (the
-    callable yielded turns true), the second aborts (KeyboardInterrupt)."""
+    """Ctrl-C (or SIGTERM) handling while runs execute: the first asks runs to checkpoint and
+    stop (the callable yielded turns true), the second aborts (KeyboardInterrupt)."""
     stop = threading.Event()
-    previous_handler = None
+    previous_handlers: dict[int, Any] = {}
 
-    def on_sigint(signum, frame):
+    def on_stop_signal(signum, frame):
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
 
     if threading.current_thread() is threading.main_thread():
-        previous_handler = signal.signal(signal.SIGINT, on_sigint)
+        previous_handlers = {signum: signal.signal(signum, on_stop_signal) for signum in STOP_SIGNALS}
     try:
         yield (lambda: stop.is_set() or stop_requested()) if stop_requested else stop.is_set
     finally:
-        if previous_handler is not None:
-            signal.signal(signal.SIGINT, previous_handler)
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)
 
 
 def summarize(db: str | os.PathLike, plan: EvaluationPlan, outcome: Outcome) -> dict:

@@ -277,7 +277,8 @@ _WORKER_STOP: Any = None
 
 def _worker_init(events: Any, stop: Any, threads: int) -> None:
     global _WORKER_EVENTS, _WORKER_STOP
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides how to stop
+    for signum in (signal.SIGINT, signal.SIGTERM):  # sent to the whole group: the coordinator decides how to stop
+        signal.signal(signum, signal.SIG_IGN)
     _WORKER_EVENTS, _WORKER_STOP = events, stop
     import torch
 
