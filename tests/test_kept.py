@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import pickle
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,18 @@ def test_keep_best_export_and_load_give_the_recorded_accuracy(tmp_path, capsys):
     metrics = evaluate(model, x, y, max(8, EVAL_BATCH), config["build"]["num_classes"])
     assert metrics["macro_acc"] == pytest.approx(run["best_eval_acc"], abs=1e-9)
     assert metrics["loss"] == pytest.approx(config["metrics"]["eval_loss"], rel=1e-5)
+
+
+def test_keep_best_without_safetensors_is_refused_before_anything_trains(tmp_path, capsys, monkeypatch):
+    """Without safetensors (an install without the torch extra's full list) --keep best used to
+    train every run and then end in a traceback when the first was to be kept."""
+    monkeypatch.setitem(sys.modules, "safetensors", None)
+    monkeypatch.setitem(sys.modules, "safetensors.torch", None)
+    db = tmp_path / "results.db"
+    assert main(["eval", str(SPEC), *TINY, "--db", str(db), "--keep", "best"]) == 2
+    err = capsys.readouterr().err
+    assert "--keep best needs safetensors" in err and "pip install safetensors" in err and "Traceback" not in err
+    assert not db.exists()  # refused before the database was created, so before any run
 
 
 def test_export_errors_are_bad_input(tmp_path, capsys):

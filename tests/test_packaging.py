@@ -18,6 +18,17 @@ def test_every_package_under_madsl_is_listed_in_pyproject():
     assert listed - found == mapped, "listed packages that do not exist"
 
 
+def test_every_extra_that_installs_torch_installs_what_eval_keep_best_needs():
+    """`pip install 'madsl[torch]'` is the documented install for eval (docs/ci.md): `--keep best`
+    and `madsl export` write safetensors, so each extra that brings torch brings it too."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    names = {extra: {req.split(">")[0].split("=")[0].split(";")[0].strip() for req in reqs}
+             for extra, reqs in extras.items()}
+    with_torch = [extra for extra, reqs in names.items() if "torch" in reqs]
+    assert {"torch", "ray", "cuda", "dev"} <= set(with_torch)
+    assert [extra for extra in with_torch if "safetensors" not in names[extra]] == []
+
+
 def test_the_built_wheel_works_installed_without_torch(tmp_path):
     """Build the wheel, install it (no dependencies) into a folder away from the checkout and
     check a spec from there, as `pip install` and the pre-commit hook do: the grammar and

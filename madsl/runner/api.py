@@ -354,6 +354,10 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     check_database(db)  # a bad --db is refused before anything is planned or written
     if keep not in (None, "none", "best"):
         raise MadslError(f"keep must be 'best' or 'none', got {keep!r}")
+    if keep == "best":  # refused here, not once the first run has trained and is to be kept
+        from madsl.runner.kept import safetensors_torch
+
+        safetensors_torch("--keep best")
     if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or not isinstance(
             checkpoint_every, (int, float)) or not math.isfinite(checkpoint_every) or checkpoint_every < 0):
         raise MadslError(f"--checkpoint-every: expected a non-negative number of seconds, got {checkpoint_every!r}",

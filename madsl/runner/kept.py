@@ -26,6 +26,17 @@ from madsl.errors import MadslError
 
 FORMAT = "madsl-run-model/1"
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
+SAFETENSORS_HINT = "pip install safetensors (madsl's torch, ray and cuda extras bring it)"
+
+
+def safetensors_torch(option: str):
+    """safetensors.torch, or a MadslError naming what needs it: asked before a run trains, so
+    that `--keep best` without safetensors is refused up front, not after the training."""
+    try:
+        import safetensors.torch
+    except ImportError:
+        raise MadslError(f"{option} needs safetensors, which is not installed", hint=SAFETENSORS_HINT) from None
+    return safetensors.torch
 
 
 def models_dir(files_dir: str | os.PathLike) -> Path:
@@ -34,8 +45,7 @@ def models_dir(files_dir: str | os.PathLike) -> Path:
 
 def _write_dir(directory: Path, weights: dict[str, Any], config: dict[str, Any]) -> None:
     """Write the two files into a temporary sibling folder, then move it into place whole."""
-    from safetensors.torch import save_file
-
+    save_file = safetensors_torch("keeping a model").save_file
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = directory.with_name(f".{directory.name}.{os.getpid()}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
@@ -82,9 +92,7 @@ def export(files_dir: Path, run_id: str, out: Path) -> tuple[str, Path]:
         raise MadslError(f"-o {out}: is a file", hint="name a folder to write the model into")
     source = kept / matches[0]
     config = _read_config(source)
-    from safetensors.torch import load_file
-
-    _write_dir(out, load_file(str(source / WEIGHTS)), config)
+    _write_dir(out, safetensors_torch("madsl export").load_file(str(source / WEIGHTS)), config)
     return matches[0], out
 
 
@@ -104,7 +112,6 @@ def load_run(directory: str | os.PathLike, *, device: str | None = None):
     """The model of an exported (or kept) run, with its best weights, in eval mode. Its
     `config` attribute holds what `config.json` says (task, setting, recorded metrics)."""
     import torch
-    from safetensors.torch import load_file
 
     from madsl.compiler import compile_spec
     from madsl.runner.heads import TaskModel
@@ -112,6 +119,7 @@ def load_run(directory: str | os.PathLike, *, device: str | None = None):
 
     directory = Path(directory)
     config = _read_config(directory)
+    load_file = safetensors_torch("load_run").load_file
     build = config["build"]
     spec = spec_from_data(config["spec"])
     backbone = compile_spec(spec, vocab_size=build["vocab_size"], max_seq_len=build["max_seq_len"],
