@@ -92,7 +92,9 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
                 else:
                     step = timings.seconds_per_step(job, seq_len, vocab, batch)
             except (MemoryError, RuntimeError) as err:
-                if not out_of_memory(err):
+                from madsl.runner.train import is_out_of_memory
+
+                if not is_out_of_memory(err):
                     raise
                 _release_device_memory()
                 raise MadslError(f"{job.label or job.run_id} does not fit: a training step at length {seq_len}, "
@@ -106,13 +108,6 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
                              flops, seconds))
     timings.save()
     return costs
-
-
-def out_of_memory(err: BaseException) -> bool:
-    """An allocation that failed: numpy's MemoryError, torch's on a GPU or on the CPU."""
-    import torch
-
-    return isinstance(err, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(err)
 
 
 def _first_line(err: BaseException) -> str:
