@@ -41,6 +41,12 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
     (["data", "memorisation"], "unknown task 'memorisation'"),
     (["data", "in-context-recall", "--format", "text", "--set", "vocab_size=1000000000"], "does not fit in memory"),
     (["export", "abc", "-o", "{tmp}/out", "--db", "{tmp}/no-such.db"], "no results database at"),
+    # --workers and --devices place runs on this machine: on Ray they were ignored in silence
+    (["eval", MAMBA, "--executor", "ray", "--workers", "2", "--dry-run", "--db", "{tmp}/r.db"],
+     "--workers applies only to the local executor"),
+    (["eval", MAMBA, "--executor", "ray", "--devices", "cpu", "--dry-run", "--db", "{tmp}/r.db"],
+     "--devices applies only to the local executor"),
+    (["eval", MAMBA, "--devices", "cpu,,cpu", "--dry-run", "--db", "{tmp}/r.db"], "an empty item in 'cpu,,cpu'"),
     # a value or a spec given twice is a slip: planned once, it was dropped in silence
     (["eval", MAMBA, "--seed", "1", "--seed", "1", "--dry-run", "--db", "{tmp}/r.db"], "--seed: 1 is given twice"),
     (["eval", MAMBA, "--lr", "1e-3", "--lr", "0.001", "--dry-run", "--db", "{tmp}/r.db"], "--lr: 0.001 is given twice"),

@@ -137,6 +137,7 @@ def test_madsl_convert_from_and_to_hf_without_torch(tmp_path):
     out = tmp_path / "jamba.mad"
     proc = run("--from-hf", "specs/public/jamba-v0.1.config.json", "--name", "jamba", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr.strip() == f"wrote {out}"  # says what it wrote, as fit and export do
     proc = run("--to-hf", str(out), "--model-type", "jamba")
     assert proc.returncode == 0 and json.loads(proc.stdout) == _config("jamba-v0.1")
     bad = run("--to-hf", str(out), "--model-type", "nemotron_h")

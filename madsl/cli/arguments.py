@@ -86,3 +86,11 @@ def lengths(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected positive lengths, got {text!r}")
     return values
 
+
+
+def device_list(text: str) -> list[str]:
+    """Devices, comma-separated (cuda:0,cuda:1); each is checked when runs are placed."""
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):  # "cuda:0,,cuda:1" or a trailing comma: a device left out, not to be guessed
+        raise argparse.ArgumentTypeError(f"an empty item in {text!r}: expected a device between every two commas")
+    return names

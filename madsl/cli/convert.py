@@ -2,6 +2,8 @@
 config.json files of hybrid families (madsl/hf_config.py) <-> madsl specs."""
 from __future__ import annotations
 
+import sys
+
 from pathlib import Path
 
 from madsl.cli.arguments import positive_int
@@ -115,6 +117,8 @@ def cmd_convert(args) -> int:
             write_atomic(Path(args.output), text)
         except OSError as err:
             raise output_error(err, args.output, "-o") from None
+        if not getattr(args, "quiet", False):  # as fit, schema and export say what they wrote
+            print(f"wrote {args.output}", file=sys.stderr)
     else:
         print(text, end="")
     return EXIT_OK

@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from madsl.cli.arguments import lengths, non_negative_number, positive_int, positive_number, seed
+from madsl.cli.arguments import device_list, lengths, non_negative_number, positive_int, positive_number, seed
 from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
 
 # the names of madsl.runner.protocols.PROTOCOLS, spelled out so `--help` does not import the runner;
@@ -32,10 +32,11 @@ def add_parser(subparsers) -> None:
                         "(baseline settings, full grid, 200 epochs), paper (every setting; default: the "
                         "spec's eval.protocol, else quick)")
     p.add_argument("--db", default="madsl-results.db", help="results database (default: %(default)s)")
-    p.add_argument("--workers", type=positive_int, default=1, help="runs in parallel (local processes)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="runs in parallel (local processes; default 1)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="where runs train (default: auto, CUDA when available)")
-    p.add_argument("--devices", type=lambda text: [d.strip() for d in text.split(",") if d.strip()],
+    p.add_argument("--devices", type=device_list,
                    metavar="DEV,DEV", help="place runs on these devices round-robin, e.g. cuda:0,cuda:1 "
                                            "(default on CUDA: every visible GPU)")
     p.add_argument("--precision", choices=("fp32", "bf16", "auto"), default=None,
@@ -139,9 +140,9 @@ def _specs_or_sweep(args):
     return specs, sweep
 
 
-def _check_ray_only_options(args) -> None:
-    """--address, --cpus-per-run and --gpus-per-run place runs on Ray; with the local executor they
-    would be ignored, so they are refused instead."""
+def _check_executor_options(args) -> None:
+    """--address, --cpus-per-run and --gpus-per-run place runs on Ray, --workers and --devices on
+    this machine: given to the other executor they would be ignored, so they are refused instead."""
     from madsl.errors import MadslError
 
     given = [flag for flag, value in (("--address", args.address), ("--cpus-per-run", args.cpus_per_run),
@@ -149,6 +150,10 @@ def _check_ray_only_options(args) -> None:
     if given and args.executor == "local":
         raise MadslError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with --executor ray",
                          hint="add --executor ray, or use --workers N for local processes")
+    local = [flag for flag, value in (("--workers", args.workers), ("--devices", args.devices)) if value is not None]
+    if local and args.executor == "ray":  # Ray decides how many runs at once, and where
+        raise MadslError(f"{', '.join(local)} {'applies' if len(local) == 1 else 'apply'} only to the local executor",
+                         hint="on Ray, size each run with --cpus-per-run / --gpus-per-run; the cluster places them")
 
 
 def cmd_eval(args) -> int:
@@ -156,7 +161,7 @@ def cmd_eval(args) -> int:
     from madsl.runner.api import evaluate
     from madsl.runner.protocols import parse_set_option
 
-    _check_ray_only_options(args)
+    _check_executor_options(args)
     settings = dict(parse_set_option(text) for text in args.settings)
     specs, sweep = _specs_or_sweep(args)
     # precedence: the command line > the sweep file > the spec's eval: section > the protocol
@@ -166,7 +171,7 @@ def cmd_eval(args) -> int:
         if reporter is not None:
             reporter.__enter__()
         summary = evaluate(specs, tasks=args.tasks or sweep.tasks, protocol=args.protocol or sweep.protocol,
-                           db=args.db, workers=args.workers, device=args.device, devices=args.devices,
+                           db=args.db, workers=args.workers or 1, device=args.device, devices=args.devices,
                            settings_overrides=settings, lr=pick(args.lr, "lr"), wd=pick(args.wd, "wd"),
                            epochs=pick(args.epochs, "epochs"), seed=pick(args.seed, "seed"),
                            batch_size=pick(args.batch_size, "batch_size"),
