@@ -13,6 +13,10 @@
 # the next call on the same warm machine reuses it).
 #
 # GPU_CHECK_STEPS picks what runs, in this order (default "stacked cost rest shared"):
+#   reference (only when named) benchmarks/reference_cost.py: the MAD reference implementation
+#            (mad-lab, Lightning, one run at a time) trained at each task's baseline on this GPU, per
+#            epoch, and its paper protocol projected (GPU_REFERENCE_ARGS adds arguments); prepare with
+#            --prepare-reference MAD_LAB on a machine with pip access and carry .gpu/reference
 #   stacked  grid-batched (stacked) training and its CUDA graphs against the unbatched runs
 #   cost     benchmarks/protocol_cost.py: each task's baseline, its grid graph-replayed, and every
 #            sequence length of its sweep as `madsl eval` trains it here (--shapes): the projection
@@ -23,6 +27,9 @@
 #   shared   3 worker processes sharing the GPU against one (attention-sg, two tasks' baseline
 #            grids), without MPS (the processes' contexts take turns) and with it (their kernels
 #            run side by side), where nvidia-cuda-mps-control is found
+#   stop     (only when named) protocol_cost.py --measure-stop 1: each task's baseline grid trained until
+#            early stopping ends it (200 epochs at most), the fraction of epochs it took; stopped after
+#            GPU_STOP_SECONDS (240), each task's line printed as it ends (GPU_STOP_ARGS: --specs, --tasks)
 #   compiled (only when named) benchmarks/compiled_step.py: the stacked step compiled by inductor
 #            (MADSL_COMPILE_STACKED=1) against the eager one, both replayed as CUDA graphs, for
 #            attention-sg and hyena-sg in bf16 at in-context recall's baseline shape: kernels,
@@ -52,6 +59,21 @@ if [[ "${1:-}" == "--prepare" ]]; then
     MAMBA_SKIP_CUDA_BUILD=TRUE CAUSAL_CONV1D_SKIP_CUDA_BUILD=TRUE python3 -m pip download --no-deps \
         --no-build-isolation --no-binary :all: -d $GPU/sdist mamba-ssm==2.3.2.post1 causal-conv1d==1.7.0 || exit 1
     echo "prepared $GPU/ ($(du -sh $GPU | cut -f1))"; exit 0
+fi
+if [[ "${1:-}" == "--prepare-reference" ]]; then  # --prepare-reference MAD_LAB: the "reference" step's inputs
+    src=${2:?--prepare-reference MAD_LAB (a checkout of athms/mad-lab)}
+    [[ -f $src/train.py && -d $src/mad && -d $src/configs ]] || { echo "$src is not a mad-lab checkout"; exit 1; }
+    rm -rf $GPU/reference/mad-lab; mkdir -p $GPU/reference/mad-lab $GPU/reference/wheels
+    cp -r "$src/mad" "$src/configs" "$src/train.py" "$src/LICENSE" $GPU/reference/mad-lab/
+    # its requirements that the measured layers import (train.py, Lightning, data, metrics), with
+    # Lightning's own dependencies; torch is the GPU machine's
+    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+        -d $GPU/reference/wheels pytorch-lightning==2.6.6 lightning-utilities==0.15.3 torchmetrics==1.9.0 \
+        einops==0.8.2 opt_einsum==3.4.0 pandas==3.1.1 numpy==2.5.5 python-dateutil==4.0.0 tzdata pytz tqdm \
+        pyyaml packaging typing_extensions "fsspec==2026.9.0" aiohttp aiohappyeyeballs aiosignal attrs \
+        frozenlist multidict propcache yarl idna || exit 1
+    echo "prepared $GPU/reference/ ($(du -sh $GPU/reference | cut -f1))"; exit 0
 fi
 if [[ "${1:-}" == "--keep-prebuilt" ]]; then
     mkdir -p $GPU/prebuilt $GPU/triton
@@ -123,7 +145,14 @@ wait_build() {  # wait_build NAME: until its build ends; its log kept, its libra
     echo "$name: $([[ -f $dir/.done ]] && echo built || echo 'NOT built') at $(elapsed) s"
 }
 export PYTHONPATH=$PYTHONPATH:$BUILD/mamba_ssm:$BUILD/causal_conv1d
-start_build mamba_ssm; start_build causal_conv1d  # side by side: mamba-ssm ~2 min, causal-conv1d ~5
+# side by side: mamba-ssm ~2 min, causal-conv1d ~5; GPU_BUILDS="" builds none (an idle machine for timings)
+BUILDS=${GPU_BUILDS-mamba_ssm causal_conv1d}
+built() { [[ " $BUILDS " == *" $1 "* ]]; }
+for name in $BUILDS; do start_build $name; done
+[[ -n $BUILDS ]] || PIN_CHECK=""  # nothing builds beside the checks: they get every core
+left() {  # seconds this call has left for a part, keeping 20 to pack the logs (GPU_CALL_SECONDS: the call's limit)
+    local n=$(( ${GPU_CALL_SECONDS:-100000} - $(elapsed) - 20 )); (( n > 10 )) && echo $n || echo 10
+}
 # Triton's cache (compiled kernels and, as fla asks, autotuning results): fla's kernels take
 # minutes a shape on a cold one. Seeded from .gpu/triton/ where an earlier run returned it.
 export TRITON_CACHE_DIR=$BUILD/triton-cache
@@ -157,17 +186,30 @@ lane() {  # lane NAME PIN -k EXPR [FILES]: pytest on the CUDA lane, its summary 
 }
 cost() {  # cost NAME PIN SPECS...: the projection, from the baselines and from every shape measured
     local name=$1 pin=$2; shift 2
-    $pin python3 benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-examples baseline \
+    $pin timeout $(left) python3 -u benchmarks/protocol_cost.py --device cuda --precision bf16 --grid-examples baseline \
         --grid-modes graphs --shapes ${GPU_COST_ARGS:-} --specs "$@" > "$LOG/cost-$name.txt" 2>&1
     echo "cost projection ($name) rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/cost-$name.txt" | grep -v Warning
     pack_logs
 }
 STACKED="(fold or grid_group or cuda_graphs) and not (fla or gla or rwkv or causal_conv1d)"
 # attention and Hyena first, on the pinned cores while the libraries build; Mamba once mamba-ssm is built
+if want reference; then  # mad-lab's own training of the same baselines on this GPU (prepared by --prepare-reference)
+    python3 -m pip install -q --no-index --find-links $GPU/reference/wheels pytorch-lightning torchmetrics einops \
+        pandas opt_einsum > "$LOG/reference-install.txt" 2>&1 \
+        || python3 -m pip install -q --break-system-packages --no-index --find-links $GPU/reference/wheels \
+            pytorch-lightning torchmetrics einops pandas opt_einsum >> "$LOG/reference-install.txt" 2>&1
+    timeout $(( $(left) < ${GPU_REFERENCE_SECONDS:-300} ? $(left) : ${GPU_REFERENCE_SECONDS:-300} )) \
+        python3 -u benchmarks/reference_cost.py --mad-lab $GPU/reference/mad-lab \
+        ${GPU_REFERENCE_ARGS:-} > "$LOG/reference.txt" 2>&1
+    echo "reference (mad-lab) rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/reference.txt" | grep -v Warning
+    pack_logs
+fi
 want stacked && lane stacked-attention-hyena "$PIN_CHECK" tests/test_cuda.py -k "($STACKED) and not mamba"
-want cost && cost attention-hyena "$PIN_CHECK" specs/paper/attention-sg.mad specs/paper/hyena-sg.mad
+if want cost; then  # a part a spec, so that a call cut short returns the specs done
+    for spec in ${GPU_COST_SPECS:-attention-sg hyena-sg}; do cost $spec "$PIN_CHECK" specs/paper/$spec.mad; done
+fi
 { echo "during the builds:"; uptime; } >> "$LOG/env.txt"
-if want stacked || want cost; then
+if (want stacked || want cost) && built mamba_ssm; then
     wait_build mamba_ssm; imports
     want stacked && lane stacked-mamba "" tests/test_cuda.py -k "($STACKED) and mamba"
     want cost && cost mamba "" specs/paper/mamba.mad
@@ -184,9 +226,16 @@ if want rest; then  # what needs causal-conv1d after its build; fla's autotuning
         -k "fla or gla or rwkv or retention or delta"  # a test may autotune several kernels: 400 s each
     return_triton_cache
 fi
+if want stop; then  # early stopping measured: each task's baseline grid trained as the protocol trains it
+    timeout $(( $(left) < ${GPU_STOP_SECONDS:-240} ? $(left) : ${GPU_STOP_SECONDS:-240} )) \
+        python3 -u benchmarks/protocol_cost.py --device cuda --precision bf16 \
+        --grid-examples 0 --no-shapes --measure-stop 1 ${GPU_STOP_ARGS:-} > "$LOG/stop.txt" 2>&1
+    echo "stop fraction rc=$? at $(elapsed) s"; grep -E "^\S|^  [a-z]" "$LOG/stop.txt" | grep -v Warning
+    pack_logs
+fi
 if want compiled; then  # only when named (not in the default steps); at most 6 minutes, a line per spec as it ends
     timeout ${GPU_COMPILED_SECONDS:-360} python3 -u benchmarks/compiled_step.py --device cuda --precision bf16 \
-        --seq-len 128 --batch-size 128 > "$LOG/compiled-step.txt" 2>&1
+        --seq-len 128 --batch-size 128 ${GPU_COMPILED_ARGS:-} > "$LOG/compiled-step.txt" 2>&1
     echo "compiled step rc=$? at $(elapsed) s"; grep -E "^\S|^  " "$LOG/compiled-step.txt" | grep -v Warning
     pack_logs
 fi

@@ -5,8 +5,8 @@ On a GPU these paths (`gla_fla_chunk`, `decay_parallel`, `delta_parallel`, the l
 through them, and their member folds under vmap) are what trains; tests/test_cuda.py checks them
 there. Here the same wrappers call the same kernels, so what the wrappers own (layouts, scale and
 gate conventions, the initial state, the fold of members into the batch) is checked on every
-CPU run. The interpreter is exact arithmetic in numpy, not the GPU's TF32 dots, so the tolerances
-are fp32 ones. Small shapes: the interpreter runs each program instance in Python.
+CPU run. The interpreter is numpy's float32 arithmetic, not the GPU's TF32 dots, so the tolerances
+are fp32 ones, stated as relative RMS errors (`_assert_close`). Small shapes: the interpreter runs each program instance in Python.
 """
 from __future__ import annotations
 
@@ -54,10 +54,20 @@ def _grads(outputs, inputs):
     return list(torch.autograd.grad(sum((o * w).sum() for o, w in zip(outputs, weights)), inputs))
 
 
-def _assert_close(got, want, atol=2e-4, rtol=2e-3):
+def _assert_close(got, want, rms=1e-4, worst=1e-2):
+    """Each tensor within `rms` relative RMS error of its reference (how fla's own tests compare
+    kernels: elementwise tolerances fail on the odd element a normaliser amplifies, by amounts that
+    differ with the CPU's and BLAS's summation order), and no element off by more than `worst` of
+    the reference's largest magnitude (a layout or convention bug is off by O(1) there)."""
     assert len(got) == len(want)
     for index, (g, w) in enumerate(zip(got, want)):
-        torch.testing.assert_close(g.float(), w.float(), atol=atol, rtol=rtol, msg=lambda m: f"tensor {index}: {m}")
+        assert g.shape == w.shape, f"tensor {index}: shape {tuple(g.shape)} against {tuple(w.shape)}"
+        g, w = g.float(), w.float()
+        scale = w.abs().max().clamp_min(1e-12)
+        error = ((g - w).norm() / w.norm().clamp_min(1e-12)).item()
+        assert error <= rms, f"tensor {index}: relative RMS error {error:.1e} > {rms:.0e}"
+        largest = ((g - w).abs().max() / scale).item()
+        assert largest <= worst, f"tensor {index}: an element off by {largest:.1e} of the largest value"
 
 
 @pytest.mark.parametrize("with_state", [False, True])

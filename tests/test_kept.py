@@ -65,7 +65,7 @@ def test_export_errors_are_bad_input(tmp_path, capsys):
     assert main(["export", "abc", "-o", str(tmp_path / "out"), "--db", str(db)]) == 2
     assert "no results database at" in capsys.readouterr().err  # not 'no kept model': --db is mistyped
     db.touch()
-    assert main(["export", "abc", "-o", str(tmp_path / "out"), "--db", str(db)]) == 2
+    assert main(["export", "abcd", "-o", str(tmp_path / "out"), "--db", str(db)]) == 2
     assert "no kept model" in capsys.readouterr().err
 
 

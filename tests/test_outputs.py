@@ -103,3 +103,110 @@ def test_fit_written_over_a_spec_keeps_the_spec_s_permissions(tmp_path, capsys, 
     mamba = str(Path(SPEC).with_name("mamba.mad"))
     assert main(["fit", str(spec), "--match", mamba, "--on", "params", "--free", "Sg.inner", "-o", str(spec)]) == 0
     assert spec.stat().st_mode & 0o777 == 0o664 and "inner: 361" in spec.read_text()
+
+
+# --- folder outputs: a command writes only the files it names and never deletes anything ---
+
+@pytest.fixture(scope="module")
+def kept_run(tmp_path_factory):
+    """A results database with one run whose best weights are kept: (db, run id)."""
+    pytest.importorskip("safetensors")
+    from madsl.runner.api import evaluate
+
+    db = tmp_path_factory.mktemp("kept") / "results.db"
+    result = evaluate([SPEC], tasks=["in-context-recall"], protocol="smoke", epochs=1, batch_size=8,
+                      settings_overrides={"seq_len": 32, "num_train_examples": 16, "num_test_examples": 8},
+                      keep="best", db=db, progress=False)
+    [run_id] = result["run_ids"]
+    return db, run_id
+
+
+def _export(kept_run, out, *extra) -> int:
+    db, run_id = kept_run
+    return main(["export", run_id[:12], "-o", str(out), "--db", str(db), *extra])
+
+
+def test_export_into_a_folder_with_other_files_is_refused_and_deletes_nothing(tmp_path, capsys, kept_run):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "keep").write_text("an earlier export, or anything else")
+    assert _export(kept_run, folder) == 2
+    err = capsys.readouterr().err
+    assert "holds 1 entry this command did not write (keep)" in err and "--force" in err and "Traceback" not in err
+    assert sorted(p.name for p in folder.iterdir()) == ["keep"]
+    assert (folder / "keep").read_text() == "an earlier export, or anything else"
+
+
+def test_export_with_force_writes_beside_the_other_files_and_removes_none(tmp_path, capsys, kept_run):
+    folder = tmp_path / "models"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "keep").write_text("x")
+    assert _export(kept_run, folder, "--force") == 0
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "keep", "model.safetensors", "sub"]
+    assert (folder / "keep").read_text() == "x"
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_export_again_into_its_own_folder_replaces_its_two_files(tmp_path, capsys, kept_run):
+    folder = tmp_path / "out"
+    assert _export(kept_run, folder) == 0
+    (folder / "config.json").write_text("{}")  # an older export's file: replaced, not refused
+    assert _export(kept_run, folder) == 0
+    assert (folder / "config.json").read_text() != "{}"
+
+
+@pytest.mark.parametrize("where", [".", ".."])
+def test_export_to_the_working_folder_or_its_parent_deletes_nothing(tmp_path, capsys, kept_run, monkeypatch, where):
+    """`-o ..` emptied the parent folder (the working directory with it) before failing."""
+    work = tmp_path / "parent" / "work"
+    work.mkdir(parents=True)
+    (work / "notes.txt").write_text("mine")
+    (tmp_path / "parent" / "other.txt").write_text("mine too")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    monkeypatch.chdir(work)
+    assert _export(kept_run, where) == 2
+    err = capsys.readouterr().err
+    assert "did not write" in err and "Traceback" not in err
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+
+def test_export_through_a_symlink_writes_into_the_folder_it_names(tmp_path, capsys, kept_run):
+    target = tmp_path / "real"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert _export(kept_run, link) == 0
+    assert link.is_symlink() and sorted(p.name for p in target.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_export_refuses_a_planted_symlink_where_its_file_goes(tmp_path, capsys, kept_run):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    victim = tmp_path / "victim.json"
+    victim.write_text("untouched")
+    (folder / "config.json").symlink_to(victim)
+    assert _export(kept_run, folder, "--force") == 2
+    assert "config.json there is not a regular file" in capsys.readouterr().err
+    assert victim.read_text() == "untouched"
+
+
+@pytest.mark.parametrize("run_id", ["", "*", "/etc/", "abc", "../x", "ABCDEF0", "0" * 65])
+def test_export_takes_only_run_ids(tmp_path, capsys, kept_run, run_id):
+    db, _ = kept_run
+    assert main(["export", run_id, "-o", str(tmp_path / "out"), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a run id" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_plot_sweeps_into_a_folder_with_other_files_is_refused(tmp_path, capsys, results_db):
+    pytest.importorskip("matplotlib")
+    folder = tmp_path / "figures"
+    folder.mkdir()
+    (folder / "paper-draft.tex").write_text("x")
+    assert main(["report", "--db", str(results_db), "--plot-sweeps", str(folder)]) == 2
+    assert "did not write (paper-draft.tex)" in capsys.readouterr().err
+    # with --force the check passes (this database has no sweep to plot) and the file stays
+    assert main(["report", "--db", str(results_db), "--plot-sweeps", str(folder), "--force"]) == 2
+    assert "nothing to plot" in capsys.readouterr().err
+    assert sorted(p.name for p in folder.iterdir()) == ["paper-draft.tex"]

@@ -23,7 +23,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--plot-sweeps", metavar="DIR",
                    help="also write a figure per task into DIR: the score against each difficulty knob its runs "
                         "vary (sequence length, training-set size, vocabulary, noise, ...), one line per "
-                        "architecture (needs madsl[plot])")
+                        "architecture (needs madsl[plot]); a folder holding other files needs --force")
+    p.add_argument("--force", action="store_true", help="--plot-sweeps into a folder that holds other files too "
+                                                        "(they are left as they are; task figures are replaced)")
     p.add_argument("--protocol", metavar="NAME",
                    help="only runs filed under this protocol (" + ", ".join(PROTOCOL_NAMES) + "), or under a "
                         "label such as quick+custom (runs with settings, lr, wd, epochs, batch size, seeds or "
@@ -36,7 +38,7 @@ def cmd_report(args) -> int:
     from madsl.runner.report import report_outputs
 
     text, written, flat = report_outputs(args.db, fmt=args.format, plot=args.plot, protocol=args.protocol,
-                                         rows=args.rows, plot_sweeps=args.plot_sweeps)
+                                         rows=args.rows, plot_sweeps=args.plot_sweeps, force=args.force)
     sys.stdout.write(text)
     if not args.quiet:
         for path in written:
@@ -51,6 +53,8 @@ def add_export_parser(subparsers) -> None:
     p.add_argument("run_id", metavar="RUN_ID", help="the run (a unique prefix of its id is enough)")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write model.safetensors and "
                                                                          "config.json into")
+    p.add_argument("--force", action="store_true", help="write into a folder that holds other files too "
+                                                        "(they are left as they are)")
     p.add_argument("--db", default="madsl-results.db", help="results database (default: %(default)s)")
     p.set_defaults(func=cmd_export)
 
@@ -69,7 +73,7 @@ def cmd_export(args) -> int:
         raise MadslError(f"no results database at {db}" if not db.exists() else f"results database {db} is not a file",
                          hint="--db names the database that `madsl eval --keep best` wrote "
                               "(default: madsl-results.db)")
-    run_id, out = export(store_files_dir(db), args.run_id, Path(args.output))
+    run_id, out = export(store_files_dir(db), args.run_id, Path(args.output), force=args.force)
     if not args.quiet:
         print(f"wrote {out}: run {run_id} (load it with madsl.load_run({str(out)!r}))", file=sys.stderr)
     return EXIT_OK

@@ -9,20 +9,22 @@ checkpoint and writes them to `<db>.files/models/<run_id>/`:
     config.json         how to rebuild the model: the spec (as data), the task, its setting,
                         the head and sizes, and the recorded metrics of that epoch
 
-`madsl export RUN_ID -o DIR` copies that folder out; `load_run(DIR)` builds the model and
-loads the weights. Nothing here unpickles: safetensors and JSON only, so a kept model
-found in a shared folder cannot execute code.
+`madsl export RUN_ID -o DIR` writes those two files into DIR (and touches nothing else
+there); `load_run(DIR)` builds the model and loads the weights. Nothing here unpickles:
+safetensors and JSON only, so a kept model found in a shared folder cannot execute code.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
 from typing import Any
 
 from madsl.errors import MadslError
+from madsl.outputs import check_output_dir, output_error, write_file_atomic
 
 FORMAT = "madsl-run-model/1"
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
@@ -79,8 +81,20 @@ def keep_best(run_id: str, checkpoint_path: Path, files_dir: Path, spec_data: di
     return directory
 
 
-def export(files_dir: Path, run_id: str, out: Path) -> tuple[str, Path]:
-    """Copy the kept model of `run_id` (or a unique prefix of it) to `out`."""
+RUN_ID_PREFIX = re.compile(r"[0-9a-f]{4,64}")  # a run id is a sha256; a prefix names it where unique
+EXPORTED = (WEIGHTS, CONFIG)
+
+
+def export(files_dir: Path, run_id: str, out: Path, *, force: bool = False) -> tuple[str, Path]:
+    """Write the kept model of `run_id` (or a unique prefix of it, at least 4 hex digits) into the
+    folder `out` (symlinks resolved): its model.safetensors and config.json, each atomically.
+    Nothing else in `out` is touched; a folder holding anything else is refused unless `force`."""
+    if not RUN_ID_PREFIX.fullmatch(run_id):
+        raise MadslError(f"{run_id!r} is not a run id",
+                         expected="4 to 64 lowercase hexadecimal digits: a run id or a unique prefix of one",
+                         hint="`madsl report --format csv --rows runs` lists the run ids")
+    folder = check_output_dir(out, "-o", lambda name: name in EXPORTED, force=force,
+                              writes=f"{WEIGHTS} and {CONFIG}")
     kept = models_dir(files_dir)
     matches = sorted(p.name for p in kept.glob(f"{run_id}*") if (p / CONFIG).is_file()) if kept.is_dir() else []
     if not matches:
@@ -88,12 +102,25 @@ def export(files_dir: Path, run_id: str, out: Path) -> tuple[str, Path]:
                          hint="runs keep their best weights when evaluated with `madsl eval ... --keep best`")
     if len(matches) > 1:
         raise MadslError(f"run id prefix {run_id!r} is ambiguous", expected="one of " + ", ".join(matches[:5]))
-    if out.exists() and not out.is_dir():
-        raise MadslError(f"-o {out}: is a file", hint="name a folder to write the model into")
     source = kept / matches[0]
+    if source.is_symlink() or any((source / name).is_symlink() for name in EXPORTED):
+        raise MadslError(f"{source}: a symbolic link in the results folder", hint="madsl never follows one there; "
+                         "remove it, or re-run the evaluation with --keep best")
     config = _read_config(source)
-    _write_dir(out, safetensors_torch("madsl export").load_file(str(source / WEIGHTS)), config)
-    return matches[0], out
+    safetensors = safetensors_torch("madsl export")
+    try:
+        weights = safetensors.load_file(str(source / WEIGHTS))
+    except Exception as err:  # noqa: BLE001 - safetensors' own errors: a damaged or planted file
+        raise MadslError(f"{source / WEIGHTS}: not a safetensors file ({type(err).__name__})") from None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_file_atomic(folder / WEIGHTS, lambda tmp: safetensors.save_file(
+            {k: v.contiguous() for k, v in weights.items()}, tmp))
+        write_file_atomic(folder / CONFIG, lambda tmp: Path(tmp).write_text(
+            json.dumps(config, indent=2, sort_keys=True, default=str) + "\n"))
+    except OSError as err:
+        raise output_error(err, folder, "-o") from None
+    return matches[0], folder
 
 
 def _read_config(directory: Path) -> dict:

@@ -116,7 +116,7 @@ def _architecture(row: Mapping[str, Any]) -> tuple:
     return row["spec"], row["spec_hash"], row["protocol"], row["conventions"]
 
 
-def _file_name(task: str) -> str:
+def figure_file_name(task: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", task) + ".png"
 
 
@@ -138,7 +138,7 @@ def sweep_figures(rows: Sequence[Mapping[str, Any]], name_of: Mapping[tuple, str
         if not panels:
             flat.append(task)
             continue
-        written.append(_task_figure(plt, task, task_rows[0]["metric"], panels, out_dir / _file_name(task),
+        written.append(_task_figure(plt, task, task_rows[0]["metric"], panels, out_dir / figure_file_name(task),
                                     title_suffix))
     return written, flat
 

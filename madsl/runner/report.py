@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Sequence
 
 from madsl.errors import MadslError, did_you_mean
-from madsl.outputs import check_output_path, output_error
+from madsl.outputs import check_output_dir, check_output_path, output_error
 from madsl.runner.export import csv_cell
 from madsl.runner.leaderboard import (aggregate_name, context_text, display_names, mad_task_order, render_text,
                                       row_name, task_columns)
@@ -167,27 +167,22 @@ def plot_heatmap(scores: Sequence[SpecScore], path: str | os.PathLike) -> Path:
                    Path(path))
 
 
-def check_plot_dir(path: str | os.PathLike) -> Path:
-    """A folder the sweep figures can be written into (it may not exist yet), before any work."""
-    path = Path(path)
-    if str(path).strip() == "":
-        raise MadslError("--plot-sweeps: the path is empty")
-    ancestor = path
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        what = "is" if ancestor == path else f"lies under {ancestor}, which is"
-        raise MadslError(f"--plot-sweeps {path}: {what} not a directory",
-                         hint="name a folder: the figures go into it, one PNG per task")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise MadslError(f"--plot-sweeps {path}: {ancestor} is not writable")
-    return path
+def check_plot_dir(path: str | os.PathLike, force: bool = False) -> Path:
+    """The folder the sweep figures go into (symlinks resolved; it may not exist yet), before any
+    work: refused where it holds anything but task figures, unless `force` (madsl.outputs)."""
+    from madsl.runner.plots import figure_file_name
+    from madsl.tasks import TASKS
+
+    figures = {figure_file_name(task) for task in TASKS}
+    return check_output_dir(path, "--plot-sweeps", figures.__contains__, force=force, writes="one PNG per task")
 
 
 def report_outputs(db: str | os.PathLike = "madsl-results.db", fmt: str = "text",
                    plot: str | os.PathLike | None = None, protocol: str | None = None, rows: str = "tasks",
-                   plot_sweeps: str | os.PathLike | None = None) -> tuple[str, list[Path], list[str]]:
-    """`report` and the files it wrote: (text, figures written, tasks without a sweep to plot)."""
+                   plot_sweeps: str | os.PathLike | None = None,
+                   force: bool = False) -> tuple[str, list[Path], list[str]]:
+    """`report` and the files it wrote: (text, figures written, tasks without a sweep to plot).
+    `force`: write the sweep figures into a folder that holds other files too (left untouched)."""
     if fmt not in FORMATS:
         raise MadslError(f"unknown report format {fmt!r}", expected=", ".join(FORMATS))
     if rows not in ROWS:
@@ -203,7 +198,7 @@ def report_outputs(db: str | os.PathLike = "madsl-results.db", fmt: str = "text"
     if plot_sweeps is not None:
         from madsl.runner.plots import pyplot
 
-        check_plot_dir(plot_sweeps)
+        plot_sweeps = check_plot_dir(plot_sweeps, force)
         pyplot("--plot-sweeps")
     stored = load_runs(db, protocol=protocol)
     scores = spec_scores(stored.rows, stored.labels, mad_task_order(), stored.length_evals, ceiling=task_ceiling)
