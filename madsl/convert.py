@@ -24,6 +24,7 @@ above the original's).
 """
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from madsl import topology as topo
@@ -39,6 +40,15 @@ PRIMITIVE_CHARACTER = {"mamba": "M", "mamba2": "M", "attention": "*", "mlp": "-"
 def _error(pattern: str, index: int, message: str, hint: str | None = None) -> MadslError:
     return MadslError(message, Location(None, 1, index + 1, pattern, 1), hint=hint,
                       expected="M (Mamba), * (attention), - (MLP), E (MoE)")
+
+
+def describe_character(char: str) -> str:
+    """A character as errors name it: past ASCII with its code point and name, so that a look-alike
+    letter shows as what it is: 'М' (U+041C CYRILLIC CAPITAL LETTER EM)."""
+    if char.isascii():
+        return repr(char)
+    name = unicodedata.name(char, "")
+    return f"{char!r} (U+{ord(char):04X}{' ' + name if name else ''})"
 
 
 def from_megatron_pattern(pattern: str, symbols: dict[str, str] | None = None) -> str:
@@ -69,7 +79,7 @@ def megatron_blocks(pattern: str, symbols: dict[str, str] | None = None) -> list
                                      "before it; a madsl block is a sequence mixer and then its channel mixer",
                          hint="madsl can express an MLP only right after a sequence layer (M- or *-)")
         else:
-            raise _error(pattern, i, f"unknown layer character {char!r} at position {i + 1}")
+            raise _error(pattern, i, f"unknown layer character {describe_character(char)} at position {i + 1}")
     return blocks
 
 

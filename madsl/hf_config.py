@@ -29,68 +29,341 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from madsl import topology as topo
-from madsl.convert import compact, megatron_blocks
+from madsl.convert import compact, describe_character, megatron_blocks
 from madsl.errors import Location, MadslError
+from madsl.yamlsource import MAX_DEPTH, MAX_INTEGER, MAX_SPEC_BYTES
+
+
+_REQUIRED = object()  # a key the config.json must state
 
 
 class Config:
-    """A config.json: its values, and where each top-level key is (for located errors)."""
+    """A config.json: its values, and where each top-level key is written (for located errors).
+
+    Every value is read through one reader per kind of value (`count`, `layers`, `flag`,
+    `number`, `word`, `words`, `pattern`), which checks its type (an integer is not a float, a
+    bool or a string), its range (madsl's 64-bit integers, at most MAX_BLOCKS layers), that it is
+    finite, and raises a MadslError located at its key otherwise."""
 
     def __init__(self, data: dict[str, Any], text: str, path: str):
         self.data, self.text, self.path = data, text, path
+        self.keys = _top_level_keys(text)
 
     @classmethod
     def load(cls, path: str | Path) -> "Config":
+        file = str(path)
+        text = _read_text(file)
+        too_deep = _too_deep(text)
+        if too_deep is not None:
+            raise MadslError(f"lists and objects are nested more than {MAX_DEPTH} deep",
+                             _position(file, text, too_deep), hint="a config.json is a flat object of settings")
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as err:
-            raise MadslError(f"cannot read {path}: {err.strerror}") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            line = text.splitlines()[err.lineno - 1] if text.splitlines() else ""
-            raise MadslError(f"not valid JSON: {err.msg}", Location(str(path), err.lineno, err.colno, line)) from None
+            data = json.loads(text, parse_int=_integer, parse_float=_Number, parse_constant=_Refused.constant,
+                              object_pairs_hook=_object)
+        except json.JSONDecodeError as err:  # the position only: never a line of a file that is not JSON
+            raise MadslError(f"not valid JSON: {err.msg}", Location(file, err.lineno, err.colno),
+                             expected="a config.json (one JSON object)") from None
+        except RecursionError:  # _too_deep bounds the nesting; this is the backstop
+            raise MadslError(f"lists and objects are nested more than {MAX_DEPTH} deep", Location(file)) from None
         if not isinstance(data, dict):
-            raise MadslError("a config.json holds one JSON object", Location(str(path), 1, 1))
-        return cls(data, text, str(path))
+            raise MadslError(f"a config.json holds one JSON object, not {_kind(data)}", Location(file, 1, 1),
+                             expected="{\"model_type\": ..., ...}")
+        cfg = cls(data, text, file)
+        first = next(_refused(data, ()), None)
+        if first is not None:
+            key_path, refused = first
+            raise MadslError(f"{_key_text(key_path)}: {refused.reason}", cfg.where(key_path[0]), hint=refused.hint)
+        return cfg
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> "Config":
+        """A parsed config.json (located in its JSON text, where it has one)."""
+        try:
+            text = json.dumps(data, indent=2)
+        except (TypeError, ValueError):  # values JSON does not write: errors name their keys, without a line
+            text = ""
+        return cls(data, text, "<config.json>")
 
     def where(self, key: str) -> Location:
-        match = re.search(re.escape(json.dumps(key)) + r"\s*:", self.text)
-        if match is None:
+        start = self.keys.get(key)
+        if start is None:
             return Location(self.path)
-        start = match.start()
         line_start = self.text.rfind("\n", 0, start) + 1
         line_end = self.text.find("\n", start)
         line = self.text[line_start:line_end if line_end >= 0 else len(self.text)]
         return Location(self.path, self.text.count("\n", 0, start) + 1, start - line_start + 1, line,
                         len(json.dumps(key)))
 
-    def error(self, key: str, message: str, hint: str | None = None) -> MadslError:
-        return MadslError(f"{key}: {message}", self.where(key), hint=hint)
+    def error(self, key: str, message: str, hint: str | None = None, index: int | None = None) -> MadslError:
+        return MadslError(f"{_key_text((key,) if index is None else (key, index))}: {message}", self.where(key),
+                          hint=hint)
 
-    def get(self, key: str, kind: type | tuple[type, ...]) -> Any:
-        if key not in self.data:
-            raise MadslError(f"missing key {key!r}", Location(self.path),
-                             hint=f"a {self.data.get('model_type', 'hybrid')} config.json states {key!r}")
-        value = self.data[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-            names = " or ".join({int: "an integer", bool: "true or false", str: "a string", list: "a list",
-                                 float: "a number", type(None): "null"}[k] for k in kinds)
-            raise self.error(key, f"expected {names}, got {value!r}")
+    def family_name(self) -> str:
+        model_type = self.data.get("model_type")
+        return FAMILIES[model_type].title if isinstance(model_type, str) and model_type in FAMILIES else "hybrid"
+
+    # ---- one reader per kind of value ----
+
+    def _raw(self, key: str, default: Any) -> Any:
+        if key in self.data:
+            return self.data[key]
+        if default is _REQUIRED:
+            raise MadslError(f"missing key {json.dumps(key)}", Location(self.path),
+                             hint=f"a {self.family_name()} config.json states {json.dumps(key)}")
+        return default
+
+    def count(self, key: str, minimum: int = 1, maximum: int = MAX_INTEGER, default: Any = _REQUIRED,
+              hint: str | None = None) -> int:
+        """An integer (not a bool, not a float such as 32.0 or 1e12) from `minimum` to `maximum`."""
+        value = self._raw(key, default)
+        if type(value) is not int or not minimum <= value <= maximum:
+            what = (f"a positive integer at most {maximum:,}" if minimum == 1
+                    else f"an integer from {minimum:,} to {maximum:,}")
+            raise self.error(key, f"expected {what}, got {_shown(value)}",
+                             hint or _integer_hint(value, minimum, maximum))
         return value
 
-    def count(self, key: str, minimum: int = 1) -> int:
-        value = self.get(key, int)
-        if value < minimum:
-            raise self.error(key, f"must be at least {minimum}, got {value}")
+    def layers(self, key: str, per_block: int = 1) -> int:
+        """A layer count: checked against madsl's limit on blocks before any list of layers is built."""
+        return self.count(key, maximum=per_block * topo.MAX_BLOCKS,
+                          hint=f"madsl accounts stacks of at most {topo.MAX_BLOCKS:,} blocks"
+                               + (f" ({per_block} layers each)" if per_block > 1 else ""))
+
+    def flag(self, key: str, default: Any = _REQUIRED) -> bool:
+        value = self._raw(key, default)
+        if type(value) is not bool:
+            raise self.error(key, f"expected true or false, got {_shown(value)}", "JSON's true and false, unquoted")
         return value
 
-    def optional(self, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
-        return self.get(key, kind) if key in self.data else default
+    def number(self, key: str, default: float, *, positive: bool) -> float:
+        """A finite number (an integer or a float, not a bool), positive or at least 0."""
+        value = self._raw(key, default)
+        finite = (type(value) in (float, _Number) and math.isfinite(value)
+                  or type(value) is int and abs(value) <= MAX_INTEGER)
+        if not finite or value < 0 or positive and value == 0:
+            raise self.error(key, f"expected a {'positive' if positive else 'non-negative'} finite number, got "
+                                  f"{_shown(value)}", "a JSON number such as 0.001 or 1e4 (NaN and Infinity are "
+                                                      "not finite, true and \"1\" are not numbers)")
+        return float(value)
+
+    def word(self, key: str, choices: Any = None, default: Any = _REQUIRED) -> str:
+        """A string; one of `choices` where they are given."""
+        value = self._raw(key, default)
+        if type(value) is not str:
+            raise self.error(key, f"expected a string, got {_shown(value)}",
+                             f"one of {_one_of(choices)}" if choices is not None else "a JSON string, in double quotes")
+        if choices is not None and value not in choices:
+            raise self.error(key, f"expected {_one_of(choices)}, got {_shown(value)}", _look_alike(value))
+        return value
+
+    def words(self, key: str, choices: Any) -> list[str]:
+        """A list of strings, each one of `choices` (Granite's layer_types)."""
+        value = self._raw(key, _REQUIRED)
+        if type(value) is not list:
+            raise self.error(key, f"expected a list of strings, got {_shown(value)}",
+                             f"one per layer, each {_one_of(choices)}")
+        for i, item in enumerate(value):
+            if type(item) is not str or item not in choices:
+                raise self.error(key, f"layer {i + 1} is {_shown(item)}; each layer is {_one_of(choices)}",
+                                 _look_alike(item) if type(item) is str else None, index=i)
+        return value
+
+    def pattern(self, key: str, alphabet: str) -> str:
+        """A string of characters from `alphabet` (ASCII): a look-alike letter is named by its code point."""
+        value = self.word(key)
+        for i, char in enumerate(value):
+            if char not in alphabet:
+                raise self.error(key, f"character {i + 1} is {describe_character(char)}, not a layer character",
+                                 f"each character is one of {' '.join(alphabet)}" +
+                                 (" (a look-alike of an ASCII letter?)" if not char.isascii() else ""))
+        return value
+
+
+# ---- reading a config.json: its size, encoding, nesting and numbers bounded before anything is built ----
+
+MAX_CONFIG_BYTES = MAX_SPEC_BYTES  # a config.json is a page of settings, as a spec is
+_TOKEN = re.compile(r'["\[\]{}]')
+_STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+
+
+def _read_text(file: str) -> str:
+    """The file's text: at most MAX_CONFIG_BYTES (one byte more is read, so /dev/zero ends), UTF-8."""
+    try:
+        with open(file, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except IsADirectoryError:
+        raise MadslError(f"{file} is a directory", Location(file), hint="give its config.json") from None
+    except OSError as err:
+        raise MadslError(f"cannot read {file}: {err.strerror or type(err).__name__}", Location(file)) from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise MadslError(f"{file} is larger than {MAX_CONFIG_BYTES // 1024} KiB; a config.json is at most that long",
+                         Location(file), hint="is this a config.json?")
+    try:
+        if b"\0" in raw:  # UTF-16 without a byte-order mark decodes as "UTF-8" with a NUL in every other byte
+            raise UnicodeError
+        return raw.decode("utf-8-sig")
+    except UnicodeError:
+        raise MadslError(f"{file} is not UTF-8 JSON", Location(file),
+                         hint="a config.json is UTF-8 text (save it as UTF-8, not UTF-16)") from None
+
+
+def _too_deep(text: str) -> int | None:
+    """Where lists and objects first nest more than MAX_DEPTH deep (json's parser recurses), or None;
+    one pass, skipping strings (an unterminated one ends the scan: json reports it)."""
+    depth, pos = 0, 0
+    while (token := _TOKEN.search(text, pos)) is not None:
+        if token.group() == '"':
+            rest = _STRING_REST.match(text, token.end())
+            if rest is None:
+                return None
+            pos = rest.end()
+            continue
+        depth += 1 if token.group() in "[{" else -1
+        if depth > MAX_DEPTH:
+            return token.start()
+        pos = token.end()
+    return None
+
+
+def _position(file: str, text: str, offset: int) -> Location:
+    """A character offset as a line and column (without the line's text)."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    return Location(file, text.count("\n", 0, offset) + 1, offset - line_start + 1)
+
+
+class _Refused:
+    """A JSON value madsl does not read anywhere in a config.json, kept in place by json's hooks so
+    that the error names its key: integers past 64 bits, NaN and infinities, repeated keys."""
+
+    def __init__(self, reason: str, hint: str):
+        self.reason, self.hint = reason, hint
+
+    @classmethod
+    def constant(cls, literal: str) -> "_Refused":
+        return cls(f"{literal} is not a finite number", "JSON has no NaN or Infinity; madsl reads finite numbers")
+
+
+class _Number(float):
+    """A JSON float that remembers how it was written (`got 1e12`, not `got 1000000000000.0`)."""
+
+    def __new__(cls, literal: str) -> Any:
+        value = float(literal)
+        if not math.isfinite(value):  # 1e999
+            return _Refused(f"{_short(literal)} is not a finite number", "numbers are finite 64-bit floats")
+        number = super().__new__(cls, value)
+        number.literal = literal
+        return number
+
+    def __repr__(self) -> str:
+        return self.literal
+
+
+def _integer(literal: str) -> Any:
+    digits = literal.lstrip("-")
+    if len(digits) > len(str(MAX_INTEGER)) or int(literal) > MAX_INTEGER or int(literal) < -MAX_INTEGER:
+        return _Refused(f"the integer {_short(literal)} is too large", f"integers are at most {MAX_INTEGER:,} in size")
+    return int(literal)
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        data[key] = _Refused("the key is repeated", "keep one") if key in data else value
+    return data
+
+
+def _refused(value: Any, path: tuple) -> Iterator[tuple[tuple, _Refused]]:
+    """(key path, _Refused) for each refused value, in the order written."""
+    if isinstance(value, _Refused):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _refused(item, path + (key,))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _refused(item, path + (i,))
+
+
+def _top_level_keys(text: str) -> dict[str, int]:
+    """Where each top-level key of a JSON object is written (its last occurrence); {} if `text` is not one."""
+    decoder = json.JSONDecoder(parse_int=str, parse_float=str, parse_constant=str)  # positions, not values
+    found: dict[str, int] = {}
+    space = re.compile(r"[ \t\n\r]*")
+    try:
+        pos = space.match(text, 0).end()
+        if text[pos:pos + 1] != "{":
+            return {}
+        pos = space.match(text, pos + 1).end()
+        while text[pos:pos + 1] == '"':
+            key, end = json.decoder.scanstring(text, pos + 1)
+            found[key] = pos
+            pos = space.match(text, end).end() + 1  # past the colon
+            _, pos = decoder.raw_decode(text, space.match(text, pos).end())
+            pos = space.match(text, pos).end()
+            if text[pos:pos + 1] != ",":
+                break
+            pos = space.match(text, pos + 1).end()
+    except (ValueError, RecursionError):
+        pass
+    return found
+
+
+# ---- how values and keys are shown in errors ----
+
+def _key_text(path: tuple) -> str:
+    """A key path as JSON writes it: "layer_types"[3]."""
+    return "".join(f"[{part}]" if isinstance(part, int) else json.dumps(part) for part in path)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text):,} characters)"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int) and value.bit_length() > 64:  # repr of a huge int is slow, or refused
+        return f"an integer of {value.bit_length():,} bits"
+    if isinstance(value, (int, float)):
+        return _short(repr(value))
+    if isinstance(value, str):
+        return _short(json.dumps(value, ensure_ascii=False)) if value.isprintable() else _short(json.dumps(value))
+    return _kind(value)
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, without its content."""
+    if isinstance(value, bool) or value is None:
+        return "true, false or null"
+    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), "a number")
+
+
+def _one_of(choices: Any) -> str:
+    names = [json.dumps(c) for c in choices]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _look_alike(text: str) -> str | None:
+    """A hint naming the first non-ASCII character of a string that should be an ASCII word."""
+    for i, char in enumerate(text):
+        if not char.isascii():
+            return f"character {i + 1} is {describe_character(char)}, not ASCII: a look-alike letter?"
+    return None
+
+
+def _integer_hint(value: Any, minimum: int, maximum: int) -> str:
+    if isinstance(value, bool):
+        return "true and false are not numbers"
+    if isinstance(value, (int, float)) and value > maximum:
+        return f"madsl's integers are at most {maximum:,} (64 bits), as in a spec"
+    if isinstance(value, float):
+        return "write an integer, without a fraction or an exponent"
+    if isinstance(value, int):
+        return "a count or a size is at least 1" if minimum == 1 else f"the least is {minimum}"
+    return "a JSON integer, unquoted"
 
 
 # ---- the layer settings every family shares ---------------------------------------------------------
@@ -103,25 +376,24 @@ def _attention(cfg: Config, head_dim: int, *, rotary: bool, rotary_base: float |
         raise cfg.error("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads={heads}",
                         "grouped-query attention shares each key/value head among heads / kv_heads query heads")
     params: dict[str, Any] = {"heads": heads, "head_dim": head_dim, "rotary": rotary,
-                              "bias": cfg.optional(bias_key, bool, False)}
+                              "bias": cfg.flag(bias_key, False)}
     if kv_heads != heads:
         params["kv_heads"] = kv_heads
     if rotary and rotary_base is not None:
-        params["rotary_base"] = float(rotary_base)
+        params["rotary_base"] = rotary_base
     return params
 
 
 def _mamba2(cfg: Config, dim: int, *, heads: str, head_dim: str, state: str, groups: str, conv: str,
             expand: str, bias: str, conv_bias: str) -> dict[str, Any]:
     n_heads, factor = cfg.count(heads), cfg.count(expand)
-    width = cfg.data.get(head_dim)
-    width = factor * dim // n_heads if width == "auto" else cfg.count(head_dim)
+    width = factor * dim // n_heads if cfg.data.get(head_dim) == "auto" else cfg.count(head_dim)
     if n_heads * width != factor * dim:
         raise cfg.error(heads, f"{n_heads} heads x {width} = {n_heads * width} channels, but madsl's Mamba-2 "
                                f"is {expand} x hidden_size = {factor * dim} wide",
                         "madsl's M2 derives its heads from expand * dim / head_dim")
     return {"d_state": cfg.count(state), "d_conv": cfg.count(conv), "expand": factor, "head_dim": width,
-            "groups": cfg.count(groups), "bias": cfg.get(bias, bool), "conv_bias": cfg.get(conv_bias, bool)}
+            "groups": cfg.count(groups), "bias": cfg.flag(bias), "conv_bias": cfg.flag(conv_bias)}
 
 
 def _model(cfg: Config, name: str, family: "Family", dim: int, blocks: list[str],
@@ -132,14 +404,14 @@ def _model(cfg: Config, name: str, family: "Family", dim: int, blocks: list[str]
             "description": f"converted from a {family.title} config.json" + (
                 f" ({Path(cfg.path).name})" if not cfg.path.startswith("<") else ""),
             "dim": dim, "vocab": cfg.count("vocab_size"),
-            "tie_embeddings": cfg.optional("tie_word_embeddings", bool, family.tied_by_default),
+            "tie_embeddings": cfg.flag("tie_word_embeddings", family.tied_by_default),
             "norm": "rms", "channel_mixer": "none", "topology": compact(blocks),
             "layers": {symbol: params for symbol, params in layers.items() if symbol in used}}
 
 
 def _head_dim(cfg: Config, dim: int, key: str | None = None) -> int:
     heads = cfg.count("num_attention_heads")
-    if key is not None and key in cfg.data and cfg.data[key] is not None:
+    if key is not None and cfg.data.get(key) is not None:
         return cfg.count(key)
     if dim % heads:
         raise cfg.error("num_attention_heads", f"{heads} does not divide hidden_size={dim}")
@@ -260,7 +532,7 @@ class Jamba(Family):
     model_type, title, architecture, tied_by_default = "jamba", "Jamba", "JambaForCausalLM", False
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
-        dim, n = cfg.count("hidden_size"), cfg.count("num_hidden_layers")
+        dim, n = cfg.count("hidden_size"), cfg.layers("num_hidden_layers")
         periods = {}
         for kind in ("attn", "expert"):
             period, offset = cfg.count(f"{kind}_layer_period"), cfg.count(f"{kind}_layer_offset", 0)
@@ -275,21 +547,18 @@ class Jamba(Family):
             mixer = "A" if i % periods["attn"][0] == periods["attn"][1] else "Mb"
             routed = experts > 1 and i % periods["expert"][0] == periods["expert"][1]
             blocks.append(f"{mixer}-{'MoE' if routed else 'Sg'}")
-        dt_rank = cfg.get("mamba_dt_rank", (int, str))
-        if dt_rank == "auto":
-            dt_rank = math.ceil(dim / 16)
-        elif not isinstance(dt_rank, int) or dt_rank < 1:
-            raise cfg.error("mamba_dt_rank", f"expected a positive integer or \"auto\", got {dt_rank!r}")
+        dt_rank = (-(-dim // 16) if cfg.data.get("mamba_dt_rank") == "auto"  # ceil(hidden_size / 16)
+                   else cfg.count("mamba_dt_rank", hint='a positive integer, or "auto" (hidden_size / 16)'))
         inner = cfg.count("intermediate_size")
         layers = {
             "Mb": {"d_state": cfg.count("mamba_d_state"), "d_conv": cfg.count("mamba_d_conv"),
                    "expand": cfg.count("mamba_expand"), "dt_rank": dt_rank,
-                   "bias": cfg.get("mamba_proj_bias", bool), "conv_bias": cfg.get("mamba_conv_bias", bool)},
+                   "bias": cfg.flag("mamba_proj_bias"), "conv_bias": cfg.flag("mamba_conv_bias")},
             # Jamba's attention has no position embedding: the Mamba layers carry positions
             "A": _attention(cfg, _head_dim(cfg, dim), rotary=False),
             "Sg": {"inner": inner},
             "MoE": {"experts": experts, "expert_width": inner, "active": active,
-                    "aux_loss_weight": float(cfg.optional("router_aux_loss_coef", (int, float), 0.001))},
+                    "aux_loss_weight": cfg.number("router_aux_loss_coef", 0.001, positive=False)},
         }
         return _model(cfg, name, self, dim, blocks, layers)
 
@@ -339,8 +608,9 @@ class NemotronH(Family):
     ACTIVATIONS = {"relu2": "relu2", "gelu_pytorch_tanh": "gelu"}
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
-        dim, n = cfg.count("hidden_size"), cfg.count("num_hidden_layers")
-        pattern = cfg.get("hybrid_override_pattern", str)
+        # Megatron layers: a madsl block is one or two of them (a sequence layer and its MLP)
+        dim, n = cfg.count("hidden_size"), cfg.layers("num_hidden_layers", per_block=2)
+        pattern = cfg.pattern("hybrid_override_pattern", "M*-E")
         if len(pattern) != n:
             raise cfg.error("hybrid_override_pattern", f"{len(pattern)} layers, but num_hidden_layers is {n}")
         if "E" in pattern:
@@ -350,16 +620,14 @@ class NemotronH(Family):
                             "convert the pattern alone with madsl convert --from-megatron and set MoE's sizes")
         try:
             blocks = megatron_blocks(pattern, self.SYMBOLS)
-        except MadslError as err:
+        except MadslError as err:  # located at the character, where the pattern is written as it reads
             at = cfg.where("hybrid_override_pattern")
-            column = err.location.column
-            raise MadslError(err.message, at if column is None or at.line is None else
-                             Location(at.file, at.line, at.source_line.index(pattern) + column, at.source_line),
-                             expected=err.expected, hint=err.hint) from None
-        activation = cfg.optional("mlp_hidden_act", str, "relu2")
-        if activation not in self.ACTIVATIONS:
-            raise cfg.error("mlp_hidden_act", f"madsl's Mlp has no activation {activation!r}",
-                            "relu2 (squared ReLU) or gelu_pytorch_tanh")
+            start = -1 if at.source_line is None else at.source_line.find(json.dumps(pattern), at.column)
+            if start >= 0 and err.location.column is not None:
+                at = Location(at.file, at.line, start + 1 + err.location.column, at.source_line)
+            raise MadslError(f'"hybrid_override_pattern": {err.message}', at, expected=err.expected,
+                             hint=err.hint) from None
+        activation = cfg.word("mlp_hidden_act", self.ACTIVATIONS, "relu2")
         layers = {
             "M2": _mamba2(cfg, dim, heads="mamba_num_heads", head_dim="mamba_head_dim", state="ssm_state_size",
                           groups="n_groups", conv="conv_kernel", expand="expand", bias="use_bias",
@@ -367,7 +635,7 @@ class NemotronH(Family):
             # NoPE: Nemotron-H's attention has no position embedding
             "A": _attention(cfg, _head_dim(cfg, dim, "attention_head_dim" if "attention_head_dim" in cfg.data
                                            else "head_dim"), rotary=False),
-            "Mlp": {"inner": cfg.count("intermediate_size"), "bias": cfg.optional("mlp_bias", bool, False),
+            "Mlp": {"inner": cfg.count("intermediate_size"), "bias": cfg.flag("mlp_bias", False),
                     "activation": self.ACTIVATIONS[activation]},
         }
         return _model(cfg, name, self, dim, blocks, layers)
@@ -400,23 +668,18 @@ class GraniteHybrid(Family):
     KINDS = {"mamba": "M2", "attention": "A"}
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
-        dim, n = cfg.count("hidden_size"), cfg.count("num_hidden_layers")
-        kinds = cfg.get("layer_types", list)
+        dim, n = cfg.count("hidden_size"), cfg.layers("num_hidden_layers")
+        kinds = cfg.words("layer_types", self.KINDS)
         if len(kinds) != n:
             raise cfg.error("layer_types", f"{len(kinds)} layers, but num_hidden_layers is {n}")
-        for i, kind in enumerate(kinds):
-            if kind not in self.KINDS:
-                raise cfg.error("layer_types", f"layer {i + 1} is {kind!r}", "each layer is \"mamba\" or \"attention\"")
         experts = cfg.count("num_local_experts", 0)
         shared = cfg.count("shared_intermediate_size")
         channel = "MoE" if experts else "Sg"
         blocks = [f"{self.KINDS[kind]}-{channel}" for kind in kinds]
-        position = cfg.optional("position_embedding_type", str, "nope")
-        if position not in ("nope", "rope"):
-            raise cfg.error("position_embedding_type", f"{position!r} is neither \"nope\" nor \"rope\"")
+        position = cfg.word("position_embedding_type", ("nope", "rope"), "nope")
         layers: dict[str, dict[str, Any]] = {
             "A": _attention(cfg, _head_dim(cfg, dim), rotary=position == "rope",
-                            rotary_base=cfg.optional("rope_theta", (int, float), 10000.0)),
+                            rotary_base=cfg.number("rope_theta", 10000.0, positive=True)),
             "Sg": {"inner": shared},
         }
         if "mamba" in kinds:
@@ -429,7 +692,7 @@ class GraniteHybrid(Family):
                 raise cfg.error("num_experts_per_tok", f"{active} exceeds num_local_experts={experts}")
             layers["MoE"] = {"experts": experts, "expert_width": cfg.count("intermediate_size"), "active": active,
                              "shared_width": shared,
-                             "aux_loss_weight": float(cfg.optional("router_aux_loss_coef", (int, float), 0.0))}
+                             "aux_loss_weight": cfg.number("router_aux_loss_coef", 0.0, positive=False)}
         return _model(cfg, name, self, dim, blocks, layers)
 
     def write(self, spec: Any) -> dict[str, Any]:
@@ -476,19 +739,19 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (Jamba(), NemotronH(), G
 def family(model_type: str, cfg: Config | None = None) -> Family:
     if model_type in FAMILIES:
         return FAMILIES[model_type]
-    message = f"madsl converts no {model_type!r} configs"
+    message = f"madsl converts no {_shown(model_type)} configs"
     expected = "model_type " + ", ".join(FAMILIES)
     if cfg is not None:
-        raise MadslError(f"model_type: {message}", cfg.where("model_type"), expected=expected)
+        raise MadslError(f'"model_type": {message}', cfg.where("model_type"), expected=expected,
+                         hint=_look_alike(model_type))
     raise MadslError(message, expected=expected)
 
 
 def from_hf_config(source: str | Path | dict[str, Any], name: str = "converted") -> dict[str, Any]:
     """The spec data (for spec_from_data, or YAML) of a Hugging Face config.json (a path, or the
     parsed JSON object) of a hybrid family this module knows (FAMILIES)."""
-    cfg = (Config(source, json.dumps(source, indent=2), "<config.json>") if isinstance(source, dict)
-           else Config.load(source))
-    return family(cfg.get("model_type", str), cfg).read(cfg, name)
+    cfg = Config.of(source) if isinstance(source, dict) else Config.load(source)
+    return family(cfg.word("model_type"), cfg).read(cfg, name)
 
 
 def to_hf_config(spec: Any, model_type: str) -> dict[str, Any]:

@@ -86,10 +86,10 @@ def test_grouped_query_attention_and_the_family_layers_are_read():
 
 
 BAD_CONFIGS = {
-    "unknown family": ({"model_type": "llama"}, "madsl converts no 'llama' configs"),
-    "offset past period": ({"attn_layer_offset": 8}, "attn_layer_offset: 8 is not below attn_layer_period=8"),
+    "unknown family": ({"model_type": "llama"}, 'madsl converts no "llama" configs'),
+    "offset past period": ({"attn_layer_offset": 8}, '"attn_layer_offset": 8 is not below attn_layer_period=8'),
     "kv heads": ({"num_key_value_heads": 3}, "3 does not divide num_attention_heads=32"),
-    "missing": ({"mamba_d_state": None}, "mamba_d_state: expected an integer"),
+    "missing": ({"mamba_d_state": None}, '"mamba_d_state": expected a positive integer at most 9,223,372,036,854,775,807, got null'),
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from madsl.cli.arguments import positive_int
 from madsl.cli.common import EXIT_OK, write_atomic
 from madsl.outputs import check_output_path, output_error
-from madsl.errors import MadslError
+from madsl.errors import Location, MadslError
 
 
 def add_parser(subparsers) -> None:
@@ -48,8 +48,40 @@ def _layer_values(items: list[str]) -> dict[str, dict]:
         symbol, dot, param = key.partition(".")
         if not eq or not dot or not symbol or not param:
             raise MadslError(f"--layer {item!r}: expected SYMBOL.PARAM=VALUE", hint="e.g. --layer A.heads=32")
-        layers.setdefault(symbol.strip(), {})[param.strip()] = yaml.safe_load(value)
+        try:
+            parsed = yaml.safe_load(value)
+        except (yaml.YAMLError, RecursionError):  # an unclosed [ or thousands of them: not a value
+            raise MadslError(f"--layer {key}=...: the value is not a YAML value",
+                             hint="a number, true/false or a word, e.g. --layer A.heads=32") from None
+        layers.setdefault(symbol.strip(), {})[param.strip()] = parsed
     return layers
+
+
+def _compiling_spec(data: dict, source: str, file: str | None = None) -> str:
+    """The spec's YAML text, once it has passed what `madsl compile` does to a spec file before
+    the table (the same YAML reader, with its limits, then validation and torch-free accounting);
+    else the conversion is refused: a spec that fails later is not written."""
+    import tempfile
+
+    import yaml
+
+    from madsl.graph import account
+    from madsl.spec import load_spec
+
+    text = yaml.safe_dump(data, sort_keys=False, width=10_000)
+    with tempfile.TemporaryDirectory(prefix="madsl-convert-") as folder:
+        path = Path(folder) / "converted.mad"
+        path.write_text(text, encoding="utf-8")
+        try:
+            account(load_spec(path))
+        except MadslError as err:
+            first = err.diagnostics[0]
+            line = f" (line {first.location.line} of the spec)" if first.location.line else ""
+            more = f"; {len(err.diagnostics) - 1} more" if len(err.diagnostics) > 1 else ""
+            raise MadslError(f"the spec converted from {source} does not compile{line}: {first.message}{more}",
+                             Location(file) if file else None, expected=first.expected,
+                             hint=first.hint or "madsl compile would refuse it, so it is not written") from None
+    return text
 
 
 # the options each direction reads; any other given is refused rather than ignored
@@ -85,33 +117,21 @@ def cmd_convert(args) -> int:
             raise MadslError("--to-hf needs --model-type", expected="jamba, nemotron_h or granitemoehybrid")
         text = json.dumps(to_hf_config(args.to_hf, args.model_type), indent=2) + "\n"
     elif args.from_hf:
-        import yaml
-
-        from madsl.graph import account
         from madsl.hf_config import from_hf_config
-        from madsl.spec import spec_from_data
 
         data = from_hf_config(args.from_hf, name)
         for item in args.layer:  # on top of the config's own settings
             for symbol, params in _layer_values([item]).items():
                 data.setdefault("layers", {}).setdefault(symbol, {}).update(params)
-        account(spec_from_data(data))  # the spec loads and accounts, or a located error now
-        text = yaml.safe_dump(data, sort_keys=False, width=10_000)
+        text = _compiling_spec(data, args.from_hf, args.from_hf)
     else:
-        import yaml
-
-        from madsl.spec import spec_from_data
-
         topology = from_megatron_pattern(args.from_megatron, {"mamba": args.mamba or "M2"})
         data = {"name": name, "description": f"converted from the Megatron pattern {args.from_megatron}",
                 "dim": args.dim or 128, "topology": topology, "channel_mixer": "none"}
         layers = _layer_values(args.layer)
         if layers:
             data["layers"] = layers
-        from madsl.graph import account
-
-        account(spec_from_data(data))  # the spec must load and account: a bad --layer is a located error now
-        text = yaml.safe_dump(data, sort_keys=False, width=10_000)
+        text = _compiling_spec(data, "the Megatron pattern")
     if args.output:
         try:
             write_atomic(Path(args.output), text)
