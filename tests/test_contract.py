@@ -14,7 +14,12 @@ fields, not listed by hand), this test checks that
 - step mode over a sequence equals the parallel forward (float64, perturbed weights);
 - a channel mixer mixes nothing across positions (its step is itself, token by token), unless
   it accounts a convolution state (RWKV's token shift): then it is checked like a sequence mixer;
-- backward gives finite gradients to the input and to every parameter.
+- backward gives finite gradients to the input and to every parameter;
+- the accounted FLOPs of a forward of one sequence, less the part no FLOP counter sees
+  (`non_matmul_flops`: FFT long convolutions, filter featurization, scans and recurrences,
+  softmax, gates), plus what the module computes beyond the accounted algorithm, equal to the
+  FLOP the products with weights and attention's products that torch's FlopCounterMode
+  measures in the module's forward (NOT_MEASURED and COUNTER_SEES_MORE below list both).
 
 A primitive registered in stdlib/primitives.yaml that breaks any of these fails the suite.
 """
@@ -28,6 +33,8 @@ from typing import Any, Literal
 
 import pytest
 import torch
+from torch.utils import _pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from madsl.primitives.base import ConfigError, Primitive, resolve_width_relative
 from madsl.stdlib import primitives
@@ -263,3 +270,188 @@ def test_every_registered_primitive_is_checked_at_several_settings():
     counts = {name: sum(1 for n, _ in CASES if n == name) for name in primitives()}
     assert all(count >= 4 for count in counts.values()), counts
     assert math.prod(counts.values()) > 0
+
+
+# ---- FLOPs: the matmul class, measured --------------------------------------------------------------
+#
+# The accounting's `flops(L)` splits into `non_matmul_flops(L)` and the rest, the matmul class:
+# products of activations with weights (projections, routers, experts, low-rank maps, short
+# convolutions) and attention's q.k and p.v products. The matmul class is measured on the module's
+# forward of one sequence with torch's FlopCounterMode (2 FLOPs per multiply-add, as the accounting),
+# keeping the counted ops (mm, addmm, bmm, baddbmm, convolution, SDPA) of which exactly one factor
+# derives from the input (a product with weights), and SDPA; and must equal the accounted matmul class
+# to the FLOP, after the corrections of COUNTER_SEES_MORE. The counter does not see the rest.
+
+# primitive -> what of its accounted FLOPs (non_matmul_flops) the counter cannot measure, and why
+NOT_MEASURED = {
+    "attention": "softmax 2·H·L² (elementwise; FlopCounterMode's SDPA formula counts q.k and p.v only)",
+    "hyena": "FFT long convolutions (torch.fft is not counted), filter featurization S·L·D (its taps are made "
+             "from weights alone, and the paper's S·L·D is an estimate), gates (elementwise)",
+    "multihead_hyena": "as hyena: FFT convolutions of the outer products, featurization, gates and q readout",
+    "hyena_experts": "as hyena, for the weighted experts",
+    "mamba": "selective scan 2·L·D·E·S (elementwise recurrence; the chunked CPU scan's products are "
+             "between activations)",
+    "mamba2": "SSD scan 5·L·E·N, skip and gated norm 7·L·E (chunked form: products between activations)",
+    "gla": "recurrence 4·L·H·dk·dv, counted in its recurrent form; the module runs a chunked form",
+    "delta_net": "delta rule 6·L·H·K·V (+ decay), recurrent form; the module runs a chunked form",
+    "retention": "retention 5·L·H·K·V, recurrent form; the module runs a chunked form",
+    "mlstm": "memory and normaliser 6·L·H·hd² + 6·L·H·hd, recurrent form; the module runs the quadratic "
+             "parallel form (products between activations)",
+    "linear_attention": "state update and readout 4·L·H·K·(V [+1]), recurrent form; the module runs a chunked form",
+    "rwkv": "WKV 5·L·A·head_dim (chunked form) and token shift 8·L·D (elementwise)",
+    "rwkv_channel": "token shift and gate 4·L·D (elementwise)",
+    "swiglu": "nothing (the activation and the product are not accounted)",
+    "mlp": "nothing (the activation is not accounted)",
+    "moe": "nothing (routing, activation and weighting are not accounted)",
+}
+
+
+def _router_at_one_flop(prim) -> int:
+    """App. C.4.7 and C.4.8 print the router as L·D·A (the accounting follows them); the counter
+    counts its multiply-adds twice."""
+    return SEQ_LEN * prim.dim * prim.experts
+
+
+# primitive -> (what the module computes beyond the accounted algorithm, its FLOPs at SEQ_LEN): the
+# counter sees these too, exactly, and the comparison adds them to the accounted matmul class.
+COUNTER_SEES_MORE = {
+    "attention": ("with window w < L, SDPA runs dense with a banded mask: all L² (query, key) pairs, "
+                  "where the accounting counts the L·min(L, w) a windowed kernel computes",
+                  lambda p: 4 * p.inner * SEQ_LEN * (SEQ_LEN - p.attended(SEQ_LEN))),
+    "moe": ("dense dispatch (set for the measurement) runs every expert's down projection on every "
+            "token, the accounting the weighted experts' only; the router at 1 FLOP per multiply-add",
+            lambda p: 2 * SEQ_LEN * p.dim * p.down_inputs * (p.experts - p.weighted_experts) + _router_at_one_flop(p)),
+    "hyena_experts": ("the router at 1 FLOP per multiply-add", _router_at_one_flop),
+}
+
+_aten = torch.ops.aten
+# the factors of each counted product: (input, weight) positions in the op's arguments
+_PRODUCTS = {_aten.mm: (0, 1), _aten.addmm: (1, 2), _aten.bmm: (0, 1), _aten.baddbmm: (1, 2),
+             _aten.convolution: (0, 1)}
+_SDPA = {_aten._scaled_dot_product_flash_attention_for_cpu, _aten._scaled_dot_product_flash_attention,
+         _aten._scaled_dot_product_efficient_attention, _aten._scaled_dot_product_cudnn_attention}
+
+
+def _cpu_sdpa_flop(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    """FlopCounterMode has no formula for SDPA's CPU kernel: the one of its CUDA kernels."""
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    return sdpa_flop_count(query, key, value)
+
+
+class _ByFactor(TorchDispatchMode):
+    """Runs inside FlopCounterMode and sorts the FLOPs it counts, with its formulas, by what the
+    factors of each product derive from: the input (anything computed from it, followed op by op)
+    or not (weights, buffers, constants). A product of one of each is a product with weights."""
+
+    def __init__(self, x: torch.Tensor, registry: dict):
+        super().__init__()
+        self.registry = registry
+        self.keep = [x]  # held, so that no storage of the input's descendants is reused meanwhile
+        self.derived = {x.untyped_storage().data_ptr()}
+        self.flops: dict[str, int] = {"weights": 0, "attention": 0, "between activations": 0,
+                                      "weights alone": 0, "other": 0, "padding": 0}
+
+    def _from_input(self, t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and t.numel() > 0 and t.untyped_storage().data_ptr() in self.derived
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if any(self._from_input(t) for t in _pytree.tree_leaves((args, kwargs))):
+            for t in _pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.numel() > 0:
+                    self.keep.append(t)
+                    self.derived.add(t.untyped_storage().data_ptr())
+        op = func.overloadpacket
+        if op in self.registry:
+            flops = self.registry[op](*args, **kwargs, out_val=out)
+            if op in _SDPA:
+                self.flops["attention"] += flops
+            elif op in _PRODUCTS:
+                a, b = (self._from_input(args[i]) for i in _PRODUCTS[op])
+                kind = "weights" if a != b else "between activations" if a else "weights alone"
+                self.flops[kind] += flops
+                if op is _aten.convolution and kind == "weights" and out.dim() == 3:
+                    # a causal conv returns L outputs; one padded on both sides computes k - 1 more, then cuts them
+                    kept = min(args[0].shape[-1], out.shape[-1])
+                    self.flops["padding"] += flops - flops * kept // out.shape[-1]
+            else:
+                self.flops["other"] += flops
+        return out
+
+
+def measured_matmul_flops(prim: Primitive) -> tuple[int, dict[str, int]]:
+    """The matmul-class FLOPs of the module's forward of one sequence of SEQ_LEN (batch 1): products
+    with weights (over the L outputs of a causal conv) plus SDPA, and the whole sorted count. The
+    Hyena family runs its FFT convolution (`conv_method`: the Toeplitz matmul picked for short
+    sequences is a CPU speed choice), MoE its dense dispatch (the same for any routing)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    module = _build(prim)
+    if hasattr(module, "conv_method"):
+        module.conv_method = "fft"
+    if hasattr(module, "dense_dispatch"):
+        module.dense_dispatch = True
+    x = torch.randn(1, SEQ_LEN, prim.dim)
+    counter = FlopCounterMode(display=False,
+                              custom_mapping={_aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flop})
+    with counter:
+        sorter = _ByFactor(x, counter.flop_registry)
+        with sorter:
+            module(x)
+    flops = sorter.flops
+    assert sum(v for k, v in flops.items() if k != "padding") == counter.get_total_flops(), (
+        f"{prim.name}: FlopCounterMode counted FLOPs the sorting did not see: {flops}")
+    return flops["weights"] - flops["padding"] + flops["attention"], flops
+
+
+def flop_contract_error(prim: Primitive) -> str | None:
+    """None where the accounted matmul class, flops(L) - non_matmul_flops(L) (L = SEQ_LEN), plus what
+    the module computes beyond it (COUNTER_SEES_MORE), equals the measured one to the FLOP; else why not."""
+    total, rest = prim.flops(SEQ_LEN), prim.non_matmul_flops(SEQ_LEN)
+    if rest is None:
+        return f"{prim.name}: non_matmul_flops is not stated, so no part of its FLOPs can be measured"
+    if not 0 <= rest <= total:
+        return f"{prim.name}: non_matmul_flops({SEQ_LEN}) = {rest:,} is not a part of flops = {total:,}"
+    extra = COUNTER_SEES_MORE[prim.name][1](prim) if prim.name in COUNTER_SEES_MORE else 0
+    expected = total - rest + extra
+    measured, sorted_flops = measured_matmul_flops(prim)
+    if measured != expected:
+        return (f"{prim.name}: the accounted matmul class is {total - rest:,} FLOPs (flops {total:,} - "
+                f"non_matmul_flops {rest:,}){f' + {extra:,} the module computes beyond it' if extra else ''}, "
+                f"but the module's forward measures {measured:,} ({measured - expected:+,}); counted: {sorted_flops}")
+    return None
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_flops_of_the_matmul_class_equal_the_measured_ones(case):
+    _, prim = case
+    error = flop_contract_error(prim)
+    assert error is None, error
+
+
+def test_every_primitive_states_what_the_flop_counter_misses():
+    assert set(NOT_MEASURED) == set(primitives()), set(primitives()) ^ set(NOT_MEASURED)
+    assert set(COUNTER_SEES_MORE) <= set(primitives())
+
+
+def test_a_wrong_flop_formula_fails_the_flop_contract(monkeypatch):
+    """The check sees a coefficient off and a term dropped, in primitives with and without a part
+    the counter cannot see."""
+    cases = {name: next(prim for n, prim in CASES if n == name) for name in ("swiglu", "hyena", "attention")}
+    swiglu, hyena, attention = cases["swiglu"], cases["hyena"], cases["attention"]
+    assert [flop_contract_error(prim) for prim in cases.values()] == [None] * 3
+
+    right = {name: type(prim).flops for name, prim in cases.items()}
+    # SwiGLU 10% over
+    monkeypatch.setattr(type(swiglu), "flops", lambda self, L: round(1.1 * right["swiglu"](self, L)))
+    # Hyena without its output projection, 2·L·I·D
+    monkeypatch.setattr(type(hyena), "flops",
+                        lambda self, L: right["hyena"](self, L) - 2 * L * self.inner * self.dim)
+    # attention counting q.k but not p.v: 2·L²·I where App. C.4.1 has 4·L²·D
+    monkeypatch.setattr(type(attention), "flops",
+                        lambda self, L: right["attention"](self, L) - 2 * L * self.attended(L) * self.inner)
+    for prim in cases.values():
+        error = flop_contract_error(prim)
+        assert error is not None and error.startswith(f"{prim.name}: the accounted matmul class"), error

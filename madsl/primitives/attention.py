@@ -94,6 +94,10 @@ class Attention(Heads, Primitive):
         return 2 * self.kv_inner * self.attended(seq_len)
 
     def flops(self, seq_len: int) -> int:
-        L, D, I, K, H = seq_len, self.dim, self.inner, self.kv_inner, self.heads
+        L, D, I, K = seq_len, self.dim, self.inner, self.kv_inner
         pairs = L * self.attended(L)
-        return 2 * L * D * (I + 2 * K) + 4 * pairs * I + 2 * H * pairs + 2 * L * I * D
+        return 2 * L * D * (I + 2 * K) + 4 * pairs * I + 2 * L * I * D + self.non_matmul_flops(L)
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        """The softmax, 2 H L^2 (the L^2 pairs: L * min(L, window) with a window)."""
+        return 2 * self.heads * seq_len * self.attended(seq_len)

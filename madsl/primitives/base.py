@@ -156,6 +156,16 @@ class Primitive:
     def flops(self, seq_len: int) -> int:
         raise NotImplementedError
 
+    def non_matmul_flops(self, seq_len: int) -> int | None:
+        """The part of `flops(seq_len)` outside the matmul class: long (FFT) convolutions and the
+        filters' featurization, scans and recurrences (counted in their recurrent form), softmax,
+        gates and other elementwise terms. The rest, flops - non_matmul_flops, is the matmul
+        class: products of activations with weights (projections, routers, experts, low-rank
+        maps, the short convolutions' taps) and attention's q.k and p.v products, which
+        tests/test_contract.py measures on the module with torch's FLOP counter. Computed from
+        the terms `flops` adds, so that the two stay one formula. None: not stated."""
+        return None
+
     def cost(self, seq_len: int) -> Cost:
         return Cost(self.params(), self.fixed_state(), self.conv_state(),
                     self.kv_cache(seq_len), self.flops(seq_len))

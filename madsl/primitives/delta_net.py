@@ -83,5 +83,10 @@ class DeltaNet(Primitive):
     def flops(self, seq_len: int) -> int:
         L, D, H, K, V = seq_len, self.dim, self.heads, self.key_dim, self.value_dim
         projected = H * (2 * K + V) + H + (H if self.gated else 0) + (H * V if self.output_gate else 0)
-        recurrence = 6 * L * H * K * V + (L * H * K * V if self.gated else 0)
-        return 2 * L * D * projected + 2 * L * self.conv_channels * self.d_conv + recurrence + 2 * L * H * V * D
+        return (2 * L * D * projected + 2 * L * self.conv_channels * self.d_conv + self.non_matmul_flops(L)
+                + 2 * L * H * V * D)
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        """The delta rule (S^T k, rank-one update, readout) and the decay where gated."""
+        L, H, K, V = seq_len, self.heads, self.key_dim, self.value_dim
+        return 6 * L * H * K * V + (L * H * K * V if self.gated else 0)

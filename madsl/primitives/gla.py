@@ -65,4 +65,8 @@ class GatedLinearAttention(Primitive):
         L, D, H, K, V, r = seq_len, self.dim, self.heads, self.dk, self.dv, self.gate_low_rank
         g = H * V if self.output_gate else 0
         return (2 * L * D * (2 * H * K + H * V + g) + 2 * L * (D * r + r * H * K)
-                + 4 * L * H * K * V + 2 * L * H * V * D)
+                + self.non_matmul_flops(L) + 2 * L * H * V * D)
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        """The recurrence: state update and readout, 4 L H dk dv."""
+        return 4 * seq_len * self.heads * self.dk * self.dv

@@ -96,9 +96,14 @@ class Hyena(LongFilterPrimitive):
         return self._filter().dynamic_state(seq_len)
 
     def flops(self, seq_len: int) -> int:
-        L, D, I, N = seq_len, self.dim, self.inner, self.order
+        L, D, I = seq_len, self.dim, self.inner
         projections = 2 * L * D * self.proj_width
         short_convs = 2 * self.short_filter * L * self.width
+        return projections + short_convs + self.non_matmul_flops(L) + 2 * L * I * D
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        """Featurization, the N-1 FFT convolutions and the N gates."""
+        L, I, N = seq_len, self.inner, self.order
         featurization = self._filter().featurization_flops(L)
         conv_and_gates = round(10 * L * log2(L) * I * (N - 1)) + 2 * L * I * N
-        return projections + short_convs + featurization + conv_and_gates + 2 * L * I * D
+        return featurization + conv_and_gates

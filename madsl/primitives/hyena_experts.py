@@ -81,8 +81,13 @@ class HyenaExperts(LongFilterPrimitive):
         return self._filter().dynamic_state(seq_len)
 
     def flops(self, seq_len: int) -> int:
-        L, D, W, G = seq_len, self.dim, self.expert_width, self.weighted_experts
+        L, D, W = seq_len, self.dim, self.expert_width
+        return (L * D * self.experts + 6 * L * D * D + 2 * self.short_filter * L * 3 * D
+                + self.non_matmul_flops(L) + 2 * L * W * D)
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        """Featurization, convolutions and gates of the weighted experts."""
+        L, W, G = seq_len, self.expert_width, self.weighted_experts
         # the active experts' share of the featurization (App. C.4.8: S L D_moh G)
         featurization = self._filter().featurization_flops(L) * G // self.experts
-        return (L * D * self.experts + 6 * L * D * D + 2 * self.short_filter * L * 3 * D + featurization
-                + round(10 * L * log2(L) * W * G) + 4 * L * W * G + 2 * L * W * D)
+        return featurization + round(10 * L * log2(L) * W * G) + 4 * L * W * G

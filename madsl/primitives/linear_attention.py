@@ -74,4 +74,8 @@ class LinearAttention(Primitive):
         L, D, H, K = seq_len, self.dim, self.heads, self.key_dim
         feature = 8 * L * H * K * K if self.feature_map == "elementwise_product" else 0
         return (2 * L * D * (2 * self.expand_k * D + self.expand_v * D) + feature
-                + 4 * L * H * K * self.state_columns + 2 * L * self.expand_v * D * D)
+                + self.non_matmul_flops(L) + 2 * L * self.expand_v * D * D)
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        """State update and readout, 4 L H K (V + 1 with the normaliser); the feature maps are matmuls."""
+        return 4 * seq_len * self.heads * self.key_dim * self.state_columns

@@ -13,8 +13,10 @@ A_log d_inner*N, D d_inner, out_proj d_inner*dim.
 State: d_inner * d_state = 256*4 = 1024 per layer at width 128 (four layers:
 4096). The causal convolution's last d_conv-1 inputs, d_inner*(d_conv-1), are
 reported as conv_state.
-FLOPs: MAD paper App. C.4.5 (projections 4LD^2E, short conv 6LDE, featurization
-2LDE(D_dt + 2S) + 2LDE D_dt, associative scan 2LDES, out layer 2LD^2E).
+FLOPs: MAD paper App. C.4.5 (projections 4LD^2E, featurization 2LDE(D_dt + 2S) +
+2LDE D_dt, associative scan 2LDES, out layer 2LD^2E) and the short conv 2 d_conv LDE
+(2 FLOPs per tap, channel and token, as every other short conv here; the paper prints
+6LDE, the count for 3 taps, though its Mamba's conv has d_conv = 4, App. C.2).
 """
 from __future__ import annotations
 
@@ -65,5 +67,9 @@ class Mamba(Primitive):
 
     def flops(self, seq_len: int) -> int:
         L, D, E, R, S = seq_len, self.dim, self.expand, self.rank, self.d_state
-        return (4 * L * D * D * E + 6 * L * D * E + 2 * L * D * E * (R + 2 * S) + 2 * L * D * E * R
-                + 2 * L * D * E * S + 2 * L * D * D * E)
+        return (4 * L * D * D * E + 2 * self.d_conv * L * D * E + 2 * L * D * E * (R + 2 * S)
+                + 2 * L * D * E * R + self.non_matmul_flops(L) + 2 * L * D * D * E)
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        """The associative scan, 2 L D E S."""
+        return 2 * seq_len * self.dim * self.expand * self.d_state

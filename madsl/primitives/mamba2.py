@@ -74,5 +74,8 @@ class Mamba2(Primitive):
 
     def flops(self, seq_len: int) -> int:
         L, D, E, N, C = seq_len, self.dim, self.d_inner, self.d_state, self.conv_channels
-        return (2 * L * D * (E + C + self.heads) + 2 * L * C * self.d_conv + 5 * L * E * N
-                + 7 * L * E + 2 * L * E * D)
+        return 2 * L * D * (E + C + self.heads) + 2 * L * C * self.d_conv + self.non_matmul_flops(L) + 2 * L * E * D
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        """The scan (decay, rank-one update, readout) 5 L E N, skip and gated norm 7 L E."""
+        return 5 * seq_len * self.d_inner * self.d_state + 7 * seq_len * self.d_inner

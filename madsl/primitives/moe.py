@@ -76,4 +76,8 @@ class MoE(Primitive):
     def flops(self, seq_len: int) -> int:
         L, D = seq_len, self.dim
         return (L * D * self.experts + 4 * L * D * self.expert_width * self.experts
-                + 2 * L * D * self.down_inputs * self.weighted_experts + 6 * L * D * self.shared_width)
+                + 2 * L * D * self.down_inputs * self.weighted_experts + 6 * L * D * self.shared_width
+                + self.non_matmul_flops(L))
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        return 0  # router and experts are matmuls; routing, activations and weighting are not counted

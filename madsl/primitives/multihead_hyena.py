@@ -81,9 +81,14 @@ class MultiHeadHyena(LongFilterPrimitive):
         return self._filter().dynamic_state(seq_len) * self.head_dim * self.head_dim
 
     def flops(self, seq_len: int) -> int:
-        L, D, H = seq_len, self.dim, self.heads
+        L, D = seq_len, self.dim
         projections = 2 * L * D * self.proj_width
         short_convs = 2 * self.short_filter * L * 3 * D
+        return projections + short_convs + self.non_matmul_flops(L) + 2 * L * D * D
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        """Featurization, and the outer-product convolutions and gates of the heads."""
+        L, D, H = seq_len, self.dim, self.heads
         featurization = self._filter().featurization_flops(L)
         conv_and_gates = round(10 * L * log2(L) * D * D / H) + 4 * L * D * D // H
-        return projections + short_convs + featurization + conv_and_gates + 2 * L * D * D
+        return featurization + conv_and_gates

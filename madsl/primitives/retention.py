@@ -71,4 +71,8 @@ class Retention(Primitive):
     def flops(self, seq_len: int) -> int:
         L, D, K, V = seq_len, self.dim, self.key_width, self.value_width
         projected = 2 * K + V + (V if self.output_gate else 0)
-        return 2 * L * D * projected + 5 * L * self.heads * self.key_dim * self.value_dim + 2 * L * V * D
+        return 2 * L * D * projected + self.non_matmul_flops(L) + 2 * L * V * D
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        """The retention recurrence, 5 L H K V."""
+        return 5 * seq_len * self.heads * self.key_dim * self.value_dim

@@ -71,10 +71,14 @@ class RWKV(Primitive):
 
     def flops(self, seq_len: int) -> int:
         L, D, A = seq_len, self.dim, self.att
-        total = 10 * L * D * A + 5 * L * A * self.head_dim + 8 * L * D
+        total = 10 * L * D * A + self.non_matmul_flops(L)
         if self.version == 6:
             total += 20 * L * D * self.mix_rank + 2 * L * self.decay_rank * (D + A)
         return total
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        """WKV, 5 L A head_dim, and the token shift, 8 L D."""
+        return 5 * seq_len * self.att * self.head_dim + 8 * seq_len * self.dim
 
 
 @dataclass(frozen=True)
@@ -104,4 +108,8 @@ class RWKVChannel(Primitive):
 
     def flops(self, seq_len: int) -> int:
         L, D = seq_len, self.dim
-        return 4 * L * D * self.inner + 2 * L * D * D + 4 * L * D
+        return 4 * L * D * self.inner + 2 * L * D * D + self.non_matmul_flops(L)
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        """The token shift and the gate, 4 L D."""
+        return 4 * seq_len * self.dim

@@ -41,3 +41,6 @@ class SwiGLU(Primitive):
 
     def flops(self, seq_len: int) -> int:
         return 6 * seq_len * self.dim * self.width
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        return 0  # three matmuls; the activation and the product are not counted (App. C.4.1)
