@@ -332,7 +332,7 @@ def shared_device_ratio(path: str, tasks: Sequence[str], device: str, precision:
             started = time.monotonic()
             summary = evaluate([path], tasks=list(tasks), protocol="baseline", lr=list(PAPER_GRID_LR),
                                wd=list(PAPER_GRID_WD), epochs=epochs, eval_lengths=[], precision=precision,
-                               device=device, workers=count, progress=False,
+                               device=device, workers=count,
                                db=workdir / f"shared-{Path(path).stem}-{count}-{epochs}.db")
             walls[count, epochs] = time.monotonic() - started
             if summary["failed"]:

@@ -17,13 +17,37 @@ all (`diagnostics`, in file order): checks that stay sound after an error keep g
 (`Collector`), so one run of `madsl check` lists every error of a file.
 
 The CLI prints `render()` and exits with status 2; no traceback reaches the user.
+
+A message about a setting of the library (`madsl.evaluate(..., checkpoint_every=-1)`) names it
+through `option("checkpoint_every")`: its Python name, or, while a command of the command line
+runs (`speaking`), that command's word for it (`--checkpoint-every`), so that a notebook and a
+terminal each see the names they typed.
 """
 from __future__ import annotations
 
 import difflib
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping
+
+_OPTION_NAMES: dict[str, str] = {}  # a setting's Python name -> the front end's word for it
+
+
+def option(name: str) -> str:
+    """How a message names the setting `name` to whoever gave it (see the module docstring)."""
+    return _OPTION_NAMES.get(name, name)
+
+
+@contextmanager
+def speaking(names: Mapping[str, str]) -> Iterator[None]:
+    """While the block runs, messages name settings by `names` (a front end's words)."""
+    saved = dict(_OPTION_NAMES)
+    _OPTION_NAMES.update(names)
+    try:
+        yield
+    finally:
+        _OPTION_NAMES.clear()
+        _OPTION_NAMES.update(saved)
 
 
 @dataclass(frozen=True)

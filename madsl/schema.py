@@ -16,6 +16,7 @@ from typing import Any, Literal
 from madsl import stdlib
 from madsl.budget import QUANTITIES
 from madsl.primitives.base import WidthRelative
+from madsl.runner.settings import eval_schema
 from madsl.spec_schema import CHOICES, POSITIVE, REQUIRED, TYPES
 
 SCHEMA_ID = "https://madsl.invalid/schema/spec.json"  # an identifier, not a download location
@@ -107,7 +108,7 @@ def spec_schema() -> dict[str, Any]:
         "propertyNames": {"pattern": SYMBOL_PATTERN, "not": {"const": "none"}},
     }
     properties["budget"] = _budget()
-    properties["eval"] = {"type": "object", "description": "settings for `madsl eval` (docs/runner.md)"}
+    properties["eval"] = eval_schema()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,

@@ -164,7 +164,7 @@ class Spec:
         value_spans = {k: vs for k, _, vs in layer.override_spans}
         entry = stdlib.primitives()[definition.primitive]
         try:
-            return entry.cls.create(self.dim, config)
+            return create_primitive(entry, self.dim, config)
         except ConfigError as err:
             message = f"{layer.symbol}: {err.message}"
             if err.key in dict(layer.overrides):
@@ -210,7 +210,7 @@ def _without_restated(spec: Spec, layer: topo.Layer) -> topo.Layer:
     entry = stdlib.primitives()[definition.primitive]
     resolved = spec.primitive_for(layer).config()
     try:
-        own = entry.cls.create(spec.dim, dict(definition.params)).config()
+        own = create_primitive(entry, spec.dim, dict(definition.params)).config()
     except ConfigError:  # the symbol alone is invalid here (only its overrides make it valid)
         own = definition.params
     kept = tuple((k, _as_read(v, resolved[k])) for k, v in layer.overrides
@@ -237,10 +237,31 @@ def _identity_params(definition: "SymbolDef", dim: int) -> dict[str, Any]:
     params = {k: v.resolve(k, dim) if isinstance(v, WidthRelative) else v for k, v in definition.params.items()
               if not (k in entry.cls.identity_omits and v == entry.defaults.get(k))}
     try:
-        read = entry.cls.create(dim, dict(definition.params)).config()
+        read = create_primitive(entry, dim, dict(definition.params)).config()
     except ConfigError:  # only the topology's overrides make the symbol valid: as written
         return params
     return {k: _as_read(v, read.get(k)) for k, v in params.items()}
+
+
+def create_primitive(entry: Any, dim: int, config: dict[str, Any]) -> Primitive:
+    """`entry.cls.create(dim, config)`, with an integer parameter written in float notation
+    (`inner=1e3`, `inner: 1.0e3`) held to the integer limit of topologies and YAML: an exact
+    integral value is read as that integer (1e3 is 1000, and prints so), and one past
+    2^63 - 1 in size (`1e99`) is refused as an integer written out would be, not read as a
+    100-digit integer that no canonical form could parse back."""
+    fields = entry.cls.fields()
+    for key, value in config.items():
+        if isinstance(value, float) and value.is_integer() and abs(value) > topo.MAX_INTEGER \
+                and _integer_only(fields.get(key)):
+            raise ConfigError(key, f"{entry.cls.name}: {key} must be an integer of at most {topo.MAX_INTEGER:,} "
+                                   f"in size, got {value!r}", hint="integers are 64-bit, as written out in full")
+    return entry.cls.create(dim, config)
+
+
+def _integer_only(annotation: Any) -> bool:
+    """Whether a primitive's field takes integers and no other numbers (int, int | None)."""
+    options = typing.get_args(annotation) or (annotation,)
+    return int in options and float not in options
 
 
 def _mixes_both(spec: Spec, block: topo.Block) -> bool:
@@ -250,13 +271,23 @@ def _mixes_both(spec: Spec, block: topo.Block) -> bool:
 
 # --- building ----------------------------------------------------------------------------
 
-def load_spec(path: str | Path, *, overrides: dict[str, Any] | None = None) -> Spec:
-    """Load, merge (`extends:`), validate and resolve a spec file. Raises MadslError."""
+def load_spec(path: str | Path, *, overrides: dict[str, Any] | None = None, named: bool = False) -> Spec:
+    """Load, merge (`extends:`), validate and resolve a spec file. Raises MadslError.
+
+    `named`: another file named this one (a sweep file's `specs:`), and it is held to the read
+    policy of spec_files.py: where it does not read as a spec, `spec_files.NotASpec` is raised
+    before any of its lines could be shown, for the namer to report at its own entry."""
     path = Path(path)
-    data, source_map = load_merged(path)
+    data, source_map = load_merged(path, named=named)
     if overrides:
         data.update(overrides)
     return _build(data, source_map, path)
+
+
+def spec_with(base: Spec, overrides: dict[str, Any]) -> Spec:
+    """`base` (a spec loaded from its file) with top-level keys replaced, checked as a spec
+    of its own (a sweep's variant): no file is read again."""
+    return _build({**base.data, **overrides}, base.source_map, base.path)
 
 
 def spec_from_data(data: dict[str, Any]) -> Spec:
@@ -287,11 +318,17 @@ def _build(data: dict, source_map: SourceMap | None, path: Path | None) -> Spec:
     layers = data.get("layers") if "layers" not in unusable else None
     symbols, broken = symbol_table(layers or {}, at, errors)
     text = data.get("topology") if "topology" not in unusable else None
+
+    def usable(key: str, default: Any) -> Any:
+        """The value of `key` where it is of its type and range, else its default: a wrong value is
+        reported once (by check_top_level), and the checks after it run on something they can read."""
+        return data.get(key, default) if key not in unusable else default
+
     spec = Spec(name=str(data.get("name")), dim=data.get("dim"), topology_text=text, topology=(), symbols=symbols,
-                channel_mixer=data.get("channel_mixer", "Sg"), vocab=data.get("vocab"),
-                seq_len=data.get("seq_len", DEFAULT_SEQ_LEN), norm=data.get("norm", "rms"),
-                tie_embeddings=data.get("tie_embeddings", True), description=data.get("description", ""),
-                eval=dict(data.get("eval") or {}) if "eval" not in unusable else {}, path=path, data=dict(data),
+                channel_mixer=usable("channel_mixer", "Sg"), vocab=usable("vocab", None),
+                seq_len=usable("seq_len", DEFAULT_SEQ_LEN), norm=usable("norm", "rms"),
+                tie_embeddings=usable("tie_embeddings", True), description=usable("description", ""),
+                eval=dict(usable("eval", None) or {}), path=path, data=dict(data),
                 source_map=source_map)
     # the model-wide options added later, where their values are usable (else their defaults)
     if "positions" not in unusable:
@@ -384,7 +421,7 @@ def _check_unused_symbols(spec: Spec, layers: dict, broken: set[str], at: Locato
             continue
         definition = spec.symbols[symbol]
         try:
-            stdlib.primitives()[definition.primitive].cls.create(spec.dim, dict(definition.params))
+            create_primitive(stdlib.primitives()[definition.primitive], spec.dim, dict(definition.params))
         except ConfigError as err:
             where = definition.where.get(err.key) or at.key("layers", symbol)
             errors.add(MadslError(f"layers.{symbol}: {err.message}", where,

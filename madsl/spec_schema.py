@@ -30,7 +30,7 @@ from typing import Any
 
 from madsl import budget as budgets
 from madsl.errors import Collector, MadslError, did_you_mean
-from madsl.spec_files import Locator
+from madsl.spec_files import SPEC_KEYS, Locator
 
 TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "description": (str,), "extends": (str,), "dim": (int,), "vocab": (int,),
@@ -39,6 +39,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "final_norm": (bool,),
     "layers": (dict,), "budget": (dict,), "eval": (dict,),
 }
+assert tuple(TYPES) == SPEC_KEYS, "madsl.spec_files.SPEC_KEYS names the keys of TYPES"
 REQUIRED = ("name", "dim", "topology")
 CHOICES = {"norm": ("rms", "layer"), "positions": ("none", "learned")}
 POSITIVE = ("dim", "vocab", "seq_len", "embedding_std", "linear_std")

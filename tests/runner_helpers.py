@@ -247,7 +247,7 @@ TOY_TASKS = {t.name: t for t in (ToyPrevious(), ToyCompression(), ToyClassify(),
 def run_toy_eval(db, epochs=4, tasks=("toy-previous",), spec=None, lr=3e-3, model_factory=standin_factory,
                  **kwargs):
     return evaluate([spec or FakeSpec("standin", "standin-v1")], tasks=tasks, protocol="smoke", db=db,
-                    epochs=epochs, lr=lr, progress=False, model_factory=model_factory,
+                    epochs=epochs, lr=lr, model_factory=model_factory,
                     task_registry=TOY_TASKS, **kwargs)
 
 

@@ -157,7 +157,8 @@ def test_a_seed_training_cannot_use_is_refused_wherever_it_is_written(capsys, tm
     sweep.write_text(f"specs: [s.mad]\nprotocol: smoke\ntrain:\n  seed: [{2**32}]\n")
     spec.write_text("name: s\ntopology: H-Sg\ndim: 32\n")
     rc, _, err = run(capsys, "eval", str(sweep), "--dry-run", "--db", str(tmp_path / "r.db"))
-    assert rc == 2 and "seed must be from 0 to 4,294,967,295" in err and "Traceback" not in err
+    assert rc == 2 and "sweep.yaml:4:10" in err and "train.seed: expected at most 4,294,967,295" in err
+    assert "Traceback" not in err
 
 
 def test_a_results_folder_that_cannot_be_written_is_a_clear_error(capsys, tmp_path, monkeypatch):

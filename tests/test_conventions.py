@@ -250,7 +250,7 @@ def test_unknown_conventions_are_located_errors(tmp_path, capsys):
 
     with pytest.raises(MadslError, match="bad setting for selective-copying \\(conventions mad-lab\\)"):
         evaluate([FakeSpec("s", "s")], tasks=["selective-copying"], protocol="smoke", db=tmp_path / "x.db",
-                 conventions="mad-lab", settings_overrides={"vocab_size": 2}, progress=False)
+                 conventions="mad-lab", settings_overrides={"vocab_size": 2})
     assert not (tmp_path / "x.db").exists()
 
 
@@ -274,7 +274,7 @@ def test_report_shows_the_ceiling_where_a_task_has_one(tmp_path, capsys):
 
     db = tmp_path / "r.db"
     evaluate([FakeSpec("standin", "standin-v1")], tasks=["memorization", "compression"], protocol="smoke", db=db,
-             epochs=1, progress=False, model_factory=standin_factory, settings_overrides={"vocab_size": 4096})
+             epochs=1, model_factory=standin_factory, settings_overrides={"vocab_size": 4096})
     by_task = {r["task"]: r for r in records(load_scores(db)) if not r["aggregate"]}
     expected = get_task("memorization").ceiling({"vocab_size": 4096, "num_train_examples": 64,
                                                  "num_test_examples": 32}, 0)

@@ -200,7 +200,7 @@ def test_bf16_smoke_eval_on_device(tmp_path):
     from madsl.runner.api import evaluate
 
     summary = evaluate([str(PAPER_SPECS[0].with_name("mamba.mad"))], tasks=["memorization"], protocol="smoke", device="cuda",
-                       precision="auto", db=tmp_path / "r.db", progress=False)
+                       precision="auto", db=tmp_path / "r.db")
     assert not summary["failed"]
 
 

@@ -34,7 +34,7 @@ def sweep_db(tmp_path_factory):
     db = tmp_path_factory.mktemp("exports") / "r.db"
     summary = evaluate(SPECS, tasks=["toy-previous", "toy-classify"], protocol="paper", conventions="madsl",
                        db=db, lr=[3e-3], wd=[0.0, 0.1], seed=[0, 1], epochs=2, eval_lengths=(8, 32),
-                       progress=False, model_factory=standin_factory, task_registry=TOY_TASKS)
+                       model_factory=standin_factory, task_registry=TOY_TASKS)
     assert summary["complete"] and summary["runs"] == 2 * 3 * 2 * 2
     return db
 

@@ -116,7 +116,7 @@ def kept_run(tmp_path_factory):
     db = tmp_path_factory.mktemp("kept") / "results.db"
     result = evaluate([SPEC], tasks=["in-context-recall"], protocol="smoke", epochs=1, batch_size=8,
                       settings_overrides={"seq_len": 32, "num_train_examples": 16, "num_test_examples": 8},
-                      keep="best", db=db, progress=False)
+                      keep="best", db=db)
     [run_id] = result["run_ids"]
     return db, run_id
 

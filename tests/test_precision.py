@@ -135,7 +135,7 @@ def test_bf16_smoke_eval_trains_and_is_its_own_run(tmp_path):
     from madsl.runner.api import evaluate
 
     db = tmp_path / "r.db"
-    common = dict(tasks=["memorization"], protocol="smoke", db=db, progress=False, epochs=3, lr=1e-2)
+    common = dict(tasks=["memorization"], protocol="smoke", db=db, epochs=3, lr=1e-2)
     evaluate(["specs/paper/hyena-sg.mad"], precision="bf16", **common)
     evaluate(["specs/paper/hyena-sg.mad"], precision="fp32", **common)  # not "auto": bf16 on a GPU
     with sqlite3.connect(db) as conn:

@@ -108,7 +108,7 @@ class TestOnALocalRayInstance:
         db = tmp_path / "r.db"
         reporter = StopAfterTwoEpochs()
         stopped = toy.run_toy_eval(db, epochs=epochs, executor="ray", reporter=reporter,
-                                   stop_requested=lambda: reporter.stop, **extra)
+                                   stop=lambda: reporter.stop, **extra)
         assert stopped["interrupted"] == 1
         run = toy.run_rows(db)[0]
         assert run["status"] == "pending"

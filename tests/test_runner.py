@@ -235,7 +235,7 @@ def test_graceful_stop_resumes_to_the_same_result(tmp_path):
     db = tmp_path / "r.db"
     reporter = StopAfterTwoEpochs()
     # the Ctrl-C path: the coordinator asks the run to stop; it checkpoints mid-epoch and becomes pending
-    stopped = run_toy_eval(db, epochs=epochs, reporter=reporter, stop_requested=lambda: reporter.stop)
+    stopped = run_toy_eval(db, epochs=epochs, reporter=reporter, stop=lambda: reporter.stop)
     assert stopped["interrupted"] == 1 and not stopped["complete"]
     run = run_rows(db)[0]
     assert run["status"] == "pending"
@@ -252,10 +252,10 @@ def test_graceful_stop_resumes_to_the_same_result(tmp_path):
 def test_a_stop_counts_the_runs_already_done_as_done_not_as_left_to_do(tmp_path):
     db = tmp_path / "r.db"
     run_toy_eval(db, epochs=1, lr=1e-2)
-    stopped = run_toy_eval(db, epochs=1, lr=[3e-3, 1e-2], stop_requested=lambda: True)
+    stopped = run_toy_eval(db, epochs=1, lr=[3e-3, 1e-2], stop=lambda: True)
     assert (stopped["interrupted"], stopped["already_done"]) == (1, 1)
     # nothing left to do: a stop changes nothing (exit status 0, not 130)
-    nothing_left = run_toy_eval(db, epochs=1, lr=1e-2, stop_requested=lambda: True)
+    nothing_left = run_toy_eval(db, epochs=1, lr=1e-2, stop=lambda: True)
     assert (nothing_left["interrupted"], nothing_left["already_done"]) == (0, 1) and nothing_left["complete"]
 
 
@@ -316,7 +316,7 @@ def test_sigterm_stops_runs_as_ctrl_c_does(signum):
     """A batch system stops a job with SIGTERM (SLURM's scancel and time limit, Kubernetes, `timeout`)
     and kills it a grace period later: the first asks the runs to checkpoint and stop, as Ctrl-C
     does, instead of ending the coordinator with runs in flight; the second aborts."""
-    from madsl.runner.api import stop_guard
+    from madsl.cli.progress import stop_on_signals as stop_guard
 
     before = signal.getsignal(signum)
     with stop_guard() as should_stop:
@@ -343,7 +343,7 @@ def test_process_pool_executor_and_a_killed_worker_fails_its_runs_while_the_othe
     specs = [FakeSpec("killed", "killed-v1"), FakeSpec("standin", "standin-v1")]
     factory = lambda spec: KillingFactory() if spec.name == "killed" else StandInFactory()  # noqa: E731
     summary = evaluate(specs, tasks=["toy-previous"], protocol="smoke", db=db, epochs=1, lr=3e-3, wd=[0.0, 0.1],
-                       workers=2, progress=False, model_factory=factory, task_registry=TOY_TASKS)
+                       workers=2, model_factory=factory, task_registry=TOY_TASKS)
     runs = run_rows(db)
     # no traceback, no run left "running": the killed worker's runs failed, the others ran in a new pool
     assert sorted((r["spec_name"], r["status"]) for r in runs) == [("killed", "failed")] * 2 + [("standin", "done")] * 2

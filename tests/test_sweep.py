@@ -19,8 +19,10 @@ torch.set_num_threads(1)
 
 
 def write(tmp_path, text: str) -> Path:
+    # a sweep names the bundled spec by name: an absolute path (the old `{HYENA}`) is refused
+    # by the read policy (tests/test_hostile_sweeps.py)
     path = tmp_path / "study.yaml"
-    path.write_text(text.format(hyena=HYENA))
+    path.write_text(text.format(hyena="bundled:paper/hyena-sg"))
     return path
 
 
@@ -38,7 +40,7 @@ train: {{lr: [5e-4, 1e-3]}}
 def test_a_grid_gives_named_variants_with_their_own_identities_and_budget_verdicts(tmp_path):
     sweep = load_sweep(write(tmp_path, GRID))
     assert sweep.protocol == "smoke" and sweep.tasks == ["in-context-recall"]
-    assert sweep.train == {"lr": [5e-4, 1e-3]}  # 5e-4 (a string to PyYAML) read as a number
+    assert sweep.train == {"lr": (5e-4, 1e-3)}  # 5e-4 (a string to PyYAML) read as a number
     names = [v.spec.name for v in sweep.variants]
     assert names == ["hyena-sg[dim=64,H.order=2]", "hyena-sg[dim=64,H.order=3]",
                      "hyena-sg[dim=128,H.order=2]", "hyena-sg[dim=128,H.order=3]"]
@@ -94,7 +96,7 @@ train: {{epochs: 1, lr: 1e-3}}
      "did you mean 'dim'?"),
     ("specs: [{hyena}]\nprotocol: quik\n", "unknown protocol 'quik'", ":2:11", "did you mean 'quick'?"),
     ("specs: [{hyena}, nothing-*.mad]\n", "specs: 'nothing-*.mad' matches no file", ":1:", None),
-    ("specs: [{hyena}]\ntrain: {{lr: fast}}\n", "train.lr: expected non-negative numbers", ":2:", None),
+    ("specs: [{hyena}]\ntrain: {{lr: fast}}\n", "train.lr: expected a number or a list of them", ":2:", None),
     ("specs: [{hyena}]\nvary:\n  dim: []\n", "vary.dim: the list is empty", ":3:8", "or drop vary.dim"),
     ("specs: [{hyena}]\nvary:\n  dim: 64\n", "vary.dim: expected a list of values", ":3:8", "dim: [64]"),
     # a value listed twice would make one variant or one run of two: a slip, located at the repeat

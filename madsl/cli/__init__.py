@@ -34,7 +34,7 @@ from typing import Sequence
 from madsl import __version__
 from madsl.cli import convert, data, evaluate, fit, layout, report, schema
 from madsl.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, print_error
-from madsl.errors import MadslError
+from madsl.errors import MadslError, speaking
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,11 +60,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def option_words(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
+    """The library's names of `command`'s settings -> its flags (what messages call them here)."""
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    words = {action.dest: next((o for o in action.option_strings if o.startswith("--")), action.option_strings[0])
+             for action in subparsers.choices[command]._actions if action.option_strings}
+    from madsl.runner.settings import SETTINGS  # torch-free
+
+    words.update({setting.key: setting.flag for setting in SETTINGS if setting.flag})
+    words.update({"settings_overrides": "--set", "fmt": "--format"})  # the library's other names
+    return words
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        with speaking(option_words(parser, args.command)):
+            return args.func(args)
     except MadslError as err:
         print_error(err)
         return EXIT_BAD_INPUT

@@ -1,20 +1,33 @@
-"""argparse value types: each turns one command-line word into a checked value or a usage error (exit 2)."""
+"""argparse value types: each turns one command-line word into a checked value or a usage error (exit 2).
+
+The words of the evaluation settings are parsed where the settings are declared
+(madsl.runner.settings); `word_type` makes such a parser an argparse type."""
 from __future__ import annotations
 
 import argparse
-import math
+import functools
+from collections.abc import Callable
+from typing import Any
 
-from madsl.runner.options import MAX_SEED  # torch-free
+from madsl.runner import settings  # torch-free
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+def word_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`parse` (a ValueError for a bad word) as an argparse type (a usage error naming the option)."""
+    @functools.wraps(parse)
+    def typed(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return typed
+
+
+positive_int = word_type(settings.positive_int_text)
+seed = word_type(settings.seed_text)
+non_negative_number = word_type(settings.non_negative_text)
+lengths = word_type(settings.lengths_text)
 
 
 def non_negative_int(text: str) -> int:
@@ -27,65 +40,11 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-def seed(text: str) -> int:
-    """A seed of data, init and order: an integer from 0 to 2^32 - 1."""
-    value = non_negative_int(text)
-    if value > MAX_SEED:
-        raise argparse.ArgumentTypeError(f"expected a seed from 0 to {MAX_SEED:,} (2^32 - 1), got {value}")
-    return value
-
-
-def _finite_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
-    return value
-
-
-def non_negative_number(text: str) -> float:
-    value = _finite_number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text}")
-    return value
-
-
 def positive_number(text: str) -> float:
-    value = _finite_number(text)
+    value = word_type(settings.finite_text)(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
     return value
-
-
-def lengths(text: str) -> list[int]:
-    """Sequence lengths: a comma-separated list (64,128,256), a range of powers of two
-    (64..1048576: 64, 128, ..., 1048576), or both (32,64..256)."""
-    values: list[int] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:  # "64,,128" or a trailing comma: a length left out, not to be guessed
-            raise argparse.ArgumentTypeError(f"an empty item in {text!r}: expected a length between every two commas")
-        low, dots, high = part.partition("..")
-        try:
-            first, last = int(low), int(high) if dots else int(low)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected lengths such as 64,128,256 or a range of powers of two such as 64..1048576, "
-                f"got {text!r}") from None
-        if first <= 0 or last <= 0:
-            raise argparse.ArgumentTypeError(f"expected positive lengths, got {text!r}")
-        if dots:
-            if first & (first - 1) or last & (last - 1) or last < first:
-                raise argparse.ArgumentTypeError(
-                    f"a range {part!r} runs over powers of two: both ends powers of two, the first not larger")
-            values += [1 << e for e in range(first.bit_length() - 1, last.bit_length())]
-        else:
-            values.append(first)
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected positive lengths, got {text!r}")
-    return values
-
 
 
 def device_list(text: str) -> list[str]:

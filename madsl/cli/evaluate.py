@@ -6,15 +6,41 @@ Exit codes: 0 every run finished, 2 bad input (a located error, no traceback),
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
-from madsl.cli.arguments import device_list, lengths, non_negative_number, positive_int, positive_number, seed
+from madsl.cli.arguments import device_list, non_negative_number, positive_int, positive_number, word_type
 from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
+from madsl.runner.settings import PROTOCOL_NAMES, SETTINGS  # noqa: F401 (PROTOCOL_NAMES: cli/report.py's); torch-free
 
-# the names of madsl.runner.protocols.PROTOCOLS, spelled out so `--help` does not import the runner;
-# tests/test_cli.py checks the two agree
-PROTOCOL_NAMES = ("smoke", "quick", "baseline", "paper")
+# a setting's argparse destination: its key, but --set's (KEY=VALUE words, parsed in cmd_eval)
+DEST = {"set": "settings"}
+
+
+def add_setting_options(p: argparse.ArgumentParser) -> None:
+    """The options of what runs train, one a setting of madsl.runner.settings (its flag, help,
+    choices, metavar, and its word parser as the argparse type)."""
+    group = p.add_argument_group("what runs train (docs/runner.md, \"Overriding knobs\"; default: the spec's eval: "
+                                 "section, else the protocol's)")
+    for setting in SETTINGS:
+        if setting.flag is None:
+            continue
+        options = dict(setting.cli)
+        if setting.text is not None:
+            options["type"] = word_type(setting.text)
+        group.add_argument(setting.flag, dest=DEST.get(setting.key, setting.key), default=None, help=setting.help,
+                           **options)
+
+
+def setting_values(args: argparse.Namespace, sweep_train: dict) -> dict:
+    """Each setting's value by key, as given on the command line, else in the sweep file's train:
+    (precedence: command line > sweep file > the spec's eval: section > the protocol)."""
+    values = {}
+    for setting in SETTINGS:
+        given = getattr(args, DEST.get(setting.key, setting.key), None)
+        values[setting.key] = given if given is not None else sweep_train.get(setting.key)
+    return values
 
 
 def add_parser(subparsers) -> None:
@@ -25,12 +51,7 @@ def add_parser(subparsers) -> None:
                     "repeated. Precedence of every knob: command line > the spec's eval: section > protocol.")
     p.add_argument("specs", nargs="+", metavar="SPEC", help=".mad spec files, or one sweep file (study.yaml: specs, "
                                                             "protocol, tasks, vary, train; docs/runner.md)")
-    p.add_argument("--task", action="append", dest="tasks", metavar="NAME",
-                   help="a task name, or all (the six MAD tasks); repeatable (default: the spec's eval.tasks, else all)")
-    p.add_argument("--protocol", choices=PROTOCOL_NAMES, default=None,
-                   help="smoke (seconds), quick (~10 min per architecture on 2 CPU cores), baseline "
-                        "(baseline settings, full grid, 200 epochs), paper (every setting; default: the "
-                        "spec's eval.protocol, else quick)")
+    add_setting_options(p)
     p.add_argument("--db", default="madsl-results.db", help="results database (default: %(default)s)")
     p.add_argument("--workers", type=positive_int, default=None,
                    help="runs in parallel (local processes; default 1)")
@@ -39,10 +60,6 @@ def add_parser(subparsers) -> None:
     p.add_argument("--devices", type=device_list,
                    metavar="DEV,DEV", help="place runs on these devices round-robin, e.g. cuda:0,cuda:1 "
                                            "(default on CUDA: every visible GPU)")
-    p.add_argument("--precision", choices=("fp32", "bf16", "auto"), default=None,
-                   help="fp32; bf16 (autocast, float32 master weights; exit 2 where the device has no bf16); "
-                        "auto: bf16 on a CUDA device with bf16, else fp32 (default: the spec's eval.precision, "
-                        "else fp32)")
     cluster = p.add_argument_group("where runs execute (docs/cluster.md)")
     cluster.add_argument("--executor", default="local", metavar="local|ray",
                          help="local: --workers processes of this machine (default); ray: a Ray cluster "
@@ -53,31 +70,6 @@ def add_parser(subparsers) -> None:
                          help="CPUs each run holds on Ray (default: 1)")
     cluster.add_argument("--gpus-per-run", type=non_negative_number, default=None, metavar="F",
                          help="GPUs each run holds on Ray; fractions share a GPU, e.g. 0.25 (default: 0)")
-    p.add_argument("--conventions", choices=("mad-lab", "madsl"), default=None,
-                   help="mad-lab: task layouts, vocabularies, optimizer, schedule, LM head and accuracy as the "
-                        "reference implementation (athms/mad-lab) has them; madsl: the paper's text "
-                        "(default: the spec's eval.conventions, else the protocol's: mad-lab for paper and "
-                        "baseline, madsl for quick and smoke; docs/tasks.md)")
-    training = p.add_argument_group("training options (docs/runner.md; default: the spec's eval: section, else "
-                                    "the first choice)")
-    training.add_argument("--optimizer", choices=("adamw", "adam"), default=None,
-                          help="adamw: decoupled weight decay, Table B.1's betas; adam: plain torch Adam "
-                               "(betas 0.9, 0.999), weight decay coupled")
-    training.add_argument("--schedule", choices=("cosine", "constant"), default=None,
-                          help="cosine: decay to the protocol's min lr; constant: the learning rate throughout")
-    training.add_argument("--metric", choices=("macro", "token"), default=None,
-                          help="the accuracy the stopping rule reads and runs are scored by: macro (class-averaged, "
-                               "MAD's) or token (share of scored positions right)")
-    training.add_argument("--stop-acc", type=float, default=None, metavar="X",
-                          help="stop once the eval accuracy exceeds X (default: the protocol's early stop)")
-    training.add_argument("--patience", type=int, default=None, metavar="P",
-                          help="stop after P epochs in a row without an eval-loss improvement of more than "
-                               "--min-delta")
-    training.add_argument("--min-delta", type=float, default=None, metavar="D",
-                          help="the eval-loss decrease that counts as an improvement (default 0)")
-    training.add_argument("--lm-head", choices=("conventions", "spec"), default=None,
-                          help="conventions: the LM head the conventions give (mad-lab: untied, with a bias); "
-                               "spec: the spec's own output layer (tied where the spec says so)")
     p.add_argument("--batch-grid", action=argparse.BooleanOptionalAction, default=None,
                    help="train the runs of a setting that differ only in lr, weight decay or seed together, "
                         "in one job (each stored as its own run, results as unbatched; default: on for CUDA, "
@@ -87,18 +79,6 @@ def add_parser(subparsers) -> None:
                         "training step and evaluation batch as a CUDA graph: one launch each (CUDA with grid "
                         "batching only; a step that cannot be captured runs on without; default: on where "
                         "grid batching is on a CUDA device)")
-    p.add_argument("--set", action="append", dest="settings", default=[], metavar="KEY=VALUE",
-                   help="a task setting, e.g. seq_len=512, or TASK.KEY=VALUE for one task; repeatable")
-    p.add_argument("--lr", type=non_negative_number, action="append", help="learning rate(s) instead of the grid's")
-    p.add_argument("--wd", type=non_negative_number, action="append", help="weight decay(s) instead of the grid's")
-    p.add_argument("--epochs", type=positive_int, help="training epochs instead of the protocol's")
-    p.add_argument("--batch-size", type=positive_int, help="batch size instead of the protocol's")
-    p.add_argument("--seed", type=seed, action="append", help="seed(s) of data, init and order (0 to 2^32 - 1)")
-    p.add_argument("--eval-lengths", type=lengths, metavar="L1,L2,...|LOW..HIGH",
-                   help="after training, also evaluate the best model at these sequence lengths "
-                        "(LOW..HIGH: the powers of two from LOW to HIGH, e.g. 64..1048576)")
-    p.add_argument("--freeze", action="append", metavar="NAME",
-                   help="do not train these layers: a symbol (Mb), a tag (#a) or embedding; repeatable")
     p.add_argument("--keep", choices=("none", "best"), default="none",
                    help="best: keep each run's best weights in the results folder, for `madsl export RUN_ID`")
     p.add_argument("--checkpoint-every", type=non_negative_number, default=None, metavar="SECONDS",
@@ -115,11 +95,12 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=cmd_eval)
 
 
-def _specs_or_sweep(args):
+def _specs_or_sweep(args, settings=None):
     """The specs to evaluate, and the sweep file's knobs (empty without one). A sweep's variants
-    that break their spec's budget are reported here and left out unless --allow-over-budget."""
+    that break their spec's budget are reported here and left out unless --allow-over-budget;
+    the runs of the rest are counted, and refused past the sweep's cap, before any is planned."""
     from madsl.errors import MadslError
-    from madsl.runner.sweep import Sweep, is_sweep_file, load_sweep
+    from madsl.runner.sweep import Sweep, check_planned_runs, is_sweep_file, load_sweep
 
     sweeps = [path for path in args.specs if is_sweep_file(path)]
     if not sweeps:
@@ -133,11 +114,18 @@ def _specs_or_sweep(args):
             verdict = "run anyway (--allow-over-budget)" if args.allow_over_budget else "not run"
             print(f"over budget, {verdict}: {variant.spec.name}: " + "; ".join(variant.over_budget),
                   file=sys.stderr)
-    specs = [variant.spec for variant in sweep.runnable(args.allow_over_budget)]
-    if not specs:
+    variants = sweep.runnable(args.allow_over_budget)
+    if not variants:
         raise MadslError(f"{sweep.path}: every variant breaks its spec's budget; nothing to run",
                          hint="--allow-over-budget runs them anyway")
-    return specs, sweep
+    from madsl.runner.api import cli_overrides
+
+    pick = lambda given, key: given if given is not None else sweep.train.get(key)  # noqa: E731
+    cli = cli_overrides(protocol=args.protocol or sweep.protocol, tasks=args.tasks or sweep.tasks, settings=settings,
+                        lr=pick(args.lr, "lr"), wd=pick(args.wd, "wd"), epochs=pick(args.epochs, "epochs"),
+                        seed=pick(args.seed, "seed"), batch_size=pick(args.batch_size, "batch_size"))
+    check_planned_runs(sweep, cli, variants)
+    return [variant.spec for variant in variants], sweep
 
 
 def _check_executor_options(args) -> None:
@@ -158,46 +146,41 @@ def _check_executor_options(args) -> None:
 
 def cmd_eval(args) -> int:
     """Bad input raises MadslError (main() prints it, exit 2)."""
+    from madsl.cli.progress import RichReporter, print_summary, stop_on_signals
     from madsl.runner.api import evaluate
     from madsl.runner.protocols import parse_set_option
 
     _check_executor_options(args)
-    settings = dict(parse_set_option(text) for text in args.settings)
-    specs, sweep = _specs_or_sweep(args)
-    # precedence: the command line > the sweep file > the spec's eval: section > the protocol
-    pick = lambda given, key: given if given is not None else sweep.train.get(key)  # noqa: E731
-    reporter = _EpochLines() if args.verbose and args.format == "text" else None
+    settings = dict(parse_set_option(text) for text in args.settings or ())
+    specs, sweep = _specs_or_sweep(args, settings)
+    values = setting_values(args, sweep.train)
+    values["set"] = settings
+    values["tasks"] = values["tasks"] or sweep.tasks
+    values["protocol"] = values["protocol"] or sweep.protocol
+    keywords = {("settings_overrides" if key == "set" else key): value for key, value in values.items()}
+    shown = not args.quiet and args.format == "text" and not args.dry_run
+    reporter = (_EpochLines() if args.verbose else RichReporter()) if shown else None
     try:
-        if reporter is not None:
-            reporter.__enter__()
-        summary = evaluate(specs, tasks=args.tasks or sweep.tasks, protocol=args.protocol or sweep.protocol,
-                           db=args.db, workers=args.workers or 1, device=args.device, devices=args.devices,
-                           settings_overrides=settings, lr=pick(args.lr, "lr"), wd=pick(args.wd, "wd"),
-                           epochs=pick(args.epochs, "epochs"), seed=pick(args.seed, "seed"),
-                           batch_size=pick(args.batch_size, "batch_size"),
-                           eval_lengths=args.eval_lengths, freeze=args.freeze, precision=args.precision,
-                           batch_grid=args.batch_grid, cuda_graphs=args.cuda_graphs,
-                           conventions=args.conventions, optimizer=args.optimizer, schedule=args.schedule,
-                           metric=args.metric, stop_acc=args.stop_acc, patience=args.patience,
-                           min_delta=args.min_delta, lm_head=args.lm_head,
-                           progress=not args.quiet and args.format == "text", executor=args.executor,
-                           address=args.address,
-                           cpus_per_run=1.0 if args.cpus_per_run is None else args.cpus_per_run,
-                           gpus_per_run=0.0 if args.gpus_per_run is None else args.gpus_per_run,
-                           dry_run=args.dry_run, reporter=reporter, keep=args.keep,
-                           checkpoint_every=args.checkpoint_every)
+        with stop_on_signals() as stop, (reporter or contextlib.nullcontext()):
+            summary = evaluate(specs, db=args.db, workers=args.workers or 1, device=args.device,
+                               devices=args.devices, batch_grid=args.batch_grid, cuda_graphs=args.cuda_graphs,
+                               executor=args.executor, address=args.address,
+                               cpus_per_run=1.0 if args.cpus_per_run is None else args.cpus_per_run,
+                               gpus_per_run=0.0 if args.gpus_per_run is None else args.gpus_per_run,
+                               dry_run=args.dry_run, reporter=reporter, stop=stop, keep=args.keep,
+                               checkpoint_every=args.checkpoint_every, **keywords)
     except KeyboardInterrupt:
         print("aborted; rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
-    finally:
-        if reporter is not None:
-            reporter.__exit__(None, None, None)
     if args.dry_run:
         from madsl.runner.cost import render_cost
 
+        print("".join(note + "\n" for note in summary["notes"]), end="", file=sys.stderr)
         print(json.dumps(summary["plan"], indent=2) if args.format == "json" else render_cost(summary["plan"]),
               end="\n" if args.format == "json" else "")
         return EXIT_OK
+    if shown:
+        print_summary(args.db, summary)
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     elif args.quiet:
@@ -218,7 +201,7 @@ def cmd_eval(args) -> int:
 
 def _EpochLines():
     """-v: the progress bars, and a line per finished epoch."""
-    from madsl.runner.api import RichReporter
+    from madsl.cli.progress import RichReporter
 
     class EpochLines(RichReporter):
         def epoch(self, job, metrics) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from madsl.cli.arguments import positive_int
 from madsl.cli.common import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, make_console, print_error, print_whole, write_atomic
-from madsl.errors import MadslError
+from madsl.errors import Location, MadslError
 from madsl.outputs import check_output_path, output_error
 
 if TYPE_CHECKING:
@@ -185,6 +185,27 @@ def _parse_tolerance(text: str) -> float:
 
 
 def cmd_check(args) -> int:
+    """The CI gate. Its exit status is a verdict, so nothing else may end in 1: bad input is 2 (a
+    located error), and so is a failure of madsl itself on a spec (reported as such, without a
+    traceback), which would otherwise leave Python's 1, read as "budget violated"."""
+    try:
+        return _check(args)
+    except (MadslError, BrokenPipeError):
+        raise  # main() maps these (2, and 0 for a reader that went away)
+    except Exception as err:  # noqa: BLE001 (the exit status must not say "budget violated")
+        print_error(_failure(None, err))
+        return EXIT_BAD_INPUT
+
+
+def _failure(path, err: Exception) -> MadslError:
+    """madsl failing on a spec, as an error of that spec: its kind only (not its text, which could
+    quote the file), and a request to report it."""
+    return MadslError(f"madsl failed while checking {path or 'the specs'} ({type(err).__name__}); this is a bug in "
+                      "madsl, not a budget verdict", Location(str(path)) if path is not None else None,
+                      hint="please report it with the spec file; `madsl compile SPEC` shows the traceback")
+
+
+def _check(args) -> int:
     from madsl.budget import check
     from madsl.graph import account
 
@@ -195,10 +216,16 @@ def cmd_check(args) -> int:
         try:
             spec = _load_with_eval(path)
             acc = account(spec, seq_len=spec.budget_seq_len)
+            violations = check(acc.totals, spec.budget)
         except MadslError as err:
             errors.append((path, err))
             continue
-        results.append((path, spec, acc, check(acc.totals, spec.budget)))
+        except BrokenPipeError:
+            raise
+        except Exception as err:  # noqa: BLE001 (a crash on one spec is bad input of it, exit 2; the others go on)
+            errors.append((path, _failure(path, err)))
+            continue
+        results.append((path, spec, acc, violations))
 
     set_problems = []
     if args.iso_state and results:

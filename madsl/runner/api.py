@@ -10,25 +10,22 @@ import math
 import os
 import re
 import sqlite3
-import signal
-import sys
-import threading
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from madsl.errors import Location, MadslError
+from madsl.errors import Location, MadslError, option
 from madsl.runner.executor import Executor, Outcome, Reporter, RunJob, make_executor, run_jobs
 from madsl.runner.memory import check_fits
 from madsl.runner.protocols import (Overrides, SpecEvalWhere, apply_setting_overrides, budgeted_baseline,
-                                    build_plan, check_setting_keys, check_spec_settings, get_protocol,
+                                    build_plan, check_setting_keys, check_spec_settings,
                                     overrides_from_spec_eval, resolve_task_names)
-from madsl.runner.report import load_scores, render_text
+from madsl.runner.report import load_scores
 from madsl.runner.report import report as _report
 from madsl.runner.options import train_config_identity
-from madsl.runner.precision import check_precision, resolve_precision
+from madsl.runner.settings import BY_KEY as SETTINGS_BY_KEY
+from madsl.runner.settings import check_value as check_setting
+from madsl.runner.precision import resolve_precision
 from madsl.runner.store import (DEFAULT_DB, RunIdentity, Store, StoreFiles, canonical_json, check_database,
                                 madsl_version, sha256)
 
@@ -133,7 +130,7 @@ def _check_eval_lengths(task: Any, settings: Mapping[str, Any], lengths: Sequenc
     if not lengths:
         return
     if "seq_len" not in task.baseline:
-        raise MadslError(f"--eval-lengths / eval.eval_lengths: task {task.name!r} has no seq_len setting "
+        raise MadslError(f"{option('eval_lengths')} / eval.eval_lengths: task {task.name!r} has no seq_len setting "
                          "to evaluate at other lengths", where,
                          expected="tasks whose length is their seq_len setting",
                          hint=f"leave {task.name} out (--task NAME) or drop the evaluation lengths")
@@ -142,7 +139,7 @@ def _check_eval_lengths(task: Any, settings: Mapping[str, Any], lengths: Sequenc
             task.check(task.settings(**{**settings, "seq_len": length}))
         except (ValueError, KeyError) as err:
             message = str(err.args[0]) if err.args else str(err)
-            raise MadslError(f"--eval-lengths / eval.eval_lengths: length {length} is not a valid "
+            raise MadslError(f"{option('eval_lengths')} / eval.eval_lengths: length {length} is not a valid "
                              f"{task.name} setting: {message}", where) from None
 
 
@@ -154,76 +151,6 @@ def _setting_label(baseline: Mapping[str, Any], setting: Mapping[str, Any], task
     if changed:
         return ", ".join(changed)
     return "baseline" if dict(baseline) == dict(task_baseline) else f"{protocol} setting"
-
-
-# --- progress ------------------------------------------------------------------------------
-
-class RichReporter(Reporter):
-    """Progress bars: one for all runs, one per running run (epochs), a line per finished run."""
-
-    def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
-
-        self.console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-        self.view = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                             TextColumn("eta"), TimeRemainingColumn(), console=self.console)
-        self.overall = None
-        self.bars: dict[str, Any] = {}
-        self.started_at: dict[str, float] = {}
-
-    def __enter__(self) -> "RichReporter":
-        self.view.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.view.stop()
-
-    def planned(self, total: int, already_done: int) -> None:
-        self.overall = self.view.add_task("runs", total=total, completed=already_done,
-                                              info=f"{already_done} already done" if already_done else "")
-
-    def started(self, job: RunJob) -> None:
-        if job.run_id in self.bars:  # started again: retried after its node was lost
-            self.view.remove_task(self.bars.pop(job.run_id))
-        self.started_at[job.run_id] = time.monotonic()
-        self.bars[job.run_id] = self.view.add_task(f"  {job.label}", total=job.train.epochs, info="starting")
-
-    def progress(self, job: RunJob, epoch: int, step: int, steps: int) -> None:
-        bar = self.bars.get(job.run_id)
-        if bar is not None:
-            self.view.update(bar, completed=epoch - 1 + step / steps,
-                                 info=f"epoch {epoch}/{job.train.epochs} step {step}/{steps}")
-
-    def epoch(self, job: RunJob, metrics: Mapping[str, Any]) -> None:
-        bar = self.bars.get(job.run_id)
-        acc = metrics.get("eval_macro_acc")
-        if bar is not None:
-            self.view.update(bar, completed=metrics["epoch"],
-                                 info=f"epoch {metrics['epoch']}" + (f" acc {acc:.3f}" if acc is not None else
-                                                                     f" loss {metrics['eval_loss']:.3g}"))
-
-    def length(self, job: RunJob, length: int, index: int, count: int) -> None:
-        bar = self.bars.get(job.run_id)
-        if bar is not None:
-            self.view.update(bar, info=f"evaluating at length {length:,} ({index + 1}/{count})")
-
-    def ended(self, job: RunJob, status: str, detail: str = "") -> None:
-        bar = self.bars.pop(job.run_id, None)
-        if bar is not None:
-            self.view.remove_task(bar)
-        if self.overall is not None and status in ("done", "skipped", "failed"):
-            self.view.advance(self.overall)
-        mark = {"done": "[green]done[/]", "failed": "[red]failed[/]", "skipped": "[dim]skipped[/]",
-                "interrupted": "[yellow]interrupted[/]"}.get(status, status)
-        took = time.monotonic() - self.started_at.pop(job.run_id, time.monotonic())
-        self.console.print(f"{mark} {job.label}" + (f"  {detail}" if detail else "") +
-                           (f"  ({took:.0f} s)" if status == "done" and took else ""), highlight=False)
-
-    def message(self, text: str) -> None:
-        self.console.print(text, highlight=False)
 
 
 # --- evaluate ------------------------------------------------------------------------------
@@ -261,10 +188,10 @@ def plan_spec(spec: Any, path: str | None, cli: Overrides | None = None,
     task_objs = [registry[n] for n in resolve_task_names(merged.tasks, all_tasks, registry)]
     # unknown knobs and type errors, reported where they were written
     check_spec_settings(task_objs, from_spec.settings, f"{path or spec.name}: eval.set", where)
-    check_setting_keys(task_objs, cli.settings, "--set")
+    check_setting_keys(task_objs, cli.settings, option("settings_overrides"))
     for task_obj in task_objs:
-        apply_setting_overrides(task_obj, task_obj.baseline, cli.settings, "--set")
-    plan = build_plan(task_objs, merged, source="--set")
+        apply_setting_overrides(task_obj, task_obj.baseline, cli.settings, option("settings_overrides"))
+    plan = build_plan(task_objs, merged, source=option("settings_overrides"))
     _check_freeze(spec, merged.freeze or (), path, where.value("freeze") if cli.freeze is None else None)
     lengths_where = None  # where the evaluation lengths were written, when in the spec
     if cli.eval_lengths is None and from_spec.eval_lengths is not None and getattr(spec, "source_map", None):
@@ -291,76 +218,81 @@ def _check_learned_positions(spec: Any, plan: Any, path: str | None) -> None:
                              hint=f"set seq_len: {longest} or more in the spec")
 
 
-def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, protocol: str | None = None,
-             db: str | os.PathLike = DEFAULT_DB, workers: int = 1, device: str = "auto",
-             devices: Sequence[str] | None = None,
-             settings_overrides: Mapping[str, Any] | None = None, lr: float | Sequence[float] | None = None,
-             wd: float | Sequence[float] | None = None, epochs: int | None = None, seed: int | None = None,
-             batch_size: int | None = None, eval_lengths: Sequence[int] | None = None,
-             freeze: Sequence[str] | None = None, precision: str | None = None,
-             conventions: str | None = None, batch_grid: bool | None = None, cuda_graphs: bool | None = None,
-             optimizer: str | None = None, schedule: str | None = None, metric: str | None = None,
-             stop_acc: float | None = None, patience: int | None = None, min_delta: float | None = None,
-             lm_head: str | None = None, progress: bool = True,
+def evaluate(spec_paths: Sequence[Any], *, db: str | os.PathLike = DEFAULT_DB, workers: int = 1,
+             device: str = "auto", devices: Sequence[str] | None = None, batch_grid: bool | None = None,
+             cuda_graphs: bool | None = None, executor: Executor | str | None = None, address: str | None = None,
+             cpus_per_run: float = 1.0, gpus_per_run: float = 0.0, keep: str | None = None,
+             checkpoint_every: float | None = None, dry_run: bool = False,
              model_factory: Callable[[Any], Any] | None = None, task_registry: Mapping[str, Any] | None = None,
-             executor: Executor | str | None = None, reporter: Reporter | None = None,
-             stop_requested: Callable[[], bool] | None = None, address: str | None = None,
-             cpus_per_run: float = 1.0, gpus_per_run: float = 0.0, dry_run: bool = False,
-             keep: str | None = None, checkpoint_every: float | None = None) -> dict:
+             reporter: Reporter | None = None, stop: Callable[[], bool] | None = None, **settings: Any) -> dict:
     """Evaluate specs on tasks under a protocol; finished runs in `db` are never repeated.
+    Prints nothing: progress goes to `reporter` (madsl.runner.executor.Reporter; the command
+    line's is madsl.cli.progress.RichReporter), and `stop` is polled (once true, runs
+    checkpoint and stop; the command line sets it on Ctrl-C and SIGTERM).
 
-    spec_paths: .mad files (or Spec objects). tasks: task names or "all" (None: the spec's
-    eval.tasks, else all). protocol: None -> the spec's eval.protocol, else "quick".
-    Knobs given here win over the spec's `eval:` section, which wins over the protocol.
-    model_factory(spec) -> factory(vocab_size, max_seq_len, num_classes) replaces madsl.compile.
-    reporter: receives progress (default: rich progress bars if `progress`, else nothing).
-    stop_requested: polled; once true, runs checkpoint and stop (as on Ctrl-C).
+    spec_paths: .mad files (or Spec objects).
+    settings: what the runs train, by the keys of madsl.runner.settings (protocol, tasks, set,
+    lr, wd, epochs, batch_size, seed, eval_lengths, freeze, precision, conventions, optimizer,
+    schedule, metric, stop_acc, patience, min_delta, lm_head; `settings_overrides` is `set`).
+    Given here they win over the spec's `eval:` section, which wins over the protocol (None:
+    the spec's eval.protocol, else "quick"; tasks None: the spec's eval.tasks, else all).
+    How they execute:
+    db: the results database. workers: local processes. device: auto, cpu or cuda; devices: the
+    devices runs are placed on, round-robin.
     executor: "local" (default: `workers` processes of this machine), "ray" (a Ray cluster at
     `address`, each run holding `cpus_per_run` CPUs and `gpus_per_run` GPUs), or an Executor.
-    optimizer, schedule, metric, stop_acc, patience, min_delta, lm_head: madsl.runner.options.
-    keep: "best" keeps each run's best weights in the results folder (`madsl export`, madsl.runner.kept).
-    checkpoint_every: seconds between a run's checkpoints (None: a minute; 0: after every epoch).
-    dry_run: plan only: return {"plan": ...} (runs, done, pending, tokens, FLOPs, estimated time;
-    madsl.runner.cost) without running anything. A run with progress prints the same plan first.
     batch_grid: train the runs of a setting that differ only in lr, wd or seed together
     (madsl.runner.grid; local executors only); None: on for CUDA, off on the CPU and on Ray.
     cuda_graphs: every run trains stacked (a run alone as a stack of one), each training step
     and evaluation batch replayed as a CUDA graph (madsl.runner.stacked; CUDA and grid
     batching only); None: on where grid batching is on a CUDA device, else off.
+    keep: "best" keeps each run's best weights in the results folder (`madsl export`, madsl.runner.kept).
+    checkpoint_every: seconds between a run's checkpoints (None: a minute; 0: after every epoch).
+    dry_run: plan only: return {"db", "plan", "notes"} (runs, done, pending, tokens, FLOPs,
+    estimated time; madsl.runner.cost) without running anything.
+    model_factory(spec) -> factory(vocab_size, max_seq_len, num_classes) replaces madsl.compile;
+    task_registry: name -> Task instead of madsl's tasks.
     Returns a summary: counts of runs, failures, and the scores of these specs.
     """
+    if "settings_overrides" in settings:  # the earlier name of `set`
+        settings["set"] = settings.pop("settings_overrides")
+    unknown = sorted(set(settings) - set(SETTINGS_BY_KEY))
+    if unknown:
+        raise TypeError(f"evaluate() got unknown argument(s) {', '.join(unknown)}; the settings are "
+                        + ", ".join(SETTINGS_BY_KEY))
+    cli = cli_overrides(**settings)
+    fit_notes: list[str] = []
+    specs = _load_specs(spec_paths, fit_notes)
+    if not specs:
+        raise MadslError("no spec to evaluate", hint="madsl eval SPEC.mad ...")
+    check_database(db)  # a bad --db is refused before anything is planned or written
+    registry, all_tasks = _task_registry(task_registry)
+    for spec, path in specs:  # eval: sections, task names, settings, frozen layers: before torch is imported
+        plan_spec(spec, path, cli, registry, all_tasks)
+    # the bad input above is answered without torch; what follows may ask the devices
     from madsl.runner import stacked_compile
 
     stacked_compile.requested()  # a bad MADSL_COMPILE_STACKED is bad input before anything is planned
     ray_options = _ray_options(executor, address, cpus_per_run, gpus_per_run)
     _check_workers_and_device(workers, device, on_this_machine=ray_options is None)
     if ray_options is not None and device == "cuda" and not ray_options.gpus_per_run:
-        raise MadslError("--device cuda on Ray: the runs hold no GPU", hint="give them one: --gpus-per-run 1 "
-                                                                           "(or a fraction, e.g. 0.25)")
+        raise MadslError(f"{option('device')} cuda on Ray: the runs hold no GPU",
+                         hint=f"give them one: {option('gpus_per_run')} 1 (or a fraction, e.g. 0.25)")
     placement = place_devices(device, devices) if ray_options is None else None  # on Ray, Ray places runs
     if ray_options is not None and batch_grid:
-        raise MadslError("--batch-grid runs with the local executors only: Ray runs each run as its own task",
-                         hint="drop --batch-grid, or use --executor local")
+        raise MadslError(f"{option('batch_grid')} runs with the local executors only: Ray runs each run as its own task",
+                         hint=f"drop {option('batch_grid')}, or use {option('executor')} local")
     batch_grid = ray_options is None and (default_batch_grid(device) if batch_grid is None else batch_grid)
     cuda_graphs = resolve_cuda_graphs(cuda_graphs, ray_options is not None, _planned_device(device), batch_grid)
-    cli = cli_overrides(protocol=protocol, tasks=tasks, settings=settings_overrides, lr=lr, wd=wd, epochs=epochs,
-                        seed=seed, batch_size=batch_size, eval_lengths=eval_lengths, freeze=freeze,
-                        precision=precision, conventions=conventions, optimizer=optimizer, schedule=schedule,
-                        metric=metric, stop_acc=stop_acc, patience=patience, min_delta=min_delta, lm_head=lm_head)
-    fit_notes: list[str] = []
-    specs = _load_specs(spec_paths, fit_notes)
-    if not specs:
-        raise MadslError("no spec to evaluate", hint="madsl eval SPEC.mad ...")
-    check_database(db)  # a bad --db is refused before anything is planned or written
     if keep not in (None, "none", "best"):
         raise MadslError(f"keep must be 'best' or 'none', got {keep!r}")
     if keep == "best":  # refused here, not once the first run has trained and is to be kept
         from madsl.runner.kept import safetensors_torch
 
-        safetensors_torch("--keep best")
+        safetensors_torch(f"{option('keep')} best")
     if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or not isinstance(
             checkpoint_every, (int, float)) or not math.isfinite(checkpoint_every) or checkpoint_every < 0):
-        raise MadslError(f"--checkpoint-every: expected a non-negative number of seconds, got {checkpoint_every!r}",
+        raise MadslError(f"{option('checkpoint_every')}: expected a non-negative number of seconds, got {checkpoint_every!r}",
                          hint="how often a run writes its checkpoint, e.g. 60; 0: after every epoch")
     plan = plan_evaluation(StoreFiles(db), specs, cli, task_registry, model_factory, device, placement,
                            runs_on=_ray_device(ray_options) if ray_options is not None else None)
@@ -370,19 +302,18 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
     work = plan.work(batch_grid, placement, cuda_graphs)
     if ray_options is None:  # Ray's runs train on machines this one cannot see
         check_fits(work)
-    if dry_run or progress:
+    if dry_run or (reporter is not None and reporter.shows_plan):
         cost = plan_cost(db, plan, at_once=workers if ray_options is None else None,
                          executor_name="ray" if ray_options is not None else "local", work=work)
-        print("".join(note + "\n" for note in fit_notes), end="", file=sys.stderr)
         if dry_run:
-            return {"db": str(db), "plan": cost}
-        from madsl.runner.cost import render_cost
-
-        print(render_cost(cost), end="", file=sys.stderr)
+            return {"db": str(db), "plan": cost, "notes": fit_notes}
+        reporter.plan(cost, fit_notes)
     runner = executor if isinstance(executor, Executor) else _make_executor(workers, ray_options)
     store = Store(db)  # created only now: bad input above leaves no database behind
     try:
-        outcome = _register_and_run(store, plan, work, runner, reporter, progress, stop_requested)
+        plan.register(store)
+        outcome = run_jobs(store, work, runner, reporter, skip_solved_at=plan.skip_solved_at,
+                           stop_requested=stop or (lambda: False))
     except sqlite3.OperationalError as err:
         # every write is a transaction: what was recorded stays, and the runs in flight stay
         # claimed by this (now ended) process, so the same command resumes them from their checkpoints
@@ -391,24 +322,7 @@ def evaluate(spec_paths: Sequence[Any], tasks: Sequence[str] | None = None, prot
                               "runs are kept and the others resume") from None
     finally:
         store.close()
-    summary = summarize(db, plan, outcome)
-    if progress:
-        print_summary(db, summary, outcome)
-    return summary
-
-
-def _register_and_run(store: Store, plan: "EvaluationPlan", work: list, runner: Executor,
-                      reporter: Reporter | None, progress: bool,
-                      stop_requested: Callable[[], bool] | None) -> Outcome:
-    """Register the plan's runs and execute them, with Ctrl-C handling and progress bars."""
-    plan.register(store)
-    with stop_guard(stop_requested) as should_stop:
-        if reporter is None and progress:
-            with RichReporter() as rich_reporter:
-                return run_jobs(store, work, runner, rich_reporter, skip_solved_at=plan.skip_solved_at,
-                                stop_requested=should_stop)
-        return run_jobs(store, work, runner, reporter, skip_solved_at=plan.skip_solved_at,
-                        stop_requested=should_stop)
+    return summarize(db, plan, outcome)
 
 
 def plan_cost(db: str | os.PathLike, plan: "EvaluationPlan", at_once: int | None, executor_name: str,
@@ -452,16 +366,17 @@ def resolve_cuda_graphs(cuda_graphs: bool | None, on_ray: bool, device: str, bat
 
 
 def _check_cuda_graphs(on_ray: bool, device: str, batch_grid: bool) -> None:
-    """--cuda-graphs replays grid-batched (stacked) training on a CUDA device of this machine."""
+    """CUDA graphs replay grid-batched (stacked) training on a CUDA device of this machine."""
     if on_ray:
-        raise MadslError("--cuda-graphs runs with the local executors only: Ray runs each run as its own task",
-                         hint="drop --cuda-graphs, or use --executor local")
+        raise MadslError(f"{option('cuda_graphs')} runs with the local executors only: Ray runs each run as its own task",
+                         hint=f"drop {option('cuda_graphs')}, or use {option('executor')} local")
     if not device.startswith("cuda"):
-        raise MadslError(f"--cuda-graphs needs a CUDA device; the runs are planned on {device}",
-                         hint="run on a GPU (--device cuda), or drop --cuda-graphs")
+        raise MadslError(f"{option('cuda_graphs')} needs a CUDA device; the runs are planned on {device}",
+                         hint=f"run on a GPU ({option('device')} cuda), or drop {option('cuda_graphs')}")
     if not batch_grid:
-        raise MadslError("--cuda-graphs replays grid-batched training: it needs grid batching",
-                         hint="drop --no-batch-grid (grid batching is the default on CUDA), or drop --cuda-graphs")
+        raise MadslError(f"{option('cuda_graphs')} replays grid-batched training: it needs grid batching",
+                         hint=f"turn grid batching ({option('batch_grid')}) back on (the default on CUDA), or drop "
+                              f"{option('cuda_graphs')}")
 
 
 def default_batch_grid(device: str) -> bool:
@@ -480,15 +395,15 @@ def place_devices(device: str, devices: Sequence[str] | None) -> list[str] | Non
         count = torch.cuda.device_count() if on_cuda else 0
         return [f"cuda:{i}" for i in range(count)] if count > 1 else None
     if not devices:
-        raise MadslError("--devices: the list is empty", hint="e.g. --devices cuda:0,cuda:1")
+        raise MadslError(f"{option('devices')}: the list is empty", hint="e.g. cuda:0,cuda:1")
     for name in devices:
         kind, _, index = name.partition(":")
         if name == "cpu":
             continue
         if kind != "cuda" or not index.isdigit():
-            raise MadslError(f"--devices: unknown device {name!r}", expected="cpu or cuda:N, comma-separated")
+            raise MadslError(f"{option('devices')}: unknown device {name!r}", expected="cpu or cuda:N, comma-separated")
         if int(index) >= torch.cuda.device_count():
-            raise MadslError(f"--devices: {name} does not exist on this machine "
+            raise MadslError(f"{option('devices')}: {name} does not exist on this machine "
                              f"({torch.cuda.device_count()} CUDA device(s) visible)",
                              hint="see nvidia-smi, or CUDA_VISIBLE_DEVICES")
     return list(devices)
@@ -530,56 +445,33 @@ def _make_executor(workers: int, ray_options) -> Executor:
 
 def _check_workers_and_device(workers: int, device: str, on_this_machine: bool = True) -> None:
     if workers < 1:
-        raise MadslError(f"--workers must be at least 1, got {workers}")
+        raise MadslError(f"{option('workers')} must be at least 1, got {workers}")
     if device not in ("auto", "cpu", "cuda"):
         raise MadslError(f"unknown device {device!r}", expected="auto, cpu or cuda")
     if device == "cuda" and on_this_machine:  # on Ray, the workers' GPUs count
         import torch
 
         if not torch.cuda.is_available():
-            raise MadslError("--device cuda: no CUDA device is available", hint="use --device auto or cpu")
+            raise MadslError(f"{option('device')} cuda: no CUDA device is available", hint=f"use {option('device')} auto or cpu")
 
 
-def cli_overrides(protocol: str | None = None, tasks: Sequence[str] | None = None,
-                  settings: Mapping[str, Any] | None = None, lr=None, wd=None, epochs: int | None = None,
-                  seed=None, batch_size: int | None = None, eval_lengths=None, freeze=None,
-                  precision: str | None = None, conventions: str | None = None, optimizer: str | None = None,
-                  schedule: str | None = None, metric: str | None = None, stop_acc: float | None = None,
-                  patience: int | None = None, min_delta: float | None = None,
-                  lm_head: str | None = None) -> Overrides:
-    """The knobs of `evaluate` as Overrides (one value or several become tuples; None means "not set")."""
-    def as_tuple(value, kind, option: str = ""):
-        if value is None:
-            return None
-        values = tuple(kind(x) for x in (value if isinstance(value, (list, tuple)) else [value]))
-        repeated = next((x for i, x in enumerate(values) if x in values[:i]), None)
-        if repeated is not None:  # planned once either way: a repeat is a slip, not a second run
-            raise MadslError(f"{option}: {repeated!r} is given twice", hint="give each value once")
-        return values
-
-    if protocol is not None:
-        get_protocol(protocol)
-    if precision is not None:
-        check_precision(precision)
-    if conventions is not None:
-        from madsl.conventions import check_conventions
-
-        check_conventions(conventions)
-    from madsl.runner import options
-
-    chosen = {"optimizer": optimizer, "schedule": schedule, "metric": metric, "lm_head": lm_head}
-    for key, value in chosen.items():
-        if value is not None:
-            options.check_choice(key, value)
-    stop_acc = None if stop_acc is None else options.check_stop_acc(stop_acc)
-    patience = None if patience is None else options.check_patience(patience)
-    min_delta = None if min_delta is None else options.check_min_delta(min_delta)
-    return Overrides(protocol=protocol, tasks=None if tasks is None else tuple(tasks),
-                     settings=dict(settings or {}), lrs=as_tuple(lr, float, "--lr"), wds=as_tuple(wd, float, "--wd"),
-                     epochs=epochs, batch_size=batch_size, seeds=as_tuple(seed, int, "--seed"),
-                     eval_lengths=as_tuple(eval_lengths, int, "--eval-lengths"),
-                     freeze=as_tuple(freeze, str, "--freeze"), precision=precision,
-                     conventions=conventions, stop_acc=stop_acc, patience=patience, min_delta=min_delta, **chosen)
+def cli_overrides(**values: Any) -> Overrides:
+    """Settings given by keyword (each setting's `key` of madsl.runner.settings: protocol, tasks,
+    settings or set, lr, wd, epochs, seed, ...; None: not set) as checked Overrides. One value or
+    several become tuples where a setting takes several; errors name the setting's flag."""
+    if "settings" in values:  # the Python API's name of `set`
+        values["set"] = values.pop("settings")
+    unknown = sorted(set(values) - set(SETTINGS_BY_KEY))
+    if unknown:
+        raise TypeError(f"cli_overrides() got unknown setting(s) {', '.join(unknown)}; the settings are "
+                        + ", ".join(SETTINGS_BY_KEY))
+    out = Overrides()
+    for key, value in values.items():
+        setting = SETTINGS_BY_KEY[key]
+        if value is None or (key == "set" and not value):
+            continue
+        setattr(out, setting.field, check_setting(setting, value))
+    return out
 
 
 @dataclass
@@ -655,32 +547,6 @@ def plan_evaluation(store: StoreFiles, specs: Sequence[tuple[Any, str | None]], 
     return plan
 
 
-# Ctrl-C, and the polite stop of batch systems and containers (SLURM's scancel and time limit,
-# Kubernetes, `timeout`): SIGTERM, then SIGKILL after a grace period (SLURM: 30 s by default).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-@contextmanager
-def stop_guard(stop_requested: Callable[[], bool] | None = None) -> Iterator[Callable[[], bool]]:
-    """Ctrl-C (or SIGTERM) handling while runs execute: the first asks runs to checkpoint and
-    stop (the callable yielded turns true), the second aborts (KeyboardInterrupt)."""
-    stop = threading.Event()
-    previous_handlers: dict[int, Any] = {}
-
-    def on_stop_signal(signum, frame):
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        previous_handlers = {signum: signal.signal(signum, on_stop_signal) for signum in STOP_SIGNALS}
-    try:
-        yield (lambda: stop.is_set() or stop_requested()) if stop_requested else stop.is_set
-    finally:
-        for signum, handler in previous_handlers.items():
-            signal.signal(signum, handler)
-
-
 def summarize(db: str | os.PathLike, plan: EvaluationPlan, outcome: Outcome) -> dict:
     """The JSON summary of an evaluation: counts, failures and the scores of its specs."""
     run_ids = [j.run_id for j in plan.jobs]
@@ -693,21 +559,6 @@ def summarize(db: str | os.PathLike, plan: EvaluationPlan, outcome: Outcome) -> 
         "scores": [{"spec": s.spec, "spec_hash": s.spec_hash, "score": s.score,
                     "tasks": {t: ts.score for t, ts in s.tasks.items()}} for s in scores],
     }
-
-
-def print_summary(db: str | os.PathLike, summary: dict, outcome: Outcome) -> None:
-    """The score table and what is left to do, on the terminal."""
-    from rich.console import Console
-
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(render_text(load_scores(db, run_ids=summary["run_ids"]), width=console.width), end="",
-                  highlight=False)
-    if outcome.failed:
-        console.print(f"[red]{len(outcome.failed)} run(s) failed[/]; rerun `madsl eval` to retry them "
-                      f"(errors are in the runs table of {db})", highlight=False)
-    if outcome.interrupted:
-        console.print(f"[yellow]interrupted[/]: {len(outcome.interrupted)} run(s) left; "
-                      f"rerun the same command to resume", highlight=False)
 
 
 def report(db: str | os.PathLike = DEFAULT_DB, fmt: str = "text", plot: str | os.PathLike | None = None,

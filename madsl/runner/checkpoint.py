@@ -9,10 +9,15 @@ is stored in those forms (numpy's RNG state as a tensor, not an ndarray).
 A file is a madsl checkpoint when it loads that way and carries the format tag
 and a version this madsl reads; anything else (a planted pickle, garbage bytes,
 a truncated file, another program's torch file) is a `CheckpointError` naming
-the file, and is neither executed nor touched.
+the file, and is neither executed nor touched. A symbolic link at the checkpoint or
+its folder is refused the same way (never followed, never deleted), and a read or a
+write that fails says why in words, with the path: "no space left on device" (also
+where torch.save reports a full disk as "unexpected pos ..."), "permission denied",
+"not a directory".
 """
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import pickle
@@ -26,7 +31,7 @@ import numpy as np
 import torch
 
 from madsl.errors import Location, MadslError
-from madsl.runner.store import pid_alive
+from madsl.runner.store import os_error_words, pid_alive
 
 FORMAT = "madsl-checkpoint"
 VERSION = 2  # 1: madsl before data-only checkpoints (numpy arrays inside; no longer read)
@@ -44,22 +49,109 @@ class CheckpointError(MadslError):
         return f"{self.message} ({self.hint})"
 
 
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint that could not be written, and why in words (a full disk, permissions)."""
+
+    def __init__(self, path: Path, err: OSError):
+        words = os_error_words(err)
+        where = f" ({err.filename})" if err.filename and str(err.filename) != str(path) else ""
+        hint = {errno.ENOSPC: "free disk space and rerun: the run resumes from its last checkpoint",
+                getattr(errno, "EDQUOT", -1): "free disk space and rerun: the run resumes from its last checkpoint",
+                errno.ENOTDIR: f"a file stands where the folder {path.parent} belongs (or above it): move it away",
+                errno.EACCES: f"make {path.parent} writable, or pass another --db",
+                errno.EPERM: f"make {path.parent} writable, or pass another --db",
+                errno.EROFS: "pass a --db on a writable file system"}.get(err.errno, "fix it and rerun")
+        super().__init__(path, f"could not be written: {words}{where}", hint=hint)
+        self.errno = err.errno
+
+
+def _refuse_links(path: Path) -> None:
+    """A symbolic link at the checkpoint or its folder: not madsl's, so neither followed nor deleted."""
+    hint = "it and what it points to were left as they are; remove the link and rerun"
+    if os.path.islink(path.parent):
+        raise CheckpointError(path, f"lies in {path.parent}, a symbolic link: madsl does not follow links "
+                                    "inside its results folder", hint=hint)
+    if os.path.islink(path):
+        raise CheckpointError(path, "is a symbolic link: madsl does not follow links inside its results folder",
+                              hint=hint)
+
+
+class _Sink:
+    """The file torch.save writes through, keeping the OSError of a failed write: torch reports
+    one as a RuntimeError of its own ("unexpected pos 463296 vs 463188")."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _os_error_under(err: BaseException) -> OSError | None:
+    """An OSError among the exceptions `err` was raised from or while handling."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _disk_full(folder: Path, tmp: Path) -> OSError | None:
+    """ENOSPC where the file system of `folder` has (almost) no space left for an unprivileged writer."""
+    try:
+        fs = os.statvfs(folder)
+    except OSError:
+        return None
+    return OSError(errno.ENOSPC, "No space left on device", str(tmp)) \
+        if fs.f_bavail * fs.f_frsize < 1024 * 1024 else None
+
+
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     """Atomic: write a temporary file beside it, fsync, then rename over the old one.
 
     A write that fails (a full disk, an interrupt) removes its temporary file and leaves
-    the previous checkpoint as it was.
+    the previous checkpoint as it was; one that fails for the file system (a full disk,
+    permissions, a file where the folder belongs) is a CheckpointWriteError saying so.
+    A symbolic link at the checkpoint or its folder is a CheckpointError, left as it is.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _refuse_links(path)
+    if path.parent.exists() and not path.parent.is_dir():
+        raise CheckpointWriteError(path, OSError(errno.ENOTDIR, "Not a directory", str(path.parent)))
     tmp = path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.tmp")
+    created = False
     try:
-        with open(tmp, "wb") as f:
-            torch.save({"format": FORMAT, "version": VERSION, **state}, f)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # a new file, or our own pid's leftover: never through a symbolic link planted at the name
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        created = True
+        with os.fdopen(fd, "wb") as f:
+            sink = _Sink(f)
+            try:
+                torch.save({"format": FORMAT, "version": VERSION, **state}, sink)
+            except RuntimeError as err:  # torch's own report of a failed write: find the real reason
+                cause = sink.error or _os_error_under(err) or _disk_full(path.parent, tmp)
+                if cause is None:
+                    raise
+                raise cause from None
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as err:
+        if created:
+            tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            if err.errno == errno.ELOOP and os.path.islink(tmp):
+                raise CheckpointError(path, f"cannot be written: {tmp} is a symbolic link (left as it is)") from None
+            raise CheckpointWriteError(path, err) from None
         raise
     _remove_stale_temporaries(path)
 
@@ -76,18 +168,28 @@ def _remove_stale_temporaries(path: Path) -> None:
     prefix = f".{path.name}.{_HOST}."
     for tmp in path.parent.glob(f"{glob.escape(prefix)}*.tmp"):
         pid = tmp.name[len(prefix):-len(".tmp")]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)) and not tmp.is_symlink():
             tmp.unlink(missing_ok=True)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any] | None:
-    """The checkpoint at `path` (None if there is none); raises CheckpointError for anything else."""
+    """The checkpoint at `path` (None if there is none); raises CheckpointError for anything else
+    (a symbolic link at it or its folder included: not followed)."""
+    _refuse_links(path)
     try:
-        with open(path, "rb") as f, warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch warns about pickles it did not write; the error says it
-            data = torch.load(f, map_location="cpu", weights_only=True)
+        f = open(path, "rb", opener=_no_follow)
     except FileNotFoundError:
         return None
+    except IsADirectoryError:
+        raise CheckpointError(path, "is a directory, not a checkpoint") from None
+    except OSError as err:
+        hint = (f"a file stands where the folder {path.parent} belongs (or above it): move it away"
+                if err.errno == errno.ENOTDIR else "fix it and rerun")
+        raise CheckpointError(path, f"cannot be read: {os_error_words(err)}", hint=hint) from None
+    try:
+        with f, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns about pickles it did not write; the error says it
+            data = torch.load(f, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         # never suggest weights_only=False, as torch's own message does: that is the hole
         raise CheckpointError(path, "holds Python objects beyond tensors and plain data (unpickling it "
@@ -99,6 +201,10 @@ def load_checkpoint(path: Path) -> dict[str, Any] | None:
     if data.get("version") != VERSION:
         raise CheckpointError(path, f"has checkpoint format {data.get('version')!r}; this madsl reads {VERSION}")
     return data
+
+
+def _no_follow(name: str, flags: int) -> int:
+    return os.open(name, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
 
 
 def rng_state() -> dict[str, Any]:

@@ -9,7 +9,9 @@
                 scaled linearly to the run's length (a lower bound for attention at longer
                 lengths), x the run's steps, + its evaluations (a forward pass costs about
                 a third of a training step); cached per database in
-                `<db>.files/step-times.json`, so a second plan measures nothing; the runs
+                `<db>.files/step-times.json`, so a second plan measures nothing (a cache
+                that is not what madsl writes, a number out of range or a symbolic link
+                among it, is discarded with a RuntimeWarning and measured again); the runs
                 of a stacked grid group (the default on CUDA: `madsl.runner.grid`) are
                 costed as what trains, the group: a few timed steps of its members stacked
                 (graph-replayed where the group replays), shared out among its runs
@@ -23,13 +25,16 @@ import contextlib
 import json
 import math
 import os
+import re
+import stat
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from madsl.errors import MadslError
-from madsl.runner.store import canonical_json, sha256
+from madsl.runner.store import canonical_json, os_error_words, sha256
 
 MEASURED_STEPS = 5  # timed steps of a measurement; the fastest counts (other work on the machine only adds)
 EVAL_BATCH = 128
@@ -114,17 +119,75 @@ def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
 
 
+# What a step-time cache may hold: the results folder can be written by others, so every value
+# is checked on read, and a cache that is anything else is discarded (and measured again).
+STEP_TIMES_MAX_BYTES = 16 * 1024 * 1024  # ~100k entries; madsl writes ~90 bytes per measured model
+STEP_TIMES_MAX_SEQ_LEN = 2**31  # a sequence length measured at
+STEP_TIMES_MAX_SECONDS = 86400.0  # a training step of a day is no measurement
+_STEP_KEY = re.compile(r"[0-9a-f]{64}")  # a sha256, as StepTimes.key makes them
+
+
+def read_step_times(path: Path) -> dict[str, list]:
+    """The cache at `path` (key -> [sequence length, seconds per step]); ValueError saying what is
+    wrong with it: not a regular file (a symbolic link is not followed), too large, not JSON, or
+    an entry that is not [a length in 1..2^31, seconds finite and in (0, a day]]."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        raise ValueError("it is a symbolic link, which madsl does not follow" if path.is_symlink()
+                         else f"it cannot be read: {os_error_words(err)}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a folder, a FIFO, a device
+            raise ValueError("it is not a regular file")
+        text = f.read(STEP_TIMES_MAX_BYTES + 1)
+    if len(text) > STEP_TIMES_MAX_BYTES:
+        raise ValueError(f"it is larger than {STEP_TIMES_MAX_BYTES // 2**20} MiB")
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as err:  # RecursionError: nesting deeper than the parser goes
+        raise ValueError(f"it is not JSON ({type(err).__name__})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"it holds a {type(data).__name__}, not an object")
+    table = {}
+    for key, value in data.items():
+        if not _STEP_KEY.fullmatch(key):
+            raise ValueError(f"key {key[:70]!r} is not a step-time key")
+        if not (isinstance(value, list) and len(value) == 2):
+            raise ValueError(f"{key[:12]}: expected [sequence length, seconds per step]")
+        length, seconds = value
+        if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= STEP_TIMES_MAX_SEQ_LEN:
+            raise ValueError(f"{key[:12]}: sequence length {_short(length)} is not an integer in 1..2^31")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+                or not 0 < seconds <= STEP_TIMES_MAX_SECONDS:
+            raise ValueError(f"{key[:12]}: {_short(seconds)} seconds per step is not a finite number in "
+                             f"(0, {STEP_TIMES_MAX_SECONDS:g}]")
+        table[key] = [length, float(seconds)]
+    return table
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number of a step-time cache")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 class StepTimes:
     """Seconds per training step of each distinct model and shape, measured once and cached."""
 
     def __init__(self, path: Path | None):
         self.path, self.changed = path, False
         self.table: dict[str, list] = {}  # key -> [sequence length measured at, seconds per step]
-        if path is not None and path.exists():
+        if path is not None and (path.exists() or path.is_symlink()):
             try:
-                self.table = {k: [int(v[0]), float(v[1])] for k, v in json.loads(path.read_text()).items()}
-            except (ValueError, AttributeError, TypeError, IndexError, KeyError):
-                self.table = {}  # a damaged cache is measured again
+                self.table = read_step_times(path)
+            except ValueError as err:  # measured again, and rewritten by save() (a link: left alone)
+                warnings.warn(f"{path}: not a usable step-time cache ({err}); it is discarded and the steps "
+                              "are measured again", RuntimeWarning, stacklevel=3)
+                self.changed = True
 
     def key(self, job: Any, batch: int) -> str:
         import torch
@@ -136,7 +199,7 @@ class StepTimes:
     def seconds_per_step(self, job: Any, seq_len: int, vocab: int, batch: int) -> float:
         key = self.key(job, batch)
         if key not in self.table:
-            self.table[key] = [seq_len, measure_step(job, seq_len, vocab, batch)]
+            self.table[key] = [seq_len, _measured(measure_step(job, seq_len, vocab, batch))]
             self.changed = True
             _release_device_memory()
         measured_at, seconds = self.table[key]
@@ -153,7 +216,7 @@ class StepTimes:
         key = sha256(canonical_json(["stacked", model, batch, len(members), first.train.precision, group.graphs,
                                      group.device, torch.get_num_threads()]))
         if key not in self.table:
-            self.table[key] = [seq_len, measure_group_step(group, members, batch)]
+            self.table[key] = [seq_len, _measured(measure_group_step(group, members, batch))]
             self.changed = True
             _release_device_memory()
         measured_at, seconds = self.table[key]
@@ -162,16 +225,26 @@ class StepTimes:
     def save(self) -> None:
         """Keep the measurements for the next plan, where the results folder can be written (a
         cache: where it cannot, the next plan measures again, and the database says why)."""
-        if not self.changed or self.path is None:
-            return
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        if not self.changed or self.path is None or self.path.is_symlink():
+            return  # a symbolic link is not madsl's: neither followed nor replaced
+        tmp = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(self.table, indent=1, sort_keys=True))
+            from madsl.outputs import temp_beside
+
+            fd, tmp = temp_beside(self.path, ".tmp")  # a new file (O_EXCL): a planted name is not followed
+            os.close(fd)
+            Path(tmp).write_text(json.dumps(self.table, indent=1, sort_keys=True))
             os.replace(tmp, self.path)
         except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+
+
+def _measured(seconds: float) -> float:
+    """A measured step as the cache keeps it: positive (a clock's resolution can read 0)."""
+    return max(float(seconds), 1e-9)
 
 
 def _release_device_memory() -> None:
@@ -276,7 +349,7 @@ def render_cost(plan: dict) -> str:
         return f"{x:.3g}"
 
     def duration(s):
-        if s is None:
+        if s is None or not math.isfinite(s):
             return "?"
         if s < 120:
             return f"{s:.0f} s"

@@ -31,7 +31,7 @@ from abc import ABC, abstractmethod
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from madsl.runner.protocols import TrainSettings
 
@@ -362,7 +362,12 @@ def make_executor(workers: int) -> Executor:
 # --- the coordinator -----------------------------------------------------------------------
 
 class Reporter:
-    """What the coordinator tells the user; the default says nothing."""
+    """What an evaluation tells the user; the default says nothing. `plan` comes first, before
+    any run, where the reporter asks for it (`shows_plan`: the estimate times a few steps)."""
+
+    shows_plan = False
+
+    def plan(self, cost: Mapping[str, Any], notes: Sequence[str]) -> None: ...
 
     def planned(self, total: int, already_done: int) -> None: ...
 

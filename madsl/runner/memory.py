@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from madsl.errors import MadslError
+from madsl.errors import MadslError, option
 
 WEIGHT_BYTES = 4
 TRAINING_STATE_BYTES = 12
@@ -137,5 +137,5 @@ def check_fits(work: Sequence[Any]) -> None:
             f"{spec.name} on {first.task.name} ({knobs}, batch {first.train.batch_size}) does not fit: "
             f"{runs} at least {size_text(needed)} ({params:,} parameters a run; {detail}), "
             f"and {where} has {size_text(available)}",
-            hint="lower the settings that size it (--set vocab_size=..., seq_len=..., num_train_examples=...; "
-                 "--batch-size), or train where there is more memory")
+            hint=f"lower the settings that size it ({option('settings_overrides')} vocab_size, seq_len, "
+                 f"num_train_examples; {option('batch_size')}), or train where there is more memory")

@@ -20,77 +20,16 @@
                 conventions the two are one head, so they plan one run (one run id)
 
 A run's identity names an option only when it is off its default (`train_config_identity`),
-so the run ids of everything trained before the option existed stay valid.
+so the run ids of everything trained before the option existed stay valid. Each option is
+declared, with its choices, checks and identity default, in madsl.runner.settings.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
-from madsl.errors import Location, MadslError, did_you_mean
-
-# training seeds every generator with a run's seed (torch's take at most 64 bits, the per-epoch
-# one seed x 1,000,003): a 32-bit seed fits them all
-MAX_SEED = 2**32 - 1
-
-OPTIMIZERS = ("adamw", "adam")
-SCHEDULES = ("cosine", "constant")
-METRICS = ("macro", "token")
-LM_HEADS = ("conventions", "spec")
-
-# a training setting's value in every run made before the setting existed
-IDENTITY_DEFAULTS: Mapping[str, Any] = {
-    "precision": "fp32", "conventions": "madsl", "optimizer": "adamw", "schedule": "cosine",
-    "metric": "macro", "stop_acc": None, "patience": None, "min_delta": 0.0, "lm_head": "conventions",
-}
-
-_CHOICES = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES, "metric": METRICS, "lm_head": LM_HEADS}
-_MEANING = {"optimizer": "adamw: decoupled weight decay; adam: plain torch Adam, coupled weight decay",
-            "schedule": "cosine: decay to min_lr; constant: the learning rate throughout",
-            "metric": "macro: class-averaged accuracy; token: share of scored positions right",
-            "lm_head": "conventions: the conventions' LM head; spec: the spec's own output layer"}
-
-
-def check_choice(key: str, value: object, where: Location | None = None, source: str | None = None) -> str:
-    """`value` if it is one of the choices of option `key`; a located MadslError otherwise."""
-    choices: Sequence[str] = _CHOICES[key]
-    if value not in choices:
-        raise MadslError(f"{source or '--' + key}: unknown {key} {value!r}", where, expected=" or ".join(choices),
-                         hint=did_you_mean(str(value), choices) or _MEANING[key])
-    return str(value)
-
-
-def _number(value: object) -> object:
-    """YAML 1.1 reads 1e-3 as a string: a string that is a number is that number."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    return value
-
-
-def check_stop_acc(value: object, where: Location | None = None, source: str = "--stop-acc") -> float:
-    value = _number(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise MadslError(f"{source}: expected an accuracy in [0, 1), got {value!r}", where,
-                         hint="training stops once the eval accuracy exceeds it, e.g. 0.99")
-    return float(value)
-
-
-def check_patience(value: object, where: Location | None = None, source: str = "--patience") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise MadslError(f"{source}: expected a number of epochs, at least 1, got {value!r}", where,
-                         hint="training stops after this many epochs in a row without an eval-loss improvement")
-    return value
-
-
-def check_min_delta(value: object, where: Location | None = None, source: str = "--min-delta") -> float:
-    value = _number(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise MadslError(f"{source}: expected a non-negative number, got {value!r}", where,
-                         hint="the eval-loss decrease that counts as an improvement, e.g. 0.001")
-    return float(value)
+# declared with the other evaluation settings (each once): madsl.runner.settings
+from madsl.runner.settings import IDENTITY_DEFAULTS, LM_HEADS, MAX_SEED, METRICS, OPTIMIZERS, SCHEDULES  # noqa: F401
 
 
 def train_config_identity(train_config: dict) -> dict:

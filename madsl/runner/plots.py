@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from madsl.errors import MadslError
+from madsl.errors import MadslError, option
 from madsl.outputs import temp_beside
 
 PLOT_EXTRA_HINT = "pip install 'madsl[plot]' (matplotlib)"
@@ -54,7 +54,7 @@ def heatmap(names: Sequence[str], columns: Sequence[str], values, title: str, pa
     """values: len(names) x len(columns) accuracies (NaN: none); the last column is the aggregate."""
     import numpy as np
 
-    plt = pyplot("--plot")
+    plt = pyplot(option("plot"))
     fig, ax = plt.subplots(figsize=(1.3 * len(columns) + 3, 0.45 * len(names) + 1.8))
     try:
         image = ax.imshow(values, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
@@ -124,7 +124,7 @@ def sweep_figures(rows: Sequence[Mapping[str, Any]], name_of: Mapping[tuple, str
                   out_dir: Path, title_suffix: str = "") -> tuple[list[Path], list[str]]:
     """One PNG per task in `out_dir` (setting rows of madsl.runner.export); returns the files
     written and the tasks left without a figure (no knob took two values for one architecture)."""
-    plt = pyplot("--plot-sweeps")
+    plt = pyplot(option("plot_sweeps"))
     by_task: dict[str, list] = defaultdict(list)
     for r in rows:
         if r["row"] == "setting":

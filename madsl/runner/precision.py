@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from madsl.errors import MadslError
+from madsl.errors import MadslError, option
 from madsl.runner.options import train_config_identity  # noqa: F401 (its home before the other options)
 
 if TYPE_CHECKING:
@@ -51,8 +51,8 @@ def resolve_precision(name: str, device: "torch.device | str") -> str:
     if name == "auto":
         return "bf16" if device.type == "cuda" and device_supports_bf16(device) else "fp32"
     if name == "bf16" and not device_supports_bf16(device):  # a CUDA GPU before Ampere
-        raise MadslError(f"--precision bf16: device {device} does not support bfloat16",
-                         hint="use --precision fp32, or auto (bf16 only where the device has it)")
+        raise MadslError(f"{option('precision')} bf16: device {device} does not support bfloat16",
+                         hint=f"use {option('precision')} fp32, or auto (bf16 only where the device has it)")
     return name
 
 

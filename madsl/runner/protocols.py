@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 from madsl.errors import Collector, Location, MadslError, did_you_mean
+from madsl.runner.settings import BY_KEY, RUN_OPTIONS, SETTINGS, SPEC_EVAL_KEYS, Where
 
 SettingsChoice = Literal["sweep", "baseline"]
 
@@ -93,30 +94,8 @@ def get_protocol(name: str) -> Protocol:
 
 # --- the user's knobs ---------------------------------------------------------------------
 
-@dataclass
-class Overrides:
-    """Knobs a user sets on top of a protocol; None / empty means "not set"."""
-
-    protocol: str | None = None
-    tasks: tuple[str, ...] | None = None
-    settings: dict[str, Any] = field(default_factory=dict)  # "knob" or "task.knob" -> value
-    lrs: tuple[float, ...] | None = None
-    wds: tuple[float, ...] | None = None
-    epochs: int | None = None
-    batch_size: int | None = None
-    seeds: tuple[int, ...] | None = None
-    eval_lengths: tuple[int, ...] | None = None
-    freeze: tuple[str, ...] | None = None  # layers not trained: symbols, "#tag"s or "embedding"
-    precision: str | None = None  # fp32, bf16 or auto (madsl.runner.precision)
-    conventions: str | None = None  # mad-lab or madsl (madsl.conventions)
-    # madsl.runner.options
-    optimizer: str | None = None
-    schedule: str | None = None
-    metric: str | None = None
-    stop_acc: float | None = None
-    patience: int | None = None
-    min_delta: float | None = None
-    lm_head: str | None = None
+class _Knobs:
+    """The methods of Overrides (its fields come from madsl.runner.settings)."""
 
     def over(self, lower: "Overrides") -> "Overrides":
         """These overrides on top of `lower` (ours win; settings merge key by key)."""
@@ -130,10 +109,12 @@ class Overrides:
         return merged
 
 
-# The keys a spec's `eval:` section may have, and how each maps onto Overrides.
-SPEC_EVAL_KEYS = ("protocol", "tasks", "task", "set", "lr", "wd", "epochs", "batch_size", "seed",
-                  "eval_lengths", "freeze", "precision", "conventions", "optimizer", "schedule", "metric",
-                  "stop_acc", "patience", "min_delta", "lm_head")
+# Knobs a user sets on top of a protocol, one field a setting of madsl.runner.settings (its
+# `field`); None / empty means "not set".
+Overrides = dataclasses.make_dataclass(
+    "Overrides", [(s.field, Any, field(default_factory=dict) if s.field == "settings" else field(default=None))
+                  for s in SETTINGS], bases=(_Knobs,), namespace={"__module__": __name__})
+Overrides.__doc__ = "Knobs a user sets on top of a protocol (madsl.runner.settings); None / empty: not set."
 
 
 class SpecEvalWhere:
@@ -157,57 +138,17 @@ class SpecEvalWhere:
     def value(self, *key_path: Any) -> Location:
         return self._find("value", key_path)
 
-
-def _numbers(value: Any, kind: type, key: str, where: SpecEvalWhere, *, minimum: float, inclusive: bool,
-             single: bool = False, maximum: float = math.inf) -> tuple:
-    """A number or a list of numbers of `kind`, each finite, >= (or >) `minimum` and <= `maximum`;
-    errors at the item."""
-    items = value if isinstance(value, list) else [value]
-    wanted = ("a number" if kind is float else "an integer") + ("" if single else " or a list of them")
-    if single and isinstance(value, list):
-        raise MadslError(f"eval.{key}: expected {wanted}, got {value!r}", where.value(key))
-    if not items:
-        raise MadslError(f"eval.{key}: the list is empty", where.value(key), expected=wanted)
-    out = []
-    for i, v in enumerate(items):
-        at = where.value(key, i) if isinstance(value, list) else where.value(key)
-        if kind is float and isinstance(v, str):  # YAML 1.1 reads 1e-3 as a string
-            try:
-                v = float(v)
-            except ValueError:
-                pass
-        if isinstance(v, bool) or not isinstance(v, (int, float) if kind is float else int):
-            raise MadslError(f"eval.{key}: expected {wanted}, got {v!r}", at)
-        v = kind(v)
-        if not math.isfinite(v) or v < minimum or (v == minimum and not inclusive):
-            bound = f"at least {minimum:g}" if inclusive else f"greater than {minimum:g}"
-            raise MadslError(f"eval.{key}: expected {'a number' if kind is float else 'an integer'} {bound}, "
-                             f"got {v!r}", at)
-        if v > maximum:
-            raise MadslError(f"eval.{key}: expected at most {maximum:,}, got {v!r}", at)
-        if v in out:  # planned once either way: a repeat is a slip, not a second run
-            raise MadslError(f"eval.{key}: {v!r} is given twice", at, hint="list each value once")
-        out.append(v)
-    return tuple(out)
-
-
-def _names(value: Any, key: str, what: str, where: SpecEvalWhere) -> tuple[str, ...]:
-    """A name or a list of names (non-empty strings); errors at the item."""
-    items = value if isinstance(value, list) else [value]
-    if not items:
-        raise MadslError(f"eval.{key}: the list is empty", where.value(key), expected=what)
-    for i, name in enumerate(items):
-        if not isinstance(name, str) or not name:
-            at = where.value(key, i) if isinstance(value, list) else where.value(key)
-            raise MadslError(f"eval.{key}: expected {what}, got {name!r}", at)
-    return tuple(items)
+    def below(self, key: str) -> Where:
+        """The places below `key` of the section, as a setting's check reads them."""
+        return Where(lambda part, path: getattr(self, part)(key, *path))
 
 
 def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str | None = None,
                              source_map: Any = None, task_names: Sequence[str] | None = None) -> Overrides:
     """The `eval:` section of a spec as Overrides. Unknown keys and bad values (types, ranges,
     protocol names, and task names when `task_names` is given) are errors, located at the key
-    or value in the spec file when `source_map` (the Spec's) is given."""
+    or value in the spec file when `source_map` (the Spec's) is given. Each key is a setting of
+    madsl.runner.settings (`task:` an alias of `tasks:`), checked by its own check."""
     section = dict(section or {})
     where = SpecEvalWhere(source_map, spec_file)
     for key in section:
@@ -217,71 +158,17 @@ def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str |
     if "tasks" in section and "task" in section:
         raise MadslError("eval: give either tasks: or task:, not both", where.key("task"))
     out = Overrides()
-    if "protocol" in section:
-        name = section["protocol"]
-        if not isinstance(name, str) or name not in PROTOCOLS:
-            raise MadslError(f"eval.protocol: unknown protocol {name!r}", where.value("protocol"),
-                             expected="one of " + ", ".join(PROTOCOLS), hint=did_you_mean(str(name), PROTOCOLS))
-        out.protocol = name
+    for key, value in section.items():
+        setting = BY_KEY["tasks" if key == "task" else key]
+        setattr(out, setting.field, setting.check(value, where.below(key), f"eval.{key}"))
     task_key = "tasks" if "tasks" in section else "task"
-    if task_key in section:
-        out.tasks = _names(section[task_key], task_key, "task names", where)
-        known = ("all", *task_names) if task_names is not None else None
+    if out.tasks is not None and task_names is not None:
+        known = ("all", *task_names)
         for i, name in enumerate(out.tasks):
-            if known is not None and name not in known:
+            if name not in known:
                 at = where.value(task_key, i) if isinstance(section[task_key], list) else where.value(task_key)
                 raise MadslError(f"eval.{task_key}: unknown task {name!r}", at, expected=", ".join(known),
                                  hint=did_you_mean(name, known))
-    if "set" in section:
-        settings = section["set"]
-        if not isinstance(settings, Mapping):
-            raise MadslError(f"eval.set: expected a mapping of task settings (knob: value), got {settings!r}",
-                             where.value("set"), hint="e.g. set: {seq_len: 256}")
-        for knob, value in settings.items():
-            if not isinstance(knob, str) or not knob:
-                raise MadslError(f"eval.set: a setting name must be a string, got {knob!r}", where.key("set", knob))
-            if value is None or isinstance(value, Mapping):
-                raise MadslError(f"eval.set.{knob}: expected a value, got {value!r}", where.value("set", knob))
-        out.settings = dict(settings)
-    if "lr" in section:
-        out.lrs = _numbers(section["lr"], float, "lr", where, minimum=0, inclusive=False)
-    if "wd" in section:
-        out.wds = _numbers(section["wd"], float, "wd", where, minimum=0, inclusive=True)
-    if "epochs" in section:
-        out.epochs = _numbers(section["epochs"], int, "epochs", where, minimum=1, inclusive=True, single=True)[0]
-    if "batch_size" in section:
-        out.batch_size = _numbers(section["batch_size"], int, "batch_size", where, minimum=1, inclusive=True,
-                                  single=True)[0]
-    if "seed" in section:
-        from madsl.runner.options import MAX_SEED
-
-        out.seeds = _numbers(section["seed"], int, "seed", where, minimum=0, inclusive=True, maximum=MAX_SEED)
-    if "eval_lengths" in section:
-        # (their range depends on the task: checked against it when the plan is made)
-        out.eval_lengths = _numbers(section["eval_lengths"], int, "eval_lengths", where, minimum=-math.inf,
-                                    inclusive=True)
-    if "freeze" in section:
-        out.freeze = _names(section["freeze"], "freeze", "layer names (symbols, #tags or embedding)", where)
-    if "precision" in section:
-        from madsl.runner.precision import PRECISIONS
-
-        if section["precision"] not in PRECISIONS:
-            raise MadslError(f"eval.precision: unknown precision {section['precision']!r}", where.value("precision"),
-                             expected=", ".join(PRECISIONS), hint=did_you_mean(str(section["precision"]), PRECISIONS))
-        out.precision = section["precision"]
-    if "conventions" in section:
-        from madsl.conventions import check_conventions
-
-        out.conventions = check_conventions(section["conventions"], where.value("conventions"), "eval.conventions")
-    from madsl.runner import options
-
-    for key in ("optimizer", "schedule", "metric", "lm_head"):
-        if key in section:
-            setattr(out, key, options.check_choice(key, section[key], where.value(key), f"eval.{key}"))
-    for key, check in (("stop_acc", options.check_stop_acc), ("patience", options.check_patience),
-                       ("min_delta", options.check_min_delta)):
-        if key in section:
-            setattr(out, key, check(section[key], where.value(key), f"eval.{key}"))
     return out
 
 
@@ -491,8 +378,7 @@ def _plan_runs(tasks: Sequence, overrides: Overrides, source: str = "--set") -> 
     conventions = overrides.conventions or protocol.conventions
     # the reference trains in bf16 on its GPUs: "auto" gives that on CUDA, fp32 on a CPU
     precision = overrides.precision or ("auto" if conventions == "mad-lab" else "fp32")
-    options = {key: getattr(overrides, key) for key in ("optimizer", "schedule", "metric", "stop_acc", "patience",
-                                                        "min_delta", "lm_head") if getattr(overrides, key) is not None}
+    options = {key: getattr(overrides, key) for key in RUN_OPTIONS if getattr(overrides, key) is not None}
     if options.get("min_delta") and options.get("patience") is None:
         raise MadslError(f"min_delta {options['min_delta']} has no effect without patience",
                          hint="min_delta is how much the eval loss must improve to count for patience: set "
@@ -502,7 +388,7 @@ def _plan_runs(tasks: Sequence, overrides: Overrides, source: str = "--set") -> 
     for name, value in (("epochs", epochs_for(tasks[0]) if tasks else 1), ("batch size", batch_size)):
         if value < 1:
             raise MadslError(f"{name} must be at least 1, got {value}")
-    from madsl.runner.options import MAX_SEED
+    from madsl.runner.settings import MAX_SEED
 
     if any(not 0 <= int(seed) <= MAX_SEED for seed in seeds):  # a sweep's train.seed, the Python API's
         raise MadslError(f"seed must be from 0 to {MAX_SEED:,} (2^32 - 1), got {', '.join(map(str, seeds))}",

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from madsl.errors import MadslError
+from madsl.errors import MadslError, option
 from madsl.runner.executor import TERMINAL, Event, Executor, RunJob, execute_job
 
 INSTALL = "pip install 'madsl[ray]'"
@@ -57,9 +57,9 @@ class RayOptions:
 
     def check(self) -> None:
         if not (self.cpus_per_run > 0 and math.isfinite(self.cpus_per_run)):
-            raise MadslError(f"--cpus-per-run must be a positive number, got {self.cpus_per_run:g}")
+            raise MadslError(f"{option('cpus_per_run')} must be a positive number, got {self.cpus_per_run:g}")
         if not (self.gpus_per_run >= 0 and math.isfinite(self.gpus_per_run)):
-            raise MadslError(f"--gpus-per-run must be zero or a positive number (fractions share a GPU), "
+            raise MadslError(f"{option('gpus_per_run')} must be zero or a positive number (fractions share a GPU), "
                              f"got {self.gpus_per_run:g}")
 
 
@@ -67,7 +67,7 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise MadslError("--executor ray needs Ray, which is not installed",
+        raise MadslError(f"{option('executor')} ray needs Ray, which is not installed",
                          hint=f"install it with: {INSTALL}") from None
     return ray
 
@@ -89,7 +89,7 @@ def connect(address: str | None) -> bool:
     try:
         ray.init(address=resolved, **options)
     except (ConnectionError, RuntimeError, ValueError) as err:
-        raise MadslError(f"--address {address}: cannot connect to a Ray cluster at {resolved}: {err}") from None
+        raise MadslError(f"{option('address')} {address}: cannot connect to a Ray cluster at {resolved}: {err}") from None
     return False
 
 
@@ -103,20 +103,20 @@ def _resolve_address(address: str) -> str:
     try:
         return canonicalize_bootstrap_address_or_die(address)
     except (ConnectionError, ValueError) as err:
-        raise MadslError(f"--address {address}: {err}",
-                         hint="start a cluster with `ray start --head`, or give --address HOST:PORT; "
-                              "without --address a local Ray instance is started") from None
+        raise MadslError(f"{option('address')} {address}: {err}",
+                         hint=f"start a cluster with `ray start --head`, or give {option('address')} HOST:PORT; "
+                              f"without {option('address')} a local Ray instance is started") from None
 
 
 def _probe(resolved: str, address: str) -> None:
     """ray.init waits minutes for an unreachable cluster; a plain TCP connection answers in seconds."""
     host, _, port = resolved.rpartition(":")
     if not port.isdigit():
-        raise MadslError(f"--address {address}: expected auto or HOST:PORT, got {resolved!r}")
+        raise MadslError(f"{option('address')} {address}: expected auto or HOST:PORT, got {resolved!r}")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as err:
-        raise MadslError(f"--address {address}: no Ray cluster answers at {resolved} ({err})",
+        raise MadslError(f"{option('address')} {address}: no Ray cluster answers at {resolved} ({err})",
                          hint="is the head node up (`ray status` on it) and its GCS port reachable "
                               "from here?") from None
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from madsl.errors import MadslError, did_you_mean
+from madsl.errors import MadslError, did_you_mean, option
 from madsl.outputs import check_output_dir, check_output_path, output_error
 from madsl.runner.export import csv_cell
 from madsl.runner.leaderboard import (aggregate_name, context_text, display_names, mad_task_order, render_text,
@@ -91,7 +91,7 @@ def check_protocol_label(name: str, stored: set[str], db: str | os.PathLike) -> 
     if name in PROTOCOLS or name in stored:
         return
     known = sorted(set(PROTOCOLS) | stored)
-    raise MadslError(f"--protocol {name}: no such protocol, and no runs in {db} are filed under it",
+    raise MadslError(f"{option('protocol')} {name}: no such protocol, and no runs in {db} are filed under it",
                      expected=", ".join(known), hint=did_you_mean(name, known))
 
 
@@ -151,7 +151,7 @@ def plot_heatmap(scores: Sequence[SpecScore], path: str | os.PathLike) -> Path:
 
     from madsl.runner.plots import heatmap, pyplot
 
-    pyplot("--plot")
+    pyplot(option("plot"))
     if not scores:
         raise MadslError("nothing to plot: the database has no finished runs")
     columns = task_columns(scores)
@@ -174,7 +174,7 @@ def check_plot_dir(path: str | os.PathLike, force: bool = False) -> Path:
     from madsl.tasks import TASKS
 
     figures = {figure_file_name(task) for task in TASKS}
-    return check_output_dir(path, "--plot-sweeps", figures.__contains__, force=force, writes="one PNG per task")
+    return check_output_dir(path, option("plot_sweeps"), figures.__contains__, force=force, writes="one PNG per task")
 
 
 def report_outputs(db: str | os.PathLike = "madsl-results.db", fmt: str = "text",
@@ -188,18 +188,18 @@ def report_outputs(db: str | os.PathLike = "madsl-results.db", fmt: str = "text"
     if rows not in ROWS:
         raise MadslError(f"unknown report rows {rows!r}", expected=", ".join(ROWS))
     if rows != "tasks" and fmt == "text":
-        raise MadslError(f"--rows {rows} is a table for analysis: it needs --format json or csv",
+        raise MadslError(f"{option('rows')} {rows} is a table for analysis: it needs {option('fmt')} json or csv",
                          hint=f"madsl report --rows {rows} --format csv > {rows}.csv")
     if plot is not None:
-        check_output_path(plot, "--plot")  # before any work
+        check_output_path(plot, option("plot"))  # before any work
         if Path(plot).suffix.lower() not in PLOT_SUFFIXES:
-            raise MadslError(f"--plot {plot}: matplotlib cannot write {Path(plot).suffix!r} images",
+            raise MadslError(f"{option('plot')} {plot}: matplotlib cannot write {Path(plot).suffix!r} images",
                              expected="a file ending in " + ", ".join(PLOT_SUFFIXES))
     if plot_sweeps is not None:
         from madsl.runner.plots import pyplot
 
         plot_sweeps = check_plot_dir(plot_sweeps, force)
-        pyplot("--plot-sweeps")
+        pyplot(option("plot_sweeps"))
     stored = load_runs(db, protocol=protocol)
     scores = spec_scores(stored.rows, stored.labels, mad_task_order(), stored.length_evals, ceiling=task_ceiling)
     written: list[Path] = []
@@ -208,7 +208,7 @@ def report_outputs(db: str | os.PathLike = "madsl-results.db", fmt: str = "text"
         try:
             written.append(plot_heatmap(scores, plot))
         except OSError as err:
-            raise output_error(err, plot, "--plot") from None
+            raise output_error(err, plot, option("plot")) from None
     if plot_sweeps is not None:
         more, flat = plot_sweep_figures(stored, Path(plot_sweeps))
         written += more
@@ -241,7 +241,7 @@ def plot_sweep_figures(stored: StoredRuns, out_dir: Path) -> tuple[list[Path], l
     try:
         written, flat = sweep_figures(table, display_names(keys), mad_task_order(), out_dir, suffix)
     except OSError as err:
-        raise output_error(err, out_dir, "--plot-sweeps") from None
+        raise output_error(err, out_dir, option("plot_sweeps")) from None
     if not written:
         raise MadslError(f"nothing to plot: no task's runs vary a setting (each of {', '.join(flat)} was "
                          "evaluated at one setting only)",

@@ -13,7 +13,9 @@ never run again. A "running" run whose owner process died (same host, pid gone)
 or whose heartbeat is older than `stale_after_s` can be claimed again and
 resumes from its checkpoint. Checkpoints live in a folder beside the database:
 `<db without suffix>.files/checkpoints/<run_id>.pt`; generated task data is
-cached in `<...>.files/data/`.
+cached in `<...>.files/data/`. Whatever madsl reads back from that folder is untrusted
+input: no entry of it is followed when it is a symbolic link (`refuse_links`), and a
+read or write that fails says why in words (`os_error_words`: "no space left on device").
 
 Every write is one transaction; only the coordinating process writes (workers
 report through events), so concurrency is limited to several `madsl eval`
@@ -21,6 +23,7 @@ processes sharing a database, which claims make safe.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -208,14 +211,14 @@ def check_database(path: str | os.PathLike, create: bool = True) -> None:
             raise StoreError(path, "does not exist", hint="run `madsl eval` first, or pass --db PATH")
         if not os.access(ancestor, os.W_OK | os.X_OK):
             raise StoreError(path, f"cannot be created: {ancestor} is not writable")
+        _check_files(path)
         return
     if not path.is_file():
         raise StoreError(path, "is not a regular file")
     if not os.access(path, os.R_OK) or (create and not os.access(path, os.W_OK)):
         raise StoreError(path, f"is not {'readable and writable' if create else 'readable'} (permissions)")
-    files_dir = store_files_dir(path)
-    if create and files_dir.exists() and not files_dir.is_dir():
-        raise StoreError(path, f"cannot keep its checkpoints and data: {files_dir} is a file")
+    if create:
+        _check_files(path)
     with open(path, "rb") as f:
         header = f.read(len(SQLITE_HEADER))
     if not header:
@@ -223,6 +226,16 @@ def check_database(path: str | os.PathLike, create: bool = True) -> None:
     if header != SQLITE_HEADER:
         raise StoreError(path, "is not an SQLite database", hint="madsl leaves it untouched; pass another --db")
     _check_madsl_schema(path)
+
+
+def _check_files(path: Path) -> None:
+    """The results folder beside a database to be written: a folder (or none yet), whose own
+    entries are no symbolic links (`check_files_dir`)."""
+    files_dir = store_files_dir(path)
+    if files_dir.exists() and not files_dir.is_dir():
+        raise StoreError(path, f"cannot keep its checkpoints and data: {files_dir} is a file")
+    if files_dir.is_dir() and (problem := check_files_dir(files_dir)) is not None:
+        raise StoreError(path, problem, hint="remove it (or put a real folder in its place) and rerun")
 
 
 def _check_madsl_schema(path: Path) -> None:
@@ -256,6 +269,67 @@ def store_files_dir(db: str | os.PathLike) -> Path:
     """The folder beside a database for its checkpoints and cached task data."""
     path = Path(db)
     return path.with_name(path.stem + ".files")
+
+
+# what madsl keeps in a results folder (`<db>.files/`): folders, except the step-time cache
+FILES_ENTRIES = ("checkpoints", "data", "models", "step-times.json")
+
+OS_ERROR_WORDS = {
+    errno.ENOSPC: "no space left on device", getattr(errno, "EDQUOT", -1): "disk quota exceeded",
+    errno.EACCES: "permission denied", errno.EPERM: "permission denied", errno.EROFS: "read-only file system",
+    errno.ENOTDIR: "not a directory", errno.EISDIR: "is a directory", errno.EEXIST: "already exists",
+    errno.ELOOP: "a symbolic link", errno.ENAMETOOLONG: "file name too long", errno.EIO: "input/output error",
+}
+
+
+def os_error_words(err: OSError) -> str:
+    """Why a read or write failed, in words ("no space left on device", "permission denied",
+    "not a directory"), from its errno; else the system's own message."""
+    return OS_ERROR_WORDS.get(err.errno) or (err.strerror or str(err) or type(err).__name__).lower()
+
+
+class LinkError(MadslError):
+    """A symbolic link where madsl keeps its own files: refused, never followed, never deleted."""
+
+    def __init__(self, path: Path):
+        super().__init__(f"{path} is a symbolic link: madsl does not follow links inside its results folder",
+                         Location(file=str(path)),
+                         hint="it and what it points to were left as they are; remove the link (or put a real "
+                              "folder or file in its place) and rerun")
+        self.path = path
+
+    def __str__(self) -> str:  # what a failed run records
+        return f"{self.message} ({self.hint})"
+
+
+def refuse_links(*paths: str | os.PathLike) -> None:
+    """Raise LinkError for the first of `paths` that is a symbolic link (a missing one is fine)."""
+    for path in paths:
+        if os.path.islink(path):
+            raise LinkError(Path(path))
+
+
+def check_files_dir(files_dir: Path) -> str | None:
+    """What is wrong with a results folder's own entries, if anything (None: nothing): one that is
+    a symbolic link (checkpoints/, data/, models/, step-times.json, and every entry of models/),
+    or a file where a folder belongs. Reads only: creates and changes nothing."""
+    for name in FILES_ENTRIES:
+        entry = files_dir / name
+        if entry.is_symlink():
+            return f"keeps {name} in {entry}, which is a symbolic link (madsl does not follow links inside " \
+                   "its results folder; it was left as it is)"
+        if name != "step-times.json" and entry.exists() and not entry.is_dir():
+            return f"cannot keep its {name}: {entry} is not a directory"
+    models = files_dir / "models"
+    if models.is_dir():
+        try:
+            linked = sorted(entry.name for entry in os.scandir(models) if entry.is_symlink())
+        except OSError as err:
+            return f"cannot read {models}: {os_error_words(err)}"
+        if linked:
+            return f"has a symbolic link among its kept models: {models / linked[0]} (madsl does not follow " \
+                   "links inside its results folder; it was left as it is)"
+    return None
 
 
 class StoreFiles:
@@ -293,7 +367,9 @@ class Store(StoreFiles):
             self.conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)  # we manage transactions
             self.conn.row_factory = sqlite3.Row
             self._open(create)
-        except (OSError, sqlite3.Error) as err:
+        except OSError as err:
+            raise StoreError(self.path, f"cannot be opened: {os_error_words(err)} ({err})") from None
+        except sqlite3.Error as err:
             raise StoreError(self.path, f"cannot be opened ({err})") from None
 
     def _open(self, create: bool) -> None:

@@ -9,28 +9,50 @@
       layers.H.order: [2, 3]
     train: {lr: [5e-4, 1e-3]}
 
-A variant is an ordinary spec: the spec file with the varied fields set, named after
-what varied (`hyena-sg[dim=64,H.order=3]`); its identity, and so its run ids, follow
+A variant is an ordinary spec: the spec file with the varied fields set, named after what
+varied (`hyena-sg[dim=64,H.order=3]`); its identity, and so its run ids, follow
 `Spec.identity()`. Every variant is accounted and budget-checked before anything runs.
 Errors point at the line and column of the sweep file, with did-you-mean for keys and
 field paths.
+
+Sweep files come from pull requests, and their errors land in CI logs. `specs:` entries
+follow the read policy of every file a spec names (madsl/spec_files.py): a relative path
+or glob inside the sweep file's folder (or $MADSL_SPEC_ROOT), or `bundled:NAME`; anything
+else is refused at the entry before a file is read, and a named file that is not a spec is
+reported by name only. The work a sweep asks for is capped before it is done: its number of
+variants is computed from its axes before one is built (`MAX_VARIANTS`), each variant's
+layers are counted before it is accounted (`MAX_VARIANT_LAYERS`), and the runs of its plan
+are counted before one is planned (`MAX_RUNS`, `check_planned_runs`).
 """
 from __future__ import annotations
 
 import copy
-import glob
+import dataclasses
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from madsl.errors import Location, MadslError, did_you_mean
+from madsl.runner.settings import BY_KEY as SETTINGS_BY_KEY
+from madsl.runner.settings import SWEEP_TRAIN_KEYS, Where
 from madsl.yamlsource import Located, load
 
 SWEEP_KEYS = ("specs", "protocol", "tasks", "vary", "train")
-TRAIN_KEYS = ("lr", "wd", "epochs", "batch_size", "seed")
+TRAIN_KEYS = SWEEP_TRAIN_KEYS  # the settings a sweep file may set (madsl.runner.settings)
 # spec fields a sweep may vary besides a layer's parameters (`layers.SYMBOL.PARAM`)
 SPEC_FIELDS = ("dim", "vocab", "seq_len", "topology", "channel_mixer", "norm", "tie_embeddings")
+
+# Caps, checked before the work they bound (docs/runner.md#sweep-files), each with why it is where it is:
+# spec files x the values of every vary: axis; each variant is built and accounted before anything
+# runs, and 4,096 of them at the quick protocol are months of CPU time
+MAX_VARIANTS = 4_096
+# sequence and channel mixers of one variant: 3x the deepest bundled spec (80, granite-4.0-h-small);
+# a variant of 2,048 took 95 s and 3.6 GB before its plan ran out of memory
+MAX_VARIANT_LAYERS = 256
+# runs of one sweep's plan: 250 specs at the paper protocol's 396; planning more alone takes minutes and GBs
+MAX_RUNS = 100_000
 
 
 @dataclass
@@ -48,6 +70,7 @@ class Sweep:
     protocol: str | None = None
     tasks: list[str] | None = None
     train: dict[str, list[Any]] = field(default_factory=dict)  # lr, wd, seed: lists; epochs, batch_size: one
+    where: Location | None = None  # where the sweep's size is written (its vary:, else its specs:), for the run cap
 
     def runnable(self, allow_over_budget: bool = False) -> list[Variant]:
         return [v for v in self.variants if allow_over_budget or not v.over_budget]
@@ -76,43 +99,99 @@ def load_sweep(path: str | Path) -> Sweep:
     if "specs" not in data:
         raise MadslError("a sweep file needs specs: (spec files or globs)", located.key(()),
                          hint="specs: [specs/paper/hyena-sg.mad]")
-    spec_paths = _spec_paths(located)
-    sweep = Sweep(path=str(path), variants=[], protocol=_protocol(located), tasks=_tasks(located),
-                  train=_train(located))
+    size_at = located.key(("vary",)) if data.get("vary") else located.key(("specs",))
     grid = _grid(located)
-    from madsl.spec import load_spec
-
-    for spec_path in spec_paths:
-        base = load_spec(spec_path)
+    _check_variant_count(None, grid, size_at)  # the axes alone, before a folder is searched
+    spec_paths = _spec_paths(located)
+    _check_variant_count(len(spec_paths), grid, size_at)  # before a spec is read
+    sweep = Sweep(path=str(path), variants=[], protocol=_protocol(located), tasks=_tasks(located),
+                  train=_train(located), where=size_at)
+    for spec_path, where, ref in spec_paths:
+        base = _load_named(spec_path, where, ref)
         for path_key, _ in grid:
             _check_field_path(base, path_key, located)
         for values in itertools.product(*(vals for _, vals in grid)):
             varied = {key: value for (key, _), value in zip(grid, values)}
-            sweep.variants.append(_variant(base, spec_path, varied, located))
+            sweep.variants.append(_variant(base, str(base.path), varied, located, grid, where))
     return sweep
+
+
+def _check_variant_count(specs: int | None, grid: list[tuple[str, list[Any]]], where: Location) -> None:
+    """The variants a sweep makes, counted from its axes (nothing built): at most MAX_VARIANTS.
+    `specs`: how many spec files it names (None: not known yet, the axes alone are counted)."""
+    count = (specs or 1) * math.prod(len(values) for _, values in grid)
+    if count > MAX_VARIANTS:
+        axes = " x ".join(f"{len(values):,} {key}" for key, values in grid)
+        made = f"{count:,} variants ({specs:,} spec(s) x {axes or '1'})" if specs is not None else \
+            f"{count:,} variants of each spec ({axes})"
+        raise MadslError(f"the sweep makes {made}; a sweep makes at most {MAX_VARIANTS:,}", where,
+                         hint="vary fewer fields or values, or split the study into several sweep files")
+
+
+def _load_named(spec_path: Path, where: Location, ref: str) -> Any:
+    """The spec a `specs:` entry names, held to the read policy: not a spec -> an error at the entry."""
+    from madsl.spec import load_spec
+    from madsl.spec_files import NOT_A_SPEC_EXPECTED, NotASpec, as_named
+
+    shown = as_named(spec_path)
+    try:
+        return load_spec(shown, named=True)
+    except NotASpec:
+        raise MadslError(f"specs: {shown}" + (f" (matched by {ref})" if str(shown) != ref else "")
+                         + " is not a spec", where, expected=NOT_A_SPEC_EXPECTED) from None
+
+
+def check_planned_runs(sweep: Sweep, cli: Any, variants: list[Variant]) -> int:
+    """The runs `variants` plan under the command line's and the sweep's knobs `cli` (a
+    runner Overrides), counted before one is planned: the task settings of one spec times
+    its grid of lr, wd and seed, times the spec's variants. More than MAX_RUNS is an error
+    at the sweep's size; returns the count."""
+    per_file: dict[str, int] = {}
+    total = 0
+    for variant in variants:
+        if variant.path not in per_file:
+            per_file[variant.path] = _runs_of(variant.spec, variant.path, cli)
+        total += per_file[variant.path]
+    if total > MAX_RUNS:
+        raise MadslError(f"{sweep.path}: the sweep plans {total:,} runs ({len(variants):,} variants); a plan holds at "
+                         f"most {MAX_RUNS:,}", sweep.where,
+                         hint="fewer variants, tasks or train: values (lr, wd, seed), or a protocol with fewer "
+                              "settings (baseline instead of paper)")
+    return total
+
+
+def _runs_of(spec: Any, path: str, cli: Any) -> int:
+    """The runs `madsl eval` plans of one spec, counted: its task settings (planned with one lr,
+    wd and seed) times the lengths of its lr, wd and seed lists."""
+    from madsl.runner.api import DEFAULT_PROTOCOL, plan_spec
+    from madsl.runner.protocols import Overrides, get_protocol, overrides_from_spec_eval
+
+    from_spec = overrides_from_spec_eval(spec.eval, path, spec.source_map)
+    merged = cli.over(from_spec.over(Overrides(protocol=DEFAULT_PROTOCOL)))
+    protocol = get_protocol(merged.protocol)
+    lrs, wds, seeds = merged.lrs or protocol.lrs, merged.wds or protocol.wds, merged.seeds or protocol.seeds
+    one = dataclasses.replace(cli, lrs=tuple(lrs[:1]), wds=tuple(wds[:1]), seeds=tuple(seeds[:1]))
+    return len(plan_spec(spec, path, one).runs) * len(lrs) * len(wds) * len(seeds)
 
 
 # --- the sections --------------------------------------------------------------------------
 
-def _spec_paths(located: Located) -> list[str]:
+def _spec_paths(located: Located) -> list[tuple[Path, Location, str]]:
+    """Each spec file the `specs:` entries name (resolved, in order, once), with the entry that
+    named it first and its text. Nothing is read: the read policy refuses at the entry."""
+    from madsl.spec_files import resolve_named
+
     specs = located.data["specs"]
     patterns = [specs] if isinstance(specs, str) else specs
-    if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
+    if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) and p.strip() for p in patterns):
         raise MadslError("specs: expected a list of spec files or globs", located.value(("specs",)),
                          hint="specs: [specs/paper/hyena-sg.mad, specs/paper/striped-*.mad]")
-    here = Path(located.file).parent
-    out: list[str] = []
+    out: dict[Path, tuple[Path, Location, str]] = {}
     for index, pattern in enumerate(patterns):
         where = located.value(("specs", index)) if not isinstance(specs, str) else located.value(("specs",))
-        full = pattern if Path(pattern).is_absolute() else str(here / pattern)
-        matches = sorted(glob.glob(full))
-        if not matches:
-            raise MadslError(f"specs: {pattern!r} matches no file", where,
-                             hint=f"paths are relative to the sweep file's folder ({here})")
-        out += [m for m in matches if m not in out]
-    return out
-
-
+        for match in resolve_named(pattern, Path(located.file), where, key="specs", naming="sweep file", globs=True):
+            out.setdefault(match, (match, where, pattern))
+    return list(out.values())
 def _protocol(located: Located) -> str | None:
     if "protocol" not in located.data:
         return None
@@ -144,6 +223,8 @@ def _tasks(located: Located) -> list[str] | None:
 
 
 def _train(located: Located) -> dict[str, Any]:
+    """The sweep's `train:` section: each key a setting of madsl.runner.settings that a sweep may
+    set, checked by that setting's own check, located in the sweep file."""
     section = located.data.get("train") or {}
     if not isinstance(section, dict):
         raise MadslError("train: expected a mapping such as {lr: [5e-4, 1e-3]}", located.value(("train",)))
@@ -152,40 +233,22 @@ def _train(located: Located) -> dict[str, Any]:
         if key not in TRAIN_KEYS:
             raise MadslError(f"unknown key {key!r} in train:", located.key(("train", key)),
                              expected=", ".join(TRAIN_KEYS), hint=did_you_mean(str(key), TRAIN_KEYS))
-        kind = float if key in ("lr", "wd") else int
-        values = [_number(v) for v in (value if isinstance(value, list) else [value])]
-        if not values or not all(v is not None and v >= 0 and (kind is float or float(v).is_integer())
-                                 for v in values):
-            raise MadslError(f"train.{key}: expected {'non-negative numbers' if kind is float else 'integers'}",
-                             located.value(("train", key)))
-        if key in ("epochs", "batch_size"):
-            if len(values) != 1 or values[0] <= 0:
-                raise MadslError(f"train.{key}: expected one positive integer", located.value(("train", key)))
-            out[key] = int(values[0])
-        else:
-            out[key] = [kind(v) for v in values]
-            _once(out[key], f"train.{key}", lambda i, key=key: located.value(("train", key, i))
-                  if isinstance(value, list) else located.value(("train", key)))
+        where = Where(lambda part, path, key=key: getattr(located, part)(("train", key, *path)))
+        out[key] = SETTINGS_BY_KEY[key].check(value, where, f"train.{key}")
     return out
 
 
 def _once(values: list[Any], name: str, where: Callable[[int], Location]) -> None:
     """A value listed twice is a slip (its runs or variant would be planned once): an error at the repeat."""
+    seen: set[Any] = set()  # hashable values (== as `in` compares: 2 and 2.0 are one); others one by one
     for index, value in enumerate(values):
-        if value in values[:index]:
+        try:
+            repeated = value in seen
+            seen.add(value)
+        except TypeError:  # a list or mapping
+            repeated = value in values[:index]
+        if repeated:
             raise MadslError(f"{name}: {value!r} is given twice", where(index), hint="list each value once")
-
-
-def _number(value: Any) -> float | None:
-    """A number as YAML gives it; PyYAML reads 5e-4 (no dot) as a string, so those are parsed too."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return value
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _grid(located: Located) -> list[tuple[str, list[Any]]]:
@@ -244,27 +307,58 @@ def variant_name(name: str, varied: dict[str, Any]) -> str:
     return f"{name}[{','.join(shown)}]"
 
 
-def _variant(base: Any, spec_path: str, varied: dict[str, Any], located: Located) -> Variant:
+def _variant(base: Any, spec_path: str, varied: dict[str, Any], located: Located,
+             grid: list[tuple[str, list[Any]]], entry: Location) -> Variant:
     from madsl.budget import check
     from madsl.graph import account
-    from madsl.spec import load_spec
+    from madsl.spec import spec_with
 
     overrides: dict[str, Any] = {"name": variant_name(base.name, varied)}
     layers = copy.deepcopy(base.data.get("layers") or {})
     for key, value in varied.items():
         parts = key.split(".")
         if parts[0] == "layers":
-            layers.setdefault(parts[1], {})[parts[2]] = value
+            own = layers.get(parts[1])
+            layers[parts[1]] = {**(own if isinstance(own, dict) else {}), parts[2]: value}
         else:
             overrides[key] = value
     if any(key.startswith("layers.") for key in varied):
         overrides["layers"] = layers
+    name = overrides["name"]
     try:
-        spec = load_spec(spec_path, overrides=overrides) if varied else base
+        spec = spec_with(base, overrides) if varied else base
+    except MadslError as err:
+        raise _variant_error(name, err, located) from None
+    count = layer_count(spec)
+    if count > MAX_VARIANT_LAYERS:  # before it is accounted (or planned, or timed)
+        where = entry
+        if "topology" in varied:
+            values = next(values for key, values in grid if key == "topology")
+            where = located.value(("vary", "topology", values.index(varied["topology"])))
+        raise MadslError(f"variant {name}: its topology expands to {count:,} layers; a sweep's variant has at most "
+                         f"{MAX_VARIANT_LAYERS:,}", where,
+                         hint="every variant is trained on the MAD tasks: check the repeat counts")
+    try:
         account_ = account(spec, seq_len=spec.budget_seq_len)
     except MadslError as err:
-        messages = "; ".join(one.message for one in err.diagnostics)  # all of them, not just the first
-        raise MadslError(f"variant {overrides['name']}: {messages}", located.key(("vary",)),
-                         expected=err.expected, hint=err.hint) from None
+        raise _variant_error(name, err, located) from None
     violations = check(account_.totals, spec.budget)
     return Variant(spec=spec, path=spec_path, varied=varied, over_budget=[v.message() for v in violations])
+
+
+def _variant_error(name: str, err: MadslError, located: Located) -> MadslError:
+    messages = "; ".join(one.message for one in err.diagnostics)  # all of them, not just the first
+    return MadslError(f"variant {name}: {messages}", located.key(("vary",)), expected=err.expected, hint=err.hint)
+
+
+def layer_count(spec: Any) -> int:
+    """The layers of a spec's expanded topology: every sequence mixer (each branch of a parallel
+    one) and every channel mixer a block gets. The topology is already within the block limit
+    of madsl/topology.py, so the count is quick."""
+    from madsl import topology as topo
+
+    count = 0
+    for block in topo.blocks(spec.topology):
+        count += len(block.mixer.branches) if isinstance(block.mixer, topo.Parallel) else 1
+        count += spec.channel_for(block) is not None
+    return count

@@ -1,0 +1,142 @@
+"""What `madsl eval` shows on the terminal and how it stops: the presentation of the runner.
+
+The runner (madsl.runner) prints nothing: it tells a Reporter what happens and polls a stop
+callable. Here are the command line's answers to both: rich progress bars and the plan
+(`RichReporter`), the score table after an evaluation (`print_summary`), and Ctrl-C / SIGTERM
+turned into a polite stop (`stop_on_signals`: the first asks the runs to checkpoint and stop,
+the second aborts).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from madsl.runner.executor import Reporter, RunJob
+
+
+class RichReporter(Reporter):
+    """Progress bars: one for all runs, one per running run (epochs), a line per finished run;
+    the plan first."""
+
+    shows_plan = True
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
+
+        self.console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+        self.view = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                             TextColumn("eta"), TimeRemainingColumn(), console=self.console)
+        self.overall = None
+        self.bars: dict[str, Any] = {}
+        self.started_at: dict[str, float] = {}
+
+    def __enter__(self) -> "RichReporter":
+        self.view.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.view.stop()
+
+    def planned(self, total: int, already_done: int) -> None:
+        self.overall = self.view.add_task("runs", total=total, completed=already_done,
+                                              info=f"{already_done} already done" if already_done else "")
+
+    def started(self, job: RunJob) -> None:
+        if job.run_id in self.bars:  # started again: retried after its node was lost
+            self.view.remove_task(self.bars.pop(job.run_id))
+        self.started_at[job.run_id] = time.monotonic()
+        self.bars[job.run_id] = self.view.add_task(f"  {job.label}", total=job.train.epochs, info="starting")
+
+    def progress(self, job: RunJob, epoch: int, step: int, steps: int) -> None:
+        bar = self.bars.get(job.run_id)
+        if bar is not None:
+            self.view.update(bar, completed=epoch - 1 + step / steps,
+                                 info=f"epoch {epoch}/{job.train.epochs} step {step}/{steps}")
+
+    def epoch(self, job: RunJob, metrics: Mapping[str, Any]) -> None:
+        bar = self.bars.get(job.run_id)
+        acc = metrics.get("eval_macro_acc")
+        if bar is not None:
+            self.view.update(bar, completed=metrics["epoch"],
+                                 info=f"epoch {metrics['epoch']}" + (f" acc {acc:.3f}" if acc is not None else
+                                                                     f" loss {metrics['eval_loss']:.3g}"))
+
+    def length(self, job: RunJob, length: int, index: int, count: int) -> None:
+        bar = self.bars.get(job.run_id)
+        if bar is not None:
+            self.view.update(bar, info=f"evaluating at length {length:,} ({index + 1}/{count})")
+
+    def ended(self, job: RunJob, status: str, detail: str = "") -> None:
+        bar = self.bars.pop(job.run_id, None)
+        if bar is not None:
+            self.view.remove_task(bar)
+        if self.overall is not None and status in ("done", "skipped", "failed"):
+            self.view.advance(self.overall)
+        mark = {"done": "[green]done[/]", "failed": "[red]failed[/]", "skipped": "[dim]skipped[/]",
+                "interrupted": "[yellow]interrupted[/]"}.get(status, status)
+        took = time.monotonic() - self.started_at.pop(job.run_id, time.monotonic())
+        self.console.print(f"{mark} {job.label}" + (f"  {detail}" if detail else "") +
+                           (f"  ({took:.0f} s)" if status == "done" and took else ""), highlight=False)
+
+    def message(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+    def plan(self, cost: Mapping[str, Any], notes: Sequence[str]) -> None:
+        """The plan (runs, tokens, FLOPs, estimated time) and how budgets were fitted, before any run."""
+        from madsl.runner.cost import render_cost
+
+        for note in notes:
+            self.console.print(note, highlight=False)
+        self.console.print(render_cost(cost), end="", highlight=False)
+
+
+def print_summary(db: str | os.PathLike, summary: Mapping[str, Any]) -> None:
+    """The score table and what is left to do, on the terminal."""
+    from rich.console import Console
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    from madsl.runner.report import load_scores, render_text
+
+    console.print(render_text(load_scores(db, run_ids=summary["run_ids"]), width=console.width), end="",
+                  highlight=False)
+    if summary["failed"]:
+        console.print(f"[red]{len(summary['failed'])} run(s) failed[/]; rerun `madsl eval` to retry them "
+                      f"(errors are in the runs table of {db})", highlight=False)
+    if summary["interrupted"]:
+        console.print(f"[yellow]interrupted[/]: {summary['interrupted']} run(s) left; "
+                      f"rerun the same command to resume", highlight=False)
+
+
+# Ctrl-C, and the polite stop of batch systems and containers (SLURM's scancel and time limit,
+# Kubernetes, `timeout`): SIGTERM, then SIGKILL after a grace period (SLURM: 30 s by default).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def stop_on_signals(stop_requested: Callable[[], bool] | None = None) -> Iterator[Callable[[], bool]]:
+    """Ctrl-C (or SIGTERM) handling while runs execute: the first asks runs to checkpoint and
+    stop (the callable yielded turns true), the second aborts (KeyboardInterrupt)."""
+    stop = threading.Event()
+    previous_handlers: dict[int, Any] = {}
+
+    def on_stop_signal(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        previous_handlers = {signum: signal.signal(signum, on_stop_signal) for signum in STOP_SIGNALS}
+    try:
+        yield (lambda: stop.is_set() or stop_requested()) if stop_requested else stop.is_set
+    finally:
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)
