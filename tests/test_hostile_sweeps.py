@@ -412,3 +412,24 @@ def test_integer_parameters_in_any_notation_are_refused_or_print_a_canonical_for
     printed = spec.canonical()
     again = spec_from_topology(printed, dim=64)
     assert again.identity() == spec.identity() and again.canonical() == printed, (text, printed)
+
+
+def test_check_refuses_a_symlinked_spec_found_in_a_folder_or_glob(tmp_path, capsys):
+    """`madsl check specs/` in a pull request: a found `evil.mad -> /etc/passwd` is refused by name,
+    not read (its first line used to be printed in the error)."""
+    from madsl.cli import main
+
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (folder / "ok.mad").write_text("name: ok\ntopology: H-Sg\ndim: 32\n")
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("password: hunter2\n")
+    (folder / "evil.mad").symlink_to(secret)
+    for item in (str(folder), str(folder / "*.mad")):
+        assert main(["check", item]) == 2
+        err = capsys.readouterr().err
+        assert "evil.mad: a symbolic link that leads out of" in err and "hunter2" not in err
+        assert "Traceback" not in err
+    (folder / "evil.mad").unlink()
+    (folder / "inner.mad").symlink_to(folder / "ok.mad")  # a link inside the folder is fine
+    assert main(["check", str(folder), "-q"]) == 0

@@ -634,3 +634,34 @@ def test_a_kept_model_on_a_full_disk_says_no_space_left(tmp_path, monkeypatch):
     with pytest.raises(MadslError, match="could not be written: no space left on device"):
         kept.keep_best("ab" * 32, checkpoint, tmp_path / "r.files", {"name": "x"}, dict(BUILD), {}, "toy", {})
     assert not list((tmp_path / "r.files" / "models").iterdir())  # no staging folder left behind
+
+
+def test_a_finished_run_never_deletes_a_link_planted_as_its_checkpoint(tmp_path):
+    from madsl.runner.store import discard_checkpoint
+
+    target = tmp_path / "precious.pt"
+    target.write_bytes(b"not madsl's")
+    link = tmp_path / "run.pt"
+    link.symlink_to(target)
+    discard_checkpoint(link)
+    assert link.is_symlink() and target.read_bytes() == b"not madsl's"
+    own = tmp_path / "own.pt"
+    own.write_bytes(b"x")
+    discard_checkpoint(own)
+    assert not own.exists()
+
+
+def test_weights_that_cannot_be_kept_leave_the_run_done_and_the_eval_going(tmp_path, monkeypatch):
+    """A kept model that cannot be written (a link planted under models/ after the check, a full
+    disk) ended the whole eval after training; now the run stays done and the summary says so."""
+    from madsl.errors import MadslError
+    from madsl.runner import kept
+    from runner_helpers import run_toy_eval
+
+    def refuse(*args, **kwargs):
+        raise MadslError("models/abc is a symbolic link")
+
+    monkeypatch.setattr(kept, "keep_best", refuse)
+    summary = run_toy_eval(tmp_path / "r.db", epochs=1, keep="best")
+    assert summary["done"] == 1 and not summary["failed"]
+    assert list(summary["unkept"].values()) == ["models/abc is a symbolic link"]

@@ -301,8 +301,20 @@ def spec_paths(items: list[str]) -> list[str]:
         if not found:
             raise MadslError(f"no spec file matches {item!r}",
                              hint="a folder is searched for *.mad at any depth; in a glob, ** spans folders")
-        out += found
+        out += [_inside(path, item) for path in found]
     return out
+
+
+def _inside(path: str, item: str) -> str:
+    """A spec file a folder or glob found: one that is, or sits under, a symbolic link leading out
+    of that folder (the glob's fixed part) is refused without being read, as `extends:` and sweep
+    files refuse them: a pull request's `evil.mad -> /etc/passwd` must not print a line of it."""
+    fixed = Path(item) if Path(item).is_dir() else Path(item.split("*")[0].split("?")[0].split("[")[0] or ".")
+    root = (fixed if fixed.is_dir() else fixed.parent).resolve()
+    if not Path(path).resolve().is_relative_to(root):
+        raise MadslError(f"{path}: a symbolic link that leads out of {item}, not read",
+                         hint="name the file it points to directly if it is meant to be checked")
+    return path
 
 
 def _contributors(acc, quantity: str) -> str:

@@ -555,6 +555,7 @@ def summarize(db: str | os.PathLike, plan: EvaluationPlan, outcome: Outcome) -> 
         "db": str(db), "protocols": sorted(plan.protocols), "runs": len(plan.jobs), "done": len(outcome.done),
         "already_done": len(outcome.already_done), "skipped": len(outcome.skipped),
         "failed": dict(outcome.failed), "interrupted": len(outcome.interrupted), "complete": outcome.complete,
+        "unkept": dict(outcome.unkept),
         "run_ids": run_ids,
         "scores": [{"spec": s.spec, "spec_hash": s.spec_hash, "score": s.score,
                     "tasks": {t: ts.score for t, ts in s.tasks.items()}} for s in scores],

@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from madsl.errors import MadslError
 from madsl.runner.protocols import TrainSettings
+from madsl.runner.store import discard_checkpoint
 
 HEARTBEAT_EVERY_S = 30.0
 PROGRESS_EVERY_S = 0.5
@@ -391,6 +393,7 @@ class Outcome:
     skipped: list[str] = field(default_factory=list)  # a sibling grid point solved the setting
     failed: dict[str, str] = field(default_factory=dict)
     interrupted: list[str] = field(default_factory=list)
+    unkept: dict[str, str] = field(default_factory=dict)  # done, but --keep best could not keep its weights
 
     @property
     def complete(self) -> bool:
@@ -509,7 +512,7 @@ class Coordinator:
             return False
         if self.skip_solved_at is not None and (sibling := store.solved_sibling(job.run_id, self.skip_solved_at)) \
                 and store.mark_skipped(job.run_id, f"solved by {sibling}"):  # else done, or running elsewhere
-            Path(job.checkpoint_path).unlink(missing_ok=True)  # of a dead process's attempt
+            discard_checkpoint(job.checkpoint_path)  # of a dead process's attempt
             outcome.skipped.append(job.run_id)
             self.reporter.ended(job, "skipped", "setting solved at another lr/wd")
             return False
@@ -568,7 +571,7 @@ class Coordinator:
             return
         if job.keep_best:
             self._keep(job, data)
-        Path(job.checkpoint_path).unlink(missing_ok=True)  # the store has it all now
+        discard_checkpoint(job.checkpoint_path)  # the store has it all now
         self.active.pop(job.run_id, None)
         self.outcome.done.append(job.run_id)
         self.reporter.ended(job, "done", _fmt_acc(data["result"]["best"].get("eval_macro_acc")))
@@ -578,9 +581,14 @@ class Coordinator:
         from madsl.runner.kept import keep_best
 
         spec = getattr(job.model_factory, "spec", None)
-        kept = keep_best(job.run_id, Path(job.checkpoint_path), self.store.files_dir,
-                         getattr(spec, "data", None), data.get("build") or {}, data["result"],
-                         getattr(job.task, "name", str(job.task)), dict(job.setting))
+        try:
+            kept = keep_best(job.run_id, Path(job.checkpoint_path), self.store.files_dir,
+                             getattr(spec, "data", None), data.get("build") or {}, data["result"],
+                             getattr(job.task, "name", str(job.task)), dict(job.setting))
+        except MadslError as err:  # a link planted under models/, a full disk: the run stays done, unkept
+            self.reporter.message(f"{job.label}: its best weights were not kept: {err.message}")
+            self.outcome.unkept[job.run_id] = err.message
+            return
         if kept is None:
             self.reporter.message(f"{job.label}: no best weights to keep (the run finished before --keep best)")
 
@@ -602,7 +610,7 @@ class Coordinator:
     def _on_skipped(self, job: RunJob, data: dict) -> None:
         """A grid group stopped this member: a sibling in it solved the setting (skip_solved)."""
         self.store.release(job.run_id, "skipped", data["reason"], self.owner)
-        Path(job.checkpoint_path).unlink(missing_ok=True)
+        discard_checkpoint(job.checkpoint_path)
         self.active.pop(job.run_id, None)
         self.outcome.skipped.append(job.run_id)
         self.reporter.ended(job, "skipped", "setting solved at another lr/wd")

@@ -309,6 +309,14 @@ def refuse_links(*paths: str | os.PathLike) -> None:
             raise LinkError(Path(path))
 
 
+def discard_checkpoint(path: str | Path) -> None:
+    """Remove a run's checkpoint once the store holds everything it had (or its run was skipped):
+    only a regular file madsl wrote; a symbolic link planted in its place is left as it is."""
+    path = Path(path)
+    if not path.is_symlink():
+        path.unlink(missing_ok=True)
+
+
 def check_files_dir(files_dir: Path) -> str | None:
     """What is wrong with a results folder's own entries, if anything (None: nothing): one that is
     a symbolic link (checkpoints/, data/, models/, step-times.json, and every entry of models/),
