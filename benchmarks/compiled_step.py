@@ -2,7 +2,7 @@
 
 A width-128 MAD model's stacked step on a GPU costs its kernels, hundreds of small ones
 (benchmarks/step_ops.py, docs/gpu.md). `MADSL_COMPILE_STACKED=1` (`StackedMembers(...,
-compiled=True)`, `madsl.runner.stacked_compile`) traces the vmapped step with its backward,
+compiled=True)`, `madsl.runner.batched.compile`) traces the vmapped step with its backward,
 AdamW and metric sums into plain aten ops and compiles them with inductor. For the paper
 grid's 6 (lr, wd) members of one spec, in the same run: the kernels a step launches (eager:
 the ops dispatched that compute; compiled: the kernels inductor generated plus the ops it
@@ -35,11 +35,11 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from madsl.runner.api import cli_overrides, plan_evaluation  # noqa: E402
-from madsl.runner.executor import job_inputs  # noqa: E402
-from madsl.runner.stacked import GRAPH_WARMUP, StackedMembers  # noqa: E402
-from madsl.runner.store import StoreFiles  # noqa: E402
-from madsl.runner.train import RunData, RunState, resolve_device  # noqa: E402
+from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation  # noqa: E402
+from madsl.runner.execute.jobs import job_inputs# noqa: E402
+from madsl.runner.batched.stacked import GRAPH_WARMUP, StackedMembers  # noqa: E402
+from madsl.runner.store.results import StoreFiles  # noqa: E402
+from madsl.runner.train.loop import RunData, RunState, resolve_device  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
 
 DEFAULT_SPECS = ["specs/paper/attention-sg.mad", "specs/paper/hyena-sg.mad"]

@@ -15,7 +15,7 @@ protocol does, or elsewhere with `madsl eval --protocol paper --task ...`, and p
 
 Grid batching: for each task, the paper grid's 6 (lr, wd) runs of one epoch on
 `--grid-examples` training examples, run one after another (`execute_job` each), as one
-grid group in lockstep and as one stacked model (`madsl.runner.grid`, `stacked`; where the
+grid group in lockstep and as one stacked model (`madsl.runner.batched.grid`, `stacked`; where the
 layers stack), in the same process and run; the columns are time over the unbatched time
 (below 1: faster; CPU time of this process on the CPU, wall time on a GPU), or with
 `--grid-examples baseline` the runs' own second epochs at the baseline setting; and the
@@ -63,13 +63,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from madsl.runner.api import (CompiledSpecFactory, _task_registry, cli_overrides, default_batch_grid,  # noqa: E402
-                              plan_evaluation, plan_spec, resolve_cuda_graphs)
-from madsl.runner.grid import stacks_on  # noqa: E402
-from madsl.runner.store import StoreFiles, canonical_json  # noqa: E402
-from madsl.runner.executor import RunJob, execute_job  # noqa: E402
-from madsl.runner.precision import resolve_precision  # noqa: E402
-from madsl.runner.protocols import PAPER_GRID_LR, PAPER_GRID_WD, Overrides  # noqa: E402
+from madsl.runner.execute.devices import default_batch_grid, resolve_cuda_graphs  # noqa: E402
+from madsl.runner.plan.evaluation import (CompiledSpecFactory, _task_registry, cli_overrides,  # noqa: E402
+                                          plan_evaluation, plan_spec)
+from madsl.runner.batched.grid import stacks_on  # noqa: E402
+from madsl.runner.store.results import StoreFiles, canonical_json  # noqa: E402
+from madsl.runner.execute.jobs import RunJob, execute_job# noqa: E402
+from madsl.runner.train.precision import resolve_precision  # noqa: E402
+from madsl.runner.plan.protocols import PAPER_GRID_LR, PAPER_GRID_WD, Overrides  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
 
 # The epoch timed: the first pays one-time costs that 200 epochs amortize (cuBLAS and cuDNN
@@ -126,8 +127,8 @@ def grid_seconds(spec, path: str, task_name: str, device: str, precision: str, e
     of this device's)."""
     import torch
 
-    from madsl.runner.executor import job_inputs
-    from madsl.runner.stacked import batchable
+    from madsl.runner.execute.jobs import job_inputs
+    from madsl.runner.batched.stacked import batchable
 
     settings = None if examples is None else {"num_train_examples": examples,
                                               "num_test_examples": min(examples, 256)}
@@ -227,8 +228,8 @@ def shape_costs(spec, path: str, task_name: str, runs: Sequence, device: str, pr
     included, setup and one-time costs excluded), split into its evaluation, its checkpoints and
     the rest, the training steps. Other vocabularies are costed at this one's (the LM head is a
     small part at MAD's vocabularies)."""
-    import madsl.runner.stacked as stacked
-    import madsl.runner.train as train
+    import madsl.runner.batched.stacked as stacked
+    import madsl.runner.train.loop as train
 
     costs: dict[int, ShapeCost] = {}
     for seq_len in sorted({int(r.settings["seq_len"]) for r in runs}):
@@ -346,7 +347,7 @@ def protocol_flops(spec, runs: Sequence, registry) -> dict[str, float]:
     run's epochs x (forward + backward of its training examples, ~3 forwards, + a forward of its
     test examples), with no early stop."""
     from madsl.graph import account
-    from madsl.runner.api import _task_for_run
+    from madsl.runner.plan.evaluation import _task_for_run
 
     forward: dict[tuple[int, int], float] = {}  # (seq_len, vocab) -> FLOPs of one sequence's forward
     by_task: dict[str, float] = collections.defaultdict(float)

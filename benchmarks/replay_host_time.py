@@ -27,11 +27,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from madsl.runner import stacked  # noqa: E402
-from madsl.runner.api import cli_overrides, plan_evaluation  # noqa: E402
-from madsl.runner.executor import execute_job  # noqa: E402
-from madsl.runner.protocols import PAPER_GRID_LR, PAPER_GRID_WD  # noqa: E402
-from madsl.runner.store import StoreFiles  # noqa: E402
+from madsl.runner.batched import stacked  # noqa: E402
+from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation  # noqa: E402
+from madsl.runner.execute.jobs import execute_job# noqa: E402
+from madsl.runner.plan.protocols import PAPER_GRID_LR, PAPER_GRID_WD  # noqa: E402
+from madsl.runner.store.results import StoreFiles  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
 
 DEFAULT_SPECS = ["specs/paper/attention-sg.mad", "specs/paper/hyena-sg.mad", "specs/paper/mamba.mad"]

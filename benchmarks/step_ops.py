@@ -4,7 +4,7 @@ A width-128 MAD model's step on a GPU costs its kernel launches, not its arithme
 (docs/gpu.md). This counts the aten ops that reach the dispatcher in one training step,
 and in one epoch's evaluation, on the CPU, for the paper grid's 6 (lr, wd) runs of one
 spec: unbatched (each run's own step, `train.train_step`, and evaluation, `train.evaluate`)
-against the 6 members stacked (`madsl.runner.stacked`: one step, one evaluation), measured
+against the 6 members stacked (`madsl.runner.batched.stacked`: one step, one evaluation), measured
 in the same run; and the ops that read a value on the host (each would make a GPU wait).
 With `--cuda-graphs` on a device, a stacked step or evaluation batch is one graph replay
 whatever its count.
@@ -26,11 +26,11 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-import madsl.runner.stacked as stacked  # noqa: E402
-import madsl.runner.train as train  # noqa: E402
-from madsl.runner.api import cli_overrides, plan_evaluation  # noqa: E402
-from madsl.runner.executor import execute_job  # noqa: E402
-from madsl.runner.store import StoreFiles  # noqa: E402
+import madsl.runner.batched.stacked as stacked  # noqa: E402
+import madsl.runner.train.loop as train  # noqa: E402
+from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation  # noqa: E402
+from madsl.runner.execute.jobs import execute_job# noqa: E402
+from madsl.runner.store.results import StoreFiles  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
 
 DEFAULT_SPECS = ["specs/paper/attention-sg.mad", "specs/paper/hyena-sg.mad", "specs/paper/mamba.mad"]

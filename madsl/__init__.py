@@ -18,7 +18,7 @@ from .spec import Spec, load_spec, spec_from_topology
 
 if TYPE_CHECKING:  # only for the annotations: importing madsl does not import torch
     from .model import Model
-    from .runner.heads import TaskModel
+    from .runner.train.heads import TaskModel
 
 
 def compile(spec: "Spec | str", **kwargs: Any) -> "Model":  # noqa: A001 - the verb users expect
@@ -35,7 +35,7 @@ def load_run(directory: str, **kwargs: Any) -> "TaskModel":
     """The trained model of a run exported with `madsl export` (safetensors + JSON; never unpickles).
 
     Keyword arguments: device."""
-    from .runner.kept import load_run as load
+    from .runner.store.kept import load_run as load
 
     return load(directory, **kwargs)
 

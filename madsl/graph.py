@@ -11,7 +11,9 @@ connection) and "shares" (a tagged layer's later uses to its first).
 Both halves of madsl read this one graph: `account(spec)` sums it into an `Account` (one
 row per layer, the model-level parts, totals), and the compiler (`madsl/compiler.py`)
 builds the torch modules by walking it, so what is counted is what is built. Shared
-layers (`H#a`) count their parameters once; state and FLOPs are per use. No torch here.
+layers (`H#a`) count their parameters once; state and FLOPs are per use. A plan is built at
+one sequence length (the accounting's seq_len, `madsl.compile`'s max_seq_len), and a layer
+hyperparameter written `seq_len` takes that length there. No torch here.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import networkx as nx
 
 from . import topology as topo
 from .errors import MadslError
-from .primitives.base import Cost, Primitive
+from .primitives.base import ConfigError, Cost, Primitive
 from .spec import Spec, load_spec
 
 
@@ -138,8 +140,18 @@ class _Builder:
         self.groups: dict[int, dict[str, Any]] = {}
 
     def primitive(self, layer: topo.Layer) -> Primitive:
+        """The layer's primitive, built for this plan's sequence length: a hyperparameter written
+        `seq_len` (the Hyena filters' filter_length) takes it (`Primitive.at_length`)."""
         if layer not in self.resolved:
-            self.resolved[layer] = self.spec.primitive_for(layer)
+            prim = self.spec.primitive_for(layer)
+            try:
+                prim = prim.at_length(self.seq_len)
+            except ConfigError as err:
+                written = ", ".join(prim.length_relative())
+                raise self.spec.topology_error(MadslError(
+                    f"{layer.symbol}: {err.message} (built for sequence length {self.seq_len}: {written} = seq_len)",
+                    hint=err.hint), layer.span) from None
+            self.resolved[layer] = prim
         return self.resolved[layer]
 
     def check_tag(self, layer: topo.Layer) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from madsl import stdlib
 from madsl.budget import QUANTITIES
 from madsl.primitives.base import WidthRelative
-from madsl.runner.settings import eval_schema
+from madsl.runner.plan.settings import eval_schema
 from madsl.spec_schema import CHOICES, POSITIVE, REQUIRED, TYPES
 
 SCHEMA_ID = "https://madsl.invalid/schema/spec.json"  # an identifier, not a download location

@@ -166,7 +166,7 @@ def test_a_results_folder_that_cannot_be_written_is_a_clear_error(capsys, tmp_pa
     database's own error says why (a traceback from the cache before)."""
     import pathlib
 
-    from madsl.runner import cost
+    from madsl.runner.plan import cost
 
     def unwritable(self, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(self))

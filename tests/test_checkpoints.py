@@ -14,14 +14,14 @@ import pytest
 import torch
 
 from madsl.errors import MadslError
-from madsl.runner import checkpoint as checkpoints
-from madsl.runner.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from madsl.runner.executor import Reporter
-from madsl.runner.heads import TaskModel
-from madsl.runner.protocols import TrainSettings
-from madsl.runner.store import Store
-from madsl.runner import train as training
-from madsl.runner.train import TrainHooks, train_run
+from madsl.runner.train import checkpoint as checkpoints
+from madsl.runner.train.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from madsl.runner.execute.coordinator import Reporter
+from madsl.runner.train.heads import TaskModel
+from madsl.runner.plan.protocols import TrainSettings
+from madsl.runner.store.results import Store
+from madsl.runner.train import loop as training
+from madsl.runner.train.loop import TrainHooks, train_run
 from runner_helpers import TOY_TASKS, StandInModel, run_rows, run_toy_eval
 
 torch.set_num_threads(1)

@@ -91,7 +91,7 @@ def test_check_and_expand_do_not_import_torch():
 
 def test_eval_protocol_choices_are_the_runners_protocols():
     from madsl.cli.evaluate import PROTOCOL_NAMES
-    from madsl.runner.protocols import PROTOCOLS
+    from madsl.runner.plan.protocols import PROTOCOLS
 
     assert set(PROTOCOL_NAMES) == set(PROTOCOLS)
 
@@ -124,7 +124,7 @@ def test_quiet_eval_still_says_when_its_table_is_not_the_result(tmp_path, capsys
     import madsl.runner.api as api
     from madsl.cli import main
 
-    report = importlib.import_module("madsl.runner.report")  # (the package's `report` is the function)
+    report = importlib.import_module("madsl.runner.reports.outputs")  # (the package's `report` is the function)
 
     summary = {"run_ids": [], "failed": {}, "interrupted": 0, **outcome}
     monkeypatch.setattr(api, "evaluate", lambda *args, **kwargs: summary)

@@ -1,5 +1,5 @@
 """The stacked step and evaluation compiled into fused kernels (`MADSL_COMPILE_STACKED=1`,
-madsl.runner.stacked_compile): opt-in, and a group trained so ends as the eager group does.
+madsl.runner.batched.compile): opt-in, and a group trained so ends as the eager group does.
 
 One tiny spec with attention (SDPA's member fold) and Hyena (its long convolutions), each
 with a SwiGLU: one compile of a step and one of an evaluation batch. Inductor's CPU
@@ -16,10 +16,10 @@ import pytest
 import torch
 import torch._inductor.config as inductor_config
 
-from madsl.runner.api import cli_overrides, plan_evaluation
-from madsl.runner.grid import execute_group
-from madsl.runner.stacked import StackedMembers
-from madsl.runner.store import StoreFiles
+from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
+from madsl.runner.batched.grid import execute_group
+from madsl.runner.batched.stacked import StackedMembers
+from madsl.runner.store.results import StoreFiles
 from madsl.spec import load_spec
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -51,7 +51,7 @@ class _ComputingOps(TorchDispatchMode):
 
 def test_compiled_stacked_steps_are_opt_in(monkeypatch):
     monkeypatch.delenv("MADSL_COMPILE_STACKED", raising=False)
-    from madsl.runner import stacked_compile
+    from madsl.runner.batched import compile as stacked_compile
 
     assert not stacked_compile.requested()
     monkeypatch.setenv("MADSL_COMPILE_STACKED", "1")
@@ -100,7 +100,7 @@ def test_a_step_calling_a_kernel_of_the_cuda_extra_runs_eagerly(monkeypatch):
     """mamba-ssm's, causal-conv1d's and fla's kernels (pybind and Triton calls) cannot be
     traced: where a layer would call one, a warning, and the eager step from then on."""
     from madsl.kernels import cuda
-    from madsl.runner import stacked_compile
+    from madsl.runner.batched import compile as stacked_compile
 
     monkeypatch.setattr(cuda, "_fla_op", lambda module, name: (lambda *args: args))  # "installed"
     calls = []
@@ -127,7 +127,7 @@ def test_a_cached_compile_computes_with_its_own_groups_constants(tmp_path, monke
     frozen weights) share inductor's cached code, each with its own values."""
     from torch._dynamo.utils import counters
 
-    from madsl.runner import stacked_compile
+    from madsl.runner.batched import compile as stacked_compile
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     member_of = torch.arange(3).repeat_interleave(2)
@@ -149,7 +149,7 @@ def test_a_cached_compile_computes_with_its_own_groups_constants(tmp_path, monke
 def test_a_step_that_traces_into_too_many_ops_runs_eagerly(monkeypatch):
     """A recurrence unrolled step by step (Mamba's CPU scan: 15,000 ops) would take inductor
     many minutes: a warning, and the eager step."""
-    from madsl.runner import stacked_compile
+    from madsl.runner.batched import compile as stacked_compile
 
     monkeypatch.setattr(stacked_compile, "MAX_TRACED_OPS", 8)
 

@@ -13,10 +13,10 @@ import torch
 from madsl.cli import main
 from madsl.conventions import check_conventions
 from madsl.errors import MadslError
-from madsl.runner.heads import TaskModel
-from madsl.runner.precision import train_config_identity
-from madsl.runner.protocols import Overrides, TrainSettings, build_plan, overrides_from_spec_eval
-from madsl.runner.train import MetricAccumulator, RunState, build_optimizer, evaluate
+from madsl.runner.train.heads import TaskModel
+from madsl.runner.train.precision import train_config_identity
+from madsl.runner.plan.protocols import Overrides, TrainSettings, build_plan, overrides_from_spec_eval
+from madsl.runner.train.loop import MetricAccumulator, RunState, build_optimizer, evaluate
 from madsl.tasks import IGNORE, MAD_TASKS, get_task
 from tests.runner_helpers import FakeSpec, StandInModel, run_rows, run_toy_eval
 
@@ -228,7 +228,7 @@ def test_madsl_conventions_leave_run_ids_as_they_were_and_mad_lab_makes_new_ones
     run_toy_eval(db, epochs=1, conventions="mad-lab")
     rows = run_rows(db)
     assert len(rows) == 2 and {json.loads(r["train_config"]).get("conventions") for r in rows} == {None, "mad-lab"}
-    from madsl.runner.report import load_scores, records
+    from madsl.runner.reports.outputs import load_scores, records
 
     recs = [r for r in records(load_scores(db)) if r["aggregate"]]
     assert sorted(r["conventions"] for r in recs) == ["mad-lab", "madsl"]  # scored apart, each named
@@ -269,7 +269,7 @@ def test_memorization_ceiling_is_the_share_of_test_facts_shown_in_training():
 
 def test_report_shows_the_ceiling_where_a_task_has_one(tmp_path, capsys):
     from madsl.runner.api import evaluate
-    from madsl.runner.report import load_scores, records
+    from madsl.runner.reports.outputs import load_scores, records
     from tests.runner_helpers import standin_factory
 
     db = tmp_path / "r.db"

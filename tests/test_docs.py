@@ -157,7 +157,7 @@ def test_guide_fit_transcripts_are_what_madsl_fit_prints(tmp_path, monkeypatch, 
 def test_runner_tables_for_analysis_list_the_columns_in_order():
     """docs/runner.md's `--rows runs` and `--rows settings` tables name every fixed column of
     madsl report's analysis tables, in their order."""
-    from madsl.runner.export import RUN_COLUMNS, SETTING_COLUMNS
+    from madsl.runner.reports.tables import RUN_COLUMNS, SETTING_COLUMNS
 
     for rows, columns in (("runs", RUN_COLUMNS), ("settings", SETTING_COLUMNS)):
         table = section("docs/runner.md", f"`--rows {rows}` (", "\n\n`")
@@ -169,7 +169,7 @@ def test_runner_results_database_table_is_the_schema(tmp_path):
     """docs/runner.md's table of the results database: each table's key and columns, in order."""
     import sqlite3
 
-    from madsl.runner.store import Store
+    from madsl.runner.store.results import Store
 
     Store(tmp_path / "results.db").close()
     with sqlite3.connect(tmp_path / "results.db") as conn:
@@ -260,7 +260,7 @@ def test_runner_dry_run_plan_counts_runs_tokens_and_flops_as_shown(tmp_path, mon
     import shlex
 
     from madsl.cli import main
-    from madsl.runner.cost import StepTimes
+    from madsl.runner.plan.cost import StepTimes
 
     command, shown = re.search(r"```\n\$ madsl (eval [^\n]*--dry-run)\n(.*?)```",
                                (REPO / "docs/runner.md").read_text(), re.S).groups()

@@ -21,8 +21,8 @@ import torch
 
 from madsl.cli import main
 from madsl.runner.api import evaluate
-from madsl.runner.export import RUN_COLUMNS, SETTING_COLUMNS
-from madsl.runner.report import report
+from madsl.runner.reports.tables import RUN_COLUMNS, SETTING_COLUMNS
+from madsl.runner.reports.outputs import report
 from runner_helpers import TOY_TASKS, FakeSpec, run_toy_eval, standin_factory
 
 torch.set_num_threads(1)
@@ -134,9 +134,9 @@ def test_plot_sweeps_writes_a_figure_per_task_with_a_sweep(sweep_db, tmp_path, c
 
 
 def test_a_sweep_panel_has_a_line_per_architecture_with_its_setting_scores(sweep_db):
-    from madsl.runner.export import setting_rows
-    from madsl.runner.plots import sweep_series
-    from madsl.runner.report import display_names, load_runs
+    from madsl.runner.reports.tables import setting_rows
+    from madsl.runner.reports.plots import sweep_series
+    from madsl.runner.reports.outputs import display_names, load_runs
 
     stored = load_runs(sweep_db)
     table = [r for r in setting_rows(stored.rows, stored.labels, stored.length_evals) if r["row"] == "setting"
@@ -188,7 +188,7 @@ def test_rows_for_analysis_need_json_or_csv(sweep_db, capsys):
 def test_a_figure_write_that_fails_is_bad_input_and_leaves_no_partial_file(sweep_db, tmp_path, capsys, monkeypatch):
     import errno
 
-    from madsl.runner import plots
+    from madsl.runner.reports import plots
 
     def disk_full(*args):
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -158,7 +158,7 @@ def test_eval_trains_the_model_compile_shows_for_an_unsolved_budget_fit(tmp_path
     """madsl eval of a spec whose budget.fit is not solved trains the solution, as compile
     builds it (it trained the written values, outside the budget): the same spec identity as
     the spec `madsl fit -o` writes, and the note on stderr."""
-    from madsl.runner.api import _load_specs, spec_identity
+    from madsl.runner.plan.evaluation import _load_specs, spec_identity
 
     source, solved = tmp_path / "ha.mad", tmp_path / "solved.mad"
     source.write_text(FIT_SPEC)

@@ -152,9 +152,10 @@ def test_mamba_unfused_cuda_path_plumbing(monkeypatch):
 # --- placement on several devices ------------------------------------------------------
 def test_devices_are_checked_and_runs_placed_round_robin(tmp_path):
     from madsl.errors import MadslError
-    from madsl.runner.api import place_devices, plan_evaluation
-    from madsl.runner.protocols import Overrides
-    from madsl.runner.store import Store
+    from madsl.runner.plan.evaluation import plan_evaluation
+    from madsl.runner.execute.devices import place_devices
+    from madsl.runner.plan.protocols import Overrides
+    from madsl.runner.store.results import Store
     from madsl.spec import load_spec
     from tests.test_cli import madsl
 

@@ -1,4 +1,4 @@
-"""Grid-batched training (madsl.runner.grid): a group of runs trained together gives each
+"""Grid-batched training (madsl.runner.batched.grid): a group of runs trained together gives each
 member exactly its unbatched result, is stored as the unbatched runs are, and resumes.
 
 Real paper specs (attention, Hyena, Mamba) at tiny settings: a few seconds each.
@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from madsl.cli import main
-from madsl.runner.api import cli_overrides, plan_evaluation
-from madsl.runner.checkpoint import load_checkpoint
-from madsl.runner.executor import execute_job
-from madsl.runner.grid import GroupJob, execute_group
-from madsl.runner.stacked import StackedMembers
-from madsl.runner.store import StoreFiles
+from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
+from madsl.runner.train.checkpoint import load_checkpoint
+from madsl.runner.execute.jobs import execute_job
+from madsl.runner.batched.grid import GroupJob, execute_group
+from madsl.runner.batched.stacked import StackedMembers
+from madsl.runner.store.results import StoreFiles
 from madsl.spec import load_spec
 
 torch.set_num_threads(1)
@@ -388,8 +388,9 @@ def test_with_cuda_graphs_a_run_alone_is_a_stack_of_one(tmp_path, monkeypatch):
 def test_the_coordinator_submits_a_group_of_one_as_a_run_unless_it_has_graphs(tmp_path):
     """A group with one member left to run goes to the executor as that run; with CUDA
     graphs as the group (a stack of one has its graphs)."""
-    from madsl.runner.executor import ThreadExecutor, run_jobs
-    from madsl.runner.store import Store
+    from madsl.runner.execute.local import ThreadExecutor
+    from madsl.runner.execute.coordinator import run_jobs
+    from madsl.runner.store.results import Store
 
     for graphs in (False, True):
         plan = _plan("attention-sg.mad", tmp_path / f"{graphs}.db", (1e-3, 5e-4), epochs=1)
@@ -437,7 +438,7 @@ def test_a_checkpoint_that_cannot_be_written_on_a_stop_fails_its_member_and_the_
     (a full disk), that member fails (as its unbatched run would), its siblings still report
     `interrupted`, and execute_group does not raise: an escaping error left the thread
     executor waiting for events that never came."""
-    from madsl.runner import train
+    from madsl.runner.train import loop as train
 
     plan = _plan("attention-sg.mad", tmp_path / "a.db", (1e-3, 5e-4), epochs=2)
     [group] = plan.work(batch_grid=True)
@@ -565,7 +566,7 @@ def test_cuda_graphs_without_a_cuda_device_or_on_ray_is_bad_input(tmp_path, caps
 
 def test_cuda_graphs_without_grid_batching_is_bad_input():
     from madsl.errors import MadslError
-    from madsl.runner.api import _check_cuda_graphs
+    from madsl.runner.execute.devices import _check_cuda_graphs
 
     with pytest.raises(MadslError, match="it needs grid batching"):
         _check_cuda_graphs(False, "cuda", batch_grid=False)
@@ -578,7 +579,7 @@ def test_cuda_graphs_without_grid_batching_is_bad_input():
     (None, True, "cuda", False, False), (None, False, "cuda", False, False),  # on Ray, without grid batching
     (False, False, "cuda", True, False), (True, False, "cuda", True, True)])  # as asked
 def test_cuda_graphs_are_on_by_default_wherever_they_can_run(asked, on_ray, device, batch_grid, graphs):
-    from madsl.runner.api import resolve_cuda_graphs
+    from madsl.runner.execute.devices import resolve_cuda_graphs
 
     assert resolve_cuda_graphs(asked, on_ray, device, batch_grid) is graphs
 
@@ -710,7 +711,7 @@ def test_replayed_warms_up_each_shape_then_captures_once_and_replays(monkeypatch
     batch shape runs WARMUP times eagerly on a side stream (autocast cache off), is then
     captured once and replayed from then on; a capture that fails warns once and every later
     call runs eagerly on the current stream, with no further capture."""
-    from madsl.runner import stacked
+    from madsl.runner.batched import stacked
 
     fake = _FakeCuda(fail_capture)
     for name in ("CUDAGraph", "graph", "Stream", "stream", "current_stream", "synchronize"):

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from madsl.cli import main
 from madsl.errors import MadslError
-from madsl.runner import sweep as sweeps
-from madsl.runner.sweep import load_sweep
+from madsl.runner.plan import sweep as sweeps
+from madsl.runner.plan.sweep import load_sweep
 from madsl.spec import load_spec, spec_from_topology
 
 REPO = Path(__file__).resolve().parent.parent
@@ -227,14 +227,14 @@ def test_the_caps_pass_real_studies():
 
 
 def test_the_runs_of_a_plan_are_counted_and_capped_before_planning(tree, monkeypatch):
-    from madsl.runner.api import cli_overrides
+    from madsl.runner.plan.evaluation import cli_overrides
 
     study, _ = tree
     sweep = load_sweep(sweep_file(study, "bundled:paper/*-sg"))
     assert sweeps.check_planned_runs(sweep, cli_overrides(protocol="paper"), sweep.variants) == 13 * 396
     lrs = [i * 1e-5 for i in range(1, 300)]
     planned = []
-    monkeypatch.setattr("madsl.runner.api.plan_spec", lambda *a, **k: planned.append(a) or _one_run())
+    monkeypatch.setattr("madsl.runner.plan.evaluation.plan_spec", lambda *a, **k: planned.append(a) or _one_run())
     with pytest.raises(MadslError, match=r"plans 513,084 runs \(13 variants\); a plan holds at most 100,000"):
         sweeps.check_planned_runs(sweep, cli_overrides(protocol="paper", lr=lrs), sweep.variants)
     assert all(len(cli.lrs) == 1 for _, _, cli in planned)  # one lr planned per spec, the rest counted

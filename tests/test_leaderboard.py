@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from madsl.runner.leaderboard import hyphen_wrap, mad_task_order, render_text
-from madsl.runner.scores import spec_scores
+from madsl.runner.reports.leaderboard import hyphen_wrap, mad_task_order, render_text
+from madsl.runner.reports.scores import spec_scores
 
 SPECS = ("striped-linear-attention-moe", "striped-gated-deltanet-sg", "mamba")
 

@@ -1,10 +1,12 @@
 """specs/mad-lab/: the MAD paper's architectures with every layer as the MAD reference
 implementation configures it (github athms/mad-lab: configs/layers/*.yml, built by the
-modules of mad/model/layers/ at width 128 and max_length 128, the baseline sequence length).
+modules of mad/model/layers/ at width 128 and, as its benchmark.py builds them, max_length =
+the task setting's sequence length; 128 at the baseline).
 
-Each layer's parameter count equals the reference module's, to the unit. The reference's
-counts are derived below from its code, module by module (`nn.Linear(a, b)` is a*b + b with
-its default bias, a*b without; `nn.Conv1d(c, c, k, groups=c)` is c*k + c).
+Each layer's parameter count equals the reference module's, to the unit, at the baseline
+length and at every other length of the MAD settings. The reference's counts are derived
+below from its code, module by module (`nn.Linear(a, b)` is a*b + b with its default bias,
+a*b without; `nn.Conv1d(c, c, k, groups=c)` is c*k + c).
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ torch.set_num_threads(1)
 BASE = "specs/mad-lab/base.mad"
 MAD_LAB_SPECS = sorted(p for p in glob.glob("specs/mad-lab/*.mad") if p != BASE)
 D = 128  # width
-L = 128  # max_length: the reference sizes its implicit filters' positional embedding by it
+L = 128  # max_length at the baseline: the reference sizes its implicit filters' positional embedding by it
+LENGTHS = (32, 64, 128, 256, 512, 1024)  # the sequence lengths of the MAD settings (configs/tasks/*.yml)
 
 
 def linear(a: int, b: int, bias: bool = True) -> int:
@@ -33,27 +36,38 @@ def depthwise_conv(channels: int, taps: int) -> int:
     return channels * taps + channels
 
 
-def implicit_filter(channels: int, order: int, emb_dim: int = 3) -> int:
+def implicit_filter(channels: int, order: int, emb_dim: int = 3, length: int = L) -> int:
     """featurization/hyena_filter.py HyenaFilter (nested: false, depth_implicit 2): Linear(emb, order),
     2 x Linear(order, order), Linear(order, channels, bias=False), Sin's freq (order), and
     PositionalEmbedding's z (max_length x emb_dim, a parameter: lr_pos_emb is not 0). The
     ExponentialModulation's deltas are a buffer (modulation_lr 0)."""
     return (linear(emb_dim, order) + 2 * linear(order, order) + linear(order, channels, bias=False)
-            + order + L * emb_dim)
+            + order + length * emb_dim)
 
 
-# hyena.yml -> HyenaOperator: inner_dim = 4 * 128 = 512, in_proj dim -> 3 * 512 / proj_groups 4,
-# short_filter over 3 * 512 channels, HyenaConv over 512 channels (a bias of 512 and the filter of
-# order 4), out_proj 512 -> 128.
-HYENA = (linear(D, 3 * 4 * D // 4) + depthwise_conv(3 * 4 * D, 3) + 4 * D + implicit_filter(4 * D, 4)
-         + linear(4 * D, D))
-# mh-hyena.yml -> MultiHeadHyenaOperator: inner_factor 1, proj_groups 4 (HyenaOperator's default),
-# head_dim = 128 / 16 = 8, MultiHeadHyenaConv over head_dim * (order - 1) = 8 channels.
-MH_HYENA = (linear(D, 3 * D // 4) + depthwise_conv(3 * D, 3) + 8 + implicit_filter(8, 2) + linear(D, D))
-# hyena-experts.yml -> HyenaExpertsOperator: in_proj dim -> 3 * 16 * 8, short_filter over 384 channels,
-# out_proj 16 -> 128, router Linear(128, 8), HyenaConv over 128 channels (bias + filter of order 16).
-HYENA_EXPERTS = (linear(D, 3 * 16 * 8) + depthwise_conv(3 * 16 * 8, 3) + linear(16, D) + linear(D, 8)
-                 + D + implicit_filter(D, 16))
+def hyena(length: int = L) -> int:
+    """hyena.yml -> HyenaOperator: inner_dim = 4 * 128 = 512, in_proj dim -> 3 * 512 / proj_groups 4,
+    short_filter over 3 * 512 channels, HyenaConv over 512 channels (a bias of 512 and the filter of
+    order 4), out_proj 512 -> 128."""
+    return (linear(D, 3 * 4 * D // 4) + depthwise_conv(3 * 4 * D, 3) + 4 * D + implicit_filter(4 * D, 4, length=length)
+            + linear(4 * D, D))
+
+
+def mh_hyena(length: int = L) -> int:
+    """mh-hyena.yml -> MultiHeadHyenaOperator: inner_factor 1, proj_groups 4 (HyenaOperator's default),
+    head_dim = 128 / 16 = 8, MultiHeadHyenaConv over head_dim * (order - 1) = 8 channels."""
+    return linear(D, 3 * D // 4) + depthwise_conv(3 * D, 3) + 8 + implicit_filter(8, 2, length=length) + linear(D, D)
+
+
+def hyena_experts(length: int = L) -> int:
+    """hyena-experts.yml -> HyenaExpertsOperator: in_proj dim -> 3 * 16 * 8, short_filter over 384
+    channels, out_proj 16 -> 128, router Linear(128, 8), HyenaConv over 128 channels (bias + filter
+    of order 16)."""
+    return (linear(D, 3 * 16 * 8) + depthwise_conv(3 * 16 * 8, 3) + linear(16, D) + linear(D, 8)
+            + D + implicit_filter(D, 16, length=length))
+
+
+HYENA, MH_HYENA, HYENA_EXPERTS = hyena(), mh_hyena(), hyena_experts()
 # attention.yml, mh-attention.yml -> flash-attn's MHA: Wqkv and out_proj with biases; rotary has none.
 ATTENTION = linear(D, 3 * D) + linear(D, D)
 # gated-linear-attention.yml: q, k, v, g (no bias), gk_proj (Linear(128, 16, no bias), Linear(16, 128)),
@@ -76,19 +90,29 @@ REFERENCE = {"H": HYENA, "mH": MH_HYENA, "He": HYENA_EXPERTS, "A": ATTENTION, "m
 UNUSED = {"MoE": MOE_GATES}
 
 
+def reference_at(length: int) -> dict[str, int]:
+    """The reference's count of every layer built with max_length = `length` (only the Hyena
+    family's implicit filters depend on it)."""
+    return {**REFERENCE, "H": hyena(length), "mH": mh_hyena(length), "He": hyena_experts(length)}
+
+
 def test_the_reference_counts_are_the_ones_the_issue_states():
     """The derivations above reproduce the counts measured from the reference's modules."""
     assert (HYENA, MH_HYENA, HYENA_EXPERTS, SWIGLU, MOE) == (124_348, 30_862, 57_464, 135_168, 165_000)
 
 
-def test_every_layer_has_the_reference_parameter_count_to_the_unit():
+@pytest.mark.parametrize("length", LENGTHS)
+def test_every_layer_has_the_reference_parameter_count_to_the_unit(length):
+    """At every sequence length of the MAD settings: the accounting at that length, and the
+    modules madsl.compile builds for it, hold the reference's count of each layer built with
+    max_length = that length."""
     spec = madsl.load_spec(BASE)
-    account = madsl.account(spec)
+    account = madsl.account(spec, seq_len=length)
     counted = {row.symbol: row.params - row.norm_params for row in account.layers}
     assert set(counted) == set(REFERENCE), "base.mad holds every reference layer once"
-    assert counted == {symbol: count - UNUSED.get(symbol, 0) for symbol, count in REFERENCE.items()}
+    assert counted == {symbol: count - UNUSED.get(symbol, 0) for symbol, count in reference_at(length).items()}
     # and the modules madsl builds from them hold exactly those parameters
-    model = madsl.compile(spec, vocab_size=16, max_seq_len=L)
+    model = madsl.compile(spec, vocab_size=16, max_seq_len=length)
     built = {symbol: sum(p.numel() for p in layers[0].parameters())
              for symbol, layers in model.named_layers.items()}
     assert built == counted
@@ -110,11 +134,12 @@ def test_every_paper_architecture_has_a_mad_lab_twin():
 
 # ---- the reference's computations, from madsl's weights ---------------------------------------------
 
-def _module(symbol: str) -> torch.nn.Module:
-    """base.mad's layer `symbol`, in float64, its weights moved off their structured init."""
+def _module(symbol: str, length: int = L) -> torch.nn.Module:
+    """base.mad's layer `symbol` built for sequences of `length`, in float64, its weights moved off
+    their structured init."""
     spec = madsl.load_spec(BASE)
     torch.manual_seed(0)
-    module = spec.primitive_for(Layer(symbol)).build().double()
+    module = spec.primitive_for(Layer(symbol)).at_length(length).build().double()
     with torch.no_grad():
         for p in module.parameters():
             p.add_(0.05 * torch.randn_like(p))

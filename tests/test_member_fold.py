@@ -18,7 +18,7 @@ from madsl.kernels.gla import gla_chunked
 from madsl.kernels.linear_recurrence import decay_parallel, delta_parallel
 from madsl.kernels.selective_scan import selective_scan, selective_scan_cpu, selective_scan_reference
 from madsl.kernels.selective_scan_chunked import selective_scan_chunked
-from madsl.runner.stacked import batchable
+from madsl.runner.batched.stacked import batchable
 from madsl.stdlib import primitive, primitives
 
 MEMBERS = 3
@@ -188,7 +188,7 @@ def _layer_cases():
 @pytest.mark.parametrize("name, overrides", _layer_cases(), ids=lambda c: str(c) if isinstance(c, str) else
                          "-".join(f"{k}={v}" for k, v in c.items()) or "defaults")
 def test_every_layer_declares_stacks_and_is_exact_under_vmap(name, overrides):
-    """Every layer declares `stacks` (madsl.runner.stacked), and where it is True it holds: vmap
+    """Every layer declares `stacks` (madsl.runner.batched.stacked), and where it is True it holds: vmap
     over members' stacked parameters equals each member's own forward and parameter gradients
     (MoE's balancing loss included)."""
     p = primitive(name, 16, **overrides)

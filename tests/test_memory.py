@@ -9,9 +9,10 @@ import torch
 
 from madsl.cli import main
 from madsl.errors import MadslError
-from madsl.runner import cost, memory
-from madsl.runner.api import cli_overrides, plan_evaluation
-from madsl.runner.store import StoreFiles
+from madsl.runner.plan import cost
+from madsl.runner.plan import memory
+from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
+from madsl.runner.store.results import StoreFiles
 from madsl.spec import load_spec
 
 PAPER = Path(__file__).resolve().parent.parent / "specs" / "paper"

@@ -8,7 +8,7 @@ import pytest
 
 from madsl.cli import main
 from madsl.cli import common
-from madsl.runner.store import Store
+from madsl.runner.store.results import Store
 from runner_helpers import run_toy_eval
 
 SPEC = str(Path(__file__).resolve().parent.parent / "specs" / "paper" / "hyena-sg.mad")

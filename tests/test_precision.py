@@ -16,8 +16,8 @@ from madsl.kernels.fftconv import fft_causal_conv, toeplitz_causal_conv
 from madsl.kernels.gla import gla_chunked
 from madsl.kernels.selective_scan import selective_scan_cpu
 from madsl.kernels.selective_scan_chunked import selective_scan_chunked
-from madsl.runner import precision
-from madsl.runner.store import RunIdentity
+from madsl.runner.train import precision
+from madsl.runner.store.results import RunIdentity
 from tests.layer_helpers import make
 
 TOLERANCE = 3e-2

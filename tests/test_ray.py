@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from madsl.cli import main
-from madsl.runner.executor import Reporter
-from madsl.runner.store import Store
+from madsl.runner.execute.coordinator import Reporter
+from madsl.runner.store.results import Store
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO = TESTS_DIR.parent
@@ -78,7 +78,7 @@ class TestOnALocalRayInstance:
     def test_keep_best_on_ray_keeps_the_weights_a_local_run_keeps(self, tmp_path, capsys):
         from safetensors.torch import load_file
 
-        from madsl.runner.kept import WEIGHTS, models_dir
+        from madsl.runner.store.kept import WEIGHTS, models_dir
 
         # --checkpoint-every 3600: the only checkpoint with the best weights is the run's final one
         args = [SPEC, "--protocol", "smoke", "--task", "in-context-recall", "--epochs", "2", "--keep", "best",
@@ -181,7 +181,7 @@ DRIVER = """
 import sys, time
 sys.path.insert(0, {tests!r})
 import ray, runner_helpers as toy
-from madsl.runner.executor import Coordinator, Reporter
+from madsl.runner.execute.coordinator import Coordinator, Reporter
 ray.cloudpickle.register_pickle_by_value(toy)
 ray.init(address={address!r}, log_to_driver=False)
 while ray.cluster_resources().get("CPU", 0) < 2:  # the worker node has joined

@@ -27,11 +27,12 @@ import torch
 import madsl
 from madsl.cli import main
 from madsl.errors import MadslError
-from madsl.runner import checkpoint as checkpoints
-from madsl.runner import cost, kept
-from madsl.runner.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from madsl.runner.cost import render_cost
-from madsl.runner.store import Store, StoreError
+from madsl.runner.train import checkpoint as checkpoints
+from madsl.runner.plan import cost
+from madsl.runner.store import kept
+from madsl.runner.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from madsl.runner.plan.cost import render_cost
+from madsl.runner.store.results import Store, StoreError
 from madsl.tasks import cache
 from runner_helpers import TOY_TASKS, run_rows, run_toy_eval
 
@@ -351,7 +352,7 @@ def _kept_model(folder: Path, dim: int = 16) -> Path:
     """A kept model as `madsl eval --keep best` writes it (a tiny attention model)."""
     from safetensors.torch import save_file
 
-    from madsl.runner.heads import TaskModel
+    from madsl.runner.train.heads import TaskModel
 
     spec = madsl.spec_from_topology("A", dim=dim)
     model = TaskModel(madsl.compile(spec, vocab_size=8, max_seq_len=16), "lm", num_classes=8)
@@ -637,7 +638,7 @@ def test_a_kept_model_on_a_full_disk_says_no_space_left(tmp_path, monkeypatch):
 
 
 def test_a_finished_run_never_deletes_a_link_planted_as_its_checkpoint(tmp_path):
-    from madsl.runner.store import discard_checkpoint
+    from madsl.runner.store.results import discard_checkpoint
 
     target = tmp_path / "precious.pt"
     target.write_bytes(b"not madsl's")
@@ -655,7 +656,7 @@ def test_weights_that_cannot_be_kept_leave_the_run_done_and_the_eval_going(tmp_p
     """A kept model that cannot be written (a link planted under models/ after the check, a full
     disk) ended the whole eval after training; now the run stays done and the summary says so."""
     from madsl.errors import MadslError
-    from madsl.runner import kept
+    from madsl.runner.store import kept
     from runner_helpers import run_toy_eval
 
     def refuse(*args, **kwargs):

@@ -22,16 +22,16 @@ import pytest
 import torch
 
 from madsl.errors import MadslError
-from madsl.runner import scores as scoring
+from madsl.runner.reports import scores as scoring
 from madsl.runner.api import evaluate
-from madsl.runner.checkpoint import load_checkpoint
-from madsl.runner.executor import Reporter
-from madsl.runner.heads import TaskModel, sincos_position_embedding
-from madsl.runner.protocols import (PROTOCOLS, Overrides, TrainSettings, build_plan, overrides_from_spec_eval,
+from madsl.runner.train.checkpoint import load_checkpoint
+from madsl.runner.execute.coordinator import Reporter
+from madsl.runner.train.heads import TaskModel, sincos_position_embedding
+from madsl.runner.plan.protocols import (PROTOCOLS, Overrides, TrainSettings, build_plan, overrides_from_spec_eval,
                                     parse_set_option, resolve_task_names)
-from madsl.runner.report import report
-from madsl.runner.store import Store
-from madsl.runner.train import MetricAccumulator, train_run
+from madsl.runner.reports.outputs import report
+from madsl.runner.store.results import Store
+from madsl.runner.train.loop import MetricAccumulator, train_run
 from madsl.tasks.base import IGNORE
 from runner_helpers import (TESTS_DIR, TOY_TASKS, DivergingFactory, FakeSpec, KillingFactory, StandInFactory,
                             StandInModel, epoch_rows, run_rows, run_toy_eval,
@@ -123,8 +123,8 @@ def test_the_per_step_bookkeeping_needs_no_host_sync(kind, per_batch):
     """The loss and metric updates of every training step run on the meta device, where any
     op that needs the values on the host (a boolean index, bincount, .item()) raises: on a GPU
     such an op stalls each step until the device catches up."""
-    from madsl.runner.heads import TaskModel
-    from madsl.runner.train import _loss
+    from madsl.runner.train.heads import TaskModel
+    from madsl.runner.train.loop import _loss
 
     outputs = torch.randn(4, 9, 8, device="meta")
     targets = (torch.randn(4, 9, 8, device="meta") if kind == "regression"
@@ -177,11 +177,11 @@ def test_a_full_disk_while_recording_is_a_clear_error_and_rerunning_loses_and_re
     db = tmp_path / "r.db"
     real_finish, calls = Store.finish, []
 
-    def full_disk_on_the_second_run(self, run_id, result, device=None, owner=None):
+    def full_disk_on_the_second_run(self, run_id, result, device=None, owner=None, threads=None):
         calls.append(run_id)
         if len(calls) == 2:
             raise sqlite3.OperationalError("database or disk is full")
-        return real_finish(self, run_id, result, device, owner)
+        return real_finish(self, run_id, result, device, owner, threads)
 
     monkeypatch.setattr(Store, "finish", full_disk_on_the_second_run)
     with pytest.raises(MadslError, match="could not be written: database or disk is full") as info:
@@ -331,7 +331,7 @@ def test_sigterm_stops_runs_as_ctrl_c_does(signum):
 def test_workers_leave_stopping_to_the_coordinator():
     """A signal to the whole process group (Ctrl-C in a terminal, scancel) reaches the workers
     too: they ignore it and stop when the coordinator tells them, after their checkpoint."""
-    script = ("import os, signal\nfrom madsl.runner.executor import _worker_init\n_worker_init(None, None, 1)\n"
+    script = ("import os, signal\nfrom madsl.runner.execute.local import _worker_init\n_worker_init(None, None, 1)\n"
               "os.kill(os.getpid(), signal.SIGTERM)\nos.kill(os.getpid(), signal.SIGINT)\nprint('still running')")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=TESTS_DIR.parent,
                           env={**os.environ, "PYTHONPATH": str(TESTS_DIR.parent)}, timeout=120)
@@ -577,7 +577,7 @@ def test_non_finite_learning_rates_and_weight_decays_are_bad_input(tmp_path, cap
 
 
 def test_spec_identity_covers_what_changes_the_model(tmp_path):
-    from madsl.runner.api import spec_identity
+    from madsl.runner.plan.evaluation import spec_identity
     from madsl.spec import load_spec
 
     paper = TESTS_DIR.parent / "specs" / "paper"
@@ -632,7 +632,7 @@ def test_eval_lengths_are_recorded_reported_and_out_of_memory_is_a_result(tmp_pa
 
 
 def test_length_evaluations_stop_cleanly_and_resume_without_redoing_a_length(tmp_path):
-    from madsl.runner.train import RunInterrupted, TrainHooks
+    from madsl.runner.train.loop import RunInterrupted, TrainHooks
 
     task = TOY_TASKS["toy-previous"]
     settings = dict(task.baseline)
@@ -705,7 +705,7 @@ def test_eval_section_errors_point_at_the_line_and_column_in_the_spec(tmp_path, 
     ("freeze: [Q]", "nothing named 'Q' to freeze", 11), ("freeze: 3", "eval.freeze", 11),
 ])
 def test_every_bad_value_in_an_eval_section_is_located_in_the_spec(tmp_path, body, message, column):
-    from madsl.runner.api import plan_spec
+    from madsl.runner.plan.evaluation import plan_spec
     from madsl.spec import load_spec
 
     path = tmp_path / "bad.mad"
@@ -722,7 +722,7 @@ def test_every_bad_value_in_an_eval_section_is_located_in_the_spec(tmp_path, bod
 def test_a_groups_metric_increments_are_its_members(kind, per_batch):
     """metric_increments over a group axis (a stacked grid group's batch) gives each member
     exactly what its own batch gives alone: one definition for both."""
-    from madsl.runner.train import IGNORE, metric_increments
+    from madsl.runner.train.loop import IGNORE, metric_increments
 
     generator = torch.Generator().manual_seed(0)
     members, rows, length, classes = 3, 4, 9, 8
@@ -742,3 +742,28 @@ def test_a_groups_metric_increments_are_its_members(kind, per_batch):
             assert torch.equal(grouped[key][m], alone[key][0]), key
     if kind == "classes":  # the counts are real: scored positions are those not IGNOREd
         assert grouped["count"].tolist() == [(t != IGNORE).sum().item() for t in targets]
+
+
+def test_a_run_records_its_thread_count_and_a_resume_with_another_says_so(tmp_path):
+    """Results depend on torch's thread count (CPU sums split by it), which is not part of a run's
+    identity: the run records it, and a run resumed with another count than its checkpoint's warns."""
+    import warnings
+
+    from madsl.runner.train.loop import RunState
+    from madsl.runner.plan.protocols import TrainSettings
+    from runner_helpers import StandInModel
+
+    db = tmp_path / "r.db"
+    run_toy_eval(db, epochs=1)
+    assert run_rows(db)[0]["threads"] == torch.get_num_threads()
+
+    settings = TrainSettings(lr=1e-3, wd=0.0, epochs=2, batch_size=8, seed=0, min_lr=1e-6, early_stop_acc=0.999)
+    build = lambda: TaskModel(StandInModel(8, 16), "lm")  # noqa: E731
+    saved = RunState.start(settings, build, torch.device("cpu"), 16, 8).to_checkpoint()
+    assert saved["threads"] == torch.get_num_threads()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RunState.start(settings, build, torch.device("cpu"), 16, 8).restore(saved)  # same count: silent
+    saved["threads"] = torch.get_num_threads() + 1
+    with pytest.warns(RuntimeWarning, match=r"resumes with \d+ torch thread\(s\); its first 0 epoch\(s\) trained with"):
+        RunState.start(settings, build, torch.device("cpu"), 16, 8).restore(saved)

@@ -1,4 +1,4 @@
-"""The evaluation settings are declared once (madsl.runner.settings): the `eval` command's options,
+"""The evaluation settings are declared once (madsl.runner.plan.settings): the `eval` command's options,
 a spec's `eval:` keys, a sweep file's `train:` keys, the identity defaults, the `eval:` part of
 `madsl schema`, `cli_overrides`' keywords and docs/runner.md's table all come from that table."""
 from __future__ import annotations
@@ -12,10 +12,12 @@ import pytest
 
 from madsl.cli import evaluate as eval_cli
 from madsl.errors import MadslError
-from madsl.runner import protocols, settings, sweep
-from madsl.runner.api import cli_overrides
-from madsl.runner.options import IDENTITY_DEFAULTS, train_config_identity
-from madsl.runner.settings import SETTINGS, Setting, check_value
+from madsl.runner.plan import protocols
+from madsl.runner.plan import settings
+from madsl.runner.plan import sweep
+from madsl.runner.plan.evaluation import cli_overrides
+from madsl.runner.train.options import IDENTITY_DEFAULTS, train_config_identity
+from madsl.runner.plan.settings import SETTINGS, Setting, check_value
 from madsl.schema import spec_schema
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "runner.md"
@@ -128,7 +130,7 @@ def test_errors_name_the_setting_as_its_caller_wrote_it(capsys, tmp_path):
 def test_the_library_prints_nothing(tmp_path, capfd):
     """`madsl.evaluate` in a script writes nothing to the terminal; a reporter receives progress."""
     from madsl.runner.api import evaluate
-    from madsl.runner.executor import Reporter
+    from madsl.runner.execute.coordinator import Reporter
     from runner_helpers import TOY_TASKS, standin_factory
 
     events = []

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import madsl
-from madsl.runner.api import spec_identity
-from madsl.runner.store import sha256
+from madsl.runner.plan.evaluation import spec_identity
+from madsl.runner.store.results import sha256
 from layer_helpers import make, run_steps
 
 

@@ -285,7 +285,7 @@ def test_a_number_spelled_as_int_or_float_is_one_model_and_one_identity():
     """`heads=2.0` builds the model `heads=2` builds (the primitive reads the int 2), so both are one
     canonical form and one spec identity (one set of run ids); a float parameter written as an
     integer likewise. Bundled specs write the primitive's own types and keep their identities."""
-    from madsl.runner.api import spec_identity
+    from madsl.runner.plan.evaluation import spec_identity
     from madsl.spec import spec_from_data, spec_from_topology
 
     for written, read in (("A{heads=2.0}", "A{heads=2}"), ("A{rotary_base=20000}", "A{rotary_base=20000.0}"),

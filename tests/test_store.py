@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from madsl.cli import main
-from madsl.runner.store import SCHEMA_VERSION, Store
+from madsl.runner.store.results import SCHEMA_VERSION, Store
 
 SPEC = str(Path(__file__).resolve().parent.parent / "specs" / "paper" / "hyena-sg.mad")
 EVAL = ["eval", SPEC, "--task", "memorization", "--protocol", "smoke", "--quiet"]
@@ -111,7 +111,7 @@ def test_report_on_an_empty_database_writes_nothing(tmp_path, capsys, kind):
 
 
 def test_a_database_from_before_the_divergence_flag_keeps_working(tmp_path):
-    from madsl.runner.report import report
+    from madsl.runner.reports.outputs import report
     from runner_helpers import run_toy_eval
 
     db = tmp_path / "r.db"
@@ -137,8 +137,8 @@ def test_finishing_a_run_drops_the_epochs_of_an_abandoned_attempt(tmp_path, monk
 
     results = []
     finish = Store.finish
-    monkeypatch.setattr(Store, "finish", lambda self, run_id, result, device=None, owner=None:
-                        results.append(result) or finish(self, run_id, result, device, owner))
+    monkeypatch.setattr(Store, "finish", lambda self, run_id, result, device=None, owner=None, threads=None:
+                        results.append(result) or finish(self, run_id, result, device, owner, threads))
     db = tmp_path / "r.db"
     run_toy_eval(db, epochs=3)
     store = Store(db)
@@ -155,7 +155,8 @@ class _StrayEvents:
     send: an epoch and a contradicting end."""
 
     def __new__(cls, final_kind: str):
-        from madsl.runner.executor import Event, ThreadExecutor
+        from madsl.runner.execute.jobs import Event
+        from madsl.runner.execute.local import ThreadExecutor
 
         class Stray(ThreadExecutor):
             def poll(self, timeout):
@@ -190,7 +191,7 @@ def test_a_run_taken_over_keeps_the_new_owners_record(tmp_path, monkeypatch):
     neither the run's epochs nor its result; it waits for the new owner's."""
     from runner_helpers import run_rows, run_toy_eval
 
-    from madsl.runner import executor
+    from madsl.runner.execute import coordinator as executor
 
     db = tmp_path / "r.db"
     real_record = Store.record_epoch
@@ -206,8 +207,8 @@ def test_a_run_taken_over_keeps_the_new_owners_record(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Store, "record_epoch", record_epoch)
 
-    def finish_elsewhere(self, run_id, result, device=None, owner=None):  # the new owner finishes
-        written = Store._finish(self, run_id, result, device, owner)
+    def finish_elsewhere(self, run_id, result, device=None, owner=None, threads=None):  # the new owner finishes
+        written = Store._finish(self, run_id, result, device, owner, threads)
         if not written:
             Store._finish(self, run_id, {**result, "epochs_done": 7}, "elsewhere")
         return written

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_runner_report_and_evaluate_are_the_functions_whatever_was_imported_before():
-    code = ("import madsl.runner.api, madsl.runner.report\n"
+    code = ("import madsl.runner.api, madsl.runner.reports.outputs\n"
             "from madsl.runner import evaluate, report\n"
             "assert callable(report) and callable(evaluate), (report, evaluate)\n"
             "from madsl.errors import MadslError\n"
@@ -23,7 +23,7 @@ def test_runner_report_and_evaluate_are_the_functions_whatever_was_imported_befo
 
 
 def test_python_evaluate_runs_the_specs_eval_tasks_like_the_cli():
-    from madsl.runner.api import cli_overrides, plan_spec
+    from madsl.runner.plan.evaluation import cli_overrides, plan_spec
 
     assert cli_overrides(tasks=None).tasks is None  # not given: the spec's eval.tasks
     path = ROOT / "specs/hybrid/selcopy-mamba.mad"
@@ -199,7 +199,7 @@ def test_reprs_are_one_short_line():
 
 
 def test_the_aggregate_is_the_mad_score_only_over_the_six_mad_tasks():
-    from madsl.runner.report import aggregate_name, mad_task_order
+    from madsl.runner.reports.outputs import aggregate_name, mad_task_order
 
     assert aggregate_name(mad_task_order()) == "MAD score"
     assert aggregate_name(list(reversed(mad_task_order()))) == "MAD score"
@@ -216,8 +216,8 @@ def test_compile_json_shows_the_derived_sizes_of_every_layer():
 
 
 def test_progress_labels_name_the_protocols_own_setting():
-    from madsl.runner.api import _setting_label
-    from madsl.runner.protocols import budgeted_baseline, get_protocol
+    from madsl.runner.plan.evaluation import _setting_label
+    from madsl.runner.plan.protocols import budgeted_baseline, get_protocol
     from madsl.tasks import TASKS
 
     task = TASKS["in-context-recall"]

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from madsl.cli import main
-from madsl.runner.api import spec_identity
-from madsl.runner.sweep import load_sweep, variant_name
+from madsl.runner.plan.evaluation import spec_identity
+from madsl.runner.plan.sweep import load_sweep, variant_name
 
 REPO = Path(__file__).resolve().parent.parent
 HYENA = REPO / "specs" / "paper" / "hyena-sg.mad"  # budget: fixed_state 4096 exactly
@@ -121,9 +121,9 @@ def test_a_stacked_groups_runs_are_costed_as_the_group_that_trains_them(tmp_path
     """On CUDA the paper grid of a setting trains as one stacked group (graph-replayed): the plan
     times a few of the group's stacked steps, once, and shares them out among its pending runs,
     instead of timing each run's own step (which on a GPU is launch-bound, not what runs)."""
-    from madsl.runner import cost
-    from madsl.runner.api import cli_overrides, plan_evaluation
-    from madsl.runner.store import StoreFiles
+    from madsl.runner.plan import cost
+    from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
+    from madsl.runner.store.results import StoreFiles
     from madsl.spec import load_spec
 
     cli = cli_overrides(protocol="smoke", tasks=["in-context-recall"], lr=[1e-3, 5e-4, 1e-4], epochs=2, batch_size=8,
@@ -150,9 +150,9 @@ def test_a_group_that_cannot_stack_is_costed_run_by_run(tmp_path, monkeypatch):
     """A group whose runs cannot train stacked (Adam: the stack's update is AdamW's) trains in
     lockstep, one run after another, even where groups stack: the plan costs its runs each
     by its own step, not as a share of a stacked step that never runs."""
-    from madsl.runner import cost
-    from madsl.runner.api import cli_overrides, plan_evaluation
-    from madsl.runner.store import StoreFiles
+    from madsl.runner.plan import cost
+    from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
+    from madsl.runner.store.results import StoreFiles
     from madsl.spec import load_spec
 
     cli = cli_overrides(protocol="smoke", tasks=["in-context-recall"], lr=[1e-3, 5e-4], epochs=1, batch_size=8,

@@ -1,4 +1,4 @@
-"""Training options (madsl.runner.options): optimizer, schedule, accuracy metric, stopping rule.
+"""Training options (madsl.runner.train.options): optimizer, schedule, accuracy metric, stopping rule.
 
 Each behaves as documented on the stand-in model, leaves existing run identities alone
 at its default, and is a located error (exit 2) when its value is bad.
@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from madsl.errors import MadslError
-from madsl.runner.options import stale_epochs, train_config_identity
-from madsl.runner.protocols import TrainSettings, overrides_from_spec_eval
-from madsl.runner.store import RunIdentity
-from madsl.runner.train import EpochMetrics, RunState, train_run
-from madsl.runner.heads import TaskModel
+from madsl.runner.train.options import stale_epochs, train_config_identity
+from madsl.runner.plan.protocols import TrainSettings, overrides_from_spec_eval
+from madsl.runner.store.results import RunIdentity
+from madsl.runner.train.loop import EpochMetrics, RunState, train_run
+from madsl.runner.train.heads import TaskModel
 from runner_helpers import TOY_TASKS, StandInModel
 
 torch.set_num_threads(1)
@@ -136,14 +136,14 @@ def test_bad_option_on_the_command_line_is_exit_2(tmp_path):
         proc = madsl("eval", "specs/paper/hyena-sg.mad", *args, "--db", str(tmp_path / "r.db"), check_rc=2)
         assert "Traceback" not in proc.stderr and args[1] in proc.stderr
     with pytest.raises(MadslError, match="unknown schedule"):
-        from madsl.runner.api import cli_overrides
+        from madsl.runner.plan.evaluation import cli_overrides
         cli_overrides(schedule="linear")
 
 
 def test_options_that_change_nothing_plan_the_runs_they_equal():
     """`lm_head: spec` under the madsl conventions is their own head: the same runs, the same
     run ids, filed under the protocol; under mad-lab it is another head, other runs."""
-    from madsl.runner.protocols import Overrides, build_plan
+    from madsl.runner.plan.protocols import Overrides, build_plan
     from madsl.tasks import get_task
 
     tasks = [get_task("in-context-recall")]
@@ -157,7 +157,7 @@ def test_options_that_change_nothing_plan_the_runs_they_equal():
 def test_min_delta_without_patience_is_an_error_not_a_new_run(tmp_path):
     """min_delta only says what counts as an improvement for patience: alone it would train the
     default runs under new run ids."""
-    from madsl.runner.protocols import Overrides, build_plan
+    from madsl.runner.plan.protocols import Overrides, build_plan
     from madsl.tasks import get_task
     from tests.test_cli import madsl
 

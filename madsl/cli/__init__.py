@@ -65,7 +65,7 @@ def option_words(parser: argparse.ArgumentParser, command: str) -> dict[str, str
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     words = {action.dest: next((o for o in action.option_strings if o.startswith("--")), action.option_strings[0])
              for action in subparsers.choices[command]._actions if action.option_strings}
-    from madsl.runner.settings import SETTINGS  # torch-free
+    from madsl.runner.plan.settings import SETTINGS  # torch-free
 
     words.update({setting.key: setting.flag for setting in SETTINGS if setting.flag})
     words.update({"settings_overrides": "--set", "fmt": "--format"})  # the library's other names

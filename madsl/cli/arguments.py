@@ -1,7 +1,7 @@
 """argparse value types: each turns one command-line word into a checked value or a usage error (exit 2).
 
 The words of the evaluation settings are parsed where the settings are declared
-(madsl.runner.settings); `word_type` makes such a parser an argparse type."""
+(madsl.runner.plan.settings); `word_type` makes such a parser an argparse type."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from madsl.runner import settings  # torch-free
+from madsl.runner.plan import settings  # torch-free
 
 
 def word_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:

@@ -12,14 +12,14 @@ import sys
 
 from madsl.cli.arguments import device_list, non_negative_number, positive_int, positive_number, word_type
 from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
-from madsl.runner.settings import PROTOCOL_NAMES, SETTINGS  # noqa: F401 (PROTOCOL_NAMES: cli/report.py's); torch-free
+from madsl.runner.plan.settings import PROTOCOL_NAMES, SETTINGS  # noqa: F401 (PROTOCOL_NAMES: cli/report.py's); torch-free
 
 # a setting's argparse destination: its key, but --set's (KEY=VALUE words, parsed in cmd_eval)
 DEST = {"set": "settings"}
 
 
 def add_setting_options(p: argparse.ArgumentParser) -> None:
-    """The options of what runs train, one a setting of madsl.runner.settings (its flag, help,
+    """The options of what runs train, one a setting of madsl.runner.plan.settings (its flag, help,
     choices, metavar, and its word parser as the argparse type)."""
     group = p.add_argument_group("what runs train (docs/runner.md, \"Overriding knobs\"; default: the spec's eval: "
                                  "section, else the protocol's)")
@@ -100,7 +100,7 @@ def _specs_or_sweep(args, settings=None):
     that break their spec's budget are reported here and left out unless --allow-over-budget;
     the runs of the rest are counted, and refused past the sweep's cap, before any is planned."""
     from madsl.errors import MadslError
-    from madsl.runner.sweep import Sweep, check_planned_runs, is_sweep_file, load_sweep
+    from madsl.runner.plan.sweep import Sweep, check_planned_runs, is_sweep_file, load_sweep
 
     sweeps = [path for path in args.specs if is_sweep_file(path)]
     if not sweeps:
@@ -118,7 +118,7 @@ def _specs_or_sweep(args, settings=None):
     if not variants:
         raise MadslError(f"{sweep.path}: every variant breaks its spec's budget; nothing to run",
                          hint="--allow-over-budget runs them anyway")
-    from madsl.runner.api import cli_overrides
+    from madsl.runner.plan.evaluation import cli_overrides
 
     pick = lambda given, key: given if given is not None else sweep.train.get(key)  # noqa: E731
     cli = cli_overrides(protocol=args.protocol or sweep.protocol, tasks=args.tasks or sweep.tasks, settings=settings,
@@ -148,7 +148,7 @@ def cmd_eval(args) -> int:
     """Bad input raises MadslError (main() prints it, exit 2)."""
     from madsl.cli.progress import RichReporter, print_summary, stop_on_signals
     from madsl.runner.api import evaluate
-    from madsl.runner.protocols import parse_set_option
+    from madsl.runner.plan.protocols import parse_set_option
 
     _check_executor_options(args)
     settings = dict(parse_set_option(text) for text in args.settings or ())
@@ -173,7 +173,7 @@ def cmd_eval(args) -> int:
         print("aborted; rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     if args.dry_run:
-        from madsl.runner.cost import render_cost
+        from madsl.runner.plan.cost import render_cost
 
         print("".join(note + "\n" for note in summary["notes"]), end="", file=sys.stderr)
         print(json.dumps(summary["plan"], indent=2) if args.format == "json" else render_cost(summary["plan"]),
@@ -184,7 +184,7 @@ def cmd_eval(args) -> int:
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     elif args.quiet:
-        from madsl.runner.report import load_scores, render_text
+        from madsl.runner.reports.outputs import load_scores, render_text
 
         print(render_text(load_scores(args.db, run_ids=summary["run_ids"])), end="")
         # quiet keeps the errors: a table of an unfinished evaluation must not pass for the result

@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from madsl.runner.executor import Reporter, RunJob
+from madsl.runner.execute.coordinator import Reporter
+from madsl.runner.execute.jobs import RunJob
 
 
 class RichReporter(Reporter):
@@ -92,7 +93,7 @@ class RichReporter(Reporter):
 
     def plan(self, cost: Mapping[str, Any], notes: Sequence[str]) -> None:
         """The plan (runs, tokens, FLOPs, estimated time) and how budgets were fitted, before any run."""
-        from madsl.runner.cost import render_cost
+        from madsl.runner.plan.cost import render_cost
 
         for note in notes:
             self.console.print(note, highlight=False)
@@ -104,7 +105,7 @@ def print_summary(db: str | os.PathLike, summary: Mapping[str, Any]) -> None:
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 160)
-    from madsl.runner.report import load_scores, render_text
+    from madsl.runner.reports.outputs import load_scores, render_text
 
     console.print(render_text(load_scores(db, run_ids=summary["run_ids"]), width=console.width), end="",
                   highlight=False)

@@ -35,7 +35,7 @@ def add_parser(subparsers) -> None:
 
 def cmd_report(args) -> int:
     """Bad input raises MadslError (main() prints it, exit 2)."""
-    from madsl.runner.report import report_outputs
+    from madsl.runner.reports.outputs import report_outputs
 
     text, written, flat = report_outputs(args.db, fmt=args.format, plot=args.plot, protocol=args.protocol,
                                          rows=args.rows, plot_sweeps=args.plot_sweeps, force=args.force)
@@ -63,8 +63,8 @@ def cmd_export(args) -> int:
     """Bad input raises MadslError (main() prints it, exit 2)."""
     from pathlib import Path
 
-    from madsl.runner.kept import export
-    from madsl.runner.store import store_files_dir
+    from madsl.runner.store.kept import export
+    from madsl.runner.store.results import store_files_dir
 
     from madsl.errors import MadslError
 

@@ -1,6 +1,6 @@
 """One kernel call for all members of a stacked model (grid-batched training).
 
-`madsl.runner.stacked` trains the members of a grid group as one model: parameters
+`madsl.runner.batched.stacked` trains the members of a grid group as one model: parameters
 stacked along a member axis, every member's forward in one `torch.func.vmap`. An op
 without a vmap batching rule (SDPA's fused kernels, madsl's fused CPU scan, mamba-ssm's,
 causal-conv1d's and fla's kernels: autograd.Functions or ops with no rule) would make vmap

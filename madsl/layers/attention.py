@@ -54,7 +54,7 @@ def _repeat_heads(x: Tensor, groups: int) -> Tensor:
 
 
 class Attention(nn.Module):
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: AttentionPrimitive):
         super().__init__()

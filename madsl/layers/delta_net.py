@@ -29,7 +29,7 @@ from madsl.primitives.delta_net import DeltaNet as DeltaNetPrimitive
 
 
 class DeltaNet(nn.Module):
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: DeltaNetPrimitive):
         super().__init__()

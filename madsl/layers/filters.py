@@ -546,7 +546,10 @@ class HyenaFilter(FullPrecisionFilter):
     primitive's `filter_length`), never by the length of the call, so that a tap does not
     depend on how long the sequence is and step mode agrees with the parallel form; past
     the reference length the features continue analytically (the decay window has brought
-    the filter to ~1e-2 or less by then). Default 1024, the longest MAD sequence length.
+    the filter to ~1e-2 or less by then). Default 1024, the longest MAD sequence length;
+    `filter_length: seq_len` builds it for the length the model is built for, as the MAD
+    reference builds its filter with `max_length` = the task setting's length (its time
+    t = linspace(0, 1, max_length) is this t_n, its features this z).
 
     Parameters: the MLP, the shared sine frequencies (`order`) and `skip` (`channels`),
     exactly `madsl.primitives.filters.filter_cost`. The decay window is computed on the fly.

@@ -32,7 +32,7 @@ Kernel = Literal["auto", "chunked", "recurrent", "fla"]
 
 
 class GatedLinearAttention(nn.Module):
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: GLAPrimitive):
         super().__init__()

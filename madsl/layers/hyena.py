@@ -36,7 +36,7 @@ from madsl.primitives.hyena import Hyena as HyenaPrimitive
 
 
 class Hyena(nn.Module):
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: HyenaPrimitive):
         super().__init__()

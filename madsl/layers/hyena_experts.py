@@ -1,8 +1,10 @@
 """Hyena experts (`He`): the torch module of `madsl.primitives.hyena_experts`.
 
 An order-2 Hyena over dim = experts * expert_width channels, grouped into experts
-(expert e owns channels e*expert_width .. (e+1)*expert_width of x_0, x_1, v and the
-long filter); a router mixes the experts' outputs per token (MAD paper §3.3):
+(of x_0, x_1, v and the long filter, expert e owns channels e*expert_width + j with
+`expert_layout: blocked`, channels j*experts + e with `interleaved`, j < expert_width: the
+MAD reference's `HyenaExpertsOperator`, which reshapes its output to (..., expert_width,
+experts)); a router mixes the experts' outputs per token (MAD paper §3.3):
 
     z = short_conv(in_proj(u));  x_0, x_1, v = split(z)        dim -> 3*dim, as Hyena
     o = x_0 * (h * (v * x_1))                                  (B, L, experts, expert_width)
@@ -37,7 +39,7 @@ from madsl.primitives.hyena_experts import HyenaExperts as HyenaExpertsPrimitive
 
 
 class HyenaExperts(nn.Module):
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: HyenaExpertsPrimitive):
         super().__init__()
@@ -47,6 +49,7 @@ class HyenaExperts(nn.Module):
         self.expert_width = p.expert_width
         self.active = p.active
         self.leaky_routing = p.leaky_routing
+        self.interleaved = p.expert_layout == "interleaved"
         self.short_filter = p.short_filter
         self.conv_method: ConvMethod = "auto"
         self.router = nn.Linear(dim, p.experts, bias=p.router_bias)
@@ -68,6 +71,9 @@ class HyenaExperts(nn.Module):
 
     def _combine(self, expert_out: Tensor, weights: Tensor) -> Tensor:
         """expert_out (..., dim), weights (..., experts) -> out_proj(sum_e w_e o_e) (..., dim)."""
+        if self.interleaved:  # channel j*experts + e is expert e's j-th
+            per_expert = expert_out.unflatten(-1, (self.expert_width, self.experts))
+            return self.out_proj((weights.unsqueeze(-2) * per_expert).sum(-1))
         per_expert = expert_out.unflatten(-1, (self.experts, self.expert_width))
         return self.out_proj((weights.unsqueeze(-1) * per_expert).sum(-2))
 

@@ -48,7 +48,7 @@ class _EluPlusOne(nn.Module):
 
 
 class LinearAttention(nn.Module):
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: LinearAttentionPrimitive):
         super().__init__()

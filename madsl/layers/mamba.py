@@ -61,7 +61,7 @@ class Mamba(nn.Module):
     d_conv of them; the oldest is never used).
     """
 
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     # dt initialisation (mamba-ssm's defaults): softplus(dt bias) log-uniform in [DT_MIN, DT_MAX]
     DT_MIN, DT_MAX, DT_SCALE, DT_INIT_FLOOR = 0.001, 0.1, 1.0, 1e-4

@@ -27,7 +27,7 @@ from madsl.primitives.mamba2 import Mamba2 as Mamba2Primitive
 
 
 class Mamba2(nn.Module):
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: Mamba2Primitive):
         super().__init__()

@@ -24,7 +24,7 @@ ACTIVATIONS = {"gelu": _gelu, "relu2": _relu2}
 
 
 class Mlp(nn.Module):
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: MlpPrimitive):
         super().__init__()

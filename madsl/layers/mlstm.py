@@ -53,7 +53,7 @@ def mlstm_step(q: Tensor, k: Tensor, v: Tensor, log_input: Tensor, log_forget: T
 
 
 class MLSTM(nn.Module):
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: MLSTMPrimitive):
         super().__init__()

@@ -48,7 +48,7 @@ from madsl.primitives.multihead_hyena import MultiHeadHyena as MultiHeadHyenaPri
 
 
 class MultiHeadHyena(nn.Module):
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: MultiHeadHyenaPrimitive):
         super().__init__()

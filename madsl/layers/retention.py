@@ -27,7 +27,7 @@ ROTARY_BASE = 10000.0
 
 
 class Retention(nn.Module):
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: RetentionPrimitive):
         super().__init__()

@@ -41,7 +41,7 @@ def _ramp(dim: int) -> Tensor:
 
 
 class RWKV(nn.Module):
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: RWKVPrimitive):
         super().__init__()
@@ -121,7 +121,7 @@ class RWKV(nn.Module):
 class RWKVChannel(nn.Module):
     """out = sigmoid(receptance(x_r)) * value(relu(key(x_k))^2), x_c = x + (x_prev - x) * maa_c."""
 
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: RWKVChannelPrimitive):
         super().__init__()

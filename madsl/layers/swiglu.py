@@ -15,7 +15,7 @@ from madsl.primitives.swiglu import SwiGLU as SwiGLUPrimitive
 
 
 class SwiGLU(nn.Module):
-    stacks = True  # exact under vmap over stacked members (madsl.runner.stacked): every op batches or folds
+    stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: SwiGLUPrimitive):
         super().__init__()

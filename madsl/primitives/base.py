@@ -10,6 +10,7 @@ and is imported only by `Primitive.build()`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import math
 import types
@@ -66,6 +67,17 @@ class WidthRelative:
 def resolve_width_relative(params: dict[str, Any], dim: int) -> dict[str, Any]:
     """`params` with every width-relative default replaced by its value at width `dim`."""
     return {k: v.resolve(k, dim) if isinstance(v, WidthRelative) else v for k, v in params.items()}
+
+
+# A length-relative value: the word `seq_len` for an integer hyperparameter whose field admits it
+# (annotated `int | SeqLen`, e.g. the Hyena filters' filter_length) stands for the sequence length
+# the layer is built for, as the MAD reference sizes its Hyena filters by `max_length`. A primitive
+# holding it is resolved by `Primitive.at_length(L)`: the plan does so at the length it is built
+# for (`madsl.graph.build_graph(spec, seq_len=L)`: the accounting's seq_len, `madsl.compile`'s
+# max_seq_len), so that the accounting and the module read one number. A spec's identity keeps the
+# word, and a run's identity holds its task setting's length.
+SEQ_LEN = "seq_len"
+SeqLen = Literal["seq_len"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +141,30 @@ class Primitive:
     def config(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "dim"}
 
+    def length_relative(self) -> tuple[str, ...]:
+        """The hyperparameters that hold `seq_len` (resolved by `at_length`)."""
+        # read past any __getattribute__ of a subclass: this check is no use of the value by a
+        # module (tests/test_contract.py records which fields a module's constructor reads)
+        return tuple(name for name in _length_fields(type(self))
+                     if object.__getattribute__(self, name) == SEQ_LEN)
+
+    def at_length(self, seq_len: int) -> "Primitive":
+        """This primitive as built for sequences of `seq_len` tokens: every hyperparameter written
+        `seq_len` set to that number, validated (ConfigError); itself where there is none."""
+        names = self.length_relative()
+        if not names:
+            return self
+        prim = dataclasses.replace(self, **{name: seq_len for name in names})
+        prim.validate()
+        return prim
+
+    def _resolved(self) -> None:
+        names = self.length_relative()
+        if names:
+            raise ConfigError(names[0], f"{self.name}: {names[0]} is seq_len, the length the layer is built "
+                                        "for: resolve it first (Primitive.at_length(L); the plan and "
+                                        "madsl.compile do so at their sequence length)")
+
     def derived(self) -> dict[str, Any]:
         """The sizes derived from the hyperparameters (the class's properties: e.g. attention's
         inner_head_dim where head_dim is null), so that reports show every resolved value."""
@@ -167,11 +203,13 @@ class Primitive:
         return None
 
     def cost(self, seq_len: int) -> Cost:
+        self._resolved()
         return Cost(self.params(), self.fixed_state(), self.conv_state(),
                     self.kv_cache(seq_len), self.flops(seq_len))
 
     # --- torch side -----------------------------------------------------------------
     def build(self):  # -> torch.nn.Module
+        self._resolved()
         module_name, _, class_name = self.module.partition(":")
         cls = getattr(importlib.import_module(module_name), class_name)
         return cls(self)
@@ -232,6 +270,9 @@ def _coerce(prim_name: str, key: str, annotation: Any, value: Any) -> Any:
                 return _coerce(prim_name, key, option, value)
             except ConfigError as err:
                 errors.append(err)
+        if SeqLen in non_none and int in non_none:  # an integer or the word seq_len
+            raise ConfigError(key, f"{prim_name}: {key} must be an int or {SEQ_LEN} (the length the layer is "
+                                   f"built for), got {value!r}")
         raise errors[0]
     if origin is Literal:
         if value in options:
@@ -257,6 +298,15 @@ def _coerce(prim_name: str, key: str, annotation: Any, value: Any) -> Any:
             return value
     type_name = getattr(annotation, "__name__", str(annotation))
     raise ConfigError(key, f"{prim_name}: {key} must be {_article(type_name)} {type_name}, got {value!r}")
+
+
+@functools.cache
+def _length_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a primitive class that admit `seq_len` (annotated `int | SeqLen`)."""
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in dataclasses.fields(cls)
+                 if any(typing.get_origin(o) is Literal and SEQ_LEN in typing.get_args(o)
+                        for o in typing.get_args(hints[f.name])))
 
 
 def _article(word: str) -> str:

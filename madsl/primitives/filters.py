@@ -8,7 +8,9 @@ families are those of the Hyena paper's "long convolution comparisons" (App. A.1
 plus the modal form of the MAD paper. Per channel, with n = filter_states,
 w = filter_order, K = filter_size, m = filter_modes, M = filter_length (a reference
 length: fno's resolution, rational's truncation length, the time scale of the MLP
-filters; set it to the sequence length):
+filters; set it to the sequence length, or write `seq_len` to have it follow the length
+the layer is built for, as the MAD reference builds its Hyena filters with its
+`max_length`: resolved by `Primitive.at_length`, which the plan applies at its seq_len):
 
 | kind       | parameters per channel (+ shared)            | fixed state      | dynamic state     |
 |------------|----------------------------------------------|------------------|-------------------|
@@ -70,7 +72,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .base import ConfigError, Primitive
+from .base import SEQ_LEN, ConfigError, Primitive, SeqLen
 
 FilterKind = Literal["modal", "s4d", "rational", "conv1d", "fno", "ckconv", "hyena"]
 
@@ -88,7 +90,7 @@ class LongFilterPrimitive(Primitive):
     filter_emb_dim: int
     filter_size: int
     filter_modes: int
-    filter_length: int
+    filter_length: int | SeqLen  # `seq_len`: the length the layer is built for (base.SEQ_LEN)
     filter_emb_learned: bool
     bias: bool
 
@@ -196,15 +198,13 @@ def filter_config(prim: Any) -> dict[str, int | bool]:
 
 
 def validate_filter(prim: Any) -> None:
-    """Range checks of a Hyena-family primitive's filter hyperparameters (ConfigError)."""
+    """Range checks of a Hyena-family primitive's filter hyperparameters (ConfigError). A
+    filter_length of `seq_len` is checked once resolved (`Primitive.at_length`)."""
     for key in FILTER_FIELDS:
         value = getattr(prim, key)
-        if value <= 0:
+        if value != SEQ_LEN and value <= 0:
             raise ConfigError(key, f"{prim.name}: {key} must be positive, got {value}")
     kind = prim.filter
-    if kind in ("hyena", "ckconv", "fno") and prim.filter_length < 2:
-        raise ConfigError("filter_length", f"{prim.name}: filter_length must be at least 2 for filter={kind}, "
-                                           f"got {prim.filter_length}")
     if prim.filter_emb_learned and kind != "hyena":
         raise ConfigError("filter_emb_learned", f"{prim.name}: filter_emb_learned applies to filter=hyena only "
                                                 f"(the implicit filter's positional features), not filter={kind}",
@@ -212,12 +212,18 @@ def validate_filter(prim: Any) -> None:
     if kind == "hyena" and (prim.filter_emb_dim < 3 or prim.filter_emb_dim % 2 == 0):
         raise ConfigError("filter_emb_dim", f"{prim.name}: filter_emb_dim must be odd and >= 3 "
                                             "(time plus sine/cosine pairs)")
-    if kind == "rational" and prim.filter_length <= prim.filter_states:
-        raise ConfigError("filter_length", f"{prim.name}: filter_length={prim.filter_length} must exceed the "
+    length = prim.filter_length
+    if length == SEQ_LEN:  # the checks below read the number: made at the length the layer is built for
+        return
+    if kind in ("hyena", "ckconv", "fno") and length < 2:
+        raise ConfigError("filter_length", f"{prim.name}: filter_length must be at least 2 for filter={kind}, "
+                                           f"got {length}")
+    if kind == "rational" and length <= prim.filter_states:
+        raise ConfigError("filter_length", f"{prim.name}: filter_length={length} must exceed the "
                                            f"order filter_states={prim.filter_states} (the rational filter's "
                                            "truncation length)")
-    if kind == "fno" and prim.filter_modes > prim.filter_length // 2 + 1:
+    if kind == "fno" and prim.filter_modes > length // 2 + 1:
         raise ConfigError("filter_modes",
-                          f"{prim.name}: filter_modes={prim.filter_modes} exceeds the {prim.filter_length // 2 + 1} "
-                          f"frequencies of a spectrum of resolution filter_length={prim.filter_length}",
-                          f"use filter_modes <= {prim.filter_length // 2 + 1} or a longer filter_length")
+                          f"{prim.name}: filter_modes={prim.filter_modes} exceeds the {length // 2 + 1} "
+                          f"frequencies of a spectrum of resolution filter_length={length}",
+                          f"use filter_modes <= {length // 2 + 1} or a longer filter_length")

@@ -6,14 +6,24 @@ Defaults: 8 experts of width 16, 2 active; all other settings shared with Hyena
 
 Layout: `router` dim -> experts (a bias where `router_bias`); `in_proj` dim -> 3*dim,
 `short_conv` and long filters as in an order-2 Hyena whose dim = experts * expert_width
-channels are grouped into experts; each expert's gated output (expert_width
-wide) is weighted by the router (softmax over the token's top-k logits, the
-others get exactly zero) and the weighted sum goes through `out_proj`
-expert_width -> dim. `leaky_routing` is the MAD reference's routing instead: the
+channels are grouped into experts (`expert_layout`: `blocked`, expert e owns channels
+e*expert_width .. (e+1)*expert_width - 1; `interleaved`, expert e owns channels j*experts + e,
+j < expert_width, as the MAD reference's reshape (..., expert_width, experts) gives them);
+each expert's gated output (expert_width wide) is weighted by the router (softmax over the
+token's top-k logits, the others get exactly zero) and the weighted sum goes through
+`out_proj` expert_width -> dim. `leaky_routing` is the MAD reference's routing instead: the
 logits outside the top k are set to 0 and the softmax runs over all experts, so every
 expert keeps some weight (and is computed: the FLOPs count all experts as active).
 The reference's `hyena-experts.yml` also has a router bias and the implicit filter
 (`filter: hyena`, filter_order 16, learned positional features).
+
+The layout is no relabelling where the filter treats channels differently by their index:
+the implicit filter's (`filter: hyena`) decay window is a fixed ladder over the channels,
+from the slowest decay at channel 0 to the fastest at the last, so `blocked` gives expert 0
+the slowest band of decays and expert 7 the fastest, and `interleaved` gives every expert
+the whole range (the reference's He). For the filters whose channels are initialised alike
+(the modal filter's random steps, the paper's He) the two are the same layer up to a
+relabelling of the channels; the accounting is the same for both.
 
 State: all experts' filter states, since which experts are active depends on
 the input: experts * expert_width * filter_states = 2048 at width 128 (modal
@@ -24,6 +34,7 @@ S L D_moh G, convolution and gates 10 L log2(L) D_moh G + 4 L D_moh G, out 2 L D
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from .base import ConfigError, log2, positive
 from .filters import LongFilterPrimitive, filter_config, filter_cost, validate_filter
@@ -36,12 +47,13 @@ class HyenaExperts(LongFilterPrimitive):
     active: int
     router_bias: bool
     leaky_routing: bool
+    expert_layout: Literal["blocked", "interleaved"]
 
     name = "hyena_experts"
     role = "sequence"
     module = "madsl.layers.hyena_experts:HyenaExperts"
     # added later: specs at their defaults keep their run identities
-    identity_omits = ("router_bias", "leaky_routing", "filter_emb_learned")
+    identity_omits = ("router_bias", "leaky_routing", "filter_emb_learned", "expert_layout")
 
     def validate(self) -> None:
         positive(self, "experts", "expert_width", "active", "short_filter")

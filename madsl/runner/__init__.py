@@ -1,18 +1,25 @@
-"""The MAD runner: protocols, training, the results store, executors, scores and reports.
+"""The MAD runner: plans evaluations of specs, trains their runs, records and scores them.
 
     from madsl.runner import evaluate, report
     evaluate(["specs/paper/mamba.mad"], protocol="quick")
     print(report("madsl-results.db"))
+
+Its rooms, one concern each (data flows down the list; nothing imports the command line):
+
+    plan/       what an evaluation trains and what it costs: the settings, declared once; the
+                protocols; sweep files; the plan of runs; cost and memory estimates
+    train/      one run's training: the loop, options, precision, checkpoints, task heads
+    batched/    runs trained together: grid groups, stacked members, the compiled step
+    execute/    where runs execute: jobs, local executors, the coordinator, Ray, devices
+    store/      the results database and its folder; kept models
+    reports/    scores, the leaderboard, tables for analysis, figures
+    api.py      `evaluate` and `report`, the entry points
 
 Importing this package is cheap; torch is imported when a run starts.
 """
 from __future__ import annotations
 
 from typing import Any
-
-# The submodule `madsl.runner.report` is loaded before the function of the same name is
-# defined below: importing it later would rebind `madsl.runner.report` to the module.
-from madsl.runner import report as _report_module  # noqa: F401
 
 __all__ = ["evaluate", "report", "PROTOCOLS"]
 
@@ -34,7 +41,7 @@ def report(*args: Any, **kwargs: Any) -> str:
 
 def __getattr__(name: str) -> Any:
     if name == "PROTOCOLS":
-        from madsl.runner.protocols import PROTOCOLS
+        from madsl.runner.plan.protocols import PROTOCOLS
 
         return PROTOCOLS
     raise AttributeError(name)

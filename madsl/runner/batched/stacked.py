@@ -4,7 +4,7 @@ AdamW applied to the stacked tensors with each member's own learning rate (its c
 schedule) and weight decay, and every member's evaluation in one vmapped forward per
 test batch.
 
-Used by `madsl.runner.grid` for models whose every layer declares `stacks = True` (a class
+Used by `madsl.runner.batched.grid` for models whose every layer declares `stacks = True` (a class
 attribute of the layer module, covering its submodules): its forward is exact under vmap
 over stacked parameters, because each op either has a vmap batching rule or a *member
 fold* (`madsl.kernels.member_fold`: SDPA, the selective scan, causal-conv1d, GLA and fla's
@@ -29,7 +29,7 @@ rest (forward, backward, AdamW, the metric sums) reads nothing on the host. So w
 graphs on (`--cuda-graphs`), each is captured once warm and replayed: one launch instead of
 hundreds, which is where a width-128 model's time goes on a GPU. With `compiled`
 (`MADSL_COMPILE_STACKED=1`, opt-in), each is first traced and compiled into fused kernels
-(`madsl.runner.stacked_compile`), which a CUDA graph then replays the same way.
+(`madsl.runner.batched.compile`), which a CUDA graph then replays the same way.
 """
 from __future__ import annotations
 
@@ -42,12 +42,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from madsl.runner import stacked_compile
-from madsl.runner.precision import autocast
-from madsl.runner.train import MAD_LAB, MetricAccumulator, _loss, eval_batch_size, metric_increments
+from madsl.runner.batched import compile as stacked_compile
+from madsl.runner.train.precision import autocast
+from madsl.runner.train.loop import MAD_LAB, MetricAccumulator, _loss, eval_batch_size, metric_increments
 
 # Containers and building blocks that batch under vmap as they are (their children are checked).
-GENERIC_MODULES = ("torch.nn.modules.", "madsl.model", "madsl.runner.heads")
+GENERIC_MODULES = ("torch.nn.modules.", "madsl.model", "madsl.runner.train.heads")
 
 
 def _batches(module: torch.nn.Module) -> bool:
@@ -230,7 +230,7 @@ class StackedMembers:
         self.metrics = (states[0].train_metrics.kind, states[0].num_classes, self.settings.conventions == MAD_LAB)
         self.step_count = 0
         self.graphs = graphs
-        # the step and evaluation batch compiled into fused kernels (madsl.runner.stacked_compile);
+        # the step and evaluation batch compiled into fused kernels (madsl.runner.batched.compile);
         # opt-in, by default from MADSL_COMPILE_STACKED=1
         self.compiled = stacked_compile.requested() if compiled is None else compiled
         self._load()
@@ -429,7 +429,7 @@ class StackedMembers:
             _forget_aux_losses(self.template)
             self._add_sums(self.eval_sums, outputs, targets, loss_sums)
 
-    # --- compiled (opt-in: madsl.runner.stacked_compile) --------------------------------------
+    # --- compiled (opt-in: madsl.runner.batched.compile) --------------------------------------
     def _weights(self, flat_params: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
         """Every parameter's (members, *shape) stack, the trainable ones views of these flat tensors."""
         weights = dict(self.frozen)

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from madsl.runner.scores import SpecScore
+from madsl.runner.reports.scores import SpecScore
 
 
 def mad_task_order() -> list[str]:

@@ -1,4 +1,4 @@
-"""`madsl report`: the leaderboard of a results database (text tables: madsl.runner.leaderboard).
+"""`madsl report`: the leaderboard of a results database (text tables: madsl.runner.reports.leaderboard).
 
     text   a table architectures x tasks with the MAD score (the protocol and the conventions
            the runs followed, madsl.conventions, in its title), then per task: score, the
@@ -11,9 +11,9 @@
            and one per spec with `task: "MAD"` and `aggregate: true`
     csv    the same records as rows (`length_evals` as JSON text, booleans as true / false)
     rows   settings / runs: json or csv tables for analysis instead, one row per task setting
-           or per run, with the setting's knobs as columns (madsl.runner.export)
+           or per run, with the setting's knobs as columns (madsl.runner.reports.tables)
     plot   a heatmap PNG like Fig. 3.7 of the MAD paper; plot_sweeps: per task, the score
-           against each difficulty knob (madsl.runner.plots; both need matplotlib: madsl[plot])
+           against each difficulty knob (madsl.runner.reports.plots; both need matplotlib: madsl[plot])
 """
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ from typing import Sequence
 
 from madsl.errors import MadslError, did_you_mean, option
 from madsl.outputs import check_output_dir, check_output_path, output_error
-from madsl.runner.export import csv_cell
-from madsl.runner.leaderboard import (aggregate_name, context_text, display_names, mad_task_order, render_text,
+from madsl.runner.reports.tables import csv_cell
+from madsl.runner.reports.leaderboard import (aggregate_name, context_text, display_names, mad_task_order, render_text,
                                       row_name, task_columns)
-from madsl.runner.scores import SpecScore, spec_scores
-from madsl.runner.store import Store
+from madsl.runner.reports.scores import SpecScore, spec_scores
+from madsl.runner.store.results import Store
 
 FORMATS = ("text", "json", "csv")
 ROWS = ("tasks", "settings", "runs")  # one record per (spec, task), per setting, per run
@@ -86,7 +86,7 @@ def load_scores(db: str | os.PathLike, protocol: str | None = None,
 
 def check_protocol_label(name: str, stored: set[str], db: str | os.PathLike) -> None:
     """A --protocol filter names a protocol, or a label runs are filed under (`quick+custom`)."""
-    from madsl.runner.protocols import PROTOCOLS
+    from madsl.runner.plan.protocols import PROTOCOLS
 
     if name in PROTOCOLS or name in stored:
         return
@@ -149,7 +149,7 @@ def plot_heatmap(scores: Sequence[SpecScore], path: str | os.PathLike) -> Path:
     """A heatmap architectures x (tasks + aggregate), best architecture on top (like Fig. 3.7)."""
     import numpy as np
 
-    from madsl.runner.plots import heatmap, pyplot
+    from madsl.runner.reports.plots import heatmap, pyplot
 
     pyplot(option("plot"))
     if not scores:
@@ -170,7 +170,7 @@ def plot_heatmap(scores: Sequence[SpecScore], path: str | os.PathLike) -> Path:
 def check_plot_dir(path: str | os.PathLike, force: bool = False) -> Path:
     """The folder the sweep figures go into (symlinks resolved; it may not exist yet), before any
     work: refused where it holds anything but task figures, unless `force` (madsl.outputs)."""
-    from madsl.runner.plots import figure_file_name
+    from madsl.runner.reports.plots import figure_file_name
     from madsl.tasks import TASKS
 
     figures = {figure_file_name(task) for task in TASKS}
@@ -196,7 +196,7 @@ def report_outputs(db: str | os.PathLike = "madsl-results.db", fmt: str = "text"
             raise MadslError(f"{option('plot')} {plot}: matplotlib cannot write {Path(plot).suffix!r} images",
                              expected="a file ending in " + ", ".join(PLOT_SUFFIXES))
     if plot_sweeps is not None:
-        from madsl.runner.plots import pyplot
+        from madsl.runner.reports.plots import pyplot
 
         plot_sweeps = check_plot_dir(plot_sweeps, force)
         pyplot(option("plot_sweeps"))
@@ -217,7 +217,7 @@ def report_outputs(db: str | os.PathLike = "madsl-results.db", fmt: str = "text"
             return (f"no runs in {db} are filed under protocol {protocol} yet "
                     "(`madsl report` without --protocol shows every run)\n"), written, flat
         return render(scores, fmt), written, flat
-    from madsl.runner import export
+    from madsl.runner.reports import tables as export
 
     table = (export.run_rows(stored.rows, stored.labels, stored.length_evals, mad_task_order()) if rows == "runs"
              else export.setting_rows(stored.rows, stored.labels, stored.length_evals, mad_task_order(),
@@ -227,8 +227,8 @@ def report_outputs(db: str | os.PathLike = "madsl-results.db", fmt: str = "text"
 
 def plot_sweep_figures(stored: StoredRuns, out_dir: Path) -> tuple[list[Path], list[str]]:
     """Per task, the score against each knob its settings vary, one line per architecture."""
-    from madsl.runner.export import setting_rows
-    from madsl.runner.plots import sweep_figures
+    from madsl.runner.reports.tables import setting_rows
+    from madsl.runner.reports.plots import sweep_figures
 
     table = setting_rows(stored.rows, stored.labels, stored.length_evals, mad_task_order())
     if not table:
@@ -253,6 +253,6 @@ def plot_sweep_figures(stored: StoredRuns, out_dir: Path) -> tuple[list[Path], l
 def report(db: str | os.PathLike = "madsl-results.db", fmt: str = "text", plot: str | os.PathLike | None = None,
            protocol: str | None = None, rows: str = "tasks", plot_sweeps: str | os.PathLike | None = None) -> str:
     """The leaderboard of `db` as text, json or csv (rows: "tasks", the leaderboard's records;
-    "settings" or "runs", tables for analysis, madsl.runner.export); with `plot`, also write a
+    "settings" or "runs", tables for analysis, madsl.runner.reports.tables); with `plot`, also write a
     heatmap there; with `plot_sweeps`, a figure per task of its difficulty sweeps into that folder."""
     return report_outputs(db, fmt, plot, protocol, rows, plot_sweeps)[0]

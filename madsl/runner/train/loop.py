@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import gc
 import math
+import warnings
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -42,11 +43,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from madsl.runner.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from madsl.runner.heads import TaskModel
-from madsl.runner.options import IDENTITY_DEFAULTS, stale_epochs
-from madsl.runner.precision import autocast, configure_device
-from madsl.runner.protocols import TrainSettings
+from madsl.runner.train.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from madsl.runner.train.heads import TaskModel
+from madsl.runner.train.options import IDENTITY_DEFAULTS, stale_epochs
+from madsl.runner.train.precision import autocast, configure_device
+from madsl.runner.plan.protocols import TrainSettings
 
 IGNORE = -100
 BETAS = (0.9, 0.98)  # MAD paper Table B.1
@@ -139,7 +140,7 @@ def metric_increments(kind: str, num_classes: int, per_batch: bool, outputs: tor
                       targets: torch.Tensor, loss_sum: torch.Tensor) -> dict[str, torch.Tensor]:
     """What one batch adds to each of MetricAccumulator's sums, for each member of a leading
     group axis (outputs (G, rows, ..., classes), targets (G, rows, ...), loss_sum (G,)): one
-    definition for a run's batch (G = 1) and a stacked group's (`madsl.runner.stacked`).
+    definition for a run's batch (G = 1) and a stacked group's (`madsl.runner.batched.stacked`).
     Elementwise ops, reductions and scatter-adds only: no host sync, and the same work on
     every call (a CUDA graph can hold it)."""
     groups = targets.shape[0]
@@ -420,6 +421,11 @@ class RunState:
         self.length_evals = list(checkpoint.get("length_evals", []))
         self.diverged_epoch = checkpoint.get("diverged_epoch")
         set_rng_state(checkpoint["rng"])
+        threads = checkpoint.get("threads")
+        if threads is not None and threads != torch.get_num_threads():  # CPU sums split by thread count
+            warnings.warn(f"run {self.run_id or ''} resumes with {torch.get_num_threads()} torch thread(s); its "
+                          f"first {self.epoch} epoch(s) trained with {threads}: its results can differ in the last "
+                          "digits from a run trained with one thread count throughout", RuntimeWarning, stacklevel=2)
         return self
 
     def to_checkpoint(self, result: RunResult | None = None) -> dict:
@@ -431,7 +437,8 @@ class RunState:
             "train_seconds": self.train_seconds, "history": [asdict(h) for h in self.history],
             "best": asdict(self.best) if self.best else None, "best_state": self.best_state,
             "finished": self.finished, "length_evals": self.length_evals, "diverged_epoch": self.diverged_epoch,
-            "run_id": self.run_id, "result": result.to_dict() if result is not None else None}
+            "run_id": self.run_id, "result": result.to_dict() if result is not None else None,
+            "threads": torch.get_num_threads()}
 
     def end_epoch(self, metrics: EpochMetrics) -> None:
         """Record a finished epoch: history, best so far, and whether training is over.
@@ -562,7 +569,7 @@ def eval_batch_size(settings: TrainSettings) -> int:
 def epoch_metrics(state: RunState, data: RunData, started: float,
                   evaluation: Mapping[str, float | None] | None = None) -> EpochMetrics:
     """Close the epoch's training: evaluate (unless `evaluation` is given: a stacked group's,
-    madsl.runner.stacked) and return its metrics; the time since `started` (not yet banked)
+    madsl.runner.batched.stacked) and return its metrics; the time since `started` (not yet banked)
     counts towards the epoch and the run."""
     settings = state.settings
     mad_lab = settings.conventions == MAD_LAB

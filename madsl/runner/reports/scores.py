@@ -102,7 +102,7 @@ def _task_ceiling(ceiling: Callable[[str, str, Mapping[str, Any], int], float | 
 
 def run_accuracy(row: Mapping[str, Any]) -> float | None:
     """The run's accuracy at its best epoch: class-averaged, or the token accuracy for runs
-    with `metric: token` (madsl.runner.options)."""
+    with `metric: token` (madsl.runner.train.options)."""
     if _train_option(row, "metric", "macro") == "token":
         return row["best_eval_token_acc"]
     return row["best_eval_acc"]

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from madsl.errors import MadslError, option
-from madsl.runner.executor import TERMINAL, Event, Executor, RunJob, execute_job
+from madsl.runner.execute.jobs import TERMINAL, Event, RunJob, execute_job
+from madsl.runner.execute.local import Executor
 
 INSTALL = "pip install 'madsl[ray]'"
 NODE_RETRIES = 3  # a run survives this many lost nodes

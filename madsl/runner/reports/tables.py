@@ -1,6 +1,6 @@
 """Tables for analysis (`madsl report --rows runs|settings`): one row per run or per task setting.
 
-The leaderboard (madsl.runner.report) has a row per (spec, task); studies of the paper's
+The leaderboard (madsl.runner.reports.outputs) has a row per (spec, task); studies of the paper's
 difficulty sweeps need the level below: each run, or each setting's score, with the task
 setting's knobs as columns of their own (`setting.seq_len`, `setting.vocab_size`, ...).
 
@@ -21,7 +21,7 @@ import json
 import statistics
 from typing import Any, Callable, Mapping, Sequence
 
-from madsl.runner.scores import diverged, group_runs, is_regression, run_conventions, setting_score
+from madsl.runner.reports.scores import diverged, group_runs, is_regression, run_conventions, setting_score
 
 SETTING_PREFIX = "setting."
 ROW_KINDS = ("runs", "settings")
@@ -31,7 +31,7 @@ RUN_COLUMNS = (
     "lr", "wd", "epochs", "batch_size", "seed", "precision", "status",
     "accuracy", "token_accuracy", "max_accuracy", "loss", "ppl", "length", "length_status",
     "best_epoch", "epochs_done", "early_stopped", "diverged", "diverged_epoch", "seconds", "device",
-    "madsl_version", "error")
+    "madsl_version", "error", "threads")
 SETTING_COLUMNS = (
     "row", "spec", "spec_hash", "protocol", "conventions", "task", "setting_hash", "metric",
     "score", "token_accuracy", "ceiling", "length", "length_status", "seeds", "runs_done", "runs_total",
@@ -77,7 +77,7 @@ def run_rows(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, Sequence[st
             "early_stopped": None if r["early_stopped"] is None else bool(r["early_stopped"]),
             "diverged": diverged(r) if r["status"] == "done" else None,
             "diverged_epoch": _get(r, "diverged_epoch"), "seconds": r["train_seconds"], "device": r["device"],
-            "madsl_version": r["madsl_version"], "error": r["error"]}, r["setting"])
+            "madsl_version": r["madsl_version"], "error": r["error"], "threads": _get(r, "threads")}, r["setting"])
         out.append(run)
         for ev in length_evals.get(r["run_id"], ()):
             out.append({**run, "row": "length", **_length_fields(ev), "accuracy": ev["macro_acc"],

@@ -19,7 +19,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from madsl.errors import MadslError, option
-from madsl.runner.options import train_config_identity  # noqa: F401 (its home before the other options)
+from madsl.runner.train.options import train_config_identity  # noqa: F401 (its home before the other options)
 
 if TYPE_CHECKING:
     import torch

@@ -82,7 +82,8 @@ CREATE TABLE IF NOT EXISTS runs (
     max_eval_acc REAL,              -- best class-averaged eval accuracy over all epochs
     early_stopped INTEGER,
     error TEXT,
-    diverged_epoch INTEGER          -- the epoch whose loss became NaN / inf (training stopped there)
+    diverged_epoch INTEGER,         -- the epoch whose loss became NaN / inf (training stopped there)
+    threads INTEGER                 -- torch's intra-op threads in the process that finished it (CPU sums differ by it)
 );
 CREATE INDEX IF NOT EXISTS runs_by_group ON runs (spec_hash, task, setting_hash, seed);
 CREATE TABLE IF NOT EXISTS epochs (
@@ -106,6 +107,9 @@ CREATE TABLE IF NOT EXISTS run_labels (
     PRIMARY KEY (run_id, protocol)
 );
 """
+
+# columns of `runs` added after databases of schema 1 were written: added on open, read as NULL before
+ADDED_RUN_COLUMNS = ("diverged_epoch", "threads")
 
 # table name -> its CREATE TABLE statement
 TABLES = {statement.split()[5]: statement for statement in (part.strip() for part in SCHEMA.split(";"))
@@ -391,10 +395,11 @@ class Store(StoreFiles):
         elif not create:  # a reader writes nothing: tables the file lacks read as empty ones of its own
             for table in set(TABLES) - tables:
                 self.conn.execute(TABLES[table].replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
-        if create and "diverged_epoch" not in self._run_columns():  # added within schema 1; readers do without
-            with self.transaction() as c:
-                if "diverged_epoch" not in self._run_columns():  # another eval may have just added it
-                    c.execute("ALTER TABLE runs ADD COLUMN diverged_epoch INTEGER")
+        for column in ADDED_RUN_COLUMNS:  # added within schema 1; readers do without
+            if create and column not in self._run_columns():
+                with self.transaction() as c:
+                    if column not in self._run_columns():  # another eval may have just added it
+                        c.execute(f"ALTER TABLE runs ADD COLUMN {column} INTEGER")
         if create and self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() is None:
             with self.transaction() as c:  # a new database (reading one changes nothing)
                 c.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -516,7 +521,7 @@ class Store(StoreFiles):
                   (run_id, m["epoch"], *(m.get(k) for k in EPOCH_COLUMNS)))
 
     def finish(self, run_id: str, result: Mapping[str, Any], device: str | None = None,
-               owner: str | None = None) -> bool:
+               owner: str | None = None, threads: int | None = None) -> bool:
         """One transaction: every epoch, the length evaluations, the best metrics, status done.
         With `owner`, only if that process still holds the run (see `_holds`); whether it was recorded."""
         best = result["best"]
@@ -536,10 +541,12 @@ class Store(StoreFiles):
             c.execute(
                 "UPDATE runs SET status='done', owner=NULL, heartbeat=NULL, finished=?, device=COALESCE(?, device), "
                 "train_seconds=?, epochs_done=?, best_epoch=?, best_eval_loss=?, best_eval_ppl=?, best_eval_acc=?, "
-                "best_eval_token_acc=?, max_eval_acc=?, early_stopped=?, diverged_epoch=?, error=NULL WHERE run_id=?",
+                "best_eval_token_acc=?, max_eval_acc=?, early_stopped=?, diverged_epoch=?, threads=?, error=NULL "
+                "WHERE run_id=?",
                 (time.time(), device, result["train_seconds"], result["epochs_done"], result["best_epoch"],
                  best["eval_loss"], best["eval_ppl"], best["eval_macro_acc"], best["eval_acc"],
-                 result["max_eval_macro_acc"], int(result["early_stopped"]), result.get("diverged_epoch"), run_id))
+                 result["max_eval_macro_acc"], int(result["early_stopped"]), result.get("diverged_epoch"), threads,
+                 run_id))
             return True
 
     # --- reading ----------------------------------------------------------------------

@@ -21,15 +21,15 @@
 
 A run's identity names an option only when it is off its default (`train_config_identity`),
 so the run ids of everything trained before the option existed stay valid. Each option is
-declared, with its choices, checks and identity default, in madsl.runner.settings.
+declared, with its choices, checks and identity default, in madsl.runner.plan.settings.
 """
 from __future__ import annotations
 
 import math
 from typing import Sequence
 
-# declared with the other evaluation settings (each once): madsl.runner.settings
-from madsl.runner.settings import IDENTITY_DEFAULTS, LM_HEADS, MAX_SEED, METRICS, OPTIMIZERS, SCHEDULES  # noqa: F401
+# declared with the other evaluation settings (each once): madsl.runner.plan.settings
+from madsl.runner.plan.settings import IDENTITY_DEFAULTS, LM_HEADS, MAX_SEED, METRICS, OPTIMIZERS, SCHEDULES  # noqa: F401
 
 
 def train_config_identity(train_config: dict) -> dict:

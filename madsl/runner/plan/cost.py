@@ -12,7 +12,7 @@
                 `<db>.files/step-times.json`, so a second plan measures nothing (a cache
                 that is not what madsl writes, a number out of range or a symbolic link
                 among it, is discarded with a RuntimeWarning and measured again); the runs
-                of a stacked grid group (the default on CUDA: `madsl.runner.grid`) are
+                of a stacked grid group (the default on CUDA: `madsl.runner.batched.grid`) are
                 costed as what trains, the group: a few timed steps of its members stacked
                 (graph-replayed where the group replays), shared out among its runs
 
@@ -29,12 +29,12 @@ import re
 import stat
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from madsl.errors import MadslError
-from madsl.runner.store import canonical_json, os_error_words, sha256
+from madsl.runner.store.results import canonical_json, os_error_words, sha256
 
 MEASURED_STEPS = 5  # timed steps of a measurement; the fastest counts (other work on the machine only adds)
 EVAL_BATCH = 128
@@ -49,6 +49,25 @@ class RunCost:
     tokens: int
     flops: float | None  # None: the model has no spec to account (a stand-in model)
     seconds: float | None  # None: not measured
+    seq_len: int = 0
+    params: int | None = None  # the accounted parameters of the model built for this run's shape
+    # layer hyperparameters that follow the sequence length (`seq_len` values): "SYMBOL.field" -> value
+    sized: dict[str, int] = field(default_factory=dict)
+
+
+def length_sized(spec: Any, seq_len: int, vocab: int) -> tuple[int, dict[str, int]]:
+    """The accounted parameters of `spec` built for (seq_len, vocab), and each layer field that
+    follows the length there ("SYMBOL.field" -> its value): the fields the primitive admits `seq_len`
+    for whose value moves with the length."""
+    from madsl.graph import account
+
+    here, longer = account(spec, seq_len=seq_len, vocab=vocab), account(spec, seq_len=seq_len + 1, vocab=vocab)
+    sized = {}
+    for row, moved in zip(here.layers, longer.layers):
+        for name, value in row.config.items():
+            if value == seq_len and moved.config.get(name) == seq_len + 1:
+                sized[f"{row.symbol}.{name}"] = value
+    return here.totals["params"], sized
 
 
 def run_shape(job: Any) -> tuple[int, int, int, int, int]:
@@ -64,7 +83,7 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
              work: Sequence[Any] = ()) -> list[RunCost]:
     """The cost of every pending job (done ones cost nothing); `work`: the units the executor
     runs (RunJobs and GroupJobs), so that a stacked group's runs share its measured steps."""
-    from madsl.runner.grid import stacks_settings
+    from madsl.runner.batched.grid import stacks_settings
 
     timings = StepTimes(files_dir / "step-times.json" if files_dir is not None else None)
     # the groups that train stacked (the others, e.g. Adam's, train in lockstep: run by run)
@@ -72,6 +91,7 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
     stacked_in = {member.run_id: unit for unit in stacked for member in unit.members}
     pending_members = {id(unit): sum(m.run_id not in done for m in unit.members) for unit in stacked}
     forward_flops: dict[tuple[int, int, int], float] = {}  # (spec, seq_len, vocab) -> FLOPs of one sequence
+    shapes: dict[tuple[int, int, int], tuple[int, dict[str, int]]] = {}  # -> (params, length-sized fields)
     costs = []
     for job in jobs:
         if job.run_id in done:
@@ -79,14 +99,16 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
         seq_len, vocab, n_train, n_test, batch = run_shape(job)
         tokens = job.train.epochs * n_train * seq_len
         spec = getattr(job.model_factory, "spec", None)
-        flops = None
+        flops, params, sized = None, None, {}
         if spec is not None:
             from madsl.graph import account
 
             key = (id(spec), seq_len, vocab)
             if key not in forward_flops:  # a paper sweep has hundreds of runs and a few shapes per spec
                 forward_flops[key] = account(spec, seq_len=seq_len, vocab=vocab).totals["flops"]
+                shapes[key] = length_sized(spec, seq_len, vocab)
             flops = 3.0 * forward_flops[key] * n_train * job.train.epochs
+            params, sized = shapes[key]
         seconds = None
         if measure:
             group = stacked_in.get(job.run_id)
@@ -97,7 +119,7 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
                 else:
                     step = timings.seconds_per_step(job, seq_len, vocab, batch)
             except (MemoryError, RuntimeError) as err:
-                from madsl.runner.train import is_out_of_memory
+                from madsl.runner.train.loop import is_out_of_memory
 
                 if not is_out_of_memory(err):
                     raise
@@ -110,7 +132,7 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
             steps = math.ceil(n_train / batch) + FORWARD_SHARE * math.ceil(n_test / eval_rows) * eval_rows / batch
             seconds = step * steps * job.train.epochs
         costs.append(RunCost(job.run_id, getattr(spec, "name", job.label.split(" · ")[0]), job.task.name, tokens,
-                             flops, seconds))
+                             flops, seconds, seq_len, params, sized))
     timings.save()
     return costs
 
@@ -250,7 +272,7 @@ def _measured(seconds: float) -> float:
 def _release_device_memory() -> None:
     """A measurement's memory (a stack's graphs among it), cached in the coordinator's process,
     back to the GPU for the workers."""
-    from madsl.runner.train import release_device_memory
+    from madsl.runner.train.loop import release_device_memory
 
     release_device_memory()
 
@@ -261,7 +283,7 @@ def measure_step(job: Any, seq_len: int, vocab: int, batch: int) -> float:
     import torch
     import torch.nn.functional as F
 
-    from madsl.runner.train import build_optimizer, resolve_device
+    from madsl.runner.train.loop import build_optimizer, resolve_device
 
     device = resolve_device(job.device if job.device in ("auto", "cpu", "cuda") else "auto")
     model = job.model_factory(vocab_size=vocab, max_seq_len=seq_len, num_classes=None, seed=0).to(device)
@@ -284,14 +306,14 @@ def measure_step(job: Any, seq_len: int, vocab: int, batch: int) -> float:
 
 def measure_group_step(group: Any, members: Sequence[Any], batch: int) -> float:
     """Seconds of a training step of `members` stacked as their group trains them
-    (`madsl.runner.stacked`: precision, graphs): the fastest of MEASURED_STEPS after the warm-up
+    (`madsl.runner.batched.stacked`: precision, graphs): the fastest of MEASURED_STEPS after the warm-up
     (and, with graphs, the capture), on one batch of the task's own data (shapes matter here,
     not values)."""
     import torch
 
-    from madsl.runner.executor import job_inputs
-    from madsl.runner.stacked import GRAPH_WARMUP, StackedMembers
-    from madsl.runner.train import RunData, RunState, resolve_device
+    from madsl.runner.execute.jobs import job_inputs
+    from madsl.runner.batched.stacked import GRAPH_WARMUP, StackedMembers
+    from madsl.runner.train.loop import RunData, RunState, resolve_device
 
     def one_batch(task, setting, split, seed, data_dir):
         return task.generate({**setting, "num_train_examples": batch, "num_test_examples": batch}, split, seed)
@@ -325,7 +347,13 @@ def summarize_cost(total_runs: int, done: int, costs: list[RunCost], at_once: in
     """The plan as JSON: counts, tokens, FLOPs, run-seconds and wall time, per spec and in all."""
     per_spec: dict[str, dict] = {}
     for cost in costs:
-        row = per_spec.setdefault(cost.spec, {"pending": 0, "tokens": 0, "flops": 0.0, "seconds": 0.0})
+        row = per_spec.setdefault(cost.spec, {"pending": 0, "tokens": 0, "flops": 0.0, "seconds": 0.0,
+                                              "params_by_length": {}, "sized_by_length": {}})
+        if cost.params is not None:  # per sequence length: the smallest vocabulary's model (the baseline's)
+            row["params_by_length"][cost.seq_len] = min(cost.params, row["params_by_length"].get(cost.seq_len,
+                                                                                                 cost.params))
+        for name, value in cost.sized.items():
+            row["sized_by_length"].setdefault(name, {})[cost.seq_len] = value
         row["pending"] += 1
         row["tokens"] += cost.tokens
         row["flops"] = None if row["flops"] is None or cost.flops is None else row["flops"] + cost.flops
@@ -360,6 +388,11 @@ def render_cost(plan: dict) -> str:
     for name, row in plan["per_spec"].items():
         lines.append(f"  {name}: {row['pending']} pending runs, {big(row['tokens'])} tokens, {big(row['flops'])} FLOPs, "
                      f"~{duration(row['seconds'])} of run time")
+        for field_name, by_length in row.get("sized_by_length", {}).items():  # layers built for each length
+            lines.append(f"    {field_name} follows the sequence length: " + ", ".join(
+                f"{value:,} at {length:,}" for length, value in sorted(by_length.items())) + "; parameters (smallest "
+                "vocabulary) " + ", ".join(
+                f"{row['params_by_length'][length]:,}" for length in sorted(by_length)))
     if plan["wall_seconds"] is not None:
         lines.append(f"estimated wall time: ~{duration(plan['wall_seconds'])} ({duration(plan['run_seconds'])} of runs, "
                      f"{plan['runs_at_once']} at once on the {plan['executor']} executor; an upper bound where runs "

@@ -19,9 +19,9 @@ options. Its declaration carries everything about it:
                 run ids stay valid; None where the setting is always part of a run
     schema      the JSON Schema of its `eval:` value (`madsl schema`)
 
-From this table come `Overrides` (madsl.runner.protocols), the `eval:` keys and their validation
+From this table come `Overrides` (madsl.runner.plan.protocols), the `eval:` keys and their validation
 (`overrides_from_spec_eval`), the `eval` command's options (madsl/cli/evaluate.py), the sweep
-file's `train:` keys (madsl.runner.sweep), the identity defaults (`IDENTITY_DEFAULTS`), the
+file's `train:` keys (madsl.runner.plan.sweep), the identity defaults (`IDENTITY_DEFAULTS`), the
 `eval:` part of `madsl schema`, and the settings table of docs/runner.md (checked by
 tests/test_docs.py). A new setting is one entry here and the code that uses it.
 
@@ -41,13 +41,13 @@ from madsl.errors import Location, MadslError, did_you_mean, option
 # one seed x 1,000,003): a 32-bit seed fits them all
 MAX_SEED = 2**32 - 1
 
-# the choices of the training options (madsl.runner.options says what each does)
+# the choices of the training options (madsl.runner.train.options says what each does)
 OPTIMIZERS = ("adamw", "adam")
 SCHEDULES = ("cosine", "constant")
 METRICS = ("macro", "token")
 LM_HEADS = ("conventions", "spec")
 PRECISIONS = ("fp32", "bf16", "auto")
-# the names of madsl.runner.protocols.PROTOCOLS (tests/test_cli.py checks the two agree), here so
+# the names of madsl.runner.plan.protocols.PROTOCOLS (tests/test_cli.py checks the two agree), here so
 # that the command line's choices need not import the protocols
 PROTOCOL_NAMES = ("smoke", "quick", "baseline", "paper")
 CONVENTIONS = ("mad-lab", "madsl")

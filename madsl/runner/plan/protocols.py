@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 from madsl.errors import Collector, Location, MadslError, did_you_mean
-from madsl.runner.settings import BY_KEY, RUN_OPTIONS, SETTINGS, SPEC_EVAL_KEYS, Where
+from madsl.runner.plan.settings import BY_KEY, RUN_OPTIONS, SETTINGS, SPEC_EVAL_KEYS, Where
 
 SettingsChoice = Literal["sweep", "baseline"]
 
@@ -95,7 +95,7 @@ def get_protocol(name: str) -> Protocol:
 # --- the user's knobs ---------------------------------------------------------------------
 
 class _Knobs:
-    """The methods of Overrides (its fields come from madsl.runner.settings)."""
+    """The methods of Overrides (its fields come from madsl.runner.plan.settings)."""
 
     def over(self, lower: "Overrides") -> "Overrides":
         """These overrides on top of `lower` (ours win; settings merge key by key)."""
@@ -109,12 +109,12 @@ class _Knobs:
         return merged
 
 
-# Knobs a user sets on top of a protocol, one field a setting of madsl.runner.settings (its
+# Knobs a user sets on top of a protocol, one field a setting of madsl.runner.plan.settings (its
 # `field`); None / empty means "not set".
 Overrides = dataclasses.make_dataclass(
     "Overrides", [(s.field, Any, field(default_factory=dict) if s.field == "settings" else field(default=None))
                   for s in SETTINGS], bases=(_Knobs,), namespace={"__module__": __name__})
-Overrides.__doc__ = "Knobs a user sets on top of a protocol (madsl.runner.settings); None / empty: not set."
+Overrides.__doc__ = "Knobs a user sets on top of a protocol (madsl.runner.plan.settings); None / empty: not set."
 
 
 class SpecEvalWhere:
@@ -148,7 +148,7 @@ def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str |
     """The `eval:` section of a spec as Overrides. Unknown keys and bad values (types, ranges,
     protocol names, and task names when `task_names` is given) are errors, located at the key
     or value in the spec file when `source_map` (the Spec's) is given. Each key is a setting of
-    madsl.runner.settings (`task:` an alias of `tasks:`), checked by its own check."""
+    madsl.runner.plan.settings (`task:` an alias of `tasks:`), checked by its own check."""
     section = dict(section or {})
     where = SpecEvalWhere(source_map, spec_file)
     for key in section:
@@ -244,7 +244,7 @@ class TrainSettings:
     freeze: tuple[str, ...] = ()
     precision: str = "fp32"  # fp32 or bf16 once planned for a device; "auto" before
     conventions: str = "madsl"  # whose task layouts and training details (madsl.conventions)
-    # madsl.runner.options: each default is what runs did before the option existed
+    # madsl.runner.train.options: each default is what runs did before the option existed
     optimizer: str = "adamw"
     schedule: str = "cosine"
     metric: str = "macro"
@@ -388,7 +388,7 @@ def _plan_runs(tasks: Sequence, overrides: Overrides, source: str = "--set") -> 
     for name, value in (("epochs", epochs_for(tasks[0]) if tasks else 1), ("batch size", batch_size)):
         if value < 1:
             raise MadslError(f"{name} must be at least 1, got {value}")
-    from madsl.runner.settings import MAX_SEED
+    from madsl.runner.plan.settings import MAX_SEED
 
     if any(not 0 <= int(seed) <= MAX_SEED for seed in seeds):  # a sweep's train.seed, the Python API's
         raise MadslError(f"seed must be from 0 to {MAX_SEED:,} (2^32 - 1), got {', '.join(map(str, seeds))}",

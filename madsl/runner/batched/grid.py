@@ -3,7 +3,7 @@ rate, weight decay or seed train together, in one job.
 
 A `GroupJob` holds its members (plain `RunJob`s, each with the run id it has unbatched).
 `execute_group` trains them in one process: as one stacked model where the group's device
-and layers allow (`GroupJob.stack`, `madsl.runner.stacked`: on CUDA, for every layer that
+and layers allow (`GroupJob.stack`, `madsl.runner.batched.stacked`: on CUDA, for every layer that
 declares `stacks`, which all of madsl's do), else in lockstep, one epoch of every member
 still training per round:
 
@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterator, Sequence
 
-from madsl.runner.executor import Event, RunJob, job_hooks, job_inputs, load_split
+from madsl.runner.execute.jobs import Event, RunJob, job_hooks, job_inputs, load_split
 
 GRID_AXES = ("lr", "wd", "seed")  # what members of a group may differ in
 
@@ -50,7 +50,7 @@ class GroupJob:
     device: str = "auto"
     label: str = ""
     skip_solved_at: float | None = None
-    stack: bool = False  # train as one stacked model where the layers allow (madsl.runner.stacked)
+    stack: bool = False  # train as one stacked model where the layers allow (madsl.runner.batched.stacked)
     graphs: bool = False  # stacked on CUDA: replay each training step and evaluation batch as a CUDA graph
 
     def execute(self, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
@@ -60,7 +60,7 @@ class GroupJob:
 def group_key(job: RunJob, model_key: Hashable) -> tuple:
     """Runs with equal keys form a group: same model, task, setting and training settings but
     for lr, weight decay and seed."""
-    from madsl.runner.store import canonical_json
+    from madsl.runner.store.results import canonical_json
 
     train = {k: v for k, v in asdict(job.train).items() if k not in GRID_AXES}
     return model_key, job.task.name, canonical_json(dict(job.setting)), canonical_json(train), job.data_dir
@@ -132,7 +132,7 @@ class Member:
 @contextmanager
 def _own_rng(member: Member) -> Iterator[None]:
     """The member's RNG state in place while it works, saved back after (as if it ran alone)."""
-    from madsl.runner.checkpoint import rng_state, set_rng_state
+    from madsl.runner.train.checkpoint import rng_state, set_rng_state
 
     set_rng_state(member.rng)
     try:
@@ -146,7 +146,7 @@ def _shared_loader() -> Callable[..., Any]:
     cache: dict[tuple, Any] = {}
 
     def load(task, setting, split, seed, data_dir):
-        from madsl.runner.store import canonical_json
+        from madsl.runner.store.results import canonical_json
 
         key = (task.name, canonical_json(dict(setting)), split, seed)
         if key not in cache:
@@ -159,9 +159,9 @@ def _shared_loader() -> Callable[..., Any]:
 def execute_group(group: GroupJob, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
     """Train a group's members to their ends (stacked, then lockstep for what is left) and
     report per member. Never raises."""
-    from madsl.runner.checkpoint import rng_state
-    from madsl.runner.precision import configure_device
-    from madsl.runner.train import Checkpointer, RunData, RunInterrupted, RunResult, open_run, resolve_device
+    from madsl.runner.train.checkpoint import rng_state
+    from madsl.runner.train.precision import configure_device
+    from madsl.runner.train.loop import Checkpointer, RunData, RunInterrupted, RunResult, open_run, resolve_device
 
     members: list[Member] = []
 
@@ -245,7 +245,7 @@ def execute_group(group: GroupJob, emit: Callable[[Event], None], should_stop: C
 def _stackable(members: list[Member], graphs: bool) -> bool:
     """At least two members (one with CUDA graphs: a stack of one has its graphs), at the
     same point of training, whose layers batch exactly."""
-    from madsl.runner.stacked import batchable
+    from madsl.runner.batched.stacked import batchable
 
     at_once = len({(m.state.epoch, m.state.step, m.state.steps_per_epoch) for m in members}) == 1
     return (len(members) >= (1 if graphs else 2) and at_once
@@ -261,7 +261,7 @@ def _train_in_stacks(group: GroupJob, together: list[Member], members: list[Memb
     consistent there: the stack holds its weights between them) and train them in two stacks
     of half the size, one after the other, halving again as needed; a member that runs out
     alone trains in lockstep afterwards, as its unbatched run. Results stay each member's own."""
-    from madsl.runner.train import is_out_of_memory, release_device_memory
+    from madsl.runner.train.loop import is_out_of_memory, release_device_memory
 
     stacks = [together]
     while stacks:
@@ -297,8 +297,8 @@ def _train_stacked(group: GroupJob, together: list[Member], members: list[Member
     stack, and a last one trains on alone (lockstep, exactly as its run), except with CUDA
     graphs: there it stays a stack of one, for the graphs (the group's last member is often
     the one that trains longest)."""
-    from madsl.runner.stacked import StackedMembers, schedulers_without_steps, train_stacked_epoch
-    from madsl.runner.train import RunInterrupted, _epoch_order, epoch_metrics
+    from madsl.runner.batched.stacked import StackedMembers, schedulers_without_steps, train_stacked_epoch
+    from madsl.runner.train.loop import RunInterrupted, _epoch_order, epoch_metrics
 
     stack = StackedMembers([m.state for m in together], graphs=group.graphs)
     active = list(together)
@@ -349,7 +349,7 @@ def _shared_data(members: list[Member], member: Member, device, run_data_type) -
 
 def _advance(member: Member, device, emit: Callable[[Event], None]) -> None:
     """One epoch of the member; once it has trained its last, its length evaluations and result."""
-    from madsl.runner.train import evaluate_lengths, train_epoch
+    from madsl.runner.train.loop import evaluate_lengths, train_epoch
 
     state, hooks = member.state, member.hooks
     if not state.finished:
@@ -369,8 +369,10 @@ def _advance(member: Member, device, emit: Callable[[Event], None]) -> None:
 def _finish(member: Member, result: dict, device, emit: Callable[[Event], None]) -> None:
     member.done, member.result = True, result
     member.state = member.data = None  # a finished member holds no memory
+    import torch
+
     emit(Event("finished", member.job.run_id, {"result": result, "device": str(device),
-                                               "build": member.inputs.build}))
+                                               "build": member.inputs.build, "threads": torch.get_num_threads()}))
 
 
 def _check_solved(group: GroupJob, members: list[Member], emit: Callable[[Event], None]) -> None:

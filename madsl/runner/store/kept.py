@@ -54,7 +54,7 @@ def models_dir(files_dir: str | os.PathLike) -> Path:
 
 def _write_dir(directory: Path, weights: dict[str, Any], config: dict[str, Any]) -> None:
     """Write the two files into a temporary sibling folder, then move it into place whole."""
-    from madsl.runner.store import refuse_links
+    from madsl.runner.store.results import refuse_links
 
     save_file = safetensors_torch("keeping a model").save_file
     staging = directory.with_name(f".{directory.name}.{os.getpid()}.tmp")
@@ -78,7 +78,7 @@ def keep_best(run_id: str, checkpoint_path: Path, files_dir: Path, spec_data: di
               build: dict, result: dict, task: str, setting: dict) -> Path | None:
     """Save the best weights of a finished run from its final checkpoint. Returns the folder,
     or None when the checkpoint holds no best weights (a run finished before --keep best was asked)."""
-    from madsl.runner.checkpoint import load_checkpoint
+    from madsl.runner.train.checkpoint import load_checkpoint
 
     saved = load_checkpoint(checkpoint_path)
     weights = saved.get("best_state") if saved else None
@@ -86,7 +86,7 @@ def keep_best(run_id: str, checkpoint_path: Path, files_dir: Path, spec_data: di
         return None
     config = {"format": FORMAT, "run_id": run_id, "spec": spec_data, "task": task, "setting": setting,
               "build": build, "best_epoch": result.get("best_epoch"), "metrics": result.get("best")}
-    from madsl.runner.store import os_error_words
+    from madsl.runner.store.results import os_error_words
 
     directory = models_dir(files_dir) / run_id
     try:
@@ -200,8 +200,8 @@ def _check_config(config: dict, path: Path) -> None:
             raise _config_error(path, f"{key} must be a{'n object' if kind is dict else ' string'}"
                                       f"{'' if required else ' (or absent)'}, got {_shown(value)}")
     from madsl.conventions import CONVENTIONS
-    from madsl.runner.heads import HEADS
-    from madsl.runner.options import LM_HEADS
+    from madsl.runner.train.heads import HEADS
+    from madsl.runner.train.options import LM_HEADS
 
     build = config["build"]
 
@@ -238,7 +238,7 @@ def _shown(value: Any) -> str:
 
 def _build_model(spec: Any, build: dict):
     from madsl.compiler import compile_spec
-    from madsl.runner.heads import TaskModel
+    from madsl.runner.train.heads import TaskModel
 
     backbone = compile_spec(spec, vocab_size=build["vocab_size"], max_seq_len=build["max_seq_len"],
                             num_classes=build["backbone_num_classes"], seed=0)

@@ -122,7 +122,7 @@ def figure_file_name(task: str) -> str:
 
 def sweep_figures(rows: Sequence[Mapping[str, Any]], name_of: Mapping[tuple, str], task_order: Sequence[str],
                   out_dir: Path, title_suffix: str = "") -> tuple[list[Path], list[str]]:
-    """One PNG per task in `out_dir` (setting rows of madsl.runner.export); returns the files
+    """One PNG per task in `out_dir` (setting rows of madsl.runner.reports.tables); returns the files
     written and the tasks left without a figure (no knob took two values for one architecture)."""
     plt = pyplot(option("plot_sweeps"))
     by_task: dict[str, list] = defaultdict(list)

@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from madsl.errors import Location, MadslError, did_you_mean
-from madsl.runner.settings import BY_KEY as SETTINGS_BY_KEY
-from madsl.runner.settings import SWEEP_TRAIN_KEYS, Where
+from madsl.runner.plan.settings import BY_KEY as SETTINGS_BY_KEY
+from madsl.runner.plan.settings import SWEEP_TRAIN_KEYS, Where
 from madsl.yamlsource import Located, load
 
 SWEEP_KEYS = ("specs", "protocol", "tasks", "vary", "train")
-TRAIN_KEYS = SWEEP_TRAIN_KEYS  # the settings a sweep file may set (madsl.runner.settings)
+TRAIN_KEYS = SWEEP_TRAIN_KEYS  # the settings a sweep file may set (madsl.runner.plan.settings)
 # spec fields a sweep may vary besides a layer's parameters (`layers.SYMBOL.PARAM`)
 SPEC_FIELDS = ("dim", "vocab", "seq_len", "topology", "channel_mixer", "norm", "tie_embeddings")
 
@@ -163,8 +163,8 @@ def check_planned_runs(sweep: Sweep, cli: Any, variants: list[Variant]) -> int:
 def _runs_of(spec: Any, path: str, cli: Any) -> int:
     """The runs `madsl eval` plans of one spec, counted: its task settings (planned with one lr,
     wd and seed) times the lengths of its lr, wd and seed lists."""
-    from madsl.runner.api import DEFAULT_PROTOCOL, plan_spec
-    from madsl.runner.protocols import Overrides, get_protocol, overrides_from_spec_eval
+    from madsl.runner.plan.evaluation import DEFAULT_PROTOCOL, plan_spec
+    from madsl.runner.plan.protocols import Overrides, get_protocol, overrides_from_spec_eval
 
     from_spec = overrides_from_spec_eval(spec.eval, path, spec.source_map)
     merged = cli.over(from_spec.over(Overrides(protocol=DEFAULT_PROTOCOL)))
@@ -195,7 +195,7 @@ def _spec_paths(located: Located) -> list[tuple[Path, Location, str]]:
 def _protocol(located: Located) -> str | None:
     if "protocol" not in located.data:
         return None
-    from madsl.runner.protocols import PROTOCOLS
+    from madsl.runner.plan.protocols import PROTOCOLS
 
     value = located.data["protocol"]
     if value not in PROTOCOLS:
@@ -223,7 +223,7 @@ def _tasks(located: Located) -> list[str] | None:
 
 
 def _train(located: Located) -> dict[str, Any]:
-    """The sweep's `train:` section: each key a setting of madsl.runner.settings that a sweep may
+    """The sweep's `train:` section: each key a setting of madsl.runner.plan.settings that a sweep may
     set, checked by that setting's own check, located in the sweep file."""
     section = located.data.get("train") or {}
     if not isinstance(section, dict):

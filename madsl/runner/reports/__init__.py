@@ -1,0 +1,1 @@
+"""Scores and their presentation as data: the leaderboard, tables for analysis and figures."""

@@ -1,0 +1,1 @@
+"""The results: the SQLite database and its folder (checkpoints, data cache, kept models)."""
