@@ -37,9 +37,11 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation  # noqa: E402
 from madsl.runner.execute.jobs import job_inputs# noqa: E402
-from madsl.runner.batched.stacked import GRAPH_WARMUP, StackedMembers  # noqa: E402
-from madsl.runner.store.results import StoreFiles  # noqa: E402
-from madsl.runner.train.loop import RunData, RunState, resolve_device  # noqa: E402
+from madsl.runner.batched.replay import GRAPH_WARMUP  # noqa: E402
+from madsl.runner.batched.stacked import StackedMembers  # noqa: E402
+from madsl.runner.store.files import StoreFiles  # noqa: E402
+from madsl.runner.train.device import resolve_device  # noqa: E402
+from madsl.runner.train.state import RunData, RunState  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
 
 DEFAULT_SPECS = ["specs/paper/attention-sg.mad", "specs/paper/hyena-sg.mad"]

@@ -66,11 +66,13 @@ sys.path.insert(0, str(ROOT))
 from madsl.runner.execute.devices import default_batch_grid, resolve_cuda_graphs  # noqa: E402
 from madsl.runner.plan.evaluation import (CompiledSpecFactory, _task_registry, cli_overrides,  # noqa: E402
                                           plan_evaluation, plan_spec)
-from madsl.runner.batched.grid import stacks_on  # noqa: E402
-from madsl.runner.store.results import StoreFiles, canonical_json  # noqa: E402
+from madsl.runner.batched.grouping import stacks_on  # noqa: E402
+from madsl.runner.store.files import StoreFiles  # noqa: E402
+from madsl.runner.store.results import canonical_json  # noqa: E402
 from madsl.runner.execute.jobs import RunJob, execute_job# noqa: E402
 from madsl.runner.train.precision import resolve_precision  # noqa: E402
-from madsl.runner.plan.protocols import PAPER_GRID_LR, PAPER_GRID_WD, Overrides  # noqa: E402
+from madsl.runner.plan.overrides import Overrides  # noqa: E402
+from madsl.runner.plan.protocols import PAPER_GRID_LR, PAPER_GRID_WD  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
 
 # The epoch timed: the first pays one-time costs that 200 epochs amortize (cuBLAS and cuDNN
@@ -230,6 +232,7 @@ def shape_costs(spec, path: str, task_name: str, runs: Sequence, device: str, pr
     small part at MAD's vocabularies)."""
     import madsl.runner.batched.stacked as stacked
     import madsl.runner.train.loop as train
+    from madsl.runner.train.state import Checkpointer
 
     costs: dict[int, ShapeCost] = {}
     for seq_len in sorted({int(r.settings["seq_len"]) for r in runs}):
@@ -244,7 +247,7 @@ def shape_costs(spec, path: str, task_name: str, runs: Sequence, device: str, pr
         epoch_ends: dict[tuple[int, str], list[float]] = collections.defaultdict(list)  # (job, epoch): times
         events: list = []
         targets = [(stacked.StackedMembers, "evaluate", "evaluation"), (train, "evaluate", "evaluation"),
-                   (train.Checkpointer, "save", "checkpoint")]
+                   (Checkpointer, "save", "checkpoint")]
         step = evaluation = per_epoch = 0.0
         with timed_calls(targets, device) as spans:
             for index, job in enumerate(plan.work(batch_grid, cuda_graphs=resolve_cuda_graphs(None, False, device,

@@ -27,11 +27,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from madsl.runner.batched import stacked  # noqa: E402
+from madsl.runner.batched import replay  # noqa: E402
 from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation  # noqa: E402
 from madsl.runner.execute.jobs import execute_job# noqa: E402
 from madsl.runner.plan.protocols import PAPER_GRID_LR, PAPER_GRID_WD  # noqa: E402
-from madsl.runner.store.results import StoreFiles  # noqa: E402
+from madsl.runner.store.files import StoreFiles  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
 
 DEFAULT_SPECS = ["specs/paper/attention-sg.mad", "specs/paper/hyena-sg.mad", "specs/paper/mamba.mad"]
@@ -42,7 +42,7 @@ TEST_EXAMPLES = 256
 
 
 class _FreeReplays:
-    """torch.cuda's graph calls as `stacked._Replayed` makes them, on the CPU: warm-up runs
+    """torch.cuda's graph calls as `replay._Replayed` makes them, on the CPU: warm-up runs
     compute, a capture records nothing, a replay returns at once."""
 
     def __init__(self) -> None:
@@ -80,14 +80,14 @@ class _FreeReplays:
         patch(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
         patch(torch.cuda, "current_stream", lambda: Stream())
         patch(torch.cuda, "synchronize", lambda: None)
-        init = stacked._Replayed.__init__
+        init = replay._Replayed.__init__
 
         def replayed_init(replayed, compute, device, graphs: bool, what: str) -> None:
             init(replayed, compute, device, graphs, what)
             replayed.graphs = graphs  # as on a CUDA device
             replayed.compute = lambda *args: None if free.capturing else compute(*args)
 
-        patch(stacked._Replayed, "__init__", replayed_init)
+        patch(replay._Replayed, "__init__", replayed_init)
 
 
 def epoch_seconds(path: str, task: str, examples: int, epochs: int, graphs: bool, workdir: Path) -> list[float]:

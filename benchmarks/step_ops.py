@@ -30,7 +30,7 @@ import madsl.runner.batched.stacked as stacked  # noqa: E402
 import madsl.runner.train.loop as train  # noqa: E402
 from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation  # noqa: E402
 from madsl.runner.execute.jobs import execute_job# noqa: E402
-from madsl.runner.store.results import StoreFiles  # noqa: E402
+from madsl.runner.store.files import StoreFiles  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
 
 DEFAULT_SPECS = ["specs/paper/attention-sg.mad", "specs/paper/hyena-sg.mad", "specs/paper/mamba.mad"]

@@ -18,9 +18,9 @@ from madsl.runner.train import checkpoint as checkpoints
 from madsl.runner.train.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from madsl.runner.execute.coordinator import Reporter
 from madsl.runner.train.heads import TaskModel
-from madsl.runner.plan.protocols import TrainSettings
+from madsl.runner.plan.runs import TrainSettings
 from madsl.runner.store.results import Store
-from madsl.runner.train import loop as training
+from madsl.runner.train import state as run_state
 from madsl.runner.train.loop import TrainHooks, train_run
 from runner_helpers import TOY_TASKS, StandInModel, run_rows, run_toy_eval
 
@@ -199,7 +199,7 @@ def test_temporaries_of_a_writer_killed_mid_write_are_removed_by_the_next_save(t
 def test_a_run_checkpoints_at_an_epochs_end_only_when_one_is_due(tmp_path, monkeypatch, every_s, saved_epochs):
     """Every `checkpoint_every_s` (0: every epoch), and always at the end, with the result."""
     saved = []
-    monkeypatch.setattr(training, "save_checkpoint", lambda path, data: saved.append((data["epoch"], data["result"])))
+    monkeypatch.setattr(run_state, "save_checkpoint", lambda path, data: saved.append((data["epoch"], data["result"])))
     task = TOY_TASKS["toy-previous"]
     settings = dict(task.baseline)
     train, test = task.generate(settings, "train", 0), task.generate(settings, "test", 0)
@@ -213,8 +213,8 @@ def test_a_run_checkpoints_at_an_epochs_end_only_when_one_is_due(tmp_path, monke
 
 def test_checkpoint_every_is_passed_to_the_runs_and_checked(tmp_path, monkeypatch):
     saved = []
-    original = training.save_checkpoint
-    monkeypatch.setattr(training, "save_checkpoint", lambda path, data: saved.append(data["epoch"])
+    original = run_state.save_checkpoint
+    monkeypatch.setattr(run_state, "save_checkpoint", lambda path, data: saved.append(data["epoch"])
                         or original(path, data))
     run_toy_eval(tmp_path / "every.db", epochs=3, checkpoint_every=0)
     assert saved == [1, 2, 3, 3]

@@ -90,7 +90,7 @@ def test_check_and_expand_do_not_import_torch():
 
 
 def test_eval_protocol_choices_are_the_runners_protocols():
-    from madsl.cli.evaluate import PROTOCOL_NAMES
+    from madsl.runner.plan.settings import PROTOCOL_NAMES
     from madsl.runner.plan.protocols import PROTOCOLS
 
     assert set(PROTOCOL_NAMES) == set(PROTOCOLS)

@@ -19,7 +19,7 @@ import torch._inductor.config as inductor_config
 from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
 from madsl.runner.batched.grid import execute_group
 from madsl.runner.batched.stacked import StackedMembers
-from madsl.runner.store.results import StoreFiles
+from madsl.runner.store.files import StoreFiles
 from madsl.spec import load_spec
 from torch.utils._python_dispatch import TorchDispatchMode
 

@@ -15,8 +15,11 @@ from madsl.conventions import check_conventions
 from madsl.errors import MadslError
 from madsl.runner.train.heads import TaskModel
 from madsl.runner.train.precision import train_config_identity
-from madsl.runner.plan.protocols import Overrides, TrainSettings, build_plan, overrides_from_spec_eval
-from madsl.runner.train.loop import MetricAccumulator, RunState, build_optimizer, evaluate
+from madsl.runner.plan.overrides import Overrides, overrides_from_spec_eval
+from madsl.runner.plan.runs import TrainSettings, build_plan
+from madsl.runner.train.metrics import MetricAccumulator, evaluate
+from madsl.runner.train.optim import build_optimizer
+from madsl.runner.train.state import RunState
 from madsl.tasks import IGNORE, MAD_TASKS, get_task
 from tests.runner_helpers import FakeSpec, StandInModel, run_rows, run_toy_eval
 

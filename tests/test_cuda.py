@@ -178,7 +178,7 @@ def test_step_mode_equals_parallel_forward_on_device(name, exact_fp32_matmuls):
 @pytest.mark.parametrize("spec_path", PAPER_SPECS, ids=[p.stem for p in PAPER_SPECS])
 def test_bf16_training_step_of_every_paper_spec(spec_path):
     import madsl
-    from madsl.runner.train.loop import build_optimizer
+    from madsl.runner.train.optim import build_optimizer
 
     model = madsl.compile(str(spec_path), vocab_size=64, max_seq_len=128, device=DEVICE)
     optimizer = build_optimizer(model, 1e-3, 0.1, DEVICE)
@@ -217,7 +217,7 @@ def test_grid_group_on_device_equals_the_unbatched_runs(tmp_path, monkeypatch, s
     from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
     from madsl.runner.execute.jobs import execute_job
     from madsl.runner.batched.stacked import StackedMembers
-    from madsl.runner.store.results import StoreFiles
+    from madsl.runner.store.files import StoreFiles
     from madsl.spec import load_spec
 
     path = Path(__file__).resolve().parents[1] / "specs" / "paper" / spec_name
@@ -261,7 +261,7 @@ def test_cuda_graphs_replay_the_stacked_step_to_the_same_results(tmp_path, monke
 
     from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
     from madsl.runner.execute.jobs import execute_job
-    from madsl.runner.store.results import StoreFiles
+    from madsl.runner.store.files import StoreFiles
     from madsl.spec import load_spec
 
     path = (Path(__file__).resolve().parents[1] / "specs" / "paper" / spec_name).resolve()
@@ -307,7 +307,7 @@ def test_cuda_graphs_in_the_plans_time_estimate(tmp_path, monkeypatch):
 
     from madsl.runner.plan import cost
     from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
-    from madsl.runner.store.results import StoreFiles
+    from madsl.runner.store.files import StoreFiles
     from madsl.spec import load_spec
 
     path = (Path(__file__).resolve().parents[1] / "specs" / "paper" / "attention-sg.mad").resolve()

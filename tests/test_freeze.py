@@ -2,7 +2,7 @@
 import subprocess
 import sys
 
-from madsl.runner.plan.protocols import overrides_from_spec_eval
+from madsl.runner.plan.overrides import overrides_from_spec_eval
 
 
 def test_unknown_layer_to_freeze_is_a_located_error(tmp_path):

@@ -154,7 +154,7 @@ def test_devices_are_checked_and_runs_placed_round_robin(tmp_path):
     from madsl.errors import MadslError
     from madsl.runner.plan.evaluation import plan_evaluation
     from madsl.runner.execute.devices import place_devices
-    from madsl.runner.plan.protocols import Overrides
+    from madsl.runner.plan.overrides import Overrides
     from madsl.runner.store.results import Store
     from madsl.spec import load_spec
     from tests.test_cli import madsl

@@ -19,7 +19,7 @@ from madsl.runner.train.checkpoint import load_checkpoint
 from madsl.runner.execute.jobs import execute_job
 from madsl.runner.batched.grid import GroupJob, execute_group
 from madsl.runner.batched.stacked import StackedMembers
-from madsl.runner.store.results import StoreFiles
+from madsl.runner.store.files import StoreFiles
 from madsl.spec import load_spec
 
 torch.set_num_threads(1)
@@ -438,19 +438,19 @@ def test_a_checkpoint_that_cannot_be_written_on_a_stop_fails_its_member_and_the_
     (a full disk), that member fails (as its unbatched run would), its siblings still report
     `interrupted`, and execute_group does not raise: an escaping error left the thread
     executor waiting for events that never came."""
-    from madsl.runner.train import loop as train
+    from madsl.runner.train import state as run_state
 
     plan = _plan("attention-sg.mad", tmp_path / "a.db", (1e-3, 5e-4), epochs=2)
     [group] = plan.work(batch_grid=True)
     full = group.members[1].checkpoint_path
-    save = train.save_checkpoint
+    save = run_state.save_checkpoint
 
     def save_unless_full(path, state):
         if str(path) == full:
             raise OSError(28, "No space left on device")
         save(path, state)
 
-    monkeypatch.setattr(train, "save_checkpoint", save_unless_full)
+    monkeypatch.setattr(run_state, "save_checkpoint", save_unless_full)
     events = []
     # stopped once both trained an epoch: the first member checkpoints as it stops, then the group
     # writes the second's, between its epochs
@@ -711,12 +711,12 @@ def test_replayed_warms_up_each_shape_then_captures_once_and_replays(monkeypatch
     batch shape runs WARMUP times eagerly on a side stream (autocast cache off), is then
     captured once and replayed from then on; a capture that fails warns once and every later
     call runs eagerly on the current stream, with no further capture."""
-    from madsl.runner.batched import stacked
+    from madsl.runner.batched import replay
 
     fake = _FakeCuda(fail_capture)
     for name in ("CUDAGraph", "graph", "Stream", "stream", "current_stream", "synchronize"):
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
-    replayed = stacked._Replayed(fake.compute, torch.device("cpu"), graphs=True, what="training step")
+    replayed = replay._Replayed(fake.compute, torch.device("cpu"), graphs=True, what="training step")
     replayed.graphs = True  # as on a CUDA device
     full, last = torch.zeros(2, 8, 5, dtype=torch.long), torch.zeros(2, 3, 5, dtype=torch.long)
     if fail_capture:

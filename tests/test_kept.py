@@ -16,7 +16,8 @@ import torch
 import madsl
 from madsl.cli import main
 from madsl.runner.execute.jobs import load_split
-from madsl.runner.train.loop import EVAL_BATCH, _to_tensor, evaluate
+from madsl.runner.train.metrics import EVAL_BATCH, evaluate
+from madsl.runner.train.state import _to_tensor
 from madsl.tasks import get_task
 
 torch.set_num_threads(1)
@@ -95,8 +96,9 @@ def test_best_weights_kept_only_for_the_best_epoch_when_keep_best_changes_betwee
     # started with --keep best, resumed without it (a better epoch comes, unkept), resumed with it
     # again: the checkpoint must not offer the first best epoch's weights as the later one's
     from madsl.runner.train.heads import TaskModel
-    from madsl.runner.plan.protocols import TrainSettings
-    from madsl.runner.train.loop import EpochMetrics, RunState
+    from madsl.runner.plan.runs import TrainSettings
+    from madsl.runner.train.metrics import EpochMetrics
+    from madsl.runner.train.state import RunState
     from runner_helpers import StandInModel
 
     settings = TrainSettings(lr=1e-3, wd=0.0, epochs=5, batch_size=8, seed=0, min_lr=1e-6, early_stop_acc=0.999)

@@ -12,7 +12,7 @@ from madsl.errors import MadslError
 from madsl.runner.plan import cost
 from madsl.runner.plan import memory
 from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
-from madsl.runner.store.results import StoreFiles
+from madsl.runner.store.files import StoreFiles
 from madsl.spec import load_spec
 
 PAPER = Path(__file__).resolve().parent.parent / "specs" / "paper"

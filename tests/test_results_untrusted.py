@@ -32,7 +32,8 @@ from madsl.runner.plan import cost
 from madsl.runner.store import kept
 from madsl.runner.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from madsl.runner.plan.cost import render_cost
-from madsl.runner.store.results import Store, StoreError
+from madsl.runner.store.database import StoreError
+from madsl.runner.store.results import Store
 from madsl.tasks import cache
 from runner_helpers import TOY_TASKS, run_rows, run_toy_eval
 
@@ -638,7 +639,7 @@ def test_a_kept_model_on_a_full_disk_says_no_space_left(tmp_path, monkeypatch):
 
 
 def test_a_finished_run_never_deletes_a_link_planted_as_its_checkpoint(tmp_path):
-    from madsl.runner.store.results import discard_checkpoint
+    from madsl.runner.store.files import discard_checkpoint
 
     target = tmp_path / "precious.pt"
     target.write_bytes(b"not madsl's")

@@ -27,11 +27,14 @@ from madsl.runner.api import evaluate
 from madsl.runner.train.checkpoint import load_checkpoint
 from madsl.runner.execute.coordinator import Reporter
 from madsl.runner.train.heads import TaskModel, sincos_position_embedding
-from madsl.runner.plan.protocols import (PROTOCOLS, Overrides, TrainSettings, build_plan, overrides_from_spec_eval,
-                                    parse_set_option, resolve_task_names)
+from madsl.runner.plan.overrides import Overrides, overrides_from_spec_eval
+from madsl.runner.plan.protocols import PROTOCOLS
+from madsl.runner.plan.runs import TrainSettings, build_plan
+from madsl.runner.plan.task_settings import parse_set_option, resolve_task_names
 from madsl.runner.reports.outputs import report
 from madsl.runner.store.results import Store
-from madsl.runner.train.loop import MetricAccumulator, train_run
+from madsl.runner.train.loop import train_run
+from madsl.runner.train.metrics import MetricAccumulator
 from madsl.tasks.base import IGNORE
 from runner_helpers import (TESTS_DIR, TOY_TASKS, DivergingFactory, FakeSpec, KillingFactory, StandInFactory,
                             StandInModel, epoch_rows, run_rows, run_toy_eval,
@@ -124,7 +127,7 @@ def test_the_per_step_bookkeeping_needs_no_host_sync(kind, per_batch):
     op that needs the values on the host (a boolean index, bincount, .item()) raises: on a GPU
     such an op stalls each step until the device catches up."""
     from madsl.runner.train.heads import TaskModel
-    from madsl.runner.train.loop import _loss
+    from madsl.runner.train.metrics import _loss
 
     outputs = torch.randn(4, 9, 8, device="meta")
     targets = (torch.randn(4, 9, 8, device="meta") if kind == "regression"
@@ -722,7 +725,7 @@ def test_every_bad_value_in_an_eval_section_is_located_in_the_spec(tmp_path, bod
 def test_a_groups_metric_increments_are_its_members(kind, per_batch):
     """metric_increments over a group axis (a stacked grid group's batch) gives each member
     exactly what its own batch gives alone: one definition for both."""
-    from madsl.runner.train.loop import IGNORE, metric_increments
+    from madsl.runner.train.metrics import IGNORE, metric_increments
 
     generator = torch.Generator().manual_seed(0)
     members, rows, length, classes = 3, 4, 9, 8
@@ -749,8 +752,8 @@ def test_a_run_records_its_thread_count_and_a_resume_with_another_says_so(tmp_pa
     identity: the run records it, and a run resumed with another count than its checkpoint's warns."""
     import warnings
 
-    from madsl.runner.train.loop import RunState
-    from madsl.runner.plan.protocols import TrainSettings
+    from madsl.runner.train.state import RunState
+    from madsl.runner.plan.runs import TrainSettings
     from runner_helpers import StandInModel
 
     db = tmp_path / "r.db"

@@ -12,6 +12,7 @@ import pytest
 
 from madsl.cli import evaluate as eval_cli
 from madsl.errors import MadslError
+from madsl.runner.plan import overrides
 from madsl.runner.plan import protocols
 from madsl.runner.plan import settings
 from madsl.runner.plan import sweep
@@ -36,13 +37,13 @@ def _flags(parser: argparse.ArgumentParser) -> set[str]:
 def test_every_surface_comes_from_the_declaration():
     flags = _flags(_eval_parser())
     assert {s.flag for s in SETTINGS if s.flag} <= flags
-    assert set(protocols.SPEC_EVAL_KEYS) == {s.key for s in SETTINGS} | {"task"}
-    assert {f.name for f in dataclasses.fields(protocols.Overrides)} == {s.field for s in SETTINGS}
+    assert set(overrides.SPEC_EVAL_KEYS) == {s.key for s in SETTINGS} | {"task"}
+    assert {f.name for f in dataclasses.fields(overrides.Overrides)} == {s.field for s in SETTINGS}
     assert set(sweep.TRAIN_KEYS) == {s.key for s in SETTINGS if s.in_sweep}
     assert dict(IDENTITY_DEFAULTS) == {s.field: s.identity_default for s in SETTINGS
                                        if s.identity_default is not settings.ALWAYS}
     eval_properties = spec_schema()["properties"]["eval"]["properties"]
-    assert set(eval_properties) == set(protocols.SPEC_EVAL_KEYS)
+    assert set(eval_properties) == set(overrides.SPEC_EVAL_KEYS)
     assert protocols.PROTOCOLS.keys() == set(settings.PROTOCOL_NAMES)
 
 
@@ -66,18 +67,18 @@ def test_a_new_setting_is_one_declaration(monkeypatch):
     monkeypatch.setattr(settings, "SETTINGS", table)
     monkeypatch.setattr(eval_cli, "SETTINGS", table)
     monkeypatch.setattr(settings, "BY_KEY", {s.key: s for s in table})
-    monkeypatch.setattr(protocols, "BY_KEY", {s.key: s for s in table})
-    monkeypatch.setattr(protocols, "SPEC_EVAL_KEYS", (*protocols.SPEC_EVAL_KEYS, "warmup"))
-    overrides = dataclasses.make_dataclass("Overrides", [(s.field, object, dataclasses.field(
+    monkeypatch.setattr(overrides, "BY_KEY", {s.key: s for s in table})
+    monkeypatch.setattr(overrides, "SPEC_EVAL_KEYS", (*overrides.SPEC_EVAL_KEYS, "warmup"))
+    with_warmup = dataclasses.make_dataclass("Overrides", [(s.field, object, dataclasses.field(
         default_factory=dict) if s.field == "settings" else dataclasses.field(default=None)) for s in table],
-        bases=(protocols._Knobs,))
-    monkeypatch.setattr(protocols, "Overrides", overrides)
+        bases=(overrides._Knobs,))
+    monkeypatch.setattr(overrides, "Overrides", with_warmup)
 
     args = _eval_parser().parse_args(["spec.mad", "--warmup", "3"])
     assert args.warmup == 3
-    assert protocols.overrides_from_spec_eval({"warmup": 2}).warmup == 2
+    assert overrides.overrides_from_spec_eval({"warmup": 2}).warmup == 2
     with pytest.raises(MadslError, match=r"eval.warmup: expected an integer at least 0, got -1"):
-        protocols.overrides_from_spec_eval({"warmup": -1})
+        overrides.overrides_from_spec_eval({"warmup": -1})
     assert settings.eval_schema()["properties"]["warmup"]["type"] == "integer"
 
 
@@ -93,7 +94,7 @@ def test_one_check_a_setting_wherever_it_is_written(key, value, message, tmp_pat
         cli_overrides(**{key: value})
     assert settings.BY_KEY[key].source in str(called.value)
     with pytest.raises(MadslError, match=message) as written:
-        protocols.overrides_from_spec_eval({key: value})
+        overrides.overrides_from_spec_eval({key: value})
     assert f"eval.{key}" in str(written.value)
 
 
@@ -148,3 +149,30 @@ def test_the_library_prints_nothing(tmp_path, capfd):
     out, err = capfd.readouterr()
     assert out == "" and err == ""
     assert summary["done"] == 1 and events == [("planned", 1), ("ended", "done")]
+
+
+def test_one_configuration_carries_what_runs_train_and_how_they_execute(tmp_path):
+    """`madsl.evaluate(specs, config)`: an EvalConfig of the settings (by key) and the execution
+    options (a frozen Execution), or the same as keywords; every name is checked against its
+    declaration, and the eval command's execution flags are the options' own."""
+    import dataclasses
+
+    from madsl.runner.api import evaluate
+    from madsl.runner.config import EvalConfig
+    from madsl.runner.execute.options import OPTIONS, Execution
+
+    config = EvalConfig.from_keywords(protocol="smoke", lr=1e-3, workers=2, db=tmp_path / "r.db", dry_run=True)
+    assert config.settings == {"protocol": "smoke", "lr": 1e-3}
+    assert (config.execution.workers, config.execution.dry_run, config.execution.device) == (2, True, "auto")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.execution.workers = 3
+    with pytest.raises(TypeError, match="unknown argument 'worker'.*the execution options are db, workers"):
+        EvalConfig.from_keywords(worker=2)
+    with pytest.raises(TypeError, match="a config or keywords, not both"):
+        evaluate(["specs/paper/hyena-sg.mad"], config, workers=1)
+    assert config.replace(workers=1, epochs=2).execution.workers == 1
+    assert config.replace(workers=1, epochs=2).settings["epochs"] == 2
+    plan = evaluate(["specs/paper/hyena-sg.mad"], config.replace(tasks=["memorization"]))
+    assert plan["plan"]["runs"] == 1
+    assert [f.name for f in dataclasses.fields(Execution)] == [option.name for option in OPTIONS]
+    assert {option.flag for option in OPTIONS} <= _flags(_eval_parser())

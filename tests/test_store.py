@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from madsl.cli import main
-from madsl.runner.store.results import SCHEMA_VERSION, Store
+from madsl.runner.store.database import SCHEMA_VERSION
+from madsl.runner.store.results import Store
 
 SPEC = str(Path(__file__).resolve().parent.parent / "specs" / "paper" / "hyena-sg.mad")
 EVAL = ["eval", SPEC, "--task", "memorization", "--protocol", "smoke", "--quiet"]

@@ -123,7 +123,7 @@ def test_a_stacked_groups_runs_are_costed_as_the_group_that_trains_them(tmp_path
     instead of timing each run's own step (which on a GPU is launch-bound, not what runs)."""
     from madsl.runner.plan import cost
     from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
-    from madsl.runner.store.results import StoreFiles
+    from madsl.runner.store.files import StoreFiles
     from madsl.spec import load_spec
 
     cli = cli_overrides(protocol="smoke", tasks=["in-context-recall"], lr=[1e-3, 5e-4, 1e-4], epochs=2, batch_size=8,
@@ -152,7 +152,7 @@ def test_a_group_that_cannot_stack_is_costed_run_by_run(tmp_path, monkeypatch):
     by its own step, not as a share of a stacked step that never runs."""
     from madsl.runner.plan import cost
     from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
-    from madsl.runner.store.results import StoreFiles
+    from madsl.runner.store.files import StoreFiles
     from madsl.spec import load_spec
 
     cli = cli_overrides(protocol="smoke", tasks=["in-context-recall"], lr=[1e-3, 5e-4], epochs=1, batch_size=8,

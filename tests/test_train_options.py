@@ -12,9 +12,12 @@ import torch
 
 from madsl.errors import MadslError
 from madsl.runner.train.options import stale_epochs, train_config_identity
-from madsl.runner.plan.protocols import TrainSettings, overrides_from_spec_eval
+from madsl.runner.plan.overrides import overrides_from_spec_eval
+from madsl.runner.plan.runs import TrainSettings
 from madsl.runner.store.results import RunIdentity
-from madsl.runner.train.loop import EpochMetrics, RunState, train_run
+from madsl.runner.train.loop import train_run
+from madsl.runner.train.metrics import EpochMetrics
+from madsl.runner.train.state import RunState
 from madsl.runner.train.heads import TaskModel
 from runner_helpers import TOY_TASKS, StandInModel
 
@@ -143,7 +146,8 @@ def test_bad_option_on_the_command_line_is_exit_2(tmp_path):
 def test_options_that_change_nothing_plan_the_runs_they_equal():
     """`lm_head: spec` under the madsl conventions is their own head: the same runs, the same
     run ids, filed under the protocol; under mad-lab it is another head, other runs."""
-    from madsl.runner.plan.protocols import Overrides, build_plan
+    from madsl.runner.plan.overrides import Overrides
+    from madsl.runner.plan.runs import build_plan
     from madsl.tasks import get_task
 
     tasks = [get_task("in-context-recall")]
@@ -157,7 +161,8 @@ def test_options_that_change_nothing_plan_the_runs_they_equal():
 def test_min_delta_without_patience_is_an_error_not_a_new_run(tmp_path):
     """min_delta only says what counts as an improvement for patience: alone it would train the
     default runs under new run ids."""
-    from madsl.runner.plan.protocols import Overrides, build_plan
+    from madsl.runner.plan.overrides import Overrides
+    from madsl.runner.plan.runs import build_plan
     from madsl.tasks import get_task
     from tests.test_cli import madsl
 

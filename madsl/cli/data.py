@@ -42,7 +42,7 @@ def add_parser(subparsers) -> None:
 
 def cmd_data(args) -> int:
     from madsl.outputs import check_output_path
-    from madsl.runner.plan.protocols import apply_setting_overrides, check_setting_keys, parse_set_option
+    from madsl.runner.plan.task_settings import apply_setting_overrides, check_setting_keys, parse_set_option
     from madsl.tasks import TASKS, get_task
 
     if args.task not in TASKS:

@@ -10,9 +10,9 @@ import contextlib
 import json
 import sys
 
-from madsl.cli.arguments import device_list, non_negative_number, positive_int, positive_number, word_type
+from madsl.cli.arguments import word_type
 from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
-from madsl.runner.plan.settings import PROTOCOL_NAMES, SETTINGS  # noqa: F401 (PROTOCOL_NAMES: cli/report.py's); torch-free
+from madsl.runner.plan.settings import SETTINGS  # torch-free
 
 # a setting's argparse destination: its key, but --set's (KEY=VALUE words, parsed in cmd_eval)
 DEST = {"set": "settings"}
@@ -31,6 +31,30 @@ def add_setting_options(p: argparse.ArgumentParser) -> None:
             options["type"] = word_type(setting.text)
         group.add_argument(setting.flag, dest=DEST.get(setting.key, setting.key), default=None, help=setting.help,
                            **options)
+
+
+def add_execution_options(p: argparse.ArgumentParser) -> None:
+    """The options of how runs execute, one an option of madsl.runner.execute.options (default None
+    here: an option not given keeps the library's default, and the executor checks can tell)."""
+    from madsl.runner.execute.options import OPTIONS  # torch-free
+
+    groups = {"": p, "cluster": p.add_argument_group("where runs execute (docs/cluster.md)")}
+    for option in OPTIONS:
+        options = dict(option.cli)
+        if options.get("action") == "boolean":
+            options["action"] = argparse.BooleanOptionalAction
+        if option.text is not None:
+            options["type"] = word_type(option.text)
+        if options.get("action") != "store_true":
+            options["default"] = None
+        groups[option.group].add_argument(option.flag, dest=option.name, help=option.help, **options)
+
+
+def execution_values(args: argparse.Namespace) -> dict:
+    """The execution options given on the command line, by name."""
+    from madsl.runner.execute.options import OPTIONS
+
+    return {option.name: getattr(args, option.name) for option in OPTIONS if getattr(args, option.name) is not None}
 
 
 def setting_values(args: argparse.Namespace, sweep_train: dict) -> dict:
@@ -52,41 +76,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("specs", nargs="+", metavar="SPEC", help=".mad spec files, or one sweep file (study.yaml: specs, "
                                                             "protocol, tasks, vary, train; docs/runner.md)")
     add_setting_options(p)
-    p.add_argument("--db", default="madsl-results.db", help="results database (default: %(default)s)")
-    p.add_argument("--workers", type=positive_int, default=None,
-                   help="runs in parallel (local processes; default 1)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="where runs train (default: auto, CUDA when available)")
-    p.add_argument("--devices", type=device_list,
-                   metavar="DEV,DEV", help="place runs on these devices round-robin, e.g. cuda:0,cuda:1 "
-                                           "(default on CUDA: every visible GPU)")
-    cluster = p.add_argument_group("where runs execute (docs/cluster.md)")
-    cluster.add_argument("--executor", default="local", metavar="local|ray",
-                         help="local: --workers processes of this machine (default); ray: a Ray cluster "
-                              "(needs madsl[ray])")
-    cluster.add_argument("--address", metavar="auto|HOST:PORT",
-                         help="the Ray cluster to use (default: start a local Ray instance sized to this machine)")
-    cluster.add_argument("--cpus-per-run", type=positive_number, default=None, metavar="N",
-                         help="CPUs each run holds on Ray (default: 1)")
-    cluster.add_argument("--gpus-per-run", type=non_negative_number, default=None, metavar="F",
-                         help="GPUs each run holds on Ray; fractions share a GPU, e.g. 0.25 (default: 0)")
-    p.add_argument("--batch-grid", action=argparse.BooleanOptionalAction, default=None,
-                   help="train the runs of a setting that differ only in lr, weight decay or seed together, "
-                        "in one job (each stored as its own run, results as unbatched; default: on for CUDA, "
-                        "off on the CPU)")
-    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
-                   help="train every run stacked (grid groups; a run alone as a stack of one) and replay each "
-                        "training step and evaluation batch as a CUDA graph: one launch each (CUDA with grid "
-                        "batching only; a step that cannot be captured runs on without; default: on where "
-                        "grid batching is on a CUDA device)")
-    p.add_argument("--keep", choices=("none", "best"), default="none",
-                   help="best: keep each run's best weights in the results folder, for `madsl export RUN_ID`")
-    p.add_argument("--checkpoint-every", type=non_negative_number, default=None, metavar="SECONDS",
-                   help="how often a run writes its checkpoint, at an epoch's end or inside a long one (default "
-                        "60: a crash loses at most a minute of training; 0: after every epoch)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the plan and exit: runs (in all, done, pending), training tokens, FLOPs, estimated "
-                        "time (a few timed steps of each distinct model, cached beside --db); with --format json")
+    add_execution_options(p)
     p.add_argument("--allow-over-budget", action="store_true",
                    help="sweep files: also run the variants that break their spec's budget (default: reported, "
                         "not run)")
@@ -135,11 +125,12 @@ def _check_executor_options(args) -> None:
 
     given = [flag for flag, value in (("--address", args.address), ("--cpus-per-run", args.cpus_per_run),
                                       ("--gpus-per-run", args.gpus_per_run)) if value is not None]
-    if given and args.executor == "local":
+    executor = args.executor or "local"
+    if given and executor == "local":
         raise MadslError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with --executor ray",
                          hint="add --executor ray, or use --workers N for local processes")
     local = [flag for flag, value in (("--workers", args.workers), ("--devices", args.devices)) if value is not None]
-    if local and args.executor == "ray":  # Ray decides how many runs at once, and where
+    if local and executor == "ray":  # Ray decides how many runs at once, and where
         raise MadslError(f"{', '.join(local)} {'applies' if len(local) == 1 else 'apply'} only to the local executor",
                          hint="on Ray, size each run with --cpus-per-run / --gpus-per-run; the cluster places them")
 
@@ -148,7 +139,9 @@ def cmd_eval(args) -> int:
     """Bad input raises MadslError (main() prints it, exit 2)."""
     from madsl.cli.progress import RichReporter, print_summary, stop_on_signals
     from madsl.runner.api import evaluate
-    from madsl.runner.plan.protocols import parse_set_option
+    from madsl.runner.config import EvalConfig
+    from madsl.runner.execute.options import Execution
+    from madsl.runner.plan.task_settings import parse_set_option
 
     _check_executor_options(args)
     settings = dict(parse_set_option(text) for text in args.settings or ())
@@ -157,18 +150,12 @@ def cmd_eval(args) -> int:
     values["set"] = settings
     values["tasks"] = values["tasks"] or sweep.tasks
     values["protocol"] = values["protocol"] or sweep.protocol
-    keywords = {("settings_overrides" if key == "set" else key): value for key, value in values.items()}
+    config = EvalConfig(settings=values, execution=Execution(**execution_values(args)))
     shown = not args.quiet and args.format == "text" and not args.dry_run
     reporter = (_EpochLines() if args.verbose else RichReporter()) if shown else None
     try:
         with stop_on_signals() as stop, (reporter or contextlib.nullcontext()):
-            summary = evaluate(specs, db=args.db, workers=args.workers or 1, device=args.device,
-                               devices=args.devices, batch_grid=args.batch_grid, cuda_graphs=args.cuda_graphs,
-                               executor=args.executor, address=args.address,
-                               cpus_per_run=1.0 if args.cpus_per_run is None else args.cpus_per_run,
-                               gpus_per_run=0.0 if args.gpus_per_run is None else args.gpus_per_run,
-                               dry_run=args.dry_run, reporter=reporter, stop=stop, keep=args.keep,
-                               checkpoint_every=args.checkpoint_every, **keywords)
+            summary = evaluate(specs, config, reporter=reporter, stop=stop)
     except KeyboardInterrupt:
         print("aborted; rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -180,17 +167,17 @@ def cmd_eval(args) -> int:
               end="\n" if args.format == "json" else "")
         return EXIT_OK
     if shown:
-        print_summary(args.db, summary)
+        print_summary(config.execution.db, summary)
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     elif args.quiet:
         from madsl.runner.reports.outputs import load_scores, render_text
 
-        print(render_text(load_scores(args.db, run_ids=summary["run_ids"])), end="")
+        print(render_text(load_scores(config.execution.db, run_ids=summary["run_ids"])), end="")
         # quiet keeps the errors: a table of an unfinished evaluation must not pass for the result
         if summary["failed"]:
             print(f"{len(summary['failed'])} run(s) failed; rerun `madsl eval` to retry them (errors are in the "
-                  f"runs table of {args.db})", file=sys.stderr)
+                  f"runs table of {config.execution.db})", file=sys.stderr)
         if summary["interrupted"]:
             print(f"interrupted: {summary['interrupted']} run(s) left; rerun the same command to resume",
                   file=sys.stderr)

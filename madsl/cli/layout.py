@@ -262,7 +262,7 @@ def _check(args) -> int:
 def _load_with_eval(path: str) -> Spec:
     """A spec, checked with its `eval:` section (what shows without the tasks): every error of
     the file, the eval section's included, raised together."""
-    from madsl.runner.plan.protocols import check_spec_eval
+    from madsl.runner.plan.overrides import check_spec_eval
     from madsl.spec import load_spec
     from madsl.spec_files import load_merged
 

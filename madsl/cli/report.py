@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from madsl.cli.common import EXIT_OK
-from madsl.cli.evaluate import PROTOCOL_NAMES
+from madsl.runner.plan.settings import PROTOCOL_NAMES  # torch-free
 
 
 def add_parser(subparsers) -> None:
@@ -64,7 +64,7 @@ def cmd_export(args) -> int:
     from pathlib import Path
 
     from madsl.runner.store.kept import export
-    from madsl.runner.store.results import store_files_dir
+    from madsl.runner.store.files import store_files_dir
 
     from madsl.errors import MadslError
 

@@ -7,13 +7,17 @@
 Its rooms, one concern each (data flows down the list; nothing imports the command line):
 
     plan/       what an evaluation trains and what it costs: the settings, declared once; the
-                protocols; sweep files; the plan of runs; cost and memory estimates
-    train/      one run's training: the loop, options, precision, checkpoints, task heads
-    batched/    runs trained together: grid groups, stacked members, the compiled step
+                protocols, the user's overrides and task settings; sweep files; the plan of
+                runs; cost and memory estimates
+    train/      one run's training: the loop, its metrics, optimizer, state and device; options,
+                precision, checkpoints, task heads
+    batched/    runs trained together: grid groups, stacked members and their epoch, the
+                replayed and compiled step
     execute/    where runs execute: jobs, local executors, the coordinator, Ray, devices
     store/      the results database and its folder; kept models
     reports/    scores, the leaderboard, tables for analysis, figures
-    api.py      `evaluate` and `report`, the entry points
+    config.py   EvalConfig: an evaluation's settings and execution options, as one record
+    api.py      `evaluate` and `report`, the entry points (they print nothing)
 
 Importing this package is cheap; torch is imported when a run starts.
 """

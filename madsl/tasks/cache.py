@@ -115,7 +115,7 @@ def _discard(path: Path, err: BaseException) -> None:
 
 
 def _os_words(err: OSError) -> str:
-    from madsl.runner.store.results import os_error_words  # the results folder's words for errno
+    from madsl.runner.store.files import os_error_words  # the results folder's words for errno
 
     return os_error_words(err)
 

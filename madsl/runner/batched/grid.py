@@ -1,5 +1,6 @@
 """Grid-batched training: the runs of one (spec, task setting) that differ only in learning
-rate, weight decay or seed train together, in one job.
+rate, weight decay or seed train together, in one job (which runs form a group, and on
+which device: `madsl.runner.batched.grouping`).
 
 A `GroupJob` holds its members (plain `RunJob`s, each with the run id it has unbatched).
 `execute_group` trains them in one process: as one stacked model where the group's device
@@ -31,13 +32,11 @@ import os
 import time
 import traceback
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 from madsl.runner.execute.jobs import Event, RunJob, job_hooks, job_inputs, load_split
-
-GRID_AXES = ("lr", "wd", "seed")  # what members of a group may differ in
 
 
 @dataclass
@@ -57,62 +56,12 @@ class GroupJob:
         execute_group(self, emit, should_stop)
 
 
-def group_key(job: RunJob, model_key: Hashable) -> tuple:
-    """Runs with equal keys form a group: same model, task, setting and training settings but
-    for lr, weight decay and seed."""
-    from madsl.runner.store.results import canonical_json
-
-    train = {k: v for k, v in asdict(job.train).items() if k not in GRID_AXES}
-    return model_key, job.task.name, canonical_json(dict(job.setting)), canonical_json(train), job.data_dir
-
-
-def group_jobs(jobs: Sequence[tuple[Hashable, RunJob]], skip_solved_at: float | None = None,
-               placement: Sequence[str] | None = None, cuda_graphs: bool = False) -> list[RunJob | GroupJob]:
-    """(model key, job) pairs -> runs and groups, in the order of each group's first run.
-    A group's members move to its device (placement: round-robin over groups)."""
-    groups: dict[tuple, list[RunJob]] = {}
-    for model_key, job in jobs:
-        groups.setdefault(group_key(job, model_key), []).append(job)
-    out: list[RunJob | GroupJob] = []
-    for members in groups.values():
-        device = placement[len(out) % len(placement)] if placement else members[0].device
-        members = [_on(device, m) for m in members]
-        if len(members) == 1 and not cuda_graphs:  # with graphs, a run alone is a stack of one
-            out.append(members[0])
-            continue
-        first = members[0]
-        runs = f"{len(members)} runs" if len(members) > 1 else "stacked"
-        label = first.label.rsplit(" · lr ", 1)[0] + f" · {runs}"
-        out.append(GroupJob(run_id="group-" + first.run_id, members=members, device=device, label=label,
-                            skip_solved_at=skip_solved_at, stack=stacks_on(device), graphs=cuda_graphs))
-    return out
-
-
-def stacks_on(device: str) -> bool:
-    """Whether groups on `device` train as one stacked model where their layers allow: on CUDA,
-    where six small runs leave the device idle between kernel launches; not on the CPU, where
-    it was measured slower than lockstep (docs/gpu.md)."""
-    if device == "auto":
-        import torch
-
-        return torch.cuda.is_available()
-    return device.startswith("cuda")
-
-
 def stacks_settings(job: RunJob) -> bool:
     """Whether a run's settings and task let its group train stacked (its layers aside:
     `stacked.batchable` checks those on the built model): the stack's update is AdamW's, and
     its loss a class head's (a regression mask selects a data-dependent number of positions)."""
     return job.train.optimizer == "adamw" and getattr(job.task, "head", "lm") != "regress"
 
-
-def _on(device: str, job: RunJob) -> RunJob:
-    from dataclasses import replace
-
-    return job if job.device == device else replace(job, device=device)
-
-
-# --- executing a group ---------------------------------------------------------------------
 
 @dataclass
 class Member:
@@ -159,87 +108,128 @@ def _shared_loader() -> Callable[..., Any]:
 def execute_group(group: GroupJob, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
     """Train a group's members to their ends (stacked, then lockstep for what is left) and
     report per member. Never raises."""
-    from madsl.runner.train.checkpoint import rng_state
+    from madsl.runner.train.loop import RunInterrupted
+
+    members: list[Member] = []  # filled as they open: what a stop or a failure reports on
+    try:
+        _train_group(group, members, emit, should_stop)
+    except RunInterrupted as err:
+        _stop_members(members, err, emit)
+    except BaseException as err:  # noqa: BLE001 - report, never take the executor down
+        _fail_unfinished(group, members, err, emit)
+
+
+def _train_group(group: GroupJob, members: list[Member], emit: Callable[[Event], None],
+                 should_stop: Callable[[], bool]) -> None:
+    """Open every member (into `members`), then train them: those resumed after their training
+    was over end first, then the rest as stacks where they can, then in lockstep, one epoch of
+    each member still training per round."""
+    from madsl.runner.train.device import resolve_device
     from madsl.runner.train.precision import configure_device
-    from madsl.runner.train.loop import Checkpointer, RunData, RunInterrupted, RunResult, open_run, resolve_device
 
-    members: list[Member] = []
+    device = resolve_device(group.device)
+    configure_device(device)
+    _open_members(group, members, device, emit, should_stop)
+    _check_solved(group, members, emit)
+    for member in members:  # resumed after its training was over (lengths or result to come): it ends first
+        if not member.done and member.state.finished:
+            _advance_alone(group, members, member, device, emit)
+    together = [m for m in members if not m.done]
+    if group.stack and _stackable(together, group.graphs):
+        _train_in_stacks(group, together, members, device, emit, should_stop,
+                         lambda member: _open_member(member, device, emit))
+    while any(not m.done for m in members):  # lockstep: one epoch of each member in turn
+        for member in members:
+            if not member.done:  # not finished, failed, or stopped by a sibling that solved the setting
+                _advance_alone(group, members, member, device, emit)
 
-    def fail(member: Member, err: BaseException) -> None:
-        member.done = True
-        emit(Event("failed", member.job.run_id, {"error": f"{type(err).__name__}: {err}",
-                                                 "traceback": traceback.format_exc()}))
+
+def _open_members(group: GroupJob, members: list[Member], device, emit: Callable[[Event], None],
+                  should_stop: Callable[[], bool]) -> None:
+    """Report every member started, then open each (its data read once per seed, shared with
+    the members that read the same); a member that cannot open fails alone."""
+    from madsl.runner.train.state import RunData
+
+    load = _shared_loader()
+    for job in group.members:
+        emit(Event("started", job.run_id, {"pid": os.getpid(), "device": str(device), "group": group.run_id}))
+        members.append(Member(job, None, job_hooks(job, emit, should_stop)))
+    for member in members:
+        try:
+            member.inputs = job_inputs(member.job, load)
+            _open_member(member, device, emit)
+        except Exception as err:  # noqa: BLE001 - one member's failure is its own
+            _fail(member, err, emit)
+            continue
+        if not member.done:
+            member.data = _shared_data(members, member, device, RunData)
+
+
+def _open_member(member: Member, device, emit: Callable[[Event], None]) -> None:
+    """Start (or resume, from its checkpoint) the member's run exactly as train_run would."""
+    from madsl.runner.train.checkpoint import rng_state
+    from madsl.runner.train.metrics import RunResult
+    from madsl.runner.train.state import Checkpointer, open_run
+
+    opened = open_run(member.job.train, member.inputs.build_model, device,
+                      member.inputs.train_data.inputs.shape[0], member.inputs.num_classes,
+                      Path(member.job.checkpoint_path), member.hooks.keep_best, member.job.run_id)
+    if isinstance(opened, RunResult):
+        _finish(member, opened.to_dict(), device, emit)
+        return
+    member.state, member.rng = opened, rng_state()
+    member.checkpointer = Checkpointer(Path(member.job.checkpoint_path), member.hooks.checkpoint_every_s)
+    member.state.model.train()
+
+
+def _advance_alone(group: GroupJob, members: list[Member], member: Member, device,
+                   emit: Callable[[Event], None]) -> None:
+    """One epoch of the member, alone (or its length evaluations and result); a member that
+    fails fails alone, and one that ends may end its siblings (`_check_solved`)."""
+    from madsl.runner.train.loop import RunInterrupted
 
     try:
-        device = resolve_device(group.device)
-        configure_device(device)
-        load = _shared_loader()
-        for job in group.members:
-            emit(Event("started", job.run_id, {"pid": os.getpid(), "device": str(device), "group": group.run_id}))
-            members.append(Member(job, None, job_hooks(job, emit, should_stop)))
+        with _own_rng(member):
+            _advance(member, device, emit)
+    except RunInterrupted:
+        raise
+    except Exception as err:  # noqa: BLE001 - a failing member does not take its siblings down
+        _fail(member, err, emit)
+    if member.done:
+        _check_solved(group, members, emit)
 
-        def open_member(member: Member) -> None:
-            """Start (or resume, from its checkpoint) the member's run exactly as train_run would."""
-            opened = open_run(member.job.train, member.inputs.build_model, device,
-                              member.inputs.train_data.inputs.shape[0], member.inputs.num_classes,
-                              Path(member.job.checkpoint_path), member.hooks.keep_best, member.job.run_id)
-            if isinstance(opened, RunResult):
-                _finish(member, opened.to_dict(), device, emit)
-                return
-            member.state, member.rng = opened, rng_state()
-            member.checkpointer = Checkpointer(Path(member.job.checkpoint_path), member.hooks.checkpoint_every_s)
-            member.state.model.train()
 
-        for member in members:
-            try:
-                member.inputs = job_inputs(member.job, load)
-                open_member(member)
-            except Exception as err:  # noqa: BLE001 - one member's failure is its own
-                fail(member, err)
-                continue
-            if not member.done:
-                member.data = _shared_data(members, member, device, RunData)
+def _fail(member: Member, err: BaseException, emit: Callable[[Event], None]) -> None:
+    """The member failed with `err` (called while it is handled: the event holds its traceback)."""
+    member.done = True
+    emit(Event("failed", member.job.run_id, {"error": f"{type(err).__name__}: {err}",
+                                             "traceback": traceback.format_exc()}))
 
-        def advance(member: Member) -> None:
-            """One epoch of the member, alone (or its length evaluations and result)."""
+
+def _stop_members(members: list[Member], err: BaseException, emit: Callable[[Event], None]) -> None:
+    """Stopped on request: every member still training keeps its progress (in lockstep, the
+    siblings between epochs write their checkpoints too) and reports `interrupted`; one whose
+    checkpoint cannot be written (a full disk) fails, as its unbatched run's stop would."""
+    for member in members:
+        if member.done:
+            continue
+        if member.state is not None:
             try:
                 with _own_rng(member):
-                    _advance(member, device, emit)
-            except RunInterrupted:
-                raise
-            except Exception as err:  # noqa: BLE001 - a failing member does not take its siblings down
-                fail(member, err)
-            if member.done:
-                _check_solved(group, members, emit)
-
-        _check_solved(group, members, emit)
-        for member in members:  # resumed after its training was over (lengths or result to come): it ends first
-            if not member.done and member.state.finished:
-                advance(member)
-        together = [m for m in members if not m.done]
-        if group.stack and _stackable(together, group.graphs):
-            _train_in_stacks(group, together, members, device, emit, should_stop, open_member)
-        while any(not m.done for m in members):  # lockstep: one epoch of each member in turn
-            for member in members:
-                if not member.done:  # not finished, failed, or stopped by a sibling that solved the setting
-                    advance(member)
-    except RunInterrupted as err:
-        for member in members:
-            if member.done:
+                    member.checkpointer.save(member.state)
+            except Exception as save_err:  # noqa: BLE001 - (a full disk) as its unbatched run's stop would
+                _fail(member, save_err, emit)
                 continue
-            if member.state is not None:  # lockstep: the siblings between epochs keep their progress too
-                try:
-                    with _own_rng(member):
-                        member.checkpointer.save(member.state)
-                except Exception as save_err:  # noqa: BLE001 - (a full disk) as its unbatched run's stop would
-                    fail(member, save_err)
-                    continue
-            emit(Event("interrupted", member.job.run_id, {"message": str(err)}))
-    except BaseException as err:  # noqa: BLE001 - report, never take the executor down
-        for job in group.members:
-            if not any(m.job is job and m.done for m in members):
-                emit(Event("failed", job.run_id, {"error": f"{type(err).__name__}: {err}",
-                                                  "traceback": traceback.format_exc()}))
+        emit(Event("interrupted", member.job.run_id, {"message": str(err)}))
+
+
+def _fail_unfinished(group: GroupJob, members: list[Member], err: BaseException,
+                     emit: Callable[[Event], None]) -> None:
+    """The group failed with `err` (called while it is handled): every member not yet ended fails with it."""
+    for job in group.members:
+        if not any(m.job is job and m.done for m in members):
+            emit(Event("failed", job.run_id, {"error": f"{type(err).__name__}: {err}",
+                                              "traceback": traceback.format_exc()}))
 
 
 def _stackable(members: list[Member], graphs: bool) -> bool:
@@ -261,7 +251,7 @@ def _train_in_stacks(group: GroupJob, together: list[Member], members: list[Memb
     consistent there: the stack holds its weights between them) and train them in two stacks
     of half the size, one after the other, halving again as needed; a member that runs out
     alone trains in lockstep afterwards, as its unbatched run. Results stay each member's own."""
-    from madsl.runner.train.loop import is_out_of_memory, release_device_memory
+    from madsl.runner.train.device import is_out_of_memory, release_device_memory
 
     stacks = [together]
     while stacks:
@@ -297,7 +287,8 @@ def _train_stacked(group: GroupJob, together: list[Member], members: list[Member
     stack, and a last one trains on alone (lockstep, exactly as its run), except with CUDA
     graphs: there it stays a stack of one, for the graphs (the group's last member is often
     the one that trains longest)."""
-    from madsl.runner.batched.stacked import StackedMembers, schedulers_without_steps, train_stacked_epoch
+    from madsl.runner.batched.stacked import StackedMembers
+    from madsl.runner.batched.stacked_epoch import schedulers_without_steps, train_stacked_epoch
     from madsl.runner.train.loop import RunInterrupted, _epoch_order, epoch_metrics
 
     stack = StackedMembers([m.state for m in together], graphs=group.graphs)

@@ -23,28 +23,26 @@ reorders no reduction of a member, but batched matmuls may block differently): r
 agree to fp32 rounding, not bit for bit.
 
 A step and an evaluation batch are each a fixed sequence of device work on tensors that
-live as long as the stack (`_Replayed`): the batch is copied into buffers, the members'
-learning rates and Adam's bias corrections are uploaded into one small tensor, and the
-rest (forward, backward, AdamW, the metric sums) reads nothing on the host. So with CUDA
-graphs on (`--cuda-graphs`), each is captured once warm and replayed: one launch instead of
-hundreds, which is where a width-128 model's time goes on a GPU. With `compiled`
+live as long as the stack, replayed as a CUDA graph with `--cuda-graphs`
+(`madsl.runner.batched.replay`); the trainable weights, gradients and Adam moments are flat
+tensors per optimizer group (`madsl.runner.batched.flat`). With `compiled`
 (`MADSL_COMPILE_STACKED=1`, opt-in), each is first traced and compiled into fused kernels
-(`madsl.runner.batched.compile`), which a CUDA graph then replays the same way.
+(`madsl.runner.batched.compile`), which a CUDA graph then replays the same way. An epoch of
+the stack: `madsl.runner.batched.stacked_epoch`.
 """
 from __future__ import annotations
 
 import math
-import time
-import warnings
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
+from madsl.conventions import MAD_LAB
 from madsl.runner.batched import compile as stacked_compile
+from madsl.runner.batched.flat import _Flat
+from madsl.runner.batched.replay import _Replayed, _Upload
+from madsl.runner.train.metrics import MetricAccumulator, _loss, eval_batch_size, metric_increments
 from madsl.runner.train.precision import autocast
-from madsl.runner.train.loop import MAD_LAB, MetricAccumulator, _loss, eval_batch_size, metric_increments
 
 # Containers and building blocks that batch under vmap as they are (their children are checked).
 GENERIC_MODULES = ("torch.nn.modules.", "madsl.model", "madsl.runner.train.heads")
@@ -67,150 +65,6 @@ def batchable(models: Sequence[torch.nn.Module]) -> bool:
     shapes = [{k: (v.shape, v.requires_grad) for k, v in m.named_parameters()} for m in models]
     return (getattr(first, "kind", None) == "classes" and _batches(first)
             and all(s == shapes[0] for s in shapes))
-
-
-class _Upload:
-    """Sets a small device tensor from host values every step without making the host wait
-    for the device (a copy from ordinary host memory to a GPU does): on CUDA through pinned
-    staging buffers taken in turn, each reused once the device has read it."""
-
-    SLOTS = 8  # how many steps the host may run ahead of the device
-
-    def __init__(self, target: torch.Tensor):
-        self.target = target
-        self.turn = 0
-        if target.device.type == "cuda":
-            self.staging = [torch.empty(target.shape, dtype=target.dtype, pin_memory=True) for _ in range(self.SLOTS)]
-            self.read: list[Any] = [None] * self.SLOTS  # per slot: the event after the device's read
-
-    def __call__(self, values: Sequence[float]) -> None:
-        host = torch.tensor(values, dtype=self.target.dtype)
-        if self.target.device.type != "cuda":
-            self.target.copy_(host)
-            return
-        slot = self.turn % self.SLOTS
-        self.turn += 1
-        if self.read[slot] is not None:
-            self.read[slot].synchronize()  # its last upload has been read (SLOTS steps ago)
-        self.staging[slot].copy_(host)
-        self.target.copy_(self.staging[slot], non_blocking=True)
-        self.read[slot] = torch.cuda.Event()
-        self.read[slot].record()
-
-
-@dataclass
-class _Buffers:
-    """One batch shape's inputs and targets, where the computation reads them; its CUDA graph once captured."""
-
-    inputs: torch.Tensor
-    targets: torch.Tensor
-    graph: Any = None
-    eager_runs: int = 0
-
-
-GRAPH_WARMUP = 3  # eager runs of a batch shape before its CUDA graph is captured
-
-
-class _Replayed:
-    """Runs `compute(inputs, targets, cache)` on per-shape input buffers: eagerly or, with
-    `graphs` on a CUDA device, captured as a CUDA graph after `WARMUP` eager runs of that
-    shape (kernel autotuning, cuBLAS and cuFFT plans, lazily filled caches such as rotary
-    tables) and replayed from then on. `compute` must do the same device work on every call
-    and read no value on the host (tests/test_grid.py checks the stacked step for it); where
-    a capture fails anyway, one warning and eager runs from then on."""
-
-    WARMUP = GRAPH_WARMUP
-
-    def __init__(self, compute: Callable[[torch.Tensor, torch.Tensor, bool], None], device: torch.device,
-                 graphs: bool, what: str):
-        self.compute, self.device, self.what = compute, device, what
-        self.graphs = graphs and device.type == "cuda"
-        self.shapes: dict[tuple, _Buffers] = {}  # an epoch's smaller last batch has its own
-
-    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        key = (tuple(x.shape), x.dtype, tuple(y.shape), y.dtype)
-        if key not in self.shapes:
-            self.shapes[key] = _Buffers(torch.empty(x.shape, dtype=x.dtype, device=x.device),
-                                        torch.empty(y.shape, dtype=y.dtype, device=y.device))
-        buffers = self.shapes[key]
-        buffers.inputs.copy_(x)
-        buffers.targets.copy_(y)
-        if buffers.graph is None and self.graphs and buffers.eager_runs >= self.WARMUP:
-            self._capture(buffers)
-        if buffers.graph is not None:
-            buffers.graph.replay()
-            return
-        if self.graphs:  # warm-up before a capture, on a side stream (torch's CUDA-graph recipe)
-            side = torch.cuda.Stream(device=self.device)
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                self.compute(buffers.inputs, buffers.targets, False)
-            torch.cuda.current_stream().wait_stream(side)
-        else:
-            self.compute(buffers.inputs, buffers.targets, True)
-        buffers.eager_runs += 1
-
-    def _capture(self, buffers: _Buffers) -> None:
-        """Record `compute` on these buffers (nothing runs while it records)."""
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                self.compute(buffers.inputs, buffers.targets, False)  # autocast's cast cache must not outlive it
-        except Exception as err:  # noqa: BLE001 - any capture failure: run on without graphs
-            first_line = str(err).splitlines()[0] if str(err) else ""
-            warnings.warn(f"CUDA graphs off for this group's {self.what}: it cannot be captured "
-                          f"({type(err).__name__}: {first_line}); it runs on without them",
-                          RuntimeWarning, stacklevel=3)
-            self.graphs = False
-            torch.cuda.synchronize()
-            return
-        buffers.graph = graph
-
-
-class _Flat:
-    """The stacked trainable parameters of one optimizer group (of one dtype) in one flat
-    tensor each for the weights, their gradients and the two Adam moments: parameter after
-    parameter, each a contiguous (members, *shape) block, which every parameter is a view of.
-    AdamW is then a few ops for all the group's parameters instead of a few per parameter,
-    and the backward adds into one gradient tensor that lives as long as the stack (as a CUDA
-    graph needs). `member_of` gives each element's member, for the per-member lr and decay."""
-
-    def __init__(self, group: int, names: list[str], shapes: list[tuple], blocks: dict[str, list[torch.Tensor]]):
-        self.group, self.names, self.shapes = group, names, shapes
-        self.sizes = [math.prod(shape) for shape in shapes]
-        # blocks: "param", "exp_avg", "exp_avg_sq" -> per parameter, its (members, *shape) stack
-        self.param, self.exp_avg, self.exp_avg_sq = (torch.cat([b.reshape(-1) for b in blocks[key]])
-                                                     for key in ("param", "exp_avg", "exp_avg_sq"))
-        self.members = blocks["param"][0].shape[0]
-        self._derived()
-
-    def _derived(self) -> None:
-        self.grad = torch.zeros_like(self.param)
-        self.member_of = torch.cat([torch.arange(self.members, device=self.param.device).repeat_interleave(size)
-                                    for size in self.sizes])
-
-    def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Each parameter's (members, *shape) view of a flat tensor."""
-        blocks = flat.split([self.members * size for size in self.sizes])
-        return {name: block.view(self.members, *shape) for name, shape, block in zip(self.names, self.shapes, blocks)}
-
-    def leaves(self) -> dict[str, torch.Tensor]:
-        """The parameters as leaves of autograd sharing the weights' memory, each with its
-        block of the gradient tensor as .grad."""
-        grads = self.views(self.grad)
-        leaves = {}
-        for name, view in self.views(self.param).items():
-            leaves[name] = view.detach().requires_grad_()
-            leaves[name].grad = grads[name]
-        return leaves
-
-    def keep(self, index: torch.Tensor) -> None:
-        """Only these members' blocks."""
-        for key in ("param", "exp_avg", "exp_avg_sq"):
-            blocks = self.views(getattr(self, key)).values()
-            setattr(self, key, torch.cat([block.index_select(0, index).reshape(-1) for block in blocks]))
-        self.members = len(index)
-        self._derived()
 
 
 class StackedMembers:
@@ -495,15 +349,6 @@ def _member_batch(splits: Sequence[torch.Tensor], rows: Sequence[Any]) -> torch.
     return torch.stack([split[r] for split, r in zip(splits, rows)])
 
 
-@contextmanager
-def schedulers_without_steps() -> Iterator[None]:
-    """The members' own optimizers never step (the stack does): their schedulers' warning
-    about it is silenced while they step (per step, or per epoch under mad-lab's conventions)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)`")
-        yield
-
-
 def _forget_aux_losses(model: torch.nn.Module) -> None:
     """Drop the members' auxiliary losses the vmapped forward left on the template's layers
     (tensors of a finished vmap level; the template is the first member's own model)."""
@@ -514,57 +359,3 @@ def _forget_aux_losses(model: torch.nn.Module) -> None:
 
 def _fused(optimizer: torch.optim.Optimizer) -> bool:
     return bool(optimizer.param_groups[0].get("fused"))
-
-
-def train_stacked_epoch(stack: StackedMembers, datas: Sequence[Any], hooks: Sequence[Any],
-                        checkpoint: Callable[[], None], checkpoint_due: Callable[[], bool],
-                        should_stop: Callable[[], bool], interrupted: type,
-                        epoch_order: Callable[[int, int, int], torch.Tensor]) -> None:
-    """Train the rest of the members' (common) epoch from their (common) step, as
-    train.train_epoch does for one run: scheduler steps, train metrics and progress per
-    member; `checkpoint()` (after writing the members back) when due mid-epoch and on a
-    stop, which then raises `interrupted`. Ends with the members written back."""
-    states = stack.states
-    batch_size = states[0].settings.batch_size
-    per_step_schedule = states[0].settings.conventions != MAD_LAB  # mad-lab steps it per epoch (epoch_metrics)
-    orders: dict[tuple, torch.Tensor] = {}  # members with the same data and seed share an order
-    for data, state in zip(datas, states):
-        key = (id(data), state.settings.seed)
-        if key not in orders:
-            orders[key] = epoch_order(data.train_x.shape[0], state.settings.seed, state.epoch).to(data.train_x.device)
-    started = time.monotonic()
-
-    def bank_time() -> None:
-        nonlocal started
-        elapsed = time.monotonic() - started
-        for state in states:
-            state.epoch_seconds += elapsed
-            state.train_seconds += elapsed
-        started = time.monotonic()
-
-    def save() -> None:
-        bank_time()
-        stack.sync()
-        checkpoint()
-
-    stack.load_metrics()
-    with schedulers_without_steps():
-        while states[0].step < states[0].steps_per_epoch:
-            if should_stop():
-                save()
-                raise interrupted(f"stopped at epoch {states[0].epoch + 1}, step {states[0].step}")
-            window = slice(states[0].step * batch_size, (states[0].step + 1) * batch_size)
-            rows = {key: order[window] for key, order in orders.items()}
-            rows = [rows[(id(data), state.settings.seed)] for data, state in zip(datas, states)]
-            stack.step(_member_batch([data.train_x for data in datas], rows),
-                       _member_batch([data.train_y for data in datas], rows))
-            for state, member_hooks in zip(states, hooks):
-                if per_step_schedule:  # the member's cosine schedule, on its own optimizer's groups
-                    state.scheduler.step()
-                state.step += 1
-                if member_hooks.on_progress is not None:
-                    member_hooks.on_progress(state.epoch + 1, state.step, state.steps_per_epoch)
-            if checkpoint_due() and states[0].step < states[0].steps_per_epoch:
-                save()
-    bank_time()
-    stack.sync()

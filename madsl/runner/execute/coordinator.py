@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from madsl.errors import MadslError
-from madsl.runner.store.results import discard_checkpoint
+from madsl.runner.store.files import discard_checkpoint
 from madsl.runner.execute.jobs import Event, RunJob, is_group, run_ids
 from madsl.runner.execute.local import Executor
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from madsl.runner.plan.protocols import TrainSettings
+from madsl.runner.plan.runs import TrainSettings
 
 
 PROGRESS_EVERY_S = 0.5
@@ -139,7 +139,8 @@ def execute_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callabl
     """Run one job (or a grid group, `madsl.runner.batched.grid`) to its end and report through `emit`. Never raises."""
     import torch
 
-    from madsl.runner.train.loop import RunInterrupted, resolve_device, train_run
+    from madsl.runner.train.device import resolve_device
+    from madsl.runner.train.loop import RunInterrupted, train_run
 
     if is_group(job):  # a GroupJob trains its members itself (madsl.runner.batched.grid imports this module)
         return job.execute(emit, should_stop)

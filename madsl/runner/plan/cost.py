@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from madsl.errors import MadslError
-from madsl.runner.store.results import canonical_json, os_error_words, sha256
+from madsl.runner.store.files import os_error_words
+from madsl.runner.store.results import canonical_json, sha256
 
 MEASURED_STEPS = 5  # timed steps of a measurement; the fastest counts (other work on the machine only adds)
 EVAL_BATCH = 128
@@ -119,7 +120,7 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
                 else:
                     step = timings.seconds_per_step(job, seq_len, vocab, batch)
             except (MemoryError, RuntimeError) as err:
-                from madsl.runner.train.loop import is_out_of_memory
+                from madsl.runner.train.device import is_out_of_memory
 
                 if not is_out_of_memory(err):
                     raise
@@ -272,7 +273,7 @@ def _measured(seconds: float) -> float:
 def _release_device_memory() -> None:
     """A measurement's memory (a stack's graphs among it), cached in the coordinator's process,
     back to the GPU for the workers."""
-    from madsl.runner.train.loop import release_device_memory
+    from madsl.runner.train.device import release_device_memory
 
     release_device_memory()
 
@@ -283,7 +284,8 @@ def measure_step(job: Any, seq_len: int, vocab: int, batch: int) -> float:
     import torch
     import torch.nn.functional as F
 
-    from madsl.runner.train.loop import build_optimizer, resolve_device
+    from madsl.runner.train.device import resolve_device
+    from madsl.runner.train.optim import build_optimizer
 
     device = resolve_device(job.device if job.device in ("auto", "cpu", "cuda") else "auto")
     model = job.model_factory(vocab_size=vocab, max_seq_len=seq_len, num_classes=None, seed=0).to(device)
@@ -312,8 +314,10 @@ def measure_group_step(group: Any, members: Sequence[Any], batch: int) -> float:
     import torch
 
     from madsl.runner.execute.jobs import job_inputs
-    from madsl.runner.batched.stacked import GRAPH_WARMUP, StackedMembers
-    from madsl.runner.train.loop import RunData, RunState, resolve_device
+    from madsl.runner.batched.replay import GRAPH_WARMUP
+    from madsl.runner.batched.stacked import StackedMembers
+    from madsl.runner.train.device import resolve_device
+    from madsl.runner.train.state import RunData, RunState
 
     def one_batch(task, setting, split, seed, data_dir):
         return task.generate({**setting, "num_train_examples": batch, "num_test_examples": batch}, split, seed)

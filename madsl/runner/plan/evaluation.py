@@ -14,12 +14,14 @@ from typing import Any, Callable, Mapping, Sequence
 from madsl.errors import Location, MadslError, option
 from madsl.runner.execute.devices import _planned_device
 from madsl.runner.execute.jobs import RunJob
-from madsl.runner.plan.protocols import (Overrides, SpecEvalWhere, apply_setting_overrides, budgeted_baseline,
-                                         build_plan, check_setting_keys, check_spec_settings,
-                                         overrides_from_spec_eval, resolve_task_names)
+from madsl.runner.plan.overrides import Overrides, SpecEvalWhere, check_spec_settings, overrides_from_spec_eval
+from madsl.runner.plan.protocols import budgeted_baseline
+from madsl.runner.plan.runs import build_plan
 from madsl.runner.plan.settings import BY_KEY as SETTINGS_BY_KEY
 from madsl.runner.plan.settings import check_value as check_setting
-from madsl.runner.store.results import RunIdentity, Store, StoreFiles, canonical_json, madsl_version, sha256
+from madsl.runner.plan.task_settings import apply_setting_overrides, check_setting_keys, resolve_task_names
+from madsl.runner.store.files import StoreFiles
+from madsl.runner.store.results import RunIdentity, Store, canonical_json, madsl_version, sha256
 from madsl.runner.train.options import train_config_identity
 from madsl.runner.train.precision import resolve_precision
 
@@ -249,7 +251,7 @@ class EvaluationPlan:
         `cuda_graphs`, every run in a group (of one where alone), replaying its steps as CUDA graphs."""
         if not batch_grid:
             return self.jobs
-        from madsl.runner.batched.grid import group_jobs
+        from madsl.runner.batched.grouping import group_jobs
 
         return group_jobs([(self.spec_of[job.run_id], job) for job in self.jobs], self.skip_solved_at, placement,
                           cuda_graphs)

@@ -19,7 +19,7 @@ options. Its declaration carries everything about it:
                 run ids stay valid; None where the setting is always part of a run
     schema      the JSON Schema of its `eval:` value (`madsl schema`)
 
-From this table come `Overrides` (madsl.runner.plan.protocols), the `eval:` keys and their validation
+From this table come `Overrides` (madsl.runner.plan.overrides), the `eval:` keys and their validation
 (`overrides_from_spec_eval`), the `eval` command's options (madsl/cli/evaluate.py), the sweep
 file's `train:` keys (madsl.runner.plan.sweep), the identity defaults (`IDENTITY_DEFAULTS`), the
 `eval:` part of `madsl schema`, and the settings table of docs/runner.md (checked by

@@ -164,7 +164,8 @@ def _runs_of(spec: Any, path: str, cli: Any) -> int:
     """The runs `madsl eval` plans of one spec, counted: its task settings (planned with one lr,
     wd and seed) times the lengths of its lr, wd and seed lists."""
     from madsl.runner.plan.evaluation import DEFAULT_PROTOCOL, plan_spec
-    from madsl.runner.plan.protocols import Overrides, get_protocol, overrides_from_spec_eval
+    from madsl.runner.plan.overrides import Overrides, overrides_from_spec_eval
+    from madsl.runner.plan.protocols import get_protocol
 
     from_spec = overrides_from_spec_eval(spec.eval, path, spec.source_map)
     merged = cli.over(from_spec.over(Overrides(protocol=DEFAULT_PROTOCOL)))

@@ -54,7 +54,7 @@ def models_dir(files_dir: str | os.PathLike) -> Path:
 
 def _write_dir(directory: Path, weights: dict[str, Any], config: dict[str, Any]) -> None:
     """Write the two files into a temporary sibling folder, then move it into place whole."""
-    from madsl.runner.store.results import refuse_links
+    from madsl.runner.store.files import refuse_links
 
     save_file = safetensors_torch("keeping a model").save_file
     staging = directory.with_name(f".{directory.name}.{os.getpid()}.tmp")
@@ -86,7 +86,7 @@ def keep_best(run_id: str, checkpoint_path: Path, files_dir: Path, spec_data: di
         return None
     config = {"format": FORMAT, "run_id": run_id, "spec": spec_data, "task": task, "setting": setting,
               "build": build, "best_epoch": result.get("best_epoch"), "metrics": result.get("best")}
-    from madsl.runner.store.results import os_error_words
+    from madsl.runner.store.files import os_error_words
 
     directory = models_dir(files_dir) / run_id
     try:

@@ -1,1 +1,2 @@
-"""One run's training: the loop, its options and precision, checkpoints, and the task heads."""
+"""One run's training: the loop, its metrics, optimizer, state and device, its options and precision,
+checkpoints, and the task heads."""

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from madsl.errors import Location, MadslError
-from madsl.runner.store.results import os_error_words, pid_alive
+from madsl.runner.store.files import os_error_words
+from madsl.runner.store.results import pid_alive
 
 FORMAT = "madsl-checkpoint"
 VERSION = 2  # 1: madsl before data-only checkpoints (numpy arrays inside; no longer read)
