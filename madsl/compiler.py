@@ -1,8 +1,11 @@
 """Spec -> torch.nn.Module, by walking the plan the accounting reads (`madsl.graph.build_graph`).
 
-Each layer is built by the resolved primitive its plan node holds (`Primitive.build()`),
-so a layer's module and its accounting come from the same object. Weight sharing: the
-first use of a tag builds the unit, later uses reuse the object.
+The plan's graph is the one description of the model: each layer is built by the resolved
+primitive its node holds (`Primitive.build()`), so a layer's module and its accounting come from
+the same object, and the nesting and wiring are read from its edges: a block's parts and their
+residual adds from its join nodes, a group's sub-stack, branches and connection from its entry,
+splitter, combiner and exit nodes. Weight sharing: a node that a "shares" edge reaches reuses
+the module built for the tag's first use.
 """
 from __future__ import annotations
 
@@ -15,29 +18,63 @@ import torch
 from torch import nn
 
 from .errors import MadslError
-from .graph import build_graph, layer_nodes
+from .graph import build_graph
 from .model import Block, Fork, GroupConnection, Model, Parallel, PreNorm, Stack, make_norm, reinit_linears
 from .outputs import temp_beside
 from .spec import Spec, load_spec, spec_from_data
+from .structure import sources, targets
 
 
 class _Compiler:
-    """Builds the modules of a plan (`madsl.graph.build_graph`), node by node: each layer from
-    the primitive its node holds, blocks in stack order, nested into the groups that enclose
-    them. Weight sharing: the first use of a tag builds the unit, later uses reuse the object."""
+    """Builds the modules of a plan (`madsl.graph.build_graph`) from its graph.
+
+    The residual stream is read backwards, from the head: every node that ends a unit of it
+    says what the unit is and where it starts (a block's last residual add: the block, which
+    starts at its first add's residual input; a group's exit: the group, which starts at its
+    entry). The units are then built forwards, in stack order, so that initialisation draws its
+    random numbers in the order the model's layers stand."""
 
     def __init__(self, spec: Spec, plan: nx.DiGraph):
         self.spec, self.plan = spec, plan
-        self.tagged: dict[str, nn.Module] = {}
+        self.dim = plan.graph["dim"]
+        # layer node -> the module built for it (a later use of its tag, a "shares" edge, reuses it)
+        self.built: dict[str, nn.Module] = {}
         # every built layer module under the names `freeze` accepts: its symbol and "#tag"
         self.named: dict[str, list[nn.Module]] = {}
         # (depth, module, std) of each group with a `linear_std`, applied after the model-wide init, outer first
         self.group_inits: list[tuple[int, nn.Module, float]] = []
 
-    def layer(self, node: dict) -> nn.Module:
-        layer = node["layer"]
+    # ---- reading the graph -------------------------------------------------------------------
+
+    def input(self, node: str, kind: str) -> str:
+        """The one node that feeds `node` along an edge of `kind`."""
+        (source,) = sources(self.plan, node, kind)
+        return source
+
+    def joins(self, end: str) -> list[str]:
+        """A block's residual adds in stack order, given its last: each adds to the output of
+        the one before it (the first, to the block's input)."""
+        block = self.plan.nodes[end]["block"]
+        joins = [end]
+        while True:
+            source = self.input(joins[-1], "residual")
+            if self.plan.nodes[source]["kind"] != "add" or self.plan.nodes[source]["block"] != block:
+                return joins[::-1]
+            joins.append(source)
+
+    def start(self, end: str) -> str:
+        """Where the unit of the stream that ends at `end` starts (the node whose output it reads)."""
+        if self.plan.nodes[end]["kind"] == "add":
+            return self.input(self.joins(end)[0], "residual")
+        return self.input(self.plan.nodes[end]["entry"], "data")
+
+    # ---- layers ------------------------------------------------------------------------------
+
+    def layer(self, node: str) -> nn.Module:
+        """The layer module a node's primitive builds."""
+        layer = self.plan.nodes[node]["layer"]
         try:
-            module = node["primitive"].build()
+            module = self.plan.nodes[node]["primitive"].build()
         except (ValueError, RuntimeError) as err:  # a combination the module cannot realise
             raise self.spec.topology_error(MadslError(f"{layer.symbol} cannot be compiled: {err}"),
                                            layer.span) from None
@@ -46,72 +83,78 @@ class _Compiler:
             self.named.setdefault(f"#{layer.tag}", []).append(module)
         return module
 
-    def unit(self, node: dict) -> nn.Module:
-        """The layer with its pre-norm."""
-        tag = node["layer"].tag
-        if tag is not None and tag in self.tagged:
-            return self.tagged[tag]
-        unit = PreNorm(make_norm(node["norm"], self.spec.dim), self.layer(node))
-        if tag is not None:
-            self.tagged[tag] = unit
-        return unit
+    def shared(self, node: str) -> nn.Module | None:
+        """The module of the tag's first use, where this node repeats a tag."""
+        first = sources(self.plan, node, "shares")
+        return self.built[first[0]] if first else None
 
-    def bare_layer(self, node: dict) -> nn.Module:
+    def prenorm_layer(self, node: str) -> nn.Module:
+        """A block's part: the layer with its pre-norm (one PreNorm, shared whole by a tag)."""
+        module = self.shared(node)
+        if module is None:
+            module = self.built[node] = PreNorm(make_norm(self.plan.nodes[node]["norm"], self.dim), self.layer(node))
+        return module
+
+    def bare_layer(self, node: str) -> nn.Module:
         """A parallel branch: the layer alone (the block owns the norm)."""
-        tag = node["layer"].tag
-        if tag is None:
-            return self.layer(node)
-        if tag not in self.tagged:
-            self.tagged[tag] = self.layer(node)
-        return self.tagged[tag]
+        module = self.shared(node)
+        if module is None:
+            module = self.built[node] = self.layer(node)
+        return module
 
-    def block(self, nodes: list[dict]) -> Block:
-        mixers = [n for n in nodes if n["slot"] == "sequence"]
-        channels = [n for n in nodes if n["slot"] == "channel"]
-        if len(mixers) == 1:
-            mixer: nn.Module = self.unit(mixers[0])
+    def parallel(self, node: str) -> Parallel:
+        """Parallel mixers (a sum node): the block's one pre-norm, then each branch."""
+        norm = make_norm(self.plan.nodes[node]["norm"], self.dim)
+        return Parallel(norm, [self.bare_layer(branch) for branch in sources(self.plan, node, "branch")])
+
+    # ---- the residual stream -----------------------------------------------------------------
+
+    def block(self, end: str) -> Block:
+        """The block whose last residual add is `end`: each part (the layer or the parallel
+        mixers that feed a join) under its join's `part` name, joined as the join's kind says."""
+        parts = []
+        for join in self.joins(end):
+            data = self.plan.nodes[join]
+            source = self.input(join, "data")
+            module = self.parallel(source) if self.plan.nodes[source]["kind"] == "sum" else self.prenorm_layer(source)
+            parts.append((data["part"], module, data["kind"]))
+        return Block(parts)
+
+    def group(self, exit_node: str, depth: int) -> nn.Module:
+        """The group whose exit is `exit_node`, `depth` groups deep (a branch of a group of
+        branches counts as one): its sub-stack (a Stack), or its branches (a Fork of one Stack
+        each), inside its connection where it has one."""
+        entry = self.plan.nodes[exit_node]["entry"]
+        attrs = self.plan.nodes[entry]["attrs"]
+        inner = self.input(exit_node, "data")
+        if "branches" in attrs:  # inner is the combiner; each branch runs from the splitter to it
+            (split,) = targets(self.plan, entry, "data")
+            branches = [Stack(*self.sequence(end, split, depth + 2)) for end in sources(self.plan, inner, "branch")]
+            members: list[nn.Module] = [Fork(branches, attrs["split"], attrs["combine"], self.dim)]
         else:
-            mixer = Parallel(make_norm(mixers[0]["norm"], self.spec.dim), [self.bare_layer(m) for m in mixers])
-        return Block(mixer, self.unit(channels[0]) if channels else None)
+            members = self.sequence(inner, entry, depth + 1)
+        residual = attrs["residual"]
+        if residual != "none":
+            module: nn.Module = GroupConnection(members, residual, self.dim)
+        else:
+            module = members[0] if "branches" in attrs else Stack(*members)
+        if "linear_std" in attrs:
+            self.group_inits.append((depth, module, float(attrs["linear_std"])))
+        return module
+
+    def sequence(self, end: str, start: str, depth: int) -> list[nn.Module]:
+        """The units of the stream after `start` up to `end`, built in stack order."""
+        ends, node = [], end
+        while node != start:
+            ends.append(node)
+            node = self.start(node)
+        return [self.block(node) if self.plan.nodes[node]["kind"] == "add" else self.group(node, depth)
+                for node in reversed(ends)]
 
     def body(self) -> list[nn.Module]:
-        """The blocks in stack order, each group's blocks wrapped in its connection (a group of
-        branches: each branch's blocks in a Stack, the branches in a Fork)."""
-        groups: dict[int, dict] = self.plan.graph["groups"]
-        by_block: dict[int, list[dict]] = {}
-        for node in layer_nodes(self.plan):
-            by_block.setdefault(node["row"].block, []).append(node)
-        top: list[nn.Module] = []
-        open_groups: list[tuple[int, list[nn.Module]]] = []  # outermost first
-
-        def close() -> None:
-            gid, members = open_groups.pop()
-            attrs, dim = groups[gid], self.spec.dim
-            if "branch" in attrs:  # one branch of a group of branches
-                module: nn.Module = Stack(*members)
-            else:
-                if "branches" in attrs:
-                    members = [Fork(members, attrs["split"], attrs["combine"], dim)]
-                residual = attrs["residual"]
-                if residual != "none":
-                    module = GroupConnection(members, residual, dim)
-                else:
-                    module = members[0] if "branches" in attrs else Stack(*members)
-                if "linear_std" in attrs:
-                    self.group_inits.append((len(open_groups), module, float(attrs["linear_std"])))
-            (open_groups[-1][1] if open_groups else top).append(module)
-
-        for block in sorted(by_block):
-            nodes = by_block[block]
-            path = nodes[0]["row"].group_path
-            while open_groups and [g for g, _ in open_groups] != list(path[:len(open_groups)]):
-                close()
-            for gid in path[len(open_groups):]:
-                open_groups.append((gid, []))
-            (open_groups[-1][1] if open_groups else top).append(self.block(nodes))
-        while open_groups:
-            close()
-        return top
+        """The model's body: the units between the embedding and the final norm (or the head)."""
+        last = self.input("final_norm" if "final_norm" in self.plan else "head", "data")
+        return self.sequence(last, "embedding", 0)
 
 
 def compile_spec(spec: Spec | str | Path, *, vocab_size: int | None = None, max_seq_len: int | None = None,
@@ -133,7 +176,7 @@ def compile_spec(spec: Spec | str | Path, *, vocab_size: int | None = None, max_
         model = Model(body, spec.dim, vocab_size, num_classes or vocab_size, spec.norm, spec.tie_embeddings,
                       max_seq_len or spec.seq_len, positions=spec.seq_len if spec.positions == "learned" else 0,
                       embedding_std=spec.embedding_std,
-                      linear_std=spec.linear_std, final_norm=spec.final_norm)
+                      linear_std=spec.linear_std, final_norm="final_norm" in plan)
         for _, module, std in sorted(compiler.group_inits, key=lambda entry: entry[0]):
             reinit_linears(module, std)
     model.spec = spec

@@ -12,9 +12,9 @@ residual unit:
 A madsl block is a sequence mixer followed by its channel mixer, each a pre-norm residual
 unit: exactly two consecutive Megatron layers. So `M-` is the block `M2-Mlp`, a sequence
 layer not followed by an MLP is `M2-none`, and an MLP with no sequence layer before it
-cannot be written as a madsl block (an error names its position). The other direction
-needs a plain stack: no parallel mixers, shared tags, group connections or per-layer
-overrides (each is refused with the reason).
+cannot be written as a madsl block (an error names its position). The other direction reads
+the spec's plan, which must be a plain stack: no groups, parallel mixers, shared tags or
+per-layer overrides (`madsl.structure` refuses each with the reason).
 
 What the accounting then counts is madsl's layers at the spec's parameters (`layers:`):
 Nemotron-H's MLP uses squared ReLU where madsl's Mlp uses GELU (the same parameters), and
@@ -106,38 +106,24 @@ def _run_length(blocks: list[str]) -> str:
 
 
 def to_megatron_pattern(spec: Any) -> str:
-    """The `hybrid_override_pattern` of a spec (a Spec or a path) whose stack Megatron can
-    express: Mamba / Mamba-2 / attention sequence mixers, MLP / SwiGLU / MoE channel mixers."""
+    """The `hybrid_override_pattern` of a spec (a Spec or a path) whose plan Megatron can
+    express: a plain stack (`madsl.structure`) of Mamba / Mamba-2 / attention sequence mixers
+    and MLP / SwiGLU / MoE channel mixers."""
+    from madsl.graph import build_graph
     from madsl.spec import Spec, load_spec
+    from madsl.structure import plan_blocks, refuse_beyond_stack
 
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
-    _refuse_structure(spec.topology)
+    plan = build_graph(spec)
+    refuse_beyond_stack(plan, "Megatron pattern")
     out = []
-    for block in topo.blocks(topo.expand(spec.topology)):
-        if isinstance(block.mixer, topo.Parallel):
-            raise MadslError(f"{spec.name}: parallel mixers {topo.block_text(block)!r} have no Megatron pattern")
-        for layer in (block.mixer, spec.channel_for(block)):
-            if layer is None:
+    for block in plan_blocks(plan):
+        for node in (*block.mixers, block.channel):
+            if node is None:
                 continue
-            if layer.tag is not None or layer.overrides:
-                raise MadslError(f"{spec.name}: {topo.layer_text(layer)!r}: shared tags and per-layer settings "
-                                 "have no Megatron pattern", hint="write the values under `layers:` instead")
-            primitive = spec.symbols[layer.symbol].primitive
+            primitive = node["primitive"].name
             if primitive not in PRIMITIVE_CHARACTER:
-                raise MadslError(f"{spec.name}: {layer.symbol} ({primitive}) has no Megatron layer character",
+                raise MadslError(f"{spec.name}: {node['layer'].symbol} ({primitive}) has no Megatron layer character",
                                  expected="mamba, mamba2, attention, mlp, swiglu or moe layers")
             out.append(PRIMITIVE_CHARACTER[primitive])
     return "".join(out)
-
-
-def _refuse_structure(nodes: Any) -> None:
-    """Groups with a connection (residual / gated) are not a plain stack."""
-    for node in nodes:
-        if isinstance(node, topo.Repeat):
-            node = node.node
-        if isinstance(node, topo.Group):
-            if dict(node.attrs).get("residual", "none") != "none":
-                raise MadslError("a group connection (residual=...) has no Megatron pattern")
-            if topo.is_forked(node) or node.attrs:
-                raise MadslError("a group of branches (X | Y) or a group's norm= / linear_std= has no Megatron pattern")
-            _refuse_structure(node.body)

@@ -1,16 +1,43 @@
 """The plan: a resolved spec as a networkx graph, and the accounting that reads it.
 
-`build_graph(spec)` resolves every layer occurrence once (its primitive, validated,
-with located errors for roles and tags) into a `networkx.DiGraph`: one node per layer
-instance (its symbol, resolved primitive, cost, block, branch, enclosing groups), plus
-nodes for the embedding, the parallel-branch sums, the residual adds, group connections,
-the final norm and the head. Edges carry a `kind`: "data" (the main path), "residual" (a
-block's skip path), "branch" (into/out of parallel mixers), "group" (a group's
-connection) and "shares" (a tagged layer's later uses to its first).
+`build_graph(spec)` builds it in two steps. `plan_structure` lays out the expanded topology from
+its syntax alone: one node per layer occurrence and per point where the residual stream forks or
+joins, and the edges between them. Then every layer node is resolved once (its primitive,
+validated, with located errors for roles and tags; its cost; its `LayerRow`). Nodes are added in
+stack order. What each node holds (`kind` and the keys beside it):
+
+    "embedding", "head"      the model's ends; "final_norm" (kind "norm") before the head if the
+                             spec has one
+    layer   b{i}.mixer, b{i}.mixer{j} (parallel mixer j), b{i}.channel: a layer occurrence of
+            block i: `slot` ("sequence" or "channel"), `layer` (the topology's Layer), `block`,
+            `branch` (its index among parallel mixers, else None), `norm` (the kind of the
+            pre-norm in front of it); once resolved, `primitive` (resolved at the plan's length)
+            and `row` (its LayerRow)
+    sum     b{i}.sum: parallel mixers' outputs summed: `block`, `norm` (the one pre-norm the
+            block owns and feeds to every branch)
+    add     b{i}.add0, b{i}.add1: a block's residual add after its `part` ("mixer", "channel"):
+            the part's output (a "data" edge) plus the part's input (a "residual" edge); `block`
+    group   g{k}: where group k begins: `group`, `attrs` (its attributes, the defaults filled in:
+            residual, split, combine; norm and linear_std where written; branches where it is a
+            group of branches)
+    split_*, combine_*   g{k}.split, g{k}.combine: a group of branches' splitter (feeding each
+            branch) and combiner (joining them), the kind naming the projector: `group`, `entry`
+    group_* g{k}.add, g{k}.gated, g{k}.none: where group k ends, its connection: the group's
+            output (a "data" edge) joined to its input (a "group" edge from g{k}) as `residual`
+            says (none: no join); `group`, `entry` (g{k})
+
+Edges carry a `kind`: "data" (the residual stream), "residual" (a block's skip path), "branch"
+(into and out of parallel mixers, and from each branch of a group of branches into its combiner;
+with `branch`, the index), "group" (a group's connection) and "shares" (a tagged layer's later
+uses to its first). Group ids number groups, and each branch of a group of branches, in the
+order they open. The graph's own attributes: name, dim, seq_len, vocab, blocks (their number)
+and parts (the model-level PartRows).
 
 Both halves of madsl read this one graph: `account(spec)` sums it into an `Account` (one
 row per layer, the model-level parts, totals), and the compiler (`madsl/compiler.py`)
-builds the torch modules by walking it, so what is counted is what is built. Shared
+builds the torch modules by walking it, so what is counted is what is built; the converters
+and `madsl expand` read its structure too (`madsl/structure.py`: its blocks, its edges, and
+what it holds beyond a plain stack). Shared
 layers (`H#a`) count their parameters once; state and FLOPs are per use. A plan is built at
 one sequence length (the accounting's seq_len, `madsl.compile`'s max_seq_len), and a layer
 hyperparameter written `seq_len` takes that length there. No torch here.
@@ -19,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Any
+from typing import Any, Callable
 
 import networkx as nx
 
@@ -47,7 +74,6 @@ class LayerRow:
     tag: str | None = None
     shared: bool = False  # True for the second and later uses of a tag
     branch: int | None = None  # index inside a parallel mixer
-    group_path: tuple[int, ...] = ()  # ids of the attribute groups that enclose it
     derived: dict[str, Any] = field(default_factory=dict)  # sizes the primitive derives (e.g. inner_head_dim)
 
     def as_dict(self) -> dict[str, Any]:
@@ -125,19 +151,138 @@ def _mixers(block: topo.Block) -> tuple[topo.Layer, ...]:
     return block.mixer.branches if isinstance(block.mixer, topo.Parallel) else (block.mixer,)
 
 
-class _Builder:
-    def __init__(self, spec: Spec, seq_len: int, vocab: int | None):
-        self.spec, self.seq_len, self.vocab = spec, seq_len, vocab
-        self.graph = nx.DiGraph(name=spec.name, dim=spec.dim, seq_len=seq_len, vocab=vocab)
+def written_channel(block: topo.Block) -> topo.Layer | None:
+    """A block's channel mixer as the topology writes it, without a spec's default: None where it
+    writes none after the mixer, the layer `none` where it writes `-none`."""
+    return block.channel
+
+
+class _Layout:
+    """Lays out an expanded topology's structure in a plan graph (the node and edge kinds of the
+    module docstring), from its syntax alone: which channel mixer a block gets is asked of
+    `channel_for`. Every method takes the pre-norm kind of where it lays out (`norm`)."""
+
+    def __init__(self, graph: nx.DiGraph, channel_for: Callable[[topo.Block], topo.Layer | None]):
+        self.graph, self.channel_for = graph, channel_for
+        self.block_count = 0
+        self.group_count = 0
+
+    def layer(self, node: str, layer: topo.Layer, slot: str, block: int, branch: int | None, norm: str) -> None:
+        """A layer occurrence, unresolved (`_Resolver` adds its primitive and row)."""
+        self.graph.add_node(node, kind="layer", slot=slot, layer=layer, block=block, branch=branch, norm=norm)
+
+    def join(self, block: int, part: str, part_out: str, part_in: str) -> str:
+        """The residual add after a block's part: the part's output plus its input."""
+        node = f"b{block}.add{0 if part == 'mixer' else 1}"
+        self.graph.add_node(node, kind="add", block=block, part=part)
+        self.graph.add_edge(part_out, node, kind="data")
+        self.graph.add_edge(part_in, node, kind="residual")
+        return node
+
+    def block(self, block: topo.Block, prev: str, norm: str) -> str:
+        """A block after `prev`: its mixer (or parallel mixers, summed) and its channel mixer,
+        each a pre-norm residual part. Returns its output node."""
+        b = self.block_count
+        self.block_count += 1
+        mixers = _mixers(block)
+        if len(mixers) == 1:
+            mixer_out = f"b{b}.mixer"
+            self.layer(mixer_out, mixers[0], "sequence", b, None, norm)
+            self.graph.add_edge(prev, mixer_out, kind="data")
+        else:  # one pre-norm, owned by the block, feeds every branch; their outputs are summed
+            mixer_out = f"b{b}.sum"
+            self.graph.add_node(mixer_out, kind="sum", block=b, norm=norm)
+            for i, mixer in enumerate(mixers):
+                node = f"b{b}.mixer{i}"
+                self.layer(node, mixer, "sequence", b, i, norm)
+                self.graph.add_edge(prev, node, kind="branch", branch=i)
+                self.graph.add_edge(node, mixer_out, kind="branch", branch=i)
+        out = self.join(b, "mixer", mixer_out, prev)
+        channel = self.channel_for(block)
+        if channel is None:
+            return out
+        channel_node = f"b{b}.channel"
+        self.layer(channel_node, channel, "channel", b, None, norm)
+        self.graph.add_edge(out, channel_node, kind="data")
+        return self.join(b, "channel", channel_node, out)
+
+    def new_group(self) -> int:
+        gid = self.group_count
+        self.group_count += 1
+        return gid
+
+    def group(self, group: topo.Group, prev: str, norm: str) -> str:
+        """A group after `prev`: its entry, its body (a sequence, or the branches of a fork) and
+        its exit, the connection. Returns the exit."""
+        gid = self.new_group()
+        attrs = {**topo.GROUP_DEFAULTS, **dict(group.attrs)}
+        entry = f"g{gid}"
+        self.graph.add_node(entry, kind="group", group=gid, attrs=attrs)
+        self.graph.add_edge(prev, entry, kind="data")
+        inner_norm = attrs.get("norm", norm)
+        if topo.is_forked(group):
+            attrs["branches"] = len(group.body[0].branches)
+            inner = self.fork(gid, group.body[0], entry, inner_norm)
+        else:
+            inner = self.sequence(group.body, entry, inner_norm)
+        residual = attrs["residual"]
+        exit_node = f"g{gid}.{residual}"
+        self.graph.add_node(exit_node, kind=f"group_{residual}", group=gid, entry=entry)
+        self.graph.add_edge(inner, exit_node, kind="data")
+        if residual != "none":
+            self.graph.add_edge(entry, exit_node, kind="group")
+        return exit_node
+
+    def fork(self, gid: int, fork: topo.Fork, entry: str, norm: str) -> str:
+        """A group of branches: its splitter feeds each branch, its combiner joins their outputs."""
+        attrs = self.graph.nodes[entry]["attrs"]
+        split, combine = f"g{gid}.split", f"g{gid}.combine"
+        self.graph.add_node(split, kind=f"split_{attrs['split']}", group=gid, entry=entry)
+        self.graph.add_node(combine, kind=f"combine_{attrs['combine']}", group=gid, entry=entry)
+        self.graph.add_edge(entry, split, kind="data")
+        for i, branch in enumerate(fork.branches):
+            self.new_group()  # each branch numbers as a group of its own
+            out = self.sequence(branch, split, norm)
+            self.graph.add_edge(out, combine, kind="branch", branch=i)
+        return combine
+
+    def sequence(self, nodes: topo.Topology, prev: str, norm: str) -> str:
+        """Blocks and groups one after the other from `prev`; returns the last one's output."""
+        for node in nodes:
+            prev = self.group(node, prev, norm) if isinstance(node, topo.Group) else self.block(node, prev, norm)
+        return prev
+
+
+def plan_structure(topology: topo.Topology, *, channel_for: Callable[[topo.Block], topo.Layer | None] = written_channel,
+                   norm: str = "rms", final_norm: bool = False) -> nx.DiGraph:
+    """The structure of a topology as a plan graph, from its syntax alone: embedding, the
+    expanded topology's layer, join and group nodes (symbols not looked up, nothing resolved),
+    the final norm if `final_norm`, and the head. `channel_for` gives each block's channel mixer
+    (default: as written), `norm` the pre-norm kind outside groups that set one."""
+    graph = nx.DiGraph()
+    graph.add_node("embedding", kind="embedding")
+    layout = _Layout(graph, channel_for)
+    last = layout.sequence(topo.expand(topology), "embedding", norm)
+    if final_norm:
+        graph.add_node("final_norm", kind="norm")
+        graph.add_edge(last, "final_norm", kind="data")
+        last = "final_norm"
+    graph.add_node("head", kind="head")
+    graph.add_edge(last, "head", kind="data")
+    graph.graph["blocks"] = layout.block_count
+    return graph
+
+
+class _Resolver:
+    """Resolves a laid-out plan's layer nodes in stack order: each layer's primitive (at the
+    plan's length), its role against its slot, its tag against the tag's first use, its cost
+    and its LayerRow, set on its node."""
+
+    def __init__(self, spec: Spec, seq_len: int, plan: nx.DiGraph):
+        self.spec, self.seq_len, self.plan = spec, seq_len, plan
         self.rows: list[LayerRow] = []
-        self.parts: list[PartRow] = []
         self.tags: dict[str, tuple[topo.Layer, str]] = {}  # tag -> (first layer, its node)
         self.resolved: dict[topo.Layer, Primitive] = {}
-        self.block_index = 0
-        self.group_count = 0
-        # group id -> its attributes (residual, split, combine, linear_std, the number of branches);
-        # each branch of a group of branches is a group of its own: {"branch": index}
-        self.groups: dict[int, dict[str, Any]] = {}
 
     def primitive(self, layer: topo.Layer) -> Primitive:
         """The layer's primitive, built for this plan's sequence length: a hyperparameter written
@@ -168,124 +313,60 @@ class _Builder:
                                                   "for a different layer"), layer.span)
         return True
 
-    def add_layer(self, layer: topo.Layer, role_slot: str, block: int, node_id: str,
-                  group_path: tuple[int, ...], branch: int | None, with_norm: bool, norm_kind: str) -> LayerRow:
-        prim = self.primitive(layer)
+    def check_role(self, layer: topo.Layer, prim: Primitive, slot: str) -> None:
         role = prim.role
-        if role_slot == "sequence" and role == "channel":
+        if slot == "sequence" and role == "channel":
             raise self.spec.topology_error(MadslError(
                 f"{layer.symbol} is a channel mixer ({prim.name}); it cannot stand in a sequence-mixer slot",
                 hint=f"pair it with a sequence mixer, e.g. H-{layer.symbol}"), layer.span)
-        if role_slot == "channel" and role != "channel":
+        if slot == "channel" and role != "channel":
             raise self.spec.topology_error(MadslError(
                 f"{layer.symbol} is a {role} mixer ({prim.name}); after '-' comes a channel mixer",
                 hint="channel mixers: " + ", ".join(s for s, d in self.spec.symbols.items()
                                                     if d.role() == "channel")), layer.span)
+
+    def resolve(self, node_id: str) -> None:
+        """Resolve one layer node (the next in stack order): set its `primitive` and `row`, and
+        draw its "shares" edge from the tag's first use where it repeats a tag."""
+        node = self.plan.nodes[node_id]
+        layer, branch = node["layer"], node["branch"]
+        prim = self.primitive(layer)
+        self.check_role(layer, prim, node["slot"])
         shared = self.check_tag(layer)
         cost: Cost = prim.cost(self.seq_len)
         # a layer's pre-norm belongs to it (and is shared with it), except in a parallel
-        # block, where one norm owned by the block feeds every branch
-        norm_shared = shared and branch is None
-        norm = 0 if norm_shared or not with_norm else norm_params(self.spec, norm_kind)
-        row = LayerRow(index=len(self.rows), block=block, node=node_id, symbol=layer.symbol,
-                       primitive=prim.name, role=role, config=prim.config(), derived=prim.derived(),
+        # block, where one norm owned by the block feeds every branch (counted with the first)
+        owns_norm = (branch is None and not shared) or branch == 0
+        norm = norm_params(self.spec, node["norm"]) if owns_norm else 0
+        row = LayerRow(index=len(self.rows), block=node["block"], node=node_id, symbol=layer.symbol,
+                       primitive=prim.name, role=prim.role, config=prim.config(), derived=prim.derived(),
                        params=(0 if shared else cost.params) + norm, norm_params=norm,
                        fixed_state=cost.fixed_state, conv_state=cost.conv_state,
-                       kv_cache=cost.kv_cache, flops=cost.flops, tag=layer.tag, shared=shared,
-                       branch=branch, group_path=group_path)
-        if layer.tag is not None and not shared:
+                       kv_cache=cost.kv_cache, flops=cost.flops, tag=layer.tag, shared=shared, branch=branch)
+        if shared:
+            self.plan.add_edge(self.tags[layer.tag][1], node_id, kind="shares")
+        elif layer.tag is not None:
             self.tags[layer.tag] = (layer, node_id)
         self.rows.append(row)
-        self.graph.add_node(node_id, kind="layer", slot=role_slot, row=row, primitive=prim, layer=layer,
-                            norm=norm_kind)
-        if shared:
-            self.graph.add_edge(self.tags[layer.tag][1], node_id, kind="shares")
-        return row
+        node.update(primitive=prim, row=row)
 
-    def add_block(self, block: topo.Block, prev: str, group_path: tuple[int, ...], norm_kind: str) -> str:
-        b = self.block_index
-        self.block_index += 1
-        mixers = _mixers(block)
-        channel = self.spec.channel_for(block)
 
-        if len(mixers) == 1:
-            mixer_out = f"b{b}.mixer"
-            self.add_layer(mixers[0], "sequence", b, mixer_out, group_path, None, with_norm=True, norm_kind=norm_kind)
-            self.graph.add_edge(prev, mixer_out, kind="data")
-        else:
-            # one pre-norm feeds every branch; their outputs are summed
-            fan_in = f"b{b}.sum"
-            self.graph.add_node(fan_in, kind="sum")
-            for i, m in enumerate(mixers):
-                node_id = f"b{b}.mixer{i}"
-                self.add_layer(m, "sequence", b, node_id, group_path, i, with_norm=(i == 0), norm_kind=norm_kind)
-                self.graph.add_edge(prev, node_id, kind="branch")
-                self.graph.add_edge(node_id, fan_in, kind="branch")
-            mixer_out = fan_in
-        after_mixer = f"b{b}.add0"
-        self.graph.add_node(after_mixer, kind="add")
-        self.graph.add_edge(mixer_out, after_mixer, kind="data")
-        self.graph.add_edge(prev, after_mixer, kind="residual")
-        if channel is None:
-            return after_mixer
-        channel_node = f"b{b}.channel"
-        self.add_layer(channel, "channel", b, channel_node, group_path, None, with_norm=True, norm_kind=norm_kind)
-        self.graph.add_edge(after_mixer, channel_node, kind="data")
-        out = f"b{b}.add1"
-        self.graph.add_node(out, kind="add")
-        self.graph.add_edge(channel_node, out, kind="data")
-        self.graph.add_edge(after_mixer, out, kind="residual")
-        return out
-
-    def new_group(self, attrs: dict[str, Any]) -> int:
-        gid = self.group_count
-        self.group_count += 1
-        self.groups[gid] = attrs
-        return gid
-
-    def add_fork(self, gid: int, fork: topo.Fork, prev: str, group_path: tuple[int, ...], norm_kind: str) -> str:
-        """A group of branches: its splitter feeds each branch, its combiner joins their outputs."""
-        attrs, d, n = self.groups[gid], self.spec.dim, len(fork.branches)
-        split, combine = f"g{gid}.split", f"g{gid}.combine"
-        self.graph.add_node(split, kind=f"split_{attrs['split']}", group=gid)
-        self.graph.add_node(combine, kind=f"combine_{attrs['combine']}", group=gid)
-        self.graph.add_edge(prev, split, kind="data")
-        for i, branch in enumerate(fork.branches):
-            bid = self.new_group({"branch": i})
-            out = self.add_nodes(branch, split, group_path + (bid,), norm_kind)
-            self.graph.add_edge(out, combine, kind="branch")
-        for role in ("split", "combine"):
-            params, flops = projector_cost(attrs[role], n, d, self.seq_len)
-            if params:
-                self.parts.append(PartRow(f"group_{role}[{gid}]", params, flops))
-        return combine
-
-    def add_nodes(self, nodes: topo.Topology, prev: str, group_path: tuple[int, ...], norm_kind: str) -> str:
-        for node in nodes:
-            if isinstance(node, topo.Group):
-                attrs = {**topo.GROUP_DEFAULTS, **dict(node.attrs)}
-                residual = attrs["residual"]
-                inner_norm = attrs.get("norm", norm_kind)
-                gid = self.new_group(attrs)
-                if topo.is_forked(node):
-                    attrs["branches"] = len(node.body[0].branches)
-                    inner = self.add_fork(gid, node.body[0], prev, group_path + (gid,), inner_norm)
-                else:
-                    inner = self.add_nodes(node.body, prev, group_path + (gid,), inner_norm)
-                if residual == "none":
-                    prev = inner
-                    continue
-                joint = f"g{gid}.{residual}"
-                self.graph.add_node(joint, kind=f"group_{residual}", group=gid)
-                self.graph.add_edge(inner, joint, kind="data")
-                self.graph.add_edge(prev, joint, kind="group")
-                if residual == "gated":  # gate = sigmoid(Linear(dim, dim)) of the group's input
-                    d = self.spec.dim
-                    self.parts.append(PartRow(f"group_gate[{gid}]", d * d + d, 2 * self.seq_len * d * d))
-                prev = joint
-            else:
-                prev = self.add_block(node, prev, group_path, norm_kind)
-        return prev
+def _group_parts(plan: nx.DiGraph, spec: Spec, seq_len: int) -> list[PartRow]:
+    """The groups' own parameters, each group's at its exit (inner groups first): a group of
+    branches' splitter and combiner, a gated connection's gate = sigmoid(Linear(dim, dim))."""
+    d, parts = spec.dim, []
+    for _, node in plan.nodes(data=True):
+        if not node["kind"].startswith("group_"):
+            continue
+        gid, attrs = node["group"], plan.nodes[node["entry"]]["attrs"]
+        if "branches" in attrs:
+            for role in ("split", "combine"):
+                params, flops = projector_cost(attrs[role], attrs["branches"], d, seq_len)
+                if params:
+                    parts.append(PartRow(f"group_{role}[{gid}]", params, flops))
+        if attrs["residual"] == "gated":
+            parts.append(PartRow(f"group_gate[{gid}]", d * d + d, 2 * seq_len * d * d))
+    return parts
 
 
 def _as_spec(spec: Spec | str | PathLike) -> Spec:
@@ -299,15 +380,11 @@ def build_graph(spec: Spec | str | PathLike, *, seq_len: int | None = None, voca
     spec = _as_spec(spec)
     seq_len = seq_len or spec.seq_len
     vocab = vocab if vocab is not None else spec.vocab
-    b = _Builder(spec, seq_len, vocab)
-    b.graph.add_node("embedding", kind="embedding")
-    last = b.add_nodes(topo.expand(spec.topology), "embedding", (), spec.norm)
-    if spec.final_norm:
-        b.graph.add_node("final_norm", kind="norm")
-        b.graph.add_edge(last, "final_norm", kind="data")
-        last = "final_norm"
-    b.graph.add_node("head", kind="head")
-    b.graph.add_edge(last, "head", kind="data")
+    plan = plan_structure(spec.topology, channel_for=spec.channel_for, norm=spec.norm, final_norm=spec.final_norm)
+    plan.graph.update(name=spec.name, dim=spec.dim, seq_len=seq_len, vocab=vocab)
+    resolver = _Resolver(spec, seq_len, plan)
+    for node_id in [n for n, kind in plan.nodes(data="kind") if kind == "layer"]:
+        resolver.resolve(node_id)
     d = spec.dim
     parts = []
     if vocab is not None:
@@ -319,8 +396,8 @@ def build_graph(spec: Spec | str | PathLike, *, seq_len: int | None = None, voca
         parts.append(PartRow("final_norm", norm_params(spec)))
     if vocab is not None and not spec.tie_embeddings:
         parts.append(PartRow("head", vocab * d))
-    b.graph.graph.update(parts=parts + b.parts, groups=b.groups, blocks=b.block_index)
-    return b.graph
+    plan.graph["parts"] = parts + _group_parts(plan, spec, seq_len)
+    return plan
 
 
 def layer_nodes(plan: nx.DiGraph) -> list[dict[str, Any]]:

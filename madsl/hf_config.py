@@ -34,6 +34,8 @@ from typing import Any, Iterator
 from madsl import topology as topo
 from madsl.convert import compact, describe_character, megatron_blocks
 from madsl.errors import Location, MadslError
+from madsl.graph import build_graph
+from madsl.structure import SETTINGS, plan_blocks, refuse_beyond_stack
 from madsl.yamlsource import MAX_DEPTH, MAX_INTEGER, MAX_SPEC_BYTES
 
 
@@ -421,8 +423,10 @@ def _head_dim(cfg: Config, dim: int, key: str | None = None) -> int:
 # ---- the other direction: a spec's stack, one setting per layer kind -----------------------------------
 
 class Stack:
-    """A spec as the families write it: per layer, the sequence mixer's and the channel mixer's
-    primitives (None: no channel mixer), and one setting per primitive kind."""
+    """A spec as the families write it, read from its plan: per layer, the sequence mixer's and
+    the channel mixer's primitives (None: no channel mixer), and one setting per primitive kind.
+    The plan must be a plain stack (`madsl.structure`); a layer's own settings are allowed where
+    every layer of its kind has them."""
 
     def __init__(self, spec: Any, family: "Family"):
         self.spec, self.family = spec, family
@@ -432,12 +436,11 @@ class Stack:
             raise MadslError(f"{spec.name}: {family.title} has a final norm; the spec has final_norm: false")
         if spec.vocab is None:
             raise MadslError(f"{spec.name}: a config.json states vocab_size", hint="set `vocab:` in the spec")
-        _plain(spec, family)
-        self.layers: list[tuple[Any, Any]] = []
-        for block in topo.blocks(topo.expand(spec.topology)):
-            channel = spec.channel_for(block)
-            self.layers.append((spec.primitive_for(block.mixer),
-                                None if channel is None else spec.primitive_for(channel)))
+        plan = build_graph(spec)
+        refuse_beyond_stack(plan, f"{family.title} config.json", allow=frozenset({SETTINGS}))
+        self.layers: list[tuple[Any, Any]] = [
+            (block.mixers[0]["primitive"], None if block.channel is None else block.channel["primitive"])
+            for block in plan_blocks(plan)]
         self.kinds: dict[str, Any] = {}
         for prims in self.layers:
             for prim in prims:
@@ -475,31 +478,6 @@ class Stack:
                              f"{'uses' if rotary else 'has no'} rotary position embeddings",
                              hint=f"set rotary: {str(rotary).lower()} on the attention layers")
         return {"num_attention_heads": a.heads, "num_key_value_heads": a.key_value_heads}
-
-
-def _plain(spec: Any, family: "Family") -> None:
-    """A stack of blocks: no parallel mixers, group connections or shared (tied) layers."""
-    def walk(nodes: Any) -> None:
-        for node in nodes:
-            if isinstance(node, topo.Repeat):
-                node = node.node
-            if isinstance(node, topo.Group):
-                if dict(node.attrs).get("residual", "none") != "none":
-                    raise MadslError(f"{spec.name}: a group connection (residual=...) has no "
-                                     f"{family.title} config.json")
-                if topo.is_forked(node) or node.attrs:
-                    raise MadslError(f"{spec.name}: a group of branches (X | Y) or a group's norm= / "
-                                     f"linear_std= has no {family.title} config.json")
-                walk(node.body)
-    walk(spec.topology)
-    for block in topo.blocks(topo.expand(spec.topology)):
-        if isinstance(block.mixer, topo.Parallel):
-            raise MadslError(f"{spec.name}: parallel mixers {topo.block_text(block)!r} have no "
-                             f"{family.title} config.json")
-        for layer in (block.mixer, spec.channel_for(block)):
-            if layer is not None and layer.tag is not None:
-                raise MadslError(f"{spec.name}: {topo.layer_text(layer)!r}: shared (tied) layers have no "
-                                 f"{family.title} config.json")
 
 
 def _period(positions: list[int], n: int) -> tuple[int, int] | None:

@@ -1,10 +1,10 @@
 """The torch model a spec compiles to: embedding, the topology's blocks, final norm, head.
 
-Every block is pre-norm residual (`x + mixer(norm(x))`, then `x + channel(norm(x))`).
-A layer and its pre-norm form one `PreNorm` unit, so a tag (`H#a`) shares both.
-Parallel mixers share one norm owned by their block and are summed. A group with a
-`residual` attribute wraps its sub-stack in a `GroupConnection`; a group of branches,
-`(X | Y)`, is a `Fork`: a splitter feeds each branch (a sub-stack) and a combiner joins them.
+Wired as its plan says (madsl/compiler.py reads it): a `Block` joins its parts to the stream by the
+plan's residual adds (`x + mixer(norm(x))`, then `x + channel(norm(x))`), a layer and its pre-norm
+one `PreNorm` unit (so a tag, `H#a`, shares both); parallel mixers share one norm owned by their
+block and are summed; a group's connection is a `GroupConnection`, a group of branches, `(X | Y)`,
+a `Fork` (a splitter feeds each branch, a sub-stack, and a combiner joins them).
 
 Recurrent inference (`Model.init_state`, `step`, `prefill`, `generate`): the state of a
 model is a list with one entry per stateful layer *use*, in stack order (a tagged layer
@@ -127,37 +127,45 @@ class Parallel(nn.Module):
         return sum(_layer_prefill(branch, h, out) for branch in self.branches)
 
 
+def connect(kind: str, x: torch.Tensor, out: torch.Tensor, gate: nn.Module | None = None) -> torch.Tensor:
+    """How the output `out` of a block's part or of a group's sub-stack joins the stream `x` it
+    read: `add` x + out, `gated` (1 - g) * x + g * out with g = sigmoid(gate(x))."""
+    if kind == "gated":
+        g = torch.sigmoid(gate(x))
+        return (1 - g) * x + g * out
+    return x + out
+
+
 class Block(nn.Module):
-    def __init__(self, mixer: nn.Module, channel: nn.Module | None):
+    """A block as its plan wires it: its parts (`mixer`, `channel`) in order, each joined to the stream by its kind."""
+
+    def __init__(self, parts: list[tuple[str, nn.Module, str]]):
         super().__init__()
-        self.mixer, self.channel = mixer, channel
+        for name, module, _ in parts:
+            self.add_module(name, module)
+        self.wiring = tuple((name, join) for name, _, join in parts)  # (part, its join kind), in order
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.mixer(x)
-        if self.channel is not None:
-            x = x + self.channel(x)
+        for name, join in self.wiring:
+            x = connect(join, x, getattr(self, name)(x))
         return x
 
-    def _parts(self) -> list[nn.Module]:
-        return [self.mixer] if self.channel is None else [self.mixer, self.channel]
-
     def init_state(self, batch: int, device, dtype, out: State) -> None:
-        _seq_init(self._parts(), batch, device, dtype, out)
+        _seq_init([getattr(self, name) for name, _ in self.wiring], batch, device, dtype, out)
 
     def step(self, x_t: torch.Tensor, states, out: State) -> torch.Tensor:
-        for part in self._parts():
-            x_t = x_t + part.step(x_t, states, out)
+        for name, join in self.wiring:
+            x_t = connect(join, x_t, getattr(self, name).step(x_t, states, out))
         return x_t
 
     def prefill(self, x: torch.Tensor, out: State) -> torch.Tensor:
-        for part in self._parts():
-            x = x + part.prefill(x, out)
+        for name, join in self.wiring:
+            x = connect(join, x, getattr(self, name).prefill(x, out))
         return x
 
 
 class GroupConnection(nn.Module):
-    """The connection around a group's sub-stack G: `add` x + G(x); `gated`
-    (1 - g) * x + g * G(x) with g = sigmoid(W x + b) (seed 004's "Gated-res")."""
+    """A group's sub-stack joined to its input by `connect` (`gated`: seed 004's "Gated-res", its gate W x + b)."""
 
     def __init__(self, body: list[nn.Module], residual: str, dim: int):
         super().__init__()
@@ -165,24 +173,16 @@ class GroupConnection(nn.Module):
         self.gate = nn.Linear(dim, dim) if residual == "gated" else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._connect(x, self.body(x))
-
-    def _connect(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        if self.residual == "add":
-            return x + out
-        if self.residual == "gated":
-            g = torch.sigmoid(self.gate(x))
-            return (1 - g) * x + g * out
-        return out
+        return connect(self.residual, x, self.body(x), self.gate)
 
     def init_state(self, batch: int, device, dtype, out: State) -> None:
         _seq_init(self.body, batch, device, dtype, out)
 
     def step(self, x_t: torch.Tensor, states, out: State) -> torch.Tensor:
-        return self._connect(x_t, _seq_step(self.body, x_t, states, out))
+        return connect(self.residual, x_t, _seq_step(self.body, x_t, states, out), self.gate)
 
     def prefill(self, x: torch.Tensor, out: State) -> torch.Tensor:
-        return self._connect(x, _seq_prefill(self.body, x, out))
+        return connect(self.residual, x, _seq_prefill(self.body, x, out), self.gate)
 
 
 class Projector(nn.Module):

@@ -152,26 +152,20 @@ def _print_verdict(console, spec, violations) -> None:
 
 def cmd_expand(args) -> int:
     from madsl import topology as topo
+    from madsl.graph import plan_structure
+    from madsl.structure import plan_blocks
 
     try:
         parsed = topo.parse(args.topology)
     except topo.TopologySyntaxError as err:
         raise topo.locate(err, err.span, args.topology) from None
-    if args.format == "json":  # the list of blocks, each the list of its layer symbols
-        print(json.dumps([_block_symbols(b) for b in topo.blocks(parsed)]))
+    if args.format == "json":  # the blocks of its plan's structure, each the list of its layers as written
+        blocks = plan_blocks(plan_structure(parsed))
+        print(json.dumps([[topo.layer_text(node["layer"]) for node in (*b.mixers, b.channel) if node is not None]
+                          for b in blocks]))
     else:
         print(topo.expanded_text(parsed))
     return EXIT_OK
-
-
-def _block_symbols(block) -> list[str]:
-    from madsl import topology as topo
-
-    mixers = block.mixer.branches if isinstance(block.mixer, topo.Parallel) else (block.mixer,)
-    out = [topo.layer_text(m) for m in mixers]
-    if block.channel is not None:
-        out.append(topo.layer_text(block.channel))
-    return out
 
 
 def _parse_tolerance(text: str) -> float:
