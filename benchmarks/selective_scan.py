@@ -41,7 +41,8 @@ def run_one(scan: str, batch: int, length: int, steps: int, what: str, threads: 
     import torch.nn.functional as F
 
     import madsl.layers.mamba as mamba_layer
-    from madsl.kernels.selective_scan import selective_scan_cpu, selective_scan_reference
+    from madsl.kernels.selective_scan import selective_scan_cpu
+    from madsl.kernels.selective_scan_reference import selective_scan_reference
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

@@ -112,7 +112,7 @@ def measure(name: str, repeats: int, threads: int) -> dict:
     for key, value in attributes.items():
         if key == "scan":  # Mamba's baseline: the plain autograd recurrence instead of the fused scan
             import madsl.layers.mamba as mamba
-            from madsl.kernels.selective_scan import selective_scan_reference
+            from madsl.kernels.selective_scan_reference import selective_scan_reference
             mamba.selective_scan = selective_scan_reference
         else:
             setattr(layer, key, value)

@@ -14,7 +14,6 @@ are position-wise and keep no state.
 """
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
@@ -441,12 +440,3 @@ class Model(nn.Module):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
-
-
-def sincos_embedding(positions: torch.Tensor, dim: int) -> torch.Tensor:
-    """Fixed sin-cos position embedding (Vaswani et al.), (..., dim)."""
-    half = dim // 2
-    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=positions.device) / max(1, half))
-    angles = positions.float()[..., None] * freqs
-    emb = torch.cat([angles.sin(), angles.cos()], dim=-1)
-    return F.pad(emb, (0, dim - 2 * half))

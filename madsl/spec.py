@@ -317,13 +317,32 @@ def _build(data: dict, source_map: SourceMap | None, path: Path | None) -> Spec:
     unusable = check_top_level(data, at, errors, from_file=path is not None)
     layers = data.get("layers") if "layers" not in unusable else None
     symbols, broken = symbol_table(layers or {}, at, errors)
-    text = data.get("topology") if "topology" not in unusable else None
+    spec = _spec_before_topology(data, unusable, symbols, path, source_map)
+    if "budget" not in unusable:
+        spec.budget, spec.budget_seq_len, spec.fit = parse_budget(data.get("budget") or {}, at, errors)
+    if "channel_mixer" not in unusable:
+        with errors.check():
+            _check_channel_mixer(spec, broken, at)
+    _parse_topology(spec, errors)
+    values_checkable = "dim" not in unusable  # without a valid width only names can be checked
+    _check_topology_layers(spec, broken, values_checkable, errors)
+    if values_checkable:
+        _check_unused_symbols(spec, layers or {}, broken, at, errors)
+    _check_fit(spec, broken, at, errors)
+    errors.raise_any()
+    return spec
+
+
+def _spec_before_topology(data: dict, unusable: set[str], symbols: dict[str, SymbolDef], path: Path | None,
+                          source_map: SourceMap | None) -> Spec:
+    """The spec's model-wide settings; its topology is not parsed yet (topology_text None: unusable)."""
 
     def usable(key: str, default: Any) -> Any:
         """The value of `key` where it is of its type and range, else its default: a wrong value is
         reported once (by check_top_level), and the checks after it run on something they can read."""
         return data.get(key, default) if key not in unusable else default
 
+    text = data.get("topology") if "topology" not in unusable else None
     spec = Spec(name=str(data.get("name")), dim=data.get("dim"), topology_text=text, topology=(), symbols=symbols,
                 channel_mixer=usable("channel_mixer", "Sg"), vocab=usable("vocab", None),
                 seq_len=usable("seq_len", DEFAULT_SEQ_LEN), norm=usable("norm", "rms"),
@@ -341,37 +360,40 @@ def _build(data: dict, source_map: SourceMap | None, path: Path | None) -> Spec:
         spec.final_norm = data.get("final_norm", True)
     if spec.channel_mixer == topo.NO_CHANNEL:
         spec.channel_mixer = None
-    if "budget" not in unusable:
-        spec.budget, spec.budget_seq_len, spec.fit = parse_budget(data.get("budget") or {}, at, errors)
-    if "channel_mixer" not in unusable:
-        with errors.check():
-            _check_channel_mixer(spec, broken, at)
-    if text is not None:
+    return spec
+
+
+def _parse_topology(spec: Spec, errors: Collector) -> None:
+    """spec.topology from its text; where that is missing or does not parse, every error so far is raised."""
+    if spec.topology_text is not None:
         try:
-            spec.topology = topo.parse(text)
+            spec.topology = topo.parse(spec.topology_text)
+            return
         except topo.TopologySyntaxError as err:  # nothing after it can be read: stop here
             errors.add(spec.topology_error(err, err.span))
-            text = None
-    if text is None:
-        errors.raise_any()
-        raise AssertionError("unreachable: a missing topology is an error")
-    # every layer written in the topology must resolve (unknown symbols, bad overrides) at load time;
-    # without a valid width, or for a symbol whose entry is broken, only the names are checked
-    values_checkable = "dim" not in unusable
+    errors.raise_any()
+    raise AssertionError("unreachable: a missing topology is an error")
+
+
+def _check_topology_layers(spec: Spec, broken: set[str], values_checkable: bool, errors: Collector) -> None:
+    """Every layer written in the topology must resolve (unknown symbols, bad overrides) at load time;
+    without a valid width (not `values_checkable`), or for a symbol whose entry is broken, only names."""
     for layer in dict.fromkeys(topo.layers(spec.topology)):
         with errors.check():
             if layer.symbol == topo.NO_CHANNEL:
                 _check_no_channel(spec, layer)
             elif layer.symbol in broken:
-                if layer.symbol in symbols:
+                if layer.symbol in spec.symbols:
                     spec.check_override_keys(layer)
             elif values_checkable:
                 spec.primitive_for(layer)
             else:
                 spec.definition_for(layer)
                 spec.check_override_keys(layer)
-    if values_checkable:
-        _check_unused_symbols(spec, layers or {}, broken, at, errors)
+
+
+def _check_fit(spec: Spec, broken: set[str], at: Locator, errors: Collector) -> None:
+    """Every free parameter of budget.fit must name a parameter `madsl fit` can set."""
     for index, item in enumerate(spec.fit):
         if item.partition(".")[0] in broken:
             continue
@@ -379,8 +401,6 @@ def _build(data: dict, source_map: SourceMap | None, path: Path | None) -> Spec:
             spec.free_parameter(item)
         except MadslError as err:
             errors.add(err.relocated(at.value("budget", "fit", index) or at.value("budget", "fit")))
-    errors.raise_any()
-    return spec
 
 
 def _check_channel_mixer(spec: Spec, broken: set[str], at: Locator) -> None:

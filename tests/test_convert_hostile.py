@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from madsl import account, load_spec
 from madsl.cli import main
-from madsl.hf_config import MAX_CONFIG_BYTES
+from madsl.hf_config_file import MAX_CONFIG_BYTES
 from madsl.topology import MAX_BLOCKS
 from madsl.yamlsource import MAX_DEPTH, MAX_INTEGER
 

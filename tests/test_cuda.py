@@ -18,7 +18,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 from madsl.kernels import cuda  # noqa: E402
 from madsl.kernels.gla import gla_chunked, gla_fla_chunk, gla_recurrent  # noqa: E402
-from madsl.kernels.selective_scan import selective_scan_cpu, selective_scan_reference  # noqa: E402
+from madsl.kernels.selective_scan import selective_scan_cpu  # noqa: E402
+from madsl.kernels.selective_scan_reference import selective_scan_reference  # noqa: E402
 from madsl.kernels.selective_scan_chunked import selective_scan_chunked  # noqa: E402
 from tests.layer_helpers import make, run_steps  # noqa: E402
 

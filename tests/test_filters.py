@@ -16,14 +16,11 @@ torch.set_num_threads(1)
 
 import madsl  # noqa: E402
 from madsl.budget import check  # noqa: E402
-from madsl.layers.filters import (  # noqa: E402
-    CKConvFilter,
-    Conv1dFilter,
-    FNOFilter,
-    RationalFilter,
-    S4DFilter,
-    build_filter,
-)
+from madsl.layers.explicit_filters import Conv1dFilter, FNOFilter  # noqa: E402
+from madsl.layers.filters import build_filter  # noqa: E402
+from madsl.layers.implicit_filters import CKConvFilter  # noqa: E402
+from madsl.layers.modal_filters import S4DFilter  # noqa: E402
+from madsl.layers.rational_filter import RationalFilter  # noqa: E402
 from madsl.primitives.base import ConfigError  # noqa: E402
 from madsl.primitives.filters import FILTERS  # noqa: E402
 from madsl.stdlib import primitives  # noqa: E402

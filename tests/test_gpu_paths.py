@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from madsl.kernels import cuda
-from madsl.kernels.selective_scan import selective_scan_cpu, selective_scan_reference
+from madsl.kernels.selective_scan import selective_scan_cpu
+from madsl.kernels.selective_scan_reference import selective_scan_reference
 from madsl.kernels.selective_scan_chunked import _largest_safe_chunk, selective_scan_chunked
 from madsl.layers.mamba import Mamba
 from madsl.stdlib import primitive

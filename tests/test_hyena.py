@@ -14,7 +14,8 @@ from madsl.kernels.fftconv import (  # noqa: E402
     short_causal_conv,
     toeplitz_causal_conv,
 )
-from madsl.layers.filters import HyenaFilter, ModalFilter  # noqa: E402
+from madsl.layers.implicit_filters import HyenaFilter  # noqa: E402
+from madsl.layers.modal_filters import ModalFilter  # noqa: E402
 
 from layer_helpers import make, run_steps  # noqa: E402
 

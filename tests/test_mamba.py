@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from madsl.kernels.selective_scan import (selective_scan, selective_scan_cpu,
-                                          selective_scan_reference)
+from madsl.kernels.selective_scan import selective_scan, selective_scan_cpu
+from madsl.kernels.selective_scan_reference import selective_scan_reference
 from madsl.layers.mamba import Mamba
 from madsl.stdlib import primitive
 

@@ -16,7 +16,8 @@ from madsl.kernels.attention import scaled_dot_product_attention
 from madsl.kernels.causal_conv1d import causal_conv1d_silu
 from madsl.kernels.gla import gla_chunked
 from madsl.kernels.linear_recurrence import decay_parallel, delta_parallel
-from madsl.kernels.selective_scan import selective_scan, selective_scan_cpu, selective_scan_reference
+from madsl.kernels.selective_scan import selective_scan, selective_scan_cpu
+from madsl.kernels.selective_scan_reference import selective_scan_reference
 from madsl.kernels.selective_scan_chunked import selective_scan_chunked
 from madsl.runner.batched.stacked import batchable
 from madsl.stdlib import primitive, primitives

@@ -36,6 +36,8 @@ vmap (grid-batched training) it folds the members into the channels and scans on
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -131,6 +133,125 @@ def _A_T(A: Tensor, groups: int, dtype: torch.dtype) -> Tensor:
     return A.to(dtype).view(groups, -1, A.shape[1]).transpose(1, 2).contiguous()
 
 
+# ---- the backward pass, chunk by chunk (latest chunk first) ---------------------------------------
+
+@dataclass
+class _TimeMajorInputs:
+    """The scan's inputs as the backward reads them: (L, batch, ...) in the compute dtype."""
+
+    u: Tensor  # (L, batch, d_inner)
+    delta: Tensor  # delta after bias and softplus, (L, batch, d_inner)
+    delta_u: Tensor  # delta * u
+    B: Tensor  # (L, batch, groups, d_state)
+    C: Tensor
+    A_T: Tensor  # (groups, d_state, group_width)
+
+
+@dataclass
+class _Gradients:
+    """The gradients the backward fills chunk by chunk, time-major like the inputs."""
+
+    u: Tensor  # (L, batch, d_inner); starts as the skip's D dy
+    delta: Tensor  # of delta after bias and softplus
+    B: Tensor  # (L, batch, groups, d_state)
+    C: Tensor
+    A_T: Tensor  # (groups, d_state, group_width), summed over the chunks
+
+    @staticmethod
+    def empty(scan: _TimeMajorInputs) -> _Gradients:
+        length, batch, groups, d_state = scan.B.shape
+        d_inner = scan.u.shape[2]
+        return _Gradients(_new_time_major(length, batch, d_inner, like=scan.u),
+                          _new_time_major(length, batch, d_inner, like=scan.u),
+                          _new_time_major(length, batch, groups, d_state, like=scan.u),
+                          _new_time_major(length, batch, groups, d_state, like=scan.u),
+                          torch.zeros_like(scan.A_T))
+
+
+def _gate_backward(grad_out_t: Tensor, y: Tensor, z: Tensor | None, cdtype: torch.dtype
+                   ) -> tuple[Tensor, Tensor | None]:
+    """The output gate out = y * silu(z): the gradients of y and of z (time-major; none without z)."""
+    if z is None:
+        return grad_out_t, None
+    z_t = _time_major(z, cdtype)
+    return grad_out_t * F.silu(z_t), torch.ops.aten.silu_backward(grad_out_t * y, z_t)
+
+
+def _skip_backward(grad_y: Tensor, u_t: Tensor, D: Tensor | None, cdtype: torch.dtype, out: Tensor
+                   ) -> Tensor | None:
+    """The skip y += D u: writes its part of du (D dy, or zero without D) to `out`; returns dD."""
+    if D is None:
+        out.zero_()
+        return None
+    torch.mul(grad_y, D.to(cdtype), out=out)
+    return (grad_y * u_t).sum((0, 1))
+
+
+def _chunk_backward(buf: _ChunkBuffers, scan: _TimeMajorInputs, t0: int, t1: int, h_start: Tensor,
+                    grad_y: Tensor, grads: _Gradients, carry: Tensor) -> None:
+    """Add the part of steps [t0, t1) to the gradients. `carry` comes in as exp(delta_t1 A) dL/dh_t1
+    (from the chunk after) and leaves as exp(delta_t0 A) dL/dh_t0 (for the chunk before)."""
+    steps = t1 - t0
+    _, batch, groups, d_state = scan.B.shape
+    delta_c = _per_group(scan.delta[t0:t1], groups)  # (T, batch, groups, 1, width)
+    delta_u_c = _per_group(scan.delta_u[t0:t1], groups)
+    B_c, C_c = scan.B[t0:t1], scan.C[t0:t1]  # (T, batch, groups, d_state)
+    grad_y_c = _per_group(grad_y[t0:t1], groups)
+    _recompute_chunk(buf, steps, delta_c, delta_u_c, B_c.unsqueeze(-1), scan.A_T, h_start)
+
+    # y_t = C_t . h_t  ->  dC_t = h_t dy_t  (sum over the group's channels)
+    states = _rows(buf.states[1:steps + 1])
+    grads.C[t0:t1] = torch.bmm(states, _rows(grad_y_c).transpose(1, 2)).view(steps, batch, groups, d_state)
+
+    grad_h = _state_gradients(buf, steps, grad_y_c, C_c, carry)
+    # before the decay's gradient overwrites h_{t-1} and the decays themselves
+    torch.mul(buf.decay[0], grad_h[0], out=carry)
+    grad_delta_c = _per_group(grads.delta[t0:t1], groups).squeeze(3)  # (T, batch, groups, width)
+    _decay_backward(buf, steps, grad_h, delta_c, scan.A_T, grad_delta_c, grads.A_T)
+
+    # Input b_t = delta_t u_t B_t.
+    grad_h_rows = _rows(grad_h)
+    grads.B[t0:t1] = torch.bmm(grad_h_rows, _rows(delta_u_c).transpose(1, 2)).view(steps, batch, groups, d_state)
+    grad_b_dot_B = torch.bmm(_rows(B_c).unsqueeze(1), grad_h_rows).view(steps, batch, -1)
+    grads.u[t0:t1].addcmul_(grad_b_dot_B, scan.delta[t0:t1])
+    grads.delta[t0:t1].addcmul_(grad_b_dot_B, scan.u[t0:t1])
+
+
+def _state_gradients(buf: _ChunkBuffers, steps: int, grad_y_c: Tensor, C_c: Tensor, carry: Tensor) -> Tensor:
+    """The reverse-time recurrence G_t = dy_t C_t + exp(delta_{t+1} A) G_{t+1} over one chunk, in
+    buf.grad_states[:steps], with `carry` as the last step's G_{t+1} term."""
+    grad_h = buf.grad_states[:steps]
+    torch.mul(grad_y_c, C_c.unsqueeze(-1), out=grad_h)
+    grad_h[steps - 1].add_(carry)
+    decay_steps, grad_steps = buf.decay_steps, buf.grad_steps
+    for t in range(steps - 2, -1, -1):
+        grad_steps[t].addcmul_(decay_steps[t + 1], grad_steps[t + 1])
+    return grad_h
+
+
+def _decay_backward(buf: _ChunkBuffers, steps: int, grad_h: Tensor, delta_c: Tensor, A_T: Tensor,
+                    grad_delta_c: Tensor, grad_A_T: Tensor) -> None:
+    """Decay a_t = exp(delta_t A): dL/d(delta_t A) = G_t * h_{t-1} * a_t, written to grad_delta_c
+    (over d_state, times A) and added to grad_A_T (times delta). Spends buf's h_{t-1} and decays."""
+    decay = buf.decay[:steps]
+    grad_log_decay = buf.states[:steps].mul_(decay).mul_(grad_h)  # overwrites h_{t-1}
+    torch.mul(grad_log_decay[:, :, :, 0], A_T[:, 0], out=grad_delta_c)
+    for n in range(1, A_T.shape[1]):
+        grad_delta_c.addcmul_(grad_log_decay[:, :, :, n], A_T[:, n])
+    scratch = torch.mul(grad_log_decay, delta_c, out=decay)  # decay is spent
+    grad_A_T.add_(scratch.sum((0, 1)))
+
+
+def _user(x: Tensor, dtype: torch.dtype) -> Tensor:
+    return _to_user_layout(x).to(dtype)
+
+
+def _user_BC(x: Tensor, like: Tensor) -> Tensor:
+    """(L, batch, groups, d_state) -> B's or C's shape (the group axis only where it had one)."""
+    x = _user(x, like.dtype)
+    return x.squeeze(1) if like.dim() == 3 else x
+
+
 class SelectiveScanCPU(torch.autograd.Function):
     """The fused scan; see the module docstring. Use `selective_scan_cpu`."""
 
@@ -193,93 +314,28 @@ class SelectiveScanCPU(torch.autograd.Function):
         delta_softplus, T, cdtype, delta_dtype = ctx.meta
         batch, d_inner, length = u.shape
         groups, d_state = _grouped(B).shape[1:3]
-        width = d_inner // groups
-        A_T = _A_T(A, groups, cdtype)
         u_t = _time_major(u, cdtype)
-        B_t, C_t = _time_major(_grouped(B), cdtype), _time_major(_grouped(C), cdtype)
-        grad_out_t = _time_major(grad_out, cdtype)
-        delta_u = delta_t * u_t
+        scan = _TimeMajorInputs(u_t, delta_t, delta_t * u_t, _time_major(_grouped(B), cdtype),
+                                _time_major(_grouped(C), cdtype), _A_T(A, groups, cdtype))
+        grad_y, grad_z_t = _gate_backward(_time_major(grad_out, cdtype), y, z, cdtype)
+        grads = _Gradients.empty(scan)
+        grad_D = _skip_backward(grad_y, u_t, D, cdtype, out=grads.u)
 
-        # Output gate: out = y * silu(z).
-        if z is not None:
-            z_t = _time_major(z, cdtype)
-            grad_y = grad_out_t * F.silu(z_t)
-            grad_z_t = torch.ops.aten.silu_backward(grad_out_t * y, z_t)
-        else:
-            grad_y, grad_z_t = grad_out_t, None
-
-        grad_u_t = _new_time_major(length, batch, d_inner, like=u_t)
-        if D is not None:
-            torch.mul(grad_y, D.to(cdtype), out=grad_u_t)
-            grad_D = (grad_y * u_t).sum((0, 1))
-        else:
-            grad_u_t.zero_()
-            grad_D = None
-        grad_delta_t = _new_time_major(length, batch, d_inner, like=u_t)
-        grad_B_t = _new_time_major(length, batch, groups, d_state, like=u_t)
-        grad_C_t = _new_time_major(length, batch, groups, d_state, like=u_t)
-        grad_A_T = torch.zeros_like(A_T)
-
-        buf = _ChunkBuffers(min(T, length), batch, groups, d_state, width, u_t, with_grad=True)
+        buf = _ChunkBuffers(min(T, length), batch, groups, d_state, d_inner // groups, u_t, with_grad=True)
         # exp(delta_{t+1} A) * dL/dh_{t+1}, flowing into the last step of the chunk before.
-        carry = u_t.new_zeros(batch, groups, d_state, width)
-        n_chunks = chunk_starts.shape[0]
-        for c in reversed(range(n_chunks)):
-            t0, t1 = c * T, min(length, (c + 1) * T)
-            steps = t1 - t0
-            delta_c = _per_group(delta_t[t0:t1], groups)  # (T, batch, groups, 1, width)
-            delta_u_c = _per_group(delta_u[t0:t1], groups)
-            B_c, C_c = B_t[t0:t1], C_t[t0:t1]  # (T, batch, groups, d_state)
-            grad_y_c = _per_group(grad_y[t0:t1], groups)
-            _recompute_chunk(buf, steps, delta_c, delta_u_c, B_c.unsqueeze(-1), A_T, chunk_starts[c])
-            decay = buf.decay[:steps]
-            prev_states = buf.states[:steps]
-            grad_h = buf.grad_states[:steps]
+        carry = u_t.new_zeros(batch, groups, d_state, d_inner // groups)
+        for c in reversed(range(chunk_starts.shape[0])):
+            _chunk_backward(buf, scan, c * T, min(length, (c + 1) * T), chunk_starts[c], grad_y, grads, carry)
 
-            # y_t = C_t . h_t  ->  dC_t = h_t dy_t  (sum over the group's channels)
-            states = _rows(buf.states[1:steps + 1])
-            grad_C_t[t0:t1] = torch.bmm(states, _rows(grad_y_c).transpose(1, 2)).view(steps, batch, groups, d_state)
-
-            # Reverse-time recurrence: G_t = dy_t C_t + exp(delta_{t+1} A) G_{t+1}.
-            torch.mul(grad_y_c, C_c.unsqueeze(-1), out=grad_h)
-            grad_h[steps - 1].add_(carry)
-            decay_steps, grad_steps = buf.decay_steps, buf.grad_steps
-            for t in range(steps - 2, -1, -1):
-                grad_steps[t].addcmul_(decay_steps[t + 1], grad_steps[t + 1])
-            torch.mul(decay[0], grad_h[0], out=carry)
-
-            # Decay a_t = exp(delta_t A): dL/d(delta_t A) = G_t * h_{t-1} * a_t.
-            grad_log_decay = prev_states.mul_(decay).mul_(grad_h)  # overwrites h_{t-1}
-            grad_delta_c = _per_group(grad_delta_t[t0:t1], groups).squeeze(3)  # (T, batch, groups, width)
-            torch.mul(grad_log_decay[:, :, :, 0], A_T[:, 0], out=grad_delta_c)
-            for n in range(1, d_state):
-                grad_delta_c.addcmul_(grad_log_decay[:, :, :, n], A_T[:, n])
-            scratch = torch.mul(grad_log_decay, delta_c, out=decay)  # decay is spent
-            grad_A_T.add_(scratch.sum((0, 1)))
-
-            # Input b_t = delta_t u_t B_t.
-            grad_h_rows = _rows(grad_h)
-            grad_B_t[t0:t1] = torch.bmm(grad_h_rows, _rows(delta_u_c).transpose(1, 2)).view(steps, batch, groups, d_state)
-            grad_b_dot_B = torch.bmm(_rows(B_c).unsqueeze(1), grad_h_rows).view(steps, batch, d_inner)
-            grad_u_t[t0:t1].addcmul_(grad_b_dot_B, delta_t[t0:t1])
-            grad_delta_t[t0:t1].addcmul_(grad_b_dot_B, u_t[t0:t1])
-
+        grad_delta_t = grads.delta
         if delta_softplus:
             grad_delta_t = torch.ops.aten.softplus_backward(grad_delta_t, delta_pre, 1.0, 20.0)
         grad_bias = grad_delta_t.sum((0, 1)) if delta_bias is not None else None
-
-        def user(x: Tensor, dtype: torch.dtype) -> Tensor:
-            return _to_user_layout(x).to(dtype)
-
-        def user_BC(x: Tensor, like: Tensor) -> Tensor:  # (L, batch, groups, d_state) -> B's or C's shape
-            x = user(x, like.dtype)
-            return x.squeeze(1) if like.dim() == 3 else x
-
-        return (user(grad_u_t, u.dtype), user(grad_delta_t, delta_dtype),
-                grad_A_T.transpose(1, 2).reshape(d_inner, d_state).to(A.dtype),
-                user_BC(grad_B_t, B), user_BC(grad_C_t, C),
+        return (_user(grads.u, u.dtype), _user(grad_delta_t, delta_dtype),
+                grads.A_T.transpose(1, 2).reshape(d_inner, d_state).to(A.dtype),
+                _user_BC(grads.B, B), _user_BC(grads.C, C),
                 grad_D.to(D.dtype) if grad_D is not None else None,
-                user(grad_z_t, z.dtype) if z is not None else None,
+                _user(grad_z_t, z.dtype) if z is not None else None,
                 grad_bias.to(delta_bias.dtype) if grad_bias is not None else None,
                 None, None, None)
 
@@ -370,35 +426,3 @@ class _ScanFold:
         if return_last_state:
             return tuple(x.unflatten(1, (members, -1)) for x in out), (1, 1)
         return out.unflatten(1, (members, -1)), 1
-
-
-def selective_scan_reference(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
-                             D: Tensor | None = None, z: Tensor | None = None,
-                             delta_bias: Tensor | None = None, delta_softplus: bool = False,
-                             return_last_state: bool = False):
-    """The plain sequential recurrence, differentiated by autograd (tests and benchmarks
-    only: autograd keeps every step's state, and every step costs several ops). B, C
-    (batch, d_state, L) or grouped (batch, groups, d_state, L)."""
-    dtype_in = u.dtype
-    cdtype = _compute_dtype(dtype_in)
-    u, delta, A, B, C = (x.to(cdtype) for x in (u, delta, A, B, C))
-    if delta_bias is not None:
-        delta = delta + delta_bias.to(cdtype)[:, None]
-    if delta_softplus:
-        delta = F.softplus(delta)
-    batch, d_inner, length = u.shape
-    # every channel's own B and C: (batch, d_inner, d_state, L)
-    B, C = (_grouped(x).repeat_interleave(d_inner // _grouped(x).shape[1], dim=1) for x in (B, C))
-    h = u.new_zeros(batch, d_inner, A.shape[1])
-    ys = []
-    for t in range(length):
-        delta_step = delta[:, :, t].unsqueeze(-1)
-        h = torch.exp(delta_step * A) * h + delta_step * u[:, :, t, None] * B[..., t]
-        ys.append(torch.matmul(h.unsqueeze(-2), C[..., t, None]).squeeze(-1).squeeze(-1))
-    y = torch.stack(ys, dim=2)
-    if D is not None:
-        y = y + u * D.to(cdtype)[:, None]
-    if z is not None:
-        y = y * F.silu(z.to(cdtype))
-    y = y.to(dtype_in)
-    return (y, h) if return_last_state else y

@@ -61,6 +61,42 @@ def _largest_safe_chunk(delta: Tensor, A: Tensor, chunk: int) -> int:
     return chunk
 
 
+def _chunked_states(u_t: Tensor, delta_t: Tensor, A: Tensor, B_t: Tensor, chunk: int, last_state: bool
+                    ) -> tuple[Tensor, Tensor]:
+    """Every state h_t (batch, L, d_inner, d_state) of the recurrence, and the state the carry across
+    chunks ends with (h_L where `last_state`; otherwise the state before the last chunk). u_t, delta_t
+    (batch, L, d_inner) time before channels, delta_t after bias and softplus; B_t (batch, L, groups,
+    d_state)."""
+    groups = B_t.shape[2]
+    batch, length, d_inner = u_t.shape
+    d_state = A.shape[1]
+    padded = -(-length // chunk) * chunk
+    n_chunks = padded // chunk
+    # Padding: delta = 0 neither decays nor adds (b = delta u B = 0), so the states of
+    # the real steps and the last state are those of the unpadded sequence.
+    delta_c, u_c, B_c = (F.pad(x, (0, 0) * (x.dim() - 2) + (0, padded - length)).unflatten(1, (n_chunks, chunk))
+                         for x in (delta_t, u_t, B_t))
+
+    # (batch, n_chunks, chunk, d_inner, d_state)
+    log_decay = delta_c.cumsum(2).unsqueeze(-1) * A  # S_t, non-increasing in t
+    ref = 0.5 * (log_decay[:, :, :1] + log_decay[:, :, -1:])  # middle of [S_last, S_1]
+    # b_t, channel d with its group's B: (..., groups, d_inner / groups, d_state) -> (..., d_inner, d_state)
+    inputs = ((delta_c * u_c).unflatten(-1, (groups, -1)).unsqueeze(-1) * B_c.unsqueeze(-2)).flatten(-3, -2)
+    # Two exps rather than one division: its gradient would overflow.
+    local = (log_decay - ref).exp() * ((ref - log_decay).exp() * inputs).cumsum(2)  # h_t from h_0 = 0
+
+    # Carry across chunks: h_t += exp(S_t) h_before; exp(S_t) <= 1.
+    decay_from_start = log_decay.exp()
+    states_before = []
+    h = u_t.new_zeros(batch, d_inner, d_state)
+    for c, (decay_c, local_c) in enumerate(zip(decay_from_start.unbind(1), local.unbind(1))):
+        states_before.append(h)
+        if c + 1 < n_chunks or last_state:
+            h = decay_c[:, -1] * h + local_c[:, -1]
+    states = local + decay_from_start * torch.stack(states_before, 1).unsqueeze(2)
+    return states.flatten(1, 2)[:, :length], h
+
+
 def selective_scan_chunked(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
                            D: Tensor | None = None, z: Tensor | None = None,
                            delta_bias: Tensor | None = None, delta_softplus: bool = False,
@@ -86,35 +122,8 @@ def selective_scan_chunked(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Te
             delta_t = delta_t + delta_bias.to(cdtype)
         if delta_softplus:
             delta_t = F.softplus(delta_t)
-        batch, length, d_inner = u_t.shape
-        d_state = A.shape[1]
-
-        chunk = _largest_safe_chunk(delta_t, A, min(chunk_size or DEFAULT_CHUNK, length))
-        padded = -(-length // chunk) * chunk
-        n_chunks = padded // chunk
-        # Padding: delta = 0 neither decays nor adds (b = delta u B = 0), so the states of
-        # the real steps and the last state are those of the unpadded sequence.
-        delta_c, u_c, B_c = (F.pad(x, (0, 0) * (x.dim() - 2) + (0, padded - length)).unflatten(1, (n_chunks, chunk))
-                             for x in (delta_t, u_t, B_t))
-
-        # (batch, n_chunks, chunk, d_inner, d_state)
-        log_decay = delta_c.cumsum(2).unsqueeze(-1) * A  # S_t, non-increasing in t
-        ref = 0.5 * (log_decay[:, :, :1] + log_decay[:, :, -1:])  # middle of [S_last, S_1]
-        # b_t, channel d with its group's B: (..., groups, d_inner / groups, d_state) -> (..., d_inner, d_state)
-        inputs = ((delta_c * u_c).unflatten(-1, (groups, -1)).unsqueeze(-1) * B_c.unsqueeze(-2)).flatten(-3, -2)
-        # Two exps rather than one division: its gradient would overflow.
-        local = (log_decay - ref).exp() * ((ref - log_decay).exp() * inputs).cumsum(2)  # h_t from h_0 = 0
-
-        # Carry across chunks: h_t += exp(S_t) h_before; exp(S_t) <= 1.
-        decay_from_start = log_decay.exp()
-        states_before = []
-        h = u_t.new_zeros(batch, d_inner, d_state)
-        for c, (decay_c, local_c) in enumerate(zip(decay_from_start.unbind(1), local.unbind(1))):
-            states_before.append(h)
-            if c + 1 < n_chunks or return_last_state:
-                h = decay_c[:, -1] * h + local_c[:, -1]
-        states = local + decay_from_start * torch.stack(states_before, 1).unsqueeze(2)
-        states = states.flatten(1, 2)[:, :length]  # (batch, L, d_inner, d_state)
+        chunk = _largest_safe_chunk(delta_t, A, min(chunk_size or DEFAULT_CHUNK, u_t.shape[1]))
+        states, h = _chunked_states(u_t, delta_t, A, B_t, chunk, return_last_state)
 
         # sum_n h_t[n] C_t[n], channel d with its group's C
         y = (states.unflatten(-2, (groups, -1)) @ C_t.unsqueeze(-1)).squeeze(-1).flatten(-2)

@@ -355,7 +355,7 @@ def _variant_error(name: str, err: MadslError, located: Located) -> MadslError:
 def layer_count(spec: Any) -> int:
     """The layers of a spec's expanded topology: every sequence mixer (each branch of a parallel
     one) and every channel mixer a block gets. The topology is already within the block limit
-    of madsl/topology.py, so the count is quick."""
+    (MAX_BLOCKS, madsl/topology_nodes.py), so the count is quick."""
     from madsl import topology as topo
 
     count = 0
