@@ -1,7 +1,8 @@
 """argparse value types: each turns one command-line word into a checked value or a usage error (exit 2).
 
-The words of the evaluation settings are parsed where the settings are declared
-(madsl.runner.plan.settings); `word_type` makes such a parser an argparse type."""
+The words of the evaluation settings and options are parsed where they are declared
+(madsl.runner.plan.settings, madsl.runner.execute.options); `word_type` makes such a parser an
+argparse type, and the commands' other options use the few below."""
 from __future__ import annotations
 
 import argparse
@@ -26,30 +27,4 @@ def word_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 positive_int = word_type(settings.positive_int_text)
 seed = word_type(settings.seed_text)
-non_negative_number = word_type(settings.non_negative_text)
 lengths = word_type(settings.lengths_text)
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
-    return value
-
-
-def positive_number(text: str) -> float:
-    value = word_type(settings.finite_text)(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
-
-
-def device_list(text: str) -> list[str]:
-    """Devices, comma-separated (cuda:0,cuda:1); each is checked when runs are placed."""
-    names = [name.strip() for name in text.split(",")]
-    if not all(names):  # "cuda:0,,cuda:1" or a trailing comma: a device left out, not to be guessed
-        raise argparse.ArgumentTypeError(f"an empty item in {text!r}: expected a device between every two commas")
-    return names

@@ -15,17 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from madsl.runner.plan.settings import non_negative_text, positive_int_text
+from madsl.runner.plan.settings import non_negative_text, positive_int_text, positive_text
 from madsl.runner.store.results import DEFAULT_DB
-
-
-def positive_text(text: str) -> float:
-    from madsl.runner.plan.settings import finite_text
-
-    value = finite_text(text)
-    if not value > 0:
-        raise ValueError(f"expected a positive number, got {text}")
-    return value
 
 
 def device_list_text(text: str) -> list[str]:

@@ -249,6 +249,13 @@ def non_negative_text(text: str) -> float:
     return value
 
 
+def positive_text(text: str) -> float:
+    value = finite_text(text)
+    if not value > 0:
+        raise ValueError(f"expected a positive number, got {text}")
+    return value
+
+
 def seed_text(text: str) -> int:
     """A seed of data, init and order: an integer from 0 to 2^32 - 1."""
     try:
