@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import json
 import sys
+from typing import Any
 
 from madsl.cli.arguments import word_type
 from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
@@ -57,13 +58,17 @@ def execution_values(args: argparse.Namespace) -> dict:
     return {option.name: getattr(args, option.name) for option in OPTIONS if getattr(args, option.name) is not None}
 
 
-def setting_values(args: argparse.Namespace, sweep_train: dict) -> dict:
-    """Each setting's value by key, as given on the command line, else in the sweep file's train:
+def command_settings(args: argparse.Namespace, task_settings: dict, sweep: Any) -> dict:
+    """Each setting's value by key, as given on the command line, else in the sweep file (its
+    train:, protocol: and tasks:); --set's KEY=VALUE words already read into `task_settings`
     (precedence: command line > sweep file > the spec's eval: section > the protocol)."""
     values = {}
     for setting in SETTINGS:
         given = getattr(args, DEST.get(setting.key, setting.key), None)
-        values[setting.key] = given if given is not None else sweep_train.get(setting.key)
+        values[setting.key] = given if given is not None else sweep.train.get(setting.key)
+    values["set"] = task_settings
+    values["tasks"] = values["tasks"] or sweep.tasks
+    values["protocol"] = values["protocol"] or sweep.protocol
     return values
 
 
@@ -110,11 +115,7 @@ def _specs_or_sweep(args, settings=None):
                          hint="--allow-over-budget runs them anyway")
     from madsl.runner.plan.evaluation import cli_overrides
 
-    pick = lambda given, key: given if given is not None else sweep.train.get(key)  # noqa: E731
-    cli = cli_overrides(protocol=args.protocol or sweep.protocol, tasks=args.tasks or sweep.tasks, settings=settings,
-                        lr=pick(args.lr, "lr"), wd=pick(args.wd, "wd"), epochs=pick(args.epochs, "epochs"),
-                        seed=pick(args.seed, "seed"), batch_size=pick(args.batch_size, "batch_size"))
-    check_planned_runs(sweep, cli, variants)
+    check_planned_runs(sweep, cli_overrides(**command_settings(args, settings, sweep)), variants)
     return [variant.spec for variant in variants], sweep
 
 
@@ -146,11 +147,8 @@ def cmd_eval(args) -> int:
     _check_executor_options(args)
     settings = dict(parse_set_option(text) for text in args.settings or ())
     specs, sweep = _specs_or_sweep(args, settings)
-    values = setting_values(args, sweep.train)
-    values["set"] = settings
-    values["tasks"] = values["tasks"] or sweep.tasks
-    values["protocol"] = values["protocol"] or sweep.protocol
-    config = EvalConfig(settings=values, execution=Execution(**execution_values(args)))
+    config = EvalConfig(settings=command_settings(args, settings, sweep),
+                        execution=Execution(**execution_values(args)))
     shown = not args.quiet and args.format == "text" and not args.dry_run
     reporter = (_EpochLines() if args.verbose else RichReporter()) if shown else None
     try:

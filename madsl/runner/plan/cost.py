@@ -56,19 +56,14 @@ class RunCost:
     sized: dict[str, int] = field(default_factory=dict)
 
 
-def length_sized(spec: Any, seq_len: int, vocab: int) -> tuple[int, dict[str, int]]:
-    """The accounted parameters of `spec` built for (seq_len, vocab), and each layer field that
-    follows the length there ("SYMBOL.field" -> its value): the fields the primitive admits `seq_len`
-    for whose value moves with the length."""
+def length_sized(spec: Any, here: Any, seq_len: int, vocab: int) -> dict[str, int]:
+    """Each layer field of `spec` that follows the sequence length ("SYMBOL.field" -> its value in
+    `here`, the accounting at (seq_len, vocab)): a value that moves with the length."""
     from madsl.graph import account
 
-    here, longer = account(spec, seq_len=seq_len, vocab=vocab), account(spec, seq_len=seq_len + 1, vocab=vocab)
-    sized = {}
-    for row, moved in zip(here.layers, longer.layers):
-        for name, value in row.config.items():
-            if value == seq_len and moved.config.get(name) == seq_len + 1:
-                sized[f"{row.symbol}.{name}"] = value
-    return here.totals["params"], sized
+    longer = account(spec, seq_len=seq_len + 1, vocab=vocab)
+    return {f"{row.symbol}.{name}": value for row, moved in zip(here.layers, longer.layers)
+            for name, value in row.config.items() if value == seq_len and moved.config.get(name) == seq_len + 1}
 
 
 def run_shape(job: Any) -> tuple[int, int, int, int, int]:
@@ -106,8 +101,9 @@ def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measur
 
             key = (id(spec), seq_len, vocab)
             if key not in forward_flops:  # a paper sweep has hundreds of runs and a few shapes per spec
-                forward_flops[key] = account(spec, seq_len=seq_len, vocab=vocab).totals["flops"]
-                shapes[key] = length_sized(spec, seq_len, vocab)
+                here = account(spec, seq_len=seq_len, vocab=vocab)
+                forward_flops[key] = here.totals["flops"]
+                shapes[key] = here.totals["params"], length_sized(spec, here, seq_len, vocab)
             flops = 3.0 * forward_flops[key] * n_train * job.train.epochs
             params, sized = shapes[key]
         seconds = None

@@ -222,50 +222,48 @@ def _min_delta(value: Any, where: Where, source: str) -> float:
 
 # --- command-line words (argparse wraps the ValueError each raises into a usage error) ------------
 
-def positive_int_text(text: str) -> int:
+def _word(text: str, kind: type, expected: str) -> Any:
+    """`text` read as an int or a float, or a ValueError saying what was expected."""
     try:
-        value = int(text)
+        return kind(text)
     except ValueError:
-        raise ValueError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise ValueError(f"expected a positive integer, got {value}")
+        raise ValueError(f"expected {expected}, got {text!r}") from None
+
+
+def _require(ok: bool, expected: str, shown: Any) -> None:
+    if not ok:
+        raise ValueError(f"expected {expected}, got {shown}")
+
+
+def positive_int_text(text: str) -> int:
+    value = _word(text, int, "a positive integer")
+    _require(value > 0, "a positive integer", value)
     return value
 
 
 def finite_text(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise ValueError(f"expected a finite number, got {text}")
+    value = _word(text, float, "a number")
+    _require(math.isfinite(value), "a finite number", text)
     return value
 
 
 def non_negative_text(text: str) -> float:
     value = finite_text(text)
-    if value < 0:
-        raise ValueError(f"expected a non-negative number, got {text}")
+    _require(value >= 0, "a non-negative number", text)
     return value
 
 
 def positive_text(text: str) -> float:
     value = finite_text(text)
-    if not value > 0:
-        raise ValueError(f"expected a positive number, got {text}")
+    _require(value > 0, "a positive number", text)
     return value
 
 
 def seed_text(text: str) -> int:
     """A seed of data, init and order: an integer from 0 to 2^32 - 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise ValueError(f"expected a non-negative integer, got {value}")
-    if value > MAX_SEED:
-        raise ValueError(f"expected a seed from 0 to {MAX_SEED:,} (2^32 - 1), got {value}")
+    value = _word(text, int, "an integer")
+    _require(value >= 0, "a non-negative integer", value)
+    _require(value <= MAX_SEED, f"a seed from 0 to {MAX_SEED:,} (2^32 - 1)", value)
     return value
 
 
