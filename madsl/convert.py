@@ -16,11 +16,11 @@ cannot be written as a madsl block (an error names its position). The other dire
 the spec's plan, which must be a plain stack: no groups, parallel mixers, shared tags or
 per-layer overrides (`madsl.structure` refuses each with the reason).
 
-What the accounting then counts is madsl's layers at the spec's parameters (`layers:`):
-Nemotron-H's MLP uses squared ReLU where madsl's Mlp uses GELU (the same parameters), and
-madsl's attention has no grouped-query variant yet, so attention with fewer key/value
-heads than query heads is counted with full key/value heads (parameters and KV cache
-above the original's).
+What the accounting then counts is madsl's layers at the spec's parameters (`layers:`, from
+`madsl convert --layer`): a pattern carries no sizes, so Nemotron-H's squared ReLU
+(`Mlp.activation=relu2`), grouped-query attention (`A.kv_heads`) and Mamba-2 width
+(`M2.heads`, where it is not expand x dim) are given there; the command refuses a pattern
+given Mamba-2 sizes without their width (madsl/cli/convert.py).
 """
 from __future__ import annotations
 

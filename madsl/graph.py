@@ -38,7 +38,8 @@ row per layer, the model-level parts, totals), and the compiler (`madsl/compiler
 builds the torch modules by walking it, so what is counted is what is built; the converters
 and `madsl expand` read its structure too (`madsl/structure.py`: its blocks, its edges, and
 what it holds beyond a plain stack). Shared
-layers (`H#a`) count their parameters once; state and FLOPs are per use. A plan is built at
+layers (`H#a`) count their parameters, and their active parameters, once; state and FLOPs
+are per use. A plan is built at
 one sequence length (the accounting's seq_len, `madsl.compile`'s max_seq_len), and a layer
 hyperparameter written `seq_len` takes that length there. No torch here.
 """
@@ -66,6 +67,7 @@ class LayerRow:
     role: str  # "sequence", "channel", "both"
     config: dict[str, Any]
     params: int  # the layer's own parameters plus its pre-norm (0 for a repeated use of a shared tag)
+    active_params: int  # of those, what one token's output reads (less than params for a routed layer)
     norm_params: int
     fixed_state: int
     conv_state: int
@@ -78,7 +80,8 @@ class LayerRow:
 
     def as_dict(self) -> dict[str, Any]:
         return {"index": self.index, "block": self.block, "symbol": self.symbol, "primitive": self.primitive,
-                "role": self.role, "params": self.params, "norm_params": self.norm_params,
+                "role": self.role, "params": self.params, "active_params": self.active_params,
+                "norm_params": self.norm_params,
                 "fixed_state": self.fixed_state, "conv_state": self.conv_state, "kv_cache": self.kv_cache,
                 "flops": self.flops, "tag": self.tag, "shared": self.shared, "branch": self.branch,
                 "config": self.config, "derived": self.derived}
@@ -92,8 +95,13 @@ class PartRow:
     params: int
     flops: int = 0
 
+    @property
+    def active_params(self) -> int:
+        """Every token reads a model-level part (embedding and head count in both totals)."""
+        return self.params
+
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "params": self.params, "flops": self.flops}
+        return {"name": self.name, "params": self.params, "active_params": self.active_params, "flops": self.flops}
 
 
 @dataclass
@@ -113,6 +121,7 @@ class Account:
     def totals(self) -> dict[str, int]:
         return {
             "params": sum(r.params for r in self.layers) + sum(p.params for p in self.parts),
+            "active_params": sum(r.active_params for r in self.layers) + sum(p.active_params for p in self.parts),
             "fixed_state": sum(r.fixed_state for r in self.layers),
             "conv_state": sum(r.conv_state for r in self.layers),
             "kv_cache": sum(r.kv_cache for r in self.layers),
@@ -340,7 +349,8 @@ class _Resolver:
         norm = norm_params(self.spec, node["norm"]) if owns_norm else 0
         row = LayerRow(index=len(self.rows), block=node["block"], node=node_id, symbol=layer.symbol,
                        primitive=prim.name, role=prim.role, config=prim.config(), derived=prim.derived(),
-                       params=(0 if shared else cost.params) + norm, norm_params=norm,
+                       params=(0 if shared else cost.params) + norm,
+                       active_params=(0 if shared else cost.active_params) + norm, norm_params=norm,
                        fixed_state=cost.fixed_state, conv_state=cost.conv_state,
                        kv_cache=cost.kv_cache, flops=cost.flops, tag=layer.tag, shared=shared, branch=branch)
         if shared:

@@ -67,7 +67,12 @@ class Config:
             text = ""
         return cls(data, text, "<config.json>")
 
+    parent: "Config | None" = None  # the config a section (`section`) is nested in, and its key there
+    parent_key = ""
+
     def where(self, key: str) -> Location:
+        if self.parent is not None:  # a section's keys are located at the section's own key
+            return self.parent.where(self.parent_key)
         start = self.keys.get(key)
         if start is None:
             return Location(self.path)
@@ -78,8 +83,10 @@ class Config:
                         len(json.dumps(key)))
 
     def error(self, key: str, message: str, hint: str | None = None, index: int | None = None) -> MadslError:
-        return MadslError(f"{_key_text((key,) if index is None else (key, index))}: {message}", self.where(key),
-                          hint=hint)
+        path = (key,) if index is None else (key, index)
+        if self.parent is not None:
+            path = (self.parent_key, *path)
+        return MadslError(f"{_key_text(path)}: {message}", self.where(key), hint=hint)
 
     # each family's title by model_type, for messages (madsl.hf_config fills it from its families)
     family_titles: dict[str, str] = {}
@@ -153,6 +160,32 @@ class Config:
                 raise self.error(key, f"layer {i + 1} is {_shown(item)}; each layer is {_one_of(choices)}",
                                  _look_alike(item) if type(item) is str else None, index=i)
         return value
+
+    def integers(self, key: str, maximum: int) -> list[int]:
+        """A list of distinct integers from 0 to maximum - 1 (Bamba's attn_layer_indices)."""
+        value = self._raw(key, _REQUIRED)
+        if type(value) is not list:
+            raise self.error(key, f"expected a list of layer indices, got {_shown(value)}",
+                             f"integers from 0 to {maximum - 1}, e.g. [9, 18, 27]")
+        for i, item in enumerate(value):
+            if type(item) is not int or not 0 <= item < maximum:
+                raise self.error(key, f"entry {i + 1} is {_shown(item)}, not a layer index from 0 to {maximum - 1}",
+                                 "num_hidden_layers bounds the indices", index=i)
+            if item in value[:i]:
+                raise self.error(key, f"layer {item} is listed twice", "list each layer once", index=i)
+        return value
+
+    def section(self, key: str) -> "Config | None":
+        """A nested object (Hugging Face's rope_parameters), read with the same readers; errors in it
+        are located at its key. None where the key is absent or null."""
+        value = self._raw(key, None)
+        if value is None:
+            return None
+        if type(value) is not dict:
+            raise self.error(key, f"expected an object, got {_shown(value)}", "a JSON object {...}, or null")
+        nested = Config(value, "", self.path)
+        nested.parent, nested.parent_key = self, key
+        return nested
 
     def pattern(self, key: str, alphabet: str) -> str:
         """A string of characters from `alphabet` (ASCII): a look-alike letter is named by its code point."""
@@ -297,8 +330,9 @@ def _top_level_keys(text: str) -> dict[str, int]:
 # ---- how values and keys are shown in errors ----
 
 def _key_text(path: tuple) -> str:
-    """A key path as JSON writes it: "layer_types"[3]."""
-    return "".join(f"[{part}]" if isinstance(part, int) else json.dumps(part) for part in path)
+    """A key path as JSON writes it: "layer_types"[3], "rope_parameters"."rope_theta"."""
+    return "".join(f"[{part}]" if isinstance(part, int) else ("." if i else "") + json.dumps(part)
+                   for i, part in enumerate(path))
 
 
 def _short(text: str) -> str:

@@ -17,18 +17,43 @@ def human(n: float) -> str:
     return f"{n:.0f}"
 
 
+def params_quote(params: float, active_params: float) -> str:
+    """A parameter count as models are quoted: '1.2B', or '30.5B-A3.3B' where a token reads
+    fewer parameters than the model has (routed experts): total, then the active ones."""
+    def short(n: float) -> str:
+        return human(n).replace("G", "B")  # parameter counts are quoted in B, not G
+
+    return short(params) if active_params == params else f"{short(params)}-A{short(active_params)}"
+
+
+def routed(account: Account) -> bool:
+    """True where some layer's token reads fewer parameters than the layer has (MoE, He)."""
+    return any(row.active_params != row.params for row in account.layers)
+
+
+# the state quantities whose violated budget highlights the layers holding some (every layer has
+# parameters and FLOPs: highlighting them all would show nothing)
+_LAYER_QUANTITIES = ("fixed_state", "conv_state", "kv_cache")
+
+
 def account_table(account: Account, violations: list[Violation] | None = None):
+    """The layer table of `madsl compile`: a row per layer and model-level part, totals in the
+    footer; its title quotes the parameters ('226k-A109k params' where experts are routed, with
+    an `active params` column showing each routed layer's active count)."""
     from rich.table import Table
 
     violated = {v.quantity for v in violations or []}
     spec = account.spec
-    title = f"{spec.name}: {spec.canonical()}  (dim {spec.dim}, L={account.seq_len}" + \
-            (f", vocab {account.vocab})" if account.vocab else ", no vocab)")
-    table = Table(title=title, title_justify="left", show_footer=True)
     totals = account.totals
-    columns = [("#", None), ("layer", None), ("primitive", None), ("params", "params"),
-               ("fixed state", "fixed_state"), ("conv state", "conv_state"),
-               (f"KV cache @{account.seq_len}", "kv_cache"), ("FLOPs", "flops")]
+    title = f"{spec.name}: {spec.canonical()}  (dim {spec.dim}, L={account.seq_len}" + \
+            (f", vocab {account.vocab}" if account.vocab else ", no vocab") + \
+            f"; {params_quote(totals['params'], totals['active_params'])} params)"
+    table = Table(title=title, title_justify="left", show_footer=True)
+    with_active = routed(account)
+    columns = [("#", None), ("layer", None), ("primitive", None), ("params", "params")] + \
+        ([("active params", "active_params")] if with_active else []) + \
+        [("fixed state", "fixed_state"), ("conv state", "conv_state"),
+         (f"KV cache @{account.seq_len}", "kv_cache"), ("FLOPs", "flops")]
     for header, quantity in columns:
         footer = ""
         if quantity:
@@ -41,12 +66,13 @@ def account_table(account: Account, violations: list[Violation] | None = None):
     for row in account.layers:
         symbol = row.symbol + (f"#{row.tag}" if row.tag else "") + (" (shared)" if row.shared else "")
         # highlight the layers that contribute to a violated quantity
-        style = "red" if any(getattr(row, q) for q in violated if q != "flops" and q != "params") else None
-        table.add_row(str(row.index), symbol, row.primitive, f"{row.params:,}", f"{row.fixed_state:,}",
+        style = "red" if any(getattr(row, q) for q in violated if q in _LAYER_QUANTITIES) else None
+        active = [f"{row.active_params:,}" if row.active_params != row.params else ""] if with_active else []
+        table.add_row(str(row.index), symbol, row.primitive, f"{row.params:,}", *active, f"{row.fixed_state:,}",
                       f"{row.conv_state:,}", f"{row.kv_cache:,}", f"{row.flops:,}", style=style)
     for part in account.parts:
-        table.add_row("", part.name, "", f"{part.params:,}", "", "", "", f"{part.flops:,}" if part.flops else "",
-                      style="dim")
+        table.add_row("", part.name, "", f"{part.params:,}", *([""] if with_active else []), "", "", "",
+                      f"{part.flops:,}" if part.flops else "", style="dim")
     return table
 
 
@@ -66,6 +92,8 @@ def account_dot(account: Account) -> str:
         if kind == "layer":
             row = data["row"]
             label = f"{row.symbol}\\n{row.primitive}\\n{row.params:,} params"
+            if row.active_params != row.params:  # a routed layer: what one token reads
+                label += f"\\n{row.active_params:,} active"
             if row.fixed_state:
                 label += f"\\nstate {row.fixed_state:,}"
             lines.append(f'  "{node}" [label="{label}"];')

@@ -3,9 +3,13 @@
 Editors that speak the YAML language server (VS Code, Neovim, JetBrains) use it to complete
 keys and flag mistakes while typing: every top-level key, every stdlib symbol's parameters
 with their types and choices (from the primitives' typed fields), new symbols (`primitive:`
-or `base:`), and the budget section. Value checks that need the whole spec (divisibility,
-roles, the topology string itself) stay with `madsl check`; whatever this schema rejects,
-the loader rejects too. No torch.
+or `base:`), the budget section with its values' grammar, and the topology string's tokens
+and symbols as far as a regular expression can check them (schema_patterns.py). Every mapping
+lists its keys and allows no others, choosing among alternatives with if/then rather than
+anyOf, so that a validator names the key it does not know (`mA: {hedas: 8}`: 'hedas' was
+unexpected) rather than saying that no alternative fits. Checks that need the whole spec
+(divisibility, roles, groups that close) stay with `madsl check`; whatever this schema
+rejects, the loader rejects too. No torch.
 """
 from __future__ import annotations
 
@@ -17,7 +21,9 @@ from madsl import stdlib
 from madsl.budget import QUANTITIES
 from madsl.primitives.base import WidthRelative
 from madsl.runner.plan.settings import eval_schema
+from madsl.schema_patterns import budget_patterns, topology_pattern
 from madsl.spec_schema import CHOICES, POSITIVE, REQUIRED, TYPES
+from madsl.topology import NO_CHANNEL
 
 SCHEMA_ID = "https://madsl.invalid/schema/spec.json"  # an identifier, not a download location
 SYMBOL_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
@@ -50,13 +56,19 @@ def _parameters(primitive: str) -> dict[str, Any]:
 
 def _layer_defs(primitives: list[str]) -> dict[str, Any]:
     """$defs for `layers:` entries: per primitive, the entry that names it (`primitive: P`) and
-    the entry that only overrides its parameters; and the entry based on another symbol."""
+    the entry that only overrides its parameters; and the entry based on another symbol. Each
+    lists its keys and allows no others, so a validator names a misspelled one."""
     source = {"source": {"type": "string", "description": "where the values come from"}}
     defs: dict[str, Any] = {}
     for p in primitives:
         defs[f"named-{p}"] = {"properties": {"primitive": {"const": p}, **source, **_parameters(p)},
-                              "required": ["primitive"], "additionalProperties": False}
+                              "additionalProperties": False}
         defs[f"own-{p}"] = {"properties": {**source, **_parameters(p)}, "additionalProperties": False}
+    # one branch per primitive, chosen by the `primitive:` value (if/then: its errors are its own,
+    # where anyOf would report only that no branch fits)
+    defs["named"] = {"properties": {"primitive": {"enum": primitives}}, "required": ["primitive"],
+                     "allOf": [{"if": {"properties": {"primitive": {"const": p}}},
+                                "then": {"$ref": f"#/$defs/named-{p}"}} for p in primitives]}
     # `base: SYMBOL` takes the parameters of another symbol: any parameter name of any primitive
     every = sorted({k for p in primitives for k in stdlib.primitives()[p].cls.fields()})
     defs["based"] = {"properties": {"base": {"type": "string", "pattern": SYMBOL_PATTERN}, **source,
@@ -65,23 +77,48 @@ def _layer_defs(primitives: list[str]) -> dict[str, Any]:
     return defs
 
 
-def _layer_entry(primitive: str | None, primitives: list[str]) -> dict[str, Any]:
-    """A `layers:` entry: the parameters of its own primitive (a stdlib symbol), or a primitive
-    it names, or a symbol it is based on."""
-    options = [{"$ref": f"#/$defs/named-{p}"} for p in primitives] + [{"$ref": "#/$defs/based"}]
-    if primitive is not None:
-        options.append({"$ref": f"#/$defs/own-{primitive}"})
-    return {"anyOf": [{"type": "null"}, {"type": "object", "anyOf": options}]}
+def _layer_entry(primitive: str | None) -> dict[str, Any]:
+    """A `layers:` entry, by the key it has: `primitive:` (a primitive it names), `base:` (a
+    symbol it is based on), or neither: the parameters of its own primitive (a stdlib symbol's);
+    a new symbol needs one of the two."""
+    own = {"$ref": f"#/$defs/own-{primitive}"} if primitive is not None else {
+        "required": ["primitive"], "description": "a new symbol: `primitive: NAME` or `base: SYMBOL`"}
+    return {"type": ["object", "null"],
+            "if": {"required": ["primitive"]}, "then": {"$ref": "#/$defs/named"},
+            "else": {"if": {"required": ["base"]}, "then": {"$ref": "#/$defs/based"}, "else": own}}
+
+
+def _bound(quantity_pattern: str, description: str) -> dict[str, Any]:
+    """A budget quantity: a number, or a string that `quantity_pattern` reads (pattern and
+    minimum each apply to their own type, so no anyOf hides which one failed)."""
+    return {"type": ["number", "string"], "minimum": 0, "pattern": quantity_pattern,
+            "patternErrorMessage": description, "description": description}
 
 
 def _budget() -> dict[str, Any]:
-    bound = {"type": ["string", "number"],
-             "description": "a number (4096, 1.2M), with a tolerance (4096 ± 5%), or one-sided (<= 1M)"}
+    bound_pattern, quantity_pattern = budget_patterns()
+    quantity = _bound(quantity_pattern, "a number: 4096, 500k, 1.2M, 7B")
+    bound = {**_bound(bound_pattern, "a number (4096, 1.2M), with a tolerance (4096 ± 5%), one-sided (<= 1M) "
+                                     "or {min: X, max: Y}"),  # ... or a mapping of quantities:
+             "type": ["number", "string", "object"], "minProperties": 1, "additionalProperties": False,
+             "properties": {"min": quantity, "max": quantity}}
     return {"type": "object", "additionalProperties": False,
             "properties": {**{q: bound for q in QUANTITIES},
                            "seq_len": {"type": "integer", "minimum": 1},
                            "fit": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"},
                                                                    "minItems": 1}]}}}
+
+
+def _known_symbols(symbols: list[str]) -> dict[str, Any]:
+    """Where the spec defines no symbol of its own (nor extends a spec that may), every symbol of
+    its topology and its channel mixer is a stdlib one: `3H:mQ` is flagged, not only `3H:(`."""
+    return {"if": {"not": {"required": ["extends"]},
+                   "properties": {"layers": {"propertyNames": {"enum": symbols}}}},
+            "then": {"properties": {
+                "topology": {"pattern": topology_pattern(symbols),
+                             "patternErrorMessage": "a layer symbol the stdlib does not define, or a "
+                                                    "syntax error (madsl check says which)"},
+                "channel_mixer": {"enum": [None, NO_CHANNEL, *symbols]}}}}
 
 
 def spec_schema() -> dict[str, Any]:
@@ -100,11 +137,13 @@ def spec_schema() -> dict[str, Any]:
         else:
             properties[key]["minimum"] = 1
     properties["name"]["pattern"] = r"\S"
-    properties["channel_mixer"]["anyOf"] = [{"type": "null"}, {"type": "string", "pattern": SYMBOL_PATTERN}]
+    properties["channel_mixer"]["pattern"] = SYMBOL_PATTERN  # (a string's: null is none too)
+    properties["topology"].update(pattern=topology_pattern(), patternErrorMessage="not a topology: madsl check "
+                                                                                   "says where it goes wrong")
     properties["layers"] = {
         "type": "object",
-        "properties": {sym: _layer_entry(entry.primitive, primitives) for sym, entry in sorted(symbols.items())},
-        "additionalProperties": _layer_entry(None, primitives),  # a new symbol
+        "properties": {sym: _layer_entry(entry.primitive) for sym, entry in sorted(symbols.items())},
+        "additionalProperties": _layer_entry(None),  # a new symbol
         "propertyNames": {"pattern": SYMBOL_PATTERN, "not": {"const": "none"}},
     }
     properties["budget"] = _budget()
@@ -118,7 +157,9 @@ def spec_schema() -> dict[str, Any]:
         "properties": properties,
         "additionalProperties": False,
         "$defs": _layer_defs(primitives),
-        # a spec that extends another may take the required keys from it
-        "if": {"not": {"required": ["extends"]}},
-        "then": {"required": list(REQUIRED)},
+        "allOf": [
+            # a spec that extends another may take the required keys from it
+            {"if": {"not": {"required": ["extends"]}}, "then": {"required": list(REQUIRED)}},
+            _known_symbols(sorted(symbols)),
+        ],
     }

@@ -135,3 +135,116 @@ def test_width_relative_defaults_scale_with_the_width_and_keep_width_128_identit
     with pytest.raises(MadslError, match="expert_width defaults to dim / 8.*width 100") as err:
         spec_from_topology("H-MoE", dim=100)
     assert "set expert_width explicitly" in err.value.hint
+
+
+# ---- active parameters: what one token's output reads ----------------------------------------------
+
+def test_a_moe_counts_its_router_shared_expert_and_chosen_experts_active():
+    D, E, W, k, S = 128, 16, 16, 4, 32
+    spec = spec_from_topology(f"A-MoE{{experts={E},active={k},shared_width={S}}}", dim=D)
+    attention, moe = account(spec).layers
+    assert attention.active_params == attention.params == 4 * D * D + D
+    assert moe.params == D * E + 3 * D * S + E * 3 * D * W + D  # router, shared expert, experts, pre-norm
+    assert moe.active_params == D * E + 3 * D * S + k * 3 * D * W + D
+    # the MAD reference's dense down projection reads every expert's hidden units
+    (_, dense) = account(spec_from_topology(f"A-MoE{{experts={E},active={k},dense_down=true}}", dim=D)).layers
+    assert dense.active_params == D * E + 2 * E * D * W + k * E * W * D + D
+    # leaky routing weights every expert: all are active
+    (_, leaky) = account(spec_from_topology("A-MoE{leaky_routing=true}")).layers
+    assert leaky.active_params == leaky.params
+
+
+def test_hyena_experts_count_the_weighted_experts_channels_active():
+    (he,) = account(spec_from_topology("He-none")).layers
+    # width 128, 8 experts of 16 channels, 2 weighted; in_proj 128 -> 384 and out_proj 16 -> 128 with
+    # biases, short conv 3 taps with bias, modal filter 4 * 16 numbers per channel, router 128 -> 8
+    unread_channels = 6 * 16
+    assert he.params == 128 * 8 + (128 * 384 + 384) + (384 * 3 + 384) + 4 * 16 * 128 + (16 * 128 + 128) + 128
+    # per unweighted channel: 3 in_proj rows (128 weights and a bias), 3 short-conv channels (3 taps and
+    # a bias), its modal filter (4 * 16)
+    assert he.active_params == he.params - unread_channels * (3 * 129 + 3 * 4 + 4 * 16)
+    assert he.active_params == 18_144
+
+
+def test_dense_models_count_every_parameter_active_and_the_ends_count_in_both():
+    dense = account(spec_from_topology("H:mA:Mb:M2", vocab=1000)).totals
+    assert dense["active_params"] == dense["params"]
+    routed = account(spec_from_topology("A-MoE", vocab=1000)).totals
+    without = account(spec_from_topology("A-MoE")).totals
+    # the embedding (tied head) is read by every token: it adds the same to both counts
+    assert routed["params"] - without["params"] == routed["active_params"] - without["active_params"] == 1000 * 128
+    assert routed["active_params"] < routed["params"]
+
+
+def test_a_shared_routed_layer_counts_its_active_parameters_once():
+    once = account(spec_from_topology("A-MoE")).totals
+    shared = account(spec_from_topology("A-MoE#m:A-MoE#m"))
+    attention = 4 * 128 * 128 + 128  # the second block's attention and its pre-norm
+    assert shared.totals["active_params"] - once["active_params"] == attention
+    assert shared.totals["params"] - once["params"] == attention
+    assert shared.layers[3].shared and shared.layers[3].active_params == shared.layers[3].params == 0
+
+
+@pytest.mark.parametrize("name,total,active", [("jamba-v0.1", 52, 12), ("granite-4.0-h-small", 32, 9)])
+def test_public_moe_hybrids_come_out_as_they_are_quoted(name, total, active):
+    """The model cards quote Jamba as 52B total, 12B active, and Granite-4.0-H-Small as 32B, 9B."""
+    from madsl.report_text import params_quote
+
+    totals = account(f"specs/public/{name}.mad").totals
+    assert round(totals["params"] / 1e9) == total and round(totals["active_params"] / 1e9) == active
+    assert params_quote(totals["params"], totals["active_params"]).endswith(f"-A{totals['active_params'] / 1e9:.3g}B")
+
+
+def test_params_are_quoted_as_models_are():
+    from madsl.report_text import params_quote
+
+    assert params_quote(30.5e9, 3.3e9) == "30.5B-A3.3B"
+    assert params_quote(7e9, 7e9) == "7B"
+    assert params_quote(225_920, 63_296) == "226k-A63.3k"
+
+
+def test_a_budget_bounds_the_active_parameters_and_fit_solves_for_them(tmp_path):
+    from madsl.budget import check
+    from madsl.fit import solve
+
+    path = tmp_path / "moe.mad"
+    path.write_text("name: moe\ndim: 128\ntopology: (A-MoE)x2\nlayers:\n  MoE: {experts: 16, active: 1}\n"
+                    "budget:\n  params: <= 1M\n  active_params: 200k ± 3%\n  fit: [MoE.active]\n")
+    spec = load_spec(path)
+    totals = account(spec).totals
+    (violation,) = check(totals, spec.budget)  # the total is within its bound, the active count is not
+    assert violation.quantity == "active_params" and violation.actual == totals["active_params"]
+    best = solve(spec, spec.fit).best
+    assert best.values == {"MoE.active": 5} and abs(best.totals["active_params"] / 200e3 - 1) <= 0.03
+    path.write_text("name: moe\ndim: 128\ntopology: A-MoE\nbudget:\n  active_param: 1M\n")
+    with pytest.raises(MadslError, match="unknown budget 'active_param'") as err:
+        load_spec(path)
+    assert "active_params" in str(err.value.hint)
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str]:
+    from madsl.cli import main
+
+    rc = main(list(args))
+    return rc, capsys.readouterr().out
+
+
+def test_compile_and_check_show_the_active_parameters_where_experts_are_routed(capsys):
+    import json
+
+    rc, text = run_cli(capsys, "compile", "specs/paper/hyena-experts-moe.mad")
+    assert rc == 0 and "226k-A63.3k params" in text and "active params" in text
+    assert "18,144" in text and "13,440" in text and "63,296" in text  # He, MoE rows and the total
+    rc, text = run_cli(capsys, "compile", "specs/paper/hyena-sg.mad")
+    assert rc == 0 and "545k params" in text and "active params" not in text
+    rc, out = run_cli(capsys, "compile", "specs/paper/hyena-experts-moe.mad", "--format", "json")
+    data = json.loads(out)
+    assert data["totals"]["active_params"] == 63_296 and data["totals"]["params"] == 225_920
+    assert data["totals"]["active_params"] == sum(r["active_params"] for r in data["layers"]) + \
+        sum(p["active_params"] for p in data["parts"])
+    rc, text = run_cli(capsys, "check", "specs/paper/hyena-experts-moe.mad", "specs/paper/hyena-sg.mad")
+    assert rc == 0 and "active params" in text and "63,296" in text
+    rc, text = run_cli(capsys, "check", "specs/paper/hyena-sg.mad")
+    assert rc == 0 and "active params" not in text
+    rc, out = run_cli(capsys, "check", "specs/paper/hyena-experts-moe.mad", "--format", "json")
+    assert json.loads(out)["specs"][0]["totals"]["active_params"] == 63_296

@@ -161,21 +161,22 @@ def test_a_seed_training_cannot_use_is_refused_wherever_it_is_written(capsys, tm
     assert "Traceback" not in err
 
 
-def test_a_results_folder_that_cannot_be_written_is_a_clear_error(capsys, tmp_path, monkeypatch):
-    """The plan's step-time cache beside the database is a cache: where it cannot be written the
-    database's own error says why (a traceback from the cache before)."""
-    import pathlib
+def test_a_rate_cache_that_cannot_be_written_is_no_error(capsys, tmp_path, monkeypatch):
+    """The plan's rate cache is a cache: where it cannot be written (a full disk, a read-only
+    home) nothing is raised and nothing is left behind; the next plan measures again."""
+    import json
+    import types
 
-    from madsl.runner.plan import cost
+    from madsl.runner.plan import rate_cache
 
-    def unwritable(self, *args, **kwargs):
-        raise PermissionError(13, "Permission denied", str(self))
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(pathlib.Path, "write_text", unwritable)
-    table = cost.StepTimes(tmp_path / "files" / "step-times.json")
-    table.table["key"], table.changed = [64, 0.01], True
-    table.save()  # nothing raised, nothing left behind
-    assert not list((tmp_path / "files").iterdir())
+    monkeypatch.setattr(rate_cache, "json", types.SimpleNamespace(dumps=disk_full, loads=json.loads))
+    assert rate_cache.save_cache(tmp_path / "cache" / "device-rates.json", {"format": 1, "devices": {}}) is False
+    assert not list((tmp_path / "cache").iterdir())
+    (tmp_path / "home").write_text("a file where the cache's folder would be")
+    assert rate_cache.save_cache(tmp_path / "home" / "madsl" / "device-rates.json", {}) is False
 
 
 def test_a_value_a_task_rejects_in_a_specs_eval_set_is_located(capsys, tmp_path):

@@ -15,6 +15,9 @@ fields, not listed by hand), this test checks that
 - a channel mixer mixes nothing across positions (its step is itself, token by token), unless
   it accounts a convolution state (RWKV's token shift): then it is checked like a sequence mixer;
 - backward gives finite gradients to the input and to every parameter;
+- the accounted active parameters (`active_params`, what one token's output reads) cover every
+  parameter the gradient of one token's output reaches and never exceed the total; they equal the
+  total except in the routed primitives (ROUTED below);
 - the accounted FLOPs of a forward of one sequence, less the part no FLOP counter sees
   (`non_matmul_flops`: FFT long convolutions, filter featurization, scans and recurrences,
   softmax, gates), plus what the module computes beyond the accounted algorithm, equal to the
@@ -293,6 +296,7 @@ NOT_MEASURED = {
              "between activations)",
     "mamba2": "SSD scan 5·L·E·N, skip and gated norm 7·L·E (chunked form: products between activations)",
     "gla": "recurrence 4·L·H·dk·dv, counted in its recurrent form; the module runs a chunked form",
+    "gated_conv": "the two gates 2·L·D (elementwise)",
     "delta_net": "delta rule 6·L·H·K·V (+ decay), recurrent form; the module runs a chunked form",
     "retention": "retention 5·L·H·K·V, recurrent form; the module runs a chunked form",
     "mlstm": "memory and normaliser 6·L·H·hd² + 6·L·H·hd, recurrent form; the module runs the quadratic "
@@ -455,3 +459,61 @@ def test_a_wrong_flop_formula_fails_the_flop_contract(monkeypatch):
     for prim in cases.values():
         error = flop_contract_error(prim)
         assert error is not None and error.startswith(f"{prim.name}: the accounted matmul class"), error
+
+
+# ---- active parameters: what one token's output reads -------------------------------------------------
+#
+# A parameter one token's output reads gets a gradient from that output (weights perturbed off their
+# structured initialisation, float64): the nonzero gradients of the last position's output of one
+# sequence count a lower bound of the token's active parameters. Only a lower bound: a ReLU that is 0
+# for this token, a filter tap past the sequence or a router row outside the chosen experts' softmax is
+# read (or may be, by another token) but gets no gradient.
+
+# primitive -> what of its parameters a token does not read: the primitives whose active_params are
+# below params (every other one's equal them at every setting)
+ROUTED = {
+    "moe": "the experts its router does not choose for the token (all are weighted under leaky routing)",
+    "hyena_experts": "the in_proj rows, short-conv and long-filter channels of the experts its router does "
+                     "not weight for the token",
+}
+
+
+def parameters_one_token_reaches(prim: Primitive) -> int:
+    """The parameter entries with a nonzero gradient of one token's output: the last position of one
+    sequence of SEQ_LEN tokens (batch 1: one token's routing), in a random direction."""
+    module = _perturbed(_build(prim)).double()
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(1, SEQ_LEN, prim.dim, dtype=torch.float64, generator=generator)
+    (module(x)[0, -1] * torch.randn(prim.dim, dtype=torch.float64, generator=generator)).sum().backward()
+    return sum(int((p.grad != 0).sum()) for p in module.parameters() if p.grad is not None)
+
+
+def _router_rows_unseen(prim) -> int:
+    """The router entries a token reads without a gradient reaching them: the rows of the experts outside
+    its softmax (with one active expert, its weight is 1 whatever the logit: every row)."""
+    rows = prim.experts - prim.active if prim.active > 1 else prim.experts
+    return rows * (prim.dim + (1 if prim.router_bias else 0))
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_active_parameters_cover_what_a_token_reads_and_no_more_than_the_total(case):
+    name, prim = case
+    active, total = prim.active_params(), prim.params()
+    reached = parameters_one_token_reaches(prim)
+    assert reached <= active <= total, f"{name}: reached {reached:,}, active {active:,}, total {total:,}"
+    if name not in ROUTED:
+        assert active == total, f"{name} routes nothing, yet counts {active:,} of {total:,} parameters active"
+
+
+@pytest.mark.parametrize("name", sorted(ROUTED))
+def test_a_routed_primitive_counts_exactly_the_chosen_experts(name):
+    """At the stdlib defaults (no filter tap past the sequence, no activation that zeroes a gradient),
+    every active parameter but the router rows outside the softmax gets one token's gradient, and fewer
+    parameters are active than the layer has."""
+    prim = next(p for n, p in CASES if n == name)
+    assert prim.active_params() < prim.params(), f"{name}: {ROUTED[name]}, yet every parameter is active"
+    assert prim.active_params() == parameters_one_token_reaches(prim) + _router_rows_unseen(prim)
+
+
+def test_every_routed_primitive_is_registered():
+    assert set(ROUTED) <= set(primitives())

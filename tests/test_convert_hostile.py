@@ -27,7 +27,7 @@ from madsl.yamlsource import MAX_DEPTH, MAX_INTEGER
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC = ROOT / "specs/public"
-CONFIGS = ("jamba-v0.1", "nemotron-h-8b", "granite-4.0-h-small")
+CONFIGS = tuple(sorted(path.name.removesuffix(".config.json") for path in PUBLIC.glob("*.config.json")))
 PROFILE = dict(derandomize=True, database=None, deadline=None,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SLOW = 10.0  # seconds: a conversion is a few milliseconds; anything near this is a runaway
@@ -243,6 +243,22 @@ def test_a_pairing_error_in_a_pattern_written_with_escapes_is_located_at_the_key
                          "plain.json"), '"hybrid_override_pattern": layer 1', ":11:31")
 
 
+def test_a_bad_value_inside_rope_parameters_is_named_by_its_path_and_located_at_its_key(tmp_path):
+    text = with_value("lfm2-1.2b", "rope_parameters", '{"rope_type": "default", "rope_theta": "1e6"}')
+    err = refused(write_config(tmp_path, text), '"rope_parameters"."rope_theta": expected a positive finite number')
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if '"rope_parameters"' in row)
+    assert f":{line}:" in err
+
+
+def test_a_layers_block_type_entry_is_located_by_its_index(tmp_path):
+    data = {k: v for k, v in _config("nemotron-3-nano-30b-a3b").items()
+            if k not in ("hybrid_override_pattern", "num_hidden_layers")}
+    data["layers_block_type"] = ["mamba", "moe", "mаmba"]  # a Cyrillic a
+    err = refused(write_config(tmp_path, json.dumps(data, indent=2, ensure_ascii=False)), '"layers_block_type"[2]',
+                  "U+0430")
+    assert "Traceback" not in err
+
+
 def test_a_look_alike_model_type_is_named(tmp_path):
     refused(write_config(tmp_path, with_value("jamba-v0.1", "model_type", '"jаmba"')),
             'madsl converts no "jаmba" configs', "U+0430 CYRILLIC SMALL LETTER A")
@@ -309,7 +325,8 @@ def _deep(depth: int, bracket: str) -> str:
 LOOK_ALIKES = "MEАВЕКМНОРСТХаеорсхΑΒΕΜΟΡΤμοⅯＭ\u200b\u00a0"
 STRINGS = st.one_of(
     st.sampled_from(["mamba", "attention", "auto", "rope", "nope", "relu2", "jamba", "nemotron_h",
-                     "granitemoehybrid", "M-M-M*-", ""]),
+                     "granitemoehybrid", "bamba", "falcon_h1", "lfm2", "zamba2", "conv", "full_attention", "moe",
+                     "M-M-M*-", ""]),
     st.text(st.sampled_from("M*-E" + LOOK_ALIKES), max_size=60),
     st.text(max_size=20),
 )
@@ -320,7 +337,8 @@ LITERALS = st.one_of(
     st.sampled_from(["1e999", "-1e999", "1e12", "1E3", "32.0", "0", "-1", "true", "false", "null",
                      '"32"', "[]", "{}", "1024", "1025", "2048", "2049", "-0"]),
     STRINGS.map(lambda s: json.dumps(s, ensure_ascii=False) if s.isprintable() else json.dumps(s)),
-    st.lists(st.sampled_from(['"mamba"', '"attention"', '["mamba"]', "{}", '"mаmba"', "1", "null"]),
+    st.lists(st.sampled_from(['"mamba"', '"attention"', '["mamba"]', "{}", '"mаmba"', "1", "null", '"moe"',
+                              '"conv"', '"full_attention"', '"mlp"', "9", "0"]),
              max_size=50).map(lambda items: "[" + ", ".join(items) + "]"),
     st.builds(_deep, st.integers(1, 3 * MAX_DEPTH), st.sampled_from("[{")),
 )
@@ -338,7 +356,8 @@ def hostile_configs(draw) -> tuple[str, list[tuple[str, str]]]:
     """A public config with 1 to 4 keys (read ones, or new ones) set to hostile JSON literals."""
     name = draw(st.sampled_from(CONFIGS))
     data = _config(name)
-    keys = sorted(data) + ["text_config", "initializer_range", "rope_theta", "mamba_d_head", "head_dim"]
+    keys = sorted(data) + ["text_config", "initializer_range", "rope_theta", "mamba_d_head", "head_dim",
+                           "rope_parameters", "layers_block_type", "moe_latent_size", "attn_layer_indices"]
     changes = draw(st.lists(st.tuples(st.sampled_from(keys), LITERALS), min_size=1, max_size=4,
                             unique_by=lambda change: change[0]))
     for i, (key, _) in enumerate(changes):

@@ -301,16 +301,17 @@ def test_cuda_graphs_replay_the_stacked_step_to_the_same_results(tmp_path, monke
             assert got["eval_acc"] == pytest.approx(want["eval_acc"], abs=2.5 / 774), run_id
 
 
-def test_cuda_graphs_in_the_plans_time_estimate(tmp_path, monkeypatch):
-    """`madsl eval`'s plan times a stacked group as it trains on CUDA: graph-replayed steps,
-    after the warm-up and the capture (no fallback), shared out among the group's runs."""
-    import warnings
-
-    from madsl.runner.plan import cost
+def test_the_plans_time_estimate_on_cuda_is_the_groups_at_the_gpus_measured_rate(tmp_path, monkeypatch):
+    """`madsl eval`'s plan on CUDA: the training rate is measured on the GPU (wall clock, the
+    device synchronized), once, and cached; a stacked group (graph-replayed) is costed as what
+    trains, one step of its members, shared out among its runs."""
+    from madsl.runner.plan import cost, rate_measure
     from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
+    from madsl.runner.plan.rate import RateBook
     from madsl.runner.store.files import StoreFiles
     from madsl.spec import load_spec
 
+    monkeypatch.setenv("MADSL_CACHE_DIR", str(tmp_path / "cache"))
     path = (Path(__file__).resolve().parents[1] / "specs" / "paper" / "attention-sg.mad").resolve()
     cli = cli_overrides(protocol="baseline", tasks=["in-context-recall"], lr=[1e-3, 1e-4], wd=[0.0, 0.1], epochs=2,
                         batch_size=16, precision="bf16", settings={"seq_len": 64, "num_train_examples": 64,
@@ -318,14 +319,13 @@ def test_cuda_graphs_in_the_plans_time_estimate(tmp_path, monkeypatch):
     plan = plan_evaluation(StoreFiles(tmp_path / "r.db"), [(load_spec(path), str(path))], cli, device="cuda")
     [group] = plan.work(batch_grid=True, cuda_graphs=True)
     assert group.stack and group.graphs
-    replays = []
-    replay = torch.cuda.CUDAGraph.replay
-    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", lambda graph: replays.append(1) or replay(graph))
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", message="CUDA graphs off")
-        costs = cost.estimate(plan.jobs, set(), tmp_path / "files", work=[group])
-    assert len(replays) == 2 + cost.MEASURED_STEPS  # the capture's replay and one more, then the timed ones
+    rates = RateBook.default()
+    costs = cost.estimate(plan.jobs, set(), rates, work=[group])
     assert len(costs) == 4 and len({c.seconds for c in costs}) == 1 and costs[0].seconds > 0
+    [described] = rates.describe()
+    assert described["device"].startswith("cuda: ") and {"attention", "swiglu", "rest"} <= set(described["measured_now"])
+    monkeypatch.setattr(rate_measure, "measure_family", lambda *args: pytest.fail("measured again"))
+    assert cost.estimate(plan.jobs, set(), RateBook.default(), work=[group]) == costs  # from the cache
 
 
 # --- member folds on the device: each CUDA kernel under vmap runs once for all members -------

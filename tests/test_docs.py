@@ -194,7 +194,7 @@ def test_convert_public_configurations_table_is_the_accounting():
     import madsl
 
     rows = table_rows(section("docs/convert.md", "| spec | published |", "\n\n"))
-    assert len(rows) == 3
+    assert len(rows) == 8
     for name, published, count, fixed, conv, kv in rows:
         name = re.match(r"`([^`]+)`", name).group(1)
         totals = madsl.account(REPO / "specs/public" / f"{name}.mad", seq_len=8192).totals
@@ -212,7 +212,7 @@ def test_convert_examples_show_the_topology_convert_writes():
 
     examples = re.findall(r"madsl convert --from-hf (\S+) --name (\S+) .*\n#   topology: (\S+)",
                           (REPO / "docs/convert.md").read_text())
-    assert len(examples) == 3
+    assert len(examples) == 7
     for config, name, topology in examples:
         written = from_hf_config(REPO / config, name)["topology"]
         assert re.fullmatch(".*".join(map(re.escape, topology.split("..."))), written), (config, written)
@@ -256,15 +256,15 @@ def test_accounting_filter_table_at_width_64():
 
 def test_runner_dry_run_plan_counts_runs_tokens_and_flops_as_shown(tmp_path, monkeypatch, capsys):
     """docs/runner.md's `--dry-run` example: the plan's runs, tokens and FLOPs (not its times,
-    which are this machine's: the step timing is stood in for)."""
+    which are this machine's: its training rate is stood in for)."""
     import shlex
 
     from madsl.cli import main
-    from madsl.runner.plan.cost import StepTimes
+    from runner_helpers import stand_in_rates
 
     command, shown = re.search(r"```\n\$ madsl (eval [^\n]*--dry-run)\n(.*?)```",
                                (REPO / "docs/runner.md").read_text(), re.S).groups()
-    monkeypatch.setattr(StepTimes, "seconds_per_step", lambda self, *args: 0.01)
+    stand_in_rates(monkeypatch, tmp_path / "cache")
     monkeypatch.chdir(REPO)
     assert main([*shlex.split(command), "--db", str(tmp_path / "results.db")]) == 0
     printed = capsys.readouterr().out.splitlines()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
@@ -15,22 +16,49 @@ from madsl.spec import spec_from_data
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC = ROOT / "specs/public"
-# name -> (model_type, published parameters, madsl's count: every weight, embeddings and untied head included)
+
+
+class Model(NamedTuple):
+    model_type: str
+    published: float  # the model card's size
+    built: int  # Hugging Face's model built from the config.json (transformers 5.24, on the meta device)
+    counted: int  # madsl's count: every weight, embeddings and untied head included
+    rounded: str = ""  # why the published size is more than 1% off, where it is
+
+
 MODELS = {
-    "jamba-v0.1": ("jamba", 52e9, 51_570_315_264),
-    "nemotron-h-8b": ("nemotron_h", 8e9, 8_100_852_736),
-    "granite-4.0-h-small": ("granitemoehybrid", 32e9, 32_207_337_984),
+    "jamba-v0.1": Model("jamba", 52e9, 51_570_323_328, 51_570_315_264),
+    "nemotron-h-8b": Model("nemotron_h", 8e9, 8_100_852_736, 8_100_852_736,
+                           rounded="the name's 8B rounds the 8.10B the checkpoint holds"),
+    "granite-4.0-h-small": Model("granitemoehybrid", 32e9, 32_207_337_984, 32_207_337_984),
+    "nemotron-nano-9b-v2": Model("nemotron_h", 8.89e9, 8_888_227_328, 8_888_227_328),
+    "nemotron-3-nano-30b-a3b": Model("nemotron_h", 31.6e9, 31_577_937_344, 31_577_937_344),
+    "bamba-9b": Model("bamba", 9.78e9, 9_780_235_392, 9_780_235_392),
+    "falcon-h1-0.5b": Model("falcon_h1", 0.5e9, 521_411_104, 521_411_104,
+                            rounded="the name's 0.5B rounds the 0.52B the checkpoint holds"),
+    "lfm2-1.2b": Model("lfm2", 1_170_340_608, 1_170_340_608, 1_170_340_608),
 }
+# what madsl counts apart from Hugging Face's model, and why (docs/convert.md)
+COUNTED_APART = {"jamba-v0.1": -8064}  # Jamba's Mamba inner layernorms: 28 layers x (dt_rank 256 + 2 x d_state 16)
 # docs/convert.md's table: fixed (recurrent) state, conv state and KV cache at 8192 tokens, in numbers
 STATE_AT_8192 = {
     "jamba-v0.1": (3_670_016, 688_128, 67_108_864),
     "nemotron-h-8b": (25_165_824, 737_280, 67_108_864),
     "granite-4.0-h-small": (37_748_736, 912_384, 67_108_864),
+    "nemotron-nano-9b-v2": (35_389_440, 995_328, 67_108_864),
+    "nemotron-3-nano-30b-a3b": (12_058_624, 423_936, 25_165_824),
+    "bamba-9b": (30_408_704, 734_976, 50_331_648),
+    "falcon-h1-0.5b": (7_077_888, 193_536, 75_497_472),
+    "lfm2-1.2b": (0, 40_960, 50_331_648),
 }
 
 
 def _config(name: str) -> dict:
     return json.loads((PUBLIC / f"{name}.config.json").read_text())
+
+
+def _without_description(data: dict) -> dict:
+    return {k: v for k, v in data.items() if k != "description"}
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -39,21 +67,35 @@ def test_the_bundled_spec_is_the_conversion_of_the_bundled_config(name):
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_parameters_match_the_published_size_and_the_state_is_accounted(name):
-    _, published, count = MODELS[name]
+def test_parameters_match_the_built_model_and_the_published_size_and_the_state_is_accounted(name):
+    model = MODELS[name]
     account = madsl.account(PUBLIC / f"{name}.mad", seq_len=8192)
-    assert account.totals["params"] == count
-    assert abs(count - published) / published < 0.02
     totals = account.totals
+    assert totals["params"] == model.counted == model.built + COUNTED_APART.get(name, 0)
+    off = abs(model.counted - model.published) / model.published
+    assert off < 0.01 or model.rounded and off < 0.05, f"{name}: {off:.2%} off the published size"
     assert (totals["fixed_state"], totals["conv_state"], totals["kv_cache"]) == STATE_AT_8192[name]
 
 
+def test_every_bundled_config_is_checked():
+    assert {path.name.removesuffix(".config.json") for path in PUBLIC.glob("*.config.json")} == set(MODELS)
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_config_to_spec_to_config_gives_the_config_back(name):
-    model_type = MODELS[name][0]
+def test_config_to_spec_to_config_gives_the_same_spec_back(name):
+    model_type = MODELS[name].model_type
     written = to_hf_config(PUBLIC / f"{name}.mad", model_type)
-    assert written == _config(name)
-    assert from_hf_config(written, name)["topology"] == from_hf_config(_config(name), name)["topology"]
+    assert written["model_type"] == model_type
+    assert _without_description(from_hf_config(written, name)) == _without_description(from_hf_config(_config(name), name))
+
+
+@pytest.mark.parametrize("name", ["jamba-v0.1", "nemotron-h-8b", "granite-4.0-h-small", "nemotron-nano-9b-v2",
+                                  "falcon-h1-0.5b"])
+def test_the_families_fields_come_back_as_written(name):
+    written, config = to_hf_config(PUBLIC / f"{name}.mad", MODELS[name].model_type), _config(name)
+    if "attention_head_dim" in config:  # Nemotron-H's earlier spelling; transformers 5 reads head_dim
+        config["head_dim"] = config.pop("attention_head_dim")
+    assert written == config
 
 
 def test_what_each_family_places_where():
@@ -103,14 +145,14 @@ def test_bad_configs_are_located_errors(case, tmp_path):
     assert err.value.location.file == str(path) and err.value.location.line is not None
 
 
-def test_nemotron_patterns_that_madsl_would_miscount_or_cannot_pair_are_refused():
+def test_nemotron_patterns_that_madsl_cannot_pair_or_size_are_refused():
     config = _config("nemotron-h-8b")
-    for pattern, message in (("M-ME" + "M-" * 24, "squared-ReLU MLPs"), ("M--" + "M-" * 24 + "M", "layer 3"),
+    for pattern, message in (("M-ME" + "M-" * 24, 'missing key "n_routed_experts"'), ("M--" + "M-" * 24 + "M", "layer 3"),
                              ("M-" * 25, "50 layers, but num_hidden_layers is 52")):
         with pytest.raises(madsl.MadslError, match=message):
             from_hf_config({**config, "hybrid_override_pattern": pattern})
-    with pytest.raises(madsl.MadslError, match="madsl's Mamba-2 is expand x hidden_size = 8192 wide"):
-        from_hf_config({**config, "mamba_num_heads": 96})
+    # the Mamba width is heads x head width, whatever expand says (Nemotron-H's mixer)
+    assert from_hf_config({**config, "mamba_num_heads": 96})["layers"]["M2"]["heads"] == 96
 
 
 @pytest.mark.parametrize("topology,model_type,message", [

@@ -82,7 +82,7 @@ def test_mamba2_layer_is_the_ssd_recurrence_of_its_weights():
     p = primitive("mamba2", 16, d_state=6, head_dim=8, groups=2)
     m = p.build().double()
     u = torch.randn(2, 9, 16, dtype=torch.float64)
-    E, N, H, G = p.d_inner, p.d_state, p.heads, p.groups
+    E, N, H, G = p.d_inner, p.d_state, p.n_heads, p.groups
     z, xBC, dt = m.in_proj(u).split((E, E + 2 * G * N, H), dim=-1)
     xBC = F.silu(F.conv1d(F.pad(xBC.transpose(1, 2), (p.d_conv - 1, 0)), m.conv.conv.weight, m.conv.conv.bias,
                           groups=xBC.shape[-1])).transpose(1, 2)

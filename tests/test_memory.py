@@ -67,27 +67,37 @@ def test_a_setting_far_too_large_is_refused_at_plan_time_with_what_it_needs(tmp_
     assert "128,000,525,056 parameters" in err and "this machine has" in err and "Traceback" not in err
 
 
-def test_a_step_that_runs_out_of_memory_while_the_plan_times_it_is_a_clear_error(tmp_path, capsys, monkeypatch):
+def test_a_step_that_runs_out_of_memory_while_the_plan_measures_the_rate_is_a_clear_error(tmp_path, capsys,
+                                                                                          monkeypatch):
+    from madsl.runner.plan import rate_measure
+
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
 
-    monkeypatch.setattr(cost, "measure_step", out_of_memory)
+    monkeypatch.setenv("MADSL_CACHE_DIR", str(tmp_path / "cache"))  # nothing cached: the plan measures
+    monkeypatch.setattr(rate_measure, "measure_family", out_of_memory)
     rc = main(["eval", str(PAPER / "attention-sg.mad"), "--protocol", "smoke", "--task", "in-context-recall",
                "--db", str(tmp_path / "r.db"), "--dry-run", "--no-batch-grid"])
     err = capsys.readouterr().err
-    assert rc == 2 and "ran out of memory while the plan timed it (CUDA out of memory" in err
+    assert rc == 2 and "ran out of memory while the plan measured this device's training rate (CUDA out of memory" \
+        in err
     assert "Traceback" not in err
 
 
-def test_a_batch_larger_than_the_training_set_is_timed_as_the_batch_that_trains(tmp_path, capsys, monkeypatch):
-    timed = []
+def test_a_batch_larger_than_the_training_set_is_costed_as_the_batch_that_trains(tmp_path, capsys, monkeypatch):
+    import json
 
-    def measure(job, seq_len, vocab, batch):
-        timed.append(batch)
-        return 0.01
+    from runner_helpers import stand_in_rates
 
-    monkeypatch.setattr(cost, "measure_step", measure)
+    stand_in_rates(monkeypatch, tmp_path / "cache", flops_per_s=1e9, overhead_s=0.0)
     rc = main(["eval", str(PAPER / "mamba.mad"), "--protocol", "smoke", "--task", "memorization",
-               "--batch-size", "100000000", "--db", str(tmp_path / "r.db"), "--dry-run", "--no-batch-grid"])
-    assert rc == 0, capsys.readouterr().err
-    assert timed == [64]  # smoke trains on 64 examples: one batch of all of them, not a step of 10^8 rows
+               "--batch-size", "100000000", "--db", str(tmp_path / "r.db"), "--dry-run", "--no-batch-grid",
+               "--format", "json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    [run] = json.loads(out)["per_run"]
+    # smoke trains on 64 examples: one batch of all of them, not a step of 10^8 rows; evaluates
+    # its 32 test examples in one batch; 2 epochs, at 3 x the forward FLOPs a sequence
+    layers = cost.Shapes().of(load_spec(PAPER / "mamba.mad"), run["seq_len"], 16).layers
+    step = sum(3 * flops for _, flops in layers) / 1e9  # one sequence's training step, in seconds
+    assert run["seconds"] == pytest.approx(2 * (step * 64 + cost.FORWARD_SHARE * step * 32))

@@ -1,9 +1,9 @@
 """Every file madsl reads back from its results folder (`<db>.files/`) is untrusted input.
 
 Others may write to a results folder (a shared disk, a copied folder), and a disk can fill up
-under it. What madsl finds there is checked before it is used: the step-time cache of the
-plan's estimates, the cached task data, checkpoints, kept models (config.json and
-model.safetensors). A damaged cache is discarded with a warning and rebuilt; a symbolic link is
+under it. What madsl finds there is checked before it is used: the cached task data,
+checkpoints, kept models (config.json and model.safetensors). (The plan's rate cache lives
+outside it and is checked the same way: tests/test_plan_rate.py.) A damaged cache is discarded with a warning and rebuilt; a symbolic link is
 refused with an error naming it and left as it is, as is what it points to; a planted config
 is refused before the model it describes is allocated; a write that fails says why in words.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import io
 import json
-import math
 import pickle
 import resource
 import time
@@ -28,10 +27,8 @@ import madsl
 from madsl.cli import main
 from madsl.errors import MadslError
 from madsl.runner.train import checkpoint as checkpoints
-from madsl.runner.plan import cost
 from madsl.runner.store import kept
 from madsl.runner.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from madsl.runner.plan.cost import render_cost
 from madsl.runner.store.database import StoreError
 from madsl.runner.store.results import Store
 from madsl.tasks import cache
@@ -57,100 +54,6 @@ def _elsewhere(tmp_path: Path) -> tuple[Path, dict]:
 
 def _snapshot(folder: Path) -> dict:
     return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-# --- the step-time cache (step-times.json) -----------------------------------------------------
-
-def _step_time_warnings(caught) -> list[str]:
-    return [str(w.message) for w in caught
-            if issubclass(w.category, RuntimeWarning) and "step-times.json" in str(w.message)]
-
-
-# each: the cache's text, given the one key a first plan wrote
-CORRUPT_STEP_TIMES = {
-    "seconds 1e999": lambda key: f'{{"{key}": [16, 1e999]}}',
-    "length 1e999": lambda key: f'{{"{key}": [1e999, 0.01]}}',
-    "NaN": lambda key: f'{{"{key}": [16, NaN]}}',
-    "Infinity": lambda key: f'{{"{key}": [16, Infinity]}}',
-    "zero seconds": lambda key: f'{{"{key}": [16, 0]}}',
-    "zero length": lambda key: f'{{"{key}": [0, 0.01]}}',
-    "negative seconds": lambda key: f'{{"{key}": [16, -0.5]}}',
-    "negative length": lambda key: f'{{"{key}": [-16, 0.01]}}',
-    "a step of years": lambda key: f'{{"{key}": [16, 1e9]}}',
-    "strings": lambda key: f'{{"{key}": ["16", "0.01"]}}',
-    "booleans": lambda key: f'{{"{key}": [true, true]}}',
-    "three values": lambda key: f'{{"{key}": [16, 0.01, 3]}}',
-    "deep nesting": lambda key: "[" * 100_000 + "]" * 100_000,
-    "deep nesting in a value": lambda key: f'{{"{key}": ' + "[" * 50_000 + "]" * 50_000 + "}",
-    "not an object": lambda key: "[16, 0.01]",
-    "a key that is no hash": lambda key: '{"../../etc/passwd": [16, 0.01]}',
-    "not JSON": lambda key: "\x00\xff{ not json",
-}
-
-
-@pytest.mark.parametrize("kind", sorted(CORRUPT_STEP_TIMES))
-def test_a_corrupt_step_time_cache_is_discarded_with_one_warning_and_rebuilt(tmp_path, monkeypatch, kind):
-    db = tmp_path / "r.db"
-    run_toy_eval(db, epochs=1, dry_run=True)
-    path = _files(db) / "step-times.json"
-    [key] = json.loads(path.read_text())
-    path.write_text(CORRUPT_STEP_TIMES[kind](key))
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        plan = run_toy_eval(db, epochs=1, dry_run=True)["plan"]
-    assert len(_step_time_warnings(caught)) == 1, [str(w.message) for w in caught]
-    assert str(path) in _step_time_warnings(caught)[0]
-    seconds = plan["per_run"][0]["seconds"]
-    assert math.isfinite(seconds) and 0 < seconds < 3600
-    assert "nan" not in render_cost(plan) and "inf" not in render_cost(plan)
-    rebuilt = cost.read_step_times(path)  # valid again: measured and rewritten
-    assert list(rebuilt) == [key] and math.isfinite(rebuilt[key][1]) and rebuilt[key][1] > 0
-
-    monkeypatch.setattr(cost, "measure_step", lambda *a, **k: pytest.fail("measured again"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        assert run_toy_eval(db, epochs=1, dry_run=True)["plan"]["per_run"][0]["seconds"] > 0
-
-
-def test_eval_and_dry_run_go_on_over_a_corrupt_step_time_cache(tmp_path, capsys):
-    db = tmp_path / "r.db"
-    assert main(["eval", SPEC, *TINY, "--db", str(db), "--dry-run"]) == 0
-    path = _files(db) / "step-times.json"
-    [key] = json.loads(path.read_text())
-    capsys.readouterr()
-    for text in (f'{{"{key}": [16, NaN]}}', f'{{"{key}": [1e999, 0.01]}}', "[" * 100_000 + "]" * 100_000):
-        path.write_text(text)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            assert main(["eval", SPEC, *TINY, "--db", str(db), "--dry-run"]) == 0
-        out = capsys.readouterr().out
-        assert "~" in out and "nan" not in out and "inf" not in out, out
-        assert len(_step_time_warnings(caught)) == 1
-        assert key in cost.read_step_times(path)
-    path.write_text(f'{{"{key}": [0, 0]}}')
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert main(["eval", SPEC, *TINY, "--db", str(db)]) == 0  # the plan is printed before the runs
-    err = capsys.readouterr().err
-    assert "estimated" in err and "nan" not in err and "Traceback" not in err
-    assert len(_step_time_warnings(caught)) == 1
-    assert cost.read_step_times(path)[key][0] > 0
-
-
-def test_a_symlinked_step_time_cache_is_neither_read_nor_replaced(tmp_path):
-    """The cache on its own (an eval refuses such a results folder up front: below)."""
-    target = tmp_path / "elsewhere.json"
-    target.write_text("{}")
-    link = tmp_path / "files" / "step-times.json"
-    link.parent.mkdir()
-    link.symlink_to(target)
-    with pytest.warns(RuntimeWarning, match="symbolic link"):
-        timings = cost.StepTimes(link)
-    timings.table["0" * 64] = [16, 0.1]
-    timings.changed = True
-    timings.save()
-    assert link.is_symlink() and target.read_text() == "{}"
 
 
 # --- the data cache (data/*.npz) ---------------------------------------------------------------
@@ -324,7 +227,7 @@ def test_a_symlinked_kept_model_folder_is_refused_before_training(tmp_path, caps
     [run] = json.loads(capsys.readouterr().out)["per_run"]
     target, before = _elsewhere(tmp_path)
     link = _files(db) / "models" / run["run_id"]
-    link.parent.mkdir()
+    link.parent.mkdir(parents=True)  # a dry run writes nothing: no results folder yet
     link.symlink_to(target, target_is_directory=True)
     assert main(["eval", SPEC, *TINY, "--db", str(db), "--keep", "best"]) == 2
     err = capsys.readouterr().err

@@ -116,34 +116,49 @@ def test_sweep_file_errors_are_located_with_a_hint(tmp_path, capsys, text, messa
 
 # --- plans and their cost ------------------------------------------------------------------------
 
+def _known_rates(overhead_s: float = 0.01, flops_per_s: float = 1e9):
+    """A rate book holding fixed rates of this CPU (hyena-sg's families): nothing is measured."""
+    from madsl.runner.plan.rate import RateBook
+    from madsl.runner.plan.rate_model import DeviceRates, Line, Measured, device_name, now
+
+    return RateBook.known(DeviceRates(device_name(torch.device("cpu")), torch.get_num_threads(),
+                                      {family: Line(overhead_s, flops_per_s, now(), 0.0) for family in ("hyena", "swiglu")},
+                                      rest=Measured(0.0, now(), 0.0)))
+
+
 @pytest.mark.parametrize("done", [0, 1])
 def test_a_stacked_groups_runs_are_costed_as_the_group_that_trains_them(tmp_path, monkeypatch, done):
     """On CUDA the paper grid of a setting trains as one stacked group (graph-replayed): the plan
-    times a few of the group's stacked steps, once, and shares them out among its pending runs,
-    instead of timing each run's own step (which on a GPU is launch-bound, not what runs)."""
-    from madsl.runner.plan import cost
+    costs the group's stacked step (its pending members' FLOPs, each layer's per-step overhead
+    once) and shares it out among its pending runs, instead of costing each run's own step
+    (which on a GPU is bound by its launches, not what runs)."""
+    from madsl.runner.plan import cost, rate_measure
     from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
     from madsl.runner.store.files import StoreFiles
     from madsl.spec import load_spec
 
     cli = cli_overrides(protocol="smoke", tasks=["in-context-recall"], lr=[1e-3, 5e-4, 1e-4], epochs=2, batch_size=8,
                         settings={"num_train_examples": 24, "num_test_examples": 8, "seq_len": 32})
-    plan = plan_evaluation(StoreFiles(tmp_path / "r.db"), [(load_spec(HYENA), str(HYENA))], cli, device="cpu")
+    spec = load_spec(HYENA)
+    plan = plan_evaluation(StoreFiles(tmp_path / "r.db"), [(spec, str(HYENA))], cli, device="cpu")
     [group] = plan.work(batch_grid=True)
     group.stack = True  # as on CUDA (on the CPU a group trains in lockstep, costed run by run)
-    measured = []
-    real = cost.measure_group_step
-    monkeypatch.setattr(cost, "measure_group_step",
-                        lambda g, members, batch: measured.append(len(members)) or real(g, members, batch))
+    monkeypatch.setattr(rate_measure, "measure_family", lambda *args: pytest.fail("measured a known rate"))
     finished = {group.members[0].run_id} if done else set()
-    costs = cost.estimate(plan.jobs, finished, tmp_path / "files", work=[group])
-    assert measured == [3 - done]  # the pending members, stacked, timed once
-    assert len(costs) == 3 - done and len({c.seconds for c in costs}) == 1 and costs[0].seconds > 0
-    [[_, group_step]] = json.loads((tmp_path / "files" / "step-times.json").read_text()).values()
-    steps = 24 // 8 + cost.FORWARD_SHARE * 1 * 8 / 8  # 3 steps, one evaluation batch (of the 8 test examples)
-    assert sum(c.seconds for c in costs) == pytest.approx(group_step * steps * 2)  # 2 epochs of the group
-    assert cost.estimate(plan.jobs, finished, tmp_path / "files", work=[group]) == costs  # cached: measured once
-    assert measured == [3 - done]
+    costs = cost.estimate(plan.jobs, finished, _known_rates(), work=[group])
+    pending = 3 - done
+    assert len(costs) == pending and len({c.seconds for c in costs}) == 1 and costs[0].seconds > 0
+    vocab = group.members[0].task.vocab_size(dict(group.members[0].setting))
+    layers = cost.Shapes().of(spec, 32, vocab).layers
+
+    def step(rows: int, members: int) -> float:  # the known line of each layer: 0.01 s + FLOPs at 1 GFLOP/s
+        return sum(0.01 + 3 * flops * rows * members / 1e9 for _, flops in layers)
+
+    epoch = 24 // 8 * step(8, pending) + cost.FORWARD_SHARE * 1 * step(8, pending)  # 3 steps, one evaluation batch of 8
+    assert sum(c.seconds for c in costs) == pytest.approx(epoch * 2)  # 2 epochs of the group
+    alone = cost.estimate(plan.jobs, finished, _known_rates(), work=plan.jobs)  # each run's own steps
+    shared = (pending - 1) * len(layers) * 0.01 * (24 // 8 + cost.FORWARD_SHARE) * 2  # overheads paid once, not per run
+    assert sum(c.seconds for c in alone) - sum(c.seconds for c in costs) == pytest.approx(shared)
 
 
 def test_a_group_that_cannot_stack_is_costed_run_by_run(tmp_path, monkeypatch):
@@ -160,14 +175,24 @@ def test_a_group_that_cannot_stack_is_costed_run_by_run(tmp_path, monkeypatch):
     plan = plan_evaluation(StoreFiles(tmp_path / "r.db"), [(load_spec(HYENA), str(HYENA))], cli, device="cpu")
     [group] = plan.work(batch_grid=True)
     group.stack = True  # as on CUDA
-    monkeypatch.setattr(cost, "measure_group_step", lambda *args: pytest.fail("timed a stack that never trains"))
-    costs = cost.estimate(plan.jobs, set(), tmp_path / "files", work=[group])
-    assert costs == cost.estimate(plan.jobs, set(), tmp_path / "files", work=plan.jobs)  # as runs (the cached step)
+    costs = cost.estimate(plan.jobs, set(), _known_rates(), work=[group])
+    assert costs == cost.estimate(plan.jobs, set(), _known_rates(), work=plan.jobs)  # as runs
+    adamw = cli_overrides(protocol="smoke", tasks=["in-context-recall"], lr=[1e-3, 5e-4], epochs=1, batch_size=8,
+                          settings={"num_train_examples": 16, "num_test_examples": 8, "seq_len": 16})
+    stacking = plan_evaluation(StoreFiles(tmp_path / "r.db"), [(load_spec(HYENA), str(HYENA))], adamw, device="cpu")
+    [stack] = stacking.work(batch_grid=True)
+    stack.stack = True  # the same runs under AdamW do stack: their overheads shared, cheaper
+    assert sum(c.seconds for c in cost.estimate(stacking.jobs, set(), _known_rates(), work=[stack])) < \
+        sum(c.seconds for c in costs)
 
 
-def test_dry_run_counts_runs_tokens_flops_and_estimates_time_and_a_real_sweep_prints_it_first(tmp_path, capsys):
+def test_dry_run_counts_runs_tokens_flops_and_estimates_time_and_a_real_sweep_prints_it_first(tmp_path, capsys,
+                                                                                              monkeypatch):
     from madsl.graph import account
     from madsl.spec import load_spec
+    from runner_helpers import stand_in_rates
+
+    measured = stand_in_rates(monkeypatch, tmp_path / "cache")
 
     db = tmp_path / "r.db"
     small = ["--set", "num_train_examples=32", "--set", "num_test_examples=32", "--batch-size", "16", "--epochs", "1"]
@@ -183,11 +208,18 @@ def test_dry_run_counts_runs_tokens_flops_and_estimates_time_and_a_real_sweep_pr
     assert run["flops"] == pytest.approx(3 * forward * 32)  # forward + backward = 3 forwards, per sequence
     assert plan["tokens"] == 2 * run["tokens"] and plan["flops"] == pytest.approx(2 * run["flops"])
     assert plan["run_seconds"] > 0 and plan["wall_seconds"] == pytest.approx(plan["run_seconds"])
-    # the measurement is cached beside the database: the next plan reads it instead of measuring
-    cache = tmp_path / "r.files" / "step-times.json"
-    cache.write_text(json.dumps({key: [at, 1000.0] for key, (at, _) in json.loads(cache.read_text()).items()}))
+    assert measured and set(measured) >= {"hyena", "swiglu"}  # the rate of each of its layer families
+    # the rate is cached for this machine: the next plan reads it instead of measuring
+    cache = tmp_path / "cache" / "device-rates.json"
+    data = json.loads(cache.read_text())
+    for device in data["devices"].values():
+        for line in device["families"].values():  # a machine 1000 times slower
+            line["overhead_s"], line["flops_per_s"] = line["overhead_s"] * 1000, line["flops_per_s"] / 1000
+    cache.write_text(json.dumps(data))
+    measured.clear()
     assert main([*args, "--dry-run", "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["run_seconds"] > 1000
+    assert json.loads(capsys.readouterr().out)["run_seconds"] == pytest.approx(1000 * plan["run_seconds"])
+    assert measured == []
 
     assert main(args) == 0  # a real sweep prints the same plan first
     assert "plan: 2 runs, 0 done, 2 pending" in capsys.readouterr().err

@@ -1,22 +1,29 @@
 """The `madsl` command line.
 
     madsl --version
-    madsl compile (SPEC | -t TOPOLOGY) [--dim N] [--vocab V] [--seq-len L] [--format summary|json|dot|torch] [-o PATH]
+    madsl compile (SPEC | -t TOPOLOGY) [--dim N] [--vocab V] [--seq-len L] [--format text|json|dot|torch] [-o PATH]
     madsl expand TOPOLOGY [--format text|json]
     madsl check SPEC|DIR|'GLOB'... [--iso-state] [--iso-params TOL] [--format text|json|github|line]
     madsl fit SPEC [--free SYMBOL.PARAM] [--match SPEC --on QUANTITY] [-o PATH]
     madsl eval SPEC... (see `madsl eval --help`)
     madsl report (see `madsl report --help`)
-    madsl export RUN_ID -o DIR [--db PATH]
-    madsl schema [-o PATH]
+    madsl export RUN_ID -o DIR [--db PATH] [--format text|json]
+    madsl schema [-o PATH] [--format json|text]
     madsl convert (--from-megatron PATTERN [--dim N] [--layer SYMBOL.PARAM=VALUE] | --to-megatron SPEC)
     madsl data TASK [--set KEY=VALUE] [--conventions mad-lab|madsl] [--split train|test] [--seed N]
                (-o FILE.npz | --format text [--rows N])
+    madsl data prepare TEXT... --tokenizer bytes|FILE -o DIR [--val-fraction F]
+    madsl scale STUDY [--dry-run] [--workers N] [--rate FLOP/S] (see `madsl scale --help`)
+    madsl report --study STUDY [--plot DIR] [--mad-db PATH] [--format text|json|csv]
+    madsl search FILE [--dry-run] [--workers N] [--out DIR] (see `madsl search --help`)
 
 Exit codes: 0 success, 1 a budget is violated, 2 bad input, 3 some eval runs failed,
 130 interrupted. Bad input prints a located error and never a traceback. Every command
 takes -q/--quiet (only errors and the verdict or result) and -v/--verbose (more detail
-where a command has it: check prints each spec's layers, eval a line per epoch).
+where a command has it: check prints each spec's layers, eval a line per epoch), before
+the command or after it (`madsl -q compile ...`, `madsl compile ... -q`). Every command
+that prints a result takes --format; `text` is the human one everywhere (compile's old
+name for it, `summary`, still works, with a note on stderr).
 `compile` (except --emit torch), `expand` and `check` do not import torch; no module
 of this package imports torch or the runner at import time (the commands do, when run).
 
@@ -32,8 +39,8 @@ import sys
 from typing import Sequence
 
 from madsl import __version__
-from madsl.cli import convert, data, evaluate, fit, layout, report, schema
-from madsl.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, print_error
+from madsl.cli import convert, data, evaluate, fit, layout, report, scale, schema, search
+from madsl.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, add_verbosity, print_error
 from madsl.errors import MadslError, speaking
 
 
@@ -51,12 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_parser(sub)
     convert.add_parser(sub)
     data.add_parser(sub)
-    for command in sub.choices.values():  # the same verbosity flags on every command
-        verbosity = command.add_mutually_exclusive_group()
-        verbosity.add_argument("-q", "--quiet", action="store_true",
-                               help="print only errors and the verdict or result")
-        verbosity.add_argument("-v", "--verbose", action="store_true",
-                               help="print more detail where the command has it")
+    scale.add_parser(sub)
+    search.add_parser(sub)
+    add_verbosity(parser, default=False)  # before the command (madsl -q compile ...) or after it:
+    for command in sub.choices.values():  # unset there unless given, so as not to undo the global one
+        add_verbosity(command, default=argparse.SUPPRESS)
     return parser
 
 
@@ -75,6 +81,8 @@ def option_words(parser: argparse.ArgumentParser, command: str) -> dict[str, str
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.quiet and args.verbose:  # one given before the command, the other after it
+        parser.error("argument -v/--verbose: not allowed with argument -q/--quiet")
     try:
         with speaking(option_words(parser, args.command)):
             return args.func(args)
@@ -95,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
 
 
-TRAINING_MODULES = ("torch", "numpy")
+TRAINING_MODULES = ("torch", "numpy", "scipy", "tokenizers")  # the torch extra's
 
 
 __all__ = ["build_parser", "main"]

@@ -26,5 +26,6 @@ def word_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 positive_int = word_type(settings.positive_int_text)
+positive_number = word_type(settings.positive_text)
 seed = word_type(settings.seed_text)
 lengths = word_type(settings.lengths_text)

@@ -1,40 +1,49 @@
 """`madsl convert`: Megatron-LM / Nemotron-H hybrid layer patterns (madsl/convert.py) and Hugging Face
-config.json files of hybrid families (madsl/hf_config.py) <-> madsl specs."""
+config.json files of hybrid families (madsl/hf_config.py) <-> madsl specs.
+
+`--format text` (the default, but for --to-hf) prints the result as people read it: the spec's YAML,
+the pattern, the config fields one a line; `--format json` prints one JSON object: the spec's data
+with its accounted totals, the pattern, the config fields (--to-hf's default)."""
 from __future__ import annotations
 
+import json
 import sys
-
 from pathlib import Path
+from typing import Any
 
 from madsl.cli.arguments import positive_int
 from madsl.cli.common import EXIT_OK, write_atomic
-from madsl.outputs import check_output_path, output_error
 from madsl.errors import Location, MadslError
+from madsl.outputs import check_output_path, output_error
+
+FAMILY_TYPES = ("jamba", "nemotron_h", "granitemoehybrid", "bamba", "falcon_h1", "lfm2")  # madsl.hf_config.FAMILIES
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("convert", help="Megatron-LM hybrid patterns and Hugging Face config.json "
-                                              "(Jamba, Nemotron-H, Granite 4.0 hybrids) <-> madsl spec")
+                                              "(Jamba, Nemotron-H, Granite 4.0, Bamba, Falcon-H1, LFM2) <-> madsl spec")
     way = p.add_mutually_exclusive_group(required=True)
     way.add_argument("--from-megatron", metavar="PATTERN",
                      help="a hybrid_override_pattern (M Mamba, * attention, - MLP, E MoE), e.g. 'M-M*-': "
                           "prints a spec (YAML)")
     way.add_argument("--to-megatron", metavar="SPEC", help="a .mad spec: prints its hybrid_override_pattern")
     way.add_argument("--from-hf", metavar="CONFIG_JSON",
-                     help="a Hugging Face config.json of a hybrid family (model_type jamba, nemotron_h or "
-                          "granitemoehybrid): prints a spec (YAML) with its widths, heads, state sizes and experts")
+                     help="a Hugging Face config.json of a hybrid family (model_type " + ", ".join(FAMILY_TYPES) +
+                          "): prints a spec (YAML) with its widths, heads, state sizes and experts")
     way.add_argument("--to-hf", metavar="SPEC", help="a .mad spec: prints the config.json fields (JSON) of the "
                                                       "family --model-type that describe its layer stack")
-    p.add_argument("--model-type", choices=("jamba", "nemotron_h", "granitemoehybrid"),
-                   help="the family --to-hf writes (its config.json model_type)")
+    p.add_argument("--model-type", choices=FAMILY_TYPES, help="the family --to-hf writes (its config.json model_type)")
     p.add_argument("--dim", type=positive_int, default=None,
                    help="model width of the spec, --from-megatron (default: 128)")
     p.add_argument("--name", default=None, help="name of the spec, --from-megatron / --from-hf (default: converted)")
     p.add_argument("--mamba", default=None, metavar="SYMBOL",
                    help="the madsl symbol for M layers, --from-megatron (default: M2, Mamba-2; Mb for Mamba-1)")
     p.add_argument("--layer", action="append", default=[], metavar="SYMBOL.PARAM=VALUE",
-                   help="a layer parameter of the spec, --from-megatron / --from-hf, e.g. A.heads=32 or "
-                        "Mlp.inner=21504; repeatable")
+                   help="a layer parameter of the spec, --from-megatron / --from-hf, e.g. A.heads=32, "
+                        "M2.heads=128 or Mlp.inner=21504; repeatable")
+    p.add_argument("--format", choices=("text", "json"), default=None,
+                   help="text: the spec's YAML, the pattern, the config fields one a line (default, but for "
+                        "--to-hf); json: one JSON object, a spec's data with its accounted totals (--to-hf's default)")
     p.add_argument("-o", "--output", help="write the result to this file")
     p.set_defaults(func=cmd_convert)
 
@@ -57,10 +66,10 @@ def _layer_values(items: list[str]) -> dict[str, dict]:
     return layers
 
 
-def _compiling_spec(data: dict, source: str, file: str | None = None) -> str:
-    """The spec's YAML text, once it has passed what `madsl compile` does to a spec file before
-    the table (the same YAML reader, with its limits, then validation and torch-free accounting);
-    else the conversion is refused: a spec that fails later is not written."""
+def _compiling_spec(data: dict, source: str, file: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The spec's YAML text and its accounted totals, once it has passed what `madsl compile` does
+    to a spec file before the table (the same YAML reader, with its limits, then validation and
+    torch-free accounting); else the conversion is refused: a spec that fails later is not written."""
     import tempfile
 
     import yaml
@@ -73,7 +82,7 @@ def _compiling_spec(data: dict, source: str, file: str | None = None) -> str:
         path = Path(folder) / "converted.mad"
         path.write_text(text, encoding="utf-8")
         try:
-            account(load_spec(path))
+            totals = account(load_spec(path)).totals
         except MadslError as err:
             first = err.diagnostics[0]
             line = f" (line {first.location.line} of the spec)" if first.location.line else ""
@@ -81,12 +90,24 @@ def _compiling_spec(data: dict, source: str, file: str | None = None) -> str:
             raise MadslError(f"the spec converted from {source} does not compile{line}: {first.message}{more}",
                              Location(file) if file else None, expected=first.expected,
                              hint=first.hint or "madsl compile would refuse it, so it is not written") from None
-    return text
+    return text, totals
+
+
+def _mamba2_width_stated(pattern: str, symbol: str, layers: dict[str, dict]) -> None:
+    """A pattern with Mamba-2 layers whose sizes the user gives in part must state their width: the
+    heads (a config's mamba_num_heads; width heads x head_dim) or expand (width expand x dim,
+    Megatron-LM's default). Taking expand's default there would guess the width of a real model."""
+    given = layers.get(symbol, {})
+    if "M" not in pattern or symbol != "M2" or not given or {"heads", "expand"} & set(given):
+        return
+    raise MadslError(f"--layer {symbol}.{next(iter(given))}=...: the Mamba-2 layers' width is not stated",
+                     hint=f"give --layer {symbol}.heads=N (the config's mamba_num_heads: the width is heads x "
+                          f"head_dim) or --layer {symbol}.expand=E (the width is E x dim, Megatron-LM's default)")
 
 
 # the options each direction reads; any other given is refused rather than ignored
-READS = {"from_megatron": {"dim", "name", "mamba", "layer"}, "from_hf": {"name", "layer"},
-         "to_megatron": set(), "to_hf": {"model_type"}}
+READS = {"from_megatron": {"dim", "name", "mamba", "layer", "format"}, "from_hf": {"name", "layer", "format"},
+         "to_megatron": {"format"}, "to_hf": {"model_type", "format"}}
 
 
 def _check_options(args) -> None:
@@ -99,39 +120,53 @@ def _check_options(args) -> None:
                          hint=f"{ignored[0]} goes with {' or '.join(readers)}")
 
 
-def cmd_convert(args) -> int:
+def _from_spec_data(data: dict, source: str, file: str | None, fmt: str) -> str:
+    text, totals = _compiling_spec(data, source, file)
+    if fmt == "text":
+        return text
+    return json.dumps({"spec": data, "totals": totals}, indent=2) + "\n"
+
+
+def _convert(args, fmt: str) -> str:
     from madsl.convert import from_megatron_pattern, to_megatron_pattern
 
-    _check_options(args)
-    if args.output:
-        check_output_path(args.output, "-o")  # before any work
     name = args.name or "converted"
     if args.to_megatron:
-        text = to_megatron_pattern(args.to_megatron) + "\n"
-    elif args.to_hf:
-        import json
-
+        pattern = to_megatron_pattern(args.to_megatron)
+        return pattern + "\n" if fmt == "text" else json.dumps({"hybrid_override_pattern": pattern}) + "\n"
+    if args.to_hf:
         from madsl.hf_config import to_hf_config
 
         if args.model_type is None:
-            raise MadslError("--to-hf needs --model-type", expected="jamba, nemotron_h or granitemoehybrid")
-        text = json.dumps(to_hf_config(args.to_hf, args.model_type), indent=2) + "\n"
-    elif args.from_hf:
+            raise MadslError("--to-hf needs --model-type", expected=", ".join(FAMILY_TYPES))
+        fields = to_hf_config(args.to_hf, args.model_type)
+        if fmt == "json":
+            return json.dumps(fields, indent=2) + "\n"
+        return "".join(f"{key}: {json.dumps(value)}\n" for key, value in fields.items())
+    layers = _layer_values(args.layer)
+    if args.from_hf:
         from madsl.hf_config import from_hf_config
 
         data = from_hf_config(args.from_hf, name)
-        for item in args.layer:  # on top of the config's own settings
-            for symbol, params in _layer_values([item]).items():
-                data.setdefault("layers", {}).setdefault(symbol, {}).update(params)
-        text = _compiling_spec(data, args.from_hf, args.from_hf)
-    else:
-        topology = from_megatron_pattern(args.from_megatron, {"mamba": args.mamba or "M2"})
-        data = {"name": name, "description": f"converted from the Megatron pattern {args.from_megatron}",
-                "dim": args.dim or 128, "topology": topology, "channel_mixer": "none"}
-        layers = _layer_values(args.layer)
-        if layers:
-            data["layers"] = layers
-        text = _compiling_spec(data, "the Megatron pattern")
+        for symbol, params in layers.items():  # on top of the config's own settings
+            data.setdefault("layers", {}).setdefault(symbol, {}).update(params)
+        return _from_spec_data(data, args.from_hf, args.from_hf, fmt)
+    symbol = args.mamba or "M2"
+    _mamba2_width_stated(args.from_megatron, symbol, layers)
+    data = {"name": name, "description": f"converted from the Megatron pattern {args.from_megatron}",
+            "dim": args.dim or 128, "topology": from_megatron_pattern(args.from_megatron, {"mamba": symbol}),
+            "channel_mixer": "none"}
+    if layers:
+        data["layers"] = layers
+    return _from_spec_data(data, "the Megatron pattern", None, fmt)
+
+
+def cmd_convert(args) -> int:
+    _check_options(args)
+    if args.output:
+        check_output_path(args.output, "-o")  # before any work
+    fmt = args.format or ("json" if args.to_hf else "text")
+    text = _convert(args, fmt)
     if args.output:
         try:
             write_atomic(Path(args.output), text)

@@ -1,31 +1,63 @@
-"""`madsl data`: write one generated split of a task to .npz, or print some of its rows.
+"""`madsl data`: write one generated split of a task to .npz, or print some of its rows; and
+`madsl data prepare`: tokenize text into the token files a pretraining run reads.
 
     madsl data compression --set seq_len=64 --conventions mad-lab --split train -o compression.npz
     madsl data selective-copying --format text --rows 2
+    madsl data prepare corpus/ notes.txt --tokenizer bytes -o data/notes [--val-fraction 0.1] [--format json]
 
 The .npz holds `inputs` and `targets` (int64; IGNORE = -100 at unscored positions, as the
 runner reads them), any array the task shares between splits (memorization's `facts`), and
 `info`: a JSON string with the task, conventions, split, seed, the full setting, the
 vocabulary layout ({block: [first id, last id + 1]}), the embedding size, the number of
 classes and the head. The same arrays the runner trains on (same seed, same setting).
+
+`prepare` is recognised as the first word after `data` (no task has that name) and has its own
+parser (`madsl data prepare --help`); it writes train.bin, val.bin and tokens.json (madsl.corpus).
 """
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from madsl.cli.arguments import positive_int, seed
-from madsl.cli.common import EXIT_OK
-from madsl.errors import MadslError, did_you_mean
+from madsl.cli.common import EXIT_OK, add_verbosity
+from madsl.errors import MadslError, did_you_mean, speaking
+
+PREPARE = "prepare"
+
+
+class _DataParser(argparse.ArgumentParser):
+    """`madsl data`'s parser: a first word `prepare` (after -q or -v, if given) hands the rest to
+    the prepare parser."""
+
+    prepare_parser: argparse.ArgumentParser
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        verbosity = 0
+        while verbosity < len(args) and args[verbosity] in ("-q", "--quiet", "-v", "--verbose"):
+            verbosity += 1
+        if args[verbosity:verbosity + 1] == [PREPARE]:
+            return self.prepare_parser.parse_known_args(args[:verbosity] + args[verbosity + 1:], namespace)
+        return super().parse_known_args(args, namespace)
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "data", help="write a generated task split (inputs, targets, setting, vocabulary) to .npz, or print rows",
+        "data", help="write a generated task split to .npz or print rows; `data prepare`: tokenize text "
+                     "for pretraining",
+        usage="%(prog)s TASK [options]\n       %(prog)s prepare TEXT... --tokenizer bytes|FILE -o DIR [options]",
         description="Generate one split of a task as madsl eval would (same seed, same arrays) and write it to "
                     "an .npz file, to inspect it, feed it to another framework or compare it with the "
-                    "reference implementation's data; --format text prints rows instead.")
+                    "reference implementation's data; --format text prints rows instead.",
+        epilog="madsl data prepare TEXT... --tokenizer bytes|FILE -o DIR tokenizes text files, folders or "
+               "bundled:tinyshakespeare into train.bin, val.bin and tokens.json, the token files a "
+               "pretraining run reads: see madsl data prepare --help.")
+    p.__class__ = _DataParser  # (argparse builds every sub-parser of one class; only this one dispatches)
+    p.prepare_parser = _prepare_parser(p.prog)
     p.add_argument("task", metavar="TASK", help="a task name (e.g. in-context-recall)")
     p.add_argument("--set", action="append", dest="settings", default=[], metavar="KEY=VALUE",
                    help="a task setting, e.g. seq_len=512; repeatable (default: the task's baseline)")
@@ -46,8 +78,9 @@ def cmd_data(args) -> int:
     from madsl.tasks import TASKS, get_task
 
     if args.task not in TASKS:
+        hint = "`prepare` comes first: madsl data prepare TEXT... [options]" if args.task == PREPARE else None
         raise MadslError(f"unknown task {args.task!r}", expected=", ".join(sorted(TASKS)),
-                         hint=did_you_mean(args.task, TASKS))
+                         hint=hint or did_you_mean(args.task, TASKS))
     fmt = args.format or "npz"
     if fmt == "npz" and not args.output:
         raise MadslError("madsl data: nowhere to write the split", expected="-o FILE.npz, or --format text")
@@ -109,4 +142,55 @@ def _text(task: Any, data: Any, settings: dict, args) -> str:
         lines.append("vocabulary: " + ", ".join(f"{name} [{a}, {b})" for name, (a, b) in data.meta["vocab"].items()))
     for row in range(shown):
         lines += [f"-- row {row}", render_row(task, settings, data, row)]
+    return "\n".join(lines) + "\n"
+
+
+def _prepare_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"{prog} {PREPARE}",
+        description="Tokenize text into the token files a pretraining run reads: train.bin and val.bin (flat "
+                    "uint16 ids, uint32 above 65,536: nanoGPT's format) and tokens.json (tokenizer, vocabulary, "
+                    "counts, the text's bytes per split for bits per byte, the sources and a content hash). "
+                    "The last --val-fraction of each document's tokens is held out for validation.")
+    p.add_argument("texts", nargs="+", metavar="TEXT",
+                   help="a UTF-8 text file, a folder (every file below it, in path order) or bundled:tinyshakespeare")
+    p.add_argument("--tokenizer", required=True, metavar="bytes|FILE",
+                   help="bytes (UTF-8 bytes, vocabulary 256) or a Hugging Face tokenizer.json file (read locally)")
+    p.add_argument("-o", "--output", dest="out_dir", required=True, metavar="DIR",
+                   help="the folder to write; one holding other files is refused unless --force")
+    p.add_argument("--val-fraction", type=float, default=0.1, metavar="F",
+                   help="the fraction of each document's tokens held out for validation (default: %(default)s)")
+    p.add_argument("--force", action="store_true",
+                   help="write into a folder that holds other files (they are left as they are)")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text: a summary; json: tokens.json's fields and the folder (default: %(default)s)")
+    add_verbosity(p, default=argparse.SUPPRESS)  # as every command has (madsl.cli.build_parser)
+    p.set_defaults(func=cmd_prepare, command="data")
+    return p
+
+
+def cmd_prepare(args) -> int:
+    from madsl.corpus import prepare
+
+    words = {"out_dir": "-o", "val_fraction": "--val-fraction", "tokenizer": "--tokenizer", "force": "--force"}
+    with speaking(words):
+        info = prepare(args.texts, args.tokenizer, args.out_dir, val_fraction=args.val_fraction, force=args.force)
+    folder = Path(args.out_dir)
+    if args.format == "json":
+        print(json.dumps({"folder": str(folder), **info.to_json()}, indent=2))
+    elif not getattr(args, "quiet", False):
+        print(_prepared_text(folder, info), end="")
+    return EXIT_OK
+
+
+def _prepared_text(folder: Path, info: Any) -> str:
+    tokenizer = info.tokenizer if info.tokenizer_sha256 is None else f"{info.tokenizer} (sha256 " \
+        f"{info.tokenizer_sha256[:12]}...)"
+    lines = [f"wrote {folder}: tokenizer {tokenizer}, vocabulary {info.vocab_size:,}, {info.dtype}"]
+    for split, name in (("train", "train.bin"), ("val", "val.bin")):
+        lines.append(f"  {name:<9} {info.tokens(split):>14,} tokens from {info.text_bytes(split):>14,} bytes of text")
+    for source in info.sources:
+        documents = f"{source['documents']:,} document{'s' if source['documents'] != 1 else ''}"
+        lines.append(f"  source {source['name']}: {documents}, {source['bytes']:,} bytes")
+    lines.append(f"  hash {info.hash}")
     return "\n".join(lines) + "\n"

@@ -151,6 +151,10 @@ def cmd_eval(args) -> int:
                         execution=Execution(**execution_values(args)))
     shown = not args.quiet and args.format == "text" and not args.dry_run
     reporter = (_EpochLines() if args.verbose else RichReporter()) if shown else None
+    if args.dry_run and not args.quiet:  # what the plan is at, once it takes more than a second
+        from madsl.cli.progress import PlanProgress
+
+        reporter = PlanProgress(f"planning {len(specs)} spec{'s' if len(specs) != 1 else ''}")
     try:
         with stop_on_signals() as stop, (reporter or contextlib.nullcontext()):
             summary = evaluate(specs, config, reporter=reporter, stop=stop)

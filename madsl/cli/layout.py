@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from madsl.cli.arguments import positive_int
 from madsl.cli.common import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, make_console, print_error, print_whole, write_atomic
+from madsl.cli.common import format_word
 from madsl.errors import Location, MadslError
 from madsl.outputs import check_output_path, output_error
 
@@ -25,9 +26,9 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--dim", type=positive_int, help="model width (default: the spec's, or 128 with -t)")
     p.add_argument("--vocab", type=positive_int, help="vocabulary size (embedding and head)")
     p.add_argument("--seq-len", type=positive_int, help="sequence length for KV cache and FLOPs")
-    p.add_argument("--format", "--emit", dest="emit", choices=("summary", "json", "dot", "torch"), default="summary",
-                   help="summary: the layer table and budget verdict; json: the same for scripts; dot: the "
-                        "architecture graph (Graphviz); torch: the built model, saved to -o (--emit is the old name)")
+    p.add_argument("--format", "--emit", dest="emit", type=format_word, choices=("text", "json", "dot", "torch"),
+                   default="text", help="text (old name: summary): the layer table and budget verdict; json: the same "
+                   "for scripts; dot: the graph (Graphviz); torch: the built model, saved to -o (--emit: old name)")
     p.add_argument("-o", "--output", help="write the output to this file")
     p.set_defaults(func=cmd_compile)
 
@@ -401,7 +402,9 @@ def _check_text(results, errors, set_problems, args) -> None:
             print_whole(console, report_text.account_table(acc, violations))
     if results and not args.quiet:
         table = Table(title="madsl check", title_justify="left")
-        for header in ("spec", "params", "fixed state", "KV cache", "FLOPs", "budget"):
+        routed = any(a.totals["active_params"] != a.totals["params"] for _, _, a, _ in results)  # MoE, He
+        for header in ("spec", "params", *(["active params"] if routed else []), "fixed state", "KV cache", "FLOPs",
+                       "budget"):
             table.add_column(header, justify="left" if header in ("spec", "budget") else "right")
         iso_state_bad = any(c == "iso-state" for c, *_ in set_problems)
         mode_state = None
@@ -418,7 +421,9 @@ def _check_text(results, errors, set_problems, args) -> None:
             state = f"{t['fixed_state']:,}"
             if mode_state is not None and t["fixed_state"] != mode_state:
                 state = f"[bold red]{state}[/]"
-            table.add_row(str(path), f"{t['params']:,}", state, f"{t['kv_cache']:,}", f"{t['flops']:,}", verdict)
+            active = [f"{t['active_params']:,}"] if routed else []
+            table.add_row(str(path), f"{t['params']:,}", *active, state, f"{t['kv_cache']:,}", f"{t['flops']:,}",
+                          verdict)
         print_whole(console, table)
         for path, spec, acc, violations in results:  # each violation again, located at its budget key
             located = [e for v in violations if (e := _budget_error(spec, path, acc, v)) is not None]

@@ -2,7 +2,8 @@
 
 The runner (madsl.runner) prints nothing: it tells a Reporter what happens and polls a stop
 callable. Here are the command line's answers to both: rich progress bars and the plan
-(`RichReporter`), the score table after an evaluation (`print_summary`), and Ctrl-C / SIGTERM
+(`RichReporter`), what a dry run's plan is doing once it takes more than a second
+(`PlanProgress`), the score table after an evaluation (`print_summary`), and Ctrl-C / SIGTERM
 turned into a polite stop (`stop_on_signals`: the first asks the runs to checkpoint and stop,
 the second aborts).
 """
@@ -19,6 +20,41 @@ from typing import Any
 
 from madsl.runner.execute.coordinator import Reporter
 from madsl.runner.execute.jobs import RunJob
+
+PLANNING_SHOWN_AFTER_S = 1.0  # a plan that takes longer says what it is doing
+
+
+class PlanProgress(Reporter):
+    """A dry run's reporter: once the plan has taken PLANNING_SHOWN_AFTER_S, a line on stderr
+    saying what it is at (`what`, then each stage the runner reports: accounting the runs,
+    measuring this machine's training rate)."""
+
+    def __init__(self, what: str) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+        self.what, self.said = what, set()
+        self.started = time.monotonic()
+        self.timer = threading.Timer(PLANNING_SHOWN_AFTER_S, self._say, args=(what,))
+        self.timer.daemon = True
+
+    def __enter__(self) -> "PlanProgress":
+        self.started = time.monotonic()
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timer.cancel()
+
+    def planning(self, what: str, done: int, total: int) -> None:
+        stage = what.partition(":")[0]
+        if time.monotonic() - self.started >= PLANNING_SHOWN_AFTER_S:
+            self._say(f"{self.what}: {stage}")
+
+    def _say(self, text: str) -> None:
+        if text not in self.said:
+            self.said.add(text)
+            self.console.print(f"{text}...", highlight=False)
 
 
 class RichReporter(Reporter):
@@ -39,15 +75,42 @@ class RichReporter(Reporter):
         self.overall = None
         self.bars: dict[str, Any] = {}
         self.started_at: dict[str, float] = {}
+        self.planning_bar: Any = None  # the plan's row, while it takes more than a second
+        self.planned_yet = threading.Event()
+        self.planning_lock = threading.Lock()  # the timer's thread and the plan's both report
+        self.timer = threading.Timer(PLANNING_SHOWN_AFTER_S, self.planning, args=("planning", 0, 0))
+        self.timer.daemon = True
 
     def __enter__(self) -> "RichReporter":
         self.view.start()
+        self.timer.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.timer.cancel()
+        self._planned()
         self.view.stop()
 
+    def planning(self, what: str, done: int, total: int) -> None:
+        with self.planning_lock:
+            if self.planned_yet.is_set():
+                return
+            if self.planning_bar is None:
+                self.planning_bar = self.view.add_task(what, total=total or None, completed=done, info="")
+            else:
+                self.view.update(self.planning_bar, description=what, total=total or None, completed=done)
+
+    def _planned(self) -> None:
+        """The plan is shown (or the evaluation ends): its row goes."""
+        self.timer.cancel()
+        with self.planning_lock:
+            self.planned_yet.set()
+            if self.planning_bar is not None:
+                self.view.remove_task(self.planning_bar)
+                self.planning_bar = None
+
     def planned(self, total: int, already_done: int) -> None:
+        self._planned()  # (a subclass's plan() may not say so)
         self.overall = self.view.add_task("runs", total=total, completed=already_done,
                                               info=f"{already_done} already done" if already_done else "")
 
@@ -95,6 +158,7 @@ class RichReporter(Reporter):
         """The plan (runs, tokens, FLOPs, estimated time) and how budgets were fitted, before any run."""
         from madsl.runner.plan.cost import render_cost
 
+        self._planned()
         for note in notes:
             self.console.print(note, highlight=False)
         self.console.print(render_cost(cost), end="", highlight=False)

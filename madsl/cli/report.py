@@ -1,9 +1,12 @@
 """`madsl report`: the leaderboard of a results database (the runner is imported when the command runs)."""
 from __future__ import annotations
 
+import json
 import sys
 
+from madsl.cli.arguments import positive_number
 from madsl.cli.common import EXIT_OK
+from madsl.errors import MadslError
 from madsl.runner.plan.settings import PROTOCOL_NAMES  # torch-free
 
 
@@ -30,11 +33,46 @@ def add_parser(subparsers) -> None:
                    help="only runs filed under this protocol (" + ", ".join(PROTOCOL_NAMES) + "), or under a "
                         "label such as quick+custom (runs with settings, lr, wd, epochs, batch size, seeds or "
                         "frozen layers of their own)")
+    p.add_argument("--study", metavar="STUDY.yaml",
+                   help="report a scaling study (madsl scale) instead: IsoFLOP optima, frontiers with bootstrap "
+                        "intervals, the parametric fit, the state-optimal view and the MAD correlation; --plot "
+                        "then names a folder for its four figures (docs/scaling.md)")
+    p.add_argument("--mad-db", metavar="PATH", help="with --study: the database holding the architectures' MAD "
+                                                    "scores (default: --db)")
+    p.add_argument("--budget", type=positive_number, metavar="FLOPS",
+                   help="with --study: the IsoFLOP budget the MAD correlation is taken at (default: the largest "
+                        "where every scored architecture has an optimum)")
     p.set_defaults(func=cmd_report)
+
+
+def cmd_study(args) -> int:
+    """`madsl report --study`: a scaling study's fits, as text, json or csv, and its figures."""
+    import csv
+    import json
+
+    from madsl.scaling.report import render_report, report_records, report_rows, study_report, write_figures
+
+    report = study_report(args.study, args.db, mad_db=args.mad_db, budget=args.budget)
+    if args.format == "json":
+        print(json.dumps(report_records(report), indent=2, default=str))
+    elif args.format == "csv":
+        rows = report_rows(report)
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["arch"])
+        writer.writeheader()
+        writer.writerows(rows)
+    else:
+        sys.stdout.write(render_report(report))
+    if args.plot:
+        for path in write_figures(report, args.plot):
+            if not args.quiet:
+                print(f"wrote {path}", file=sys.stderr)
+    return EXIT_OK
 
 
 def cmd_report(args) -> int:
     """Bad input raises MadslError (main() prints it, exit 2)."""
+    if args.study:
+        return cmd_study(args)
     from madsl.runner.reports.outputs import report_outputs
 
     text, written, flat = report_outputs(args.db, fmt=args.format, plot=args.plot, protocol=args.protocol,
@@ -55,7 +93,10 @@ def add_export_parser(subparsers) -> None:
                                                                          "config.json into")
     p.add_argument("--force", action="store_true", help="write into a folder that holds other files too "
                                                         "(they are left as they are)")
-    p.add_argument("--db", default="madsl-results.db", help="results database (default: %(default)s)")
+    p.add_argument("--db", help="results database (default: madsl-results.db)")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text: a line saying what was written (on stderr); json: the run id, the folder and "
+                        "its files (on stdout)")
     p.set_defaults(func=cmd_export)
 
 
@@ -63,17 +104,41 @@ def cmd_export(args) -> int:
     """Bad input raises MadslError (main() prints it, exit 2)."""
     from pathlib import Path
 
-    from madsl.runner.store.kept import export
     from madsl.runner.store.files import store_files_dir
+    from madsl.runner.store.kept import EXPORTED, RUN_ID_PREFIX, export
+    from madsl.runner.store.results import DEFAULT_DB
 
-    from madsl.errors import MadslError
-
-    db = Path(args.db)
+    db = Path(args.db or DEFAULT_DB)
+    default = " (the default: no --db given)" if args.db is None else ""
     if not db.is_file():  # else every run id would read as 'no kept model'
-        raise MadslError(f"no results database at {db}" if not db.exists() else f"results database {db} is not a file",
+        raise MadslError(f"no results database at {db}{default}" if not db.exists()
+                         else f"results database {db} is not a file",
                          hint="--db names the database that `madsl eval --keep best` wrote "
-                              "(default: madsl-results.db)")
+                              f"(default: {DEFAULT_DB})")
+    if RUN_ID_PREFIX.fullmatch(args.run_id):  # (else export says what a run id is)
+        _check_recorded(db, args.run_id, default)
     run_id, out = export(store_files_dir(db), args.run_id, Path(args.output), force=args.force)
-    if not args.quiet:
+    if args.format == "json":
+        print(json.dumps({"run_id": run_id, "output": str(out), "files": [str(out / name) for name in EXPORTED]},
+                         indent=2))
+    elif not args.quiet:
         print(f"wrote {out}: run {run_id} (load it with madsl.load_run({str(out)!r}))", file=sys.stderr)
     return EXIT_OK
+
+
+def _check_recorded(db, run_id: str, default: str) -> None:
+    """A run that the database does not hold is named with the database that was read (and
+    `default`: whether that was the default one) and how to list the runs it does hold."""
+    import shlex
+
+    from madsl.runner.store.results import Store
+
+    store = Store(db, create=False)
+    try:
+        if any(row["run_id"].startswith(run_id) for row in store.runs()):
+            return
+    finally:
+        store.close()
+    raise MadslError(f"no kept model for run {run_id!r}: results database {db}{default} has no run with that id",
+                     hint=f"`madsl report --db {shlex.quote(str(db))} --format csv --rows runs` lists its runs with "
+                          "their ids; --db PATH reads another database")

@@ -1,7 +1,9 @@
 """Multi-head causal self-attention (`A`, `mA`): the torch module of `madsl.primitives.attention`.
 
     q, k, v = split(qkv(x))                  one fused projection dim -> (heads + 2 kv_heads) x head_dim
-    q, k    = rotary(q), rotary(k)           optional; rotate-half convention (GPT-NeoX / Llama)
+    q, k    = rmsnorm(q), rmsnorm(k)         optional (qk_norm): over head_dim, one weight for all heads
+    q, k    = rotary(q), rotary(k)           optional; rotate-half convention (GPT-NeoX / Llama), on the
+                                             first rotary_fraction * head_dim channels of each head
     out     = out(softmax(q k^T / sqrt(head_dim) + causal mask) v)
 
 Grouped-query attention (kv_heads < heads): k and v have kv_heads heads; each is repeated
@@ -44,7 +46,12 @@ def _rotate_half(x: Tensor) -> Tensor:
 
 
 def _apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    return x * cos + _rotate_half(x) * sin
+    """x rotated on its first cos.shape[-1] channels (all of them, or a partial rotary's part)."""
+    width = cos.shape[-1]
+    if width == x.shape[-1]:
+        return x * cos + _rotate_half(x) * sin
+    rotated, kept = x[..., :width], x[..., width:]
+    return torch.cat((rotated * cos + _rotate_half(rotated) * sin, kept), dim=-1)
 
 
 def _repeat_heads(x: Tensor, groups: int) -> Tensor:
@@ -65,10 +72,13 @@ class Attention(nn.Module):
         self.head_dim = p.inner_head_dim
         self.rotary = p.rotary
         self.rotary_base = float(p.rotary_base)
+        self.rotary_dim = p.rotary_dim
         self.window = p.window
         self.scale = p.scale  # None: SDPA's 1 / sqrt(head_dim)
         self.qkv = nn.Linear(p.dim, p.inner + 2 * p.kv_inner, bias=p.bias)
         self.out = nn.Linear(p.inner, p.dim, bias=p.has_out_bias)
+        self.q_norm = nn.RMSNorm(p.inner_head_dim, eps=1e-5) if p.qk_norm else None
+        self.k_norm = nn.RMSNorm(p.inner_head_dim, eps=1e-5) if p.qk_norm else None
         # cos/sin tables of the rotary embedding, grown on demand (no parameters, not saved).
         self._rotary_cache: tuple[Tensor, Tensor] | None = None
         self.reset_parameters()
@@ -80,7 +90,7 @@ class Attention(nn.Module):
                 nn.init.zeros_(linear.bias)
 
     def _rotary_tables(self, length: int, like: Tensor) -> tuple[Tensor, Tensor]:
-        """cos, sin of shape (>= length, head_dim) in `like`'s dtype and device. `like` is q:
+        """cos, sin of shape (>= length, rotary_dim) in `like`'s dtype and device. `like` is q:
         under autocast the rotated q, k must keep v's dtype, since SDPA under vmap (stacked
         grid training) does not cast its inputs as autocast does."""
         cache = self._rotary_cache
@@ -89,10 +99,10 @@ class Attention(nn.Module):
             # Round the length up so that step mode does not rebuild the table every token.
             size = max(256, 1 << (length - 1).bit_length())
             precision = torch.float64 if like.dtype == torch.float64 else torch.float32
-            exponents = torch.arange(0, self.head_dim, 2, device=like.device, dtype=precision) / self.head_dim
+            exponents = torch.arange(0, self.rotary_dim, 2, device=like.device, dtype=precision) / self.rotary_dim
             inv_freq = self.rotary_base ** -exponents
             angles = torch.outer(torch.arange(size, device=like.device, dtype=precision), inv_freq)
-            angles = torch.cat((angles, angles), dim=-1)  # rotate-half pairs channel i with i + head_dim/2
+            angles = torch.cat((angles, angles), dim=-1)  # rotate-half pairs channel i with i + rotary_dim/2
             cache = (angles.cos().to(like.dtype), angles.sin().to(like.dtype))
             self._rotary_cache = cache
         return cache
@@ -126,8 +136,11 @@ class Attention(nn.Module):
 
     def _project(self, heads: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q (B, heads, T, hd), k and v (B, kv_heads, T, hd) from the fused projection's
-        (B, heads + 2 kv_heads, T, hd)."""
-        return heads.split((self.heads, self.kv_heads, self.kv_heads), dim=1)
+        (B, heads + 2 kv_heads, T, hd); q and k normalised where qk_norm."""
+        q, k, v = heads.split((self.heads, self.kv_heads, self.kv_heads), dim=1)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
 
     # ---- recurrent (inference) form ---------------------------------------------------------------
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
@@ -145,7 +158,7 @@ class Attention(nn.Module):
             # positions run past the cache size once a window's ring buffer is full
             seen = state["k"].shape[2] + 1 if self.window is None else int(pos.max()) + 1
             cos, sin = self._rotary_tables(seen, q)
-            cos, sin = cos[pos][:, None, None], sin[pos][:, None, None]  # (B, 1, 1, head_dim)
+            cos, sin = cos[pos][:, None, None], sin[pos][:, None, None]  # (B, 1, 1, rotary_dim)
             q, k = _apply_rotary(q, cos, sin), _apply_rotary(k, cos, sin)
         cached = state["k"].shape[2]
         if self.window is None or cached < self.window:

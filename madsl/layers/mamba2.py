@@ -2,7 +2,7 @@
 
     z, xBC, dt = in_proj(x)                          xBC -> SiLU(short conv) -> x, B, C
     per head:   h_t = exp(dt_t A) h_{t-1} + B_t (dt_t x_t)^T,   y_t = h_t^T C_t + D x_t
-    out = out_proj(rmsnorm_per_group(y * silu(z)) * norm.weight)
+    out = out_proj(rmsnorm_per_group(y * silu(z)) * norm.weight)   norm: false: out_proj(y * silu(z))
 
 The scan is SSD (`madsl.kernels.linear_recurrence.decay_parallel`: fla's chunk_simple_gla on
 CUDA, else the chunked form `decay_chunked`; q = C,
@@ -32,14 +32,14 @@ class Mamba2(nn.Module):
     def __init__(self, p: Mamba2Primitive):
         super().__init__()
         self.d_inner, self.d_state, self.head_dim = p.d_inner, p.d_state, p.head_dim
-        self.heads, self.groups = p.heads, p.groups
+        self.heads, self.groups = p.n_heads, p.groups
         self.chunk_size = 64
-        self.in_proj = nn.Linear(p.dim, p.d_inner + p.conv_channels + p.heads, bias=p.bias)
+        self.in_proj = nn.Linear(p.dim, p.d_inner + p.conv_channels + self.heads, bias=p.bias)
         self.conv = ShortConv(p.conv_channels, p.d_conv, bias=p.conv_bias)
-        self.dt_bias = nn.Parameter(torch.empty(p.heads))
-        self.A_log = nn.Parameter(torch.empty(p.heads))
-        self.D = nn.Parameter(torch.empty(p.heads))
-        self.norm_weight = nn.Parameter(torch.empty(p.d_inner))
+        self.dt_bias = nn.Parameter(torch.empty(self.heads))
+        self.A_log = nn.Parameter(torch.empty(self.heads))
+        self.D = nn.Parameter(torch.empty(self.heads))
+        self.norm_weight = nn.Parameter(torch.empty(p.d_inner)) if p.norm else None
         self.out_proj = nn.Linear(p.d_inner, p.dim, bias=p.bias)
         self.reset_parameters()
 
@@ -49,7 +49,8 @@ class Mamba2(nn.Module):
             self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
             self.A_log.copy_(torch.empty_like(self.A_log).uniform_(1, 16).log())
         nn.init.ones_(self.D)
-        nn.init.ones_(self.norm_weight)
+        if self.norm_weight is not None:
+            nn.init.ones_(self.norm_weight)
 
     def _split(self, zxbcdt: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         return zxbcdt.split((self.d_inner, self.d_inner + 2 * self.groups * self.d_state, self.heads), dim=-1)
@@ -69,6 +70,8 @@ class Mamba2(nn.Module):
     def _output(self, y: Tensor, x: Tensor, z: Tensor) -> Tensor:
         """y, x (.., heads, head_dim), z (.., d_inner) -> out_proj(gated per-group RMSNorm(y + D x))."""
         y = (y + self.D[:, None] * x).flatten(-2)
+        if self.norm_weight is None:  # the gate alone (Falcon-H1's mamba_rms_norm: false)
+            return self.out_proj(y * F.silu(z))
         with torch.autocast(device_type=y.device.type, enabled=False):  # the norm's statistics in float32
             dtype = torch.promote_types(y.dtype, torch.float32)
             gated = (y.to(dtype) * F.silu(z.to(dtype))).unflatten(-1, (self.groups, -1))

@@ -3,14 +3,16 @@
     logits = router(x)                                   dim -> experts (a bias where router_bias)
     top    = the `active` largest logits per token; w = softmax over those only
              (every other expert has weight exactly 0; leaky_routing: madsl.layers.routing)
-    h_e    = act(gate_e x) * up_e x                      act: silu, or gelu (tanh approximation)
+    h_e    = act(gate_e x) * up_e x                      act: silu, gelu (tanh approximation) or relu2
+             (gated: false: h_e = act(up_e x), Nemotron-H's squared-ReLU experts)
     out    = sum_{e in top} w_e * down_e(h_e)            dense_down: down_e(h_1, ..., h_experts)
 
 Experts are stacked weights: w_gate, w_up (experts, dim, expert_width) and w_down
 (experts, expert_width, dim), or (experts, experts * expert_width, dim) with dense_down
 (the MAD reference's MoeMlp: one dense map from all hidden units to experts * dim); no
-biases. A shared expert (shared_width > 0) is a SwiGLU `shared` on every token, its output
-added to the routed sum.
+biases (gated: false, no w_gate). A shared expert (shared_width > 0) is a SwiGLU `shared` on
+every token (gated: false, an MLP up -> act -> down of the same activation), its output added
+to the routed sum.
 
 Two ways to compute the same sum, picked by `dense_dispatch` (set in __init__ from
 the sizes, may be overridden):
@@ -46,7 +48,19 @@ from madsl.layers.swiglu import SwiGLU
 from madsl.primitives.moe import MoE as MoEPrimitive
 from madsl.primitives.swiglu import SwiGLU as SwiGLUPrimitive
 
-_ACTIVATIONS = {"silu": F.silu, "gelu": lambda x: F.gelu(x, approximate="tanh")}
+_ACTIVATIONS = {"silu": F.silu, "gelu": lambda x: F.gelu(x, approximate="tanh"), "relu2": lambda x: F.relu(x).square()}
+
+
+class _PlainMlp(nn.Module):
+    """The shared expert of a MoE whose experts are not gated: down(act(up x)), no biases."""
+
+    def __init__(self, dim: int, width: int, activation):
+        super().__init__()
+        self.up, self.down = nn.Linear(dim, width, bias=False), nn.Linear(width, dim, bias=False)
+        self.activation = activation
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(self.activation(self.up(x)))
 
 
 class MoE(nn.Module):
@@ -64,7 +78,7 @@ class MoE(nn.Module):
         self.leaky_routing = p.leaky_routing
         self.dense_down = p.dense_down
         self.router = nn.Linear(dim, experts, bias=p.router_bias)
-        self.w_gate = nn.Parameter(torch.empty(experts, dim, expert_width))
+        self.w_gate = nn.Parameter(torch.empty(experts, dim, expert_width)) if p.gated else None
         self.w_up = nn.Parameter(torch.empty(experts, dim, expert_width))
         self.w_down = nn.Parameter(torch.empty(experts, p.down_inputs, dim))
         # Dense while the extra FLOPs of running every expert are cheap next to the
@@ -75,12 +89,15 @@ class MoE(nn.Module):
         self.aux_loss: Tensor | None = None
         self.reset_parameters()
         # built after the routed experts' init, so that a MoE without one draws the same weights
-        self.shared = (SwiGLU(SwiGLUPrimitive(dim=dim, inner=p.shared_width, multiple_of=1, bias=False))
-                       if p.shared_width else None)  # (multiple_of is read only where inner is null)
+        self.shared = (None if not p.shared_width else _PlainMlp(dim, p.shared_width, self.activation) if not p.gated
+                       else SwiGLU(SwiGLUPrimitive(dim=dim, inner=p.shared_width, multiple_of=1, bias=False)))
+        # (SwiGLU's multiple_of is read only where inner is null)
 
     def reset_parameters(self) -> None:
         self.router.reset_parameters()
         for weight, fan_in in ((self.w_gate, self.dim), (self.w_up, self.dim), (self.w_down, self.w_down.shape[1])):
+            if weight is None:  # not gated
+                continue
             bound = 1.0 / math.sqrt(fan_in)
             nn.init.uniform_(weight, -bound, bound)
 
@@ -119,15 +136,22 @@ class MoE(nn.Module):
         n_tokens = tokens.shape[0]
         width = self.experts * self.expert_width
         # (experts, dim, width) -> (dim, experts * width): all experts side by side.
-        gate_up = torch.cat((self.w_gate, self.w_up), dim=0).permute(1, 0, 2).reshape(self.dim, 2 * width)
-        gate, up = (tokens @ gate_up).split(width, dim=-1)
-        hidden = self.activation(gate) * up  # (T, width)
+        inputs = (self.w_up,) if self.w_gate is None else (self.w_gate, self.w_up)
+        gate_up = torch.cat(inputs, dim=0).permute(1, 0, 2).reshape(self.dim, len(inputs) * width)
+        hidden = self._hidden(*(tokens @ gate_up).split(width, dim=-1))  # (T, width)
         if self.dense_down:  # each expert's down projection reads all hidden units
             down = self.w_down.permute(1, 0, 2).reshape(width, self.experts * self.dim)
             outputs = (hidden @ down).view(n_tokens, self.experts, self.dim)
             return (outputs * weights.unsqueeze(-1).to(outputs.dtype)).sum(1)
         hidden = (hidden.view(n_tokens, self.experts, self.expert_width) * weights.unsqueeze(-1)).view(n_tokens, width)
         return hidden @ self.w_down.reshape(width, self.dim)
+
+    def _hidden(self, *projected: Tensor) -> Tensor:
+        """An expert's hidden units from its gate and up projections (GLU), or its up projection alone."""
+        if len(projected) == 1:
+            return self.activation(projected[0])
+        gate, up = projected
+        return self.activation(gate) * up
 
     def _gather(self, tokens: Tensor, top_experts: Tensor, top_weights: Tensor) -> Tensor:
         flat_experts = top_experts.flatten()  # routing slots, token-major
@@ -142,7 +166,7 @@ class MoE(nn.Module):
             if count == 0:
                 continue
             chunk = sorted_inputs[start:start + count]
-            hidden = self.activation(chunk @ self.w_gate[expert]) * (chunk @ self.w_up[expert])
+            hidden = self._hidden(*((chunk @ w[expert]) for w in (self.w_gate, self.w_up) if w is not None))
             outputs.append(hidden @ self.w_down[expert])
             start += count
         expert_out = torch.cat(outputs) * sorted_weights

@@ -14,6 +14,14 @@ head h // (heads / kv_heads), as Hugging Face's repeat_kv and SDPA's enable_gqa)
 Sliding window (`window`, null = full attention): each token attends to itself and the
 window - 1 tokens before it (flash-attn's window_size=(window - 1, 0); Mistral, Gemma).
 
+Partial rotary (`rotary_fraction` f < 1; Bamba 0.5, GPT-NeoX, Qwen3-Next): rotary rotates the
+first f * head_dim channels of each head and leaves the rest as they are (Hugging Face's
+partial_rotary_factor); the frequencies are those of a head of f * head_dim channels.
+
+Query-key norm (`qk_norm`; LFM2, Qwen3): an RMSNorm over each head's head_dim on q and on k
+after the projection, before rotary (weights head_dim each, shared by the heads): 2 * head_dim
+parameters; their FLOPs (elementwise) are not counted.
+
 State: no fixed state; the KV cache holds keys and values of every past token,
 2 * kv_heads * head_dim numbers per token (MAD paper §2.2: a dynamic state); with a
 window, of the last min(L, window) tokens only: 2 * kv_heads * head_dim * min(L, window).
@@ -40,12 +48,14 @@ class Attention(Heads, Primitive):
     kv_heads: int | None  # key/value heads (grouped-query attention); None: heads (multi-head attention)
     scale: float | None  # softmax scale of q.k; None: 1 / sqrt(head_dim). GPT-Neo: 1.0 (no scaling)
     out_bias: bool  # a bias on the output projection even where `bias` is false (GPT-Neo's out_proj)
+    qk_norm: bool  # an RMSNorm over head_dim on q and on k (LFM2's q_layernorm / k_layernorm)
+    rotary_fraction: float  # the part of each head rotary rotates (Hugging Face's partial_rotary_factor)
 
     name = "attention"
     role = "sequence"
     module = "madsl.layers.attention:Attention"
     # added later: specs that leave them at their defaults keep their run identities
-    identity_omits = ("window", "kv_heads", "scale", "out_bias")
+    identity_omits = ("window", "kv_heads", "scale", "out_bias", "qk_norm", "rotary_fraction")
 
     def validate(self) -> None:
         positive(self, "heads", "head_dim", "window", "kv_heads")
@@ -56,11 +66,20 @@ class Attention(Heads, Primitive):
             raise ConfigError("rotary_base", "attention: rotary_base must be positive")
         if self.head_dim is None:
             divides(self, "heads", self.heads, self.dim, "dim")
-        if self.rotary and self.inner_head_dim % 2:
-            raise ConfigError("head_dim", f"attention: rotary embeddings need an even head_dim, "
-                                          f"got {self.inner_head_dim}", "set rotary=false or an even head_dim")
+        if not 0 < self.rotary_fraction <= 1:
+            raise ConfigError("rotary_fraction", f"attention: rotary_fraction must be in (0, 1], got "
+                                                 f"{self.rotary_fraction}", "1.0: rotary on the whole head")
+        if self.rotary and (self.rotary_dim % 2 or self.rotary_dim == 0):
+            raise ConfigError("head_dim", f"attention: rotary embeddings need an even number of rotated channels, "
+                                          f"got {self.rotary_dim} (rotary_fraction {self.rotary_fraction} of head_dim "
+                                          f"{self.inner_head_dim})", "set rotary=false or an even head_dim")
         if self.kv_heads is not None:
             divides(self, "kv_heads", self.kv_heads, self.heads, "heads")
+
+    @property
+    def rotary_dim(self) -> int:
+        """The channels of each head that rotary rotates: int(rotary_fraction * head_dim)."""
+        return int(self.rotary_fraction * self.inner_head_dim)
 
     @property
     def groups(self) -> int:
@@ -80,7 +99,7 @@ class Attention(Heads, Primitive):
         projected = self.inner + 2 * self.kv_inner  # q, k, v
         qkv = self.dim * projected + (projected if self.bias else 0)
         out = self.inner * self.dim + (self.dim if self.has_out_bias else 0)
-        return qkv + out
+        return qkv + out + (2 * self.inner_head_dim if self.qk_norm else 0)
 
     @property
     def has_out_bias(self) -> bool:

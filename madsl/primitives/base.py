@@ -85,10 +85,19 @@ class Cost:
     """What one layer instance costs. All counts are per sequence (batch of one)."""
 
     params: int
+    active_params: int  # the parameters one token's output reads (a routed layer's: its chosen experts')
     fixed_state: int  # recurrent state carried between tokens, independent of length
     conv_state: int  # short-convolution buffers (reported apart from fixed_state, as the paper does)
     kv_cache: int  # dynamic state at the given sequence length (attention's KV cache)
     flops: int  # forward FLOPs for one sequence of the given length
+
+
+@functools.lru_cache(maxsize=None)
+def _fields_of(cls: type) -> dict[str, Any]:
+    """A primitive class's hyperparameters and their types: `typing.get_type_hints` resolves every
+    annotation on each call, and a plan of thousands of runs asks for them per layer."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.name != "dim"}
 
 
 @dataclass(frozen=True)
@@ -110,9 +119,8 @@ class Primitive:
     # --- construction and validation -------------------------------------------------
     @classmethod
     def fields(cls) -> dict[str, Any]:
-        """Hyperparameter name -> annotated type (without `dim`)."""
-        hints = typing.get_type_hints(cls)
-        return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.name != "dim"}
+        """Hyperparameter name -> annotated type (without `dim`); a copy, the class's own is cached."""
+        return dict(_fields_of(cls))
 
     @classmethod
     def create(cls, dim: int, config: dict[str, Any]) -> "Primitive":
@@ -180,6 +188,14 @@ class Primitive:
     def params(self) -> int:
         raise NotImplementedError
 
+    def active_params(self) -> int:
+        """The parameters one token's output reads: `params()`, except where a router picks a
+        few experts per token (MoE, Hyena experts), which override it to count the router, what
+        every token reads (shared experts, projections) and the chosen experts alone: the
+        "A3B" of a "30B-A3B" model. tests/test_contract.py measures it from the module's
+        gradients: what one token's output reads lies between that count and `params()`."""
+        return self.params()
+
     def fixed_state(self) -> int:
         return 0
 
@@ -204,8 +220,8 @@ class Primitive:
 
     def cost(self, seq_len: int) -> Cost:
         self._resolved()
-        return Cost(self.params(), self.fixed_state(), self.conv_state(),
-                    self.kv_cache(seq_len), self.flops(seq_len))
+        return Cost(params=self.params(), active_params=self.active_params(), fixed_state=self.fixed_state(),
+                    conv_state=self.conv_state(), kv_cache=self.kv_cache(seq_len), flops=self.flops(seq_len))
 
     # --- torch side -----------------------------------------------------------------
     def build(self):  # -> torch.nn.Module

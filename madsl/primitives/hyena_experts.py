@@ -28,6 +28,10 @@ relabelling of the channels; the accounting is the same for both.
 State: all experts' filter states, since which experts are active depends on
 the input: experts * expert_width * filter_states = 2048 at width 128 (modal
 filter; any filter family of filters.py works, over dim channels as in Hyena).
+Active parameters (what one token's output reads): the router, `out_proj`, the long filter's
+shared part (the implicit filters' MLP trunk) and, of `in_proj`, `short_conv` and the long
+filter, the channels of the experts the token weights (`active` of them; all under leaky
+routing): an unweighted expert's channels reach the output only through its weight, 0.
 FLOPs: App. C.4.8 (router L D A, projections 6LD^2, convs 18LD, featurization
 S L D_moh G, convolution and gates 10 L log2(L) D_moh G + 4 L D_moh G, out 2 L D_moh D).
 """
@@ -82,6 +86,13 @@ class HyenaExperts(LongFilterPrimitive):
         short_conv = P * self.short_filter + (P if self.bias else 0)
         out_proj = W * D + (D if self.bias else 0)
         return router + in_proj + short_conv + self._filter().params + out_proj
+
+    def active_params(self) -> int:
+        unread = (self.experts - self.weighted_experts) * self.expert_width  # channels of unweighted experts
+        per_channel_proj = 3 * (self.dim + self.short_filter + (2 if self.bias else 0))  # in_proj and short_conv
+        filter_unread = self._filter().params - filter_cost(self.filter, self.dim - unread,
+                                                            **filter_config(self)).params
+        return self.params() - unread * per_channel_proj - filter_unread
 
     def fixed_state(self) -> int:
         return self._filter().fixed_state

@@ -13,6 +13,8 @@ Its rooms, one concern each (data flows down the list; nothing imports the comma
                 precision, checkpoints, task heads
     batched/    runs trained together: grid groups, stacked members and their epoch, the
                 replayed and compiled step
+    pretrain/   one pretraining run on text (madsl scale): its recipe and FLOP budget, its loop,
+                its job for the executors
     execute/    where runs execute: jobs, local executors, the coordinator, Ray, devices
     store/      the results database and its folder; kept models
     reports/    scores, the leaderboard, tables for analysis, figures

@@ -77,7 +77,8 @@ def evaluate(spec_paths: Sequence[Any], config: EvalConfig | None = None, *, rep
         check_fits(work)
     if run.dry_run or (reporter is not None and reporter.shows_plan):
         cost = plan_cost(run.db, plan, at_once=run.workers if where.ray is None else None,
-                         executor_name="ray" if where.ray is not None else "local", work=work)
+                         executor_name="ray" if where.ray is not None else "local", work=work,
+                         threads=_run_threads(run, where), measure_rate=run.measure_rate, reporter=reporter)
         if run.dry_run:
             return {"db": str(run.db), "plan": cost, "notes": fit_notes}
         reporter.plan(cost, fit_notes)
@@ -144,10 +145,15 @@ def _execute(db: Any, plan: EvaluationPlan, work: list, runner: Executor, report
 
 
 def plan_cost(db: str | os.PathLike, plan: "EvaluationPlan", at_once: int | None, executor_name: str,
-              work: Sequence[Any] = ()) -> dict:
+              work: Sequence[Any] = (), *, threads: int | None = None, measure_rate: bool = False,
+              reporter: Reporter | None = None) -> dict:
     """The plan's cost (madsl.runner.plan.cost): what is done is read from `db` when it exists;
-    `work`: the units the executor runs (a stacked grid group is costed as one)."""
+    `work`: the units the executor runs (a stacked grid group is costed as one); `threads`: the
+    torch threads a run trains on, on the CPU (None: this process's). Its time comes from this
+    machine's measured training rate (madsl.runner.plan.rate), cached, measured again with
+    `measure_rate`; `reporter.planning` hears of what takes a while (the rate's measurement)."""
     from madsl.runner.plan.cost import estimate, summarize_cost
+    from madsl.runner.plan.rate import RateBook
 
     done: set[str] = set()
     if Path(db).exists():
@@ -157,8 +163,17 @@ def plan_cost(db: str | os.PathLike, plan: "EvaluationPlan", at_once: int | None
                     and row["status"] in ("done", "skipped")}
         finally:
             store.close()
-    costs = estimate(plan.jobs, done, StoreFiles(db).files_dir, work=work)
-    return summarize_cost(len(plan.jobs), len(done), costs, at_once, executor_name)
+    progress = getattr(reporter, "planning", None)  # (a reporter of its own may lack it)
+    rates = RateBook.default(remeasure=measure_rate, progress=progress)
+    costs = estimate(plan.jobs, done, rates, work=work, threads=threads, progress=progress)
+    return summarize_cost(len(plan.jobs), len(done), costs, at_once, executor_name, rates.describe())
+
+
+def _run_threads(run: Any, where: _Placement) -> int | None:
+    """The torch threads each run trains on, as the executor sets them (None: this process's)."""
+    if where.ray is not None:
+        return max(1, int(where.ray.cpus_per_run))
+    return None if run.workers <= 1 else max(1, (os.cpu_count() or 1) // run.workers)
 
 
 def summarize(db: str | os.PathLike, plan: EvaluationPlan, outcome: Outcome) -> dict:

@@ -22,9 +22,12 @@ HEARTBEAT_EVERY_S = 30.0
 
 class Reporter:
     """What an evaluation tells the user; the default says nothing. `plan` comes first, before
-    any run, where the reporter asks for it (`shows_plan`: the estimate times a few steps)."""
+    any run, where the reporter asks for it (`shows_plan`); `planning` reports on the plan's
+    slower parts meanwhile (what, done, total: e.g. measuring this machine's training rate)."""
 
     shows_plan = False
+
+    def planning(self, what: str, done: int, total: int) -> None: ...
 
     def plan(self, cost: Mapping[str, Any], notes: Sequence[str]) -> None: ...
 

@@ -142,7 +142,9 @@ def execute_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callabl
     from madsl.runner.train.device import resolve_device
     from madsl.runner.train.loop import RunInterrupted, train_run
 
-    if is_group(job):  # a GroupJob trains its members itself (madsl.runner.batched.grid imports this module)
+    if is_group(job) or callable(getattr(job, "execute", None)):
+        # a GroupJob trains its members itself (madsl.runner.batched.grid imports this module), a
+        # PretrainJob its text run (madsl.runner.pretrain.job)
         return job.execute(emit, should_stop)
     try:
         device = resolve_device(job.device)

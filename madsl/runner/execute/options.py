@@ -66,8 +66,10 @@ OPTIONS: tuple[Option, ...] = (
            "(default 60: a crash loses at most a minute of training; 0: after every epoch)", "--checkpoint-every",
            {"metavar": "SECONDS"}, text=non_negative_text),
     Option("dry_run", False, "print the plan and exit: runs (in all, done, pending), training tokens, FLOPs, "
-           "estimated time (a few timed steps of each distinct model, cached beside --db); with --format json",
+           "estimated time (the FLOPs at this machine's measured training rate); with --format json",
            "--dry-run", {"action": "store_true"}),
+    Option("measure_rate", False, "measure this machine's training rate again for the plan's time estimate (it is "
+           "measured once per device and thread count, and cached)", "--measure-rate", {"action": "store_true"}),
 )
 BY_NAME: Mapping[str, Option] = {option.name: option for option in OPTIONS}
 

@@ -4,42 +4,35 @@
     tokens      per pending run: epochs x training examples x sequence length
     FLOPs       forward FLOPs of one sequence from the accounting (`madsl.graph.account`),
                 x 3 for forward + backward, x sequences trained
-    seconds     a few timed training steps of each distinct model (spec x batch size x
-                device) on this machine at the first sequence length it is planned at,
-                scaled linearly to the run's length (a lower bound for attention at longer
-                lengths), x the run's steps, + its evaluations (a forward pass costs about
-                a third of a training step); cached per database in
-                `<db>.files/step-times.json`, so a second plan measures nothing (a cache
-                that is not what madsl writes, a number out of range or a symbolic link
-                among it, is discarded with a RuntimeWarning and measured again); the runs
-                of a stacked grid group (the default on CUDA: `madsl.runner.batched.grid`) are
-                costed as what trains, the group: a few timed steps of its members stacked
-                (graph-replayed where the group replays), shared out among its runs
+    seconds     from the same accounting, layer by layer: each layer's training FLOPs at its
+                family's measured rate on the device the run trains on (`madsl.runner.plan.rate`:
+                measured once per device, cached, measured again on request; the machine's load
+                when planning does not enter it), + the rest of a model (per layer and token),
+                over the threads' speedup; x the run's steps, + its evaluations (a forward pass costs
+                about a third of a training step). The runs of a stacked grid group (the default
+                on CUDA: `madsl.runner.batched.grid`) are costed as what trains, the group: its
+                members' FLOPs in one step, each layer's per-step overhead once, shared out among
+                its pending runs
 
 The estimate is an upper bound where runs stop early (a protocol's early stop once a
 run is solved). Wall time divides the run-seconds over the runs that execute at once.
 """
 from __future__ import annotations
 
-import contextlib
-import json
 import math
-import os
-import re
-import stat
-import time
-import warnings
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from madsl.errors import MadslError
-from madsl.runner.store.files import os_error_words
-from madsl.runner.store.results import canonical_json, sha256
 
-MEASURED_STEPS = 5  # timed steps of a measurement; the fastest counts (other work on the machine only adds)
+if TYPE_CHECKING:
+    from madsl.runner.plan.rate import RateBook
+
 EVAL_BATCH = 128
 FORWARD_SHARE = 1 / 3  # a forward pass against a training step (forward + backward ~ 3 forwards)
+PROGRESS_EVERY = 500  # runs accounted between two progress reports
+
+Progress = Callable[[str, int, int], None]  # (what, done, total)
 
 
 @dataclass
@@ -49,11 +42,42 @@ class RunCost:
     task: str
     tokens: int
     flops: float | None  # None: the model has no spec to account (a stand-in model)
-    seconds: float | None  # None: not measured
+    seconds: float | None  # None: not estimated (no spec, no rate for a layer family, a device not here)
     seq_len: int = 0
     params: int | None = None  # the accounted parameters of the model built for this run's shape
     # layer hyperparameters that follow the sequence length (`seq_len` values): "SYMBOL.field" -> value
     sized: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A model at one (spec, sequence length, vocabulary), as the accounting has it."""
+
+    flops: float  # forward FLOPs of one sequence
+    params: int
+    sized: dict[str, int]  # the layer fields that follow the sequence length
+    layers: tuple[tuple[str, float], ...]  # (family, forward FLOPs of one sequence) of each layer
+
+
+class Shapes:
+    """The accounting of each distinct (spec, length, vocabulary): a paper sweep has hundreds of
+    runs and a few shapes per spec; the length-sized fields, once per (spec, length)."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[tuple[int, int, int], Shape] = {}
+        self.sized: dict[tuple[int, int], dict[str, int]] = {}
+
+    def of(self, spec: Any, seq_len: int, vocab: int) -> Shape:
+        key = (id(spec), seq_len, vocab)
+        if key not in self.shapes:
+            from madsl.graph import account
+
+            here = account(spec, seq_len=seq_len, vocab=vocab)
+            if (id(spec), seq_len) not in self.sized:
+                self.sized[(id(spec), seq_len)] = length_sized(spec, here, seq_len, vocab)
+            self.shapes[key] = Shape(here.totals["flops"], here.totals["params"], self.sized[(id(spec), seq_len)],
+                                     tuple((row.primitive, float(row.flops)) for row in here.layers))
+        return self.shapes[key]
 
 
 def length_sized(spec: Any, here: Any, seq_len: int, vocab: int) -> dict[str, int]:
@@ -61,6 +85,9 @@ def length_sized(spec: Any, here: Any, seq_len: int, vocab: int) -> dict[str, in
     `here`, the accounting at (seq_len, vocab)): a value that moves with the length."""
     from madsl.graph import account
 
+    written = any(value == seq_len for row in here.layers for value in row.config.values())
+    if not written:  # no field holds the length: none can follow it (and nothing to account again)
+        return {}
     longer = account(spec, seq_len=seq_len + 1, vocab=vocab)
     return {f"{row.symbol}.{name}": value for row, moved in zip(here.layers, longer.layers)
             for name, value in row.config.items() if value == seq_len and moved.config.get(name) == seq_len + 1}
@@ -68,283 +95,104 @@ def length_sized(spec: Any, here: Any, seq_len: int, vocab: int) -> dict[str, in
 
 def run_shape(job: Any) -> tuple[int, int, int, int, int]:
     """(seq_len, vocab, train examples, test examples, batch size) of a job; the batch is at most
-    the training examples (a larger one trains on all of them at once, and is timed so)."""
+    the training examples (a larger one trains on all of them at once, and is costed so)."""
     settings = dict(job.setting)
     train_examples = int(settings.get("num_train_examples", 0))
     return (int(settings.get("seq_len", 1)), int(job.task.vocab_size(settings)), train_examples,
             int(settings.get("num_test_examples", 0)), min(int(job.train.batch_size), max(train_examples, 1)))
 
 
-def estimate(jobs: Sequence[Any], done: set[str], files_dir: Path | None, measure: bool = True,
-             work: Sequence[Any] = ()) -> list[RunCost]:
-    """The cost of every pending job (done ones cost nothing); `work`: the units the executor
-    runs (RunJobs and GroupJobs), so that a stacked group's runs share its measured steps."""
+def estimate(jobs: Sequence[Any], done: set[str], rates: "RateBook | None" = None, work: Sequence[Any] = (),
+             threads: int | None = None, progress: Progress | None = None) -> list[RunCost]:
+    """The cost of every pending job (done ones cost nothing). `rates`: a
+    madsl.runner.plan.rate.RateBook to time them with (None: tokens and FLOPs only); `work`: the
+    units the executor runs (RunJobs and GroupJobs), so that a stacked group's runs share its
+    steps; `threads`: the torch threads a run trains on, on the CPU (None: this process's)."""
+    shapes = Shapes()
+    pending = [job for job in jobs if job.run_id not in done]
+    costs, layers, sizes = [], [], [run_shape(job) for job in pending]
+    for index, (job, (seq_len, vocab, n_train, _, _)) in enumerate(zip(pending, sizes)):
+        if progress is not None and index % PROGRESS_EVERY == 0 and index:
+            progress("accounting the runs", index, len(pending))
+        spec = getattr(job.model_factory, "spec", None)
+        shape = shapes.of(spec, seq_len, vocab) if spec is not None else None
+        layers.append(shape.layers if shape is not None else None)
+        costs.append(RunCost(job.run_id, getattr(spec, "name", job.label.split(" · ")[0]), job.task.name,
+                             job.train.epochs * n_train * seq_len,
+                             None if shape is None else 3.0 * shape.flops * n_train * job.train.epochs, None,
+                             seq_len, None if shape is None else shape.params, {} if shape is None else shape.sized))
+    if rates is not None:
+        _time(pending, costs, layers, sizes, done, rates, work, threads)
+    return costs
+
+
+def _time(pending: Sequence[Any], costs: list[RunCost], layers: list, sizes: list, done: set[str], rates: "RateBook",
+          work: Sequence[Any], threads: int | None) -> None:
+    """Each pending run's seconds, at the rates of the device it trains on (`layers`: each run's
+    Shape.layers, None without a spec; `sizes`: each run's run_shape)."""
     from madsl.runner.batched.grid import stacks_settings
 
-    timings = StepTimes(files_dir / "step-times.json" if files_dir is not None else None)
     # the groups that train stacked (the others, e.g. Adam's, train in lockstep: run by run)
     stacked = [unit for unit in work if getattr(unit, "stack", False) and stacks_settings(unit.members[0])]
     stacked_in = {member.run_id: unit for unit in stacked for member in unit.members}
-    pending_members = {id(unit): sum(m.run_id not in done for m in unit.members) for unit in stacked}
-    forward_flops: dict[tuple[int, int, int], float] = {}  # (spec, seq_len, vocab) -> FLOPs of one sequence
-    shapes: dict[tuple[int, int, int], tuple[int, dict[str, int]]] = {}  # -> (params, length-sized fields)
-    costs = []
-    for job in jobs:
-        if job.run_id in done:
+    members = {id(unit): sum(m.run_id not in done for m in unit.members) for unit in stacked}
+    device_rates = _device_rates(pending, layers, rates, threads)
+    for job, cost, model, (length, _, n_train, n_test, batch) in zip(pending, costs, layers, sizes):
+        book = device_rates.get(job.device)
+        if model is None or book is None:
             continue
-        seq_len, vocab, n_train, n_test, batch = run_shape(job)
-        tokens = job.train.epochs * n_train * seq_len
-        spec = getattr(job.model_factory, "spec", None)
-        flops, params, sized = None, None, {}
-        if spec is not None:
-            from madsl.graph import account
+        group = stacked_in.get(job.run_id)
+        together = members[id(group)] if group is not None else 1
+        eval_rows = min(max(job.train.batch_size, EVAL_BATCH), max(n_test, 1))  # an evaluation batch's
+        train_step = book.step_seconds(model, batch, length, together)
+        eval_step = book.step_seconds(model, eval_rows, length, together)
+        if train_step is None or eval_step is None:  # a family without a rate here
+            continue
+        steps = math.ceil(n_train / batch) * train_step
+        evaluations = FORWARD_SHARE * math.ceil(n_test / eval_rows) * eval_step if n_test else 0.0
+        cost.seconds = (steps + evaluations) * job.train.epochs / together
 
-            key = (id(spec), seq_len, vocab)
-            if key not in forward_flops:  # a paper sweep has hundreds of runs and a few shapes per spec
-                here = account(spec, seq_len=seq_len, vocab=vocab)
-                forward_flops[key] = here.totals["flops"]
-                shapes[key] = here.totals["params"], length_sized(spec, here, seq_len, vocab)
-            flops = 3.0 * forward_flops[key] * n_train * job.train.epochs
-            params, sized = shapes[key]
-        seconds = None
-        if measure:
-            group = stacked_in.get(job.run_id)
-            try:
-                if group is not None:  # the group's stacked step, this run's share of it
-                    step = timings.seconds_per_group_step(group, [m for m in group.members if m.run_id not in done],
-                                                          seq_len, batch) / pending_members[id(group)]
-                else:
-                    step = timings.seconds_per_step(job, seq_len, vocab, batch)
-            except (MemoryError, RuntimeError) as err:
-                from madsl.runner.train.device import is_out_of_memory
 
-                if not is_out_of_memory(err):
-                    raise
-                _release_device_memory()
-                raise MadslError(f"{job.label or job.run_id} does not fit: a training step at length {seq_len}, "
-                                 f"batch {batch}, ran out of memory while the plan timed it ({_first_line(err)})",
-                                 hint="lower the settings that size it (--set seq_len=..., vocab_size=...; "
-                                      "--batch-size), or train where there is more memory") from None
-            eval_rows = min(max(job.train.batch_size, EVAL_BATCH), max(n_test, 1))  # an evaluation batch's
-            steps = math.ceil(n_train / batch) + FORWARD_SHARE * math.ceil(n_test / eval_rows) * eval_rows / batch
-            seconds = step * steps * job.train.epochs
-        costs.append(RunCost(job.run_id, getattr(spec, "name", job.label.split(" · ")[0]), job.task.name, tokens,
-                             flops, seconds, seq_len, params, sized))
-    timings.save()
-    return costs
+def _device_rates(pending: Sequence[Any], layers: list, rates: "RateBook", threads: int | None) -> dict[str, Any]:
+    """job.device -> the rates of the device it names, with every family its runs use (measured
+    now where the cache has none); a device this machine does not have is left out."""
+    import torch
+
+    from madsl.runner.train.device import resolve_device
+
+    families: dict[str, set[str]] = {}
+    for job, model in zip(pending, layers):
+        if model is not None:
+            families.setdefault(job.device, set()).update(family for family, _ in model)
+    out = {}
+    for name, needed in families.items():
+        try:
+            device = resolve_device(name)
+        except RuntimeError as err:  # e.g. cuda, planned on a machine without a GPU (a Ray head)
+            rates.unavailable[name] = str(err)
+            continue
+        try:
+            out[name] = rates.rates(device, threads or torch.get_num_threads(), needed)
+        except (MemoryError, RuntimeError) as err:
+            from madsl.runner.train.device import is_out_of_memory
+
+            if not is_out_of_memory(err):
+                raise
+            raise MadslError(f"{device}: ran out of memory while the plan measured this device's training rate "
+                             f"({_first_line(err)})", hint="free the device (other processes may hold its memory) "
+                                                           "and plan again") from None
+    rates.save()
+    return out
 
 
 def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
 
 
-# What a step-time cache may hold: the results folder can be written by others, so every value
-# is checked on read, and a cache that is anything else is discarded (and measured again).
-STEP_TIMES_MAX_BYTES = 16 * 1024 * 1024  # ~100k entries; madsl writes ~90 bytes per measured model
-STEP_TIMES_MAX_SEQ_LEN = 2**31  # a sequence length measured at
-STEP_TIMES_MAX_SECONDS = 86400.0  # a training step of a day is no measurement
-_STEP_KEY = re.compile(r"[0-9a-f]{64}")  # a sha256, as StepTimes.key makes them
-
-
-def read_step_times(path: Path) -> dict[str, list]:
-    """The cache at `path` (key -> [sequence length, seconds per step]); ValueError saying what is
-    wrong with it: not a regular file (a symbolic link is not followed), too large, not JSON, or
-    an entry that is not [a length in 1..2^31, seconds finite and in (0, a day]]."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as err:
-        raise ValueError("it is a symbolic link, which madsl does not follow" if path.is_symlink()
-                         else f"it cannot be read: {os_error_words(err)}") from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a folder, a FIFO, a device
-            raise ValueError("it is not a regular file")
-        text = f.read(STEP_TIMES_MAX_BYTES + 1)
-    if len(text) > STEP_TIMES_MAX_BYTES:
-        raise ValueError(f"it is larger than {STEP_TIMES_MAX_BYTES // 2**20} MiB")
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as err:  # RecursionError: nesting deeper than the parser goes
-        raise ValueError(f"it is not JSON ({type(err).__name__})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"it holds a {type(data).__name__}, not an object")
-    table = {}
-    for key, value in data.items():
-        if not _STEP_KEY.fullmatch(key):
-            raise ValueError(f"key {key[:70]!r} is not a step-time key")
-        if not (isinstance(value, list) and len(value) == 2):
-            raise ValueError(f"{key[:12]}: expected [sequence length, seconds per step]")
-        length, seconds = value
-        if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= STEP_TIMES_MAX_SEQ_LEN:
-            raise ValueError(f"{key[:12]}: sequence length {_short(length)} is not an integer in 1..2^31")
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
-                or not 0 < seconds <= STEP_TIMES_MAX_SECONDS:
-            raise ValueError(f"{key[:12]}: {_short(seconds)} seconds per step is not a finite number in "
-                             f"(0, {STEP_TIMES_MAX_SECONDS:g}]")
-        table[key] = [length, float(seconds)]
-    return table
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a number of a step-time cache")
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-class StepTimes:
-    """Seconds per training step of each distinct model and shape, measured once and cached."""
-
-    def __init__(self, path: Path | None):
-        self.path, self.changed = path, False
-        self.table: dict[str, list] = {}  # key -> [sequence length measured at, seconds per step]
-        if path is not None and (path.exists() or path.is_symlink()):
-            try:
-                self.table = read_step_times(path)
-            except ValueError as err:  # measured again, and rewritten by save() (a link: left alone)
-                warnings.warn(f"{path}: not a usable step-time cache ({err}); it is discarded and the steps "
-                              "are measured again", RuntimeWarning, stacklevel=3)
-                self.changed = True
-
-    def key(self, job: Any, batch: int) -> str:
-        import torch
-
-        model = canonical_json(job.model_factory.spec.identity()) if hasattr(job.model_factory, "spec") \
-            else repr(job.model_factory)
-        return sha256(canonical_json([model, batch, job.device, torch.get_num_threads()]))
-
-    def seconds_per_step(self, job: Any, seq_len: int, vocab: int, batch: int) -> float:
-        key = self.key(job, batch)
-        if key not in self.table:
-            self.table[key] = [seq_len, _measured(measure_step(job, seq_len, vocab, batch))]
-            self.changed = True
-            _release_device_memory()
-        measured_at, seconds = self.table[key]
-        return seconds * seq_len / measured_at
-
-    def seconds_per_group_step(self, group: Any, members: Sequence[Any], seq_len: int, batch: int) -> float:
-        """Seconds of a stacked step of `members` (a group's pending runs), measured once per model,
-        member count, precision and graphs, at the first sequence length planned, scaled linearly."""
-        import torch
-
-        first = members[0]
-        model = canonical_json(first.model_factory.spec.identity()) if hasattr(first.model_factory, "spec") \
-            else repr(first.model_factory)
-        key = sha256(canonical_json(["stacked", model, batch, len(members), first.train.precision, group.graphs,
-                                     group.device, torch.get_num_threads()]))
-        if key not in self.table:
-            self.table[key] = [seq_len, _measured(measure_group_step(group, members, batch))]
-            self.changed = True
-            _release_device_memory()
-        measured_at, seconds = self.table[key]
-        return seconds * seq_len / measured_at
-
-    def save(self) -> None:
-        """Keep the measurements for the next plan, where the results folder can be written (a
-        cache: where it cannot, the next plan measures again, and the database says why)."""
-        if not self.changed or self.path is None or self.path.is_symlink():
-            return  # a symbolic link is not madsl's: neither followed nor replaced
-        tmp = None
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            from madsl.outputs import temp_beside
-
-            fd, tmp = temp_beside(self.path, ".tmp")  # a new file (O_EXCL): a planted name is not followed
-            os.close(fd)
-            Path(tmp).write_text(json.dumps(self.table, indent=1, sort_keys=True))
-            os.replace(tmp, self.path)
-        except OSError:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-
-
-def _measured(seconds: float) -> float:
-    """A measured step as the cache keeps it: positive (a clock's resolution can read 0)."""
-    return max(float(seconds), 1e-9)
-
-
-def _release_device_memory() -> None:
-    """A measurement's memory (a stack's graphs among it), cached in the coordinator's process,
-    back to the GPU for the workers."""
-    from madsl.runner.train.device import release_device_memory
-
-    release_device_memory()
-
-
-def measure_step(job: Any, seq_len: int, vocab: int, batch: int) -> float:
-    """Seconds of a training step (forward, backward, AdamW) on random tokens: the fastest of
-    MEASURED_STEPS after a warm-up."""
-    import torch
-    import torch.nn.functional as F
-
-    from madsl.runner.train.device import resolve_device
-    from madsl.runner.train.optim import build_optimizer
-
-    device = resolve_device(job.device if job.device in ("auto", "cpu", "cuda") else "auto")
-    model = job.model_factory(vocab_size=vocab, max_seq_len=seq_len, num_classes=None, seed=0).to(device)
-    optimizer = build_optimizer(model, 1e-3, 0.0, device)
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randint(0, vocab, (batch, seq_len), generator=generator).to(device)
-    times = []
-    for _ in range(MEASURED_STEPS + 1):
-        started = time.perf_counter()
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x.reshape(-1))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - started)
-    return min(times[1:])
-
-
-def measure_group_step(group: Any, members: Sequence[Any], batch: int) -> float:
-    """Seconds of a training step of `members` stacked as their group trains them
-    (`madsl.runner.batched.stacked`: precision, graphs): the fastest of MEASURED_STEPS after the warm-up
-    (and, with graphs, the capture), on one batch of the task's own data (shapes matter here,
-    not values)."""
-    import torch
-
-    from madsl.runner.execute.jobs import job_inputs
-    from madsl.runner.batched.replay import GRAPH_WARMUP
-    from madsl.runner.batched.stacked import StackedMembers
-    from madsl.runner.train.device import resolve_device
-    from madsl.runner.train.state import RunData, RunState
-
-    def one_batch(task, setting, split, seed, data_dir):
-        return task.generate({**setting, "num_train_examples": batch, "num_test_examples": batch}, split, seed)
-
-    device = resolve_device(group.device if group.device in ("auto", "cpu", "cuda") else "auto")
-    states, data = [], None
-    for job in members:
-        inputs = job_inputs(job, one_batch)
-        states.append(RunState.start(job.train, inputs.build_model, device,
-                                     int(dict(job.setting).get("num_train_examples", batch)), inputs.num_classes))
-        data = data or RunData.from_tasks(inputs.train_data, inputs.test_data, device)
-    stack = StackedMembers(states, graphs=group.graphs)
-    stack.load_metrics()  # the epoch's train-metric sums a step adds into
-    x = data.train_x[:batch].expand(len(states), *data.train_x[:batch].shape)
-    y = data.train_y[:batch].expand(len(states), *data.train_y[:batch].shape)
-    # graphs: the eager runs, the capture (and its replay), one more replay; then only replays are timed
-    warm_up = GRAPH_WARMUP + 2 if group.graphs else 1
-    times = []
-    for index in range(warm_up + MEASURED_STEPS):
-        started = time.perf_counter()
-        stack.step(x, y)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        if index >= warm_up:
-            times.append(time.perf_counter() - started)
-    return min(times)
-
-
 def summarize_cost(total_runs: int, done: int, costs: list[RunCost], at_once: int | None,
-                   executor: str) -> dict:
-    """The plan as JSON: counts, tokens, FLOPs, run-seconds and wall time, per spec and in all."""
+                   executor: str, rates: list[dict] | None = None) -> dict:
+    """The plan as JSON: counts, tokens, FLOPs, run-seconds and wall time, per spec and in all;
+    `rates`: where the time's rates come from (madsl.runner.plan.rate.RateBook.describe)."""
     per_spec: dict[str, dict] = {}
     for cost in costs:
         row = per_spec.setdefault(cost.spec, {"pending": 0, "tokens": 0, "flops": 0.0, "seconds": 0.0,
@@ -363,7 +211,7 @@ def summarize_cost(total_runs: int, done: int, costs: list[RunCost], at_once: in
     return {"runs": total_runs, "done": done, "pending": len(costs), "tokens": sum(c.tokens for c in costs),
             "flops": flops, "run_seconds": run_seconds, "executor": executor, "runs_at_once": at_once,
             "wall_seconds": None if run_seconds is None or not at_once else run_seconds / at_once,
-            "per_spec": per_spec, "per_run": [asdict(c) for c in costs]}
+            "rates": list(rates or []), "per_spec": per_spec, "per_run": [{**vars(c), "sized": dict(c.sized)} for c in costs]}
 
 
 def render_cost(plan: dict) -> str:
@@ -400,4 +248,44 @@ def render_cost(plan: dict) -> str:
     elif plan["run_seconds"] is not None:
         lines.append(f"estimated run time: ~{duration(plan['run_seconds'])} in all, divided over the runs the "
                      f"{plan['executor']} executor holds at once")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + [line for rate in plan.get("rates", []) for line in rate_lines(rate)]) + "\n"
+
+
+def rate_lines(rate: dict) -> list[str]:
+    """Where the estimated time comes from: the device's rate, cached (when, under what load) or
+    measured now; what has no rate."""
+    from madsl.errors import option
+
+    if "unavailable" in rate:
+        return [f"time not estimated for the runs on {rate['device']}: {rate['unavailable']}"]
+    threads = ""
+    if rate["device"].startswith("cpu"):
+        threads = f", {rate['threads']} thread{'s' if rate['threads'] > 1 else ''} a run"
+        if rate.get("threads_speedup") and not rate.get("threads_speedup_assumed"):
+            threads += f" ({rate['threads_speedup']:.2g}x one)"
+    when = _when(rate["measured"])
+    if rate["measured_now"] and set(rate["measured_now"]) >= {*rate["families"], "rest"}:
+        source = f"measured now (load {_load(rate['load'])}), cached in {rate['cache']}" if rate["cache"] \
+            else f"measured now (load {_load(rate['load'])})"
+    else:
+        source = f"cached rates measured {when} under load {_load(rate['load'])}" + \
+            (f" ({', '.join(rate['measured_now'])} measured now)" if rate["measured_now"] else "")
+    lines = [f"time: from the FLOPs at this machine's training rate ({rate['device']}{threads}): {source}; "
+             f"{option('measure_rate')} measures it again"]
+    if rate.get("threads_speedup_assumed"):
+        lines.append("  the threads' speedup is taken as 1 (the cores were busy when it was to be measured): the "
+                     "estimate errs long")
+    lines += [f"  no rate for {family} ({why}): its runs are not timed" for family, why in rate["failed"].items()]
+    return lines
+
+
+def _when(measured: str | None) -> str:
+    from datetime import datetime, timezone
+
+    if measured is None:
+        return "?"
+    return datetime.fromisoformat(measured).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _load(load: float | None) -> str:
+    return "unknown" if load is None else f"{load:.2f}"

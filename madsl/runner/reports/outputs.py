@@ -52,6 +52,9 @@ class StoredRuns:
     length_evals: dict[str, list]
 
 
+PRETRAIN_TASK = "pretrain"  # the task name of a pretraining run in the results store (madsl.runner.pretrain)
+
+
 def load_runs(db: str | os.PathLike, protocol: str | None = None,
               spec_hashes: Sequence[str] | None = None, run_ids: Sequence[str] | None = None) -> StoredRuns:
     """The runs of a database (optionally only some protocols, specs or runs)."""
@@ -59,7 +62,8 @@ def load_runs(db: str | os.PathLike, protocol: str | None = None,
         raise MadslError(f"no results database at {db}", hint="run `madsl eval` first, or pass --db PATH")
     store = Store(db, create=False)
     try:
-        rows = store.runs()
+        # a store shared with `madsl scale` also holds pretraining runs: not MAD runs (madsl.scaling.report)
+        rows = [r for r in store.runs() if r["task"] != PRETRAIN_TASK]
         labels = store.labels()
         length_evals = store.all_length_evals()
     finally:

@@ -21,11 +21,13 @@ BETAS = (0.9, 0.98)  # MAD paper Table B.1
 
 
 def build_optimizer(model: torch.nn.Module, lr: float, wd: float, device: torch.device,
-                    conventions: str = "madsl", optimizer: str = "adamw") -> torch.optim.Optimizer:
+                    conventions: str = "madsl", optimizer: str = "adamw",
+                    betas: tuple[float, float] | None = None) -> torch.optim.Optimizer:
     """AdamW; weight decay on matrices only (no biases, norms, or `_no_weight_decay` tensors), betas
     of Table B.1. mad-lab: decay on every trained parameter, AdamW's default betas.
     optimizer "adam": torch.optim.Adam with its own defaults (betas (0.9, 0.999)) on the same groups,
-    its weight decay coupled (added to the gradient)."""
+    its weight decay coupled (added to the gradient). `betas`: AdamW's, where a recipe sets its own
+    (pretraining: the paper's (0.9, 0.95), madsl.runner.pretrain.recipe)."""
     decay, no_decay = [], []
     for p in model.parameters():
         if not p.requires_grad:
@@ -36,7 +38,7 @@ def build_optimizer(model: torch.nn.Module, lr: float, wd: float, device: torch.
     if optimizer == "adam":
         kind, betas = torch.optim.Adam, (0.9, 0.999)
     else:
-        kind, betas = torch.optim.AdamW, (0.9, 0.999) if conventions == MAD_LAB else BETAS
+        kind, betas = torch.optim.AdamW, betas or ((0.9, 0.999) if conventions == MAD_LAB else BETAS)
     try:  # the fused kernel makes the step ~25x cheaper on the CPU
         return kind(groups, lr=lr, betas=betas, fused=True)
     except (RuntimeError, TypeError, ValueError):

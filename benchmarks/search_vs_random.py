@@ -1,0 +1,176 @@
+"""Does evolution beat random search? The evidence for `madsl search` (issue 29).
+
+For each seed, the search file's algorithm (default: the file's, e.g. NSGA-II) and random search
+run with the same population, generations and offspring, so the same number of candidates
+(population + generations x offspring); both through `madsl.search.loop.run_search`, on one results
+database (an architecture both propose is trained once, its score read by both: the scores are
+deterministic per identity on one device and thread count). Then the best score each found, per
+seed and on average, and the hand-written specs of the space (the MAD paper's specs whose mixers
+the space holds, e.g. (H-Sg)x2, 4Mb, H-MoE:mA-MoE) scored under the same protocol: does the best
+found beat the best hand-written one? Random search is the baseline every search method must beat
+(Li & Talwalkar 2019; Yu et al. 2020).
+
+    python benchmarks/search_vs_random.py                              # specs/search/recall-hybrids.yaml, seeds 0 1 2
+    python benchmarks/search_vs_random.py --seeds 0 1 2 3 4 --workers 2 --db search-evidence.db
+    python benchmarks/search_vs_random.py --algorithm regularized-evolution
+    python benchmarks/search_vs_random.py --tiny                       # a check that it runs: seconds-long runs,
+                                                                       # 3 + 1 x 2 candidates, seed 0
+
+Prints one line per search, a table per seed, the means, and the hand-written specs' scores;
+`--json PATH` also writes all of it. Rerunning the same command resumes where it stopped (every
+search keeps its state beside --db).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from madsl import topology as topo  # noqa: E402
+from madsl.budget import QUANTITIES, check, parse_bound  # noqa: E402
+from madsl.graph import account  # noqa: E402
+from madsl.runner.config import EvalConfig  # noqa: E402
+from madsl.search.config import Objectives  # noqa: E402
+from madsl.search.loop import run_search  # noqa: E402
+from madsl.search.reading import load_search  # noqa: E402
+from madsl.spec import load_spec  # noqa: E402
+
+# --tiny: a protocol of seconds per run, to check the script end to end
+TINY_SETTINGS = {"protocol": "smoke", "tasks": ["in-context-recall"], "epochs": 1,
+                 "set": {"num_train_examples": 32, "num_test_examples": 16}}
+
+
+def arguments() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--search", default=str(REPO / "specs" / "search" / "recall-hybrids.yaml"), help="the search file")
+    p.add_argument("--algorithm", choices=("nsga2", "regularized-evolution"), default=None,
+                   help="the evolutionary algorithm compared with random search (default: the file's)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--db", default="search-vs-random.db", help="results database (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--hand", nargs="*", default=None,
+                   help="hand-written specs to compare with (default: specs/paper/*.mad whose mixers the space holds)")
+    p.add_argument("--tiny", action="store_true", help="seconds-long runs, 3 + 1 x 2 candidates, seed 0: a check")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    return p.parse_args()
+
+
+def variant(search, name: str, seed: int, tiny: bool):
+    algorithm = dataclasses.replace(search.algorithm, name=name, seed=seed,
+                                    **({"population": 3, "generations": 1, "offspring": 2} if tiny else {}))
+    if name != "regularized-evolution":
+        algorithm = dataclasses.replace(algorithm, sample_size=min(algorithm.sample_size, algorithm.population))
+    changed = dataclasses.replace(search, algorithm=algorithm)
+    if tiny:
+        changed = dataclasses.replace(changed, objectives=Objectives(TINY_SETTINGS, search.objectives.minimize))
+    return changed
+
+
+def best(result) -> tuple[float | None, str | None]:
+    scored = [c for c in result.state.candidates.values() if c.get("score") is not None]
+    if not scored:
+        return None, None
+    top = max(scored, key=lambda c: c["score"])
+    return top["score"], top["topology"]
+
+
+def hand_written(search, paths: list[str] | None) -> list[str]:
+    """The paper's specs the space holds (its mixers, within its block range) that meet the search's budget."""
+    if paths is not None:
+        return paths
+    allowed = set(search.space.sequence_mixers) | set(search.space.channel_mixers)
+    budget = {q: parse_bound(v) for q, v in (search.spec_data.get("budget") or {}).items() if q in QUANTITIES}
+    out = []
+    for path in sorted(glob.glob(str(REPO / "specs" / "paper" / "*.mad"))):
+        spec = load_spec(path)
+        blocks = list(topo.blocks(topo.expand(spec.topology)))
+        if set(spec.symbols_used()) <= allowed and search.space.min_blocks <= len(blocks) <= search.space.max_blocks \
+                and not check(account(spec).totals, budget):
+            out.append(path)
+    return out
+
+
+def score_hand_written(search, paths: list[str], db: str, workers: int) -> list[dict]:
+    from madsl.runner.api import evaluate
+
+    if not paths:
+        return []
+    config = EvalConfig(settings=dict(search.objectives.settings)).replace(db=db, workers=workers)
+    summary = evaluate(paths, config)
+    return [{"spec": row["spec"], "score": row["score"]} for row in summary["scores"]]
+
+
+def main() -> int:
+    args = arguments()
+    search = load_search(args.search)
+    seeds = [0] if args.tiny else args.seeds
+    evolution = args.algorithm or (search.algorithm.name if search.algorithm.name != "random" else "nsga2")
+    config = EvalConfig.from_keywords(db=args.db, workers=args.workers)
+    stem = Path(args.db).with_suffix("")
+    rows = []
+    for seed in seeds:
+        row = {"seed": seed}
+        for name in (evolution, "random"):
+            searched = variant(search, name, seed, args.tiny)
+            result = run_search(searched, config, state_path=f"{stem}.search-{search.name}-{name}-{seed}.json")
+            if result.interrupted:
+                print("interrupted: rerun the same command to resume", file=sys.stderr)
+                return 130
+            score, topology = best(result)
+            row[name] = {"best": score, "topology": topology, "candidates": len(result.state.candidates),
+                         "duplicates": result.state.counts["duplicates"]}
+            print(f"seed {seed} {name}: best {score} ({topology}), {len(result.state.candidates)} candidates, "
+                  f"{result.state.counts['duplicates']} duplicates", flush=True)
+        rows.append(row)
+    hand = score_hand_written(variant(search, evolution, 0, args.tiny), hand_written(search, args.hand),
+                              args.db, args.workers)
+    report(rows, evolution, hand, variant(search, evolution, seeds[0], args.tiny))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"search": args.search, "evolution": evolution, "seeds": rows,
+                                               "hand_written": hand, "load": os.getloadavg()}, indent=2) + "\n")
+    return 0
+
+
+def report(rows: list[dict], evolution: str, hand: list[dict], search) -> None:
+    algorithm = search.algorithm
+    print(f"\n{evolution} vs random search, {algorithm.evaluations} candidates each "
+          f"({algorithm.population} + {algorithm.generations} x {algorithm.offspring}), "
+          f"objectives.score {json.dumps(search.objectives.settings)}")
+    print(f"{'seed':>6}  {evolution:>24}  {'random':>8}  winner")
+    for row in rows:
+        a, b = row[evolution]["best"], row["random"]["best"]
+        winner = "-" if a is None or b is None else evolution if a > b else "random" if b > a else "tie"
+        print(f"{row['seed']:>6}  {_shown(a):>24}  {_shown(b):>8}  {winner}")
+    for name in (evolution, "random"):
+        values = [r[name]["best"] for r in rows if r[name]["best"] is not None]
+        if values:
+            spread = statistics.stdev(values) if len(values) > 1 else 0.0
+            print(f"{name}: mean best {statistics.fmean(values):.4f} ± {spread:.4f} over {len(values)} seed(s)")
+    wins = sum(1 for r in rows if None not in (r[evolution]["best"], r["random"]["best"])
+               and r[evolution]["best"] > r["random"]["best"])
+    print(f"{evolution} beats random search on {wins} of {len(rows)} seed(s)")
+    scored = [h for h in hand if h["score"] is not None]
+    for h in sorted(scored, key=lambda h: -h["score"]):
+        print(f"  hand-written {h['spec']}: {h['score']:.4f}")
+    if scored:
+        top = max(h["score"] for h in scored)
+        found = max((r[n]["best"] for r in rows for n in (evolution, "random") if r[n]["best"] is not None),
+                    default=None)
+        verdict = "beats" if found is not None and found > top else "does not beat"
+        print(f"the best found ({_shown(found)}) {verdict} the best hand-written spec ({top:.4f})")
+
+
+def _shown(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""`madsl scale STUDY.yaml`: train an IsoFLOP study (architectures x FLOP budgets x model sizes)
+on text; `--dry-run` prints the grid with each run's parameters, tokens, FLOPs and hours here.
+
+Exit codes: 0 every run finished, 2 bad input (a located error, no traceback), 3 some runs
+failed, 130 interrupted (rerun the same command to resume). `madsl report --study STUDY.yaml`
+fits and draws the results.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Mapping
+
+from madsl.cli.arguments import positive_number
+from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
+
+
+def add_parser(subparsers) -> None:
+    from madsl.cli.evaluate import add_execution_options
+
+    p = subparsers.add_parser(
+        "scale", help="train an IsoFLOP study on text (architectures x FLOP budgets x sizes); resumable",
+        description="Pretrain every architecture of a study file at every size of every FLOP budget on its "
+                    "text (next-token loss, the paper's recipe), recording each run in the results database; "
+                    "an interrupted study resumes where it stopped. `madsl report --study STUDY.yaml` fits "
+                    "the IsoFLOP curves, frontiers and the MAD correlation (docs/scaling.md).")
+    p.add_argument("study", metavar="STUDY", help="a study file (YAML: name, data, seq_len, architectures, "
+                                                  "budgets, sizes, recipe)")
+    add_execution_options(p)
+    p.add_argument("--rate", type=positive_number, metavar="FLOP/S",
+                   help="the training rate the plan's hours are stated at (e.g. 3e14 for a GPU's sustained "
+                        "bf16 rate); default: this machine's per-layer-family rates, measured once and cached "
+                        "(as madsl eval's plan)")
+    p.add_argument("--precision", choices=("fp32", "bf16", "auto"),
+                   help="in place of the study recipe's: bf16 autocast, fp32, or auto (bf16 on CUDA, fp32 on a "
+                        "CPU); a run's precision is part of its identity")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="json: print the plan (with --dry-run) or the summary as JSON")
+    p.set_defaults(func=cmd_scale)
+
+
+def render_plan(cost: Mapping[str, Any]) -> str:
+    """The study's grid as a table: one row per run, then the totals."""
+    lines = [f"study {cost['study']}: {len(cost['runs'])} runs ({cost['done']} done), "
+             f"{cost['flops']:.3g} FLOPs in all; data {cost['data']}",
+             f"{'arch':<20} {'budget':>8} {'size':>10} {'dim':>5} {'params':>10} {'state':>10} {'tokens':>11} "
+             f"{'steps':>7} {'lr':>9} {'hours':>8}  status"]
+    for row in cost["runs"]:
+        lines.append(f"{row['arch']:<20} {row['budget']:>8.2g} {row['size']:>10} {row['dim']:>5} "
+                     f"{row['params']:>10,} {row['state']:>10,} {row['tokens']:>11,} {row['steps']:>7,} "
+                     f"{row['lr']:>9.3g} {_hours(row['hours'])}  {row['status']}")
+    lines.append(f"to do: {cost['hours']:.2f} h of training ({cost['rate_source']}), {cost['wall_hours']:.2f} h "
+                 f"with {cost['workers']} worker(s)")
+    return "\n".join(lines) + "\n"
+
+
+def _hours(hours: float | None) -> str:
+    return f"{hours:>8.3f}" if hours is not None else f"{'?':>8}"
+
+
+def _reporter():
+    from madsl.cli.progress import RichReporter
+
+    class StepBars(RichReporter):
+        """Progress in steps (a pretraining run has no epochs), the validation loss per evaluation."""
+
+        def started(self, job, *_) -> None:
+            self.started_at[job.run_id] = __import__("time").monotonic()
+            self.bars[job.run_id] = self.view.add_task(f"  {job.label}", total=job.settings.steps, info="starting")
+
+        def progress(self, job, evaluation: int, step: int, steps: int) -> None:
+            if (bar := self.bars.get(job.run_id)) is not None:
+                self.view.update(bar, completed=step)
+
+        def epoch(self, job, metrics) -> None:
+            if (bar := self.bars.get(job.run_id)) is not None:
+                self.view.update(bar, info=f"val loss {metrics['eval_loss']:.4f}")
+
+        def plan(self, cost, notes) -> None:
+            self.console.print(render_plan(cost), end="", highlight=False)
+
+    return StepBars()
+
+
+def cmd_scale(args) -> int:
+    """Bad input raises MadslError (main() prints it, exit 2)."""
+    import contextlib
+
+    from madsl.cli.evaluate import _check_executor_options, execution_values
+    from madsl.cli.progress import stop_on_signals
+    from madsl.runner.execute.options import Execution
+    from madsl.scaling.api import scale
+
+    _check_executor_options(args)
+    execution = Execution(**execution_values(args))
+    shown = not args.quiet and args.format == "text" and not args.dry_run
+    reporter = _reporter() if shown else None
+    try:
+        with stop_on_signals() as stop, (reporter or contextlib.nullcontext()):
+            summary = scale(args.study, execution, reporter=reporter, stop=stop, flops_per_second=args.rate,
+                            precision=args.precision)
+    except KeyboardInterrupt:
+        print("aborted; rerun the same command to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if args.dry_run:
+        print(json.dumps(summary["plan"], indent=2) if args.format == "json" else render_plan(summary["plan"]),
+              end="\n" if args.format == "json" else "")
+        return EXIT_OK
+    if args.format == "json":
+        print(json.dumps(summary, indent=2))
+    elif not args.quiet:
+        print(f"{summary['done'] + summary['already_done']} of {summary['runs']} runs done; "
+              f"`madsl report --study {args.study} --db {execution.db}` fits them", file=sys.stderr)
+    if summary["failed"]:
+        print(f"{len(summary['failed'])} run(s) failed; rerun `madsl scale` to retry them", file=sys.stderr)
+    if summary["interrupted"]:
+        print(f"interrupted: {summary['interrupted']} run(s) left; rerun the same command to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_RUNS_FAILED if summary["failed"] else EXIT_OK

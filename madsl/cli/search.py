@@ -1,0 +1,158 @@
+"""`madsl search FILE`: evolve topologies under budgets, scored by MAD, on the executors of `madsl eval`
+(docs/search.md). The runner and the search are imported when the command runs.
+
+Exit codes: 0 the search finished, 2 bad input (a located error, no traceback, before anything
+trains), 3 some candidates' runs failed (they count as unscored), 130 interrupted (rerunning
+the same command resumes the search where it stopped).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
+from madsl.cli.evaluate import _check_executor_options, add_execution_options, execution_values
+
+OUTPUT_FILES = ("front.png", "generations.png", "search.json")
+QUANTITIES = ("params", "fixed_state", "conv_state", "kv_cache", "flops")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "search", help="architecture search: evolve topologies under budgets, scored on the MAD tasks",
+        description="Search the space of a search file (NSGA-II, regularized evolution or random search): every "
+                    "candidate is built, solved into the budget and accounted before it trains, scored through "
+                    "the same runner and results database as `madsl eval`, and never trained twice. An "
+                    "interrupted search resumes where it stopped when run again.")
+    p.add_argument("file", metavar="FILE", help="a search file (YAML: space, budget, objectives, algorithm)")
+    p.add_argument("--out", metavar="DIR", help="where the front's .mad files and the figures go (default: beside "
+                                                "--db, <db>.search-NAME/)")
+    p.add_argument("--force", action="store_true", help="--out into a folder that holds other files too")
+    p.add_argument("--state", metavar="PATH", help="the search's state file (default: beside --db, "
+                                                   "<db>.search-NAME.json)")
+    p.add_argument("--restart", action="store_true", help="start the search over, ignoring a saved state (finished "
+                                                          "runs stay in the results database and are not retrained)")
+    p.add_argument("--plot-x", choices=QUANTITIES, default=None,
+                   help="the front figure's x axis (default: the first minimised objective, else fixed_state)")
+    add_execution_options(p)
+    p.add_argument("--format", choices=("text", "json"), default="text", help="json: every output as JSON")
+    p.set_defaults(func=cmd_search)
+
+
+def _out_dir(args, search) -> Path:
+    from madsl.outputs import check_output_dir
+
+    db = Path(args.db or "madsl-results.db")
+    named = args.out or str(db.with_name(f"{db.stem}.search-{search.name}"))
+    owns = lambda name: name in OUTPUT_FILES or (name.startswith(f"{search.name}-") and name.endswith(".mad"))  # noqa
+    return check_output_dir(named, "--out", owns, force=args.force, writes="the front's spec files and the figures")
+
+
+def cmd_search(args) -> int:
+    """Bad input raises MadslError (main() prints it, exit 2)."""
+    from madsl.cli.progress import stop_on_signals
+    from madsl.runner.config import EvalConfig
+    from madsl.runner.execute.options import Execution
+    from madsl.search.loop import plan_search, run_search
+    from madsl.search.reading import load_search
+
+    _check_executor_options(args)
+    search = load_search(args.file)
+    config = EvalConfig(execution=Execution(**execution_values(args)))
+    if args.dry_run:
+        plan = plan_search(search, config, state_path=args.state, restart=args.restart)
+        print(json.dumps(plan, indent=2) if args.format == "json" else _render_plan(plan), end="\n"
+              if args.format == "json" else "")
+        return EXIT_OK
+    out = _out_dir(args, search)
+    shown = not args.quiet and args.format == "text"
+    try:
+        with stop_on_signals() as stop:
+            result = run_search(search, config, state_path=args.state, restart=args.restart,
+                                observer=_Lines() if shown else None, reporter=_progress if shown else None,
+                                stop=stop)
+    except KeyboardInterrupt:
+        print("aborted; rerun the same command to resume the search", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    written = _write_outputs(result, out, args.plot_x)
+    _print_result(args, result, written)
+    if result.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_RUNS_FAILED if result.failed else EXIT_OK
+
+
+def _write_outputs(result, out: Path, plot_x: str | None) -> list[str]:
+    from madsl.cli.common import write_atomic
+    from madsl.search.figures import plot_front, plot_generations
+    from madsl.search.outputs import record, write_specs
+
+    search, state = result.search, result.state
+    x = plot_x or (search.objectives.minimize[0] if search.objectives.minimize else "fixed_state")
+    written = write_specs(search, state, out)
+    written.append(str(plot_front(search, state, out / "front.png", x=x)))
+    written.append(str(plot_generations(search, state, out / "generations.png")))
+    write_atomic(out / "search.json", json.dumps(record(result, written), indent=2) + "\n")
+    return written + [str(out / "search.json")]
+
+
+def _print_result(args, result, written: list[str]) -> None:
+    from madsl.search.outputs import record, render_text
+
+    if args.format == "json":
+        print(json.dumps(record(result, written), indent=2))
+        return
+    print(render_text(result.search, result.state), end="")
+    if not args.quiet:
+        print(f"wrote {len(written)} files to {Path(written[0]).parent}; state {result.state_path}")
+    if result.failed:
+        print(f"{len(result.failed)} run(s) failed; their candidates count as unscored (errors are in the "
+              f"runs table of the results database)", file=sys.stderr)
+    if result.interrupted:
+        print("interrupted: rerun the same command to resume the search", file=sys.stderr)
+
+
+def _render_plan(plan: dict) -> str:
+    from madsl.runner.plan.cost import render_cost
+
+    if plan["complete"]:
+        return (f"search {plan['search']} is complete: {plan['evaluated']} candidates evaluated "
+                f"(state {plan['state']})\n")
+    lines = [f"search {plan['search']}: generation {plan['generation']} of {plan['generations']}, "
+             f"{plan['evaluated']} of {plan['evaluations']} candidates evaluated (state {plan['state']})",
+             f"next batch ({len(plan['batch'])} candidates):"]
+    lines += [f"  {c['name']}  {c['topology']}" + ("  (duplicate: scored from the store)" if c["duplicate"] else "")
+              for c in plan["batch"]]
+    text = "\n".join(lines) + "\n" + (render_cost(plan["plan"]) if plan["plan"] else "nothing to train in it\n")
+    if plan["estimated_run_seconds"] is not None:
+        hours = plan["estimated_run_seconds"] / 3600
+        text += (f"the whole search: {plan['remaining']} candidates left, ~{hours:.2g} h of run time at this "
+                 "batch's mean per candidate (an upper bound: duplicates are not trained)\n")
+    rejected = plan["rejected"]
+    return text + (f"rejected before training so far: {rejected['over_budget']} over budget, "
+                   f"{rejected['invalid']} invalid\n")
+
+
+def _progress():
+    """Each batch's progress bars (without the plan: every candidate is a new model to time)."""
+    from madsl.cli.progress import RichReporter
+
+    class BatchProgress(RichReporter):
+        shows_plan = False
+
+    return BatchProgress()
+
+
+class _Lines:
+    """A line per generation proposed and recorded, on stderr."""
+
+    def proposed(self, generation: int, batch: list) -> None:
+        new = sum(not item["duplicate"] for item in batch)
+        print(f"generation {generation}: {len(batch)} candidates proposed ({new} new, {len(batch) - new} from the "
+              "store)", file=sys.stderr)
+
+    def recorded(self, generation: int, entry: dict) -> None:
+        shown = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
+        print(f"generation {generation}: best {shown(entry['best'])}, median {shown(entry['median'])}, best so far "
+              f"{shown(entry['best_so_far'])} ({entry['trained']} runs trained, {entry['reused']} from the store)",
+              file=sys.stderr)

@@ -1,0 +1,161 @@
+"""Text in, token files out: `prepare(sources, tokenizer, out_dir)` writes train.bin, val.bin and
+tokens.json (see madsl.corpus.info), and `resolve_tokens` gives a run its data from a name.
+
+The split is per document: the last `val_fraction` of each document's tokens goes to val.bin
+(a document of n tokens keeps its first int(n x (1 - val_fraction)) for training, nanoGPT's
+rule), so the validation text samples every document, and a single text such as Tiny
+Shakespeare splits as nanoGPT splits it: its last tenth is held out. The documents' tokens are
+written one after another, in the order the sources were named (a folder's files in path order),
+with nothing between them.
+
+The output is written atomically: each file goes to a temporary name beside it and is moved into
+place only once everything is read and encoded (tokens.json last: a folder without it is not
+prepared), so a failure leaves any earlier preparation as it was. A folder holding anything else
+is refused unless `force`. The same sources and tokenizer give the same bytes and the same hash.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from madsl.corpus.info import DTYPES, FORMAT_VERSION, INFO_FILE, PER_DOCUMENT, SPLIT_FILES, TokenInfo, \
+    dtype_for_vocab, write_info
+from madsl.corpus.sources import BUNDLED, BUNDLED_PREFIX, Source, SourceDigest, list_sources, read_documents
+from madsl.corpus.tokenizer import BYTES, Encoding, load_tokenizer
+from madsl.corpus.tokens import TokenData, open_tokens
+from madsl.errors import Location, MadslError, option
+from madsl.outputs import check_output_dir, output_error, temp_beside
+
+DEFAULT_VAL_FRACTION = 0.1
+OWNED = frozenset({INFO_FILE, *SPLIT_FILES.values()})
+
+
+class _SplitWriter:
+    """One split's temporary file: tokens appended as they come, counted and hashed."""
+
+    def __init__(self, path: Path, dtype: str):
+        fd, self.temporary = temp_beside(path, suffix=".tmp")
+        self.file, self.dtype = os.fdopen(fd, "wb"), DTYPES[dtype]
+        self.sha, self.tokens, self.text_bytes = hashlib.sha256(), 0, 0
+
+    def write(self, ids: np.ndarray, text_bytes: int) -> None:
+        data = ids.astype(self.dtype).tobytes()
+        self.file.write(data)
+        self.sha.update(data)
+        self.tokens += len(ids)
+        self.text_bytes += text_bytes
+
+    def discard(self) -> None:
+        self.file.close()
+        Path(self.temporary).unlink(missing_ok=True)
+
+
+def prepare(sources: Sequence[str | os.PathLike], tokenizer: str | os.PathLike, out_dir: str | os.PathLike, *,
+            val_fraction: float = DEFAULT_VAL_FRACTION, force: bool = False) -> TokenInfo:
+    """Tokenize `sources` (text files, folders, "bundled:NAME") with `tokenizer` ("bytes" or a
+    tokenizer.json path) into train.bin, val.bin and tokens.json in `out_dir`; what was written."""
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 < val_fraction < 1:
+        raise MadslError(f"{option('val_fraction')} {val_fraction!r}: not a fraction between 0 and 1",
+                         expected="e.g. 0.1 (the last tenth of each document's tokens is held out)")
+    encoder = load_tokenizer(tokenizer)
+    listed = list_sources(sources)
+    folder = check_output_dir(out_dir, option("out_dir"), lambda name: name in OWNED, force=force,
+                              writes="train.bin, val.bin and tokens.json")
+    dtype = dtype_for_vocab(encoder.vocab_size)
+    created = not folder.exists()
+    writers: dict[str, _SplitWriter] = {}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        writers = {split: _SplitWriter(folder / name, dtype) for split, name in SPLIT_FILES.items()}
+        records = []
+        for source in listed:
+            digest = SourceDigest(source.name)
+            for document in read_documents(source):
+                digest.add(document)
+                _split_document(encoder.encode(document), len(document.data), float(val_fraction), writers)
+            records.append(digest.record())
+        for writer in writers.values():
+            writer.file.close()
+        info = TokenInfo(FORMAT_VERSION, encoder.name, encoder.sha256, encoder.vocab_size, dtype,
+                         writers["train"].tokens, writers["val"].tokens, writers["train"].text_bytes,
+                         writers["val"].text_bytes, PER_DOCUMENT, float(val_fraction), tuple(records),
+                         {SPLIT_FILES[s]: w.sha.hexdigest() for s, w in writers.items()}).with_hash()
+        _check_both_splits(info, listed)
+        (folder / INFO_FILE).unlink(missing_ok=True)  # while the .bin files change, the folder is not prepared
+        for split, writer in writers.items():
+            os.replace(writer.temporary, folder / SPLIT_FILES[split])
+        write_info(folder / INFO_FILE, info)
+    except BaseException as err:
+        for writer in writers.values():
+            writer.discard()
+        if created:
+            shutil.rmtree(folder, ignore_errors=True)  # a folder this call made holds only its own files
+        if isinstance(err, OSError):  # a full disk, a read-only filesystem
+            raise output_error(err, folder, option("out_dir")) from None
+        raise
+    return info
+
+
+def _split_document(encoding: Encoding, text_bytes: int, val_fraction: float, writers: dict[str, _SplitWriter]) -> None:
+    count = len(encoding.ids)
+    train = int(count * (1 - val_fraction))
+    train_bytes = encoding.bytes_before(train) if train < count else text_bytes
+    writers["train"].write(encoding.ids[:train], train_bytes)
+    writers["val"].write(encoding.ids[train:], text_bytes - train_bytes)
+
+
+def _check_both_splits(info: TokenInfo, listed: list[Source]) -> None:
+    for split in SPLIT_FILES:
+        if info.tokens(split) == 0:
+            names = ", ".join(source.name for source in listed)
+            raise MadslError(f"{names}: {info.train_tokens + info.val_tokens:,} tokens in all leave the {split} "
+                             f"split empty", Location(file=names if len(listed) == 1 else None),
+                             hint="more text, or another val fraction")
+
+
+def bundled_folder_name(name: str) -> str:
+    """The cache folder a bundled corpus is prepared into: its name and a key of everything that
+    makes the files (format, the text's sha256, tokenizer, split)."""
+    recipe = [FORMAT_VERSION, name, BUNDLED[name].sha256, BYTES, PER_DOCUMENT, DEFAULT_VAL_FRACTION]
+    return f"{name}-{hashlib.sha256(json.dumps(recipe).encode()).hexdigest()[:16]}"
+
+
+def resolve_tokens(reference: str, cache_dir: str | os.PathLike, *, dtype: object = None,
+                   vocab_size: int | None = None, verify: bool = False) -> TokenData:
+    """A run's token data from its name: "bundled:NAME" is prepared with the bytes tokenizer once
+    into cache_dir/<folder named by bundled_folder_name> and reused; anything else is a folder
+    opened with open_tokens (dtype and vocab_size for a nanoGPT folder without tokens.json)."""
+    reference = str(reference)
+    if not reference.startswith(BUNDLED_PREFIX):
+        return open_tokens(reference, dtype=dtype, vocab_size=vocab_size, verify=verify)
+    list_sources([reference])  # an unknown name is refused here
+    folder = Path(cache_dir) / bundled_folder_name(reference[len(BUNDLED_PREFIX):])
+    if not (folder / INFO_FILE).exists():
+        _prepare_into_cache(reference, folder)
+    return open_tokens(folder, verify=verify)
+
+
+def _prepare_into_cache(reference: str, folder: Path) -> None:
+    """Prepare into a fresh folder beside `folder`, then rename it into place: of processes that
+    prepare at once, one rename wins and the others' folders are removed."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        fresh = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    except OSError as err:
+        raise output_error(err, folder.parent, "cache_dir") from None
+    try:
+        prepare([reference], BYTES, fresh)
+        os.rename(fresh, folder)
+    except OSError:
+        if not (folder / INFO_FILE).exists():
+            raise MadslError(f"{folder}: exists but holds no {INFO_FILE}", Location(file=str(folder)),
+                             hint="delete it: it is prepared again on the next run") from None
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)

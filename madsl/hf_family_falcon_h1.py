@@ -1,0 +1,82 @@
+"""Falcon-H1 (TII, `model_type: falcon_h1`) config.json <-> madsl spec.
+
+Every Falcon-H1 layer runs attention and Mamba-2 side by side on one pre-norm input and adds
+their outputs (times its µP multipliers) to the residual, then a SwiGLU MLP: madsl's parallel
+mixers, the block `[A | M2]-Sg`, one norm and one residual add for both. The Mamba layers are
+mamba_d_ssm wide (expand x hidden_size where it is null) = mamba_n_heads x mamba_d_head; with
+`mamba_rms_norm: false` (the released models) their gate has no RMSNorm (M2{norm: false}).
+
+The µP multipliers (embedding, attention in and out, key, SSM in and out, the SSM's per-part
+multipliers, the MLP's, lm_head) scale activations and carry no parameter, state or FLOP: they
+are not read (docs/convert.md).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from madsl.hf_config_file import Config
+from madsl.hf_family_base import Family, Stack, attention, head_dim, mamba2, rope, spec_data
+
+FALCON_MAMBA2 = {"heads": "mamba_n_heads", "head_dim": "mamba_d_head", "state": "mamba_d_state",
+                 "groups": "mamba_n_groups", "conv": "mamba_d_conv", "expand": "mamba_expand",
+                 "bias": "mamba_proj_bias", "conv_bias": "mamba_conv_bias"}
+BLOCK = "[A | M2]-Sg"
+
+
+class FalconH1(Family):
+    model_type, title, architecture, tied_by_default = "falcon_h1", "Falcon-H1", "FalconH1ForCausalLM", False
+
+    def read(self, cfg: Config, name: str) -> dict[str, Any]:
+        dim, n = cfg.count("hidden_size"), cfg.layers("num_hidden_layers")
+        if cfg.data.get("attn_layer_indices") is not None:
+            raise cfg.error("attn_layer_indices", "attention in some layers only: every Falcon-H1 layer madsl "
+                                                  "converts runs attention beside Mamba-2", "attn_layer_indices: null")
+        theta, fraction = rope(cfg, 1e11)
+        return spec_data(cfg, name, self, dim, [BLOCK] * n, {
+            "A": attention(cfg, head_dim(cfg, dim, "head_dim"), rotary=True, rotary_base=theta,
+                           rotary_fraction=fraction),
+            "M2": _mamba(cfg, dim),
+            "Sg": {"inner": cfg.count("intermediate_size"), "bias": cfg.flag("mlp_bias", False)},
+        }, note="; its muP multipliers scale activations and are not read")
+
+    def write(self, spec: Any) -> dict[str, Any]:
+        stack = Stack(spec, self, parallel=True)
+        stack.refuse_kinds({"mamba2", "attention", "swiglu"}, f"every block {BLOCK}")
+        for mixers, channel in stack.blocks:
+            if sorted(p.name for p in mixers) != ["attention", "mamba2"] or channel is None or channel.name != "swiglu":
+                stack.refuse(f"every Falcon-H1 layer is attention beside Mamba-2, then a SwiGLU ({BLOCK})")
+        out = stack.common(self.model_type)
+        out.update(stack.attention(rotary=True))
+        a, mlp = stack.kinds["attention"], stack.kinds["swiglu"]
+        if a.qk_norm:
+            stack.refuse("Falcon-H1's attention has no query-key norm")
+        out.update({"head_dim": a.inner_head_dim, "attention_bias": a.bias, "rope_theta": a.rotary_base,
+                    "attn_layer_indices": None})
+        if a.rotary_fraction != 1.0:
+            out["partial_rotary_factor"] = a.rotary_fraction
+        m = stack.kinds["mamba2"]
+        out.update({"mamba_d_ssm": m.d_inner, "mamba_n_heads": m.n_heads, "mamba_d_head": m.head_dim,
+                    "mamba_d_state": m.d_state, "mamba_n_groups": m.groups, "mamba_d_conv": m.d_conv,
+                    "mamba_expand": m.expand, "mamba_proj_bias": m.bias, "projectors_bias": m.bias,
+                    "mamba_conv_bias": m.conv_bias, "mamba_rms_norm": m.norm, "mamba_norm_before_gate": False})
+        out.update({"intermediate_size": mlp.inner, "mlp_bias": mlp.bias})
+        return out
+
+
+def _mamba(cfg: Config, dim: int) -> dict[str, Any]:
+    """Falcon-H1's Mamba-2: mamba_d_ssm wide (Hugging Face's default 1024 where the key is absent,
+    expand x hidden_size where it is null), one bias switch for in_proj and out_proj, and the
+    gated RMSNorm only with mamba_rms_norm (applied after the gate, as madsl's)."""
+    if "mamba_d_ssm" in cfg.data and cfg.data["mamba_d_ssm"] is None:
+        width = cfg.count("mamba_expand") * dim
+    else:
+        width = cfg.count("mamba_d_ssm", default=1024)
+    params = mamba2(cfg, dim, FALCON_MAMBA2, width=width)
+    if cfg.flag("projectors_bias", False) != params["bias"]:
+        raise cfg.error("projectors_bias", "differs from mamba_proj_bias: madsl's Mamba-2 has one bias switch for "
+                                           "its input and output projections", "make the two agree")
+    params["norm"] = cfg.flag("mamba_rms_norm", False)
+    if params["norm"] and cfg.flag("mamba_norm_before_gate", True):
+        raise cfg.error("mamba_norm_before_gate", "true: the RMSNorm before the gate; madsl's Mamba-2 normalises "
+                                                  "after it", "mamba_norm_before_gate: false")
+    return params

@@ -1,0 +1,170 @@
+"""The cache of this machine's measured training rates (madsl.runner.plan.rate): where it lives,
+how it is read back and how it is written.
+
+    $MADSL_CACHE_DIR/device-rates.json       where that variable is set, else
+    $XDG_CACHE_HOME/madsl/device-rates.json  where that one is, else ~/.cache/madsl/
+
+The rates are the machine's, not a results database's: one cache serves every plan made here.
+What is read back is untrusted input (the folder may be shared, or written by others): a file
+that is not what madsl writes (a symbolic link, not a regular file, too large, not JSON, a key,
+a name or a number out of place or out of range) is refused with a ValueError saying what is
+wrong, and the caller measures again; a symbolic link is neither read nor replaced. The text
+shown to the user from it (a device's name) is plain printable text. Writing is atomic (a new
+file moved into place); where the folder cannot be written, the next plan measures again.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import stat
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from madsl.runner.store.files import os_error_words
+
+CACHE_NAME = "device-rates.json"
+FORMAT = 1  # the layout below; another is refused (and measured again)
+MAX_BYTES = 1024 * 1024  # madsl writes ~200 bytes a family, a few dozen families a device
+MAX_DEVICES = 64
+MAX_FAMILIES = 256
+MAX_LOAD = 1e6  # a load average
+MAX_THREADS = 4096
+
+_KEY = re.compile(r"[0-9a-f]{64}")  # a sha256, as rate.device_key makes them
+_FAMILY = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a primitive's name
+_TEXT = re.compile(r"[ -~]{1,200}")  # printable ASCII: a name shown on the terminal
+
+# the numbers of a measurement, each with the range a real one lies in
+FAMILY_FIELDS = {"overhead_s": (0.0, 3600.0), "flops_per_s": (1.0, 1e21)}
+MEASURED = {"rest": "seconds_per_layer_token", "threads_speedup": "factor"}  # a device's other measurements
+MEASURED_FIELDS = {"seconds_per_layer_token": (0.0, 1.0), "factor": (1.0, float(MAX_THREADS))}
+
+
+def cache_path() -> Path:
+    """Where this machine's rates are cached (the module's docstring)."""
+    if os.environ.get("MADSL_CACHE_DIR"):
+        return Path(os.environ["MADSL_CACHE_DIR"]) / CACHE_NAME
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "madsl" / CACHE_NAME
+
+
+def read_cache(path: Path) -> dict[str, Any]:
+    """The cache at `path` as madsl wrote it: {"format": 1, "devices": {key: device}}; a
+    ValueError saying what is wrong with it otherwise (see the module's docstring)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        raise ValueError("it is a symbolic link, which madsl does not follow" if path.is_symlink()
+                         else f"it cannot be read: {os_error_words(err)}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a folder, a FIFO, a device
+            raise ValueError("it is not a regular file")
+        text = f.read(MAX_BYTES + 1)
+    if len(text) > MAX_BYTES:
+        raise ValueError(f"it is larger than {MAX_BYTES // 1024} KiB")
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as err:  # RecursionError: nesting deeper than the parser goes
+        raise ValueError(f"it is not JSON: {str(err)[:120] or type(err).__name__}") from None
+    _expect(data, dict, "the file")
+    if set(data) != {"format", "devices"} or data["format"] != FORMAT:
+        raise ValueError(f"it is not a format-{FORMAT} rate cache (keys format and devices)")
+    devices = _expect(data["devices"], dict, "devices")
+    if len(devices) > MAX_DEVICES:
+        raise ValueError(f"it holds {len(devices)} devices, more than {MAX_DEVICES}")
+    for key, device in devices.items():
+        if not _KEY.fullmatch(key):
+            raise ValueError(f"device key {key[:70]!r} is not a rate-cache key")
+        check_device(device, key[:12])
+    return data
+
+
+def check_device(device: Any, where: str) -> None:
+    """One device's entry: {"device": name, "threads": n, "families": {name: measurement},
+    "rest": measurement, "threads_speedup": measurement (each optional)}; ValueError otherwise."""
+    _expect(device, dict, where)
+    allowed = {"device", "threads", "families", *MEASURED}
+    if not {"device", "threads", "families"} <= set(device) <= allowed:
+        raise ValueError(f"{where}: expected the keys {', '.join(sorted(allowed))}")
+    if not isinstance(device["device"], str) or not _TEXT.fullmatch(device["device"]):
+        raise ValueError(f"{where}: the device's name is not printable text of at most 200 characters")
+    threads = device["threads"]
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        raise ValueError(f"{where}: threads {_short(threads)} is not an integer in 1..{MAX_THREADS}")
+    families = _expect(device["families"], dict, f"{where}: families")
+    if len(families) > MAX_FAMILIES:
+        raise ValueError(f"{where}: {len(families)} families, more than {MAX_FAMILIES}")
+    for name, measurement in families.items():
+        if not _FAMILY.fullmatch(name):
+            raise ValueError(f"{where}: {name[:70]!r} is not a layer family's name")
+        check_measurement(measurement, FAMILY_FIELDS, f"{where}: {name}")
+    for name, number in MEASURED.items():
+        if name in device:
+            check_measurement(device[name], {number: MEASURED_FIELDS[number]}, f"{where}: {name}")
+
+
+def check_measurement(entry: Any, fields: dict[str, tuple[float, float]], where: str) -> None:
+    """A measurement: its numbers (each finite, in its range), when ("measured": an ISO date and
+    time) and under what load (the 1-minute load average, or null where the system has none)."""
+    _expect(entry, dict, where)
+    if set(entry) != {*fields, "measured", "load"}:
+        raise ValueError(f"{where}: expected the keys {', '.join(sorted({*fields, 'measured', 'load'}))}")
+    for name, (low, high) in fields.items():
+        value = entry[name]
+        if not _number(value) or not low <= value <= high:
+            raise ValueError(f"{where}: {name} {_short(value)} is not a finite number in [{low:g}, {high:g}]")
+    if entry["load"] is not None and (not _number(entry["load"]) or not 0 <= entry["load"] <= MAX_LOAD):
+        raise ValueError(f"{where}: load {_short(entry['load'])} is not null or a finite number in [0, {MAX_LOAD:g}]")
+    measured = entry["measured"]
+    try:
+        if not isinstance(measured, str) or len(measured) > 40:
+            raise ValueError
+        datetime.fromisoformat(measured)
+    except ValueError:
+        raise ValueError(f"{where}: measured {_short(measured)} is not an ISO date and time") from None
+
+
+def save_cache(path: Path, data: dict[str, Any]) -> bool:
+    """Write the cache (atomically); False where it cannot be (a read-only home, a full disk)
+    or where `path` is a symbolic link (not madsl's: neither followed nor replaced)."""
+    if path.is_symlink():
+        return False
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        from madsl.outputs import temp_beside
+
+        fd, tmp = temp_beside(path, ".tmp")  # a new file (O_EXCL): a planted name is not followed
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return False
+
+
+def _expect(value: Any, kind: type, where: str) -> Any:
+    if not isinstance(value, kind):
+        raise ValueError(f"{where}: a {type(value).__name__} where a {kind.__name__} belongs")
+    return value
+
+
+def _number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number of a rate cache")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,192 @@
+"""Measuring a device's training rate (what madsl.runner.plan.rate_model describes): a layer
+family's line, the rest of a model, the threads' speedup. Imports torch; called only where a rate
+is missing from the cache or asked for again (`--measure-rate`).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Callable, Iterator
+
+from madsl.runner.plan.rate_model import (BATCHES, RATE_LENGTH, RATE_WIDTH, REFERENCE_TOPOLOGY, REFERENCE_VOCAB,
+                                          SPEEDUP_STEPS, TIMED_STEPS, DeviceRates, Line, Measured, Progress, clock,
+                                          cores_free, load_average, now)
+
+
+def layer_flops(account: Any) -> list[tuple[str, float]]:
+    """(family, forward FLOPs of one sequence) of each layer of an accounting, in stack order."""
+    return [(row.primitive, float(row.flops)) for row in account.layers]
+
+
+def measure_into(book: DeviceRates, device: Any, families: list[str], progress: Progress | None) -> None:
+    """Measure `families` into `book`, and the rest of a model (with the reference model's own
+    families) and, on a CPU run by several threads, their speedup, where `book` has none."""
+    from madsl.spec import spec_from_topology
+
+    reference = spec_from_topology(REFERENCE_TOPOLOGY, dim=RATE_WIDTH)
+    reference_families = [] if book.rest is not None else \
+        [f for f in dict.fromkeys(f for f, _ in _reference_layers(reference)) if f not in book.families]
+    todo = list(dict.fromkeys([*families, *reference_families]))
+    total = len(todo) + (book.rest is None)
+    with _torch_threads(device, 1):
+        for done, family in enumerate(todo):
+            if progress is not None:
+                progress(f"measuring this machine's training rate: {family}", done, total)
+            try:
+                book.families[family] = measure_family(family, device)
+            except Exception as err:  # noqa: BLE001 - a family that cannot train here has no rate, said so
+                if _out_of_memory(err):
+                    raise
+                book.failed[family] = f"{type(err).__name__}: {str(err).strip()[:200]}"
+            book.measured_now.add(family)
+        model_seconds = None
+        if book.rest is None:
+            if progress is not None:
+                progress("measuring this machine's training rate: a whole model", len(todo), total)
+            book.rest, model_seconds = measure_model(book, reference, device)
+            book.measured_now.add("rest")
+    if model_seconds is not None and device.type == "cpu" and book.threads > 1:
+        load = load_average()
+        # busy cores make the speedup read low (or take long to read): 1 then, an upper bound of the time
+        book.threads_speedup = measure_speedup(reference, device, book.threads, model_seconds) \
+            if cores_free(load, book.threads) else Measured(1.0, now(), load)
+        book.measured_now.add("threads_speedup")
+    _release(device)
+
+
+def measure_family(family: str, device: Any) -> Line:
+    """A family's line from its layer's forward + backward at the two batch sizes of the device."""
+    import torch
+
+    from madsl.stdlib import primitive
+
+    prim = primitive(family, RATE_WIDTH).at_length(RATE_LENGTH)
+    flops = max(float(prim.cost(RATE_LENGTH).flops), 1.0)
+    torch.manual_seed(0)
+    module = prim.build().to(device)
+    times = []
+    for rows in BATCHES[device.type]:
+        h = torch.randn(rows, RATE_LENGTH, RATE_WIDTH, device=device, requires_grad=True)
+
+        def step(h=h) -> None:
+            out = module(h)
+            (out[0] if isinstance(out, tuple) else out).float().sum().backward()
+
+        # the layer is warm after the first batch size: the larger one's first step is timed too
+        times.append(fastest(step, device, TIMED_STEPS, warm_up=not times))
+    (small, big), (t_small, t_big) = BATCHES[device.type], times
+    per_row = (t_big - t_small) / (big - small)
+    if per_row <= 0:  # the smaller batch was no faster: no overhead to tell apart
+        per_row, overhead = t_big / big, 0.0
+    else:
+        overhead = max(0.0, t_small - per_row * small)
+    # within what the cache admits (rate_cache.FAMILY_FIELDS): a day-long layer step is no line
+    return Line(min(overhead, 3600.0), min(max(3.0 * flops / per_row, 1.0), 1e21), now(), load_average())
+
+
+def measure_model(book: DeviceRates, reference: Any, device: Any) -> tuple[Measured | None, float]:
+    """The rest of a model, a layer and a token: the reference model's training step less the
+    sum of its layers' lines (None where a family of it has no rate); and the step's seconds."""
+    step, rows = _model_step(reference, device)
+    seconds = fastest(step, device, TIMED_STEPS)
+    layers = _reference_layers(reference)
+    if any(family not in book.families for family, _ in layers):
+        return None, seconds
+    layers_only = sum(book.families[family].seconds(3.0 * flops * rows) for family, flops in layers)
+    rest = max(seconds - layers_only, 0.0) / (len(layers) * rows * RATE_LENGTH)
+    return Measured(min(rest, 1.0), now(), load_average()), seconds
+
+
+def measure_speedup(reference: Any, device: Any, threads: int, one_thread_seconds: float) -> Measured:
+    """How much faster the reference model's step runs on `threads` threads than on one: the
+    fastest of SPEEDUP_STEPS in wall-clock time, between 1 and `threads`."""
+    with _torch_threads(device, threads):
+        step, _ = _model_step(reference, device)
+        step()  # the warm-up
+        best = math.inf
+        for _ in range(SPEEDUP_STEPS):
+            started, _cpu = clock()
+            step()
+            best = min(best, clock()[0] - started)
+    return Measured(min(max(one_thread_seconds / max(best, 1e-9), 1.0), float(threads)), now(), load_average())
+
+
+def fastest(step: Callable[[], None], device: Any, timed: int, warm_up: bool = True) -> float:
+    """Seconds of the fastest of `timed` calls of `step` (after one warm-up): on the CPU this
+    thread's CPU time (which other work on the machine does not stretch), on CUDA wall-clock time."""
+    if warm_up:
+        step()
+        _synchronize(device)
+    best = math.inf
+    for _ in range(timed):
+        wall, cpu = clock()
+        step()
+        _synchronize(device)
+        wall_end, cpu_end = clock()
+        best = min(best, cpu_end - cpu if device.type == "cpu" else wall_end - wall)
+    return max(best, 1e-9)
+
+
+def _model_step(reference: Any, device: Any) -> tuple[Callable[[], None], int]:
+    """A training step of the reference model on random tokens, at the larger batch, and that batch."""
+    import torch
+    import torch.nn.functional as F
+
+    from madsl.compiler import compile_spec
+    from madsl.runner.train.optim import build_optimizer
+
+    rows = BATCHES[device.type][1]
+    model = compile_spec(reference, vocab_size=REFERENCE_VOCAB, max_seq_len=RATE_LENGTH, seed=0).to(device)
+    optimizer = build_optimizer(model, 1e-3, 0.0, device)
+    x = torch.randint(0, REFERENCE_VOCAB, (rows, RATE_LENGTH), generator=torch.Generator().manual_seed(0)).to(device)
+
+    def step() -> None:
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x.reshape(-1)) + model.aux_loss()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step, rows
+
+
+def _reference_layers(reference: Any) -> list[tuple[str, float]]:
+    from madsl.graph import account
+
+    return layer_flops(account(reference, seq_len=RATE_LENGTH, vocab=REFERENCE_VOCAB))
+
+
+@contextlib.contextmanager
+def _torch_threads(device: Any, threads: int) -> Iterator[None]:
+    """Torch on `threads` threads while measuring on the CPU, as it was afterwards."""
+    import torch
+
+    if device.type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _synchronize(device: Any) -> None:
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def _release(device: Any) -> None:
+    """A measurement's memory back to the GPU, for the runs."""
+    from madsl.runner.train.device import release_device_memory
+
+    release_device_memory()
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    from madsl.runner.train.device import is_out_of_memory
+
+    return is_out_of_memory(err)

@@ -1,0 +1,116 @@
+"""A pretraining run as a job of the runner's executors: `PretrainJob` carries what a worker needs
+(picklable: the sized Spec, the settings, the token folder) and executes itself, reporting the
+same events as a MAD run (started, progress, an "epoch" per evaluation, finished), so the
+coordinator, the results store, the local and Ray executors, resume after a kill and Ctrl-C work
+for it unchanged. Nothing here touches the results store.
+"""
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from madsl.runner.pretrain.recipe import PretrainSettings
+
+PROGRESS_EVERY_S = 0.5
+
+
+class TokenBatches:
+    """A run's batches from a token folder: the training batch of each step (from (seed, step)
+    alone) and the fixed validation windows, `batch_size` at a time."""
+
+    def __init__(self, tokens: Any, settings: PretrainSettings):
+        from madsl.corpus import val_windows
+
+        self.tokens, self.settings = tokens, settings
+        self.windows = val_windows(tokens.val, settings.seq_len, settings.eval_tokens)
+
+    def train_batch(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        from madsl.corpus import train_batch
+
+        s = self.settings
+        return train_batch(self.tokens.train, s.batch_size, s.seq_len, s.seed, step)
+
+    def eval_batches(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        x, y = self.windows[0], self.windows[1]
+        for start in range(0, x.shape[0], self.settings.batch_size):
+            yield x[start:start + self.settings.batch_size], y[start:start + self.settings.batch_size]
+
+
+def open_text(data_dir: str, dtype: str | None, vocab_size: int | None) -> Any:
+    """The token folder a run trains on (validated: madsl.corpus.open_tokens)."""
+    from madsl.corpus import open_tokens
+
+    return open_tokens(Path(data_dir), dtype=dtype, vocab_size=vocab_size)
+
+
+@dataclass
+class PretrainJob:
+    """One pretraining run for an executor; `execute` trains it and never raises."""
+
+    run_id: str
+    spec: Any  # the sized Spec (madsl.scaling.grid)
+    settings: PretrainSettings
+    data_dir: str
+    checkpoint_path: str
+    data_dtype: str | None = None
+    data_vocab: int | None = None
+    device: str = "auto"
+    label: str = ""
+    keep_best: bool = False  # the coordinator's: pretraining keeps no weights
+    checkpoint_every_s: float | None = None
+
+    def build_model(self, vocab_size: int) -> Callable[[], Any]:
+        from madsl.compiler import compile_spec
+
+        return lambda: compile_spec(self.spec, vocab_size=vocab_size, max_seq_len=self.settings.seq_len,
+                                    seed=self.settings.seed)
+
+    def execute(self, emit: Callable[[Any], None], should_stop: Callable[[], bool]) -> None:
+        import torch
+
+        from madsl.runner.execute.jobs import Event
+        from madsl.runner.pretrain.loop import pretrain_run
+        from madsl.runner.train.device import resolve_device
+        from madsl.runner.train.loop import RunInterrupted
+
+        try:
+            device = resolve_device(self.device)
+            emit(Event("started", self.run_id, {"pid": os.getpid(), "device": str(device)}))
+            tokens = open_text(self.data_dir, self.data_dtype, self.data_vocab)
+            result = pretrain_run(self.settings, self.build_model(tokens.info.vocab_size),
+                                  TokenBatches(tokens, self.settings), device=device,
+                                  checkpoint_path=Path(self.checkpoint_path), hooks=self._hooks(emit, should_stop),
+                                  run_id=self.run_id)
+            emit(Event("finished", self.run_id, {"result": result.to_dict(), "device": str(device),
+                                                 "threads": torch.get_num_threads()}))
+        except RunInterrupted as err:
+            emit(Event("interrupted", self.run_id, {"message": str(err)}))
+        except BaseException as err:  # noqa: BLE001 - report, never take the executor down
+            emit(Event("failed", self.run_id, {"error": f"{type(err).__name__}: {err}",
+                                               "traceback": traceback.format_exc()}))
+
+    def _hooks(self, emit: Callable[[Any], None], should_stop: Callable[[], bool]) -> Any:
+        from dataclasses import asdict
+
+        from madsl.runner.execute.jobs import Event
+        from madsl.runner.train.loop import TrainHooks
+
+        last = [0.0]
+
+        def on_progress(evaluation: int, step: int, steps: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= PROGRESS_EVERY_S or step == steps:
+                last[0] = now
+                emit(Event("progress", self.run_id, {"epoch": evaluation, "step": step, "steps": steps}))
+
+        def on_epoch(metrics: Any) -> None:
+            emit(Event("epoch", self.run_id, {"metrics": asdict(metrics)}))
+
+        every = {} if self.checkpoint_every_s is None else {"checkpoint_every_s": self.checkpoint_every_s}
+        return TrainHooks(on_epoch=on_epoch, on_progress=on_progress, should_stop=should_stop, **every)

@@ -1,0 +1,119 @@
+"""What a pretraining run trains by: its settings (`PretrainSettings`), the paper's recipe as
+their defaults, and the arithmetic that turns a FLOP budget into steps.
+
+MAD paper App. C: AdamW with betas (0.9, 0.95), weight decay 0.1, no dropout, a cosine schedule
+with a linear warmup over 1 % of the steps, decaying to 10 % of the peak learning rate; the
+learning rate interpolated linearly in model size between the settings of Table C.2 (inversely
+related to size); the batch size fixed within an IsoFLOP group (Table C.1). The training cost of a
+token is three forward passes' worth (forward + backward) of the accounting's forward FLOPs
+(App. C.4), so a budget C buys `C / (3 · forward FLOPs per token)` tokens.
+
+Torch-free: the plan (`madsl scale --dry-run`) uses it without building a model.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
+
+from madsl.errors import MadslError
+
+# MAD paper Table C.2: (parameters, learning rate) of its common settings, smallest first
+PAPER_LEARNING_RATES: tuple[tuple[float, float], ...] = (
+    (8e6, 9.77e-4), (22e6, 9.57e-4), (38e6, 9.36e-4), (54e6, 9.15e-4), (70e6, 8.95e-4), (102e6, 8.56e-4),
+    (118e6, 8.37e-4), (134e6, 8.18e-4), (150e6, 8.00e-4), (163e6, 7.75e-4), (175e6, 7.50e-4),
+    (196e6, 7.25e-4), (217e6, 7.00e-4), (251e6, 6.75e-4), (278e6, 6.50e-4), (306e6, 6.25e-4),
+    (350e6, 6.00e-4), (440e6, 5.66e-4), (536e6, 5.33e-4), (641e6, 5.00e-4), (756e6, 4.75e-4),
+    (881e6, 4.55e-4), (1010e6, 4.33e-4), (1160e6, 4.15e-4), (1200e6, 4.11e-4), (1300e6, 4.00e-4),
+    (1600e6, 3.84e-4), (1900e6, 3.67e-4), (2250e6, 3.47e-4), (2400e6, 3.39e-4), (2640e6, 3.25e-4),
+    (3100e6, 3.00e-4), (4200e6, 2.72e-4), (5200e6, 2.46e-4), (7000e6, 2.00e-4))
+
+TRAIN_FLOPS_PER_FORWARD = 3  # forward + backward (twice the forward): the usual 6N of 2N per token
+
+
+def paper_learning_rate(params: float) -> float:
+    """Table C.2's learning rate for a model of `params` parameters: linear interpolation between
+    its sizes, its smallest (largest) size's rate below (above) its range."""
+    sizes = [size for size, _ in PAPER_LEARNING_RATES]
+    if params <= sizes[0]:
+        return PAPER_LEARNING_RATES[0][1]
+    if params >= sizes[-1]:
+        return PAPER_LEARNING_RATES[-1][1]
+    right = bisect.bisect_left(sizes, params)
+    (n0, lr0), (n1, lr1) = PAPER_LEARNING_RATES[right - 1], PAPER_LEARNING_RATES[right]
+    return lr0 + (lr1 - lr0) * (params - n0) / (n1 - n0)
+
+
+@dataclass(frozen=True)
+class PretrainSettings:
+    """Everything about how one pretraining run trains (model and data aside). Its fields, with
+    the data's content hash, are the run's identity."""
+
+    seq_len: int
+    batch_size: int  # sequences per step (tokens per step: batch_size x seq_len)
+    steps: int  # optimizer steps: the FLOP budget's (`steps_for_budget`)
+    lr: float
+    seed: int = 0
+    wd: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    warmup: float = 0.01  # a fraction of the steps
+    min_lr_ratio: float = 0.1  # the cosine decays to lr x this
+    grad_clip: float = 1.0  # the gradient's global norm is clipped to this (0: no clipping)
+    eval_every: int = 0  # steps between validation evaluations (0: about 10 along the run)
+    eval_tokens: int = 65536  # validation tokens scored at each evaluation
+    precision: str = "fp32"
+
+    def identity(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+    @property
+    def tokens(self) -> int:
+        return self.steps * self.tokens_per_step
+
+    @property
+    def warmup_steps(self) -> int:
+        return max(1, round(self.warmup * self.steps)) if self.warmup > 0 else 0
+
+    def evaluation_steps(self) -> list[int]:
+        """The steps after which the validation split is scored: every `eval_every`, and the last."""
+        every = self.eval_every or max(1, math.ceil(self.steps / 10))
+        return sorted({*range(every, self.steps, every), self.steps})
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of optimizer step `step` (0-based): linear warmup, then cosine to min_lr_ratio."""
+        warmup = self.warmup_steps
+        if step < warmup:
+            return self.lr * (step + 1) / warmup
+        span = max(1, self.steps - warmup)
+        progress = min(1.0, (step - warmup) / span)
+        floor = self.lr * self.min_lr_ratio
+        return floor + (self.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def train_flops_per_token(forward_flops_per_sequence: int, seq_len: int) -> float:
+    """Training FLOPs of one token, from the accounting's forward FLOPs of one sequence."""
+    return TRAIN_FLOPS_PER_FORWARD * forward_flops_per_sequence / seq_len
+
+
+def steps_for_budget(budget: float, flops_per_token: float, tokens_per_step: int, where: str = "") -> int:
+    """The optimizer steps a FLOP budget buys: the most whole steps within it, so a run stops
+    within one step of its budget (never past it). A budget smaller than one step is an error."""
+    step_flops = flops_per_token * tokens_per_step
+    steps = int(budget // step_flops)
+    if steps < 1:
+        raise MadslError(f"{where}a FLOP budget of {budget:.3g} is smaller than one training step "
+                         f"({step_flops:.3g} FLOPs: {tokens_per_step:,} tokens x {flops_per_token:.3g} FLOPs "
+                         f"per token)",
+                         hint="raise the budget, or take a smaller model, batch or sequence length")
+    return steps
+
+
+def settings_from_mapping(values: Mapping[str, Any]) -> PretrainSettings:
+    """PretrainSettings from a stored identity (`PretrainSettings.identity`)."""
+    return PretrainSettings(**dict(values))

@@ -1,0 +1,245 @@
+"""The scaling study's Python API: plan a study file (`plan_study_file`), cost it (`study_cost`),
+train it (`scale`), read its results back as points of IsoFLOP curves (`study_points`).
+
+    summary = scale("studies/shakespeare.yaml", workers=2)          # trains; resumes where it stopped
+    plan = scale("studies/shakespeare.yaml", dry_run=True)["plan"]  # the grid and its cost
+
+A study's runs share the results store, executors and resume of `madsl eval`: each is a run of
+the task "pretrain" whose identity is its sized spec, the data's content hash, the budget and the
+recipe, filed under the label `scale:<study name>`. Prints nothing (progress goes to `reporter`).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from madsl.errors import MadslError, option
+from madsl.runner.store.results import DEFAULT_DB, RunIdentity, madsl_version, sha256
+from madsl.scaling.grid import ScaleRun, plan_study
+from madsl.scaling.study import Study, load_study, study_location
+
+PRETRAIN_TASK = "pretrain"
+LABEL_PREFIX = "scale:"
+
+
+@dataclass
+class StudyPlan:
+    """A study with its data opened and every run planned and identified."""
+
+    study: Study
+    data_dir: Path
+    tokens: Any  # madsl.corpus.TokenData
+    runs: list[ScaleRun]
+    run_ids: list[str]
+
+    @property
+    def label(self) -> str:
+        return LABEL_PREFIX + self.study.name
+
+    def identity(self, run: ScaleRun) -> RunIdentity:
+        from madsl.runner.plan.evaluation import spec_identity
+
+        info = self.tokens.info
+        setting = {"data": info.hash, "vocab": info.vocab_size, "budget": run.budget,
+                   "arch": run.arch, "size": run.size}
+        train = {**run.settings.identity(), "wd": run.settings.wd, "epochs": len(run.settings.evaluation_steps())}
+        return RunIdentity(sha256(spec_identity(run.spec)), PRETRAIN_TASK, setting, train, madsl_version())
+
+
+def _data_dir(study: Study, files_dir: Path) -> Path:
+    """The study's token folder: a bundled corpus is prepared once under the store's files."""
+    from madsl.corpus import resolve_tokens
+
+    if study.data.startswith("bundled:"):
+        return resolve_tokens(study.data, files_dir / "corpora").path
+    path = (study.path.parent / study.data).resolve()
+    if not path.is_dir():
+        raise MadslError(f"data: no token folder at {study.data} (looked in {path})", study_location(study, "data"),
+                         hint="prepare one with `madsl data prepare TEXT... -o DIR`, or name bundled:tinyshakespeare")
+    return path
+
+
+def plan_study_file(path: str | os.PathLike, db: str | os.PathLike = DEFAULT_DB,
+                    precision: str | None = None) -> StudyPlan:
+    """Read the study, open (or prepare) its data, plan and identify every run; nothing trains.
+    `precision` (fp32 or bf16) replaces the recipe's."""
+    from madsl.corpus import open_tokens
+    from madsl.runner.store.files import StoreFiles
+
+    study = load_study(path)
+    if precision is not None:
+        study.recipe["precision"] = precision
+    data_dir = _data_dir(study, StoreFiles(db).files_dir)
+    tokens = open_tokens(data_dir, dtype=study.data_dtype, vocab_size=study.data_vocab)
+    runs = plan_study(study, tokens.info.vocab_size)
+    longest = max(r.settings.seq_len + 1 for r in runs)
+    for split in ("train", "val"):
+        if tokens.info.tokens(split) < longest:
+            raise MadslError(f"data: the {split} split holds {tokens.info.tokens(split):,} tokens, fewer than one "
+                             f"window of {longest:,}", study_location(study, "data"),
+                             hint="use more text, or a shorter seq_len")
+    plan = StudyPlan(study, data_dir, tokens, runs, [])
+    plan.run_ids = [plan.identity(r).run_id for r in runs]
+    return plan
+
+
+def _done(db: str | os.PathLike, run_ids: list[str]) -> dict[str, Any]:
+    from madsl.runner.store.results import Store
+
+    if not Path(db).exists():
+        return {}
+    store = Store(db, create=False)
+    try:
+        return {run_id: row for run_id in run_ids if (row := store.run(run_id)) is not None}
+    finally:
+        store.close()
+
+
+def _run_seconds(plan: StudyPlan, device: str) -> tuple[list[float | None], dict[str, Any]]:
+    """Each run's training seconds on `device` at this machine's cached per-family rates (the
+    plan's, madsl.runner.plan.rate: measured once and cached), with where the rates come from."""
+    import torch
+
+    from madsl.runner.execute.devices import _planned_device
+    from madsl.runner.plan.cost import Shapes
+    from madsl.runner.plan.rate import RateBook
+
+    shapes = Shapes()
+    vocab = plan.tokens.info.vocab_size
+    layers = [shapes.of(run.spec, run.settings.seq_len, vocab).layers for run in plan.runs]
+    families = {family for model in layers for family, _ in model}
+    book = RateBook.default()
+    rates = book.rates(torch.device(_planned_device(device)), torch.get_num_threads(), families)
+    book.save()
+    seconds = []
+    for run, model in zip(plan.runs, layers):
+        s = run.settings
+        step = rates.step_seconds(model, s.batch_size, s.seq_len)
+        evaluation = rates.step_seconds(model, s.batch_size, s.seq_len)
+        evaluations = len(s.evaluation_steps()) * max(1, s.eval_tokens // s.tokens_per_step)
+        seconds.append(None if step is None else s.steps * step + evaluations * evaluation / 3)
+    return seconds, rates.describe(sorted(families))
+
+
+def study_cost(plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB, workers: int = 1,
+               flops_per_second: float | None = None, device: str = "auto") -> dict[str, Any]:
+    """The grid with each run's parameters, tokens, FLOPs, state and estimated hours: at
+    `flops_per_second` where given (e.g. a GPU's sustained rate), else at this machine's cached
+    per-family training rates on `device` (an evaluation is a third of a training step's cost)."""
+    if flops_per_second:
+        seconds, source = [run.flops / flops_per_second for run in plan.runs], "as given"
+    else:
+        seconds, rates = _run_seconds(plan, device)
+        when = f"cached, measured {rates['measured']}" if not rates["measured_now"] else "measured now"
+        source = f"at the per-layer-family training rates of {rates['device']}, {when}"
+    stored = _done(db, plan.run_ids)
+    rows = []
+    for run, run_id, run_seconds in zip(plan.runs, plan.run_ids, seconds):
+        row = stored.get(run_id)
+        rows.append({"run_id": run_id, "arch": run.arch, "budget": run.budget, "size": run.size,
+                     "dim": run.spec.dim, "params": run.params, "state": run.state, "tokens": run.tokens,
+                     "steps": run.settings.steps, "batch_size": run.settings.batch_size, "lr": run.settings.lr,
+                     "flops": run.flops, "hours": None if run_seconds is None else run_seconds / 3600,
+                     "status": row["status"] if row is not None else "new"})
+    pending = [r for r in rows if r["status"] != "done"]
+    hours = sum(r["hours"] or 0.0 for r in pending)
+    return {"study": plan.study.name, "data": str(plan.data_dir), "runs": rows, "done": len(rows) - len(pending),
+            "flops": sum(r["flops"] for r in rows), "rate_source": source, "workers": workers,
+            "hours": hours, "wall_hours": hours / max(1, workers)}
+
+
+def _jobs(plan: StudyPlan, db: str | os.PathLike, device: str, checkpoint_every: float | None) -> list[Any]:
+    from madsl.runner.pretrain.job import PretrainJob
+    from madsl.runner.store.files import StoreFiles
+
+    files = StoreFiles(db)
+    return [PretrainJob(run_id=run_id, spec=run.spec, settings=run.settings, data_dir=str(plan.data_dir),
+                        checkpoint_path=str(files.checkpoint_path(run_id)), data_dtype=plan.study.data_dtype,
+                        data_vocab=plan.study.data_vocab, device=device,
+                        label=f"{run.arch} {run.size} @ {run.budget:.2g}",
+                        checkpoint_every_s=checkpoint_every)
+            for run, run_id in zip(plan.runs, plan.run_ids)]
+
+
+def _register(store: Any, plan: StudyPlan) -> None:
+    from madsl.runner.plan.evaluation import spec_identity
+
+    for name, spec in plan.study.architectures.items():
+        store.add_spec(sha256(spec_identity(spec)), name, spec_identity(spec), plan.study.spec_paths[name])
+    for run in plan.runs:
+        identity = spec_identity(run.spec)
+        store.add_spec(sha256(identity), run.spec.name, identity, None)
+    store.add_runs([(plan.identity(run), run.spec.name) for run in plan.runs], plan.label)
+
+
+def scale(path: str | os.PathLike, execution: Any = None, *, reporter: Any = None,
+          stop: Callable[[], bool] | None = None, flops_per_second: float | None = None,
+          precision: str | None = None, **options: Any) -> dict:
+    """Train a study's runs (those not done yet); `execution`: an Execution of
+    madsl.runner.execute.options (db, workers, device, executor, address, cpus_per_run, gpus_per_run,
+    checkpoint_every, dry_run), or the same as keywords. `precision`: fp32, bf16 or auto (bf16 on
+    CUDA, fp32 elsewhere) in place of the study recipe's. A dry run returns {"plan": study_cost(...)}."""
+    from madsl.runner.execute.coordinator import run_jobs
+    from madsl.runner.execute.devices import _check_workers_and_device, _make_executor, _ray_options
+    from madsl.runner.execute.options import Execution
+    from madsl.runner.store.database import check_database
+    from madsl.runner.store.results import Store
+
+    run = execution if execution is not None else Execution(**options)
+    if run.keep not in (None, "none"):
+        raise MadslError(f"{option('keep')}: a pretraining run keeps no weights")
+    if run.batch_grid:
+        raise MadslError(f"{option('batch_grid')}: pretraining runs train one at a time (their shapes differ)")
+    check_database(run.db)
+    ray = _ray_options(run.executor, run.address, run.cpus_per_run, run.gpus_per_run)
+    _check_workers_and_device(run.workers, run.device, on_this_machine=ray is None)
+    if precision not in (None, "fp32", "bf16", "auto"):
+        raise MadslError(f"{option('precision')} must be fp32, bf16 or auto, got {precision!r}")
+    if precision == "auto":
+        from madsl.runner.execute.devices import _planned_device
+
+        precision = "bf16" if ray is None and _planned_device(run.device) == "cuda" else "fp32"
+    plan = plan_study_file(path, run.db, precision)
+    if run.dry_run or (reporter is not None and reporter.shows_plan):
+        cost = study_cost(plan, run.db, run.workers if ray is None else 1, flops_per_second, run.device)
+        if run.dry_run:
+            return {"db": str(run.db), "plan": cost}
+        reporter.plan(cost, [])
+    store = Store(run.db)
+    try:
+        _register(store, plan)
+        jobs = _jobs(plan, run.db, run.device, run.checkpoint_every)
+        outcome = run_jobs(store, jobs, _make_executor(run.workers, ray), reporter,
+                           stop_requested=stop or (lambda: False))
+    except sqlite3.OperationalError as err:
+        raise MadslError(f"the results database {run.db} could not be written: {err}",
+                         hint="free disk space and rerun the same command: finished runs are kept") from None
+    finally:
+        store.close()
+    return {"db": str(run.db), "study": plan.study.name, "runs": len(jobs), "done": len(outcome.done),
+            "already_done": len(outcome.already_done), "failed": dict(outcome.failed),
+            "interrupted": len(outcome.interrupted), "complete": outcome.complete}
+
+
+def study_points(plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB) -> list[Any]:
+    """The finished runs of a study as IsoFLOP points (madsl.scaling.fits.ScalePoint): the final
+    validation loss of each, with its parameters, tokens and total state."""
+    from madsl.scaling.fits import ScalePoint
+
+    stored = _done(db, plan.run_ids)
+    points = []
+    for run, run_id in zip(plan.runs, plan.run_ids):
+        row = stored.get(run_id)
+        loss = row["best_eval_loss"] if row is not None and row["status"] == "done" else None
+        if loss is None or not math.isfinite(loss) or row["diverged_epoch"] is not None:
+            continue  # a diverged run has no loss at its budget: reported by madsl report as missing
+        points.append(ScalePoint(arch=run.arch, budget=run.budget, params=float(run.params),
+                                 tokens=float(run.tokens), loss=float(row["best_eval_loss"]), state=float(run.state)))
+    return points
+
+
+__all__ = ["StudyPlan", "plan_study_file", "study_cost", "scale", "study_points"]

@@ -1,0 +1,120 @@
+"""The runs of a study: each architecture at each size of each IsoFLOP group, sized, accounted
+and given the steps its budget buys.
+
+A size's model is the architecture's spec at that width (`dim`) with its topology repeated
+`repeat` times, the data's vocabulary and the study's sequence length (its MAD budget dropped:
+a scaled model is not held to the small model's state budget). A parameter target is met by the
+width, in steps of `dim_step`, whose accounted parameters are closest to it (widths a layer
+cannot take, e.g. heads that do not divide it, are passed over). Parameters N are the
+accounting's total (embeddings included, tied once, as the paper's Table C.2 counts them);
+total state is the fixed state plus the KV cache at the training length (the paper's Fig. 4.3).
+Torch-free.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from madsl.errors import MadslError
+from madsl.runner.pretrain.recipe import PretrainSettings, paper_learning_rate, steps_for_budget, train_flops_per_token
+from madsl.scaling.study import BudgetGroup, Size, Study, study_location
+
+MAX_DIM = 16384  # widths searched for a parameter target
+
+
+@dataclass(frozen=True)
+class ScaleRun:
+    """One run of a study, planned: what it trains, how long, at what cost."""
+
+    arch: str
+    budget: float
+    size: str  # the size as the study writes it (`d64x2`, `p2e+05x2`)
+    spec: Any  # the sized Spec
+    params: int
+    state: int  # fixed state + KV cache at the training length
+    flops_per_token: float  # training FLOPs (forward + backward) per token
+    settings: PretrainSettings
+
+    @property
+    def tokens(self) -> int:
+        return self.settings.tokens
+
+    @property
+    def flops(self) -> float:
+        """What the run spends: within one step of its budget, never over it."""
+        return self.tokens * self.flops_per_token
+
+
+def sized_spec(spec: Any, dim: int, repeat: int, vocab: int, seq_len: int, name: str) -> Any:
+    """The spec at width `dim`, its topology repeated `repeat` times, for this vocabulary and length."""
+    from madsl.spec import spec_from_data
+
+    data = {k: v for k, v in spec.data.items() if k not in ("budget", "extends", "eval")}
+    topology = spec.topology_text.strip()
+    data.update(name=name, dim=dim, vocab=vocab, seq_len=seq_len,
+                topology=topology if repeat == 1 else f"({topology})x{repeat}")
+    return spec_from_data(data)
+
+
+def _accounted(spec: Any, seq_len: int) -> dict[str, int]:
+    from madsl.graph import account
+
+    return account(spec, seq_len=seq_len).totals
+
+
+def _width_for(spec: Any, size: Size, vocab: int, seq_len: int, name: str) -> tuple[Any, dict[str, int]]:
+    """The sized spec whose parameters are closest to the size's target."""
+    best: tuple[float, Any, dict] | None = None
+    dim = size.dim_step
+    while dim <= MAX_DIM:
+        try:
+            candidate = sized_spec(spec, dim, size.repeat, vocab, seq_len, name)
+            totals = _accounted(candidate, seq_len)
+        except MadslError:  # a width this architecture cannot take (heads, groups): the next one
+            dim += size.dim_step
+            continue
+        distance = abs(math.log(totals["params"] / size.params))
+        if best is None or distance < best[0]:
+            best = (distance, candidate, totals)
+        if totals["params"] > size.params:  # parameters grow with the width: past the target, done
+            break
+        dim += size.dim_step
+    if best is None:
+        raise MadslError(f"{name}: no width up to {MAX_DIM} in steps of {size.dim_step} builds this architecture")
+    return best[1], best[2]
+
+
+def _settings(study: Study, group: BudgetGroup, params: int, flops_per_token: float, where: str) -> PretrainSettings:
+    recipe = dict(study.recipe)
+    lr = recipe.pop("lr", "paper")
+    tokens_per_step = group.batch_size * study.seq_len
+    steps = steps_for_budget(group.flops, flops_per_token, tokens_per_step, where)
+    return PretrainSettings(seq_len=study.seq_len, batch_size=group.batch_size, steps=steps,
+                            lr=paper_learning_rate(params) if lr == "paper" else float(lr), **recipe)
+
+
+def plan_study(study: Study, vocab: int) -> list[ScaleRun]:
+    """Every run of the study (architecture x budget x size), sized and accounted; a budget smaller
+    than one step of a model is an error located at the budget."""
+    runs = []
+    for group in study.budgets:
+        for size in group.sizes:
+            for arch, spec in study.architectures.items():
+                name = f"{arch}-{size.label()}"
+                try:
+                    if size.dim is not None:
+                        sized = sized_spec(spec, size.dim, size.repeat, vocab, study.seq_len, name)
+                        totals = _accounted(sized, study.seq_len)
+                    else:
+                        sized, totals = _width_for(spec, size, vocab, study.seq_len, name)
+                    flops_per_token = train_flops_per_token(totals["flops"], study.seq_len)
+                    settings = _settings(study, group, totals["params"], flops_per_token,
+                                         f"{name} at budget {group.flops:.3g}: ")
+                except MadslError as err:
+                    if err.location.file is None:
+                        err.location = study_location(study, "budgets")
+                    raise
+                runs.append(ScaleRun(arch, group.flops, size.label(), sized, totals["params"],
+                                     totals["fixed_state"] + totals["kv_cache"], flops_per_token, settings))
+    return runs

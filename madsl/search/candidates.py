@@ -1,0 +1,112 @@
+"""Genome -> candidate: canonicalised, checked, solved into the budget and accounted, before any
+training; or the reason it is rejected.
+
+A candidate is a spec: the search file's shared fields (width, layers, budget) with the genome's
+topology and hyperparameters. It is checked by the spec loader (madsl.spec), solved where the
+search file names free parameters (`budget.fit`: as `madsl eval` trains a spec that asks for a fit,
+madsl.fit.fitted, over the free parameters of the symbols it uses), accounted (madsl.graph) and
+held to the budget. Its identity is the runner's (madsl.runner.plan.evaluation.spec_identity):
+two genomes that build one model are one candidate, scored once.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from madsl.budget import check
+from madsl.errors import MadslError
+from madsl.fit import fitted
+from madsl.graph import account
+from madsl.search.config import SearchFile
+from madsl.search.genome import Genome
+from madsl.spec import Spec, spec_from_data
+
+
+@dataclass(frozen=True)
+class Candidate:
+    spec_hash: str  # the runner's identity of its model: its runs are filed under it
+    name: str
+    topology: str  # canonical, as `madsl compile` prints it
+    spec_data: dict[str, Any]  # the spec as written to a .mad file: solved values, no fit
+    totals: dict[str, int]
+    solved: dict[str, int]  # free parameters set to meet the budget ({} where none was needed)
+    spec: Spec = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    reason: str  # "over budget" or "invalid"
+    message: str
+    topology: str
+    quantities: tuple[str, ...] = ()  # the budget quantities it breaks
+
+
+class CandidateBuilder:
+    """Builds candidates of one search file, each at most once per process (a cache by topology
+    and hyperparameters: evolution proposes the same genome again and again)."""
+
+    def __init__(self, search: SearchFile):
+        self.search = search
+        self.cache: dict[tuple, Candidate | Rejection] = {}
+
+    def build(self, genome: Genome) -> Candidate | Rejection:
+        key = (genome.text(), genome.params)
+        if key not in self.cache:
+            self.cache[key] = self._build(genome)
+        return self.cache[key]
+
+    def _build(self, genome: Genome) -> Candidate | Rejection:
+        text = genome.text()
+        data = self._data(text, genome.params)
+        try:
+            spec = spec_from_data(data)
+            used = set(spec.symbols_used())
+            free = [item for item in self.search.free if item.partition(".")[0] in used]
+            solved_spec, solution = fitted(replace(spec, fit=free)) if free else (spec, None)
+            totals = account(solved_spec, seq_len=spec.budget_seq_len).totals
+        except MadslError as err:  # a hyperparameter value the layer refuses in this combination
+            return Rejection("invalid", "; ".join(e.message for e in err.diagnostics), text)
+        violations = check(totals, spec.budget)
+        if violations:
+            return Rejection("over budget", "; ".join(v.message() for v in violations), spec.canonical(),
+                             tuple(v.quantity for v in violations))
+        solved = dict(solution.values) if solution is not None else {}
+        final = _solved(data, solved)
+        final_spec = spec_from_data(final)
+        spec_hash = identity_hash(final_spec)
+        name = f"{self.search.name}-{spec_hash[:8]}"
+        final["name"], final["topology"] = name, final_spec.canonical()
+        return Candidate(spec_hash, name, final_spec.canonical(), final, dict(totals), solved,
+                         replace(final_spec, name=name))
+
+    def _data(self, text: str, params: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+        """The candidate's spec data: the shared fields, its topology, its hyperparameters under layers:."""
+        data = copy.deepcopy(self.search.spec_data)
+        layers = data.get("layers") or {}
+        for name, value in params:
+            symbol, _, param = name.partition(".")
+            layers.setdefault(symbol, {})[param] = value
+        if layers:
+            data["layers"] = layers
+        if isinstance(data.get("budget"), dict):
+            data["budget"] = {k: v for k, v in data["budget"].items() if k != "fit"}
+            if not data["budget"]:
+                del data["budget"]
+        return {"name": self.search.name, **data, "topology": text}
+
+
+def _solved(data: dict[str, Any], solved: dict[str, int]) -> dict[str, Any]:
+    out = copy.deepcopy(data)
+    for name, value in solved.items():
+        symbol, _, param = name.partition(".")
+        out.setdefault("layers", {}).setdefault(symbol, {})[param] = value
+    return out
+
+
+def identity_hash(spec: Spec) -> str:
+    """The spec hash the runner files a spec's runs under."""
+    from madsl.runner.plan.evaluation import spec_identity
+    from madsl.runner.store.results import sha256
+
+    return sha256(spec_identity(spec))
