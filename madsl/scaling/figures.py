@@ -80,9 +80,13 @@ def _optimum_marker(ax, x: float, y: float, colour, bracketed: bool, marker: str
             markerfacecolor=colour if bracketed else "none", markeredgewidth=1.4, zorder=4)
 
 
+EXTRAPOLATED_SPAN = 3.0  # how far beyond the sizes measured an IsoFLOP panel draws a curve
+
+
 def plot_isoflops(fits: Sequence[IsoFlopFit], path: str | os.PathLike) -> Path:
     """The IsoFLOP curves: per architecture a panel of loss against N, per budget its points,
-    fitted parabola and optimum (a star; hollow where it lies outside the sizes measured)."""
+    fitted parabola and optimum (a star; hollow where it lies outside the sizes measured, left out
+    where it lies more than EXTRAPOLATED_SPAN beyond them)."""
     if not fits:
         raise MadslError("no IsoFLOP fits to plot")
     plt, path = _pyplot(path)
@@ -94,10 +98,15 @@ def plot_isoflops(fits: Sequence[IsoFlopFit], path: str | os.PathLike) -> Path:
             colour = colours[fit.budget]
             sizes = [p.params for p in fit.points]
             ax.scatter(sizes, [p.loss for p in fit.points], color=colour, s=18, zorder=3)
-            low, high = min(sizes + [fit.optimal_params]), max(sizes + [fit.optimal_params])
-            curve = np.logspace(math.log10(low) - 0.05, math.log10(high) + 0.05, 120)
+            # an extrapolated optimum far beyond the sizes would squash the panel: the curve goes at
+            # most EXTRAPOLATED_SPAN beyond them, and an optimum past that is not drawn (the report lists it)
+            reach = (min(sizes) / EXTRAPOLATED_SPAN, max(sizes) * EXTRAPOLATED_SPAN)
+            shown = reach[0] <= fit.optimal_params <= reach[1]
+            ends = sizes + ([fit.optimal_params] if shown else [])
+            curve = np.logspace(math.log10(min(ends)) - 0.05, math.log10(max(ends)) + 0.05, 120)
             ax.plot(curve, fit.predict(curve), color=colour, linewidth=1.2)
-            _optimum_marker(ax, fit.optimal_params, fit.optimal_loss, colour, fit.bracketed)
+            if shown:
+                _optimum_marker(ax, fit.optimal_params, fit.optimal_loss, colour, fit.bracketed)
         ax.set_xscale("log")
         ax.set_title(arch)
         ax.set_xlabel("parameters N")

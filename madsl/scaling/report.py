@@ -101,12 +101,20 @@ def study_report(study_path: str | os.PathLike, db: str | os.PathLike = DEFAULT_
         fit = _try(report, None, lambda g=group: fits.fit_isoflop(g))
         if fit is not None:
             report.isoflops.append(fit)
-    fitted = {(f.arch, f.budget) for f in report.isoflops}
+    # frontiers and the state-optimal view use the optima inside the sizes trained: an extrapolated
+    # minimum (the parabola's vertex beyond the sizes) is not a measurement of N*(C)
+    fitted = {(f.arch, f.budget) for f in report.isoflops if f.bracketed}
+    for f in report.isoflops:
+        if not f.bracketed:
+            report.problems.append(f"{f.arch} at {f.budget:.3g} FLOPs: the optimum {f.optimal_params:.3g} lies "
+                                   "outside the sizes trained; left out of the frontier and the state-optimal "
+                                   "view (add sizes on that side)")
     for arch in sorted({p.arch for p in points}):
         usable = [p for p in points if p.arch == arch and (arch, p.budget) in fitted]
         budgets = len({p.budget for p in usable})
         if budgets < 2:
-            report.problems.append(f"{arch} frontier: needs IsoFLOP optima at 2 budgets or more, has {budgets}")
+            report.problems.append(f"{arch} frontier: needs optima inside the sizes at 2 budgets or more, has "
+                                   f"{budgets}")
         else:
             frontier = _try(report, f"{arch} frontier",
                             lambda u=usable: fits.fit_frontier(u, resamples=resamples, seed=seed))
