@@ -7,7 +7,6 @@ for it unchanged. Nothing here touches the results store.
 from __future__ import annotations
 
 import os
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +15,6 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from madsl.runner.pretrain.recipe import PretrainSettings
-
-PROGRESS_EVERY_S = 0.5
 
 
 class TokenBatches:
@@ -74,7 +71,7 @@ class PretrainJob:
     def execute(self, emit: Callable[[Any], None], should_stop: Callable[[], bool]) -> None:
         import torch
 
-        from madsl.runner.execute.jobs import Event
+        from madsl.runner.execute.jobs import Event, job_hooks  # a MAD run's hooks: the same events
         from madsl.runner.pretrain.loop import pretrain_run
         from madsl.runner.train.device import resolve_device
         from madsl.runner.train.loop import RunInterrupted
@@ -85,8 +82,8 @@ class PretrainJob:
             tokens = open_text(self.data_dir, self.data_dtype, self.data_vocab)
             result = pretrain_run(self.settings, self.build_model(tokens.info.vocab_size),
                                   TokenBatches(tokens, self.settings), device=device,
-                                  checkpoint_path=Path(self.checkpoint_path), hooks=self._hooks(emit, should_stop),
-                                  run_id=self.run_id)
+                                  checkpoint_path=Path(self.checkpoint_path),
+                                  hooks=job_hooks(self, emit, should_stop), run_id=self.run_id)
             emit(Event("finished", self.run_id, {"result": result.to_dict(), "device": str(device),
                                                  "threads": torch.get_num_threads()}))
         except RunInterrupted as err:
@@ -94,23 +91,3 @@ class PretrainJob:
         except BaseException as err:  # noqa: BLE001 - report, never take the executor down
             emit(Event("failed", self.run_id, {"error": f"{type(err).__name__}: {err}",
                                                "traceback": traceback.format_exc()}))
-
-    def _hooks(self, emit: Callable[[Any], None], should_stop: Callable[[], bool]) -> Any:
-        from dataclasses import asdict
-
-        from madsl.runner.execute.jobs import Event
-        from madsl.runner.train.loop import TrainHooks
-
-        last = [0.0]
-
-        def on_progress(evaluation: int, step: int, steps: int) -> None:
-            now = time.monotonic()
-            if now - last[0] >= PROGRESS_EVERY_S or step == steps:
-                last[0] = now
-                emit(Event("progress", self.run_id, {"epoch": evaluation, "step": step, "steps": steps}))
-
-        def on_epoch(metrics: Any) -> None:
-            emit(Event("epoch", self.run_id, {"metrics": asdict(metrics)}))
-
-        every = {} if self.checkpoint_every_s is None else {"checkpoint_every_s": self.checkpoint_every_s}
-        return TrainHooks(on_epoch=on_epoch, on_progress=on_progress, should_stop=should_stop, **every)
