@@ -75,6 +75,19 @@ class TestOnALocalRayInstance:
                [{k: r[k] for k in keys} for r in toy.run_rows(tmp_path / "ray.db")]
 
 
+    def test_a_scaling_study_on_ray_records_the_losses_of_the_local_executor(self, tmp_path, capsys):
+        study = tmp_path / "study.yaml"
+        study.write_text("name: tiny\ndata: bundled:tinyshakespeare\nseq_len: 32\narchitectures:\n"
+                         "  hyena: bundled:paper/hyena-sg\nbudgets: [6e8]\nsizes: [{dim: 8}, {dim: 16}]\n"
+                         "recipe: {batch_size: 4, eval_tokens: 256}\n")
+        losses = {}
+        for name, more in (("local", []), ("ray", ["--executor", "ray", "--cpus-per-run", "1"])):
+            db = tmp_path / f"{name}.db"
+            assert main(["scale", str(study), "--db", str(db), "-q", *more]) == 0
+            with sqlite3.connect(db) as c:
+                losses[name] = dict(c.execute("SELECT run_id, best_eval_loss FROM runs WHERE status='done'"))
+        assert len(losses["local"]) == 2 and losses["local"] == losses["ray"]
+
     def test_keep_best_on_ray_keeps_the_weights_a_local_run_keeps(self, tmp_path, capsys):
         from safetensors.torch import load_file
 
