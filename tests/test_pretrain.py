@@ -147,12 +147,18 @@ def test_dry_run_prints_the_grid(tmp_path, capsys):
     ("- {dim: 16}", "- {dim: 16, depth: 2}"),
     ("recipe: {batch_size: 8, eval_tokens: 1024}", "recipe: {batch_size: 0}"),
     ("  hyena: bundled:paper/hyena-sg", "  hyena: /etc/passwd"),
+    ("recipe: {batch_size: 8, eval_tokens: 1024}", "recipe: {batch_size: 8, lr: fast}"),
 ])
 def test_bad_studies_are_located_errors(tmp_path, capsys, change, message):
     study = _study(tmp_path, STUDY.replace(change, message))
     assert main(["scale", str(study), "--dry-run", "--db", str(tmp_path / "r.db")]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "study.yaml:" in err
+
+
+def test_a_missing_study_file_is_named(tmp_path, capsys):
+    assert main(["scale", str(tmp_path / "none.yaml"), "--dry-run"]) == 2
+    assert "no such study file" in capsys.readouterr().err
 
 
 def test_a_budget_below_one_step_says_so(tmp_path, capsys):

@@ -196,6 +196,10 @@ def _architectures(reader: _Reader, data: dict, path: Path) -> tuple[dict[str, A
 def load_study(path: str | Path) -> Study:
     """Read and check a study file (its specs loaded); raises a located MadslError."""
     path = Path(path)
+    if not path.is_file():
+        raise MadslError(f"no such study file: {path}" if not path.exists() else f"{path} is not a file",
+                         hint="a study file is YAML: name, data, seq_len, architectures, budgets, sizes, recipe "
+                              "(docs/scaling.md)")
     located = load(path)
     reader = _Reader(located)
     data = reader.mapping(located.data if located.data is not None else {}, (), STUDY_KEYS, "a study file")
@@ -219,7 +223,11 @@ def load_study(path: str | Path) -> Study:
         recipe["eval_tokens"] = reader.number(recipe["eval_tokens"], ("recipe", "eval_tokens"), "eval_tokens",
                                               integer=True)
     if "lr" in recipe and recipe["lr"] != "paper":
-        recipe["lr"] = reader.number(recipe["lr"], ("recipe", "lr"), "lr")
+        try:
+            recipe["lr"] = reader.number(recipe["lr"], ("recipe", "lr"), "lr")
+        except MadslError:
+            raise reader.fail(("recipe", "lr"), f"lr must be a number above 0 or `paper`, got {recipe['lr']!r}",
+                              hint="paper: Table C.2's learning rate for the model's size") from None
     if recipe.get("precision", "fp32") not in ("fp32", "bf16"):
         raise reader.fail(("recipe", "precision"), f"precision must be fp32 or bf16, got {recipe['precision']!r}")
     specs, spec_paths = _architectures(reader, data, path)
