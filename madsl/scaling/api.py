@@ -99,7 +99,7 @@ def _done(db: str | os.PathLike, run_ids: list[str]) -> dict[str, Any]:
         store.close()
 
 
-def _run_seconds(plan: StudyPlan, device: str) -> tuple[list[float | None], dict[str, Any]]:
+def _run_seconds(plan: StudyPlan, device: str, remeasure: bool = False) -> tuple[list[float | None], dict[str, Any]]:
     """Each run's training seconds on `device` at this machine's cached per-family rates (the
     plan's, madsl.runner.plan.rate: measured once and cached), with where the rates come from."""
     import torch
@@ -112,7 +112,7 @@ def _run_seconds(plan: StudyPlan, device: str) -> tuple[list[float | None], dict
     vocab = plan.tokens.info.vocab_size
     layers = [shapes.of(run.spec, run.settings.seq_len, vocab).layers for run in plan.runs]
     families = {family for model in layers for family, _ in model}
-    book = RateBook.default()
+    book = RateBook.default(remeasure=remeasure)
     rates = book.rates(torch.device(_planned_device(device)), torch.get_num_threads(), families)
     book.save()
     seconds = []
@@ -126,14 +126,15 @@ def _run_seconds(plan: StudyPlan, device: str) -> tuple[list[float | None], dict
 
 
 def study_cost(plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB, workers: int = 1,
-               flops_per_second: float | None = None, device: str = "auto") -> dict[str, Any]:
+               flops_per_second: float | None = None, device: str = "auto",
+               measure_rate: bool = False) -> dict[str, Any]:
     """The grid with each run's parameters, tokens, FLOPs, state and estimated hours: at
     `flops_per_second` where given (e.g. a GPU's sustained rate), else at this machine's cached
     per-family training rates on `device` (an evaluation is a third of a training step's cost)."""
     if flops_per_second:
         seconds, source = [run.flops / flops_per_second for run in plan.runs], "as given"
     else:
-        seconds, rates = _run_seconds(plan, device)
+        seconds, rates = _run_seconds(plan, device, measure_rate)
         when = f"cached, measured {rates['measured']}" if not rates["measured_now"] else "measured now"
         source = f"at the per-layer-family training rates of {rates['device']}, {when}"
     stored = _done(db, plan.run_ids)
@@ -205,7 +206,8 @@ def scale(path: str | os.PathLike, execution: Any = None, *, reporter: Any = Non
         precision = "bf16" if ray is None and _planned_device(run.device) == "cuda" else "fp32"
     plan = plan_study_file(path, run.db, precision)
     if run.dry_run or (reporter is not None and reporter.shows_plan):
-        cost = study_cost(plan, run.db, run.workers if ray is None else 1, flops_per_second, run.device)
+        cost = study_cost(plan, run.db, run.workers if ray is None else 1, flops_per_second, run.device,
+                          bool(run.measure_rate))
         if run.dry_run:
             return {"db": str(run.db), "plan": cost}
         reporter.plan(cost, [])

@@ -137,30 +137,43 @@ def job_hooks(job: RunJob, emit: Callable[[Event], None], should_stop: Callable[
 
 def execute_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
     """Run one job (or a grid group, `madsl.runner.batched.grid`) to its end and report through `emit`. Never raises."""
-    import torch
-
-    from madsl.runner.train.device import resolve_device
-    from madsl.runner.train.loop import RunInterrupted, train_run
+    from madsl.runner.train.loop import train_run
 
     if is_group(job) or callable(getattr(job, "execute", None)):
         # a GroupJob trains its members itself (madsl.runner.batched.grid imports this module), a
         # PretrainJob its text run (madsl.runner.pretrain.job)
         return job.execute(emit, should_stop)
-    try:
-        device = resolve_device(job.device)
-        emit(Event("started", job.run_id, {"pid": os.getpid(), "device": str(device)}))
+
+    def train(device: Any) -> tuple[Any, dict]:
         inputs = job_inputs(job)
         result = train_run(job.train, inputs.build_model, inputs.train_data, inputs.test_data,
                            num_classes=inputs.num_classes, device=device, checkpoint_path=Path(job.checkpoint_path),
                            hooks=job_hooks(job, emit, should_stop), length_data=inputs.length_data,
                            run_id=job.run_id)
-        emit(Event("finished", job.run_id, {"result": result.to_dict(), "device": str(device), "build": inputs.build,
-                                            "threads": torch.get_num_threads()}))
+        return result, {"build": inputs.build}
+
+    report_run(job.run_id, job.device, emit, train)
+
+
+def report_run(run_id: str, device_name: str, emit: Callable[[Event], None],
+               train: Callable[[Any], tuple[Any, dict]]) -> None:
+    """Train one run with `train(device)` -> (its RunResult, more of the finished event's data) and
+    report it: started, then finished, interrupted (a stop: its checkpoint holds it) or failed. Never raises."""
+    import torch
+
+    from madsl.runner.train.device import resolve_device
+    from madsl.runner.train.loop import RunInterrupted
+
+    try:
+        device = resolve_device(device_name)
+        emit(Event("started", run_id, {"pid": os.getpid(), "device": str(device)}))
+        result, more = train(device)
+        emit(Event("finished", run_id, {"result": result.to_dict(), "device": str(device), **more,
+                                        "threads": torch.get_num_threads()}))
     except RunInterrupted as err:
-        emit(Event("interrupted", job.run_id, {"message": str(err)}))
+        emit(Event("interrupted", run_id, {"message": str(err)}))
     except BaseException as err:  # noqa: BLE001 - report, never take the executor down
-        emit(Event("failed", job.run_id, {"error": f"{type(err).__name__}: {err}",
-                                          "traceback": traceback.format_exc()}))
+        emit(Event("failed", run_id, {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}))
 
 
 def is_group(job: Any) -> bool:

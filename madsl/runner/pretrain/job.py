@@ -6,8 +6,6 @@ for it unchanged. Nothing here touches the results store.
 """
 from __future__ import annotations
 
-import os
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -69,25 +67,14 @@ class PretrainJob:
                                     seed=self.settings.seed)
 
     def execute(self, emit: Callable[[Any], None], should_stop: Callable[[], bool]) -> None:
-        import torch
-
-        from madsl.runner.execute.jobs import Event, job_hooks  # a MAD run's hooks: the same events
+        from madsl.runner.execute.jobs import job_hooks, report_run  # a MAD run's events, the same way
         from madsl.runner.pretrain.loop import pretrain_run
-        from madsl.runner.train.device import resolve_device
-        from madsl.runner.train.loop import RunInterrupted
 
-        try:
-            device = resolve_device(self.device)
-            emit(Event("started", self.run_id, {"pid": os.getpid(), "device": str(device)}))
+        def train(device: Any) -> tuple[Any, dict]:
             tokens = open_text(self.data_dir, self.data_dtype, self.data_vocab)
-            result = pretrain_run(self.settings, self.build_model(tokens.info.vocab_size),
-                                  TokenBatches(tokens, self.settings), device=device,
-                                  checkpoint_path=Path(self.checkpoint_path),
-                                  hooks=job_hooks(self, emit, should_stop), run_id=self.run_id)
-            emit(Event("finished", self.run_id, {"result": result.to_dict(), "device": str(device),
-                                                 "threads": torch.get_num_threads()}))
-        except RunInterrupted as err:
-            emit(Event("interrupted", self.run_id, {"message": str(err)}))
-        except BaseException as err:  # noqa: BLE001 - report, never take the executor down
-            emit(Event("failed", self.run_id, {"error": f"{type(err).__name__}: {err}",
-                                               "traceback": traceback.format_exc()}))
+            return pretrain_run(self.settings, self.build_model(tokens.info.vocab_size),
+                                TokenBatches(tokens, self.settings), device=device,
+                                checkpoint_path=Path(self.checkpoint_path),
+                                hooks=job_hooks(self, emit, should_stop), run_id=self.run_id), {}
+
+        report_run(self.run_id, self.device, emit, train)
