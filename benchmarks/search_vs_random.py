@@ -27,6 +27,7 @@ import dataclasses
 import glob
 import json
 import os
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -39,9 +40,12 @@ from madsl.budget import QUANTITIES, check, parse_bound  # noqa: E402
 from madsl.graph import account  # noqa: E402
 from madsl.runner.config import EvalConfig  # noqa: E402
 from madsl.search.config import Objectives  # noqa: E402
+from madsl.search.figures import plot_front, plot_generations  # noqa: E402
 from madsl.search.loop import run_search  # noqa: E402
 from madsl.search.reading import load_search  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
+
+TOP_K = 5  # the k of top_mean
 
 # --tiny: a protocol of seconds per run, to check the script end to end
 TINY_SETTINGS = {"protocol": "smoke", "tasks": ["in-context-recall"], "epochs": 1,
@@ -60,6 +64,10 @@ def arguments() -> argparse.Namespace:
                    help="hand-written specs to compare with (default: specs/paper/*.mad whose mixers the space holds)")
     p.add_argument("--tiny", action="store_true", help="seconds-long runs, 3 + 1 x 2 candidates, seed 0: a check")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--figures", metavar="DIR", help="also draw each search's front and generations figures "
+                                                    "(front-ALGORITHM-seedN.png, generations-ALGORITHM-seedN.png)")
+    p.add_argument("--plot", metavar="PNG", help="also draw the best score so far against candidates scored, "
+                                                  "per algorithm (mean and range over the seeds)")
     return p.parse_args()
 
 
@@ -74,6 +82,23 @@ def variant(search, name: str, seed: int, tiny: bool):
     return changed
 
 
+def best_so_far(result) -> list[float]:
+    """The best score after each candidate, in the order the search proposed them (a failed
+    candidate counts as scored, adding nothing)."""
+    curve, top = [], -math.inf
+    for candidate in result.state.scored():
+        score = candidate.get("score")
+        top = max(top, score) if score is not None else top
+        curve.append(top)
+    return curve
+
+
+def top_mean(result, k: int = TOP_K) -> float | None:
+    """The mean score of a search's k best candidates: less luck-bound than the single best."""
+    scores = sorted((c["score"] for c in result.state.candidates.values() if c.get("score") is not None), reverse=True)
+    return statistics.fmean(scores[:k]) if len(scores) >= k else None
+
+
 def best(result) -> tuple[float | None, str | None]:
     scored = [c for c in result.state.candidates.values() if c.get("score") is not None]
     if not scored:
@@ -83,7 +108,8 @@ def best(result) -> tuple[float | None, str | None]:
 
 
 def hand_written(search, paths: list[str] | None) -> list[str]:
-    """The paper's specs the space holds (its mixers, within its block range) that meet the search's budget."""
+    """The paper's specs the space holds (its mixers, within its block range) that meet the search's
+    budget, accounted at the search's length as its candidates are."""
     if paths is not None:
         return paths
     allowed = set(search.space.sequence_mixers) | set(search.space.channel_mixers)
@@ -93,7 +119,7 @@ def hand_written(search, paths: list[str] | None) -> list[str]:
         spec = load_spec(path)
         blocks = list(topo.blocks(topo.expand(spec.topology)))
         if set(spec.symbols_used()) <= allowed and search.space.min_blocks <= len(blocks) <= search.space.max_blocks \
-                and not check(account(spec).totals, budget):
+                and not check(account(spec, seq_len=search.spec_data.get("seq_len")).totals, budget):
             out.append(path)
     return out
 
@@ -124,15 +150,21 @@ def main() -> int:
             if result.interrupted:
                 print("interrupted: rerun the same command to resume", file=sys.stderr)
                 return 130
+            if args.figures:
+                plot_front(searched, result.state, Path(args.figures) / f"front-{name}-seed{seed}.png")
+                plot_generations(searched, result.state, Path(args.figures) / f"generations-{name}-seed{seed}.png")
             score, topology = best(result)
             row[name] = {"best": score, "topology": topology, "candidates": len(result.state.candidates),
-                         "duplicates": result.state.counts["duplicates"]}
+                         "duplicates": result.state.counts["duplicates"], f"top{TOP_K}_mean": top_mean(result),
+                         "best_so_far": best_so_far(result)}
             print(f"seed {seed} {name}: best {score} ({topology}), {len(result.state.candidates)} candidates, "
                   f"{result.state.counts['duplicates']} duplicates", flush=True)
         rows.append(row)
     hand = score_hand_written(variant(search, evolution, 0, args.tiny), hand_written(search, args.hand),
                               args.db, args.workers)
     report(rows, evolution, hand, variant(search, evolution, seeds[0], args.tiny))
+    if args.plot:
+        print(f"figure: {plot_anytime(rows, evolution, hand, args.plot)}")
     if args.json:
         Path(args.json).write_text(json.dumps({"search": args.search, "evolution": evolution, "seeds": rows,
                                                "hand_written": hand, "load": os.getloadavg()}, indent=2) + "\n")
@@ -154,6 +186,9 @@ def report(rows: list[dict], evolution: str, hand: list[dict], search) -> None:
         if values:
             spread = statistics.stdev(values) if len(values) > 1 else 0.0
             print(f"{name}: mean best {statistics.fmean(values):.4f} ± {spread:.4f} over {len(values)} seed(s)")
+        tops = [r[name][f"top{TOP_K}_mean"] for r in rows if r[name][f"top{TOP_K}_mean"] is not None]
+        if tops:
+            print(f"{name}: mean of the {TOP_K} best candidates {statistics.fmean(tops):.4f} (mean over seeds)")
     wins = sum(1 for r in rows if None not in (r[evolution]["best"], r["random"]["best"])
                and r[evolution]["best"] > r["random"]["best"])
     print(f"{evolution} beats random search on {wins} of {len(rows)} seed(s)")
@@ -166,6 +201,38 @@ def report(rows: list[dict], evolution: str, hand: list[dict], search) -> None:
                     default=None)
         verdict = "beats" if found is not None and found > top else "does not beat"
         print(f"the best found ({_shown(found)}) {verdict} the best hand-written spec ({top:.4f})")
+
+
+def plot_anytime(rows: list[dict], evolution: str, hand: list[dict], path: str) -> Path:
+    """Best score so far against candidates scored: each algorithm's mean over the seeds, its range
+    shaded; the best hand-written spec as a line."""
+    import numpy as np
+
+    from madsl.runner.reports.plots import pyplot, save_atomic
+
+    plt = pyplot("the search comparison figure")
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    try:
+        for name, color in ((evolution, "tab:red"), ("random", "tab:blue")):
+            curves = [r[name]["best_so_far"] for r in rows if r[name]["best_so_far"]]
+            if not curves:
+                continue
+            length = min(len(c) for c in curves)
+            values = np.array([c[:length] for c in curves])
+            x = np.arange(1, length + 1)
+            ax.plot(x, values.mean(axis=0), color=color, label=f"{name} (mean of {len(curves)} seeds)")
+            ax.fill_between(x, values.min(axis=0), values.max(axis=0), color=color, alpha=0.15)
+        scored = [h["score"] for h in hand if h["score"] is not None]
+        if scored:
+            ax.axhline(max(scored), color="0.3", linestyle="--", label="best hand-written spec")
+        ax.set_xlabel("candidates scored")
+        ax.set_ylabel("best MAD score so far")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return save_atomic(fig, Path(path), dpi=150)
+    finally:
+        plt.close(fig)
 
 
 def _shown(x: float | None) -> str:

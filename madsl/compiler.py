@@ -5,7 +5,7 @@ primitive its node holds (`Primitive.build()`), so a layer's module and its acco
 the same object, and the nesting and wiring are read from its edges: a block's parts and their
 residual adds from its join nodes, a group's sub-stack, branches and connection from its entry,
 splitter, combiner and exit nodes. Weight sharing: a node that a "shares" edge reaches reuses
-the module built for the tag's first use.
+the layer module built for the tag's first use (and its pre-norm, as a block's part).
 """
 from __future__ import annotations
 
@@ -37,8 +37,10 @@ class _Compiler:
     def __init__(self, spec: Spec, plan: nx.DiGraph):
         self.spec, self.plan = spec, plan
         self.dim = plan.graph["dim"]
-        # layer node -> the module built for it (a later use of its tag, a "shares" edge, reuses it)
-        self.built: dict[str, nn.Module] = {}
+        # the layer module of each tag's first use (every node a "shares" edge reaches reuses it),
+        # and the pre-norm unit around it once a use outside a parallel block asked for one
+        self.layers: dict[str, nn.Module] = {}
+        self.units: dict[str, PreNorm] = {}
         # every built layer module under the names `freeze` accepts: its symbol and "#tag"
         self.named: dict[str, list[nn.Module]] = {}
         # (depth, module, std) of each group with a `linear_std`, applied after the model-wide init, outer first
@@ -83,24 +85,26 @@ class _Compiler:
             self.named.setdefault(f"#{layer.tag}", []).append(module)
         return module
 
-    def shared(self, node: str) -> nn.Module | None:
-        """The module of the tag's first use, where this node repeats a tag."""
+    def first_use(self, node: str) -> str:
+        """The node of the tag's first use where this node repeats a tag, else the node itself."""
         first = sources(self.plan, node, "shares")
-        return self.built[first[0]] if first else None
+        return first[0] if first else node
 
-    def prenorm_layer(self, node: str) -> nn.Module:
-        """A block's part: the layer with its pre-norm (one PreNorm, shared whole by a tag)."""
-        module = self.shared(node)
-        if module is None:
-            module = self.built[node] = PreNorm(make_norm(self.plan.nodes[node]["norm"], self.dim), self.layer(node))
-        return module
+    def prenorm_layer(self, node: str) -> PreNorm:
+        """A block's part: the layer with its pre-norm. A tag shares the whole unit among its uses
+        as a block's part; where its first such use follows uses as parallel branches (which read
+        their block's norm), the unit gets its own norm around the shared layer."""
+        first = self.first_use(node)
+        if first not in self.units:
+            self.units[first] = PreNorm(make_norm(self.plan.nodes[node]["norm"], self.dim), self.bare_layer(node))
+        return self.units[first]
 
     def bare_layer(self, node: str) -> nn.Module:
-        """A parallel branch: the layer alone (the block owns the norm)."""
-        module = self.shared(node)
-        if module is None:
-            module = self.built[node] = self.layer(node)
-        return module
+        """The layer alone (a parallel branch: the block owns the norm), shared by its tag's uses."""
+        first = self.first_use(node)
+        if first not in self.layers:
+            self.layers[first] = self.layer(node)
+        return self.layers[first]
 
     def parallel(self, node: str) -> Parallel:
         """Parallel mixers (a sum node): the block's one pre-norm, then each branch."""

@@ -291,6 +291,7 @@ class _Resolver:
         self.spec, self.seq_len, self.plan = spec, seq_len, plan
         self.rows: list[LayerRow] = []
         self.tags: dict[str, tuple[topo.Layer, str]] = {}  # tag -> (first layer, its node)
+        self.normed_tags: set[str] = set()  # tags whose pre-norm is counted (a use as a block's part)
         self.resolved: dict[topo.Layer, Primitive] = {}
 
     def primitive(self, layer: topo.Layer) -> Primitive:
@@ -343,9 +344,15 @@ class _Resolver:
         self.check_role(layer, prim, node["slot"])
         shared = self.check_tag(layer)
         cost: Cost = prim.cost(self.seq_len)
-        # a layer's pre-norm belongs to it (and is shared with it), except in a parallel
-        # block, where one norm owned by the block feeds every branch (counted with the first)
-        owns_norm = (branch is None and not shared) or branch == 0
+        # a layer's pre-norm belongs to it (and is shared with its tag's later uses as a block's
+        # part), except in a parallel block, where one norm owned by the block feeds every branch
+        # (counted with the first): a tag first used as a branch gets its norm where it first stands alone
+        if branch is None:
+            owns_norm = layer.tag is None or layer.tag not in self.normed_tags
+            if layer.tag is not None:
+                self.normed_tags.add(layer.tag)
+        else:
+            owns_norm = branch == 0
         norm = norm_params(self.spec, node["norm"]) if owns_norm else 0
         row = LayerRow(index=len(self.rows), block=node["block"], node=node_id, symbol=layer.symbol,
                        primitive=prim.name, role=prim.role, config=prim.config(), derived=prim.derived(),

@@ -45,6 +45,8 @@ def test_the_model_is_built_from_the_plan_the_accounting_reads():
     "A", "mA", "H", "mH", "He", "Mb", "Alg", "mAlg", "H-MoE", "A{heads=4,bias=true}", "Mb{bias=true,conv_bias=true}",
     "H{order=3}", 'H{filter="hyena"}', "[H | mA]-Sg", "H#a:A:H#a", "(A:2Mb){residual=gated}",
     "(A:Mb){residual=add}", "A-none", "Alg{key_dim=16}", "mH{filter=hyena}",
+    # a tag used as a parallel branch and as a block's own mixer: one layer; the block's part has its own norm
+    "[H#a | A]:H#a", "H#a:[H#a | A]", "[A | H#a]-Sg:H#a-Sg:H#a",
 ])
 def test_parameter_parity_for_every_primitive_and_form(topology):
     spec = madsl.spec_from_topology(topology, dim=64 if "He" not in topology else 128)
@@ -64,6 +66,13 @@ def test_shared_tags_are_one_module():
     model = madsl.compile(madsl.spec_from_topology("H#a:A:H#a", dim=32), vocab_size=8)
     blocks = list(model.body)
     assert blocks[0].mixer is blocks[2].mixer
+
+
+def test_a_tag_shared_by_a_parallel_branch_and_a_blocks_mixer_shares_the_layer_not_the_blocks_norm():
+    model = madsl.compile(madsl.spec_from_topology("[H#a | A]:H#a:H#a", dim=32), vocab_size=8)
+    parallel, alone, again = (block.mixer for block in model.body)
+    assert parallel.branches[0] is alone.layer is again.layer  # one Hyena, its weights shared
+    assert alone is again and alone.norm is not parallel.norm  # the standalone uses share their own pre-norm
 
 
 def test_initialisation_is_deterministic_in_the_seed():
