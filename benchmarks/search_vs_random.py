@@ -39,6 +39,7 @@ from madsl import topology as topo  # noqa: E402
 from madsl.budget import QUANTITIES, check, parse_bound  # noqa: E402
 from madsl.graph import account  # noqa: E402
 from madsl.runner.config import EvalConfig  # noqa: E402
+from madsl.search.candidates import identity_hash  # noqa: E402
 from madsl.search.config import Objectives  # noqa: E402
 from madsl.search.figures import plot_front, plot_generations  # noqa: E402
 from madsl.search.loop import run_search  # noqa: E402
@@ -46,6 +47,8 @@ from madsl.search.reading import load_search  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
 
 TOP_K = 5  # the k of top_mean
+TIE = 0.005  # best scores closer than this are a tie: a few test tokens, well inside the seed-to-seed spread
+SOLVED = 0.99  # a score that counts as solving the tasks: where every search reaches it, how soon and how often
 
 # --tiny: a protocol of seconds per run, to check the script end to end
 TINY_SETTINGS = {"protocol": "smoke", "tasks": ["in-context-recall"], "epochs": 1,
@@ -93,6 +96,35 @@ def best_so_far(result) -> list[float]:
     return curve
 
 
+def solved(result) -> tuple[int | None, int]:
+    """How many candidates the search scored until its first one at SOLVED or above (None: none
+    reached it), and how many reached it in all."""
+    curve = best_so_far(result)
+    first = next((i + 1 for i, top in enumerate(curve) if top >= SOLVED), None)
+    return first, sum(1 for c in result.state.candidates.values() if (c.get("score") or 0) >= SOLVED)
+
+
+def hypervolume(result, search) -> float | None:
+    """The share of the (score, first minimised total) plane a search's candidates dominate, the
+    usual measure of a Pareto front (Zitzler & Thiele 1998): score from 0 to 1 (maximised), the
+    total from 0 to its budget bound (minimised). None: no minimised total, or no bound on it."""
+    if not search.objectives.minimize:
+        return None
+    quantity = search.objectives.minimize[0]
+    written = (search.spec_data.get("budget") or {}).get(quantity)
+    limit = parse_bound(written).high if written is not None else math.inf
+    if not math.isfinite(limit) or limit <= 0:
+        return None
+    points = sorted((c["totals"][quantity], c["score"]) for c in result.state.candidates.values()
+                    if c.get("score") is not None)
+    area, top = 0.0, 0.0
+    for i, (total, score) in enumerate(points):  # sweep the total upwards, the best score so far above each strip
+        top = max(top, min(score, 1.0))
+        end = points[i + 1][0] if i + 1 < len(points) else limit
+        area += (min(end, limit) - min(total, limit)) * top
+    return area / limit
+
+
 def top_mean(result, k: int = TOP_K) -> float | None:
     """The mean score of a search's k best candidates: less luck-bound than the single best."""
     scores = sorted((c["score"] for c in result.state.candidates.values() if c.get("score") is not None), reverse=True)
@@ -131,7 +163,9 @@ def score_hand_written(search, paths: list[str], db: str, workers: int) -> list[
         return []
     config = EvalConfig(settings=dict(search.objectives.settings)).replace(db=db, workers=workers)
     summary = evaluate(paths, config)
-    return [{"spec": row["spec"], "score": row["score"]} for row in summary["scores"]]
+    # named by their files: the store may know a spec's identity under a candidate's name first
+    names = {identity_hash(load_spec(path)): Path(path).stem for path in paths}
+    return [{"spec": names.get(row.get("spec_hash"), row["spec"]), "score": row["score"]} for row in summary["scores"]]
 
 
 def main() -> int:
@@ -141,7 +175,7 @@ def main() -> int:
     evolution = args.algorithm or (search.algorithm.name if search.algorithm.name != "random" else "nsga2")
     config = EvalConfig.from_keywords(db=args.db, workers=args.workers)
     stem = Path(args.db).with_suffix("")
-    rows = []
+    rows, results = [], []
     for seed in seeds:
         row = {"seed": seed}
         for name in (evolution, "random"):
@@ -150,19 +184,23 @@ def main() -> int:
             if result.interrupted:
                 print("interrupted: rerun the same command to resume", file=sys.stderr)
                 return 130
+            results.append(result)
             if args.figures:
                 plot_front(searched, result.state, Path(args.figures) / f"front-{name}-seed{seed}.png")
                 plot_generations(searched, result.state, Path(args.figures) / f"generations-{name}-seed{seed}.png")
             score, topology = best(result)
             row[name] = {"best": score, "topology": topology, "candidates": len(result.state.candidates),
                          "duplicates": result.state.counts["duplicates"], f"top{TOP_K}_mean": top_mean(result),
-                         "best_so_far": best_so_far(result)}
+                         "best_so_far": best_so_far(result), "first_solved": solved(result)[0],
+                         "solved": solved(result)[1], "hypervolume": hypervolume(result, searched),
+                         "generation_medians": [h["median"] for h in result.state.history]}
             print(f"seed {seed} {name}: best {score} ({topology}), {len(result.state.candidates)} candidates, "
                   f"{result.state.counts['duplicates']} duplicates", flush=True)
         rows.append(row)
     hand = score_hand_written(variant(search, evolution, 0, args.tiny), hand_written(search, args.hand),
                               args.db, args.workers)
     report(rows, evolution, hand, variant(search, evolution, seeds[0], args.tiny))
+    print(audit(args.db, results))
     if args.plot:
         print(f"figure: {plot_anytime(rows, evolution, hand, args.plot)}")
     if args.json:
@@ -179,8 +217,17 @@ def report(rows: list[dict], evolution: str, hand: list[dict], search) -> None:
     print(f"{'seed':>6}  {evolution:>24}  {'random':>8}  winner")
     for row in rows:
         a, b = row[evolution]["best"], row["random"]["best"]
-        winner = "-" if a is None or b is None else evolution if a > b else "random" if b > a else "tie"
+        winner = "-" if a is None or b is None else "tie" if abs(a - b) < TIE else evolution if a > b else "random"
         print(f"{row['seed']:>6}  {_shown(a):>24}  {_shown(b):>8}  {winner}")
+    if rows and rows[0]["random"]["hypervolume"] is not None:
+        print(f"hypervolume of (score, {search.objectives.minimize[0]}): " + "; ".join(
+            f"seed {r['seed']} {evolution} {r[evolution]['hypervolume']:.4f} random {r['random']['hypervolume']:.4f}"
+            for r in rows))
+    print(f"scores >= {SOLVED}: the candidates scored until the first, and how many in all")
+    for row in rows:
+        print(f"{row['seed']:>6}  " + "  ".join(
+            f"{name}: first at {row[name]['first_solved'] or '-'}, {row[name]['solved']} in all"
+            for name in (evolution, "random")))
     for name in (evolution, "random"):
         values = [r[name]["best"] for r in rows if r[name]["best"] is not None]
         if values:
@@ -190,8 +237,8 @@ def report(rows: list[dict], evolution: str, hand: list[dict], search) -> None:
         if tops:
             print(f"{name}: mean of the {TOP_K} best candidates {statistics.fmean(tops):.4f} (mean over seeds)")
     wins = sum(1 for r in rows if None not in (r[evolution]["best"], r["random"]["best"])
-               and r[evolution]["best"] > r["random"]["best"])
-    print(f"{evolution} beats random search on {wins} of {len(rows)} seed(s)")
+               and r[evolution]["best"] > r["random"]["best"] + TIE)
+    print(f"{evolution} beats random search on {wins} of {len(rows)} seed(s) (by more than {TIE})")
     scored = [h for h in hand if h["score"] is not None]
     for h in sorted(scored, key=lambda h: -h["score"]):
         print(f"  hand-written {h['spec']}: {h['score']:.4f}")
@@ -199,36 +246,69 @@ def report(rows: list[dict], evolution: str, hand: list[dict], search) -> None:
         top = max(h["score"] for h in scored)
         found = max((r[n]["best"] for r in rows for n in (evolution, "random") if r[n]["best"] is not None),
                     default=None)
-        verdict = "beats" if found is not None and found > top else "does not beat"
+        verdict = "beats" if found is not None and found > top + TIE else "does not beat"
         print(f"the best found ({_shown(found)}) {verdict} the best hand-written spec ({top:.4f})")
 
 
+def audit(db: str, results: list) -> str:
+    """What the store and the saved states show: every candidate of every search re-accounted from
+    the spec it trained and held to its budget again, and how often each run was taken up."""
+    import sqlite3
+
+    from madsl.spec import spec_from_data
+
+    candidates = {h: c for r in results for h, c in r.state.candidates.items() if c.get("status") == "scored"}
+    over = [c["topology"] for c in candidates.values()
+            if check(account(spec_from_data(c["spec"])).totals,
+                     {q: parse_bound(v) for q, v in c["spec"].get("budget", {}).items() if q in QUANTITIES})]
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:  # the runs of each identity under one training
+        counts = conn.execute(
+            "SELECT COUNT(*), MAX(attempts) FROM runs WHERE spec_hash IN (%s) "
+            "GROUP BY spec_hash, task, setting_hash, seed, train_config" % ",".join("?" * len(candidates)),
+            list(candidates)).fetchall()
+    proposed = sum(len(r.state.candidates) for r in results)
+    return (f"store: {len(candidates)} distinct candidates scored across {len(results)} searches "
+            f"({proposed} proposals); runs of one identity under one training: at most "
+            f"{max((c for c, _ in counts), default=0)}, each taken up at most {max((a for _, a in counts), default=0)} "
+            f"time(s) (2: stopped and resumed from its checkpoint); over budget when re-accounted: {len(over)}"
+            f"{' ' + str(over) if over else ''}")
+
+
 def plot_anytime(rows: list[dict], evolution: str, hand: list[dict], path: str) -> Path:
-    """Best score so far against candidates scored: each algorithm's mean over the seeds, its range
-    shaded; the best hand-written spec as a line."""
+    """Left: the best score so far against candidates scored, each algorithm's mean over the seeds
+    (its range shaded), the best hand-written spec as a line. Right: each generation's median
+    score, mean over the seeds: where the best saturates, whether a search keeps proposing good ones."""
     import numpy as np
 
     from madsl.runner.reports.plots import pyplot, save_atomic
 
     plt = pyplot("the search comparison figure")
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, (best_ax, median_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
     try:
         for name, color in ((evolution, "tab:red"), ("random", "tab:blue")):
-            curves = [r[name]["best_so_far"] for r in rows if r[name]["best_so_far"]]
-            if not curves:
-                continue
-            length = min(len(c) for c in curves)
-            values = np.array([c[:length] for c in curves])
-            x = np.arange(1, length + 1)
-            ax.plot(x, values.mean(axis=0), color=color, label=f"{name} (mean of {len(curves)} seeds)")
-            ax.fill_between(x, values.min(axis=0), values.max(axis=0), color=color, alpha=0.15)
+            for ax, key in ((best_ax, "best_so_far"), (median_ax, "generation_medians")):
+                curves = [r[name][key] for r in rows if r[name][key] and None not in r[name][key]]
+                if not curves:
+                    continue
+                length = min(len(c) for c in curves)
+                values = np.array([c[:length] for c in curves])
+                x = np.arange(1, length + 1) if key == "best_so_far" else np.arange(length)
+                ax.plot(x, values.mean(axis=0), color=color, marker="o" if key != "best_so_far" else None,
+                        label=f"{name} (mean of {len(curves)} seeds)")
+                ax.fill_between(x, values.min(axis=0), values.max(axis=0), color=color, alpha=0.15)
         scored = [h["score"] for h in hand if h["score"] is not None]
         if scored:
-            ax.axhline(max(scored), color="0.3", linestyle="--", label="best hand-written spec")
-        ax.set_xlabel("candidates scored")
-        ax.set_ylabel("best MAD score so far")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+            best_ax.axhline(max(scored), color="0.3", linestyle="--", label="best hand-written spec")
+        best_ax.set_xlabel("candidates scored")
+        best_ax.set_ylabel("best MAD score so far")
+        median_ax.set_xlabel("generation (0: the initial population, shared)")
+        median_ax.set_ylabel("the generation's median MAD score")
+        from matplotlib.ticker import MaxNLocator
+
+        median_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        for ax in (best_ax, median_ax):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
         fig.tight_layout()
         return save_atomic(fig, Path(path), dpi=150)
     finally:
