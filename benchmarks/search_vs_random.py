@@ -320,4 +320,10 @@ def _shown(x: float | None) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from madsl.errors import MadslError
+
+    try:
+        sys.exit(main())
+    except MadslError as err:  # bad input: the located message, no traceback
+        print(err, file=sys.stderr)
+        sys.exit(2)

@@ -101,6 +101,12 @@ def test_bad_search_files_are_located_errors_with_exit_2_before_anything_trains(
     assert not db.exists() and not list(tmp_path.glob("r.search-*"))  # no database, no state: nothing ran
 
 
+def test_a_missing_search_file_is_named_as_one(tmp_path, capsys):
+    assert main(["search", str(tmp_path / "nowhere.yaml"), "--db", str(tmp_path / "r.db")]) == 2
+    err = capsys.readouterr().err
+    assert "no such search file" in err and "Traceback" not in err and not (tmp_path / "r.db").exists()
+
+
 @pytest.mark.parametrize("change, message", [
     (("[Sg, MoE]", "[Sg, H]"), "H is a sequence mixer, not a channel mixer"),
     (("params: <= 45000", "params: <= 45000\n  fit: [GDN.head_dim]"),

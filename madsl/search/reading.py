@@ -44,6 +44,9 @@ MAX_SEED = 2**32 - 1
 
 def load_search(path: str | Path) -> SearchFile:
     """Read and check a search file; a MadslError carries every error found, each located."""
+    if not Path(path).is_file():
+        raise MadslError(f"no such search file: {path}" if not Path(path).exists() else f"{path} is not a file",
+                         hint="a search file is YAML: name, dim, budget, space, objectives, algorithm (docs/search.md)")
     located = load(path)
     if not isinstance(located.data, dict):
         raise MadslError("a search file is a mapping with name, dim, space, objectives and algorithm",
