@@ -189,10 +189,11 @@ def main() -> int:
                 plot_front(searched, result.state, Path(args.figures) / f"front-{name}-seed{seed}.png")
                 plot_generations(searched, result.state, Path(args.figures) / f"generations-{name}-seed{seed}.png")
             score, topology = best(result)
+            first_solved, solved_count = solved(result)
             row[name] = {"best": score, "topology": topology, "candidates": len(result.state.candidates),
                          "duplicates": result.state.counts["duplicates"], f"top{TOP_K}_mean": top_mean(result),
-                         "best_so_far": best_so_far(result), "first_solved": solved(result)[0],
-                         "solved": solved(result)[1], "hypervolume": hypervolume(result, searched),
+                         "best_so_far": best_so_far(result), "first_solved": first_solved,
+                         "solved": solved_count, "hypervolume": hypervolume(result, searched),
                          "generation_medians": [h["median"] for h in result.state.history]}
             print(f"seed {seed} {name}: best {score} ({topology}), {len(result.state.candidates)} candidates, "
                   f"{result.state.counts['duplicates']} duplicates", flush=True)
