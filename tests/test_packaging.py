@@ -1,5 +1,6 @@
 """pyproject.toml lists packages explicitly (because of the package-dir mapping); a package left out would be
 missing from the wheel, so every package under madsl/ must be listed."""
+import re
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,41 @@ def test_every_extra_that_installs_torch_installs_what_eval_keep_best_needs():
     """`pip install 'madsl[torch]'` is the documented install for eval (docs/ci.md): `--keep best`
     and `madsl export` write safetensors, so each extra that brings torch brings it too."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
-    names = {extra: {req.split(">")[0].split("=")[0].split(";")[0].strip() for req in reqs}
-             for extra, reqs in extras.items()}
+    names = {extra: _installed_by(extras, extra) for extra in extras}
     with_torch = [extra for extra, reqs in names.items() if "torch" in reqs]
     assert {"torch", "ray", "cuda", "dev"} <= set(with_torch)
     assert [extra for extra in with_torch if "safetensors" not in names[extra]] == []
+
+
+def _installed_by(extras: dict, extra: str) -> set[str]:
+    """The package names an extra installs, its self-references (madsl[torch]) followed."""
+    names = set()
+    for requirement in extras[extra]:
+        name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].strip()
+        if name == "madsl":
+            for included in re.search(r"\[(.*)\]", requirement).group(1).split(","):
+                names |= _installed_by(extras, included.strip())
+        else:
+            names.add(name)
+    return names
+
+
+def test_installs_are_pinned_by_one_constraints_file():
+    """The README's two commands and .ci/run install with constraints.txt, which pins (==) every
+    package the dev extra brings, so that a fresh clone resolves the versions the suite is tested with."""
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not an exact pin"
+            pins[name.lower().replace("_", "-")] = version
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    wanted = {n.lower().replace("_", "-") for n in _installed_by(extras, "dev")}
+    assert wanted - set(pins) == set(), "pin these in constraints.txt"
+    for place in ("README.md", ".ci/run"):
+        text = (ROOT / place).read_text(encoding="utf-8")
+        installs = re.findall(r"pip install -q[^\n&]*-e '\.\[dev\]'", text)
+        assert installs and all("-c constraints.txt" in i for i in installs), place
 
 
 def test_the_built_wheel_works_installed_without_torch(tmp_path):

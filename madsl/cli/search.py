@@ -41,12 +41,39 @@ def add_parser(subparsers) -> None:
 
 
 def _out_dir(args, search) -> Path:
+    from madsl.errors import Location, MadslError
     from madsl.outputs import check_output_dir
+    from madsl.paths import require_path, safe_file_name
 
-    db = Path(args.db or "madsl-results.db")
-    named = args.out or str(db.with_name(f"{db.stem}.search-{search.name}"))
+    if args.out is not None:
+        named = require_path(args.out, "--out")
+    else:  # beside the database, named after the search: a plain file name, so the folder stays beside it
+        db = require_path(args.db or "madsl-results.db", "--db")
+        named = db.with_name(f"{db.stem}.search-{safe_file_name(search.name, 'the search name')}")
     owns = lambda name: name in OUTPUT_FILES or (name.startswith(f"{search.name}-") and name.endswith(".mad"))  # noqa
-    return check_output_dir(named, "--out", owns, force=args.force, writes="the front's spec files and the figures")
+    try:
+        return check_output_dir(named, "--out", owns, force=args.force, writes="the front's spec files and the figures")
+    except MadslError as err:  # located at the folder it names
+        raise MadslError(err.message, err.location if err.location.file else Location(str(named)),
+                         expected=err.expected, hint=err.hint) from None
+
+
+def _check_state_path(args) -> None:
+    """--state, before anything runs: a path that can be written (the state is saved at every step)."""
+    from madsl.errors import Location, MadslError
+    from madsl.outputs import check_output_path
+    from madsl.paths import require_path
+
+    if args.state is None:
+        return
+    path = require_path(args.state, "--state")
+    if path.is_symlink():  # a state read through a link could be any file; it is never followed
+        raise MadslError(f"--state {path}: is a symbolic link", Location(str(path)), hint="give the file's own path")
+    try:
+        check_output_path(path, "--state")
+    except MadslError as err:
+        raise MadslError(err.message, Location(str(path)), expected=err.expected,
+                         hint=err.hint or "give --state a file's path in a folder that can be written") from None
 
 
 def cmd_search(args) -> int:
@@ -62,9 +89,9 @@ def cmd_search(args) -> int:
     config = EvalConfig(execution=Execution(**execution_values(args)))
     if args.dry_run:
         plan = plan_search(search, config, state_path=args.state, restart=args.restart)
-        print(json.dumps(plan, indent=2) if args.format == "json" else _render_plan(plan), end="\n"
-              if args.format == "json" else "")
+        print(_json(plan) if args.format == "json" else _render_plan(plan), end="")
         return EXIT_OK
+    _check_state_path(args)
     out = _out_dir(args, search)
     shown = not args.quiet and args.format == "text"
     try:
@@ -92,19 +119,27 @@ def _write_outputs(result, out: Path, plot_x: str | None) -> list[str]:
     written = write_specs(search, state, out)
     written.append(str(plot_front(search, state, out / "front.png", x=x)))
     written.append(str(plot_generations(search, state, out / "generations.png")))
-    write_atomic(out / "search.json", json.dumps(record(result, written), indent=2) + "\n")
+    write_atomic(out / "search.json", _json(record(result, written)))
     return written + [str(out / "search.json")]
+
+
+def _json(data) -> str:
+    """JSON with finite numbers only (NaN and Infinity are not JSON: most readers refuse them)."""
+    from madsl.search.state import json_ready
+
+    return json.dumps(json_ready(data), indent=2, allow_nan=False) + "\n"
 
 
 def _print_result(args, result, written: list[str]) -> None:
     from madsl.search.outputs import record, render_text
 
     if args.format == "json":
-        print(json.dumps(record(result, written), indent=2))
-        return
-    print(render_text(result.search, result.state), end="")
-    if not args.quiet:
-        print(f"wrote {len(written)} files to {Path(written[0]).parent}; state {result.state_path}")
+        print(_json(record(result, written)), end="")
+    else:
+        print(render_text(result.search, result.state), end="")
+        if not args.quiet:
+            print(f"wrote {len(written)} files to {Path(written[0]).parent}; state {result.state_path}")
+    # on stderr in either format: a script reading the JSON on stdout still sees it said
     if result.failed:
         print(f"{len(result.failed)} run(s) failed; their candidates count as unscored (errors are in the "
               f"runs table of the results database)", file=sys.stderr)

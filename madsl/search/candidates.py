@@ -58,7 +58,7 @@ class CandidateBuilder:
 
     def _build(self, genome: Genome) -> Candidate | Rejection:
         text = genome.text()
-        data = self._data(text, genome.params)
+        data = candidate_data(self.search, text, genome.params)
         try:
             spec = spec_from_data(data)
             used = set(spec.symbols_used())
@@ -73,27 +73,31 @@ class CandidateBuilder:
                              tuple(v.quantity for v in violations))
         solved = dict(solution.values) if solution is not None else {}
         final = _solved(data, solved)
-        final_spec = spec_from_data(final)
+        final_spec = spec_from_data(final) if solved else spec  # unsolved, `final` is `data`: parsed once
         spec_hash = identity_hash(final_spec)
         name = f"{self.search.name}-{spec_hash[:8]}"
-        final["name"], final["topology"] = name, final_spec.canonical()
-        return Candidate(spec_hash, name, final_spec.canonical(), final, dict(totals), solved,
+        canonical = final_spec.canonical()
+        final["name"], final["topology"] = name, canonical
+        return Candidate(spec_hash, name, canonical, final, dict(totals), solved,
                          replace(final_spec, name=name))
 
-    def _data(self, text: str, params: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
-        """The candidate's spec data: the shared fields, its topology, its hyperparameters under layers:."""
-        data = copy.deepcopy(self.search.spec_data)
-        layers = data.get("layers") or {}
-        for name, value in params:
-            symbol, _, param = name.partition(".")
-            layers.setdefault(symbol, {})[param] = value
-        if layers:
-            data["layers"] = layers
-        if isinstance(data.get("budget"), dict):
-            data["budget"] = {k: v for k, v in data["budget"].items() if k != "fit"}
-            if not data["budget"]:
-                del data["budget"]
-        return {"name": self.search.name, **data, "topology": text}
+
+def candidate_data(search: SearchFile, text: str, params: tuple[tuple[str, Any], ...] | dict[str, Any]
+                   ) -> dict[str, Any]:
+    """A candidate's spec data before solving: the search's shared fields, the topology `text`, the
+    hyperparameters `params` under layers:, the budget without fit:."""
+    data = copy.deepcopy(search.spec_data)
+    layers = data.get("layers") or {}
+    for name, value in dict(params).items():
+        symbol, _, param = name.partition(".")
+        layers.setdefault(symbol, {})[param] = value
+    if layers:
+        data["layers"] = layers
+    if isinstance(data.get("budget"), dict):
+        data["budget"] = {k: v for k, v in data["budget"].items() if k != "fit"}
+        if not data["budget"]:
+            del data["budget"]
+    return {"name": search.name, **data, "topology": text}
 
 
 def _solved(data: dict[str, Any], solved: dict[str, int]) -> dict[str, Any]:

@@ -82,6 +82,18 @@ class Space:
             return [(m, n) for n in range(2, high + 1) for m in range(1, high + 1) if low <= m * n <= high]
         return [(p, n) for n in range(max(low, 3), high + 1) for p in range(2, n)]
 
+    def holds(self, shape: str, length: int, count: int) -> bool:
+        """Whether (length, count) is among `sizes(shape)`, by arithmetic: a genome read from a
+        saved state is checked before anything of its size is built or listed."""
+        low, high = self.min_blocks, self.max_blocks
+        if shape == "sequence":
+            return count == 1 and low <= length <= high
+        if shape == "motif":
+            return 2 <= count <= high and 1 <= length <= high and low <= length * count <= high
+        if shape == "striped":
+            return max(low, 3) <= count <= high and 2 <= length < count
+        return False
+
 
 @dataclass(frozen=True)
 class Objectives:

@@ -54,8 +54,7 @@ class Genome:
         """Whether the shape and size are among the space's."""
         if not self.unit or self.shape not in space.shapes:
             return False
-        pair = (len(self.unit), self.count if self.shape != "sequence" else 1)
-        return pair in space.sizes(self.shape)
+        return space.holds(self.shape, len(self.unit), self.count if self.shape != "sequence" else 1)
 
     def with_params(self, params: dict[str, Any]) -> "Genome":
         return Genome(self.shape, self.unit, self.count, tuple(sorted(params.items())))

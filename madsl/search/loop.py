@@ -19,13 +19,15 @@ from typing import Any
 import numpy as np
 
 from madsl.errors import MadslError
+from madsl.paths import require_path
 from madsl.runner.config import EvalConfig
 from madsl.search.algorithms import PROPOSERS, Breeding, initial_population, next_population
 from madsl.search.candidates import CandidateBuilder
 from madsl.search.config import SearchFile
 from madsl.search.evaluation import BatchOutcome, RunnerEvaluator
-from madsl.search.state import SearchState, load_state, save_state, state_path_for
-from madsl.spec import spec_from_data
+from madsl.search.state import SearchState, json_ready, save_state, state_path_for
+from madsl.search.state_check import load_state
+from madsl.spec import Spec, spec_from_data
 
 
 @dataclass
@@ -101,14 +103,38 @@ def _preflight(search: SearchFile, evaluator: Any, spec: Any) -> None:
         raise MadslError(f"objectives.score: {err.message}", where, expected=err.expected, hint=err.hint) from None
 
 
-def _evaluate(state: SearchState, evaluator: Any) -> BatchOutcome:
-    """Score the pending batch's new candidates (those without a result yet; duplicates are not sent)."""
+def _evaluate(search: SearchFile, state: SearchState, evaluator: Any, loaded: dict[str, Spec]) -> BatchOutcome:
+    """Score the pending batch's new candidates (those without a result yet; duplicates are not sent).
+    `loaded`: specs the state check loaded from the state (the same data, not parsed again)."""
     todo = list(dict.fromkeys(item["id"] for item in state.pending
                               if state.candidates[item["id"]]["status"] == "pending"))
     if not todo:
         return BatchOutcome()
-    specs = [spec_from_data(state.candidates[spec_hash]["spec"]) for spec_hash in todo]
-    return evaluator.evaluate(specs)
+    specs = [loaded.get(spec_hash) or spec_from_data(state.candidates[spec_hash]["spec"]) for spec_hash in todo]
+    try:
+        return evaluator.evaluate(specs)
+    except MadslError as err:
+        raise _located(search, state, err) from None
+
+
+def _located(search: SearchFile, state: SearchState, err: MadslError) -> MadslError:
+    """The runner's refusal of a candidate it names (a model too large for the machine: a huge
+    hyperparameter value, or no bound on size), located in the search file where the space lets
+    it in; any other error as it is."""
+    named = [r for r in state.candidates.values() if r["name"] in err.message] if err.location.file is None else []
+    if not named:
+        return err
+    record, hypers = named[0], search.space.hyperparameters
+    layers = record["spec"].get("layers", {})
+    values = ", ".join(f"{h.name}={layers.get(h.symbol, {}).get(h.param)!r}" for h in hypers)
+    where: tuple[str, ...] = ("space",)
+    if hypers:  # at the one hyperparameter searched, else at them all
+        where = ("space", "hyperparameters") + ((hypers[0].name,) if len(hypers) == 1 else ())
+    size = "does not fit" in err.message  # the runner's memory check: the one refusal of a model's size
+    hint = ("bound the candidates' size under budget: (e.g. params: <= N) so that such a candidate is rejected "
+            "before it trains, or narrow " + ".".join(where[:2])) if size else err.hint
+    return MadslError(f"candidate {record['name']} ({record['topology']}{'; ' + values if values else ''}) cannot be "
+                      f"trained: {err.message}", search.where(*where), expected=err.expected, hint=hint)
 
 
 def _record(search: SearchFile, state: SearchState, outcome: BatchOutcome) -> dict:
@@ -118,7 +144,7 @@ def _record(search: SearchFile, state: SearchState, outcome: BatchOutcome) -> di
         record = state.candidates[item["id"]]
         if record["status"] != "pending":
             continue
-        result = outcome.results.get(item["id"], {"score": None, "tasks": {}})
+        result = json_ready(outcome.results.get(item["id"], {"score": None, "tasks": {}}))  # NaN: no score
         record.update(score=result["score"], tasks=result["tasks"],
                       status="scored" if result["score"] is not None else "failed")
     scores = [state.candidates[i["id"]]["score"] for i in batch if state.candidates[i["id"]]["score"] is not None]
@@ -136,16 +162,25 @@ def _record(search: SearchFile, state: SearchState, outcome: BatchOutcome) -> di
     return entry
 
 
-def _start(search: SearchFile, builder: CandidateBuilder, evaluator: Any, fingerprint: str
-           ) -> tuple[SearchState, np.random.Generator]:
-    """A new state with the initial population proposed (nothing saved yet)."""
+def _start(search: SearchFile, builder: CandidateBuilder, evaluator: Any, fingerprint: str,
+           specs: dict[str, Spec] | None = None) -> tuple[SearchState, np.random.Generator]:
+    """A new state with the initial population proposed (nothing saved yet); `specs` gets each
+    candidate's spec as built (for a plan: not for training, which loads the spec it saved)."""
     state = SearchState(fingerprint=fingerprint)
     rng = _rng(search.algorithm.seed, None)
     batch = _propose(search, builder, state, rng)
+    if specs is not None:
+        specs.update((item["id"], item["candidate"].spec) for item in batch)
     _preflight(search, evaluator, batch[0]["candidate"].spec)
     _register(state, batch, 0)
     state.rng = rng.bit_generator.state
     return state, rng
+
+
+def _state_path(search: SearchFile, config: EvalConfig, state_path: str | Path | None) -> Path:
+    if state_path is None:  # beside the database, named after the search (a safe file name)
+        return state_path_for(config.execution.db, search.name)
+    return require_path(state_path, "the search state (--state)")
 
 
 def run_search(search: SearchFile, config: EvalConfig | None = None, *, state_path: str | Path | None = None,
@@ -158,15 +193,17 @@ def run_search(search: SearchFile, config: EvalConfig | None = None, *, state_pa
     config = search_config(search, config)
     evaluator = evaluator or RunnerEvaluator(config, **evaluator_options)
     observer = observer or Observer()
-    path = Path(state_path) if state_path is not None else state_path_for(config.execution.db, search.name)
+    path = _state_path(search, config, state_path)
     builder = CandidateBuilder(search)
-    state = None if restart else load_state(path, search.fingerprint())
-    if state is None:
+    loaded = None if restart else load_state(path, search)  # checked whole before any of it is used
+    if loaded is None:
         state, rng = _start(search, builder, evaluator, search.fingerprint())
+        specs: dict[str, Spec] = {}
         save_state(path, state)
         observer.proposed(0, state.pending)
     else:
-        _preflight(search, evaluator, spec_from_data(next(iter(state.candidates.values()))["spec"]))
+        state, specs = loaded
+        _preflight(search, evaluator, next(iter(specs.values())))  # a checked state holds a candidate
         rng = _rng(search.algorithm.seed, state.rng)
     result = SearchResult(search, state, path)
     while not state.complete:
@@ -176,7 +213,7 @@ def run_search(search: SearchFile, config: EvalConfig | None = None, *, state_pa
             state.rng = rng.bit_generator.state
             save_state(path, state)
             observer.proposed(state.generation, state.pending)
-        outcome = _evaluate(state, evaluator)
+        outcome = _evaluate(search, state, evaluator, specs)
         result.failed.update(outcome.failed)
         result.trained += outcome.trained
         result.reused += outcome.reused
@@ -195,21 +232,32 @@ def plan_search(search: SearchFile, config: EvalConfig | None = None, *, state_p
     its cost (madsl.runner.plan.cost), with the whole search's estimated from it. Nothing is saved or trained."""
     config = search_config(search, config)
     evaluator = evaluator or RunnerEvaluator(config, **evaluator_options)
-    path = Path(state_path) if state_path is not None else state_path_for(config.execution.db, search.name)
+    path = _state_path(search, config, state_path)
     builder = CandidateBuilder(search)
-    state = None if restart else load_state(path, search.fingerprint())
-    if state is None:
-        state, rng = _start(search, builder, evaluator, search.fingerprint())
+    loaded = None if restart else load_state(path, search)
+    specs: dict[str, Spec] = {}  # each candidate's spec as built or loaded: none is parsed again for the plan
+    if loaded is None:
+        state, rng = _start(search, builder, evaluator, search.fingerprint(), specs)
     else:
-        rng = _rng(search.algorithm.seed, state.rng)
+        (state, specs), rng = loaded, _rng(search.algorithm.seed, loaded[0].rng)
     if state.pending is None and not state.complete:
-        _register(state, _propose(search, builder, state, rng), state.generation)
+        batch = _propose(search, builder, state, rng)
+        specs.update((item["id"], item["candidate"].spec) for item in batch if not item["duplicate"])
+        _register(state, batch, state.generation)
     batch = state.pending or []
     new = [i for i in batch if state.candidates[i["id"]]["status"] == "pending"]
-    specs = [spec_from_data(state.candidates[i["id"]]["spec"]) for i in new]
-    cost = evaluator.plan(specs) if specs else None
+    plan_specs = [specs.get(i["id"]) or spec_from_data(state.candidates[i["id"]]["spec"]) for i in new]
+    try:
+        cost = evaluator.plan(plan_specs) if plan_specs else None
+    except MadslError as err:
+        raise _located(search, state, err) from None
+    return _plan(search, state, path, batch, cost, len(plan_specs))
+
+
+def _plan(search: SearchFile, state: SearchState, path: Path, batch: list[dict], cost: dict | None, count: int
+          ) -> dict[str, Any]:
     remaining = search.algorithm.evaluations - len(state.scored())
-    per = cost["run_seconds"] / len(specs) if cost and cost.get("run_seconds") is not None else None
+    per = cost["run_seconds"] / count if cost and cost.get("run_seconds") is not None else None
     return {"search": search.name, "state": str(path), "complete": state.complete, "generation": state.generation,
             "generations": search.algorithm.generations, "evaluations": search.algorithm.evaluations,
             "evaluated": len(state.scored()), "remaining": remaining,

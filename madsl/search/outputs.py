@@ -11,10 +11,11 @@ from typing import Any, Sequence
 
 import yaml
 
+from madsl.paths import file_in
 from madsl.search.algorithms import objective_vector
 from madsl.search.config import SearchFile
 from madsl.search.nsga2 import non_dominated_sort
-from madsl.search.state import SearchState
+from madsl.search.state import SearchState, json_ready
 from madsl.spec_files import SPEC_KEYS
 
 
@@ -45,10 +46,11 @@ def lineage(state: SearchState) -> list[dict[str, Any]]:
 
 
 def record(result: Any, written: Sequence[str] = ()) -> dict[str, Any]:
-    """All of a search's outputs as JSON-ready data (`madsl search --format json`)."""
+    """All of a search's outputs as JSON-ready data (`madsl search --format json`): finite numbers or
+    None (json.dumps(..., allow_nan=False) takes it)."""
     search, state = result.search, result.state
     algorithm = search.algorithm
-    return {
+    return json_ready({
         "search": search.name, "file": search.path, "state": str(result.state_path),
         "algorithm": {"name": algorithm.name, "population": algorithm.population, "generations": algorithm.generations,
                       "offspring": algorithm.offspring, "seed": algorithm.seed, "evaluations": algorithm.evaluations},
@@ -61,7 +63,7 @@ def record(result: Any, written: Sequence[str] = ()) -> dict[str, Any]:
         "generations": list(state.history),
         "lineage": lineage(state),
         "written": list(written),
-    }
+    })
 
 
 def _summary(candidate: dict[str, Any]) -> dict[str, Any]:
@@ -118,7 +120,8 @@ def write_specs(search: SearchFile, state: SearchState, folder: str | os.PathLik
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for candidate in front(search, state):
-        path = folder / f"{candidate['name']}.mad"
+        # a name read from the state: a plain file name in `folder` (os.replace swaps a link, never follows it)
+        path = file_in(folder, candidate["name"], ".mad", "a candidate's name")
         fd, tmp = temp_beside(path)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:

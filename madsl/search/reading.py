@@ -24,6 +24,7 @@ from typing import Any
 
 from madsl import stdlib
 from madsl.errors import Collector, Location, MadslError, did_you_mean
+from madsl.paths import safe_file_name
 from madsl.primitives.base import ConfigError
 from madsl.search.config import ALGORITHMS, MINIMIZABLE, Algorithm, Objectives, SearchFile, Space
 from madsl.search.reading_space import read_space
@@ -40,6 +41,7 @@ REFUSED = {"topology": "a search file has a space: instead of a topology",
            "eval": "the evaluation settings of a search go under objectives.score"}
 ALGORITHM_KEYS = ("name", "population", "generations", "offspring", "seed", "sample_size", "crossover")
 MAX_SEED = 2**32 - 1
+MAX_NAME = 100  # characters: a candidate's file adds a hash, the state file the database's name
 
 
 def load_search(path: str | Path) -> SearchFile:
@@ -55,7 +57,9 @@ def load_search(path: str | Path) -> SearchFile:
     data = located.data
     with errors.check():
         _check_keys(located)
-    algorithm = objectives = space = None
+    name = algorithm = objectives = space = None
+    with errors.check():
+        name = _check_name(located)
     with errors.check():
         algorithm = read_algorithm(located)
     with errors.check():
@@ -67,11 +71,11 @@ def load_search(path: str | Path) -> SearchFile:
             space = read_space(located, symbols, _default_channel(spec_data))
     if space is not None:
         with errors.check():
-            _check_shared_spec(located, spec_data, space)
+            _check_shared_spec(located, spec_data, space, name or "search")
     errors.raise_any()
     budget = spec_data.get("budget") or {}
     free = budget.get("fit", []) if isinstance(budget, dict) else []
-    return SearchFile(path=str(path), name=str(data["name"]), description=str(data.get("description", "")),
+    return SearchFile(path=str(path), name=name, description=str(data.get("description", "")),
                       spec_data=spec_data, free=tuple([free] if isinstance(free, str) else free), space=space,
                       objectives=objectives, algorithm=algorithm, located=located)
 
@@ -89,8 +93,21 @@ def _check_keys(located: Located) -> None:
         if key not in data:
             raise MadslError(f"a search file needs {key}:", Location(located.file, 1, 1, located.line(1)),
                              hint="see docs/search.md for a complete search file")
-    if not isinstance(data["name"], str) or not data["name"].strip():
-        raise MadslError(f"name must be a non-empty string, got {data['name']!r}", located.value(("name",)))
+
+
+def _check_name(located: Located) -> str | None:
+    """The search's name: it names files (the state, the output folder, each found `.mad`), so it is
+    a plain file name, short enough to stay one with a database's name and a hash added to it."""
+    if "name" not in located.data:
+        return None  # _check_keys says it is missing
+    name, where = located.data["name"], located.value(("name",))
+    if not isinstance(name, str) or not name.strip():
+        raise MadslError(f"name must be a non-empty string, got {name!r}", where)
+    safe_file_name(name, "name:", where)
+    if len(name) > MAX_NAME:
+        raise MadslError(f"name: {len(name):,} characters is longer than a search's name can be", where,
+                         expected=f"at most {MAX_NAME} characters (the files it names add to it)")
+    return name
 
 
 def _default_channel(spec_data: dict[str, Any]) -> str | None:
@@ -108,7 +125,7 @@ def _symbols(located: Located, spec_data: dict[str, Any], errors: Collector) -> 
     return table
 
 
-def _check_shared_spec(located: Located, spec_data: dict[str, Any], space: Space) -> None:
+def _check_shared_spec(located: Located, spec_data: dict[str, Any], space: Space, name: str) -> None:
     """The shared spec fields, checked by the spec loader on a spec that uses every symbol of the
     space (errors located in the search file); then the free parameters and hyperparameter values."""
     budget = spec_data.get("budget")
@@ -125,7 +142,7 @@ def _check_shared_spec(located: Located, spec_data: dict[str, Any], space: Space
                              hint="a parameter is either searched (space.hyperparameters) or solved (budget.fit)")
     base = Spec(name="search", dim=0, topology_text="", topology=(), symbols={}, data=dict(spec_data),
                 path=Path(located.file), source_map=SourceMap(located, None))
-    spec = spec_with(base, {"name": str(located.data["name"]), "topology": _every_symbol(space)})
+    spec = spec_with(base, {"name": name, "topology": _every_symbol(space)})
     _check_hyperparameter_values(located, spec, space)
 
 

@@ -165,13 +165,15 @@ def _values(located: Located, name: str, symbol: str, param: str, value: Any, an
         if not value:
             raise MadslError(f"space.hyperparameters.{name}: the list is empty", located.value(path),
                              expected="at least one value")
+        seen = set()  # (type, value): 1, 1.0 and true are three values; a set keeps a long list linear
         for index, item in enumerate(value):
             if isinstance(item, (list, dict)):
                 raise MadslError(f"space.hyperparameters.{name}: expected a value, got {item!r}",
                                  located.value(path + (index,)))
-            if any(item == seen and type(item) is type(seen) for seen in value[:index]):
+            if (type(item), item) in seen:
                 raise MadslError(f"space.hyperparameters.{name}: {item!r} is given twice",
                                  located.value(path + (index,)), hint="list each value once")
+            seen.add((type(item), item))
         return Hyperparameter(name, symbol, param, choices=tuple(value))
     if not isinstance(value, dict) or set(value) != {"min", "max"}:
         raise MadslError(f"space.hyperparameters.{name}: expected a list of values or {{min: N, max: M}}, "

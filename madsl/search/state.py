@@ -14,21 +14,28 @@ A batch is proposed, saved, then evaluated: a search stopped during the evaluati
 same batch again (its finished runs come from the results store, none is trained again); one
 stopped before the save proposes it again, identically, from the saved generator state.
 The file is data, read as untrusted: a file that is not a search state of this format, or one of
-another search file, is refused (exit status 2) and left as it is.
+another search file, is refused (exit status 2) and left as it is; one of this search passes
+madsl.search.state_check (every field, every candidate's identity and accounting) before any of
+it is used, or is refused whole.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from madsl.errors import MadslError
+from madsl.errors import Location, MadslError
+from madsl.paths import require_path, safe_file_name
 
 FORMAT = "madsl-search-state"
 VERSION = 1
 MAX_STATE_BYTES = 256 * 1024 * 1024  # a state of a thousand generations is a few MB; more is not one
+RESTART = ("remove the file, or rerun with --restart to start over (finished runs stay in the results database "
+           "and are not trained again), or give --state elsewhere")
 
 
 @dataclass
@@ -49,74 +56,69 @@ class SearchState:
 
 
 def state_path_for(db: str | os.PathLike, name: str) -> Path:
-    """Where a search's state goes by default: beside the results database, named after the search."""
-    db = Path(db)
-    return db.with_name(f"{db.stem}.search-{name}.json")
+    """Where a search's state goes by default: beside the results database, named after the search
+    (a safe file name: the path stays in the database's folder)."""
+    db = require_path(db, "the results database")
+    return db.with_name(f"{db.stem}.search-{safe_file_name(name, 'the search name')}.json")
+
+
+def json_ready(value: Any) -> Any:
+    """`value` with every float that is not finite as None (JSON has no NaN or Infinity: a file
+    holding them is not JSON to most readers), tuples as lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value
 
 
 def save_state(path: Path, state: SearchState) -> None:
     """Write the state atomically: a temporary file beside it, fsync, then os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(json_ready({"format": FORMAT, "version": VERSION, **asdict(state)}),
+                      allow_nan=False)  # candidates in the order proposed
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    text = json.dumps({"format": FORMAT, "version": VERSION, **asdict(state)})  # candidates in the order proposed
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise MadslError(f"the search state {path} could not be written: {err.strerror or err}",
+        with contextlib.suppress(OSError):  # the folder itself may be what failed
+            tmp.unlink(missing_ok=True)
+        raise MadslError(f"the search state {path} could not be written: {err.strerror or err}", Location(str(path)),
                          hint="free disk space or fix the folder, then rerun: the search resumes from its last "
                               "saved step") from None
 
 
-def load_state(path: Path, fingerprint: str) -> SearchState | None:
-    """The saved state at `path` (None where there is none yet), checked to be a state of this search."""
-    if not path.exists():
+def _no_constant(word: str) -> None:
+    raise ValueError(f"{word} is not a JSON number")  # Python's json reads NaN and Infinity unless told not to
+
+
+def read_state(path: Path, fingerprint: str) -> dict[str, Any] | None:
+    """The saved state at `path` as data (None where there is none yet): a regular file of JSON of
+    this format, saved by the search whose fingerprint is `fingerprint`. Its fields are checked by
+    madsl.search.state_check."""
+    where = Location(str(path))
+    if not path.exists() and not path.is_symlink():
         return None
     if path.is_symlink() or not path.is_file():
-        raise MadslError(f"the search state {path} is not a regular file", hint="remove it, or give --state elsewhere")
+        what = "a symbolic link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
+        raise MadslError(f"the search state {path} is {what}", where, hint="give --state a file's path")
     if path.stat().st_size > MAX_STATE_BYTES:
-        raise MadslError(f"the search state {path} is larger than a search state can be",
-                         hint="remove it, or give --state elsewhere")
+        raise MadslError(f"the search state {path} is larger than a search state can be "
+                         f"({MAX_STATE_BYTES // 2**20} MiB)", where, hint=RESTART)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise MadslError(f"the search state {path} cannot be read: {err}",
-                         hint="remove it (the search starts over; finished runs stay in the results database)") \
-            from None
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise MadslError(f"the search state {path} cannot be read: {err}", where, hint=RESTART) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
-        raise MadslError(f"{path} is not a search state of this madsl (format {FORMAT} version {VERSION})",
-                         hint="remove it, or give --state elsewhere")
+        raise MadslError(f"{path} is not a search state of this madsl (format {FORMAT} version {VERSION})", where,
+                         hint=RESTART)
     if data.get("fingerprint") != fingerprint:
         raise MadslError(f"the search state {path} belongs to another search (the search file changed since it "
-                         "was saved)", hint="rerun with --restart to start over (finished runs stay in the results "
-                                            "database and are not trained again), or give --state elsewhere")
-    problem = _damage(data)
-    if problem is not None:
-        raise MadslError(f"the search state {path} is damaged: {problem}", hint="remove it, or give --state elsewhere")
-    return SearchState(**{k: v for k, v in data.items() if k not in ("format", "version")})
-
-
-def _damage(data: dict[str, Any]) -> str | None:
-    """What is wrong with a state's fields, or None: their names and types, and every member of the
-    population and the pending batch a candidate of the state."""
-    fields = {"fingerprint": str, "generation": int, "rng": dict, "population": list, "candidates": dict,
-              "history": list, "counts": dict, "complete": bool}
-    unknown = set(data) - set(fields) - {"format", "version", "pending"}
-    if unknown or any(not isinstance(data.get(k), t) for k, t in fields.items()):
-        return "its fields are not those of a search state"
-    pending = data.get("pending")
-    if pending is not None and not isinstance(pending, list):
-        return "pending is not a list"
-    candidates = data["candidates"]
-    needed = {"id", "name", "spec", "status", "totals"}
-    if not all(isinstance(c, dict) and needed <= set(c) for c in candidates.values()):
-        return "a candidate lacks its id, name, spec, status or totals"
-    for member in data["population"] + (pending or []):
-        if not isinstance(member, dict) or member.get("id") not in candidates \
-                or not isinstance(member.get("genome"), dict):
-            return "a member of the population or of the pending batch is not a candidate of the state"
-    return None
+                         "was saved)", where, hint=RESTART)
+    return data
