@@ -5,6 +5,7 @@ A directory, a path under a file or a place that cannot be written is bad input 
 MadslError naming the option and the path, exit 2), found before anything is computed
 or written; this module imports nothing heavy, so `madsl compile` stays torch-free.
 An output is then written to a temporary file beside it and moved into place (temp_beside).
+JSON printed or written is strict JSON: a number that is not finite is null (json_text).
 
 A folder output (`export -o DIR`, `report --plot-sweeps DIR`) is the folder the user named,
 symlinks resolved: its files are written into it one by one, each atomically, and nothing in it
@@ -14,11 +15,14 @@ nothing else (check_output_dir).
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 import secrets
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from madsl.errors import MadslError
 
@@ -115,3 +119,20 @@ def temp_beside(path: Path, suffix: str = "") -> tuple[int, str]:
             os.fchmod(fd, stat.S_IMODE(path.stat().st_mode))
         return fd, str(tmp)
     raise FileExistsError(f"no free temporary name beside {path}")
+
+
+def finite_json(value: Any) -> Any:
+    """`value` (dicts, lists, tuples, numbers, text) with every NaN or infinity as None: JSON has
+    neither, and a reader's parser refuses Python's `NaN` / `Infinity`."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(item) for item in value]
+    return value
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """`value` as JSON with unknown (non-finite) numbers as null (`finite_json`); never NaN or Infinity."""
+    return json.dumps(finite_json(value), allow_nan=False, **options)

@@ -40,7 +40,7 @@ from typing import Sequence
 
 from madsl import __version__
 from madsl.cli import convert, data, evaluate, fit, layout, report, scale, schema, search
-from madsl.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, add_verbosity, print_error
+from madsl.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, add_verbosity, print_error, show_warnings
 from madsl.errors import MadslError, speaking
 
 
@@ -83,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quiet and args.verbose:  # one given before the command, the other after it
         parser.error("argument -v/--verbose: not allowed with argument -q/--quiet")
+    show_warnings()  # what the library logs (an unusable rate cache, a damaged row) as `warning:` lines
     try:
         with speaking(option_words(parser, args.command)):
             return args.func(args)

@@ -1,6 +1,7 @@
 """What every command shares: exit codes, the console, error printing, atomic file writes."""
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -80,3 +81,21 @@ def format_word(word: str) -> str:
               file=sys.stderr)
         return FORMAT_RENAMED[word]
     return word
+
+
+class WarningLines(logging.Handler):
+    """The library's logged warnings as `warning: ...` lines on stderr: in the user's words, with
+    no line of madsl's source (which `warnings.warn` would show)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"warning: {record.getMessage()}", file=sys.stderr)  # sys.stderr now: it may have been replaced
+
+
+def show_warnings() -> None:
+    """Print what the library logs on "madsl.*" (an unusable rate cache, ...), once per process."""
+    logger = logging.getLogger("madsl")
+    if not any(isinstance(handler, WarningLines) for handler in logger.handlers):
+        logger.addHandler(WarningLines())

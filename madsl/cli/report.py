@@ -27,8 +27,9 @@ def add_parser(subparsers) -> None:
                    help="also write a figure per task into DIR: the score against each difficulty knob its runs "
                         "vary (sequence length, training-set size, vocabulary, noise, ...), one line per "
                         "architecture (needs madsl[plot]); a folder holding other files needs --force")
-    p.add_argument("--force", action="store_true", help="--plot-sweeps into a folder that holds other files too "
-                                                        "(they are left as they are; task figures are replaced)")
+    p.add_argument("--force", action="store_true", help="--plot-sweeps (or --study's --plot) into a folder that "
+                                                        "holds other files too (they are left as they are; the "
+                                                        "figures are replaced)")
     p.add_argument("--protocol", metavar="NAME",
                    help="only runs filed under this protocol (" + ", ".join(PROTOCOL_NAMES) + "), or under a "
                         "label such as quick+custom (runs with settings, lr, wd, epochs, batch size, seeds or "
@@ -46,15 +47,25 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_study(args) -> int:
-    """`madsl report --study`: a scaling study's fits, as text, json or csv, and its figures."""
+    """`madsl report --study`: a scaling study's fits, as text, json or csv, and its figures. Its
+    outputs (the databases read, the --plot folder) are checked before the work."""
     import csv
-    import json
 
-    from madsl.scaling.report import render_report, report_records, report_rows, study_report, write_figures
+    from madsl.outputs import json_text
+    from madsl.scaling.report import (check_figures_folder, check_report_inputs, render_report, report_records,
+                                      report_rows, study_report, write_figures)
 
+    for flag, given in (("--plot-sweeps", args.plot_sweeps), ("--protocol", args.protocol)):
+        if given is not None:  # else silently ignored
+            raise MadslError(f"{flag} reads a leaderboard's MAD runs, not a study's",
+                             hint="with --study: --plot names the folder of its figures, --mad-db and --budget "
+                                  "the MAD correlation")
+    if args.plot:
+        check_figures_folder(args.plot, force=args.force)
+    check_report_inputs(args.db, args.mad_db)
     report = study_report(args.study, args.db, mad_db=args.mad_db, budget=args.budget)
     if args.format == "json":
-        print(json.dumps(report_records(report), indent=2, default=str))
+        print(json_text(report_records(report), indent=2, default=str))
     elif args.format == "csv":
         rows = report_rows(report)
         writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["arch"])
@@ -73,6 +84,10 @@ def cmd_report(args) -> int:
     """Bad input raises MadslError (main() prints it, exit 2)."""
     if args.study:
         return cmd_study(args)
+    for flag, given in (("--mad-db", args.mad_db), ("--budget", args.budget)):
+        if given is not None:  # else silently ignored
+            raise MadslError(f"{flag} belongs to --study (a scaling study's MAD correlation)",
+                             hint="add --study STUDY.yaml, or leave it out")
     from madsl.runner.reports.outputs import report_outputs
 
     text, written, flat = report_outputs(args.db, fmt=args.format, plot=args.plot, protocol=args.protocol,

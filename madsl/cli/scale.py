@@ -7,7 +7,6 @@ fits and draws the results.
 """
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any, Mapping
 
@@ -27,7 +26,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("study", metavar="STUDY", help="a study file (YAML: name, data, seq_len, architectures, "
                                                   "budgets, sizes, recipe)")
     add_execution_options(p)
-    p.add_argument("--rate", type=positive_number, metavar="FLOP/S",
+    p.add_argument("--rate", type=positive_number, metavar="FLOP/S", dest="flops_per_second",
                    help="the training rate the plan's hours are stated at (e.g. 3e14 for a GPU's sustained "
                         "bf16 rate); default: this machine's per-layer-family rates, measured once and cached "
                         "(as madsl eval's plan)")
@@ -88,6 +87,7 @@ def cmd_scale(args) -> int:
 
     from madsl.cli.evaluate import _check_executor_options, execution_values
     from madsl.cli.progress import stop_on_signals
+    from madsl.outputs import json_text
     from madsl.runner.execute.options import Execution
     from madsl.scaling.api import scale
 
@@ -97,17 +97,17 @@ def cmd_scale(args) -> int:
     reporter = _reporter() if shown else None
     try:
         with stop_on_signals() as stop, (reporter or contextlib.nullcontext()):
-            summary = scale(args.study, execution, reporter=reporter, stop=stop, flops_per_second=args.rate,
-                            precision=args.precision)
+            summary = scale(args.study, execution, reporter=reporter, stop=stop,
+                            flops_per_second=args.flops_per_second, precision=args.precision)
     except KeyboardInterrupt:
         print("aborted; rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     if args.dry_run:
-        print(json.dumps(summary["plan"], indent=2) if args.format == "json" else render_plan(summary["plan"]),
+        print(json_text(summary["plan"], indent=2) if args.format == "json" else render_plan(summary["plan"]),
               end="\n" if args.format == "json" else "")
         return EXIT_OK
     if args.format == "json":
-        print(json.dumps(summary, indent=2))
+        print(json_text(summary, indent=2))
     elif not args.quiet:
         print(f"{summary['done'] + summary['already_done']} of {summary['runs']} runs done; "
               f"`madsl report --study {args.study} --db {execution.db}` fits them", file=sys.stderr)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import stat
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,8 @@ SPLIT_FILES = {"train": "train.bin", "val": "val.bin"}
 DTYPES = {"uint16": "<u2", "uint32": "<u4"}  # name -> the numpy dtype of the files (little-endian)
 UINT16_VOCAB = 65_536
 PER_DOCUMENT = "per-document"  # the split rule prepare() uses (see madsl.corpus.prepare)
+MAX_VOCAB = 1 << 32  # uint32's ids
+MAX_INFO_BYTES = 16 << 20  # tokens.json holds a record per source named: a few hundred bytes each
 
 
 def dtype_for_vocab(vocab_size: int) -> str:
@@ -90,7 +94,7 @@ def write_info(path: Path, info: TokenInfo) -> None:
 
 
 def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 63
 
 
 def _is_hex(value: Any) -> bool:
@@ -107,7 +111,7 @@ _FIELD_CHECKS = {  # field -> (test, what it must be)
     "format_version": (lambda v: v == FORMAT_VERSION, f"{FORMAT_VERSION}"),
     "tokenizer": (lambda v: v is None or (isinstance(v, str) and v != ""), "a tokenizer name or null"),
     "tokenizer_sha256": (lambda v: v is None or _is_hex(v), "a sha256 (64 hex digits) or null"),
-    "vocab_size": (lambda v: _is_count(v) and v > 0, "a positive integer"),
+    "vocab_size": (lambda v: _is_count(v) and 0 < v <= MAX_VOCAB, f"a positive integer up to {MAX_VOCAB:,}"),
     "dtype": (lambda v: v in DTYPES, " or ".join(DTYPES)),
     "train_tokens": (_is_count, "a count"),
     "val_tokens": (_is_count, "a count"),
@@ -124,27 +128,64 @@ _FIELD_CHECKS = {  # field -> (test, what it must be)
 }
 
 
+def _names(names: list[str]) -> str:
+    shown = ", ".join(repr(name) if len(name) <= 40 else repr(name[:37]) + "..." for name in names[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = json.dumps(value)
+    except ValueError:  # an integer too long to print
+        text = "a number too long to show"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _read_bounded(path: Path) -> str:
+    """The text of `path`, a regular file of at most MAX_INFO_BYTES (a fifo is not waited on)."""
+    where = Location(file=str(path))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise MadslError(f"{path}: not a regular file", where)
+            data = f.read(MAX_INFO_BYTES + 1)
+        if len(data) > MAX_INFO_BYTES:
+            raise MadslError(f"{path}: larger than {MAX_INFO_BYTES >> 20} MiB, not a tokens.json", where,
+                             hint="tokens.json is written by `madsl data prepare`; prepare the folder again")
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise MadslError(f"{path}: cannot be read ({getattr(err, 'strerror', None) or err})", where) from None
+
+
 def read_info(path: Path) -> TokenInfo:
     """tokens.json as a TokenInfo, or a MadslError naming the file: not JSON, a missing, extra or
     ill-typed field, or a hash that does not match the other fields (the file was edited)."""
     where = Location(file=str(path))
+    text = _read_bounded(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        raise MadslError(f"{path}: cannot be read ({getattr(err, 'strerror', None) or err})", where) from None
+        data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as err:
         raise MadslError(f"{path}: not JSON ({err.msg})", Location(str(path), err.lineno, err.colno)) from None
+    except RecursionError:
+        raise MadslError(f"{path}: not a tokens.json (nested deeper than the JSON reader goes)", where) from None
+    except ValueError as err:  # NaN or Infinity; an integer of thousands of digits
+        raise MadslError(f"{path}: not a tokens.json ({str(err)[:100]})", where) from None
     if not isinstance(data, dict):
         raise MadslError(f"{path}: not a JSON object", where)
     names = [f.name for f in fields(TokenInfo)]
     missing, extra = [n for n in names if n not in data], sorted(set(data) - set(names))
     if missing or extra:
         raise MadslError(f"{path}: " + "; ".join(
-            ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown {', '.join(extra)}"] if extra else [])),
+            ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown {_names(extra)}"] if extra else [])),
             where, hint="tokens.json is written by `madsl data prepare`; prepare the folder again")
     for name, (test, expected) in _FIELD_CHECKS.items():
         if not test(data[name]):
-            raise MadslError(f"{path}: {name} is {json.dumps(data[name])[:60]}", where, expected=expected)
+            raise MadslError(f"{path}: {name} is {_shown(data[name])}", where, expected=expected)
     info = TokenInfo(**{**data, "sources": tuple(data["sources"])})
     if content_hash(info) != info.hash:
         raise MadslError(f"{path}: its hash does not match its other fields (the file was changed after it "

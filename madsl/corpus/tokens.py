@@ -8,13 +8,14 @@ The splits are numpy memmaps, never loaded whole.
 Every problem is a MadslError naming the file: a missing or empty file, a size that is not a whole
 number of tokens (truncated, or the wrong dtype declared), tokens.json malformed or disagreeing
 with the files, a token id outside the vocabulary (the first offending position and value).
-A prepared folder is checked by sizes and its JSON's hash on each open, cheaply; `verify=True`
-rehashes the files and scans every id (the prepare step already did both). A nanoGPT folder has
-no recorded hash, so each open scans and hashes its files, in one chunked pass.
+Every open checks the files' bytes before any step runs: each file's sha256 against tokens.json's
+files_sha256 (a nanoGPT folder has none: its hash is computed) and every id below the vocabulary,
+in one chunked pass (madsl.corpus.checked: about 0.7 s per GB), remembered in the user's cache so
+that reopening files unchanged since costs a stat; `verify=True` scans again whatever the cache
+says. A token file or tokens.json that is a link leading out of the folder is refused, unread.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from dataclasses import dataclass
@@ -23,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from madsl.corpus.checked import checked_sha256
 from madsl.corpus.info import (DTYPES, FORMAT_VERSION, INFO_FILE, SPLIT_FILES, TokenInfo, dtype_for_vocab,
                                read_info)
 from madsl.errors import Location, MadslError
-
-SCAN_CHUNK_BYTES = 1 << 24  # how much of a token file one step of a scan reads
+from madsl.paths import require_inside, require_path
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,7 +94,7 @@ def open_tokens(path: str | os.PathLike, *, dtype: Any = None, vocab_size: int |
     """The token files of folder `path`, checked (see the module docstring). `dtype` ("uint16",
     "uint32") and `vocab_size` are required for a folder without tokens.json, and must agree
     with it where it exists."""
-    folder = Path(path)
+    folder = require_path(path, "token folder")
     if not folder.is_dir():
         hint = "name the folder that holds train.bin and val.bin" if folder.is_file() else None
         raise MadslError(f"{folder}: {'not a folder' if folder.exists() else 'no such folder'}",
@@ -102,15 +103,14 @@ def open_tokens(path: str | os.PathLike, *, dtype: Any = None, vocab_size: int |
     if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int)
                                    or vocab_size < 1):
         raise MadslError(f"vocab_size {vocab_size!r}: not a positive integer")
-    if (folder / INFO_FILE).exists():
-        info = read_info(folder / INFO_FILE)
+    if (folder / INFO_FILE).exists() or (folder / INFO_FILE).is_symlink():
+        info = read_info(require_inside(folder / INFO_FILE, folder))
         _check_declared(folder / INFO_FILE, info, declared, vocab_size)
         splits = {split: _open_split(folder / name, info.dtype, info.tokens(split)) for split, name in
                   SPLIT_FILES.items()}
-        if verify:
-            _verify(folder, info)
+        _verify(folder, info, fresh=verify)
     else:
-        info, splits = _open_nanogpt(folder, declared, vocab_size)
+        info, splits = _open_nanogpt(folder, declared, vocab_size, verify)
     return TokenData(folder, splits["train"], splits["val"], info)
 
 
@@ -136,6 +136,7 @@ def _open_split(path: Path, dtype: str, expected: int | None) -> np.ndarray:
     """`path` as a read-only memmap of `dtype`, after checking it exists, is not empty, holds a
     whole number of tokens and (when `expected` is given) exactly that many."""
     where = Location(file=str(path))
+    require_inside(path, path.parent, "a token file")
     if not path.is_file():
         raise MadslError(f"{path}: {'not a regular file' if path.exists() else 'missing'}", where)
     size = path.stat().st_size
@@ -151,35 +152,18 @@ def _open_split(path: Path, dtype: str, expected: int | None) -> np.ndarray:
     return np.memmap(path, dtype=DTYPES[dtype], mode="r")
 
 
-def scan_file(path: Path, dtype: str, vocab_size: int) -> str:
-    """The sha256 of `path`'s bytes, after checking every id is below `vocab_size`, in chunks: a
-    MadslError names the first id outside the vocabulary, its position and value."""
-    digest = hashlib.sha256()
-    itemsize = np.dtype(DTYPES[dtype]).itemsize
-    chunk = SCAN_CHUNK_BYTES - SCAN_CHUNK_BYTES % itemsize
-    position = 0
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-            ids = np.frombuffer(block, dtype=DTYPES[dtype])
-            if ids.size and int(ids.max()) >= vocab_size:
-                first = int(np.argmax(ids >= vocab_size))
-                raise MadslError(f"{path}: token {position + first:,} is id {int(ids[first]):,}, outside the "
-                                 f"vocabulary of {vocab_size:,}", Location(file=str(path)),
-                                 hint="the vocabulary size or dtype declared is not the files' own")
-            position += ids.size
-    return digest.hexdigest()
-
-
-def _verify(folder: Path, info: TokenInfo) -> None:
-    for name in SPLIT_FILES.values():
-        if scan_file(folder / name, info.dtype, info.vocab_size) != info.files_sha256[name]:
+def _verify(folder: Path, info: TokenInfo, fresh: bool) -> None:
+    names = list(SPLIT_FILES.values())
+    recorded = [info.files_sha256[name] for name in names]
+    found = checked_sha256([folder / name for name in names], info.dtype, info.vocab_size, list(recorded), fresh)
+    for name, want, got in zip(names, recorded, found):
+        if got != want:
             raise MadslError(f"{folder / name}: its bytes are not those {INFO_FILE} records (the file was "
                              "changed after it was prepared)", Location(file=str(folder / name)),
                              hint="prepare the folder again with `madsl data prepare`")
 
 
-def _open_nanogpt(folder: Path, dtype: str | None, vocab_size: int | None) -> tuple[TokenInfo, dict]:
+def _open_nanogpt(folder: Path, dtype: str | None, vocab_size: int | None, fresh: bool) -> tuple[TokenInfo, dict]:
     """A folder of nanoGPT's train.bin and val.bin alone: opened with the declared dtype and
     vocabulary, every id scanned, hashed on the way."""
     if dtype is None or vocab_size is None:
@@ -191,7 +175,9 @@ def _open_nanogpt(folder: Path, dtype: str | None, vocab_size: int | None) -> tu
         raise MadslError(f"{folder}: uint16 cannot hold the ids of a vocabulary of {vocab_size:,}",
                          Location(file=str(folder)), hint="nanoGPT writes uint32 above 65,536 ids: declare uint32")
     splits = {split: _open_split(folder / name, dtype, None) for split, name in SPLIT_FILES.items()}
-    digests = {name: scan_file(folder / name, dtype, vocab_size) for name in SPLIT_FILES.values()}
+    names = list(SPLIT_FILES.values())
+    digests = dict(zip(names, checked_sha256([folder / name for name in names], dtype, vocab_size, [None, None],
+                                             fresh)))
     info = TokenInfo(format_version=FORMAT_VERSION, tokenizer=None, tokenizer_sha256=None, vocab_size=vocab_size,
                      dtype=dtype, train_tokens=len(splits["train"]), val_tokens=len(splits["val"]),
                      train_bytes=None, val_bytes=None, split=None, val_fraction=None, sources=(),

@@ -20,10 +20,12 @@ from typing import Any, Callable
 from madsl.errors import MadslError, option
 from madsl.runner.store.results import DEFAULT_DB, RunIdentity, madsl_version, sha256
 from madsl.scaling.grid import ScaleRun, plan_study
-from madsl.scaling.study import Study, load_study, study_location
+from madsl.scaling.study import DEFAULT_EVAL_TOKENS, Study, load_study, study_location
 
 PRETRAIN_TASK = "pretrain"
 LABEL_PREFIX = "scale:"
+MAX_LOSS = 1e3  # nats a token: ~45 times a uniform guess over 2^32 tokens; no run ends its budget there
+MIN_RATE = 1.0  # FLOP/s: a rate stated below it is a slip of the exponent (and makes the hours overflow)
 
 
 @dataclass
@@ -51,16 +53,47 @@ class StudyPlan:
 
 
 def _data_dir(study: Study, files_dir: Path) -> Path:
-    """The study's token folder: a bundled corpus is prepared once under the store's files."""
+    """The study's token folder: a bundled corpus is prepared once under the store's files. A
+    relative path stays in the study's folder (the path rule, madsl.paths: a study may come from
+    someone else, and `..` or a link must not make it read elsewhere); an absolute one is the
+    user's whole path."""
     from madsl.corpus import resolve_tokens
+    from madsl.paths import inside, require_path
 
     if study.data.startswith("bundled:"):
         return resolve_tokens(study.data, files_dir / "corpora").path
-    path = (study.path.parent / study.data).resolve()
+    where = study_location(study, "data")
+    given = require_path(study.data, "data", where)
+    home = study.path.parent
+    named = given if given.is_absolute() else home / given
+    if not given.is_absolute() and not inside(named, home):
+        raise MadslError(f"data: {study.data} leads out of the study's folder {home.resolve()} (to "
+                         f"{named.resolve()}), not read", where,
+                         hint="name a token folder elsewhere by its absolute path")
+    path = named.resolve()
     if not path.is_dir():
-        raise MadslError(f"data: no token folder at {study.data} (looked in {path})", study_location(study, "data"),
+        raise MadslError(f"data: no token folder at {study.data} (looked in {path})", where,
                          hint="prepare one with `madsl data prepare TEXT... -o DIR`, or name bundled:tinyshakespeare")
     return path
+
+
+def _check_windows(study: Study, tokens: Any, runs: list[ScaleRun]) -> None:
+    """Each split holds a window of the longest run, and an `eval_tokens` given scores that many
+    (val_windows would silently score fewer)."""
+    longest = max(r.settings.seq_len + 1 for r in runs)
+    for split in ("train", "val"):
+        if tokens.info.tokens(split) < longest:
+            raise MadslError(f"data: the {split} split holds {tokens.info.tokens(split):,} tokens, fewer than one "
+                             f"window of {longest:,}", study_location(study, "data"),
+                             hint="use more text, or a shorter seq_len")
+    if "eval_tokens" in study.recipe:
+        windows = (tokens.info.tokens("val") - 1) // study.seq_len
+        if study.recipe["eval_tokens"] // study.seq_len > windows:
+            raise MadslError(f"eval_tokens {study.recipe['eval_tokens']:,} is more than the validation split holds: "
+                             f"{windows:,} windows of {study.seq_len:,} ({windows * study.seq_len:,} tokens)",
+                             study_location(study, "recipe", "eval_tokens"),
+                             hint=f"at most {windows * study.seq_len:,}, or leave it out (the split's first "
+                                  f"{DEFAULT_EVAL_TOKENS:,} tokens, as many as it holds)")
 
 
 def plan_study_file(path: str | os.PathLike, db: str | os.PathLike = DEFAULT_DB,
@@ -76,12 +109,7 @@ def plan_study_file(path: str | os.PathLike, db: str | os.PathLike = DEFAULT_DB,
     data_dir = _data_dir(study, StoreFiles(db).files_dir)
     tokens = open_tokens(data_dir, dtype=study.data_dtype, vocab_size=study.data_vocab)
     runs = plan_study(study, tokens.info.vocab_size)
-    longest = max(r.settings.seq_len + 1 for r in runs)
-    for split in ("train", "val"):
-        if tokens.info.tokens(split) < longest:
-            raise MadslError(f"data: the {split} split holds {tokens.info.tokens(split):,} tokens, fewer than one "
-                             f"window of {longest:,}", study_location(study, "data"),
-                             hint="use more text, or a shorter seq_len")
+    _check_windows(study, tokens, runs)
     plan = StudyPlan(study, data_dir, tokens, runs, [])
     plan.run_ids = [plan.identity(r).run_id for r in runs]
     return plan
@@ -191,6 +219,11 @@ def scale(path: str | os.PathLike, execution: Any = None, *, reporter: Any = Non
     from madsl.runner.store.results import Store
 
     run = execution if execution is not None else Execution(**options)
+    if flops_per_second is not None and (isinstance(flops_per_second, bool) or
+                                         not isinstance(flops_per_second, (int, float)) or
+                                         not MIN_RATE <= flops_per_second < math.inf):
+        raise MadslError(f"{option('flops_per_second')} {flops_per_second!r}: expected a finite training rate of at "
+                         f"least {MIN_RATE:g} FLOP/s", hint="e.g. 3e14 for a GPU's sustained bf16 rate")
     if run.keep not in (None, "none"):
         raise MadslError(f"{option('keep')}: a pretraining run keeps no weights")
     if run.batch_grid:
@@ -227,21 +260,46 @@ def scale(path: str | os.PathLike, execution: Any = None, *, reporter: Any = Non
             "interrupted": len(outcome.interrupted), "complete": outcome.complete}
 
 
-def study_points(plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB) -> list[Any]:
+def study_points(plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB,
+                 problems: list[str] | None = None) -> list[Any]:
     """The finished runs of a study as IsoFLOP points (madsl.scaling.fits.ScalePoint): the final
-    validation loss of each, with its parameters, tokens and total state."""
+    validation loss of each, with its parameters, tokens and total state. The database is
+    untrusted input: a finished run whose loss is not a positive finite number (text, bytes,
+    0, negative, infinite, missing) is left out and named, with the database, in `problems`."""
     from madsl.scaling.fits import ScalePoint
 
     stored = _done(db, plan.run_ids)
     points = []
     for run, run_id in zip(plan.runs, plan.run_ids):
         row = stored.get(run_id)
-        loss = row["best_eval_loss"] if row is not None and row["status"] == "done" else None
-        if loss is None or not math.isfinite(loss) or row["diverged_epoch"] is not None:
-            continue  # a diverged run has no loss at its budget: reported by madsl report as missing
+        if row is None or row["status"] != "done" or row["diverged_epoch"] is not None:
+            continue  # not finished, or diverged (no loss at its budget): counted as missing by the report
+        loss = row["best_eval_loss"]
+        why = _bad_loss(loss)
+        if why is not None:
+            if problems is not None:
+                problems.append(f"results database {db}: run {run_id} ({run.arch} {run.size} @ {run.budget:.3g} "
+                                f"FLOPs) is done with a final loss of {_shown(loss)}, {why}; left out")
+            continue
         points.append(ScalePoint(arch=run.arch, budget=run.budget, params=float(run.params),
-                                 tokens=float(run.tokens), loss=float(row["best_eval_loss"]), state=float(run.state)))
+                                 tokens=float(run.tokens), loss=float(loss), state=float(run.state)))
     return points
+
+
+def _bad_loss(loss: Any) -> str | None:
+    """Why a stored loss is no cross-entropy at a budget (None: it is one)."""
+    if isinstance(loss, bool) or not isinstance(loss, (int, float)):
+        return "not a number" if loss is not None else "which is missing"
+    if not math.isfinite(loss):
+        return "not finite (and the run is not marked diverged)"
+    if loss <= 0:
+        return "not above 0"
+    return f"above {MAX_LOSS:,.0f} nats (no cross-entropy a run ends its budget with)" if loss > MAX_LOSS else None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)  # repr: a planted escape sequence is shown, not sent to the terminal
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 __all__ = ["StudyPlan", "plan_study_file", "study_cost", "scale", "study_points"]

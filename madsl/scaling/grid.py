@@ -94,26 +94,41 @@ def _settings(study: Study, group: BudgetGroup, params: int, flops_per_token: fl
                             lr=paper_learning_rate(params) if lr == "paper" else float(lr), **recipe)
 
 
+def _sized(study: Study, arch: str, size: Size, vocab: int) -> tuple[Any, dict[str, int]]:
+    """The architecture at a size, and its accounting; an error located at the size's entry."""
+    name = f"{arch}-{size.label()}"
+    try:
+        if size.dim is not None:
+            sized = sized_spec(study.architectures[arch], size.dim, size.repeat, vocab, study.seq_len, name)
+            return sized, _accounted(sized, study.seq_len)
+        return _width_for(study.architectures[arch], size, vocab, study.seq_len, name)
+    except MadslError as err:
+        if err.location.file is None:
+            err.message = f"architecture {arch} at size {size.label()}: {err.message}"
+            err.location = study_location(study, *(size.where or ("sizes",)))
+        raise
+
+
 def plan_study(study: Study, vocab: int) -> list[ScaleRun]:
-    """Every run of the study (architecture x budget x size), sized and accounted; a budget smaller
-    than one step of a model is an error located at the budget."""
+    """Every run of the study (architecture x budget x size), sized and accounted; a size an
+    architecture cannot take is an error located at the size, a budget smaller than one step of
+    a model one located at the budget."""
     runs = []
+    models: dict[tuple[str, Size], tuple[Any, dict[str, int]]] = {}  # a size shared by budgets is sized once
     for group in study.budgets:
         for size in group.sizes:
-            for arch, spec in study.architectures.items():
+            for arch in study.architectures:
+                if (arch, size) not in models:
+                    models[(arch, size)] = _sized(study, arch, size, vocab)
+                sized, totals = models[(arch, size)]
                 name = f"{arch}-{size.label()}"
+                flops_per_token = train_flops_per_token(totals["flops"], study.seq_len)
                 try:
-                    if size.dim is not None:
-                        sized = sized_spec(spec, size.dim, size.repeat, vocab, study.seq_len, name)
-                        totals = _accounted(sized, study.seq_len)
-                    else:
-                        sized, totals = _width_for(spec, size, vocab, study.seq_len, name)
-                    flops_per_token = train_flops_per_token(totals["flops"], study.seq_len)
                     settings = _settings(study, group, totals["params"], flops_per_token,
                                          f"{name} at budget {group.flops:.3g}: ")
                 except MadslError as err:
                     if err.location.file is None:
-                        err.location = study_location(study, "budgets")
+                        err.location = study_location(study, *(group.where or ("budgets",)))
                     raise
                 runs.append(ScaleRun(arch, group.flops, size.label(), sized, totals["params"],
                                      totals["fixed_state"] + totals["kv_cache"], flops_per_token, settings))

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from madsl.errors import MadslError
+from madsl.errors import MadslError, option
 from madsl.runner.store.results import DEFAULT_DB
 
 
@@ -48,7 +48,7 @@ def _mad_scores(plan: Any, mad_db: str | os.PathLike) -> dict[str, float]:
     from madsl.runner.reports.outputs import load_scores
     from madsl.runner.store.results import sha256
 
-    if not Path(mad_db).exists():
+    if not Path(mad_db).exists():  # (a --mad-db given is checked before the work: check_report_inputs)
         return {}
     scores = {s.spec_hash: s.score for s in load_scores(mad_db) if s.score is not None}
     found = {}
@@ -77,19 +77,33 @@ def _correlation(report: StudyReport, budget: float | None, resamples: int, seed
                                                     seed=seed))
 
 
+def check_report_inputs(db: str | os.PathLike, mad_db: str | os.PathLike | None = None) -> None:
+    """The results database (and a MAD database named apart) read before any work: each must be
+    a madsl results database (madsl.runner.store.database.check_database; nothing is changed)."""
+    from madsl.runner.store.database import check_database
+
+    if not Path(db).exists() and not Path(db).is_symlink():
+        raise MadslError(f"no results database at {db}", hint="run `madsl scale STUDY.yaml --db PATH` first")
+    check_database(db, create=False)
+    if mad_db is not None:
+        check_database(mad_db, create=False)
+
+
 def study_report(study_path: str | os.PathLike, db: str | os.PathLike = DEFAULT_DB, *,
                  mad_db: str | os.PathLike | None = None, budget: float | None = None, resamples: int = 1000,
                  seed: int = 0) -> StudyReport:
-    """Fit a study's finished runs in `db`; MAD scores are read from `mad_db` (default: `db`)."""
+    """Fit a study's finished runs in `db`; MAD scores are read from `mad_db` (default: `db`).
+    A finished run whose stored loss is no loss (text, 0, infinite, ...) is left out and named
+    in `problems` (madsl.scaling.api.study_points)."""
     from madsl.scaling import fits
     from madsl.scaling.api import plan_study_file, study_points
     from madsl.scaling.parametric import fit_parametric
 
-    if not Path(db).exists():
-        raise MadslError(f"no results database at {db}", hint="run `madsl scale STUDY.yaml --db PATH` first")
+    check_report_inputs(db, mad_db)
     plan = plan_study_file(study_path, db)
-    points = study_points(plan, db)
-    report = StudyReport(plan.study.name, points, runs_total=len(plan.runs))
+    problems: list[str] = []
+    points = study_points(plan, db, problems)
+    report = StudyReport(plan.study.name, points, runs_total=len(plan.runs), problems=problems)
     for point in points:
         bpb = plan.tokens.bits_per_byte(point.loss)
         if bpb is not None:
@@ -157,11 +171,24 @@ def report_rows(report: StudyReport) -> list[dict[str, Any]]:
     for p in sorted(report.points, key=lambda p: (p.arch, p.budget, p.params)):
         fit = optimum.get((p.arch, p.budget))
         rows.append({"arch": p.arch, "budget": p.budget, "params": p.params, "tokens": p.tokens, "loss": p.loss,
-                     "perplexity": math.exp(p.loss), "state": p.state,
+                     "perplexity": perplexity(p.loss), "state": p.state,
                      "optimal_params": fit.optimal_params if fit else None,
                      "optimal_loss": fit.optimal_loss if fit else None,
                      "mad_score": report.mad_scores.get(p.arch)})
     return rows
+
+
+def perplexity(loss: float) -> float | None:
+    """exp(loss), or None where it overflows a float (a loss above ~709 nats)."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return None
+
+
+def _ppl(loss: float, width: int) -> str:
+    value = perplexity(loss)
+    return f"{value:>{width}.3f}" if value is not None else f"{'?':>{width}}"
 
 
 def render_report(report: StudyReport) -> str:
@@ -171,7 +198,7 @@ def render_report(report: StudyReport) -> str:
              f"  {'arch':<18} {'budget':>8} {'N*':>10} {'D*':>11} {'loss*':>7} {'ppl*':>7}  bracketed"]
     for f in report.isoflops:
         lines.append(f"  {f.arch:<18} {f.budget:>8.3g} {f.optimal_params:>10.3g} {f.optimal_tokens:>11.3g} "
-                     f"{f.optimal_loss:>7.4f} {math.exp(f.optimal_loss):>7.3f}  {'yes' if f.bracketed else 'NO'}")
+                     f"{f.optimal_loss:>7.4f} {_ppl(f.optimal_loss, 7)}  {'yes' if f.bracketed else 'NO'}")
     if report.frontiers:
         lines += ["", "Frontiers: N* ∝ C^a, D* ∝ C^b (95 % bootstrap intervals)"]
         for arch, f in report.frontiers.items():
@@ -198,12 +225,28 @@ def render_report(report: StudyReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+FIGURES = ("isoflops.png", "frontier.png", "state_optimal.png", "correlation.png")
+
+
+def check_figures_folder(folder: str | os.PathLike, force: bool = True) -> Path:
+    """The folder the figures go into, checked before the work (madsl.outputs.check_output_dir):
+    not a file, writable, a figure's name there a regular file; other entries only with `force`."""
+    from madsl.outputs import check_output_dir
+
+    return check_output_dir(folder, option("plot"), lambda name: name in FIGURES, force=force,
+                            writes="the study's figures (" + ", ".join(FIGURES) + ")")
+
+
 def write_figures(report: StudyReport, folder: str | os.PathLike) -> list[Path]:
     """The four figures (IsoFLOP curves, frontier, state-optimal, correlation) that have data, into `folder`."""
+    from madsl.outputs import output_error
     from madsl.scaling import figures
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = check_figures_folder(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise output_error(err, folder, option("plot")) from None
     written = []
     if report.isoflops:
         written.append(figures.plot_isoflops(report.isoflops, folder / "isoflops.png"))

@@ -1,9 +1,14 @@
 """This machine's training rates as the plan reads them (`RateBook`): from the cache
 (madsl.runner.plan.rate_cache), measured where missing or on request (madsl.runner.plan.rate_measure);
 what a rate is and how it is measured: madsl.runner.plan.rate_model.
+
+A cache that cannot be used is said in a warning on the logger "madsl.runner.plan.rate" (the
+`madsl` command prints it as `warning: ...`; a program sees it wherever it sends its logging),
+not through `warnings.warn`, which shows the user a line of madsl's source.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +16,14 @@ from madsl.runner.plan import rate_measure
 from madsl.runner.plan.rate_cache import FORMAT, MEASURED, cache_path, check_device, read_cache, save_cache
 from madsl.runner.plan.rate_model import DeviceRates, Line, Measured, Progress, device_name
 
+log = logging.getLogger(__name__)
+
 
 class RateBook:
     """The rates of the devices a plan's runs train on: read from the cache at `path` (None:
     none), measured where missing or, with `remeasure`, measured again; `save` keeps them."""
 
     def __init__(self, path: Path | None = None, remeasure: bool = False, progress: Progress | None = None):
-        import warnings
-
         self.path, self.remeasure, self.progress = path, remeasure, progress
         self.data: dict[str, Any] = {"format": FORMAT, "devices": {}}
         self.changed = False
@@ -28,9 +33,9 @@ class RateBook:
         if path is not None and (path.exists() or path.is_symlink()):
             try:
                 self.data = read_cache(path)
-            except ValueError as err:  # measured again, and rewritten by save() (a link: left alone)
-                warnings.warn(f"{path}: not a usable rate cache ({err}); it is discarded and the rates are "
-                              "measured again", RuntimeWarning, stacklevel=2)
+            except ValueError as err:  # measured again, and rewritten by save() (a link, a folder: left alone)
+                log.warning("%s: not a usable rate cache (%s); it is set aside and this machine's training rates "
+                            "are measured again", path, err)
 
     @classmethod
     def default(cls, remeasure: bool = False, progress: Progress | None = None) -> "RateBook":

@@ -8,9 +8,12 @@ The rates are the machine's, not a results database's: one cache serves every pl
 What is read back is untrusted input (the folder may be shared, or written by others): a file
 that is not what madsl writes (a symbolic link, not a regular file, too large, not JSON, a key,
 a name or a number out of place or out of range) is refused with a ValueError saying what is
-wrong, and the caller measures again; a symbolic link is neither read nor replaced. The text
-shown to the user from it (a device's name) is plain printable text. Writing is atomic (a new
-file moved into place); where the folder cannot be written, the next plan measures again.
+wrong, and the caller measures again; a symbolic link is neither read nor replaced. "In range"
+is what the machine it claims to be could measure (`plausible_ranges`: per core on a CPU, per
+device on a GPU), not merely what a float holds: a cached 1 FLOP/s planned 2,230 hours for a
+4-step run. The text shown to the user from it (a device's name) is plain printable text.
+Writing is atomic (a new file moved into place); where the folder cannot be written, the next
+plan measures again.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from madsl.paths import cache_dir
 from madsl.runner.store.files import os_error_words
 
 CACHE_NAME = "device-rates.json"
@@ -38,18 +42,27 @@ _KEY = re.compile(r"[0-9a-f]{64}")  # a sha256, as rate.device_key makes them
 _FAMILY = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a primitive's name
 _TEXT = re.compile(r"[ -~]{1,200}")  # printable ASCII: a name shown on the terminal
 
-# the numbers of a measurement, each with the range a real one lies in
-FAMILY_FIELDS = {"overhead_s": (0.0, 3600.0), "flops_per_s": (1.0, 1e21)}
 MEASURED = {"rest": "seconds_per_layer_token", "threads_speedup": "factor"}  # a device's other measurements
-MEASURED_FIELDS = {"seconds_per_layer_token": (0.0, 1.0), "factor": (1.0, float(MAX_THREADS))}
+# The training rate of one layer family a real device measures: a CPU's per core (the families are
+# timed on one thread; times the threads recorded, for headroom), a GPU's for the device. Below the
+# floor is slower than any CPU of this century; above the ceiling, faster than any chip made.
+CPU_FLOPS_PER_CORE = (1e6, 1e12)
+GPU_FLOPS = (1e8, 1e17)
+MAX_OVERHEAD_S = 60.0  # a layer's fixed cost a training step at width 128: milliseconds on any machine
+MAX_REST_S = 1e-3  # the rest of a model, a layer and a token: microseconds on any machine
+
+
+def plausible_ranges(device: str, threads: int) -> dict[str, tuple[float, float]]:
+    """Each number of a device's measurements -> the range a real measurement of that device (a
+    name as rate_model.device_name makes it: "cpu: ..." or "cuda: ...") at `threads` lies in."""
+    low, high = GPU_FLOPS if device.startswith("cuda") else (CPU_FLOPS_PER_CORE[0], CPU_FLOPS_PER_CORE[1] * threads)
+    return {"overhead_s": (0.0, MAX_OVERHEAD_S), "flops_per_s": (low, high),
+            "seconds_per_layer_token": (0.0, MAX_REST_S), "factor": (1.0, float(threads))}
 
 
 def cache_path() -> Path:
-    """Where this machine's rates are cached (the module's docstring)."""
-    if os.environ.get("MADSL_CACHE_DIR"):
-        return Path(os.environ["MADSL_CACHE_DIR"]) / CACHE_NAME
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "madsl" / CACHE_NAME
+    """Where this machine's rates are cached (the module's docstring; madsl.paths.cache_dir)."""
+    return cache_dir() / CACHE_NAME
 
 
 def read_cache(path: Path) -> dict[str, Any]:
@@ -61,9 +74,11 @@ def read_cache(path: Path) -> dict[str, Any]:
     except OSError as err:
         raise ValueError("it is a symbolic link, which madsl does not follow" if path.is_symlink()
                          else f"it cannot be read: {os_error_words(err)}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # a folder (which fdopen refuses with IsADirectoryError), a FIFO, a device
+        os.close(fd)
+        raise ValueError("it is a folder, not a file" if stat.S_ISDIR(mode) else "it is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a folder, a FIFO, a device
-            raise ValueError("it is not a regular file")
         text = f.read(MAX_BYTES + 1)
     if len(text) > MAX_BYTES:
         raise ValueError(f"it is larger than {MAX_BYTES // 1024} KiB")
@@ -99,25 +114,30 @@ def check_device(device: Any, where: str) -> None:
     families = _expect(device["families"], dict, f"{where}: families")
     if len(families) > MAX_FAMILIES:
         raise ValueError(f"{where}: {len(families)} families, more than {MAX_FAMILIES}")
+    ranges = plausible_ranges(device["device"], threads)
+    kind = f"{device['device'][:40]} at {threads} thread(s)"
     for name, measurement in families.items():
         if not _FAMILY.fullmatch(name):
             raise ValueError(f"{where}: {name[:70]!r} is not a layer family's name")
-        check_measurement(measurement, FAMILY_FIELDS, f"{where}: {name}")
+        check_measurement(measurement, {key: ranges[key] for key in ("overhead_s", "flops_per_s")},
+                          f"{where}: {name}", kind)
     for name, number in MEASURED.items():
         if name in device:
-            check_measurement(device[name], {number: MEASURED_FIELDS[number]}, f"{where}: {name}")
+            check_measurement(device[name], {number: ranges[number]}, f"{where}: {name}", kind)
 
 
-def check_measurement(entry: Any, fields: dict[str, tuple[float, float]], where: str) -> None:
-    """A measurement: its numbers (each finite, in its range), when ("measured": an ISO date and
-    time) and under what load (the 1-minute load average, or null where the system has none)."""
+def check_measurement(entry: Any, fields: dict[str, tuple[float, float]], where: str, kind: str = "") -> None:
+    """A measurement: its numbers (each finite, in its range: what `kind` of device could
+    measure), when ("measured": an ISO date and time) and under what load (the 1-minute load
+    average, or null where the system has none)."""
     _expect(entry, dict, where)
     if set(entry) != {*fields, "measured", "load"}:
         raise ValueError(f"{where}: expected the keys {', '.join(sorted({*fields, 'measured', 'load'}))}")
     for name, (low, high) in fields.items():
         value = entry[name]
         if not _number(value) or not low <= value <= high:
-            raise ValueError(f"{where}: {name} {_short(value)} is not a finite number in [{low:g}, {high:g}]")
+            raise ValueError(f"{where}: {name} {_short(value)} is not a finite number in [{low:g}, {high:g}]"
+                             + (f" (what {kind} could measure)" if kind and _number(value) else ""))
     if entry["load"] is not None and (not _number(entry["load"]) or not 0 <= entry["load"] <= MAX_LOAD):
         raise ValueError(f"{where}: load {_short(entry['load'])} is not null or a finite number in [0, {MAX_LOAD:g}]")
     measured = entry["measured"]

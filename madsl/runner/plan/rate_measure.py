@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import replace
 from typing import Any, Callable, Iterator
 
+from madsl.runner.plan.rate_cache import MAX_REST_S, plausible_ranges
 from madsl.runner.plan.rate_model import (BATCHES, RATE_LENGTH, RATE_WIDTH, REFERENCE_TOPOLOGY, REFERENCE_VOCAB,
                                           SPEEDUP_STEPS, TIMED_STEPS, DeviceRates, Line, Measured, Progress, clock,
                                           cores_free, load_average, now)
@@ -33,7 +35,7 @@ def measure_into(book: DeviceRates, device: Any, families: list[str], progress: 
             if progress is not None:
                 progress(f"measuring this machine's training rate: {family}", done, total)
             try:
-                book.families[family] = measure_family(family, device)
+                book.families[family] = _plausible(measure_family(family, device), book)
             except Exception as err:  # noqa: BLE001 - a family that cannot train here has no rate, said so
                 if _out_of_memory(err):
                     raise
@@ -44,6 +46,8 @@ def measure_into(book: DeviceRates, device: Any, families: list[str], progress: 
             if progress is not None:
                 progress("measuring this machine's training rate: a whole model", len(todo), total)
             book.rest, model_seconds = measure_model(book, reference, device)
+            if book.rest is not None:
+                book.rest = replace(book.rest, value=min(book.rest.value, MAX_REST_S))
             book.measured_now.add("rest")
     if model_seconds is not None and device.type == "cpu" and book.threads > 1:
         load = load_average()
@@ -80,8 +84,15 @@ def measure_family(family: str, device: Any) -> Line:
         per_row, overhead = t_big / big, 0.0
     else:
         overhead = max(0.0, t_small - per_row * small)
-    # within what the cache admits (rate_cache.FAMILY_FIELDS): a day-long layer step is no line
-    return Line(min(overhead, 3600.0), min(max(3.0 * flops / per_row, 1.0), 1e21), now(), load_average())
+    return Line(overhead, 3.0 * flops / per_row, now(), load_average())
+
+
+def _plausible(line: Line, book: DeviceRates) -> Line:
+    """A family's line within what the cache admits for its device (rate_cache.plausible_ranges):
+    two batch sizes timed almost alike make a slope, and so a rate, beyond any machine's."""
+    ranges = plausible_ranges(book.device, book.threads)
+    (low, high), (_, longest) = ranges["flops_per_s"], ranges["overhead_s"]
+    return replace(line, overhead_s=min(line.overhead_s, longest), flops_per_s=min(max(line.flops_per_s, low), high))
 
 
 def measure_model(book: DeviceRates, reference: Any, device: Any) -> tuple[Measured | None, float]:
@@ -94,7 +105,7 @@ def measure_model(book: DeviceRates, reference: Any, device: Any) -> tuple[Measu
         return None, seconds
     layers_only = sum(book.families[family].seconds(3.0 * flops * rows) for family, flops in layers)
     rest = max(seconds - layers_only, 0.0) / (len(layers) * rows * RATE_LENGTH)
-    return Measured(min(rest, 1.0), now(), load_average()), seconds
+    return Measured(rest, now(), load_average()), seconds
 
 
 def measure_speedup(reference: Any, device: Any, threads: int, one_thread_seconds: float) -> Measured:

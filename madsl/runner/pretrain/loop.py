@@ -179,7 +179,7 @@ def pretrain_run(settings: PretrainSettings, build_model: Callable[[], torch.nn.
     if isinstance(state, RunResult):
         return state
     configure_device(device)
-    evaluations = set(settings.evaluation_steps())
+    evaluations = settings.evaluation_steps()  # arithmetic, never listed (eval_every: 1 over many steps)
     last_save = since_eval = time.monotonic()
 
     def save(result: RunResult | None = None) -> None:
@@ -199,12 +199,11 @@ def pretrain_run(settings: PretrainSettings, build_model: Callable[[], torch.nn.
         state.loss_sum += loss
         state.loss_steps += 1
         state.step += 1
-        if not math.isfinite(loss):
-            evaluations.add(state.step)  # record it and stop: AdamW cannot recover from NaN weights
         state.train_seconds += time.monotonic() - started
         if hooks.on_progress is not None:
             hooks.on_progress(len(state.history) + 1, state.step, settings.steps)
-        if state.step in evaluations:
+        # a non-finite loss is recorded at once and stops the run: AdamW cannot recover from NaN weights
+        if state.step in evaluations or not math.isfinite(loss):
             metrics = _record(state, data, device, time.monotonic() - since_eval)
             since_eval = time.monotonic()
             if hooks.checkpoint_every_s == 0 or time.monotonic() - last_save > hooks.checkpoint_every_s:

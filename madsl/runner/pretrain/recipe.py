@@ -15,7 +15,8 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, overload
 
 from madsl.errors import MadslError
 
@@ -80,10 +81,10 @@ class PretrainSettings:
     def warmup_steps(self) -> int:
         return max(1, round(self.warmup * self.steps)) if self.warmup > 0 else 0
 
-    def evaluation_steps(self) -> list[int]:
-        """The steps after which the validation split is scored: every `eval_every`, and the last."""
-        every = self.eval_every or max(1, math.ceil(self.steps / 10))
-        return sorted({*range(every, self.steps, every), self.steps})
+    def evaluation_steps(self) -> "EvaluationSchedule":
+        """The steps after which the validation split is scored: every `eval_every`, and the last
+        (a schedule computed, never listed: `eval_every: 1` over 10^12 steps costs nothing)."""
+        return EvaluationSchedule(self.eval_every or max(1, math.ceil(self.steps / 10)), self.steps)
 
     def lr_at(self, step: int) -> float:
         """The learning rate of optimizer step `step` (0-based): linear warmup, then cosine to min_lr_ratio."""
@@ -94,6 +95,56 @@ class PretrainSettings:
         progress = min(1.0, (step - warmup) / span)
         floor = self.lr * self.min_lr_ratio
         return floor + (self.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@dataclass(frozen=True)
+class EvaluationSchedule(Sequence[int]):
+    """Every `every`-th step below `steps`, then `steps`: a sequence whose length, membership
+    and items are arithmetic (a run's identity counts its evaluations; the loop asks about each step)."""
+
+    every: int
+    steps: int
+
+    def __post_init__(self) -> None:
+        if self.every < 1 or self.steps < 1:
+            raise ValueError(f"an evaluation schedule needs every >= 1 and steps >= 1, got {self.every}, {self.steps}")
+
+    @property
+    def _before_last(self) -> range:
+        return range(self.every, self.steps, self.every)
+
+    def __len__(self) -> int:
+        return len(self._before_last) + 1
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        count = len(self)
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError("evaluation index out of range")
+        return self.steps if index == count - 1 else self._before_last[index]
+
+    def __contains__(self, step: object) -> bool:
+        return step == self.steps or step in self._before_last
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self._before_last
+        yield self.steps
+
+    def next_after(self, step: int) -> int | None:
+        """The first evaluation after `step` (None: none is left)."""
+        if step >= self.steps:
+            return None
+        following = (max(step, 0) // self.every + 1) * self.every
+        return following if following < self.steps else self.steps
 
 
 def train_flops_per_token(forward_flops_per_sequence: int, seq_len: int) -> float:

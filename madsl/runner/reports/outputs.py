@@ -21,19 +21,21 @@ import csv
 import functools
 import io
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from madsl.errors import MadslError, did_you_mean, option
-from madsl.outputs import check_output_dir, check_output_path, output_error
+from madsl.outputs import check_output_dir, check_output_path, json_text, output_error
 from madsl.runner.reports.tables import csv_cell
 from madsl.runner.reports.leaderboard import (aggregate_name, context_text, display_names, mad_task_order, render_text,
                                       row_name, task_columns)
 from madsl.runner.reports.scores import SpecScore, spec_scores
 from madsl.runner.store.results import Store
 
+log = logging.getLogger(__name__)
 FORMATS = ("text", "json", "csv")
 ROWS = ("tasks", "settings", "runs")  # one record per (spec, task), per setting, per run
 PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp")
@@ -55,6 +57,48 @@ class StoredRuns:
 PRETRAIN_TASK = "pretrain"  # the task name of a pretraining run in the results store (madsl.runner.pretrain)
 
 
+# the columns a report computes with: a number (or nothing) each, whatever a planted row holds
+NUMBER_COLUMNS = ("lr", "wd", "seed", "epochs", "batch_size", "train_seconds", "epochs_done", "best_epoch",
+                  "best_eval_loss", "best_eval_ppl", "best_eval_acc", "best_eval_token_acc", "max_eval_acc")
+ACCURACY_COLUMNS = ("best_eval_acc", "best_eval_token_acc", "max_eval_acc")
+JSON_COLUMNS = ("setting", "train_config")  # JSON objects
+
+
+def _row_problem(row: Any) -> str | None:
+    """Why a stored run cannot be reported as it is (None: it can). The database is untrusted
+    input: another program, or a hand, may have written text where a number belongs."""
+    present = set(row.keys())  # (a database from before a column lacks it)
+    for column in NUMBER_COLUMNS:
+        value = row[column] if column in present else None
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"{column} is {type(value).__name__}, not a number"
+        if column in ACCURACY_COLUMNS and value is not None and not 0 <= value <= 1:
+            return f"{column} {value!r} is not an accuracy in [0, 1]"
+    for column in JSON_COLUMNS:
+        try:
+            if column in present and not isinstance(json.loads(row[column]), dict):
+                raise ValueError
+        except (TypeError, ValueError, RecursionError):
+            return f"{column} is not a JSON object"
+    return None
+
+
+def _trusted(rows: list, db: str | os.PathLike) -> list:
+    """The rows a report can use; the others are left out with one warning naming them."""
+    kept, refused = [], []
+    for row in rows:
+        problem = _row_problem(row)
+        if problem is None:
+            kept.append(row)
+        else:
+            refused.append(f"run {row['run_id']!r}: {problem}")
+    if refused:
+        shown = "; ".join(refused[:3]) + (f"; and {len(refused) - 3} more" if len(refused) > 3 else "")
+        log.warning("results database %s: %d run(s) left out of the report, their stored results are not "
+                    "what madsl writes (%s)", db, len(refused), shown)
+    return kept
+
+
 def load_runs(db: str | os.PathLike, protocol: str | None = None,
               spec_hashes: Sequence[str] | None = None, run_ids: Sequence[str] | None = None) -> StoredRuns:
     """The runs of a database (optionally only some protocols, specs or runs)."""
@@ -63,7 +107,7 @@ def load_runs(db: str | os.PathLike, protocol: str | None = None,
     store = Store(db, create=False)
     try:
         # a store shared with `madsl scale` also holds pretraining runs: not MAD runs (madsl.scaling.report)
-        rows = [r for r in store.runs() if r["task"] != PRETRAIN_TASK]
+        rows = _trusted([r for r in store.runs() if r["task"] != PRETRAIN_TASK], db)
         labels = store.labels()
         length_evals = store.all_length_evals()
     finally:
@@ -136,7 +180,7 @@ def records(scores: Sequence[SpecScore]) -> list[dict]:
 
 def render(scores: Sequence[SpecScore], fmt: str = "text") -> str:
     if fmt == "json":
-        return json.dumps(records(scores), indent=2) + "\n"
+        return json_text(records(scores), indent=2) + "\n"
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")

@@ -21,6 +21,7 @@ import json
 import statistics
 from typing import Any, Callable, Mapping, Sequence
 
+from madsl.outputs import json_text
 from madsl.runner.reports.scores import diverged, group_runs, is_regression, run_conventions, setting_score
 
 SETTING_PREFIX = "setting."
@@ -166,7 +167,7 @@ def columns(kind: str, records: Sequence[Mapping[str, Any]]) -> list[str]:
 def as_json(kind: str, records: Sequence[Mapping[str, Any]]) -> str:
     """A list of objects, each with every column (null where a row has no value)."""
     names = columns(kind, records)
-    return json.dumps([{k: r.get(k) for k in names} for r in records], indent=2) + "\n"
+    return json_text([{k: r.get(k) for k in names} for r in records], indent=2) + "\n"
 
 
 def csv_cell(value: Any) -> Any:
