@@ -37,7 +37,7 @@ def run_one(layer: str, length: int, batch: int, threads: int, steps: int, dim: 
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from madsl.stdlib import primitives
+    from madsl.lang.stdlib import primitives
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

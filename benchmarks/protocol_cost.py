@@ -64,7 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from madsl.runner.execute.devices import default_batch_grid, resolve_cuda_graphs  # noqa: E402
-from madsl.runner.plan.evaluation import (CompiledSpecFactory, _task_registry, cli_overrides,  # noqa: E402
+from madsl.runner.plan.evaluation import (CompiledSpecFactory, tasks_by_name, cli_overrides,  # noqa: E402
                                           plan_evaluation, plan_spec)
 from madsl.runner.batched.grouping import stacks_on  # noqa: E402
 from madsl.runner.store.files import StoreFiles  # noqa: E402
@@ -91,7 +91,7 @@ def epoch_seconds(spec, path: str, task_name: str, device: str, precision: str, 
                   workdir: Path) -> tuple[float, dict]:
     """Seconds of a runner epoch (train + eval; the TIMED_EPOCH-th) at the task's baseline setting,
     scaled to its full number of training examples when `examples` trims it; and the baseline setting."""
-    registry, all_tasks = _task_registry(None)
+    registry, all_tasks = tasks_by_name(None)
     overrides = Overrides(protocol="baseline", tasks=(task_name,), lrs=(1e-3,), wds=(0.0,), epochs=TIMED_EPOCH,
                           eval_lengths=(),
                           precision=resolve_precision(precision, "cuda" if device.startswith("cuda") else "cpu"))
@@ -480,7 +480,7 @@ def main() -> int:
     examples = 256 if args.quick else None
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
     print(f"device: {device} ({name}), precision {args.precision}, torch threads {torch.get_num_threads()}")
-    registry, all_tasks = _task_registry(None)
+    registry, all_tasks = tasks_by_name(None)
     with tempfile.TemporaryDirectory() as tmp:
         for path in specs:
             spec = load_spec(path)

@@ -36,10 +36,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from madsl import topology as topo  # noqa: E402
-from madsl.budget import QUANTITIES, check, parse_bound  # noqa: E402
+from madsl.lang.budget import QUANTITIES, check, parse_bound  # noqa: E402
 from madsl.graph import account  # noqa: E402
 from madsl.runner.config import EvalConfig  # noqa: E402
-from madsl.search.candidates import identity_hash  # noqa: E402
 from madsl.search.config import Objectives  # noqa: E402
 from madsl.search.figures import plot_front, plot_generations  # noqa: E402
 from madsl.search.loop import run_search  # noqa: E402
@@ -164,7 +163,7 @@ def score_hand_written(search, paths: list[str], db: str, workers: int) -> list[
     config = EvalConfig(settings=dict(search.objectives.settings)).replace(db=db, workers=workers)
     summary = evaluate(paths, config)
     # named by their files: the store may know a spec's identity under a candidate's name first
-    names = {identity_hash(load_spec(path)): Path(path).stem for path in paths}
+    names = {load_spec(path).hash: Path(path).stem for path in paths}
     return [{"spec": names.get(row.get("spec_hash"), row["spec"]), "score": row["score"]} for row in summary["scores"]]
 
 

@@ -101,7 +101,7 @@ def _rss_bytes() -> int:
 def measure(name: str, repeats: int, threads: int) -> dict:
     import torch
 
-    from madsl import stdlib
+    from madsl.lang import stdlib
 
     torch.set_num_threads(threads)
     symbol, overrides, attributes, batch, length = CASES[name]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 from .errors import MadslError
 from .graph import account, build_graph
-from .spec import Spec, load_spec, spec_from_topology
+from .lang.spec import Spec, load_spec, spec_from_topology
 
 if TYPE_CHECKING:  # only for the annotations: importing madsl does not import torch
     from .model import Model

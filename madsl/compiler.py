@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import networkx as nx
 import torch
@@ -20,9 +19,10 @@ from torch import nn
 from .errors import MadslError
 from .graph import build_graph
 from .model import Block, Fork, GroupConnection, Model, Parallel, PreNorm, Stack, make_norm, reinit_linears
-from .outputs import temp_beside
-from .spec import Spec, load_spec, spec_from_data
+from .lang.spec import Spec, load_spec
 from .structure import sources, targets
+
+MODEL_FORMAT = "madsl-model/2"  # config.json's tag (madsl-model/1: a torch.save pickle, no longer read)
 
 
 class _Compiler:
@@ -191,35 +191,44 @@ def compile_spec(spec: Spec | str | Path, *, vocab_size: int | None = None, max_
     return model
 
 
-def save(model: Model, path: str | Path) -> None:
-    """Write spec + state_dict atomically; `load` rebuilds the model from it."""
-    payload: dict[str, Any] = {
-        "format": "madsl-model/1",
-        "spec": model.spec.data,
-        "canonical": model.spec.canonical(),
-        "vocab_size": model.vocab_size,
-        "num_classes": model.num_classes,
-        "max_seq_len": model.max_seq_len,
-        "state_dict": model.state_dict(),
-    }
+def save(model: Model, path: str | os.PathLike, *, option: str = "save") -> Path:
+    """Write `model` into the folder `path` (made if missing) in madsl's model file format
+    (madsl/model_file.py): model.safetensors (its state dict) and config.json (its spec and
+    build arguments), each atomically; nothing else in the folder is touched. `load` builds it
+    again, bit for bit. `option` names the path in errors (the CLI's `-o`). Returns the folder."""
+    from .model_file import FILES, write_files
+    from .outputs import check_output_dir
+
+    folder = check_output_dir(path, option, lambda name: name in FILES, force=True,
+                              writes="model.safetensors and config.json")
+    config = {"format": MODEL_FORMAT, "spec": model.spec.data,
+              "build": {"vocab_size": model.vocab_size, "num_classes": model.num_classes,
+                        "max_seq_len": model.max_seq_len}}
+    folder.mkdir(parents=True, exist_ok=True)
+    write_files(folder, model.state_dict(), config, "madsl.compiler.save")
+    return folder
+
+
+def load(path: str | os.PathLike, *, device: str | torch.device | None = None) -> Model:
+    """The model `save` wrote into the folder `path`, with its weights. Both files are read as
+    untrusted input (checked before anything is allocated); a model file in the pickle format
+    madsl once wrote is refused with a MadslError saying how to convert it, never unpickled."""
+    from .model_file import ModelReader, old_pickle, pickle_error
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = temp_beside(path)
-    os.close(fd)
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-    except BaseException:  # a failed write leaves no partial file
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def load(path: str | Path, *, device: str | torch.device | None = None) -> Model:
-    payload = torch.load(path, map_location="cpu", weights_only=True)
-    if payload.get("format") != "madsl-model/1":
-        raise MadslError(f"{path} is not a saved madsl model")
-    spec = spec_from_data(payload["spec"])
-    model = compile_spec(spec, vocab_size=payload["vocab_size"], num_classes=payload["num_classes"],
-                         max_seq_len=payload["max_seq_len"], device=device)
-    model.load_state_dict(payload["state_dict"])
-    return model
+    if (pickled := old_pickle(path)) is not None:
+        raise pickle_error(pickled, "a model saved by an older madsl")
+    if path.is_file():
+        raise MadslError(f"{path}: not a saved madsl model",
+                         hint="a model saved by madsl.compiler.save is a folder holding model.safetensors "
+                              "and config.json")
+    reader = ModelReader(path, MODEL_FORMAT, "a saved madsl model", "madsl.compiler.save", "save the model again",
+                         "madsl.compiler.load")
+    config = reader.config()
+    build = config["build"]
+    for key in ("vocab_size", "num_classes", "max_seq_len"):
+        reader.integer(build, key, 1)
+    spec = reader.spec(config)
+    model = reader.load(lambda: compile_spec(spec, vocab_size=build["vocab_size"], num_classes=build["num_classes"],
+                                             max_seq_len=build["max_seq_len"]))
+    return model.to(device) if device is not None else model

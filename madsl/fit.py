@@ -22,11 +22,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .budget import Bound
+from .lang.budget import Bound
 from .errors import MadslError
 from .graph import account
 from .primitives.base import WidthRelative
-from .spec import Spec
+from .lang.spec import Spec
 
 MAX_VALUE = 1 << 20  # no hyperparameter is searched past this
 NEIGHBOURS = 8  # valid values kept on each side of a crossing
@@ -203,7 +203,7 @@ def fitted(spec: Spec, seq_len: int | None = None) -> tuple[Spec, Solution | Non
     """The spec as `madsl compile` and `madsl eval` build it: where it asks for a fit
     (`budget.fit`) and its written values leave its budget, with the best solution's values
     (and that solution); else as written (and None). So what is compiled is what is trained."""
-    from .budget import check
+    from .lang.budget import check
 
     if not spec.fit:
         return spec, None

@@ -51,10 +51,10 @@ from typing import Any, Callable
 
 import networkx as nx
 
-from . import topology as topo
+from .lang import topology as topo
 from .errors import MadslError
 from .primitives.base import ConfigError, Cost, Primitive
-from .spec import Spec, load_spec
+from .lang.spec import Spec, load_spec
 
 
 @dataclass(frozen=True)

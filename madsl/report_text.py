@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .budget import Violation
+from .lang.budget import Violation
 from .graph import Account
 
 

@@ -16,8 +16,8 @@ def _package_dir(package: str, fallback: str) -> Path:
     local = _ROOT / fallback
     if local.is_dir():  # a source checkout (editable install or tests run from the tree)
         return local
-    # Installed, the data lies in the folder of that name inside madsl/. Not found by import
-    # machinery: `madsl.stdlib` is also the module stdlib.py, which shadows the data folder.
+    # Installed, the data lies in the folder of that name inside madsl/ (a folder of data files, found
+    # by its path; the module that loads the stdlib is madsl.lang.stdlib).
     installed = Path(__file__).resolve().parent / package.rpartition(".")[2]
     if not installed.is_dir():
         raise FileNotFoundError(f"madsl is installed without its {fallback}/ data ({package})")

@@ -17,13 +17,13 @@ import types
 import typing
 from typing import Any, Literal
 
-from madsl import stdlib
-from madsl.budget import QUANTITIES
+from madsl.lang import stdlib
+from madsl.lang.budget import QUANTITIES
 from madsl.primitives.base import WidthRelative
 from madsl.runner.plan.settings import eval_schema
 from madsl.schema_patterns import budget_patterns, topology_pattern
-from madsl.spec_schema import CHOICES, POSITIVE, REQUIRED, TYPES
-from madsl.topology import NO_CHANNEL
+from madsl.lang.spec.keys import CHOICES, POSITIVE, REQUIRED, TYPES
+from madsl.lang.topology import NO_CHANNEL
 
 SCHEMA_ID = "https://madsl.invalid/schema/spec.json"  # an identifier, not a download location
 SYMBOL_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"

@@ -4,7 +4,7 @@ Editors check a `pattern` as an ECMA-262 regular expression, jsonschema as a Pyt
 these use only what both read alike (no `\\-` or `\\#` escapes, which ECMA's unicode mode
 refuses). They are built from the sources of the syntax, never copied from them: the topology
 pattern from the grammar's terminals (grammar/topology.lark) and a list of symbols (the
-stdlib's), the budget pattern from madsl.budget's number and suffixes.
+stdlib's), the budget pattern from madsl.lang.budget's number and suffixes.
 
 A regular expression cannot count parentheses, so the topology pattern checks every token and
 what may follow it, not that groups close; `madsl check` reads the whole string. Whatever these
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import cache
 
-from madsl import budget  # its _NUMBER and _SUFFIX: the budget grammar's own, not a copy
-from madsl.topology import NO_CHANNEL
+from madsl.lang import budget  # its _NUMBER and _SUFFIX: the budget grammar's own, not a copy
+from madsl.lang.topology import NO_CHANNEL
 
 _ECMA_SPECIAL = set("^$\\.*+?()[]{}|/")
 _SYMBOL_CONTINUES = "(?![A-Za-z0-9_])"  # a symbol ends where the grammar's SYMBOL cannot go on
@@ -75,7 +75,7 @@ def topology_pattern(symbols: Iterable[str] | None = None) -> str:
 def budget_patterns() -> tuple[str, str]:
     """Patterns for a budget written as a string: (any bound, one quantity). A bound is a
     quantity (4096, 500k, 1.2M), with a tolerance (500k ± 10%, 1.2M +- 50k) or one-sided
-    (<= 5M, >= 1M); a quantity is a number with one of the suffixes budget.py reads."""
+    (<= 5M, >= 1M); a quantity is a number with one of the suffixes madsl/lang/budget.py reads."""
     ws = r"\s*"
     suffix = "[" + "".join(sorted(s for s in budget._SUFFIX if s)) + "]"  # k, M, G, ...
     quantity = f"{budget._NUMBER}{ws}{suffix}?"

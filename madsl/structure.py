@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import networkx as nx
 
-from . import topology as topo
+from .lang import topology as topo
 from .errors import MadslError
 
 

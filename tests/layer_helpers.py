@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from madsl.stdlib import primitive
+from madsl.lang.stdlib import primitive
 
 
 def make(name: str, dim: int, **overrides):

@@ -6,6 +6,8 @@ real compiled path).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
 import sqlite3
@@ -162,6 +164,14 @@ class FakeSpec:
 
     def identity(self) -> dict:
         return {"canonical": self.text}
+
+    @property
+    def identity_text(self) -> str:  # as madsl.spec.Spec's
+        return json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(self.identity_text.encode()).hexdigest()
 
 
 def standin_factory(spec):

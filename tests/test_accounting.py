@@ -38,7 +38,7 @@ def test_every_non_attention_mad_architecture_totals_4096():
 
 
 def test_striped_architectures_total_2048_and_every_bundled_budget_holds():
-    from madsl.budget import check
+    from madsl.lang.budget import check
 
     for path in glob.glob("specs/paper/*.mad") + glob.glob("specs/topologies/*.mad"):
         spec = load_spec(path)
@@ -204,7 +204,7 @@ def test_params_are_quoted_as_models_are():
 
 
 def test_a_budget_bounds_the_active_parameters_and_fit_solves_for_them(tmp_path):
-    from madsl.budget import check
+    from madsl.lang.budget import check
     from madsl.fit import solve
 
     path = tmp_path / "moe.mad"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from madsl.budget import BudgetError, parse_bound
+from madsl.lang.budget import BudgetError, parse_bound
 from madsl.cli import main
 
 MAMBA = "specs/paper/mamba.mad"

@@ -97,7 +97,7 @@ def test_eval_protocol_choices_are_the_runners_protocols():
 
 
 @pytest.mark.parametrize("args", [
-    ["compile", "specs/paper/mamba.mad", "--emit", "torch", "--vocab", "4", "-o", "{tmp}"],
+    ["compile", "specs/paper/mamba.mad", "--emit", "torch", "--vocab", "4", "-o", "{file}"],  # a file: not a folder
     ["compile", "specs/paper/mamba.mad", "--emit", "torch", "--vocab", "4", "-o", "{file}/model.pt"],
     ["compile", "specs/paper/mamba.mad", "--emit", "json", "-o", "{tmp}"],
     ["fit", "specs/paper/hyena-sg.mad", "--match", "specs/paper/mamba.mad", "--on", "params", "--free", "Sg.inner",

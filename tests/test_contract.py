@@ -40,7 +40,7 @@ from torch.utils import _pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from madsl.primitives.base import ConfigError, Primitive, resolve_width_relative
-from madsl.stdlib import primitives
+from madsl.lang.stdlib import primitives
 
 torch.set_num_threads(1)
 

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from madsl import account, load_spec
 from madsl.cli import main
-from madsl.hf_config_file import MAX_CONFIG_BYTES
+from madsl.interop.huggingface.config import MAX_CONFIG_BYTES
 from madsl.topology import MAX_BLOCKS
-from madsl.yamlsource import MAX_DEPTH, MAX_INTEGER
+from madsl.lang.yamlsource import MAX_DEPTH, MAX_INTEGER
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC = ROOT / "specs/public"

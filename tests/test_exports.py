@@ -188,12 +188,12 @@ def test_rows_for_analysis_need_json_or_csv(sweep_db, capsys):
 def test_a_figure_write_that_fails_is_bad_input_and_leaves_no_partial_file(sweep_db, tmp_path, capsys, monkeypatch):
     import errno
 
-    from madsl.runner.reports import plots
+    from madsl import outputs
 
     def disk_full(*args):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(plots.os, "replace", disk_full)
+    monkeypatch.setattr(outputs.os, "replace", disk_full)
     out = tmp_path / "sweeps"
     assert main(["report", "--db", str(sweep_db), "--plot-sweeps", str(out)]) == 2
     assert main(["report", "--db", str(sweep_db), "--plot", str(tmp_path / "scores.png")]) == 2

@@ -15,7 +15,7 @@ import torch
 torch.set_num_threads(1)
 
 import madsl  # noqa: E402
-from madsl.budget import check  # noqa: E402
+from madsl.lang.budget import check  # noqa: E402
 from madsl.layers.explicit_filters import Conv1dFilter, FNOFilter  # noqa: E402
 from madsl.layers.filters import build_filter  # noqa: E402
 from madsl.layers.implicit_filters import CKConvFilter  # noqa: E402
@@ -23,7 +23,7 @@ from madsl.layers.modal_filters import S4DFilter  # noqa: E402
 from madsl.layers.rational_filter import RationalFilter  # noqa: E402
 from madsl.primitives.base import ConfigError  # noqa: E402
 from madsl.primitives.filters import FILTERS  # noqa: E402
-from madsl.stdlib import primitives  # noqa: E402
+from madsl.lang.stdlib import primitives  # noqa: E402
 
 from layer_helpers import make, n_params, run_steps  # noqa: E402
 

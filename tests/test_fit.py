@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import madsl
-from madsl.budget import parse_bound
+from madsl.lang.budget import parse_bound
 from madsl.errors import MadslError
 from madsl.fit import solve, solved_data
 from madsl.spec import spec_from_data
@@ -158,15 +158,15 @@ def test_eval_trains_the_model_compile_shows_for_an_unsolved_budget_fit(tmp_path
     """madsl eval of a spec whose budget.fit is not solved trains the solution, as compile
     builds it (it trained the written values, outside the budget): the same spec identity as
     the spec `madsl fit -o` writes, and the note on stderr."""
-    from madsl.runner.plan.evaluation import _load_specs, spec_identity
+    from madsl.runner.plan.evaluation import load_specs
 
     source, solved = tmp_path / "ha.mad", tmp_path / "solved.mad"
     source.write_text(FIT_SPEC)
     assert _madsl("fit", str(source), "-o", str(solved)).returncode == 0
     notes: list[str] = []
-    [(trained, _)] = _load_specs([source], notes)
+    [(trained, _)] = load_specs([source], notes)
     assert madsl.account(trained).totals["fixed_state"] == 3840
-    assert spec_identity(trained) == spec_identity(madsl.load_spec(solved))
+    assert trained.identity_text == madsl.load_spec(solved).identity_text
     assert notes == [f"hyena-attn: budget.fit: using the solution H.filter_states=10 (write it into the spec "
                      f"with `madsl fit {source} -o FILE`)"]
     planned = _madsl("eval", str(source), "--protocol", "smoke", "--task", "memorization", "--dry-run",

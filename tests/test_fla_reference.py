@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from madsl.kernels.gla import gla_chunked
 from madsl.kernels.linear_recurrence import decay_chunked, delta_chunked
 from madsl.layers.retention import Retention
-from madsl.stdlib import primitive
+from madsl.lang.stdlib import primitive
 
 B, H, L, K, V = 2, 3, 37, 8, 6
 

@@ -14,7 +14,7 @@ from madsl.kernels.selective_scan import selective_scan_cpu
 from madsl.kernels.selective_scan_reference import selective_scan_reference
 from madsl.kernels.selective_scan_chunked import _largest_safe_chunk, selective_scan_chunked
 from madsl.layers.mamba import Mamba
-from madsl.stdlib import primitive
+from madsl.lang.stdlib import primitive
 
 
 def _inputs(batch, d_inner, d_state, length, dtype=torch.float64, delta_shift=-1.0, seed=0):

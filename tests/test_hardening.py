@@ -159,7 +159,7 @@ def test_cli_bad_budgets_and_tolerances_exit_2(tmp_path):
 
 @pytest.mark.parametrize("text", ["nan", "inf", "-1%", "1e400%", "five"])
 def test_iso_params_tolerances_that_are_not_numbers_are_refused(text):
-    from madsl.budget import BudgetError, parse_tolerance
+    from madsl.lang.budget import BudgetError, parse_tolerance
 
     with pytest.raises(BudgetError):
         parse_tolerance(text)

@@ -256,7 +256,7 @@ class NotANumber(TopologyScore):
 
 def test_a_score_that_is_not_a_number_is_no_score_and_no_json_holds_nan(saved, tmp_path, capsys):
     from madsl.cli.search import _json, _print_result
-    from madsl.search.outputs import record
+    from madsl.search.record import record
 
     path = tmp_path / "s.json"
     result = run_search(saved["search"], state_path=path, evaluator=NotANumber())

@@ -1,4 +1,4 @@
-"""Hugging Face config.json of hybrid families <-> specs (madsl/hf_config.py, `madsl convert --from-hf/--to-hf`):
+"""Hugging Face config.json of hybrid families <-> specs (madsl/interop/huggingface/, `madsl convert --from-hf/--to-hf`):
 the bundled public configurations convert to the bundled specs, back to the same config fields, and
 account to their published sizes; what a family cannot express is refused with the reason."""
 from __future__ import annotations

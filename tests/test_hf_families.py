@@ -1,5 +1,5 @@
-"""The hybrid families people ship, converted exactly or refused by name (madsl/hf_config.py and its
-hf_family_* modules, `madsl convert`): Mamba-2 as wide as its config says (heads x head width, not
+"""The hybrid families people ship, converted exactly or refused by name (madsl/interop/huggingface/: the
+registry and a module a family, `madsl convert`): Mamba-2 as wide as its config says (heads x head width, not
 expand x width), and the three paths (--from-hf, --from-megatron, --to-hf) agreeing on it; Nemotron-H in
 both layer-list formats and with NVIDIA-Nemotron-3's squared-ReLU experts; Bamba, Falcon-H1 (attention
 beside Mamba-2) and LFM2 (gated short convolutions); the families madsl lacks a part for, refused with

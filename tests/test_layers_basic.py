@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from madsl import stdlib
+from madsl.lang import stdlib
 from madsl.kernels.gla import _largest_safe_chunk, gla_chunked, gla_recurrent
 from madsl.layers.gla import GatedLinearAttention
 

@@ -76,7 +76,7 @@ def test_extreme_decays_stay_finite_in_float32():
 def test_mamba2_layer_is_the_ssd_recurrence_of_its_weights():
     """Mamba-2 written out from the module's own weights, one token at a time (Dao & Gu 2024, §3):
     h_t = exp(dt_t A) h_{t-1} + dt_t B_t x_t^T, y_t = h_t^T C_t + D x_t, then the gated norm."""
-    from madsl.stdlib import primitive
+    from madsl.lang.stdlib import primitive
 
     torch.manual_seed(0)
     p = primitive("mamba2", 16, d_state=6, head_dim=8, groups=2)
@@ -127,7 +127,7 @@ def test_mlstm_parallel_form_is_the_unstabilised_recurrence():
 def test_rwkv_time_mixer_is_the_wkv_recurrence():
     """RWKV-5/6's WKV (Peng et al. 2024): o_t = r_t^T (S_{t-1} + diag(u) k_t v_t^T), S_t = diag(w_t) S_{t-1}
     + k_t v_t^T, written out here from the layer's own projections; the layer's parallel form must match."""
-    from madsl.stdlib import primitive
+    from madsl.lang.stdlib import primitive
 
     for version in (5, 6):
         torch.manual_seed(0)

@@ -216,7 +216,7 @@ def test_leaky_routing_keeps_weight_on_unselected_experts():
 
 @pytest.mark.parametrize("dim, multiple_of", [(128, 16), (1536, 16), (40, 32), (100, 7)])
 def test_swiglu_inner_null_is_the_reference_glu_rule(dim, multiple_of):
-    from madsl.stdlib import primitives
+    from madsl.lang.stdlib import primitives
 
     entry = primitives()["swiglu"]
     prim = entry.cls.create(dim, {**entry.defaults, "inner": None, "multiple_of": multiple_of})

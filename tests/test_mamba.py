@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from madsl.kernels.selective_scan import selective_scan, selective_scan_cpu
 from madsl.kernels.selective_scan_reference import selective_scan_reference
 from madsl.layers.mamba import Mamba
-from madsl.stdlib import primitive
+from madsl.lang.stdlib import primitive
 
 torch.set_num_threads(1)
 

@@ -20,7 +20,7 @@ from madsl.kernels.selective_scan import selective_scan, selective_scan_cpu
 from madsl.kernels.selective_scan_reference import selective_scan_reference
 from madsl.kernels.selective_scan_chunked import selective_scan_chunked
 from madsl.runner.batched.stacked import batchable
-from madsl.stdlib import primitive, primitives
+from madsl.lang.stdlib import primitive, primitives
 
 MEMBERS = 3
 f64 = torch.float64

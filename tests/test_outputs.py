@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from madsl import outputs
 from madsl.cli import main
-from madsl.cli import common
 from madsl.runner.store.results import Store
 from runner_helpers import run_toy_eval
 
@@ -39,6 +39,9 @@ def results_db(tmp_path_factory):
 @pytest.mark.parametrize("command", ["compile json", "compile torch", "report --plot"])
 def test_an_output_path_that_cannot_be_written_is_bad_input(tmp_path, capsys, results_db, kind, command):
     out = _bad_path(kind, tmp_path)
+    if command == "compile torch" and kind == "directory":  # a model is a folder: a file is what stands in its way
+        out = tmp_path / "file"
+        out.write_text("x")
     db = results_db
     argv = {"compile json": ["compile", SPEC, "--emit", "json", "-o", str(out)],
             "compile torch": ["compile", SPEC, "--emit", "torch", "--vocab", "16", "-o", str(out)],
@@ -59,7 +62,7 @@ def test_a_failed_output_write_is_bad_input_and_leaves_no_partial_file(tmp_path,
     def disk_full(*args):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(common.os, "replace", disk_full)
+    monkeypatch.setattr(outputs.os, "replace", disk_full)
     out = tmp_path / "account.json"
     assert main(["compile", SPEC, "--emit", "json", "-o", str(out)]) == 2
     assert "No space left" in capsys.readouterr().err
@@ -92,7 +95,8 @@ def test_a_new_output_gets_the_permissions_the_umask_gives(tmp_path, capsys, res
             "convert": ["convert", "--from-megatron", "M-M*-", "-o", str(out)],
             "report --plot": ["report", "--db", str(results_db), "--plot", str(out)]}[command]
     assert main(argv) == 0
-    assert out.stat().st_mode & 0o777 == umask_022
+    files = [out / "model.safetensors", out / "config.json"] if command == "compile torch" else [out]
+    assert [path.stat().st_mode & 0o777 for path in files] == [umask_022] * len(files)
 
 
 def test_fit_written_over_a_spec_keeps_the_spec_s_permissions(tmp_path, capsys, umask_022):
@@ -210,3 +214,167 @@ def test_plot_sweeps_into_a_folder_with_other_files_is_refused(tmp_path, capsys,
     assert main(["report", "--db", str(results_db), "--plot-sweeps", str(folder), "--force"]) == 2
     assert "nothing to plot" in capsys.readouterr().err
     assert sorted(p.name for p in folder.iterdir()) == ["paper-draft.tex"]
+
+
+# --- the one atomic write (madsl.outputs.AtomicFile and its short forms) ---
+
+def _write_all_ways(path: Path, data: bytes):
+    yield "AtomicFile", lambda: _with_atomic_file(path, data)
+    yield "write_atomic", lambda: outputs.write_atomic(path, lambda tmp: Path(tmp).write_bytes(data))
+    yield "write_bytes_atomic", lambda: outputs.write_bytes_atomic(path, data)
+    yield "write_text_atomic", lambda: outputs.write_text_atomic(path, data.decode())
+
+
+def _with_atomic_file(path: Path, data: bytes) -> None:
+    with outputs.AtomicFile(path) as f:
+        f.write(data)
+
+
+WAYS = ["AtomicFile", "write_atomic", "write_bytes_atomic", "write_text_atomic"]
+
+
+def _way(path: Path, data: bytes, name: str):
+    return dict(_write_all_ways(path, data))[name]
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_an_atomic_write_fsyncs_the_file_then_renames_then_fsyncs_the_folder(tmp_path, monkeypatch, way):
+    import os
+    import stat
+
+    path = tmp_path / "out.json"
+    path.write_text("old")
+    events = []
+    fsync, replace = os.fsync, os.replace
+
+    def watched_fsync(fd):
+        st = os.fstat(fd)
+        events.append(("fsync", "folder" if stat.S_ISDIR(st.st_mode) else "file", st.st_ino))
+        fsync(fd)
+
+    def watched_replace(source, target):
+        events.append(("replace", Path(source).parent == Path(target).parent, os.stat(source).st_ino))
+        replace(source, target)
+
+    monkeypatch.setattr(outputs.os, "fsync", watched_fsync)
+    monkeypatch.setattr(outputs.os, "replace", watched_replace)
+    _way(path, b"new", way)()
+    assert path.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+    new_file, folder = path.stat().st_ino, tmp_path.stat().st_ino
+    assert events == [("fsync", "file", new_file), ("replace", True, new_file), ("fsync", "folder", folder)]
+
+
+class _Boom(Exception):
+    pass
+
+
+def _fail(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("fail_in", ["fsync", "replace"])
+@pytest.mark.parametrize("way", WAYS)
+def test_a_failed_atomic_write_removes_its_temporary_and_keeps_the_old_file(tmp_path, monkeypatch, way, fail_in):
+    path = tmp_path / "out.json"
+    path.write_text("old")
+    monkeypatch.setattr(outputs.os, fail_in, _fail)
+    with pytest.raises(OSError, match="No space left"):
+        _way(path, b"new", way)()
+    monkeypatch.undo()
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_a_writer_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "out.json"
+    path.write_text("old")
+
+    def half_then_fail(tmp: str) -> None:
+        Path(tmp).write_text("half")
+        raise _Boom
+
+    with pytest.raises(_Boom):
+        outputs.write_atomic(path, half_then_fail)
+    with pytest.raises(_Boom), outputs.AtomicFile(path) as f:
+        f.write(b"half")
+        raise _Boom
+    writer = outputs.AtomicFile(path)  # the streaming use: written over time, then discarded
+    writer.file.write(b"half")
+    writer.discard()
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_an_atomic_write_gives_the_permissions_a_file_written_in_place_gets(tmp_path, umask_022):
+    import os
+
+    new = outputs.write_text_atomic(tmp_path / "new.txt", "x")
+    assert new.stat().st_mode & 0o777 == umask_022  # not mkstemp's 0600
+    existing = tmp_path / "existing.txt"
+    existing.write_text("x")
+    existing.chmod(0o640)
+    outputs.write_bytes_atomic(existing, b"y")
+    assert existing.stat().st_mode & 0o777 == 0o640  # the file's own mode
+    owner_only = tmp_path / "weights.bin"  # a writer that makes its file owner-only (safetensors does)
+
+    def writer(tmp: str) -> None:
+        Path(tmp).write_bytes(b"w")
+        os.chmod(tmp, 0o600)
+
+    outputs.write_atomic(owner_only, writer)
+    assert owner_only.stat().st_mode & 0o777 == umask_022
+
+
+def test_an_atomic_write_replaces_a_link_and_never_writes_through_it(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    link = tmp_path / "out"
+    link.symlink_to(victim)
+    outputs.write_text_atomic(link, "new")
+    assert not link.is_symlink() and link.read_text() == "new" and victim.read_text() == "untouched"
+
+
+# Every module of madsl writes files through madsl.outputs: none renames a file onto another or
+# fsyncs one itself. What must differ, and why:
+RENAMES_ALLOWED = {
+    "madsl/corpus/prepare.py": "a prepared cache folder renamed into place whole (os.rename): of processes that "
+                               "prepare at once the first rename wins and the others find the folder there; a "
+                               "folder, not a file it wrote, whose files AtomicFile already made durable",
+}
+
+
+def _file_moves_and_syncs(path: Path) -> list[str]:
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = node.value.id if isinstance(node.value, ast.Name) else None
+        if owner == "os" and node.attr in ("replace", "rename", "renames", "fsync", "fdatasync"):
+            found.append(f"os.{node.attr}")
+        elif owner == "shutil" and node.attr == "move":
+            found.append("shutil.move")
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        # Path.replace(target) / Path.rename(target): one argument (str.replace takes two)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and len(node.args) == 1 \
+                and not node.keywords and node.func.attr in ("replace", "rename") \
+                and not (isinstance(node.func.value, ast.Name) and node.func.value.id in ("os", "dataclasses")):
+            found.append(f".{node.func.attr}()")
+    return found
+
+
+def test_only_outputs_py_renames_files_into_place_or_fsyncs():
+    package = Path(outputs.__file__).parent
+    repo = package.parent
+    offenders = {}
+    for path in sorted(package.rglob("*.py")):
+        name = path.relative_to(repo).as_posix()
+        found = _file_moves_and_syncs(path)
+        if name == "madsl/outputs.py":
+            assert {"os.replace", "os.fsync"} <= set(found)  # the check can see what it looks for
+            continue
+        if name in RENAMES_ALLOWED:
+            found = [f for f in found if f == "os.fsync" or f == "os.fdatasync"]
+        if found:
+            offenders[name] = found
+    assert offenders == {}, "write through madsl.outputs (AtomicFile, write_atomic, ...) instead"
+    assert all(("os.rename" in _file_moves_and_syncs(repo / name)) for name in RENAMES_ALLOWED)  # still needed

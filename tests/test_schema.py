@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from jsonschema.exceptions import best_match
 
 import madsl
-from madsl.budget import BudgetError, parse_bound
+from madsl.lang.budget import BudgetError, parse_bound
 from madsl.schema import spec_schema
 from madsl.spec import spec_from_data
 

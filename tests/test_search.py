@@ -13,13 +13,13 @@ import pytest
 
 from madsl.cli import main
 from madsl.errors import MadslError
-from madsl.search.candidates import Candidate, CandidateBuilder, Rejection, identity_hash
+from madsl.search.candidates import Candidate, CandidateBuilder, Rejection
 from madsl.search.evaluation import BatchOutcome
 from madsl.search.genome import Genome, make_block, random_genome
 from madsl.search.loop import plan_search, run_search
 from madsl.search.nsga2 import crowding_distance, dominates, non_dominated_sort, survivors
 from madsl.search.operators import MUTATIONS, crossover, mutate
-from madsl.search.outputs import front, spec_text
+from madsl.search.record import front, spec_text
 from madsl.search.reading import load_search
 from madsl.spec import load_spec
 
@@ -164,7 +164,7 @@ def test_candidates_are_solved_into_the_budget_or_rejected_and_keep_their_identi
     candidate = {"name": four_hyenas.name, "id": four_hyenas.spec_hash, "score": 0.5, "tasks": {"t": 0.5},
                  "generation": 0, "spec": four_hyenas.spec_data}
     written = write(tmp_path, spec_text(search, candidate), f"{four_hyenas.name}.mad")
-    assert identity_hash(load_spec(written)) == four_hyenas.spec_hash
+    assert load_spec(written).hash == four_hyenas.spec_hash
     assert main(["check", str(written), "-q"]) == 0
 
 
@@ -180,7 +180,7 @@ def test_the_example_space_holds_the_papers_hand_written_specs(paper, genome):
     assert genome.fits(search.space)
     built = CandidateBuilder(search).build(genome)
     assert isinstance(built, Candidate) and built.solved == {}
-    assert built.spec_hash == identity_hash(load_spec(REPO / "specs" / "paper" / f"{paper}.mad"))
+    assert built.spec_hash == load_spec(REPO / "specs" / "paper" / f"{paper}.mad").hash
 
 
 # --- the loop, with a stand-in evaluator -------------------------------------------------------
@@ -201,7 +201,7 @@ class TopologyScore:
             return BatchOutcome(interrupted=True)
         outcome = BatchOutcome(trained=len(specs))
         for spec in specs:
-            spec_hash = identity_hash(spec)
+            spec_hash = spec.hash
             self.evaluated.append(spec_hash)
             text = spec.canonical()
             score = (sum(map(ord, text)) % 89) / 89 + 0.1 * text.count("A")

@@ -17,13 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from madsl.budget import check
+from madsl.lang.budget import check
 from madsl.cli import main
 from madsl.graph import account
 from madsl.runner.config import EvalConfig
-from madsl.search.candidates import identity_hash
 from madsl.search.loop import run_search
-from madsl.search.outputs import front
+from madsl.search.record import front
 from madsl.search.reading import load_search
 from madsl.spec import load_spec, spec_from_data
 from runner_helpers import TOY_TASKS, StandInFactory
@@ -71,7 +70,7 @@ def toy_search(folder: Path, generations: int, offspring: int, db: str, log: str
     path.write_text(TOY.replace("GENERATIONS", str(generations)).replace("OFFSPRING", str(offspring)))
 
     def factory(spec):
-        spec_hash = identity_hash(spec)
+        spec_hash = spec.hash
         return LoggedStandIn(dim=8 * (2 + int(spec_hash[:2], 16) % 3), spec_hash=spec_hash, log=log, kill_at=kill_at)
 
     search = load_search(path)
@@ -96,7 +95,7 @@ def test_nothing_over_budget_is_trained_and_no_identity_is_trained_twice(tmp_pat
     assert sorted(stored) == sorted(result.state.candidates) and runs == (len(stored), len(stored))
     for spec_hash in stored:
         spec = spec_from_data(result.state.candidates[spec_hash]["spec"])
-        assert identity_hash(spec) == spec_hash
+        assert spec.hash == spec_hash
         assert not check(account(spec).totals, spec.budget)
     # the same search again, from the start, in the same store: every score comes from it, nothing trains
     _, again = toy_search(tmp_path, 3, 3, str(db), str(log), restart=True)
@@ -166,7 +165,7 @@ def test_a_tiny_search_of_compiled_models_through_the_command_line(tmp_path, cap
     best = [p for p in record["written"] if p.endswith(".mad")]
     assert len(best) == len(record["front"]) >= 1
     spec = load_spec(best[0])  # ready for madsl eval: the same model, within its budget
-    assert identity_hash(spec) == record["front"][0]["spec_hash"] and main(["check", best[0], "-q"]) == 0
+    assert spec.hash == record["front"][0]["spec_hash"] and main(["check", best[0], "-q"]) == 0
     capsys.readouterr()
     assert main(command) == 0  # a finished search: nothing more to train
     assert json.loads(capsys.readouterr().out)["counts"]["runs_trained"] == 0

@@ -8,8 +8,6 @@ import pytest
 import torch
 
 import madsl
-from madsl.runner.plan.evaluation import spec_identity
-from madsl.runner.store.results import sha256
 from layer_helpers import make, run_steps
 
 
@@ -65,7 +63,7 @@ STORED_IDENTITIES = {
 
 @pytest.mark.parametrize("path", sorted(STORED_IDENTITIES))
 def test_specs_without_a_window_keep_their_identity(path):
-    assert sha256(spec_identity(madsl.load_spec(path))) == STORED_IDENTITIES[path]
+    assert madsl.load_spec(path).hash == STORED_IDENTITIES[path]
 
 
 def test_a_window_changes_the_identity_and_a_restated_default_does_not():

@@ -285,13 +285,32 @@ def test_a_number_spelled_as_int_or_float_is_one_model_and_one_identity():
     """`heads=2.0` builds the model `heads=2` builds (the primitive reads the int 2), so both are one
     canonical form and one spec identity (one set of run ids); a float parameter written as an
     integer likewise. Bundled specs write the primitive's own types and keep their identities."""
-    from madsl.runner.plan.evaluation import spec_identity
     from madsl.spec import spec_from_data, spec_from_topology
 
     for written, read in (("A{heads=2.0}", "A{heads=2}"), ("A{rotary_base=20000}", "A{rotary_base=20000.0}"),
                           ("(A){linear_std=1}", "(A){linear_std=1.0}")):
         assert spec_from_topology(written).canonical() == read
-        assert spec_identity(spec_from_topology(written)) == spec_identity(spec_from_topology(read))
+        assert spec_from_topology(written).identity_text == spec_from_topology(read).identity_text
     as_float = spec_from_data({"name": "a", "dim": 128, "topology": "A", "layers": {"A": {"heads": 2.0}}})
     as_int = spec_from_data({"name": "a", "dim": 128, "topology": "A", "layers": {"A": {"heads": 2}}})
-    assert spec_identity(as_float) == spec_identity(as_int)
+    assert as_float.identity_text == as_int.identity_text
+
+
+BUNDLED_SPECS = sorted((Path(__file__).resolve().parents[1] / "specs").glob("**/*.mad"))
+
+
+def test_spec_hash_is_the_hash_the_results_store_has_always_filed_runs_under():
+    """`Spec.hash` is the SHA-256 of `Spec.identity()` as canonical JSON (keys sorted, no spaces):
+    bit for bit what the runner computed before the hash moved into the language
+    (`sha256(canonical_json(spec.identity()))`), for every bundled spec, so no stored run moves."""
+    import hashlib
+    import json
+
+    assert len(BUNDLED_SPECS) > 100
+    for path in BUNDLED_SPECS:
+        spec = load_spec(path)
+        before = json.dumps(spec.identity(), sort_keys=True, separators=(",", ":"))
+        assert spec.identity_text == before, path
+        assert spec.hash == hashlib.sha256(before.encode()).hexdigest(), path
+    renamed = load_spec(BUNDLED_SPECS[0], overrides={"name": "another", "description": "renamed"})
+    assert renamed.hash == load_spec(BUNDLED_SPECS[0]).hash  # the name is not part of the model

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from madsl.cli import main
-from madsl.runner.plan.evaluation import spec_identity
 from madsl.runner.plan.sweep import load_sweep, variant_name
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,7 +46,7 @@ def test_a_grid_gives_named_variants_with_their_own_identities_and_budget_verdic
     for variant in sweep.variants:
         assert variant.spec.dim == variant.varied["dim"]
         assert variant.spec.symbols["H"].params["order"] == variant.varied["layers.H.order"]
-    assert len({spec_identity(v.spec) for v in sweep.variants}) == 4
+    assert len({v.spec.identity_text for v in sweep.variants}) == 4
     # hyena-sg's budget is iso-state: fixed_state exactly 4096 = dim * 16 states * (order - 1) * 2 blocks
     over = {v.spec.name for v in sweep.variants if v.over_budget}
     assert over == {"hyena-sg[dim=64,H.order=2]", "hyena-sg[dim=128,H.order=3]"}
@@ -59,7 +58,7 @@ def test_the_unvaried_variant_is_the_spec_itself(tmp_path):
     sweep = load_sweep(write(tmp_path, "specs: [{hyena}]\nvary: {{dim: [128]}}\n"))
     from madsl.spec import load_spec
 
-    assert spec_identity(sweep.variants[0].spec) == spec_identity(load_spec(HYENA))  # same runs, same results
+    assert sweep.variants[0].spec.identity_text == load_spec(HYENA).identity_text  # same runs, same results
     assert variant_name("hyena-sg", {}) == "hyena-sg"
 
 

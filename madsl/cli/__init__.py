@@ -27,7 +27,7 @@ name for it, `summary`, still works, with a note on stderr).
 `compile` (except --emit torch), `expand` and `check` do not import torch; no module
 of this package imports torch or the runner at import time (the commands do, when run).
 
-One module per command group: layout.py (compile, expand, check), fit.py (fit), evaluate.py (eval),
+One module per command group: compile.py (compile, expand), check.py (check), fit.py (fit), evaluate.py (eval),
 report.py (report, export), schema.py (schema), convert.py (convert), data.py (data); arguments.py holds the
 argparse value types, common.py the exit
 codes and output helpers. Nothing outside this package imports it.
@@ -39,7 +39,7 @@ import sys
 from typing import Sequence
 
 from madsl import __version__
-from madsl.cli import convert, data, evaluate, fit, layout, report, scale, schema, search
+from madsl.cli import check, compile, convert, data, evaluate, fit, report, scale, schema, search
 from madsl.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, add_verbosity, print_error, show_warnings
 from madsl.errors import MadslError, speaking
 
@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"madsl {__version__}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    layout.add_parsers(sub)
+    compile.add_parsers(sub)
+    check.add_parser(sub)
     fit.add_parser(sub)
     evaluate.add_parser(sub)
     report.add_parser(sub)

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import sys
 from pathlib import Path
 
 from madsl.errors import MadslError
-from madsl.outputs import temp_beside
+from madsl.outputs import write_text_atomic
 
 # 0 success, 1 a budget is violated, 2 bad input (a located error, no traceback),
 # 3 some eval runs failed, 130 interrupted (eval runs are resumable)
@@ -49,16 +48,9 @@ def print_error(err: MadslError) -> None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` via a temporary file in the same directory, so readers never see half a file."""
+    """Write `text` to `path` (its folder made if missing) atomically: madsl.outputs.write_text_atomic."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = temp_beside(path)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)  # a failed write leaves no partial file
-        raise
+    write_text_atomic(path, text)
 
 
 def add_verbosity(parser, default: object) -> None:

@@ -1,5 +1,5 @@
-"""`madsl convert`: Megatron-LM / Nemotron-H hybrid layer patterns (madsl/convert.py) and Hugging Face
-config.json files of hybrid families (madsl/hf_config.py) <-> madsl specs.
+"""`madsl convert`: Megatron-LM / Nemotron-H hybrid layer patterns (madsl/interop/megatron.py) and Hugging Face
+config.json files of hybrid families (madsl/interop/huggingface/) <-> madsl specs.
 
 `--format text` (the default, but for --to-hf) prints the result as people read it: the spec's YAML,
 the pattern, the config fields one a line; `--format json` prints one JSON object: the spec's data
@@ -16,7 +16,7 @@ from madsl.cli.common import EXIT_OK, write_atomic
 from madsl.errors import Location, MadslError
 from madsl.outputs import check_output_path, output_error
 
-FAMILY_TYPES = ("jamba", "nemotron_h", "granitemoehybrid", "bamba", "falcon_h1", "lfm2")  # madsl.hf_config.FAMILIES
+FAMILY_TYPES = ("jamba", "nemotron_h", "granitemoehybrid", "bamba", "falcon_h1", "lfm2")  # madsl.interop.huggingface.families.FAMILIES
 
 
 def add_parser(subparsers) -> None:
@@ -75,7 +75,7 @@ def _compiling_spec(data: dict, source: str, file: str | None = None) -> tuple[s
     import yaml
 
     from madsl.graph import account
-    from madsl.spec import load_spec
+    from madsl.lang.spec import load_spec
 
     text = yaml.safe_dump(data, sort_keys=False, width=10_000)
     with tempfile.TemporaryDirectory(prefix="madsl-convert-") as folder:
@@ -128,14 +128,14 @@ def _from_spec_data(data: dict, source: str, file: str | None, fmt: str) -> str:
 
 
 def _convert(args, fmt: str) -> str:
-    from madsl.convert import from_megatron_pattern, to_megatron_pattern
+    from madsl.interop.megatron import from_megatron_pattern, to_megatron_pattern
 
     name = args.name or "converted"
     if args.to_megatron:
         pattern = to_megatron_pattern(args.to_megatron)
         return pattern + "\n" if fmt == "text" else json.dumps({"hybrid_override_pattern": pattern}) + "\n"
     if args.to_hf:
-        from madsl.hf_config import to_hf_config
+        from madsl.interop.huggingface.families import to_hf_config
 
         if args.model_type is None:
             raise MadslError("--to-hf needs --model-type", expected=", ".join(FAMILY_TYPES))
@@ -145,7 +145,7 @@ def _convert(args, fmt: str) -> str:
         return "".join(f"{key}: {json.dumps(value)}\n" for key, value in fields.items())
     layers = _layer_values(args.layer)
     if args.from_hf:
-        from madsl.hf_config import from_hf_config
+        from madsl.interop.huggingface.families import from_hf_config
 
         data = from_hf_config(args.from_hf, name)
         for symbol, params in layers.items():  # on top of the config's own settings

@@ -28,9 +28,9 @@ def add_parser(subparsers) -> None:
 
 
 def _budget_to_match(args, spec):
-    from madsl import budget as budgets
+    from madsl.lang import budget as budgets
     from madsl.graph import account
-    from madsl.spec import load_spec
+    from madsl.lang.spec import load_spec
 
     on = args.on if args.on is not None else "fixed_state"
     quantities = [q.strip() for q in on.split(",") if q.strip()]
@@ -53,7 +53,7 @@ def cmd_fit(args) -> int:
     import yaml
 
     from madsl.fit import solve, solved_data
-    from madsl.spec import load_spec
+    from madsl.lang.spec import load_spec
 
     if args.output:
         check_output_path(args.output, "-o")  # before any work

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from madsl.cli.arguments import positive_number
 from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
+from madsl.runner.common.choices import PRECISIONS  # torch-free
 
 
 def add_parser(subparsers) -> None:
@@ -30,9 +31,9 @@ def add_parser(subparsers) -> None:
                    help="the training rate the plan's hours are stated at (e.g. 3e14 for a GPU's sustained "
                         "bf16 rate); default: this machine's per-layer-family rates, measured once and cached "
                         "(as madsl eval's plan)")
-    p.add_argument("--precision", choices=("fp32", "bf16", "auto"),
-                   help="in place of the study recipe's: bf16 autocast, fp32, or auto (bf16 on CUDA, fp32 on a "
-                        "CPU); a run's precision is part of its identity")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="in place of the study recipe's: bf16 autocast, fp32, or auto (bf16 on a CUDA device with "
+                        "bf16, fp32 elsewhere, as madsl eval); a run's precision is part of its identity")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="json: print the plan (with --dry-run) or the summary as JSON")
     p.set_defaults(func=cmd_scale)

@@ -112,7 +112,7 @@ def cmd_search(args) -> int:
 def _write_outputs(result, out: Path, plot_x: str | None) -> list[str]:
     from madsl.cli.common import write_atomic
     from madsl.search.figures import plot_front, plot_generations
-    from madsl.search.outputs import record, write_specs
+    from madsl.search.record import record, write_specs
 
     search, state = result.search, result.state
     x = plot_x or (search.objectives.minimize[0] if search.objectives.minimize else "fixed_state")
@@ -131,7 +131,7 @@ def _json(data) -> str:
 
 
 def _print_result(args, result, written: list[str]) -> None:
-    from madsl.search.outputs import record, render_text
+    from madsl.search.record import record, render_text
 
     if args.format == "json":
         print(_json(record(result, written)), end="")

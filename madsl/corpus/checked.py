@@ -133,7 +133,7 @@ def _load() -> dict[str, str]:
 def _save(new: dict[str, str]) -> None:
     """Add `new` to the cache, forgetting the oldest beyond MAX_ENTRIES; a cache that cannot be
     written (or that is a link: neither followed nor replaced) is left as it is."""
-    from madsl.outputs import write_file_atomic
+    from madsl.outputs import write_text_atomic
 
     path = cache_path()
     files = _load()
@@ -146,6 +146,6 @@ def _save(new: dict[str, str]) -> None:
         if path.is_symlink():
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_file_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        write_text_atomic(path, text)
     except OSError:
         pass  # a read-only or full cache folder: the files are checked again next time

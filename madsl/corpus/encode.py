@@ -20,7 +20,6 @@ give other ids than the document encoded whole. A document of one piece is encod
 from __future__ import annotations
 
 import hashlib
-import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +31,7 @@ from madsl.corpus.info import DTYPES
 from madsl.corpus.sources import Document, SourceDigest, read_chunks
 from madsl.corpus.tokenizer import ByteTokenizer, FileTokenizer
 from madsl.errors import Location, MadslError
-from madsl.outputs import temp_beside
+from madsl.outputs import AtomicFile
 
 BYTES_CHUNK = 8 << 20  # bytes read at once for the bytes tokenizer
 PIECE_CHARS = 1 << 17  # characters a tokenizer file encodes at once (~40 MB of the library's objects)
@@ -46,8 +45,8 @@ class SplitWriter:
     """One split's temporary file: token bytes appended as they come, counted and hashed."""
 
     def __init__(self, path: Path, dtype: str):
-        fd, self.temporary = temp_beside(path, suffix=".tmp")
-        self.file, self.dtype = os.fdopen(fd, "wb"), np.dtype(DTYPES[dtype])
+        self.atomic = AtomicFile(path)  # moved onto `path` by commit(), once every document is in
+        self.file, self.temporary, self.dtype = self.atomic.file, self.atomic.name, np.dtype(DTYPES[dtype])
         self.sha, self.tokens, self.text_bytes = hashlib.sha256(), 0, 0
 
     def write(self, data: bytes) -> None:
@@ -55,9 +54,11 @@ class SplitWriter:
         self.sha.update(data)
         self.tokens += len(data) // self.dtype.itemsize
 
+    def commit(self) -> None:
+        self.atomic.commit()
+
     def discard(self) -> None:
-        self.file.close()
-        Path(self.temporary).unlink(missing_ok=True)
+        self.atomic.discard()
 
 
 def encode_document(encoder: ByteTokenizer | FileTokenizer, document: Document, val_fraction: float,

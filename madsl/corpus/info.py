@@ -87,10 +87,9 @@ def content_hash(info: TokenInfo) -> str:
 
 
 def write_info(path: Path, info: TokenInfo) -> None:
-    from madsl.outputs import write_file_atomic
+    from madsl.outputs import write_text_atomic
 
-    text = json.dumps(info.to_json(), indent=2, sort_keys=True) + "\n"
-    write_file_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    write_text_atomic(path, json.dumps(info.to_json(), indent=2, sort_keys=True) + "\n")
 
 
 def _is_count(value: Any) -> bool:

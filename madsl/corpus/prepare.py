@@ -35,7 +35,7 @@ from madsl.corpus.sources import BUNDLED, BUNDLED_PREFIX, Source, SourceDigest, 
 from madsl.corpus.tokenizer import BYTES, load_tokenizer
 from madsl.corpus.tokens import TokenData, open_tokens
 from madsl.errors import Location, MadslError, option
-from madsl.outputs import check_output_dir, output_error
+from madsl.outputs import check_output_dir, fsync_folder, output_error
 from madsl.paths import require_path
 
 DEFAULT_VAL_FRACTION = 0.1
@@ -67,16 +67,14 @@ def prepare(sources: Sequence[str | os.PathLike], tokenizer: str | os.PathLike, 
             for document in read_documents(source):
                 encode_document(encoder, document, float(val_fraction), writers, digest)
             records.append(digest.record())
-        for writer in writers.values():
-            writer.file.close()
         info = TokenInfo(FORMAT_VERSION, encoder.name, encoder.sha256, encoder.vocab_size, dtype,
                          writers["train"].tokens, writers["val"].tokens, writers["train"].text_bytes,
                          writers["val"].text_bytes, PER_DOCUMENT, float(val_fraction), tuple(records),
                          {SPLIT_FILES[s]: w.sha.hexdigest() for s, w in writers.items()}).with_hash()
         _check_both_splits(info, listed)
         (folder / INFO_FILE).unlink(missing_ok=True)  # while the .bin files change, the folder is not prepared
-        for split, writer in writers.items():
-            os.replace(writer.temporary, folder / SPLIT_FILES[split])
+        for writer in writers.values():
+            writer.commit()
         write_info(folder / INFO_FILE, info)
         remember(folder, info)  # its bytes were hashed and its ids checked as they were written
     except BaseException as err:
@@ -141,7 +139,8 @@ def _prepare_into_cache(reference: str, folder: Path) -> None:
         raise output_error(err, folder.parent, "cache_dir") from None
     try:
         prepare([reference], BYTES, fresh)
-        os.rename(fresh, folder)
+        os.rename(fresh, folder)  # not os.replace: the first of processes preparing at once wins
+        fsync_folder(folder.parent)
     except OSError:
         if not (folder / INFO_FILE).exists():
             raise MadslError(f"{folder}: exists but holds no {INFO_FILE}", Location(file=str(folder)),

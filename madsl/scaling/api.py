@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import math
 import os
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from madsl.errors import MadslError, option
-from madsl.runner.store.results import DEFAULT_DB, RunIdentity, madsl_version, sha256
+from madsl.runner.store.results import DEFAULT_DB, RunIdentity, madsl_version
 from madsl.scaling.grid import ScaleRun, plan_study
 from madsl.scaling.study import DEFAULT_EVAL_TOKENS, Study, load_study, study_location
 
@@ -43,13 +42,11 @@ class StudyPlan:
         return LABEL_PREFIX + self.study.name
 
     def identity(self, run: ScaleRun) -> RunIdentity:
-        from madsl.runner.plan.evaluation import spec_identity
-
         info = self.tokens.info
         setting = {"data": info.hash, "vocab": info.vocab_size, "budget": run.budget,
                    "arch": run.arch, "size": run.size}
         train = {**run.settings.identity(), "wd": run.settings.wd, "epochs": len(run.settings.evaluation_steps())}
-        return RunIdentity(sha256(spec_identity(run.spec)), PRETRAIN_TASK, setting, train, madsl_version())
+        return RunIdentity(run.spec.hash, PRETRAIN_TASK, setting, train, madsl_version())
 
 
 def _data_dir(study: Study, files_dir: Path) -> Path:
@@ -129,11 +126,9 @@ def _done(db: str | os.PathLike, run_ids: list[str]) -> dict[str, Any]:
 
 def _run_seconds(plan: StudyPlan, device: str, remeasure: bool = False) -> tuple[list[float | None], dict[str, Any]]:
     """Each run's training seconds on `device` at this machine's cached per-family rates (the
-    plan's, madsl.runner.plan.rate: measured once and cached), with where the rates come from."""
-    import torch
-
-    from madsl.runner.execute.devices import _planned_device
-    from madsl.runner.plan.cost import Shapes
+    plan's, madsl.runner.plan.rate: measured once and cached), by the cost model's estimator
+    (madsl.runner.plan.cost.run_seconds), with where the rates come from."""
+    from madsl.runner.plan.cost import Shapes, device_rates, run_seconds
     from madsl.runner.plan.rate import RateBook
 
     shapes = Shapes()
@@ -141,15 +136,14 @@ def _run_seconds(plan: StudyPlan, device: str, remeasure: bool = False) -> tuple
     layers = [shapes.of(run.spec, run.settings.seq_len, vocab).layers for run in plan.runs]
     families = {family for model in layers for family, _ in model}
     book = RateBook.default(remeasure=remeasure)
-    rates = book.rates(torch.device(_planned_device(device)), torch.get_num_threads(), families)
-    book.save()
+    rates = device_rates({device: families}, book).get(device)
+    if rates is None:  # a device this machine lacks (cuda, planned on a Ray head without a GPU)
+        return [None] * len(plan.runs), {"device": device, "unavailable": book.unavailable.get(device, "")}
     seconds = []
     for run, model in zip(plan.runs, layers):
         s = run.settings
-        step = rates.step_seconds(model, s.batch_size, s.seq_len)
-        evaluation = rates.step_seconds(model, s.batch_size, s.seq_len)
         evaluations = len(s.evaluation_steps()) * max(1, s.eval_tokens // s.tokens_per_step)
-        seconds.append(None if step is None else s.steps * step + evaluations * evaluation / 3)
+        seconds.append(run_seconds(rates, model, s.seq_len, (s.steps, s.batch_size), (evaluations, s.batch_size)))
     return seconds, rates.describe(sorted(families))
 
 
@@ -158,13 +152,17 @@ def study_cost(plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB, workers: int
                measure_rate: bool = False) -> dict[str, Any]:
     """The grid with each run's parameters, tokens, FLOPs, state and estimated hours: at
     `flops_per_second` where given (e.g. a GPU's sustained rate), else at this machine's cached
-    per-family training rates on `device` (an evaluation is a third of a training step's cost)."""
+    per-family training rates on `device` (an evaluation is a forward pass: FORWARD_SHARE of a
+    training step's cost, madsl.runner.common.choices)."""
     if flops_per_second:
         seconds, source = [run.flops / flops_per_second for run in plan.runs], "as given"
     else:
         seconds, rates = _run_seconds(plan, device, measure_rate)
-        when = f"cached, measured {rates['measured']}" if not rates["measured_now"] else "measured now"
-        source = f"at the per-layer-family training rates of {rates['device']}, {when}"
+        if "unavailable" in rates:
+            source = f"not estimated on {rates['device']}: {rates['unavailable']}"
+        else:
+            when = f"cached, measured {rates['measured']}" if not rates["measured_now"] else "measured now"
+            source = f"at the per-layer-family training rates of {rates['device']}, {when}"
     stored = _done(db, plan.run_ids)
     rows = []
     for run, run_id, run_seconds in zip(plan.runs, plan.run_ids, seconds):
@@ -195,13 +193,10 @@ def _jobs(plan: StudyPlan, db: str | os.PathLike, device: str, checkpoint_every:
 
 
 def _register(store: Any, plan: StudyPlan) -> None:
-    from madsl.runner.plan.evaluation import spec_identity
-
     for name, spec in plan.study.architectures.items():
-        store.add_spec(sha256(spec_identity(spec)), name, spec_identity(spec), plan.study.spec_paths[name])
+        store.add_spec(spec.hash, name, spec.identity_text, plan.study.spec_paths[name])
     for run in plan.runs:
-        identity = spec_identity(run.spec)
-        store.add_spec(sha256(identity), run.spec.name, identity, None)
+        store.add_spec(run.spec.hash, run.spec.name, run.spec.identity_text, None)
     store.add_runs([(plan.identity(run), run.spec.name) for run in plan.runs], plan.label)
 
 
@@ -210,52 +205,40 @@ def scale(path: str | os.PathLike, execution: Any = None, *, reporter: Any = Non
           precision: str | None = None, **options: Any) -> dict:
     """Train a study's runs (those not done yet); `execution`: an Execution of
     madsl.runner.execute.options (db, workers, device, executor, address, cpus_per_run, gpus_per_run,
-    checkpoint_every, dry_run), or the same as keywords. `precision`: fp32, bf16 or auto (bf16 on
-    CUDA, fp32 elsewhere) in place of the study recipe's. A dry run returns {"plan": study_cost(...)}."""
-    from madsl.runner.execute.coordinator import run_jobs
-    from madsl.runner.execute.devices import _check_workers_and_device, _make_executor, _ray_options
+    checkpoint_every, dry_run), or the same as keywords. `precision`: fp32, bf16 or auto in place of
+    the study recipe's, resolved where the runs train as madsl eval resolves it (auto: bf16 on a CUDA
+    device with bf16, else fp32). The runs go through madsl.runner.launch.run, as madsl eval's do.
+    A dry run returns {"plan": study_cost(...)}."""
+    from madsl.runner.common.choices import PRECISIONS
     from madsl.runner.execute.options import Execution
-    from madsl.runner.store.database import check_database
-    from madsl.runner.store.results import Store
+    from madsl.runner.launch import check_store, place, run, run_precision
 
-    run = execution if execution is not None else Execution(**options)
+    execution = execution if execution is not None else Execution(**options)
     if flops_per_second is not None and (isinstance(flops_per_second, bool) or
                                          not isinstance(flops_per_second, (int, float)) or
                                          not MIN_RATE <= flops_per_second < math.inf):
         raise MadslError(f"{option('flops_per_second')} {flops_per_second!r}: expected a finite training rate of at "
                          f"least {MIN_RATE:g} FLOP/s", hint="e.g. 3e14 for a GPU's sustained bf16 rate")
-    if run.keep not in (None, "none"):
+    if execution.keep not in (None, "none"):
         raise MadslError(f"{option('keep')}: a pretraining run keeps no weights")
-    if run.batch_grid:
+    if execution.batch_grid:
         raise MadslError(f"{option('batch_grid')}: pretraining runs train one at a time (their shapes differ)")
-    check_database(run.db)
-    ray = _ray_options(run.executor, run.address, run.cpus_per_run, run.gpus_per_run)
-    _check_workers_and_device(run.workers, run.device, on_this_machine=ray is None)
-    if precision not in (None, "fp32", "bf16", "auto"):
-        raise MadslError(f"{option('precision')} must be fp32, bf16 or auto, got {precision!r}")
-    if precision == "auto":
-        from madsl.runner.execute.devices import _planned_device
-
-        precision = "bf16" if ray is None and _planned_device(run.device) == "cuda" else "fp32"
-    plan = plan_study_file(path, run.db, precision)
-    if run.dry_run or (reporter is not None and reporter.shows_plan):
-        cost = study_cost(plan, run.db, run.workers if ray is None else 1, flops_per_second, run.device,
-                          bool(run.measure_rate))
-        if run.dry_run:
-            return {"db": str(run.db), "plan": cost}
+    check_store(execution)
+    where = place(execution, stacked=False)
+    if precision not in (None, *PRECISIONS):
+        raise MadslError(f"{option('precision')} must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}, "
+                         f"got {precision!r}")
+    plan = plan_study_file(path, execution.db, None if precision is None else run_precision(precision, where))
+    if execution.dry_run or (reporter is not None and reporter.shows_plan):
+        cost = study_cost(plan, execution.db, execution.workers if where.ray is None else 1, flops_per_second,
+                          execution.device, bool(execution.measure_rate))
+        if execution.dry_run:
+            return {"db": str(execution.db), "plan": cost}
         reporter.plan(cost, [])
-    store = Store(run.db)
-    try:
-        _register(store, plan)
-        jobs = _jobs(plan, run.db, run.device, run.checkpoint_every)
-        outcome = run_jobs(store, jobs, _make_executor(run.workers, ray), reporter,
-                           stop_requested=stop or (lambda: False))
-    except sqlite3.OperationalError as err:
-        raise MadslError(f"the results database {run.db} could not be written: {err}",
-                         hint="free disk space and rerun the same command: finished runs are kept") from None
-    finally:
-        store.close()
-    return {"db": str(run.db), "study": plan.study.name, "runs": len(jobs), "done": len(outcome.done),
+    jobs = _jobs(plan, execution.db, execution.device, execution.checkpoint_every)
+    outcome = run(jobs, execution, reporter=reporter, stop=stop, register=lambda store: _register(store, plan),
+                  placement=where)
+    return {"db": str(execution.db), "study": plan.study.name, "runs": len(jobs), "done": len(outcome.done),
             "already_done": len(outcome.already_done), "failed": dict(outcome.failed),
             "interrupted": len(outcome.interrupted), "complete": outcome.complete}
 

@@ -48,7 +48,7 @@ class ScaleRun:
 
 def sized_spec(spec: Any, dim: int, repeat: int, vocab: int, seq_len: int, name: str) -> Any:
     """The spec at width `dim`, its topology repeated `repeat` times, for this vocabulary and length."""
-    from madsl.spec import spec_from_data
+    from madsl.lang.spec import spec_from_data
 
     data = {k: v for k, v in spec.data.items() if k not in ("budget", "extends", "eval")}
     topology = spec.topology_text.strip()

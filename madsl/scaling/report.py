@@ -44,18 +44,15 @@ def _try(report: StudyReport, what: str | None, make: Any) -> Any:
 
 def _mad_scores(plan: Any, mad_db: str | os.PathLike) -> dict[str, float]:
     """Each architecture's MAD score in `mad_db`: the spec as the study names it, scored by `madsl eval`."""
-    from madsl.runner.plan.evaluation import spec_identity
     from madsl.runner.reports.outputs import load_scores
-    from madsl.runner.store.results import sha256
 
     if not Path(mad_db).exists():  # (a --mad-db given is checked before the work: check_report_inputs)
         return {}
     scores = {s.spec_hash: s.score for s in load_scores(mad_db) if s.score is not None}
     found = {}
     for arch, spec in plan.study.architectures.items():
-        spec_hash = sha256(spec_identity(spec))
-        if spec_hash in scores:
-            found[arch] = scores[spec_hash]
+        if spec.hash in scores:
+            found[arch] = scores[spec.hash]
     return found
 
 

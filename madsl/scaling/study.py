@@ -29,7 +29,8 @@ from typing import Any
 
 from madsl.errors import Location, MadslError, did_you_mean
 from madsl.paths import safe_file_name
-from madsl.yamlsource import Located, load
+from madsl.runner.common.choices import MAX_SEED, TRAIN_PRECISIONS  # (torch-free: the study reader stays light)
+from madsl.lang.yamlsource import Located, load
 
 STUDY_KEYS = ("name", "description", "data", "data_dtype", "data_vocab", "seq_len", "architectures", "budgets",
               "sizes", "recipe")
@@ -39,7 +40,6 @@ RECIPE_KEYS = ("lr", "batch_size", "wd", "beta1", "beta2", "warmup", "min_lr_rat
                "eval_tokens", "seed", "precision")
 MAX_RUNS = 10_000  # a study is a grid of runs someone trains; more is a typo
 MAX_BUDGET = 1e30  # FLOPs; the largest training runs to date spend ~1e26: more is a typo (and overflows hours)
-MAX_SEED = 2**32 - 1  # as madsl eval's seeds (madsl.runner.plan.settings.MAX_SEED)
 TOKEN_DTYPES = ("uint16", "uint32")  # madsl.corpus.info.DTYPES (not imported: the study reader stays light)
 DEFAULT_EVAL_TOKENS = 65536  # madsl.runner.pretrain.recipe.PretrainSettings.eval_tokens
 
@@ -208,8 +208,8 @@ def _name(reader: _Reader, value: Any, path: tuple, what: str, at_key: bool = Fa
 
 
 def _architectures(reader: _Reader, data: dict, path: Path) -> tuple[dict[str, Any], dict[str, str]]:
-    from madsl.spec import load_spec
-    from madsl.spec_files import resolve_named
+    from madsl.lang.spec import load_spec
+    from madsl.lang.spec.files import resolve_named
 
     value = data.get("architectures")
     if not isinstance(value, dict) or not value:
@@ -257,8 +257,9 @@ def _recipe(reader: _Reader, data: dict, seq_len: int) -> tuple[dict[str, Any], 
         except MadslError:
             raise reader.fail(("recipe", "lr"), f"lr must be a number above 0 or `paper`, got {recipe['lr']!r}",
                               hint="paper: Table C.2's learning rate for the model's size") from None
-    if recipe.get("precision", "fp32") not in ("fp32", "bf16"):
-        raise reader.fail(("recipe", "precision"), f"precision must be fp32 or bf16, got {recipe['precision']!r}")
+    if recipe.get("precision", "fp32") not in TRAIN_PRECISIONS:
+        raise reader.fail(("recipe", "precision"), f"precision must be {' or '.join(TRAIN_PRECISIONS)}, "
+                                                   f"got {recipe['precision']!r}")
     return recipe, batch_size
 
 

@@ -13,5 +13,5 @@ Its modules, one concern each (data flows down the list; nothing here imports th
     evaluation.py     scoring batches through madsl.runner.api.evaluate
     state.py          the saved state a search resumes from
     loop.py           run_search and plan_search (the dry run)
-    outputs.py        the front, the lineage, the JSON record, the .mad files; figures.py: the figures
+    record.py         the front, the lineage, the JSON record, the .mad files; figures.py: the figures
 """

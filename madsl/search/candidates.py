@@ -2,10 +2,10 @@
 training; or the reason it is rejected.
 
 A candidate is a spec: the search file's shared fields (width, layers, budget) with the genome's
-topology and hyperparameters. It is checked by the spec loader (madsl.spec), solved where the
+topology and hyperparameters. It is checked by the spec loader (madsl.lang.spec), solved where the
 search file names free parameters (`budget.fit`: as `madsl eval` trains a spec that asks for a fit,
 madsl.fit.fitted, over the free parameters of the symbols it uses), accounted (madsl.graph) and
-held to the budget. Its identity is the runner's (madsl.runner.plan.evaluation.spec_identity):
+held to the budget. Its identity is its spec's hash (`Spec.hash`, what the runner files runs under):
 two genomes that build one model are one candidate, scored once.
 """
 from __future__ import annotations
@@ -14,13 +14,13 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from madsl.budget import check
+from madsl.lang.budget import check
 from madsl.errors import MadslError
 from madsl.fit import fitted
 from madsl.graph import account
 from madsl.search.config import SearchFile
 from madsl.search.genome import Genome
-from madsl.spec import Spec, spec_from_data
+from madsl.lang.spec import Spec, spec_from_data
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class CandidateBuilder:
         solved = dict(solution.values) if solution is not None else {}
         final = _solved(data, solved)
         final_spec = spec_from_data(final) if solved else spec  # unsolved, `final` is `data`: parsed once
-        spec_hash = identity_hash(final_spec)
+        spec_hash = final_spec.hash
         name = f"{self.search.name}-{spec_hash[:8]}"
         canonical = final_spec.canonical()
         final["name"], final["topology"] = name, canonical
@@ -107,10 +107,3 @@ def _solved(data: dict[str, Any], solved: dict[str, int]) -> dict[str, Any]:
         out.setdefault("layers", {}).setdefault(symbol, {})[param] = value
     return out
 
-
-def identity_hash(spec: Spec) -> str:
-    """The spec hash the runner files a spec's runs under."""
-    from madsl.runner.plan.evaluation import spec_identity
-    from madsl.runner.store.results import sha256
-
-    return sha256(spec_identity(spec))

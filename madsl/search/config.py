@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from madsl.errors import Location
-from madsl.yamlsource import Located
+from madsl.lang.yamlsource import Located
 
 SHAPES = ("sequence", "striped", "motif", "parallel")  # parallel: blocks may be [X | Y] groups
 ALGORITHMS = ("nsga2", "regularized-evolution", "random")

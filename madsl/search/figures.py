@@ -9,7 +9,7 @@ from pathlib import Path
 
 from madsl.runner.reports.plots import pyplot, save_atomic
 from madsl.search.config import SearchFile
-from madsl.search.outputs import front
+from madsl.search.record import front
 from madsl.search.state import SearchState
 
 

@@ -4,8 +4,8 @@
     Genome("motif",    (H-Sg, mA-Sg), 2, ...)           (H-Sg : mA-Sg)x2
     Genome("striped",  (H-Sg, mA-Sg), 3, ...)           H-Sg : mA-Sg : H-Sg   (a period of 2 over 3 blocks)
 
-`unit` holds madsl.topology nodes (Block with a Layer or a Parallel mixer); `topology()` is the
-candidate's topology as nodes, which madsl.topology prints in canonical form. The operators
+`unit` holds madsl.lang.topology nodes (Block with a Layer or a Parallel mixer); `topology()` is the
+candidate's topology as nodes, which madsl.lang.topology prints in canonical form. The operators
 (madsl.search.operators) work on these nodes, never on strings. A genome is stored in the search
 state as plain data (`to_data` / `from_data`).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from madsl import topology as topo
+from madsl.lang import topology as topo
 from madsl.search.config import Space
 
 PARALLEL_CHANCE = 0.25  # of a random block being a parallel one, where the space allows them

@@ -27,7 +27,7 @@ from madsl.search.config import SearchFile
 from madsl.search.evaluation import BatchOutcome, RunnerEvaluator
 from madsl.search.state import SearchState, json_ready, save_state, state_path_for
 from madsl.search.state_check import load_state
-from madsl.spec import Spec, spec_from_data
+from madsl.lang.spec import Spec, spec_from_data
 
 
 @dataclass

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from madsl import topology as topo
+from madsl.lang import topology as topo
 from madsl.search.config import Space
 from madsl.search.genome import Genome, channel_of, make_block, mixers_of, pick, random_block
 

@@ -13,7 +13,7 @@ the objectives and the algorithm:
       minimize: [fixed_state]                                # accounted totals, minimised
     algorithm: {name: nsga2, population: 12, generations: 8, seed: 0}
 
-The shared spec fields are checked by the spec loader itself (madsl.spec), on a spec whose
+The shared spec fields are checked by the spec loader itself (madsl.lang.spec), on a spec whose
 topology uses every symbol of the space, so a search file's `layers:` and `budget:` read
 exactly as a spec's. The space is madsl.search.reading_space.
 """
@@ -22,17 +22,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from madsl import stdlib
+from madsl.lang import stdlib
 from madsl.errors import Collector, Location, MadslError, did_you_mean
 from madsl.paths import safe_file_name
 from madsl.primitives.base import ConfigError
+from madsl.runner.common.choices import MAX_SEED
 from madsl.search.config import ALGORITHMS, MINIMIZABLE, Algorithm, Objectives, SearchFile, Space
 from madsl.search.reading_space import read_space
-from madsl.spec import Spec, create_primitive, spec_with
-from madsl.spec_files import SourceMap, SPEC_KEYS, Locator
-from madsl.spec_symbols import symbol_table
-from madsl.topology_nodes import NO_CHANNEL
-from madsl.yamlsource import Located, load
+from madsl.lang.spec import Spec, create_primitive, spec_with
+from madsl.lang.spec.files import SourceMap, SPEC_KEYS, Locator
+from madsl.lang.spec.symbols import symbol_table
+from madsl.lang.topology.nodes import NO_CHANNEL
+from madsl.lang.yamlsource import Located, load
 
 SEARCH_KEYS = ("name", "description", "space", "objectives", "algorithm")
 SHARED_KEYS = tuple(k for k in SPEC_KEYS if k not in ("name", "description", "extends", "topology", "eval"))
@@ -40,7 +41,6 @@ REFUSED = {"topology": "a search file has a space: instead of a topology",
            "extends": "a search file names its spec fields itself",
            "eval": "the evaluation settings of a search go under objectives.score"}
 ALGORITHM_KEYS = ("name", "population", "generations", "offspring", "seed", "sample_size", "crossover")
-MAX_SEED = 2**32 - 1
 MAX_NAME = 100  # characters: a candidate's file adds a hash, the state file the database's name
 
 

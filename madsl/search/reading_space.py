@@ -16,11 +16,11 @@ from __future__ import annotations
 import typing
 from typing import Any
 
-from madsl import stdlib
+from madsl.lang import stdlib
 from madsl.errors import MadslError, did_you_mean
 from madsl.search.config import SHAPES, Hyperparameter, Space
-from madsl.topology_nodes import NO_CHANNEL
-from madsl.yamlsource import Located
+from madsl.lang.topology.nodes import NO_CHANNEL
+from madsl.lang.yamlsource import Located
 
 SPACE_KEYS = ("sequence_mixers", "channel_mixers", "blocks", "shapes", "hyperparameters")
 MAX_SEARCH_BLOCKS = 256  # blocks of a candidate (a sweep's variant holds at most 384 layers); each is trained

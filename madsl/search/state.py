@@ -20,7 +20,6 @@ it is used, or is refused whole.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -75,20 +74,15 @@ def json_ready(value: Any) -> Any:
 
 
 def save_state(path: Path, state: SearchState) -> None:
-    """Write the state atomically: a temporary file beside it, fsync, then os.replace."""
+    """Write the state atomically and durably (madsl.outputs.write_text_atomic)."""
+    from madsl.outputs import write_text_atomic
+
     text = json.dumps(json_ready({"format": FORMAT, "version": VERSION, **asdict(state)}),
                       allow_nan=False)  # candidates in the order proposed
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_text_atomic(path, text)
     except OSError as err:
-        with contextlib.suppress(OSError):  # the folder itself may be what failed
-            tmp.unlink(missing_ok=True)
         raise MadslError(f"the search state {path} could not be written: {err.strerror or err}", Location(str(path)),
                          hint="free disk space or fix the folder, then rerun: the search resumes from its last "
                               "saved step") from None

@@ -31,17 +31,17 @@ from typing import Any
 
 import numpy as np
 
-from madsl import topology as topo
-from madsl.budget import check
+from madsl.lang import topology as topo
+from madsl.lang.budget import check
 from madsl.errors import Location, MadslError
 from madsl.graph import account
 from madsl.search.algorithms import INITIAL_DRAWS, TRIES
-from madsl.search.candidates import candidate_data, identity_hash
+from madsl.search.candidates import candidate_data
 from madsl.search.config import Hyperparameter, SearchFile
 from madsl.search.genome import from_data
 from madsl.search.operators import MUTATIONS
 from madsl.search.state import RESTART, SearchState, read_state
-from madsl.spec import Spec, spec_from_data
+from madsl.lang.spec import Spec, spec_from_data
 
 FIELDS = ("fingerprint", "generation", "rng", "population", "pending", "candidates", "history", "counts",
           "complete")
@@ -54,7 +54,7 @@ STATUSES = ("pending", "scored", "failed")
 OPERATORS = ("random", "crossover", *MUTATIONS)  # an operator is these joined by "+" (crossover+insert)
 SPEC_HASH = re.compile(r"[0-9a-f]{64}")
 MAX_TASKS = 256  # task scores of a candidate
-MAX_TEXT = 65_536  # characters of a topology (madsl.topology's own limit)
+MAX_TEXT = 65_536  # characters of a topology (madsl.lang.topology's own limit)
 MAX_RUNS = 2**53  # runs trained or reused in a generation: any count JSON holds exactly
 
 
@@ -348,7 +348,7 @@ class StateCheck:
             totals = dict(account(spec, seq_len=spec.budget_seq_len).totals)
         except MadslError as err:
             raise self.fail(f"{where}.spec", f"does not build: {err.message}") from None
-        if identity_hash(spec) != key:
+        if spec.hash != key:
             raise self.fail(f"{where}.spec", "builds another model than the one it is filed under (its spec hash "
                                              "is not its key)")
         if spec.canonical() != record["topology"]:

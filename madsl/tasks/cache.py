@@ -3,8 +3,8 @@
 key = sha256 of (task name, sorted settings, split, seed, GENERATOR_VERSION); a task
 generated under other conventions than madsl's names them after its name ("compression@mad-lab").
 Bump GENERATOR_VERSION whenever any generator's output changes, so stale
-files are never read. Files are written to a temporary name and renamed
-(os.replace), so a reader never sees a partial file, even with several
+files are never read. Files are written atomically (madsl.outputs.AtomicFile),
+so a reader never sees a partial file, even with several
 processes filling the same cache.
 
 A cache folder can be written by others (a results folder's `data/`), so a file is read as
@@ -22,7 +22,6 @@ import json
 import math
 import os
 import stat
-import tempfile
 import warnings
 import zipfile
 from pathlib import Path
@@ -115,7 +114,7 @@ def _discard(path: Path, err: BaseException) -> None:
 
 
 def _os_words(err: OSError) -> str:
-    from madsl.runner.store.files import os_error_words  # the results folder's words for errno
+    from madsl.oserrors import os_error_words  # the one table of words for errno
 
     return os_error_words(err)
 
@@ -144,15 +143,11 @@ def _write_atomic(path: Path, data: TaskData) -> None:
 def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """np.savez via a temporary file in the same folder: readers never see half a file, and a
     failed write leaves nothing behind."""
+    from madsl.outputs import AtomicFile
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with AtomicFile(path) as f:
+        np.savez(f, **arrays)
 
 
 def _read(path: Path) -> TaskData:

@@ -79,7 +79,7 @@ class Coordinator:
     def __init__(self, store, jobs: list[RunJob], executor: Executor, reporter: Reporter | None = None,
                  skip_solved_at: float | None = None, stop_requested: Callable[[], bool] = lambda: False,
                  wait_poll_s: float = 2.0):
-        from madsl.runner.store.results import owner_tag
+        from madsl.runner.common.process import owner_tag
 
         self.store, self.executor, self.reporter = store, executor, reporter or Reporter()
         self.skip_solved_at, self.stop_requested, self.wait_poll_s = skip_solved_at, stop_requested, wait_poll_s

@@ -3,12 +3,13 @@ graphs by device, and the executor that runs them (local processes or Ray).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from madsl.errors import MadslError, option
 from madsl.runner.execute.local import Executor, make_executor
 
-def _planned_device(device: str) -> str:
+
+def planned_device(device: str) -> str:
     """The device kind the runs will train on (what `auto` precision resolves against)."""
     if device == "auto":
         import torch
@@ -47,7 +48,7 @@ def _check_cuda_graphs(on_ray: bool, device: str, batch_grid: bool) -> None:
 def default_batch_grid(device: str) -> bool:
     """Grid batching by default: on CUDA, where one small run leaves most of the device idle;
     off on the CPU, where members run one after another anyway (docs/gpu.md, measured)."""
-    return _planned_device(device).startswith("cuda")
+    return planned_device(device).startswith("cuda")
 
 
 def place_devices(device: str, devices: Sequence[str] | None) -> list[str] | None:
@@ -77,13 +78,13 @@ def place_devices(device: str, devices: Sequence[str] | None) -> list[str] | Non
 EXECUTORS = ("local", "ray")
 
 
-def _ray_device(options) -> str:
+def ray_device(options: Any) -> str:
     """Runs on Ray train on their GPU share, else on the CPU (the driver's devices do not count)."""
     return "cuda" if options.gpus_per_run else "cpu"
 
 
-def _ray_options(executor: Executor | str | None, address: str | None, cpus_per_run: float,
-                 gpus_per_run: float):
+def ray_options(executor: Executor | str | None, address: str | None, cpus_per_run: float,
+                gpus_per_run: float) -> Any:
     """RayOptions when the runs go to Ray (checked now, before anything is planned), else None."""
     if executor is None or isinstance(executor, Executor) or executor == "local":
         return None
@@ -100,15 +101,17 @@ def _ray_options(executor: Executor | str | None, address: str | None, cpus_per_
     return options
 
 
-def _make_executor(workers: int, ray_options) -> Executor:
-    if ray_options is None:
+def executor_for(workers: int, ray: Any) -> Executor:
+    """The executor of the runs: `workers` local ones, or Ray's (`ray`: its RayOptions, None: local)."""
+    if ray is None:
         return make_executor(workers)
     from madsl.runner.execute.ray import RayExecutor
 
-    return RayExecutor(ray_options)
+    return RayExecutor(ray)
 
 
-def _check_workers_and_device(workers: int, device: str, on_this_machine: bool = True) -> None:
+def check_workers_and_device(workers: int, device: str, on_this_machine: bool = True) -> None:
+    """--workers at least 1, --device one of auto, cpu, cuda (cuda: one this machine has, unless on Ray)."""
     if workers < 1:
         raise MadslError(f"{option('workers')} must be at least 1, got {workers}")
     if device not in ("auto", "cpu", "cuda"):

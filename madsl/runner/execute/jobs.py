@@ -1,6 +1,7 @@
-"""A run as a job: what an executor is given (`RunJob`), what it reports back (`Event`), and how a
-worker trains one (`execute_job`, with its data and model from `job_inputs`). Nothing here touches
-the results store; a grid group (madsl.runner.batched.grid) is a job too.
+"""Jobs: what every job an executor runs is (`Job`), a MAD run as one (`RunJob`), what a job
+reports back (`Event`), and how a worker trains a run (`execute_job`, with its data and model from
+`job_inputs`). Nothing here touches the results store; a grid group (madsl.runner.batched.grid) and
+a pretraining run (madsl.runner.pretrain.job) are jobs too, and madsl.runner.launch.run runs them all.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from madsl.runner.plan.runs import TrainSettings
+from madsl.runner.common.records import TrainSettings
 
 
 PROGRESS_EVERY_S = 0.5
@@ -24,9 +25,28 @@ class ModelFactory(Protocol):
     def __call__(self, vocab_size: int, max_seq_len: int, num_classes: int | None = None, seed: int = 0) -> Any: ...
 
 
+class Job(Protocol):
+    """A job of the runner (madsl.runner.launch.run): one run, picklable, that executes itself.
+    MAD runs (`RunJob`), pretraining runs (madsl.runner.pretrain.job.PretrainJob) and the runs of
+    a search's candidates (RunJobs, through madsl.runner.api.evaluate) are Jobs; a grid group
+    (madsl.runner.batched.grid.GroupJob) is one job standing for its `members`, each a Job. What a
+    run is registered under in the results store (its identity, spec and label) is the planner's:
+    it writes it through run's `register`."""
+
+    run_id: str  # the hash of its identity (madsl.runner.store.results.RunIdentity)
+    label: str  # for progress displays
+    device: str  # where it trains: auto, cpu, cuda or cuda:N
+    checkpoint_path: str  # its checkpoint, resumed from after a stop or a crash
+    keep_best: bool  # keep the best epoch's weights when it finishes (madsl.runner.store.kept)
+    checkpoint_every_s: float | None  # None: the loop's default (a minute); 0: at every evaluation
+
+    def execute(self, emit: Callable[["Event"], None], should_stop: Callable[[], bool]) -> None:
+        """Train to the end (or a stop: checkpoint and report interrupted), reporting through `emit`; never raises."""
+
+
 @dataclass
 class RunJob:
-    """Everything a worker needs to execute one run (picklable)."""
+    """Everything a worker needs to execute one run (picklable): a Job."""
 
     run_id: str
     task: Any  # a madsl.tasks Task
@@ -39,6 +59,9 @@ class RunJob:
     label: str = ""  # for progress displays
     keep_best: bool = False  # keep the best epoch's weights when the run finishes (madsl.runner.store.kept)
     checkpoint_every_s: float | None = None  # None: train.TrainHooks' default (a minute); 0: every epoch
+
+    def execute(self, emit: Callable[["Event"], None], should_stop: Callable[[], bool]) -> None:
+        train_job(self, emit, should_stop)
 
 
 @dataclass
@@ -135,14 +158,15 @@ def job_hooks(job: RunJob, emit: Callable[[Event], None], should_stop: Callable[
                       keep_best=job.keep_best, **every)
 
 
-def execute_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
-    """Run one job (or a grid group, `madsl.runner.batched.grid`) to its end and report through `emit`. Never raises."""
-    from madsl.runner.train.loop import train_run
+def execute_job(job: Job, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
+    """Run one job (a run, a grid group of madsl.runner.batched.grid, a pretraining run) to its end and
+    report through `emit`, as a worker does. Never raises."""
+    job.execute(emit, should_stop)
 
-    if is_group(job) or callable(getattr(job, "execute", None)):
-        # a GroupJob trains its members itself (madsl.runner.batched.grid imports this module), a
-        # PretrainJob its text run (madsl.runner.pretrain.job)
-        return job.execute(emit, should_stop)
+
+def train_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
+    """Train a MAD run to its end and report through `emit`. Never raises."""
+    from madsl.runner.train.loop import train_run
 
     def train(device: Any) -> tuple[Any, dict]:
         inputs = job_inputs(job)

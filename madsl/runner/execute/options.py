@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from madsl.runner.plan.settings import non_negative_text, positive_int_text, positive_text
+from madsl.runner.common.words import non_negative_text, positive_int_text, positive_text
 from madsl.runner.store.results import DEFAULT_DB
 
 

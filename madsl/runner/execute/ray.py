@@ -327,14 +327,11 @@ class RayExecutor(Executor):
         job = self.jobs.get(run_id)
         if job is None:
             return
+        from madsl.outputs import write_bytes_atomic
+
         path = Path(job.checkpoint_path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.ray.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_bytes_atomic(path, data)
 
     def _silent_ends(self, ended: list[tuple[RunJob, BaseException | None]]) -> list[Event]:
         """A task that ended without its terminal event: Ray gave up on it (nodes lost, or it never started)."""

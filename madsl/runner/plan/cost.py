@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from madsl.errors import MadslError
+from madsl.runner.common.choices import FORWARD_SHARE, TRAIN_FORWARDS  # a training step: ~3 forward passes
 
 if TYPE_CHECKING:
     from madsl.runner.plan.rate import RateBook
 
 EVAL_BATCH = 128
-FORWARD_SHARE = 1 / 3  # a forward pass against a training step (forward + backward ~ 3 forwards)
 PROGRESS_EVERY = 500  # runs accounted between two progress reports
 
 Progress = Callable[[str, int, int], None]  # (what, done, total)
@@ -61,18 +61,27 @@ class Shape:
 
 class Shapes:
     """The accounting of each distinct (spec, length, vocabulary): a paper sweep has hundreds of
-    runs and a few shapes per spec; the length-sized fields, once per (spec, length)."""
+    runs and a few shapes per spec; the length-sized fields, once per (spec, length). One plan
+    shares one: its memory check (madsl.runner.plan.memory) and its cost account each shape once."""
 
     def __init__(self) -> None:
+        self.accounted: dict[tuple[int, int, int], Any] = {}
         self.shapes: dict[tuple[int, int, int], Shape] = {}
         self.sized: dict[tuple[int, int], dict[str, int]] = {}
+
+    def accounting(self, spec: Any, seq_len: int, vocab: int) -> Any:
+        """The accounting of `spec` at (seq_len, vocab) (madsl.graph.account), computed once."""
+        key = (id(spec), seq_len, vocab)
+        if key not in self.accounted:
+            from madsl.graph import account
+
+            self.accounted[key] = account(spec, seq_len=seq_len, vocab=vocab)
+        return self.accounted[key]
 
     def of(self, spec: Any, seq_len: int, vocab: int) -> Shape:
         key = (id(spec), seq_len, vocab)
         if key not in self.shapes:
-            from madsl.graph import account
-
-            here = account(spec, seq_len=seq_len, vocab=vocab)
+            here = self.accounting(spec, seq_len, vocab)
             if (id(spec), seq_len) not in self.sized:
                 self.sized[(id(spec), seq_len)] = length_sized(spec, here, seq_len, vocab)
             self.shapes[key] = Shape(here.totals["flops"], here.totals["params"], self.sized[(id(spec), seq_len)],
@@ -103,12 +112,14 @@ def run_shape(job: Any) -> tuple[int, int, int, int, int]:
 
 
 def estimate(jobs: Sequence[Any], done: set[str], rates: "RateBook | None" = None, work: Sequence[Any] = (),
-             threads: int | None = None, progress: Progress | None = None) -> list[RunCost]:
+             threads: int | None = None, progress: Progress | None = None,
+             shapes: Shapes | None = None) -> list[RunCost]:
     """The cost of every pending job (done ones cost nothing). `rates`: a
     madsl.runner.plan.rate.RateBook to time them with (None: tokens and FLOPs only); `work`: the
     units the executor runs (RunJobs and GroupJobs), so that a stacked group's runs share its
-    steps; `threads`: the torch threads a run trains on, on the CPU (None: this process's)."""
-    shapes = Shapes()
+    steps; `threads`: the torch threads a run trains on, on the CPU (None: this process's);
+    `shapes`: the plan's accounting, where its memory check made it already."""
+    shapes = shapes if shapes is not None else Shapes()
     pending = [job for job in jobs if job.run_id not in done]
     costs, layers, sizes = [], [], [run_shape(job) for job in pending]
     for index, (job, (seq_len, vocab, n_train, _, _)) in enumerate(zip(pending, sizes)):
@@ -117,10 +128,10 @@ def estimate(jobs: Sequence[Any], done: set[str], rates: "RateBook | None" = Non
         spec = getattr(job.model_factory, "spec", None)
         shape = shapes.of(spec, seq_len, vocab) if spec is not None else None
         layers.append(shape.layers if shape is not None else None)
+        flops = None if shape is None else TRAIN_FORWARDS * float(shape.flops) * n_train * job.train.epochs
         costs.append(RunCost(job.run_id, getattr(spec, "name", job.label.split(" · ")[0]), job.task.name,
-                             job.train.epochs * n_train * seq_len,
-                             None if shape is None else 3.0 * shape.flops * n_train * job.train.epochs, None,
-                             seq_len, None if shape is None else shape.params, {} if shape is None else shape.sized))
+                             job.train.epochs * n_train * seq_len, flops, None, seq_len,
+                             None if shape is None else shape.params, {} if shape is None else shape.sized))
     if rates is not None:
         _time(pending, costs, layers, sizes, done, rates, work, threads)
     return costs
@@ -136,34 +147,54 @@ def _time(pending: Sequence[Any], costs: list[RunCost], layers: list, sizes: lis
     stacked = [unit for unit in work if getattr(unit, "stack", False) and stacks_settings(unit.members[0])]
     stacked_in = {member.run_id: unit for unit in stacked for member in unit.members}
     members = {id(unit): sum(m.run_id not in done for m in unit.members) for unit in stacked}
-    device_rates = _device_rates(pending, layers, rates, threads)
+    books = _device_rates(pending, layers, rates, threads)
     for job, cost, model, (length, _, n_train, n_test, batch) in zip(pending, costs, layers, sizes):
-        book = device_rates.get(job.device)
+        book = books.get(job.device)
         if model is None or book is None:
             continue
         group = stacked_in.get(job.run_id)
         together = members[id(group)] if group is not None else 1
         eval_rows = min(max(job.train.batch_size, EVAL_BATCH), max(n_test, 1))  # an evaluation batch's
-        train_step = book.step_seconds(model, batch, length, together)
-        eval_step = book.step_seconds(model, eval_rows, length, together)
-        if train_step is None or eval_step is None:  # a family without a rate here
-            continue
-        steps = math.ceil(n_train / batch) * train_step
-        evaluations = FORWARD_SHARE * math.ceil(n_test / eval_rows) * eval_step if n_test else 0.0
-        cost.seconds = (steps + evaluations) * job.train.epochs / together
+        cost.seconds = run_seconds(book, model, length, (math.ceil(n_train / batch), batch),
+                                   (math.ceil(n_test / eval_rows) if n_test else 0, eval_rows),
+                                   job.train.epochs, together)
+
+
+def run_seconds(rates: Any, layers: Sequence[tuple[str, float]], length: int, train: tuple[int, int],
+                evaluation: tuple[int, int], repeats: int = 1, together: int = 1) -> float | None:
+    """The step-time estimate of a run (a MAD run's, a pretraining run's: the one estimator): its
+    `train` (steps, rows of each) training steps and `evaluation` (batches, rows of each) forward
+    passes, each a FORWARD_SHARE of a step, over sequences of `length` tokens, `repeats` times (a
+    MAD run's epochs), at a device's `rates` (madsl.runner.plan.rate_model.DeviceRates) for its
+    `layers` (Shape.layers). `together`: the pending members of a stacked group, which share its
+    steps (a run's share). None where a layer family has no rate on the device."""
+    (steps, rows), (batches, eval_rows) = train, evaluation
+    train_step = rates.step_seconds(layers, rows, length, together)
+    eval_step = rates.step_seconds(layers, eval_rows, length, together)
+    if train_step is None or eval_step is None:  # a family without a rate here
+        return None
+    evaluations = FORWARD_SHARE * batches * eval_step if batches else 0.0
+    return (steps * train_step + evaluations) * repeats / together
 
 
 def _device_rates(pending: Sequence[Any], layers: list, rates: "RateBook", threads: int | None) -> dict[str, Any]:
-    """job.device -> the rates of the device it names, with every family its runs use (measured
-    now where the cache has none); a device this machine does not have is left out."""
-    import torch
-
-    from madsl.runner.train.device import resolve_device
-
+    """job.device -> the rates of the device it names, with every family its runs use."""
     families: dict[str, set[str]] = {}
     for job, model in zip(pending, layers):
         if model is not None:
             families.setdefault(job.device, set()).update(family for family, _ in model)
+    return device_rates(families, rates, threads)
+
+
+def device_rates(families: dict[str, set[str]], rates: "RateBook", threads: int | None = None) -> dict[str, Any]:
+    """Device name (auto, cpu, cuda, cuda:N) -> its rates (madsl.runner.plan.rate_model.DeviceRates)
+    with the layer families `families` names for it (measured now where the cache has none; the
+    cache saved); a device this machine does not have is left out (`rates.unavailable` says why).
+    `threads`: the torch threads a run trains on, on the CPU (None: this process's)."""
+    import torch
+
+    from madsl.runner.train.device import resolve_device
+
     out = {}
     for name, needed in families.items():
         try:

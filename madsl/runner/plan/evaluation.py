@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from madsl.errors import Location, MadslError, option
-from madsl.runner.execute.devices import _planned_device
+from madsl.runner.execute.devices import planned_device
 from madsl.runner.execute.jobs import RunJob
 from madsl.runner.plan.overrides import Overrides, SpecEvalWhere, check_spec_settings, overrides_from_spec_eval
 from madsl.runner.plan.protocols import budgeted_baseline
@@ -21,7 +21,7 @@ from madsl.runner.plan.settings import BY_KEY as SETTINGS_BY_KEY
 from madsl.runner.plan.settings import check_value as check_setting
 from madsl.runner.plan.task_settings import apply_setting_overrides, check_setting_keys, resolve_task_names
 from madsl.runner.store.files import StoreFiles
-from madsl.runner.store.results import RunIdentity, Store, canonical_json, madsl_version, sha256
+from madsl.runner.store.results import RunIdentity, Store, canonical_json, madsl_version
 from madsl.runner.train.options import train_config_identity
 from madsl.runner.train.precision import resolve_precision
 
@@ -29,11 +29,6 @@ DEFAULT_PROTOCOL = "quick"
 
 
 # --- specs and models ----------------------------------------------------------------------
-
-def spec_identity(spec: Any) -> str:
-    """The text whose hash identifies a spec's model (`Spec.identity`, as canonical JSON)."""
-    return canonical_json(spec.identity())
-
 
 @dataclass
 class CompiledSpecFactory:
@@ -50,7 +45,7 @@ class CompiledSpecFactory:
                              seed=seed)
 
 
-def _load_specs(items: Sequence[Any], notes: list[str] | None = None) -> list[tuple[Any, str | None]]:
+def load_specs(items: Sequence[Any], notes: list[str] | None = None) -> list[tuple[Any, str | None]]:
     """The specs as `madsl compile` builds them: one whose `budget.fit` is not solved yet trains
     with the solution (`madsl.fit.fitted`), and `notes` gets what was used."""
     from madsl.fit import fit_note, fitted
@@ -59,7 +54,7 @@ def _load_specs(items: Sequence[Any], notes: list[str] | None = None) -> list[tu
     files: dict[Path, Any] = {}
     for item in items:
         if isinstance(item, (str, os.PathLike)):
-            from madsl.spec import load_spec
+            from madsl.lang.spec import load_spec
 
             if not Path(item).exists():
                 raise MadslError(f"no such spec file: {item}")
@@ -78,7 +73,7 @@ def _load_specs(items: Sequence[Any], notes: list[str] | None = None) -> list[tu
     return out
 
 
-def _task_registry(registry: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+def tasks_by_name(registry: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
     """name -> Task, and the names `all` stands for."""
     if registry is not None:
         return dict(registry), list(registry)
@@ -155,7 +150,7 @@ def _check_freeze(spec: Any, names: Sequence[str], path: Any, location: Any = No
     """Every name to freeze must name layers of the spec: a symbol used in its topology, a #tag, or embedding."""
     if not names:
         return
-    from madsl import topology as topo
+    from madsl.lang import topology as topo
     from madsl.errors import did_you_mean
 
     written = {layer.symbol for layer in topo.layers(spec.topology)} | \
@@ -175,7 +170,7 @@ def plan_spec(spec: Any, path: str | None, cli: Overrides | None = None,
     line's overrides `cli`, on the default protocol. Bad keys, values and task names raise
     located MadslErrors, so this also validates a spec's eval section without running it."""
     if registry is None:
-        registry, all_tasks = _task_registry(None)
+        registry, all_tasks = tasks_by_name(None)
     cli = cli or Overrides()
     where = SpecEvalWhere(getattr(spec, "source_map", None), path)
     from_spec = overrides_from_spec_eval(getattr(spec, "eval", None), path, where.source_map,
@@ -269,8 +264,8 @@ def plan_evaluation(store: StoreFiles, specs: Sequence[tuple[Any, str | None]], 
                     placement: Sequence[str] | None = None, runs_on: str | None = None) -> EvaluationPlan:
     """Every run of every spec (validated, with its job), without writing to the store.
     runs_on: the device kind the runs will train on, when not this machine's (Ray workers)."""
-    runs_on = runs_on or _planned_device(device)
-    registry, all_tasks = _task_registry(task_registry)
+    runs_on = runs_on or planned_device(device)
+    registry, all_tasks = tasks_by_name(task_registry)
     jobs: list[RunJob] = []
     plan = EvaluationPlan(jobs=[], specs=[], runs=[], skip_solved_at=None, protocols=set())
     for spec, path in specs:
@@ -278,9 +273,8 @@ def plan_evaluation(store: StoreFiles, specs: Sequence[tuple[Any, str | None]], 
         plan.protocols.add(spec_plan.protocol.name)
         if spec_plan.protocol.skip_solved:
             plan.skip_solved_at = spec_plan.protocol.early_stop_acc
-        identity_text = spec_identity(spec)
-        spec_hash = sha256(identity_text)
-        plan.specs.append((spec_hash, spec.name, identity_text, path))
+        spec_hash = spec.hash
+        plan.specs.append((spec_hash, spec.name, spec.identity_text, path))
         factory = model_factory(spec) if model_factory is not None else CompiledSpecFactory(spec, path)
         identities: dict[str, list[tuple[RunIdentity, str]]] = {}  # label -> its runs
         for run in spec_plan.runs:

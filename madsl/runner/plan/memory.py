@@ -26,9 +26,12 @@ most activations); those fail as runs, with the error recorded (exit 3).
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from madsl.errors import MadslError, option
+
+if TYPE_CHECKING:
+    from madsl.runner.plan.cost import Shapes
 
 WEIGHT_BYTES = 4
 TRAINING_STATE_BYTES = 12
@@ -105,12 +108,14 @@ def needs(members: Sequence[Any], params: int, layers: int) -> dict[str, int]:
     return max(training, evaluation, key=lambda parts: sum(parts.values()))
 
 
-def check_fits(work: Sequence[Any]) -> None:
+def check_fits(work: Sequence[Any], shapes: "Shapes | None" = None) -> None:
     """Refuse (MadslError, exit 2) a plan with a run or group whose lower bound exceeds its
-    device's memory. `work`: the units an executor runs (RunJobs and GroupJobs)."""
-    from madsl.graph import account
+    device's memory. `work`: the units an executor runs (RunJobs and GroupJobs); `shapes`: the
+    plan's accounting (madsl.runner.plan.cost.Shapes), which its cost reads after (each shape
+    accounted once)."""
+    from madsl.runner.plan.cost import Shapes
 
-    accounted: dict[tuple, tuple[int, int]] = {}  # (spec, seq_len, vocab) -> (params, layers)
+    shapes = shapes if shapes is not None else Shapes()
     for unit in work:
         members = list(getattr(unit, "members", [unit]))
         first = members[0]
@@ -119,11 +124,8 @@ def check_fits(work: Sequence[Any]) -> None:
             continue
         settings = dict(first.setting)
         seq_len, vocab = int(settings.get("seq_len", 1)), int(first.task.vocab_size(settings))
-        key = (id(spec), seq_len, vocab)
-        if key not in accounted:
-            accounting = account(spec, seq_len=seq_len, vocab=vocab)
-            accounted[key] = (accounting.totals["params"], len(accounting.layers))
-        params, layers = accounted[key]
+        accounting = shapes.accounting(spec, seq_len, vocab)
+        params, layers = accounting.totals["params"], len(accounting.layers)
         parts = needs(members, params, layers)
         needed = sum(parts.values())
         where, available = device_memory(getattr(unit, "device", first.device))

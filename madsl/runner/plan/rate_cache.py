@@ -17,7 +17,6 @@ plan measures again.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from madsl.paths import cache_dir
-from madsl.runner.store.files import os_error_words
+from madsl.oserrors import os_error_words
 
 CACHE_NAME = "device-rates.json"
 FORMAT = 1  # the layout below; another is refused (and measured again)
@@ -154,20 +153,13 @@ def save_cache(path: Path, data: dict[str, Any]) -> bool:
     or where `path` is a symbolic link (not madsl's: neither followed nor replaced)."""
     if path.is_symlink():
         return False
-    tmp = None
+    from madsl.outputs import write_text_atomic
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        from madsl.outputs import temp_beside
-
-        fd, tmp = temp_beside(path, ".tmp")  # a new file (O_EXCL): a planted name is not followed
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True))  # its temporary: O_EXCL, never followed
         return True
     except OSError:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         return False
 
 

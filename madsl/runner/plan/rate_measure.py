@@ -9,6 +9,7 @@ import math
 from dataclasses import replace
 from typing import Any, Callable, Iterator
 
+from madsl.runner.common.choices import TRAIN_FORWARDS
 from madsl.runner.plan.rate_cache import MAX_REST_S, plausible_ranges
 from madsl.runner.plan.rate_model import (BATCHES, RATE_LENGTH, RATE_WIDTH, REFERENCE_TOPOLOGY, REFERENCE_VOCAB,
                                           SPEEDUP_STEPS, TIMED_STEPS, DeviceRates, Line, Measured, Progress, clock,
@@ -23,7 +24,7 @@ def layer_flops(account: Any) -> list[tuple[str, float]]:
 def measure_into(book: DeviceRates, device: Any, families: list[str], progress: Progress | None) -> None:
     """Measure `families` into `book`, and the rest of a model (with the reference model's own
     families) and, on a CPU run by several threads, their speedup, where `book` has none."""
-    from madsl.spec import spec_from_topology
+    from madsl.lang.spec import spec_from_topology
 
     reference = spec_from_topology(REFERENCE_TOPOLOGY, dim=RATE_WIDTH)
     reference_families = [] if book.rest is not None else \
@@ -62,7 +63,7 @@ def measure_family(family: str, device: Any) -> Line:
     """A family's line from its layer's forward + backward at the two batch sizes of the device."""
     import torch
 
-    from madsl.stdlib import primitive
+    from madsl.lang.stdlib import primitive
 
     prim = primitive(family, RATE_WIDTH).at_length(RATE_LENGTH)
     flops = max(float(prim.cost(RATE_LENGTH).flops), 1.0)
@@ -84,7 +85,7 @@ def measure_family(family: str, device: Any) -> Line:
         per_row, overhead = t_big / big, 0.0
     else:
         overhead = max(0.0, t_small - per_row * small)
-    return Line(overhead, 3.0 * flops / per_row, now(), load_average())
+    return Line(overhead, TRAIN_FORWARDS * flops / per_row, now(), load_average())
 
 
 def _plausible(line: Line, book: DeviceRates) -> Line:
@@ -103,7 +104,7 @@ def measure_model(book: DeviceRates, reference: Any, device: Any) -> tuple[Measu
     layers = _reference_layers(reference)
     if any(family not in book.families for family, _ in layers):
         return None, seconds
-    layers_only = sum(book.families[family].seconds(3.0 * flops * rows) for family, flops in layers)
+    layers_only = sum(book.families[family].seconds(TRAIN_FORWARDS * flops * rows) for family, flops in layers)
     rest = max(seconds - layers_only, 0.0) / (len(layers) * rows * RATE_LENGTH)
     return Measured(rest, now(), load_average()), seconds
 

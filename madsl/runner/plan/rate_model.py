@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
+from madsl.runner.common.choices import TRAIN_FORWARDS
+
 RATE_WIDTH = 128
 RATE_LENGTH = 128
 BATCHES = {"cpu": (8, 32), "cuda": (32, 128)}  # the two points of a family's line, in sequences
@@ -90,7 +92,7 @@ class DeviceRates:
         launch for all)."""
         if any(family not in self.families for family, _ in layers):
             return None
-        seconds = sum(self.families[family].seconds(3.0 * flops * rows * members) for family, flops in layers)
+        seconds = sum(self.families[family].seconds(TRAIN_FORWARDS * flops * rows * members) for family, flops in layers)
         if self.rest is not None:
             seconds += self.rest.value * len(layers) * rows * length * members
         return seconds / (self.threads_speedup.value if self.threads_speedup is not None else 1.0)

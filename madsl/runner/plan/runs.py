@@ -3,7 +3,8 @@ applied (`build_plan`), each a task setting and its training settings (`TrainSet
 filed under the protocol that asked for it.
 
 `TrainSettings` is everything about how one run trains (task setting and model aside):
-what `madsl.runner.train` trains by and what a run's identity holds.
+what `madsl.runner.train` trains by and what a run's identity holds (a record of
+madsl.runner.common.records, below every room that reads it).
 """
 from __future__ import annotations
 
@@ -14,35 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from madsl.errors import MadslError
+from madsl.runner.common.choices import MAX_SEED
+from madsl.runner.common.records import TrainSettings
 from madsl.runner.plan.overrides import Overrides
 from madsl.runner.plan.protocols import Protocol, budgeted_baseline, get_protocol
 from madsl.runner.plan.settings import RUN_OPTIONS
 from madsl.runner.plan.task_settings import apply_setting_overrides, check_setting_keys
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """Everything about how one run trains (task setting and model aside)."""
-
-    lr: float
-    wd: float
-    epochs: int
-    batch_size: int
-    seed: int
-    min_lr: float
-    early_stop_acc: float
-    eval_lengths: tuple[int, ...] = ()
-    freeze: tuple[str, ...] = ()
-    precision: str = "fp32"  # fp32 or bf16 once planned for a device; "auto" before
-    conventions: str = "madsl"  # whose task layouts and training details (madsl.conventions)
-    # madsl.runner.train.options: each default is what runs did before the option existed
-    optimizer: str = "adamw"
-    schedule: str = "cosine"
-    metric: str = "macro"
-    stop_acc: float | None = None
-    patience: int | None = None
-    min_delta: float = 0.0
-    lm_head: str = "conventions"
 
 
 # Runs that the protocol alone would not make (a setting, lr, wd, epochs, batch size, seed or
@@ -108,8 +86,6 @@ def _plan_runs(tasks: Sequence, overrides: Overrides, source: str = "--set") -> 
     for name, value in (("epochs", epochs_for(tasks[0]) if tasks else 1), ("batch size", batch_size)):
         if value < 1:
             raise MadslError(f"{name} must be at least 1, got {value}")
-    from madsl.runner.plan.settings import MAX_SEED
-
     if any(not 0 <= int(seed) <= MAX_SEED for seed in seeds):  # a sweep's train.seed, the Python API's
         raise MadslError(f"seed must be from 0 to {MAX_SEED:,} (2^32 - 1), got {', '.join(map(str, seeds))}",
                          hint="every generator of a run is seeded from it")

@@ -36,17 +36,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from madsl.errors import Location, MadslError, did_you_mean, option
+from madsl.runner.common.choices import LM_HEADS, MAX_SEED, METRICS, OPTIMIZERS, PRECISIONS, SCHEDULES  # noqa: F401
+from madsl.runner.common.records import IDENTITY_DEFAULTS as RECORDED_DEFAULTS
+from madsl.runner.common.words import (finite_text, lengths_text, non_negative_text, positive_int_text,  # noqa: F401
+                                       positive_text, seed_text)
 
-# training seeds every generator with a run's seed (torch's take at most 64 bits, the per-epoch
-# one seed x 1,000,003): a 32-bit seed fits them all
-MAX_SEED = 2**32 - 1
+# the choices of the training options (madsl.runner.train.options says what each does), the
+# precisions and the largest seed are defined once, in madsl.runner.common.choices; a setting's
+# identity default, with the TrainSettings field it fills (madsl.runner.common.records)
 
-# the choices of the training options (madsl.runner.train.options says what each does)
-OPTIMIZERS = ("adamw", "adam")
-SCHEDULES = ("cosine", "constant")
-METRICS = ("macro", "token")
-LM_HEADS = ("conventions", "spec")
-PRECISIONS = ("fp32", "bf16", "auto")
 # the names of madsl.runner.plan.protocols.PROTOCOLS (tests/test_cli.py checks the two agree), here so
 # that the command line's choices need not import the protocols
 PROTOCOL_NAMES = ("smoke", "quick", "baseline", "paper")
@@ -220,80 +218,6 @@ def _min_delta(value: Any, where: Where, source: str) -> float:
     return float(value)
 
 
-# --- command-line words (argparse wraps the ValueError each raises into a usage error) ------------
-
-def _word(text: str, kind: type, expected: str) -> Any:
-    """`text` read as an int or a float, or a ValueError saying what was expected."""
-    try:
-        return kind(text)
-    except ValueError:
-        raise ValueError(f"expected {expected}, got {text!r}") from None
-
-
-def _require(ok: bool, expected: str, shown: Any) -> None:
-    if not ok:
-        raise ValueError(f"expected {expected}, got {shown}")
-
-
-def positive_int_text(text: str) -> int:
-    value = _word(text, int, "a positive integer")
-    _require(value > 0, "a positive integer", value)
-    return value
-
-
-def finite_text(text: str) -> float:
-    value = _word(text, float, "a number")
-    _require(math.isfinite(value), "a finite number", text)
-    return value
-
-
-def non_negative_text(text: str) -> float:
-    value = finite_text(text)
-    _require(value >= 0, "a non-negative number", text)
-    return value
-
-
-def positive_text(text: str) -> float:
-    value = finite_text(text)
-    _require(value > 0, "a positive number", text)
-    return value
-
-
-def seed_text(text: str) -> int:
-    """A seed of data, init and order: an integer from 0 to 2^32 - 1."""
-    value = _word(text, int, "an integer")
-    _require(value >= 0, "a non-negative integer", value)
-    _require(value <= MAX_SEED, f"a seed from 0 to {MAX_SEED:,} (2^32 - 1)", value)
-    return value
-
-
-def lengths_text(text: str) -> list[int]:
-    """Sequence lengths: a comma-separated list (64,128,256), a range of powers of two
-    (64..1048576: 64, 128, ..., 1048576), or both (32,64..256)."""
-    values: list[int] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:  # "64,,128" or a trailing comma: a length left out, not to be guessed
-            raise ValueError(f"an empty item in {text!r}: expected a length between every two commas")
-        low, dots, high = part.partition("..")
-        try:
-            first, last = int(low), int(high) if dots else int(low)
-        except ValueError:
-            raise ValueError(f"expected lengths such as 64,128,256 or a range of powers of two such as 64..1048576, "
-                             f"got {text!r}") from None
-        if first <= 0 or last <= 0:
-            raise ValueError(f"expected positive lengths, got {text!r}")
-        if dots:
-            if first & (first - 1) or last & (last - 1) or last < first:
-                raise ValueError(f"a range {part!r} runs over powers of two: both ends powers of two, the first "
-                                 "not larger")
-            values += [1 << e for e in range(first.bit_length() - 1, last.bit_length())]
-        else:
-            values.append(first)
-    if not values:
-        raise ValueError(f"expected positive lengths, got {text!r}")
-    return values
-
-
 # --- the table -------------------------------------------------------------------------------
 
 # YAML 1.1 reads 1e-3 as a string, which the checks take as the number it spells
@@ -340,44 +264,48 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("precision", "precision", "fp32; bf16 (autocast, float32 master weights; exit 2 where the device has "
             "no bf16); auto: bf16 on a CUDA device with bf16, else fp32 (default: the spec's eval.precision, "
             "else fp32)",
-            choice(PRECISIONS, "precision", "bf16 trains in bfloat16 autocast with float32 master weights"), flag="--precision", cli={"choices": PRECISIONS}, identity_default="fp32",
+            choice(PRECISIONS, "precision", "bf16 trains in bfloat16 autocast with float32 master weights"),
+            flag="--precision", cli={"choices": PRECISIONS}, identity_default=RECORDED_DEFAULTS["precision"],
             schema={"enum": list(PRECISIONS)}),
     Setting("conventions", "conventions", "mad-lab: task layouts, vocabularies, optimizer, schedule, LM head and "
             "accuracy as the reference implementation (athms/mad-lab) has them; madsl: the paper's text (default: "
             "the spec's eval.conventions, else the protocol's: mad-lab for paper and baseline, madsl for quick "
             "and smoke; docs/tasks.md)",
             choice(CONVENTIONS, "conventions", "mad-lab: the reference implementation's; madsl: the paper's text"),
-            flag="--conventions", cli={"choices": CONVENTIONS}, identity_default="madsl",
+            flag="--conventions", cli={"choices": CONVENTIONS}, identity_default=RECORDED_DEFAULTS["conventions"],
             schema={"enum": list(CONVENTIONS)}),
     Setting("optimizer", "optimizer", "adamw: decoupled weight decay, Table B.1's betas; adam: plain torch Adam "
             "(betas 0.9, 0.999), weight decay coupled",
             choice(OPTIMIZERS, "optimizer", "adamw: decoupled weight decay; adam: plain torch Adam, coupled weight decay"),
-            flag="--optimizer", cli={"choices": OPTIMIZERS}, identity_default="adamw",
+            flag="--optimizer", cli={"choices": OPTIMIZERS}, identity_default=RECORDED_DEFAULTS["optimizer"],
             schema={"enum": list(OPTIMIZERS)}),
     Setting("schedule", "schedule", "cosine: decay to the protocol's min lr; constant: the learning rate "
             "throughout",
             choice(SCHEDULES, "schedule", "cosine: decay to min_lr; constant: the learning rate throughout"),
-            flag="--schedule", cli={"choices": SCHEDULES}, identity_default="cosine",
+            flag="--schedule", cli={"choices": SCHEDULES}, identity_default=RECORDED_DEFAULTS["schedule"],
             schema={"enum": list(SCHEDULES)}),
     Setting("metric", "metric", "the accuracy the stopping rule reads and runs are scored by: macro "
             "(class-averaged, MAD's) or token (share of scored positions right)",
             choice(METRICS, "metric", "macro: class-averaged accuracy; token: share of scored positions right"),
-            flag="--metric", cli={"choices": METRICS}, identity_default="macro",
+            flag="--metric", cli={"choices": METRICS}, identity_default=RECORDED_DEFAULTS["metric"],
             schema={"enum": list(METRICS)}),
     Setting("stop_acc", "stop_acc", "stop once the eval accuracy exceeds X (default: the protocol's early stop)",
-            _accuracy, flag="--stop-acc", cli={"metavar": "X"}, text=finite_text, identity_default=None,
+            _accuracy, flag="--stop-acc", cli={"metavar": "X"}, text=finite_text,
+            identity_default=RECORDED_DEFAULTS["stop_acc"],
             schema=_NUMBER),
     Setting("patience", "patience", "stop after P epochs in a row without an eval-loss improvement of more than "
             "--min-delta",
-            _patience, flag="--patience", cli={"metavar": "P"}, text=positive_int_text, identity_default=None,
+            _patience, flag="--patience", cli={"metavar": "P"}, text=positive_int_text,
+            identity_default=RECORDED_DEFAULTS["patience"],
             schema={"type": "integer", "minimum": 1}),
     Setting("min_delta", "min_delta", "the eval-loss decrease that counts as an improvement (default 0)",
-            _min_delta, flag="--min-delta", cli={"metavar": "D"}, text=non_negative_text, identity_default=0.0,
+            _min_delta, flag="--min-delta", cli={"metavar": "D"}, text=non_negative_text,
+            identity_default=RECORDED_DEFAULTS["min_delta"],
             schema=_NUMBER),
     Setting("lm_head", "lm_head", "conventions: the LM head the conventions give (mad-lab: untied, with a bias); "
             "spec: the spec's own output layer (tied where the spec says so)",
             choice(LM_HEADS, "lm_head", "conventions: the conventions' LM head; spec: the spec's own output layer"),
-            flag="--lm-head", cli={"choices": LM_HEADS}, identity_default="conventions",
+            flag="--lm-head", cli={"choices": LM_HEADS}, identity_default=RECORDED_DEFAULTS["lm_head"],
             schema={"enum": list(LM_HEADS)}),
 )
 

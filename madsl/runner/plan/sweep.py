@@ -16,7 +16,7 @@ Errors point at the line and column of the sweep file, with did-you-mean for key
 field paths.
 
 Sweep files come from pull requests, and their errors land in CI logs. `specs:` entries
-follow the read policy of every file a spec names (madsl/spec_files.py): a relative path
+follow the read policy of every file a spec names (madsl/lang/spec/files.py): a relative path
 or glob inside the sweep file's folder (or $MADSL_SPEC_ROOT), or `bundled:NAME`; anything
 else is refused at the entry before a file is read, and a named file that is not a spec is
 reported by name only. The work a sweep asks for is capped before it is done: its number of
@@ -37,7 +37,7 @@ from typing import Any, Callable
 from madsl.errors import Location, MadslError, did_you_mean
 from madsl.runner.plan.settings import BY_KEY as SETTINGS_BY_KEY
 from madsl.runner.plan.settings import SWEEP_TRAIN_KEYS, Where
-from madsl.yamlsource import Located, load
+from madsl.lang.yamlsource import Located, load
 
 SWEEP_KEYS = ("specs", "protocol", "tasks", "vary", "train")
 TRAIN_KEYS = SWEEP_TRAIN_KEYS  # the settings a sweep file may set (madsl.runner.plan.settings)
@@ -57,7 +57,7 @@ MAX_RUNS = 100_000
 
 @dataclass
 class Variant:
-    spec: Any  # madsl.spec.Spec
+    spec: Any  # madsl.lang.spec.Spec
     path: str
     varied: dict[str, Any]  # field path -> value
     over_budget: list[str] = field(default_factory=list)  # the budget's violations, as sentences
@@ -130,8 +130,8 @@ def _check_variant_count(specs: int | None, grid: list[tuple[str, list[Any]]], w
 
 def _load_named(spec_path: Path, where: Location, ref: str) -> Any:
     """The spec a `specs:` entry names, held to the read policy: not a spec -> an error at the entry."""
-    from madsl.spec import load_spec
-    from madsl.spec_files import NOT_A_SPEC_EXPECTED, NotASpec, as_named
+    from madsl.lang.spec import load_spec
+    from madsl.lang.spec.files import NOT_A_SPEC_EXPECTED, NotASpec, as_named
 
     shown = as_named(spec_path)
     try:
@@ -180,7 +180,7 @@ def _runs_of(spec: Any, path: str, cli: Any) -> int:
 def _spec_paths(located: Located) -> list[tuple[Path, Location, str]]:
     """Each spec file the `specs:` entries name (resolved, in order, once), with the entry that
     named it first and its text. Nothing is read: the read policy refuses at the entry."""
-    from madsl.spec_files import resolve_named
+    from madsl.lang.spec.files import resolve_named
 
     specs = located.data["specs"]
     patterns = [specs] if isinstance(specs, str) else specs
@@ -310,9 +310,9 @@ def variant_name(name: str, varied: dict[str, Any]) -> str:
 
 def _variant(base: Any, spec_path: str, varied: dict[str, Any], located: Located,
              grid: list[tuple[str, list[Any]]], entry: Location) -> Variant:
-    from madsl.budget import check
+    from madsl.lang.budget import check
     from madsl.graph import account
-    from madsl.spec import spec_with
+    from madsl.lang.spec import spec_with
 
     overrides: dict[str, Any] = {"name": variant_name(base.name, varied)}
     layers = copy.deepcopy(base.data.get("layers") or {})
@@ -355,8 +355,8 @@ def _variant_error(name: str, err: MadslError, located: Located) -> MadslError:
 def layer_count(spec: Any) -> int:
     """The layers of a spec's expanded topology: every sequence mixer (each branch of a parallel
     one) and every channel mixer a block gets. The topology is already within the block limit
-    (MAX_BLOCKS, madsl/topology_nodes.py), so the count is quick."""
-    from madsl import topology as topo
+    (MAX_BLOCKS, madsl/lang/topology/nodes.py), so the count is quick."""
+    from madsl.lang import topology as topo
 
     count = 0
     for block in topo.blocks(spec.topology):

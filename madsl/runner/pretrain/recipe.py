@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from madsl.errors import MadslError
+from madsl.runner.common.choices import TRAIN_FORWARDS  # forward + backward: three forward passes a token
 
 # MAD paper Table C.2: (parameters, learning rate) of its common settings, smallest first
 PAPER_LEARNING_RATES: tuple[tuple[float, float], ...] = (
@@ -29,9 +30,6 @@ PAPER_LEARNING_RATES: tuple[tuple[float, float], ...] = (
     (881e6, 4.55e-4), (1010e6, 4.33e-4), (1160e6, 4.15e-4), (1200e6, 4.11e-4), (1300e6, 4.00e-4),
     (1600e6, 3.84e-4), (1900e6, 3.67e-4), (2250e6, 3.47e-4), (2400e6, 3.39e-4), (2640e6, 3.25e-4),
     (3100e6, 3.00e-4), (4200e6, 2.72e-4), (5200e6, 2.46e-4), (7000e6, 2.00e-4))
-
-TRAIN_FLOPS_PER_FORWARD = 3  # forward + backward (twice the forward): the usual 6N of 2N per token
-
 
 def paper_learning_rate(params: float) -> float:
     """Table C.2's learning rate for a model of `params` parameters: linear interpolation between
@@ -149,7 +147,7 @@ class EvaluationSchedule(Sequence[int]):
 
 def train_flops_per_token(forward_flops_per_sequence: int, seq_len: int) -> float:
     """Training FLOPs of one token, from the accounting's forward FLOPs of one sequence."""
-    return TRAIN_FLOPS_PER_FORWARD * forward_flops_per_sequence / seq_len
+    return TRAIN_FORWARDS * forward_flops_per_sequence / seq_len
 
 
 def steps_for_budget(budget: float, flops_per_token: float, tokens_per_step: int, where: str = "") -> int:

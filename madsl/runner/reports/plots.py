@@ -11,14 +11,13 @@ failed or interrupted write leaves the previous file or none, never half a figur
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from madsl.errors import MadslError, option
-from madsl.outputs import temp_beside
+from madsl.outputs import write_atomic
 
 PLOT_EXTRA_HINT = "pip install 'madsl[plot]' (matplotlib)"
 SETTING_PREFIX = "setting."
@@ -39,15 +38,9 @@ def pyplot(option: str):
 def save_atomic(fig, path: Path, **savefig_kwargs) -> Path:
     """fig.savefig(path) through a temporary file beside it: readers never see half an image."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = temp_beside(path, suffix=path.suffix)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format=path.suffix.lstrip(".").lower() or "png", **savefig_kwargs)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    image_format = path.suffix.lstrip(".").lower() or "png"
+    return write_atomic(path, lambda tmp: fig.savefig(tmp, format=image_format, **savefig_kwargs),
+                        suffix=path.suffix)
 
 
 def heatmap(names: Sequence[str], columns: Sequence[str], values, title: str, path: Path) -> Path:

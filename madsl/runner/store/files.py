@@ -17,11 +17,11 @@ its rules.
 """
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 
 from madsl.errors import Location, MadslError
+from madsl.oserrors import OS_ERROR_WORDS, os_error_words  # noqa: F401 (the one table, below the tasks' cache too)
 
 
 def store_files_dir(db: str | os.PathLike) -> Path:
@@ -32,19 +32,6 @@ def store_files_dir(db: str | os.PathLike) -> Path:
 
 # what madsl keeps in a results folder (`<db>.files/`): folders, except the step-time cache
 FILES_ENTRIES = ("checkpoints", "data", "models", "step-times.json")
-
-OS_ERROR_WORDS = {
-    errno.ENOSPC: "no space left on device", getattr(errno, "EDQUOT", -1): "disk quota exceeded",
-    errno.EACCES: "permission denied", errno.EPERM: "permission denied", errno.EROFS: "read-only file system",
-    errno.ENOTDIR: "not a directory", errno.EISDIR: "is a directory", errno.EEXIST: "already exists",
-    errno.ELOOP: "a symbolic link", errno.ENAMETOOLONG: "file name too long", errno.EIO: "input/output error",
-}
-
-
-def os_error_words(err: OSError) -> str:
-    """Why a read or write failed, in words ("no space left on device", "permission denied",
-    "not a directory"), from its errno; else the system's own message."""
-    return OS_ERROR_WORDS.get(err.errno) or (err.strerror or str(err) or type(err).__name__).lower()
 
 
 class LinkError(MadslError):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -31,7 +30,9 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from madsl.runner.store.database import (ADDED_RUN_COLUMNS, EPOCH_COLUMNS, SCHEMA, SCHEMA_VERSION, TABLES, StoreError,
                                          check_database)
-from madsl.runner.store.files import StoreFiles, os_error_words
+from madsl.oserrors import os_error_words
+from madsl.runner.common.process import owner_is_dead, owner_tag, pid_alive  # noqa: F401 (also theirs from here)
+from madsl.runner.store.files import StoreFiles
 
 DEFAULT_DB = "madsl-results.db"
 
@@ -76,31 +77,6 @@ class RunIdentity:
     def run_id(self) -> str:
         return sha256(canonical_json({"spec": self.spec_hash, "task": self.task, "setting": self.setting,
                                       "train": self.train_config, "madsl": self.madsl_version}))
-
-
-def owner_tag() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process of this host with this pid exists (one we may not signal counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def owner_is_dead(owner: str | None, heartbeat: float | None, stale_after_s: float, now: float) -> bool:
-    """A running run's owner is gone: its pid is dead on this host, or its heartbeat is stale."""
-    if owner is None or heartbeat is None:
-        return True
-    host, _, pid = owner.rpartition(":")
-    if host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid)):
-        return True
-    return now - heartbeat > stale_after_s
 
 
 class Store(StoreFiles):

@@ -31,8 +31,9 @@ import numpy as np
 import torch
 
 from madsl.errors import Location, MadslError
-from madsl.runner.store.files import os_error_words
-from madsl.runner.store.results import pid_alive
+from madsl.oserrors import os_error_words
+from madsl.outputs import AtomicFile
+from madsl.runner.common.process import pid_alive
 
 FORMAT = "madsl-checkpoint"
 VERSION = 2  # 1: madsl before data-only checkpoints (numpy arrays inside; no longer read)
@@ -117,7 +118,8 @@ def _disk_full(folder: Path, tmp: Path) -> OSError | None:
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Atomic: write a temporary file beside it, fsync, then rename over the old one.
+    """Atomic and durable (madsl.outputs.AtomicFile): a temporary file beside it, fsynced, renamed
+    over the old one, the folder fsynced.
 
     A write that fails (a full disk, an interrupt) removes its temporary file and leaves
     the previous checkpoint as it was; one that fails for the file system (a full disk,
@@ -127,31 +129,24 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     _refuse_links(path)
     if path.parent.exists() and not path.parent.is_dir():
         raise CheckpointWriteError(path, OSError(errno.ENOTDIR, "Not a directory", str(path.parent)))
-    tmp = path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.tmp")
-    created = False
+    atomic = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # a new file, or our own pid's leftover: never through a symbolic link planted at the name
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o666)
-        created = True
-        with os.fdopen(fd, "wb") as f:
-            sink = _Sink(f)
-            try:
-                torch.save({"format": FORMAT, "version": VERSION, **state}, sink)
-            except RuntimeError as err:  # torch's own report of a failed write: find the real reason
-                cause = sink.error or _os_error_under(err) or _disk_full(path.parent, tmp)
-                if cause is None:
-                    raise
-                raise cause from None
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        # a new file (O_EXCL: never through a link planted at the name), named by host and pid
+        atomic = AtomicFile(path, tag=f"{_HOST}.{os.getpid()}")
+        sink = _Sink(atomic.file)
+        try:
+            torch.save({"format": FORMAT, "version": VERSION, **state}, sink)
+        except RuntimeError as err:  # torch's own report of a failed write: find the real reason
+            cause = sink.error or _os_error_under(err) or _disk_full(path.parent, Path(atomic.name))
+            if cause is None:
+                raise
+            raise cause from None
+        atomic.commit()
     except BaseException as err:
-        if created:
-            tmp.unlink(missing_ok=True)
+        if atomic is not None:
+            atomic.discard()
         if isinstance(err, OSError):
-            if err.errno == errno.ELOOP and os.path.islink(tmp):
-                raise CheckpointError(path, f"cannot be written: {tmp} is a symbolic link (left as it is)") from None
             raise CheckpointWriteError(path, err) from None
         raise
     _remove_stale_temporaries(path)
@@ -168,7 +163,7 @@ def _remove_stale_temporaries(path: Path) -> None:
     """
     prefix = f".{path.name}.{_HOST}."
     for tmp in path.parent.glob(f"{glob.escape(prefix)}*.tmp"):
-        pid = tmp.name[len(prefix):-len(".tmp")]
+        pid = tmp.name[len(prefix):-len(".tmp")].split(".")[0]  # .<name>.<host>.<pid>[.<random>].tmp
         if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)) and not tmp.is_symlink():
             tmp.unlink(missing_ok=True)
 

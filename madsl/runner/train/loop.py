@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from madsl.conventions import MAD_LAB
-from madsl.runner.plan.runs import TrainSettings
+from madsl.runner.common.records import TrainSettings
 from madsl.runner.train.device import is_out_of_memory, release_device_memory
 from madsl.runner.train.heads import TaskModel
 from madsl.runner.train.metrics import EpochMetrics, RunResult, _loss, eval_batch_size, evaluate

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from madsl.conventions import MAD_LAB
-from madsl.runner.plan.runs import TrainSettings
+from madsl.runner.common.records import TrainSettings
 from madsl.runner.train.heads import TaskModel
 from madsl.runner.train.precision import autocast
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from madsl.conventions import MAD_LAB
-from madsl.runner.plan.runs import TrainSettings
+from madsl.runner.common.records import TrainSettings
 
 BETAS = (0.9, 0.98)  # MAD paper Table B.1
 

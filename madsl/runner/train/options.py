@@ -21,15 +21,17 @@
 
 A run's identity names an option only when it is off its default (`train_config_identity`),
 so the run ids of everything trained before the option existed stay valid. Each option is
-declared, with its choices, checks and identity default, in madsl.runner.plan.settings.
+declared, with its checks, in madsl.runner.plan.settings; its choices and identity default in
+madsl.runner.common.
 """
 from __future__ import annotations
 
 import math
 from typing import Sequence
 
-# declared with the other evaluation settings (each once): madsl.runner.plan.settings
-from madsl.runner.plan.settings import IDENTITY_DEFAULTS, LM_HEADS, MAX_SEED, METRICS, OPTIMIZERS, SCHEDULES  # noqa: F401
+# defined once, below every room: madsl.runner.common (each option's setting: madsl.runner.plan.settings)
+from madsl.runner.common.choices import LM_HEADS, MAX_SEED, METRICS, OPTIMIZERS, SCHEDULES  # noqa: F401
+from madsl.runner.common.records import IDENTITY_DEFAULTS
 
 
 def train_config_identity(train_config: dict) -> dict:

@@ -19,12 +19,11 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from madsl.errors import MadslError, option
+from madsl.runner.common.choices import PRECISIONS
 from madsl.runner.train.options import train_config_identity  # noqa: F401 (its home before the other options)
 
 if TYPE_CHECKING:
     import torch
-
-PRECISIONS = ("fp32", "bf16", "auto")
 
 
 def check_precision(name: str) -> str:

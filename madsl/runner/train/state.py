@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from madsl.conventions import MAD_LAB
-from madsl.runner.plan.runs import TrainSettings
+from madsl.runner.common.records import TrainSettings
 from madsl.runner.train.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from madsl.runner.train.heads import TaskModel
 from madsl.runner.train.metrics import EpochMetrics, MetricAccumulator, RunResult

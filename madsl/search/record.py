@@ -16,7 +16,7 @@ from madsl.search.algorithms import objective_vector
 from madsl.search.config import SearchFile
 from madsl.search.nsga2 import non_dominated_sort
 from madsl.search.state import SearchState, json_ready
-from madsl.spec_files import SPEC_KEYS
+from madsl.lang.spec.files import SPEC_KEYS
 
 
 def front(search: SearchFile, state: SearchState) -> list[dict[str, Any]]:
@@ -114,21 +114,14 @@ def spec_text(search: SearchFile, candidate: dict[str, Any]) -> str:
 
 def write_specs(search: SearchFile, state: SearchState, folder: str | os.PathLike) -> list[str]:
     """The front's candidates as `<name>.mad` in `folder`, each written atomically; returns the paths."""
-    from madsl.outputs import temp_beside
+    from madsl.outputs import write_text_atomic
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for candidate in front(search, state):
-        # a name read from the state: a plain file name in `folder` (os.replace swaps a link, never follows it)
+        # a name read from the state: a plain file name in `folder` (the write replaces a link, never follows it)
         path = file_in(folder, candidate["name"], ".mad", "a candidate's name")
-        fd, tmp = temp_beside(path)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(spec_text(search, candidate))
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_text_atomic(path, spec_text(search, candidate))
         written.append(str(path))
     return written

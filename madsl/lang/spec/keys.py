@@ -19,8 +19,8 @@ Every key is checked; unknown keys are errors, never ignored:
                                     do (default none: each layer's own initialisation)
     final_norm: bool                a norm after the last block, before the head (default true)
     layers: {SYMBOL: {...}}         override a symbol's parameters, or define a new symbol
-                                    with `primitive: NAME` or `base: SYMBOL` (spec_symbols.py)
-    budget: {QUANTITY: BOUND, seq_len: int}   see budget.py
+                                    with `primitive: NAME` or `base: SYMBOL` (symbols.py)
+    budget: {QUANTITY: BOUND, seq_len: int}   see madsl/lang/budget.py
     eval: {...}                     settings for `madsl eval` (checked by the runner)
 """
 from __future__ import annotations
@@ -28,9 +28,9 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from madsl import budget as budgets
+from madsl.lang import budget as budgets
 from madsl.errors import Collector, MadslError, did_you_mean
-from madsl.spec_files import SPEC_KEYS, Locator
+from madsl.lang.spec.files import SPEC_KEYS, Locator
 
 TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "description": (str,), "extends": (str,), "dim": (int,), "vocab": (int,),
@@ -39,7 +39,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "final_norm": (bool,),
     "layers": (dict,), "budget": (dict,), "eval": (dict,),
 }
-assert tuple(TYPES) == SPEC_KEYS, "madsl.spec_files.SPEC_KEYS names the keys of TYPES"
+assert tuple(TYPES) == SPEC_KEYS, "madsl.lang.spec.files.SPEC_KEYS names the keys of TYPES"
 REQUIRED = ("name", "dim", "topology")
 CHOICES = {"norm": ("rms", "layer"), "positions": ("none", "learned")}
 POSITIVE = ("dim", "vocab", "seq_len", "embedding_std", "linear_std")

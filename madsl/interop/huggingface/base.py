@@ -1,8 +1,8 @@
-"""What every Hugging Face hybrid family (madsl.hf_config) shares: the base class of a family, the
+"""What every Hugging Face hybrid family (families.py) shares: the base class of a family, the
 readers of the layer settings several families write alike (attention, Mamba-2, rotary, the spec's
 data), and `Stack`, a spec read back from its plan for writing a config.json.
 
-A family's `read(cfg, name)` turns a config.json (`madsl.hf_config_file.Config`) into a spec's
+A family's `read(cfg, name)` turns a config.json (`config.Config`) into a spec's
 data; its `write(spec)` gives the config.json fields that describe the spec's stack, or refuses
 with the reason where the family cannot express it. Every size madsl accounts is read from the
 config or refused; none is guessed.
@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from madsl.convert import compact
+from madsl.interop.megatron import compact
 from madsl.errors import MadslError
 from madsl.graph import build_graph
-from madsl.hf_config_file import Config
+from madsl.interop.huggingface.config import Config
 from madsl.structure import PARALLEL, SETTINGS, plan_blocks, refuse_beyond_stack
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from madsl.errors import MadslError
-from madsl.hf_config_file import Config
-from madsl.hf_family_base import Family, Stack, attention, head_dim, period, spec_data
+from madsl.interop.huggingface.config import Config
+from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, period, spec_data
 
 
 class Jamba(Family):

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from .primitives.base import Primitive, WidthRelative
-from .resources import stdlib_dir
+from madsl.primitives.base import Primitive, WidthRelative
+from madsl.resources import stdlib_dir
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""`madsl compile`, `madsl expand` and `madsl check`: a spec's layers, accounting and budgets.
+"""`madsl check`: the CI gate: budgets of specs, and iso-state / iso-parameter sets, with every
+problem located in its spec file (text, JSON, GitHub annotations, or one line per problem).
 
-None of these imports torch (except `compile --emit torch`), so `madsl check` in CI starts
-in a fraction of a second.
+It never imports torch, so `madsl check` in CI starts in a fraction of a second.
 """
 from __future__ import annotations
 
@@ -9,36 +9,14 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from madsl.cli.arguments import positive_int
-from madsl.cli.common import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, make_console, print_error, print_whole, write_atomic
-from madsl.cli.common import format_word
+from madsl.cli.common import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, make_console, print_error, print_whole
 from madsl.errors import Location, MadslError
-from madsl.outputs import check_output_path, output_error
 
 if TYPE_CHECKING:
-    from madsl.spec import Spec
+    from madsl.lang.spec import Spec
 
 
-def add_parsers(subparsers) -> None:
-    p = subparsers.add_parser("compile", help="account a spec layer by layer, check its budget, or build the model")
-    p.add_argument("spec", nargs="?", help="a .mad spec file")
-    p.add_argument("-t", "--topology", help="a topology string, with the stdlib's paper defaults")
-    p.add_argument("--dim", type=positive_int, help="model width (default: the spec's, or 128 with -t)")
-    p.add_argument("--vocab", type=positive_int, help="vocabulary size (embedding and head)")
-    p.add_argument("--seq-len", type=positive_int, help="sequence length for KV cache and FLOPs")
-    p.add_argument("--format", "--emit", dest="emit", type=format_word, choices=("text", "json", "dot", "torch"),
-                   default="text", help="text (old name: summary): the layer table and budget verdict; json: the same "
-                   "for scripts; dot: the graph (Graphviz); torch: the built model, saved to -o (--emit: old name)")
-    p.add_argument("-o", "--output", help="write the output to this file")
-    p.set_defaults(func=cmd_compile)
-
-    p = subparsers.add_parser("expand", help="print the fully expanded layer list of a topology (its syntax only: "
-                                             "symbols are not looked up; compile -t checks them)")
-    p.add_argument("topology", help="a topology string, e.g. '(H:5A:5H:A)x2'")
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text: one block per line; json: the list of blocks, each its layer symbols")
-    p.set_defaults(func=cmd_expand)
-
+def add_parser(subparsers) -> None:
     p = subparsers.add_parser("check", help="CI gate: budgets of specs, and iso-state / iso-parameter sets")
     p.add_argument("specs", nargs="+", metavar="SPEC",
                    help="spec files; a folder means every .mad under it; a quoted glob such as "
@@ -51,127 +29,9 @@ def add_parsers(subparsers) -> None:
     p.set_defaults(func=cmd_check)
 
 
-def _load(args) -> Spec:
-    from madsl.spec import load_spec, spec_from_topology
-
-    if args.topology is not None:
-        if args.spec is not None:
-            raise MadslError("give either a SPEC file or -t TOPOLOGY, not both")
-        return spec_from_topology(args.topology, dim=args.dim or 128, vocab=args.vocab,
-                                  seq_len=args.seq_len or 128)
-    if args.spec is None:
-        raise MadslError("nothing to compile", hint="give a spec file (madsl compile specs/paper/mamba.mad) "
-                                                    "or a topology (madsl compile -t '(H:A)x2')")
-    overrides = {k: v for k, v in (("dim", args.dim), ("vocab", args.vocab), ("seq_len", args.seq_len))
-                 if v is not None}
-    return load_spec(args.spec, overrides=overrides)
-
-
-def cmd_compile(args) -> int:
-    from madsl import report_text
-    from madsl.budget import check
-    from madsl.fit import fit_note, fitted
-    from madsl.graph import account
-
-    spec = _load(args)
-    if args.output:
-        check_output_path(args.output, "-o")  # before any work
-    seq_len = spec.budget_seq_len if args.seq_len is None and spec.budget_seq_len else None
-    spec, solution = fitted(spec, seq_len)  # budget.fit not solved yet: compile the solution, and say so
-    if solution is not None:
-        make_console(stderr=True).print(fit_note(solution, args.spec))
-    acc = account(spec, seq_len=seq_len)
-    violations = check(acc.totals, spec.budget)
-    if args.emit == "torch":
-        return _emit_torch(spec, args)
-    if args.emit == "json":
-        text = report_text.dumps(report_text.account_json(acc, violations))
-    elif args.emit == "dot":
-        text = report_text.account_dot(acc)
-    else:
-        text = None
-    if text is not None:
-        if args.output:
-            try:
-                write_atomic(Path(args.output), text + "\n")
-            except OSError as err:
-                raise output_error(err, args.output, "-o") from None
-        else:
-            print(text)
-        return EXIT_BUDGET if violations else EXIT_OK
-    console = make_console() if not args.output else _text_console()
-    if not args.quiet:
-        print_whole(console, report_text.account_table(acc, violations))
-    _print_verdict(console, spec, violations)
-    if args.output:  # the same table, as plain text
-        try:
-            write_atomic(Path(args.output), console.file.getvalue())
-        except OSError as err:
-            raise output_error(err, args.output, "-o") from None
-    return EXIT_BUDGET if violations else EXIT_OK
-
-
-def _text_console():
-    """A console that renders into a string, without colors: the summary written by -o."""
-    import io
-
-    from rich.console import Console
-
-    # wide enough that no cell is cut short: a file has no terminal width to fit
-    return Console(file=io.StringIO(), width=1000, highlight=False, color_system=None, force_terminal=False)
-
-
-def _emit_torch(spec, args) -> int:
-    if not args.output:
-        raise MadslError("--emit torch writes a file", hint="add -o model.pt")
-    from madsl.compiler import compile_spec, save
-
-    vocab = args.vocab or spec.vocab
-    if vocab is None:
-        raise MadslError("--emit torch needs a vocabulary size", hint="add --vocab V or `vocab:` to the spec")
-    model = compile_spec(spec, vocab_size=vocab, max_seq_len=args.seq_len or spec.seq_len)
-    try:
-        save(model, args.output)
-    except OSError as err:
-        raise output_error(err, args.output, "-o") from None
-    params = sum(p.numel() for p in model.parameters())
-    print(f"wrote {args.output}: {spec.name}, {params:,} parameters")
-    return EXIT_OK
-
-
-def _print_verdict(console, spec, violations) -> None:
-    if not spec.budget:
-        console.print("[dim]no budget declared[/]")
-        return
-    if violations:
-        for v in violations:
-            console.print(f"[bold red]✗ budget violated:[/] {v.message()}")
-    else:
-        console.print("[bold green]✓ within budget:[/] " +
-                      ", ".join(f"{q} {b.text}" for q, b in spec.budget.items()))
-
-
-def cmd_expand(args) -> int:
-    from madsl import topology as topo
-    from madsl.graph import plan_structure
-    from madsl.structure import plan_blocks
-
-    try:
-        parsed = topo.parse(args.topology)
-    except topo.TopologySyntaxError as err:
-        raise topo.locate(err, err.span, args.topology) from None
-    if args.format == "json":  # the blocks of its plan's structure, each the list of its layers as written
-        blocks = plan_blocks(plan_structure(parsed))
-        print(json.dumps([[topo.layer_text(node["layer"]) for node in (*b.mixers, b.channel) if node is not None]
-                          for b in blocks]))
-    else:
-        print(topo.expanded_text(parsed))
-    return EXIT_OK
-
-
 def _parse_tolerance(text: str) -> float:
     """A relative tolerance written as 5% or 0.05."""
-    from madsl.budget import BudgetError, parse_tolerance
+    from madsl.lang.budget import BudgetError, parse_tolerance
 
     try:
         return parse_tolerance(text)
@@ -201,7 +61,7 @@ def _failure(path, err: Exception) -> MadslError:
 
 
 def _check(args) -> int:
-    from madsl.budget import check
+    from madsl.lang.budget import check
     from madsl.graph import account
 
     tolerance = _parse_tolerance(args.iso_params) if args.iso_params is not None else None
@@ -258,8 +118,8 @@ def _load_with_eval(path: str) -> Spec:
     """A spec, checked with its `eval:` section (what shows without the tasks): every error of
     the file, the eval section's included, raised together."""
     from madsl.runner.plan.overrides import check_spec_eval
-    from madsl.spec import load_spec
-    from madsl.spec_files import load_merged
+    from madsl.lang.spec import load_spec
+    from madsl.lang.spec.files import load_merged
 
     try:
         spec = load_spec(path)

@@ -7,7 +7,7 @@ The stack is one entry per Megatron layer, each a pre-norm residual unit, writte
     layers_block_type        a list (transformers 5, Nemotron-3.5): "mamba" (or "linear_attention"),
                              "attention" (or "full_attention"), "mlp", "moe"
 
-A madsl block is a sequence layer and the channel layer after it (madsl.convert pairs them), so
+A madsl block is a sequence layer and the channel layer after it (madsl.interop.megatron pairs them), so
 52 Megatron layers of which 24 are MLPs are 28 blocks. Mamba-2 is mamba_num_heads x mamba_head_dim
 wide (Nemotron-Nano-9B-v2: 128 x 80 on a 4480-wide model), whatever `expand` says; the MLPs and
 the experts are squared-ReLU MLPs of two matrices (Mlp{activation: relu2}, MoE{gated: false}), the
@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from madsl.convert import megatron_blocks
-from madsl.topology import MAX_BLOCKS
+from madsl.interop.megatron import megatron_blocks
+from madsl.lang.topology import MAX_BLOCKS
 from madsl.errors import Location, MadslError
-from madsl.hf_config_file import Config
-from madsl.hf_family_base import Family, Stack, attention, head_dim, mamba2, spec_data
+from madsl.interop.huggingface.config import Config
+from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, mamba2, spec_data
 
 # layers_block_type's words (and their names before transformers 5) -> the pattern's characters
 BLOCK_TYPES = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*",
@@ -60,7 +60,7 @@ class NemotronH(Family):
         return spec_data(cfg, name, self, dim, blocks, layers, note=ROUTING_NOTE if "E" in pattern else "")
 
     def write(self, spec: Any) -> dict[str, Any]:
-        from madsl.convert import to_megatron_pattern
+        from madsl.interop.megatron import to_megatron_pattern
 
         stack = Stack(spec, self)
         stack.refuse_kinds({"mamba2", "attention", "mlp", "moe"},

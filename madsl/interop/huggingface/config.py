@@ -1,7 +1,7 @@
 """A Hugging Face `config.json`, read as untrusted input: its size, encoding, nesting and numbers
 bounded before anything is built, then every value a family reads checked (type, range, finite)
 and located by its JSON key (`Config`), with no line of a file that is not JSON ever shown. The
-families that turn a config into a spec are in madsl.hf_config.
+families that turn a config into a spec are in families.py.
 """
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
-from madsl import topology as topo
-from madsl.convert import describe_character
+from madsl.lang import topology as topo
+from madsl.interop.megatron import describe_character
 from madsl.errors import Location, MadslError
-from madsl.yamlsource import MAX_DEPTH, MAX_INTEGER, MAX_SPEC_BYTES
+from madsl.lang.yamlsource import MAX_DEPTH, MAX_INTEGER, MAX_SPEC_BYTES
 
 
 _REQUIRED = object()  # a key the config.json must state
@@ -88,7 +88,7 @@ class Config:
             path = (self.parent_key, *path)
         return MadslError(f"{_key_text(path)}: {message}", self.where(key), hint=hint)
 
-    # each family's title by model_type, for messages (madsl.hf_config fills it from its families)
+    # each family's title by model_type, for messages (families.py fills it from its families)
     family_titles: dict[str, str] = {}
 
     def family_name(self) -> str:

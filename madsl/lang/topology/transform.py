@@ -1,7 +1,7 @@
 """The topology language's Lark transformer: the parse tree of grammar/topology.lark -> the plain
-data of topology_nodes.py, checking on the way what the grammar cannot (counts and numbers within
+data of nodes.py, checking on the way what the grammar cannot (counts and numbers within
 the limits, group attributes and their values, a setting written twice, control characters in a
-quoted value). `parse` (topology_parse.py) runs it.
+quoted value). `parse` (parse.py) runs it.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import lark
 
-from .errors import did_you_mean
-from .topology_nodes import (BRANCH_ATTRIBUTES, GROUP_ATTRIBUTES, GROUP_DEFAULTS, MAX_BLOCKS, MAX_INTEGER,
+from madsl.errors import did_you_mean
+from madsl.lang.topology.nodes import (BRANCH_ATTRIBUTES, GROUP_ATTRIBUTES, GROUP_DEFAULTS, MAX_BLOCKS, MAX_INTEGER,
                              POSITIVE_NUMBER, Block, Fork, Group, Layer, Parallel, Repeat, Settings, Span, Value)
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

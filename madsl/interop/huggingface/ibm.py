@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from madsl.hf_config_file import Config
-from madsl.hf_family_base import Family, Stack, attention, head_dim, mamba2, rope, spec_data
+from madsl.interop.huggingface.config import Config
+from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, mamba2, rope, spec_data
 
-# Bamba's and Granite's Mamba-2 keys (madsl.hf_family_base.MAMBA2_KEYS -> config keys)
+# Bamba's and Granite's Mamba-2 keys (madsl.interop.huggingface.base.MAMBA2_KEYS -> config keys)
 IBM_MAMBA2 = {"heads": "mamba_n_heads", "head_dim": "mamba_d_head", "state": "mamba_d_state",
               "groups": "mamba_n_groups", "conv": "mamba_d_conv", "expand": "mamba_expand",
               "bias": "mamba_proj_bias", "conv_bias": "mamba_conv_bias"}

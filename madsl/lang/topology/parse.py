@@ -1,7 +1,7 @@
 """`parse`: a topology string -> plain data, or a TopologySyntaxError located inside the string.
 
 The grammar (grammar/topology.lark) is the single source of the syntax; Lark parses with it, the
-transformer of topology_transform.py turns the tree into data, and this module turns every way
+transformer of transform.py turns the tree into data, and this module turns every way
 that can fail (a limit, a character or token the grammar does not expect, the string ending too
 early, a value the transformer rejects) into one kind of error with a line, a column and, where
 one helps, a hint. `locate` places such an error in the file the topology was written in.
@@ -13,11 +13,11 @@ from functools import cache
 
 import lark
 
-from .errors import Location, MadslError
-from .resources import grammar_file
-from .topology_expand import size
-from .topology_nodes import MAX_BLOCKS, MAX_CHARS, MAX_NESTING, Span, Topology
-from .topology_transform import TransformError, TreeToData, shortened, token_span
+from madsl.errors import Location, MadslError
+from madsl.resources import grammar_file
+from madsl.lang.topology.expand import size
+from madsl.lang.topology.nodes import MAX_BLOCKS, MAX_CHARS, MAX_NESTING, Span, Topology
+from madsl.lang.topology.transform import TransformError, TreeToData, shortened, token_span
 
 
 class TopologySyntaxError(MadslError):

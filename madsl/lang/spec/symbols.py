@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from madsl import stdlib
-from madsl import topology as topo
+from madsl.lang import stdlib
+from madsl.lang import topology as topo
 from madsl.errors import Collector, Location, MadslError, did_you_mean
-from madsl.spec_files import Locator
+from madsl.lang.spec.files import Locator
 
 SYMBOL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 

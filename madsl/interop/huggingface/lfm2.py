@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from madsl.hf_config_file import Config
-from madsl.hf_family_base import Family, Stack, attention, head_dim, rope, spec_data
+from madsl.interop.huggingface.config import Config
+from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, rope, spec_data
 
 KINDS = {"conv": "GConv", "full_attention": "A"}
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from madsl.errors import Location, MadslError, did_you_mean
 from madsl.resources import specs_dir
-from madsl.yamlsource import KeyPath, Located, load
+from madsl.lang.yamlsource import KeyPath, Located, load
 
 MERGED_SECTIONS = ("layers", "budget", "eval")
 SPEC_SUFFIXES = (".mad", ".yaml", ".yml")
@@ -132,7 +132,7 @@ def as_named(resolved: Path) -> Path:
 
 
 
-# the top-level keys of a spec (madsl.spec_schema gives each its type and checks the two agree)
+# the top-level keys of a spec (keys.py gives each its type and checks the two agree)
 SPEC_KEYS = ("name", "description", "extends", "dim", "vocab", "seq_len", "topology", "channel_mixer", "norm",
              "tie_embeddings", "positions", "embedding_std", "linear_std", "final_norm", "layers", "budget", "eval")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 import re
 
-from .topology_expand import expand
-from .topology_nodes import Block, Fork, Group, Layer, Node, Parallel, Settings, Topology, Value
+from madsl.lang.topology.expand import expand
+from madsl.lang.topology.nodes import Block, Fork, Group, Layer, Node, Parallel, Settings, Topology, Value
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # the grammar's NAME: a value that may go unquoted
 _KEYWORDS = ("true", "false", "null")  # words that read back as true, false and null (any case)

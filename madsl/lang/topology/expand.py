@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .topology_nodes import Block, Fork, Group, Layer, Node, Parallel, Repeat, Topology
+from madsl.lang.topology.nodes import Block, Fork, Group, Layer, Node, Parallel, Repeat, Topology
 
 
 def size(topology: Topology) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .errors import Location, MadslError
+from madsl.errors import Location, MadslError
 
 KeyPath = tuple[Any, ...]
 MAX_SPEC_BYTES = 128 * 1024  # a spec is a page of YAML; more is not a spec (and would take long to read)

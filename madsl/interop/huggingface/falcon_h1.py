@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from madsl.hf_config_file import Config
-from madsl.hf_family_base import Family, Stack, attention, head_dim, mamba2, rope, spec_data
+from madsl.interop.huggingface.config import Config
+from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, mamba2, rope, spec_data
 
 FALCON_MAMBA2 = {"heads": "mamba_n_heads", "head_dim": "mamba_d_head", "state": "mamba_d_state",
                  "groups": "mamba_n_groups", "conv": "mamba_d_conv", "expand": "mamba_expand",

@@ -1,0 +1,84 @@
+"""Hugging Face `config.json` of hybrid model families <-> madsl specs (`madsl convert --from-hf/--to-hf`).
+
+Each family writes the layer stack its own way (one module per family, on base.py);
+all of them stack pre-norm residual layers, each a sequence mixer (or two side by side) followed
+by a channel mixer, which is a madsl block:
+
+    jamba             Jamba (AI21): attention and experts placed by period and offset (jamba.py)
+    nemotron_h        Nemotron-H, Nemotron-Nano-v2, NVIDIA-Nemotron-3 (NVIDIA): the Megatron pattern or
+                      `layers_block_type`, squared-ReLU MLPs and experts (nemotron.py)
+    granitemoehybrid  Granite 4.0 hybrids (IBM): `layer_types` (ibm.py)
+    bamba             Bamba (IBM): attention by index, Mamba-2 elsewhere (ibm.py)
+    falcon_h1         Falcon-H1 (TII): attention beside Mamba-2 in every layer (falcon_h1.py)
+    lfm2              LFM2 (Liquid AI): gated short convolutions and attention (lfm2.py)
+
+Reading a config gives a spec with its width, vocabulary, layer stack and every layer's sizes,
+so that `madsl compile` and `madsl check` account it (embeddings and an untied head included, as
+these models count their parameters) and gate it on a budget. Writing goes the other way, for a
+spec whose stack the family can express; where it cannot, the error says why. Families madsl
+cannot state exactly (REFUSED) are refused by name with the part it lacks, never approximated.
+Fields that do not change what madsl accounts (token ids, dropout, initialisation, multipliers,
+dtype) are not read; what madsl counts differently is listed in docs/convert.md.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from madsl.errors import MadslError
+from madsl.interop.huggingface.config import Config, _look_alike, _shown
+from madsl.interop.huggingface.base import Family
+from madsl.interop.huggingface.falcon_h1 import FalconH1
+from madsl.interop.huggingface.ibm import Bamba, GraniteHybrid
+from madsl.interop.huggingface.jamba import Jamba
+from madsl.interop.huggingface.lfm2 import Lfm2
+from madsl.interop.huggingface.nemotron import NemotronH
+
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (Jamba(), NemotronH(), GraniteHybrid(), Bamba(), FalconH1(),
+                                                         Lfm2())}
+Config.family_titles = {name: f.title for name, f in FAMILIES.items()}
+
+_ZAMBA = ("its shared transformer blocks read the hidden state concatenated with the original embeddings "
+          "(2 x hidden_size wide), and each use has an output projection (and LoRA adapters) of its own; madsl's "
+          "shared layers (`#tag`) are one module used as it is, on the residual stream")
+_GATED_DELTANET = ("its gated DeltaNet has more value heads than key heads (linear_num_value_heads over "
+                   "linear_num_key_heads), its attention an output gate and its mixture of experts a gate on the "
+                   "shared expert; madsl's DeltaNet (GDN) has one head count, its attention no output gate")
+# hybrid families madsl does not convert, and the part it lacks for each: refused by name
+REFUSED = {
+    "zamba2": ("Zamba2", _ZAMBA), "zamba": ("Zamba", _ZAMBA),
+    "qwen3_next": ("Qwen3-Next", _GATED_DELTANET), "qwen3_5": ("Qwen3.5", _GATED_DELTANET),
+    "qwen3_5_text": ("Qwen3.5", _GATED_DELTANET), "qwen3_5_moe": ("Qwen3.5 MoE", _GATED_DELTANET),
+    "qwen3_5_moe_text": ("Qwen3.5 MoE", _GATED_DELTANET),
+    "lfm2_moe": ("LFM2-MoE", "its router adds a learned expert bias and its first layers are dense; madsl converts "
+                             "the dense LFM2 (model_type lfm2)"),
+}
+
+
+def family(model_type: str, cfg: Config | None = None) -> Family:
+    if model_type in FAMILIES:
+        return FAMILIES[model_type]
+    message = f"madsl converts no {_shown(model_type)} configs"
+    if model_type in REFUSED:
+        title, reason = REFUSED[model_type]
+        message = f"madsl does not convert {title} ({_shown(model_type)}) configs: {reason}"
+    expected = "model_type " + ", ".join(FAMILIES)
+    if cfg is not None:
+        raise MadslError(f'"model_type": {message}', cfg.where("model_type"), expected=expected,
+                         hint=_look_alike(model_type))
+    raise MadslError(message, expected=expected)
+
+
+def from_hf_config(source: str | Path | dict[str, Any], name: str = "converted") -> dict[str, Any]:
+    """The spec data (for spec_from_data, or YAML) of a Hugging Face config.json (a path, or the
+    parsed JSON object) of a hybrid family this module knows (FAMILIES)."""
+    cfg = Config.of(source) if isinstance(source, dict) else Config.load(source)
+    return family(cfg.word("model_type"), cfg).read(cfg, name)
+
+
+def to_hf_config(spec: Any, model_type: str) -> dict[str, Any]:
+    """The config.json fields of the family `model_type` that describe a spec's stack (a Spec or a path)."""
+    from madsl.lang.spec import Spec, load_spec
+
+    spec = spec if isinstance(spec, Spec) else load_spec(spec)
+    return family(model_type).write(spec)
