@@ -19,6 +19,7 @@ CUDA Triton's (fewer fusions, so more kernels than the CPU count).
     python benchmarks/compiled_step.py                          # attention-sg, hyena-sg; fp32 and bf16
     python benchmarks/compiled_step.py --device cuda --precision bf16 --seq-len 128 --batch-size 128
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,18 +36,23 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation  # noqa: E402
-from madsl.runner.execute.jobs import job_inputs# noqa: E402
 from madsl.runner.batched.replay import GRAPH_WARMUP  # noqa: E402
 from madsl.runner.batched.stacked import StackedMembers  # noqa: E402
+from madsl.runner.execute.jobs import job_inputs  # noqa: E402
+from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation  # noqa: E402
 from madsl.runner.store.files import StoreFiles  # noqa: E402
 from madsl.runner.train.device import resolve_device  # noqa: E402
 from madsl.runner.train.state import RunData, RunState  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
 
 DEFAULT_SPECS = ["specs/paper/attention-sg.mad", "specs/paper/hyena-sg.mad"]
-METADATA_ONLY = {torch.ops.aten.detach, torch.ops.aten.lift_fresh, torch.ops.aten._unsafe_view,
-                 torch.ops.aten.empty, torch.ops.aten.empty_strided}  # no kernel (an allocation is none either)
+METADATA_ONLY = {
+    torch.ops.aten.detach,
+    torch.ops.aten.lift_fresh,
+    torch.ops.aten._unsafe_view,
+    torch.ops.aten.empty,
+    torch.ops.aten.empty_strided,
+}  # no kernel (an allocation is none either)
 GENERATED_KERNEL = re.compile(r"^\s+(cpp_fused_\w+\(|triton_\w+\.run\()", re.M)  # a call in inductor's wrapper
 
 
@@ -66,9 +72,17 @@ class KernelCount(TorchDispatchMode):
 def build_stack(path: str, precision: str, seq_len: int, batch: int, device: torch.device, compiled: bool):
     """The paper grid's 6 fresh members of `path` on in-context recall, stacked, and their data."""
     spec = load_spec(path)
-    cli = cli_overrides(protocol="baseline", tasks=["in-context-recall"], lr=[1e-4, 5e-4, 1e-3], wd=[0.0, 0.1],
-                        epochs=1, batch_size=batch, eval_lengths=[], precision=precision,
-                        settings={"seq_len": seq_len, "num_train_examples": 4 * batch, "num_test_examples": 2 * batch})
+    cli = cli_overrides(
+        protocol="baseline",
+        tasks=["in-context-recall"],
+        lr=[1e-4, 5e-4, 1e-3],
+        wd=[0.0, 0.1],
+        epochs=1,
+        batch_size=batch,
+        eval_lengths=[],
+        precision=precision,
+        settings={"seq_len": seq_len, "num_train_examples": 4 * batch, "num_test_examples": 2 * batch},
+    )
     with tempfile.TemporaryDirectory() as tmp:
         plan = plan_evaluation(StoreFiles(Path(tmp) / "a.db"), [(spec, path)], cli, device=str(device))
         [group] = plan.work(batch_grid=True)
@@ -84,9 +98,13 @@ def build_stack(path: str, precision: str, seq_len: int, batch: int, device: tor
 
 def batches(datas, batch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The training batches of an epoch, in order, member axis first."""
-    return [(torch.stack([d.train_x[start:start + batch] for d in datas]),
-             torch.stack([d.train_y[start:start + batch] for d in datas]))
-            for start in range(0, datas[0].train_x.shape[0], batch)]
+    return [
+        (
+            torch.stack([d.train_x[start : start + batch] for d in datas]),
+            torch.stack([d.train_y[start : start + batch] for d in datas]),
+        )
+        for start in range(0, datas[0].train_x.shape[0], batch)
+    ]
 
 
 def synchronize(device: torch.device) -> None:
@@ -96,17 +114,21 @@ def synchronize(device: torch.device) -> None:
 
 def compare(eager: StackedMembers, compiled: StackedMembers, eager_eval, compiled_eval) -> dict[str, tuple]:
     """(max abs difference, relative to the eager values' max abs) per quantity."""
+
     def diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> tuple[float, float]:
         biggest = max(x.double().abs().max().item() for x in a)
         apart = max((x.double() - y.double()).abs().max().item() for x, y in zip(a, b))
         return apart, apart / max(biggest, 1e-30)
 
-    return {"weights": diff([f.param for f in eager.flats], [f.param for f in compiled.flats]),
-            "exp_avg": diff([f.exp_avg for f in eager.flats], [f.exp_avg for f in compiled.flats]),
-            "exp_avg_sq": diff([f.exp_avg_sq for f in eager.flats], [f.exp_avg_sq for f in compiled.flats]),
-            "train loss sum": diff([eager.train_sums["loss_sum"]], [compiled.train_sums["loss_sum"]]),
-            "eval loss": diff([torch.tensor([r["loss"] for r in eager_eval])],
-                              [torch.tensor([r["loss"] for r in compiled_eval])])}
+    return {
+        "weights": diff([f.param for f in eager.flats], [f.param for f in compiled.flats]),
+        "exp_avg": diff([f.exp_avg for f in eager.flats], [f.exp_avg for f in compiled.flats]),
+        "exp_avg_sq": diff([f.exp_avg_sq for f in eager.flats], [f.exp_avg_sq for f in compiled.flats]),
+        "train loss sum": diff([eager.train_sums["loss_sum"]], [compiled.train_sums["loss_sum"]]),
+        "eval loss": diff(
+            [torch.tensor([r["loss"] for r in eager_eval])], [torch.tensor([r["loss"] for r in compiled_eval])]
+        ),
+    }
 
 
 def main() -> int:
@@ -118,10 +140,17 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4, help="steps of both stacks before comparing (default 4)")
     parser.add_argument("--repeats", type=int, default=5, help="timed steps of each, interleaved (default 5)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
-                        help="on CUDA, time both stacks replayed as CUDA graphs (default)")
-    parser.add_argument("--warm-cache", action="store_true",
-                        help="use inductor's on-disk cache as it is (default: a fresh one, so compile times are cold)")
+    parser.add_argument(
+        "--graphs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="on CUDA, time both stacks replayed as CUDA graphs (default)",
+    )
+    parser.add_argument(
+        "--warm-cache",
+        action="store_true",
+        help="use inductor's on-disk cache as it is (default: a fresh one, so compile times are cold)",
+    )
     args = parser.parse_args()
     if not args.warm_cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="madsl-inductor-")
@@ -131,9 +160,11 @@ def main() -> int:
     if device.type == "cpu":
         torch.set_num_threads(1)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"stacked step, eager vs compiled (inductor), paper grid of 6 runs, in-context recall, length "
-          f"{args.seq_len}, batch {args.batch_size}, {device} ({torch.get_num_threads()} thread(s) on the CPU), "
-          f"torch {torch.__version__}, load {load:.2f}")
+    print(
+        f"stacked step, eager vs compiled (inductor), paper grid of 6 runs, in-context recall, length "
+        f"{args.seq_len}, batch {args.batch_size}, {device} ({torch.get_num_threads()} thread(s) on the CPU), "
+        f"torch {torch.__version__}, load {load:.2f}"
+    )
     for path in args.specs:
         for precision in args.precision:
             eager, datas = build_stack(path, precision, args.seq_len, args.batch_size, device, compiled=False)
@@ -182,16 +213,21 @@ def main() -> int:
                     synchronize(device)
                     times[name].append(time.perf_counter() - started)
             eager_s, compiled_s = min(times["eager"]), min(times["compiled"])
-            print(f"  {load_spec(path).name:14s} {precision}: kernels a step: eager {counts['eager']}, compiled "
-                  f"{generated + counts['compiled']} ({generated} generated + {counts['compiled']} torch ops; "
-                  f"{(generated + counts['compiled']) / counts['eager']:.2f}x); evaluation batch: {eval_generated} "
-                  f"generated kernels; compile: step {compile_seconds:.1f} s (cache warm {warm_compile_seconds:.1f} s, "
-                  f"weights {warm_apart:.0e} apart), "
-                  f"evaluation {eval_compile_seconds:.1f} s; a step{' (CUDA graphs)' if graphs else ''} eager "
-                  f"{eager_s * 1e3:.2f} ms, compiled {compiled_s * 1e3:.2f} ms "
-                  f"({compiled_s / eager_s:.2f}x)")
-            print("      after " f"{args.steps} steps and an evaluation, max abs (relative) difference: " +
-                  ", ".join(f"{key} {a:.1e} ({r:.1e})" for key, (a, r) in apart.items()))
+            print(
+                f"  {load_spec(path).name:14s} {precision}: kernels a step: eager {counts['eager']}, compiled "
+                f"{generated + counts['compiled']} ({generated} generated + {counts['compiled']} torch ops; "
+                f"{(generated + counts['compiled']) / counts['eager']:.2f}x); evaluation batch: {eval_generated} "
+                f"generated kernels; compile: step {compile_seconds:.1f} s (cache warm {warm_compile_seconds:.1f} s, "
+                f"weights {warm_apart:.0e} apart), "
+                f"evaluation {eval_compile_seconds:.1f} s; a step{' (CUDA graphs)' if graphs else ''} eager "
+                f"{eager_s * 1e3:.2f} ms, compiled {compiled_s * 1e3:.2f} ms "
+                f"({compiled_s / eager_s:.2f}x)"
+            )
+            print(
+                "      after "
+                f"{args.steps} steps and an evaluation, max abs (relative) difference: "
+                + ", ".join(f"{key} {a:.1e} ({r:.1e})" for key, (a, r) in apart.items())
+            )
     return 0
 
 

@@ -14,6 +14,7 @@ Reported: ms/step and tokens/s of the fastest step (wall clock), tokens per CPU-
 of the process (all threads; less sensitive to other processes competing for the cores
 of a shared machine, but not to their memory traffic), and peak memory.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,10 +61,19 @@ def run_one(layer: str, length: int, batch: int, threads: int, steps: int, dim: 
         cpu_times.append(time.process_time() - cpu_start)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
     best = min(times)
-    return {"layer": layer, "length": length, "batch": batch, "method": method, "threads": threads,
-            "seconds_best": best, "seconds_median": sorted(times)[len(times) // 2],
-            "tokens_per_s": batch * length / best, "cpu_seconds_best": min(cpu_times),
-            "tokens_per_cpu_s": batch * length / min(cpu_times), "peak_mib": max(peak - before, 0.0)}
+    return {
+        "layer": layer,
+        "length": length,
+        "batch": batch,
+        "method": method,
+        "threads": threads,
+        "seconds_best": best,
+        "seconds_median": sorted(times)[len(times) // 2],
+        "tokens_per_s": batch * length / best,
+        "cpu_seconds_best": min(cpu_times),
+        "tokens_per_cpu_s": batch * length / min(cpu_times),
+        "peak_mib": max(peak - before, 0.0),
+    }
 
 
 def main() -> None:
@@ -73,8 +83,12 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--layers", nargs="+", default=list(LAYERS))
     parser.add_argument("--lengths", nargs="+", type=int, default=[128, 1024, 4096, 16384])
-    parser.add_argument("--method", default="auto", choices=["auto", "fft", "toeplitz"],
-                        help="long-convolution method (auto: Toeplitz matmul up to L=128, FFT beyond)")
+    parser.add_argument(
+        "--method",
+        default="auto",
+        choices=["auto", "fft", "toeplitz"],
+        help="long-convolution method (auto: Toeplitz matmul up to L=128, FFT beyond)",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--one", nargs=3, metavar=("LAYER", "LENGTH", "BATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -85,13 +99,29 @@ def main() -> None:
         return
 
     results = []
-    print(f"{'layer':<16} {'L':>6} {'B':>4} {'method':>8} {'ms/step':>9} {'tokens/s':>10} {'tok/cpu-s':>10} "
-          f"{'peak MiB':>9}")
+    print(
+        f"{'layer':<16} {'L':>6} {'B':>4} {'method':>8} {'ms/step':>9} {'tokens/s':>10} {'tok/cpu-s':>10} "
+        f"{'peak MiB':>9}"
+    )
     for layer in args.layers:
         for length in args.lengths:
             batch = 128 if length == 128 else max(TOKENS_PER_STEP // length, 1)
-            cmd = [sys.executable, __file__, "--one", layer, str(length), str(batch), "--threads", str(args.threads),
-                   "--steps", str(args.steps), "--dim", str(args.dim), "--method", args.method]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--one",
+                layer,
+                str(length),
+                str(batch),
+                "--threads",
+                str(args.threads),
+                "--steps",
+                str(args.steps),
+                "--dim",
+                str(args.dim),
+                "--method",
+                args.method,
+            ]
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode:
                 print(f"{layer:<16} {length:>6} {batch:>4} failed: {out.stderr.strip().splitlines()[-1:]}")
@@ -99,8 +129,11 @@ def main() -> None:
             r = json.loads(out.stdout.strip().splitlines()[-1])
             results.append(r)
             method = r["method"] if r["method"] != "auto" else ("toeplitz" if length <= 128 else "fft")
-            print(f"{layer:<16} {length:>6} {batch:>4} {method:>8} {1e3 * r['seconds_best']:>9.1f} "
-                  f"{r['tokens_per_s']:>10.0f} {r['tokens_per_cpu_s']:>10.0f} {r['peak_mib']:>9.0f}", flush=True)
+            print(
+                f"{layer:<16} {length:>6} {batch:>4} {method:>8} {1e3 * r['seconds_best']:>9.1f} "
+                f"{r['tokens_per_s']:>10.0f} {r['tokens_per_cpu_s']:>10.0f} {r['peak_mib']:>9.0f}",
+                flush=True,
+            )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

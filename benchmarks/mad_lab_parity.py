@@ -39,6 +39,7 @@ Importing the reference: its package __init__ files import every layer and PyTor
 this script loads only the layer modules (mad, mad.model and mad.model.layers are registered as
 bare packages over the checkout's directories).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,6 +78,7 @@ REFERENCE_LAYERS = {
 
 # ---- importing the reference ---------------------------------------------------------------------
 
+
 def _bare_package(name: str, directory: Path) -> None:
     module = types.ModuleType(name)
     module.__path__ = [str(directory)]
@@ -100,8 +102,9 @@ def prepare_reference(path: Path) -> dict[str, str]:
     if not (path / "mad" / "model" / "layers" / "hyena.py").is_file():
         raise SystemExit(f"{path} is not a checkout of athms/mad-lab (no mad/model/layers/hyena.py)")
     if importlib.util.find_spec("einops") is None:
-        raise SystemExit("the reference's layers need einops: pip install einops (a benchmark dependency, "
-                         "not one of madsl's)")
+        raise SystemExit(
+            "the reference's layers need einops: pip install einops (a benchmark dependency, not one of madsl's)"
+        )
     _bare_package("mad", path / "mad")
     _bare_package("mad.model", path / "mad" / "model")
     _bare_package("mad.model.layers", path / "mad" / "model" / "layers")
@@ -132,8 +135,9 @@ def prepare_flash_attn(source: Path | None) -> str | None:
     rotary = importlib.import_module("flash_attn.layers.rotary")
     torch_rotary = rotary.apply_rotary_emb_torch
 
-    def apply_rotary_emb_qkv(qkv, cos, sin, cos_k=None, sin_k=None, interleaved=False, seqlen_offsets=0,
-                             num_heads_q=None):
+    def apply_rotary_emb_qkv(
+        qkv, cos, sin, cos_k=None, sin_k=None, interleaved=False, seqlen_offsets=0, num_heads_q=None
+    ):
         """apply_rotary_emb_qkv_ (a triton kernel, in place) for qkv (batch, seqlen, 3, heads, headdim)
         at offset 0, with the module's own apply_rotary_emb_torch."""
         import torch
@@ -193,40 +197,63 @@ def reference_layer(path: Path, symbol: str, length: int):
 
 # ---- copying the reference's weights into madsl's layer ----------------------------------------
 
+
 def _filter_weights(prefix: str, ref) -> dict:
     """The implicit filter (featurization/hyena_filter.py HyenaFilter, nested: false) -> madsl's
     HyenaFilter: the positional features z, the MLP (one Sin shared by its activations) and the
     long conv's bias (madsl's skip)."""
     mlp = ref.filter.implicit_filter
-    return {f"{prefix}skip": ref.bias, f"{prefix}features_table": ref.filter.pos_emb.z[0],
-            f"{prefix}sin.freq": mlp[1].freq.reshape(-1),
-            f"{prefix}mlp_in.weight": mlp[0].weight, f"{prefix}mlp_in.bias": mlp[0].bias,
-            f"{prefix}mlp_hidden.0.weight": mlp[2].weight, f"{prefix}mlp_hidden.0.bias": mlp[2].bias,
-            f"{prefix}mlp_hidden.1.weight": mlp[4].weight, f"{prefix}mlp_hidden.1.bias": mlp[4].bias,
-            f"{prefix}mlp_out.weight": mlp[6].weight}
+    return {
+        f"{prefix}skip": ref.bias,
+        f"{prefix}features_table": ref.filter.pos_emb.z[0],
+        f"{prefix}sin.freq": mlp[1].freq.reshape(-1),
+        f"{prefix}mlp_in.weight": mlp[0].weight,
+        f"{prefix}mlp_in.bias": mlp[0].bias,
+        f"{prefix}mlp_hidden.0.weight": mlp[2].weight,
+        f"{prefix}mlp_hidden.0.bias": mlp[2].bias,
+        f"{prefix}mlp_hidden.1.weight": mlp[4].weight,
+        f"{prefix}mlp_hidden.1.bias": mlp[4].bias,
+        f"{prefix}mlp_out.weight": mlp[6].weight,
+    }
 
 
 def mapped_weights(symbol: str, ref) -> dict:
     """madsl's parameter name -> the reference's tensor holding it."""
     if symbol in ("H", "mH", "He"):
-        out = {"in_proj.weight": ref.in_proj.weight, "in_proj.bias": ref.in_proj.bias,
-               "short_conv.weight": ref.short_filter.weight, "short_conv.bias": ref.short_filter.bias,
-               "out_proj.weight": ref.out_proj.weight, "out_proj.bias": ref.out_proj.bias,
-               **_filter_weights("long_filter.", ref.long_conv)}
+        out = {
+            "in_proj.weight": ref.in_proj.weight,
+            "in_proj.bias": ref.in_proj.bias,
+            "short_conv.weight": ref.short_filter.weight,
+            "short_conv.bias": ref.short_filter.bias,
+            "out_proj.weight": ref.out_proj.weight,
+            "out_proj.bias": ref.out_proj.bias,
+            **_filter_weights("long_filter.", ref.long_conv),
+        }
         if symbol == "He":
             out.update({"router.weight": ref.router.weight, "router.bias": ref.router.bias})
         return out
     if symbol in ("A", "mA"):
-        return {"qkv.weight": ref.Wqkv.weight, "qkv.bias": ref.Wqkv.bias,
-                "out.weight": ref.out_proj.weight, "out.bias": ref.out_proj.bias}
+        return {
+            "qkv.weight": ref.Wqkv.weight,
+            "qkv.bias": ref.Wqkv.bias,
+            "out.weight": ref.out_proj.weight,
+            "out.bias": ref.out_proj.bias,
+        }
     if symbol == "Sg":  # GLU: w3(act(w1 x) * w2 x); madsl's SwiGLU: w2(silu(w1 x) * w3 x)
         return {"w1.weight": ref.w1.weight, "w3.weight": ref.w2.weight, "w2.weight": ref.w3.weight}
     if symbol == "MoE":  # up1, up2: unit e*W + j of expert e; down1: output d*E + e from all E*W units
         experts, width = ref.num_experts, ref.dim_inner
-        up = lambda w: w.t().reshape(DIM, experts, width).permute(1, 0, 2)  # noqa: E731
-        return {"w_up": up(ref.up1.weight), "w_gate": up(ref.up2.weight),
-                "w_down": ref.down1.weight.t().reshape(experts * width, DIM, experts).permute(2, 0, 1),
-                "router.weight": ref.router.weight, "router.bias": ref.router.bias}
+
+        def up(w):
+            return w.t().reshape(DIM, experts, width).permute(1, 0, 2)
+
+        return {
+            "w_up": up(ref.up1.weight),
+            "w_gate": up(ref.up2.weight),
+            "w_down": ref.down1.weight.t().reshape(experts * width, DIM, experts).permute(2, 0, 1),
+            "router.weight": ref.router.weight,
+            "router.bias": ref.router.bias,
+        }
     # GLA and Mamba: madsl's names are the reference's
     return dict(ref.named_parameters())
 
@@ -238,15 +265,18 @@ def copy_weights(symbol: str, ref, ours) -> None:
     own = dict(ours.named_parameters())
     missing, extra = set(own) - set(mapped), set(mapped) - set(own)
     if missing or extra:
-        raise RuntimeError(f"{symbol}: weight mapping does not cover madsl's parameters: missing {sorted(missing)}, "
-                           f"unknown {sorted(extra)}")
+        raise RuntimeError(
+            f"{symbol}: weight mapping does not cover madsl's parameters: missing {sorted(missing)}, "
+            f"unknown {sorted(extra)}"
+        )
     with torch.no_grad():
         for name, tensor in mapped.items():
             if name.endswith("features_table") and own[name].shape[0] < tensor.shape[0]:
-                tensor = tensor[:own[name].shape[0]]  # --madsl-set filter_length=M < L: the first M positions
+                tensor = tensor[: own[name].shape[0]]  # --madsl-set filter_length=M < L: the first M positions
             if own[name].shape != tensor.shape:
-                raise RuntimeError(f"{symbol}: {name} is {tuple(own[name].shape)} in madsl, "
-                                   f"{tuple(tensor.shape)} in the reference")
+                raise RuntimeError(
+                    f"{symbol}: {name} is {tuple(own[name].shape)} in madsl, {tuple(tensor.shape)} in the reference"
+                )
             own[name].copy_(tensor)
     if symbol in ("H", "mH", "He"):  # the decay window: a buffer each computes alike
         deltas = ref.long_conv.filter.modulation.deltas.reshape(-1).abs()
@@ -256,13 +286,13 @@ def copy_weights(symbol: str, ref, ours) -> None:
 
 # ---- comparing --------------------------------------------------------------------------------
 
+
 def relative_error(ours, theirs) -> float:
     ours, theirs = ours.double(), theirs.double()
     return float((ours - theirs).norm() / theirs.norm().clamp_min(1e-300))
 
 
-def compare(path: Path, symbol: str, length: int, batch: int, dtype, device, seed: int,
-            overrides: tuple = ()) -> dict:
+def compare(path: Path, symbol: str, length: int, batch: int, dtype, device, seed: int, overrides: tuple = ()) -> dict:
     import torch
 
     import madsl
@@ -291,17 +321,25 @@ def compare(path: Path, symbol: str, length: int, batch: int, dtype, device, see
         (y * weights).sum().backward()
         outputs.append(y.detach())
         grads.append(x.grad.detach())
-    return {"symbol": symbol, "L": length, "reference_params": sum(p.numel() for p in ref.parameters()),
-            "madsl_params": prim.params(), "built_params": sum(p.numel() for p in ours.parameters()),
-            "out": relative_error(outputs[1], outputs[0]), "grad": relative_error(grads[1], grads[0]),
-            "note": note}
+    return {
+        "symbol": symbol,
+        "L": length,
+        "reference_params": sum(p.numel() for p in ref.parameters()),
+        "madsl_params": prim.params(),
+        "built_params": sum(p.numel() for p in ours.parameters()),
+        "out": relative_error(outputs[1], outputs[0]),
+        "grad": relative_error(grads[1], grads[0]),
+        "note": note,
+    }
 
 
 def unavailable(symbol: str) -> str | None:
     """Why the reference's `symbol` cannot run here, or None."""
     if symbol in ("A", "mA") and FLASH_ATTN_NOTE == "absent":
-        return ("skipped: the reference's attention is flash-attn's MHA; flash-attn is not installed "
-                "(--flash-attn-source DIR runs its sources' pure-torch paths)")
+        return (
+            "skipped: the reference's attention is flash-attn's MHA; flash-attn is not installed "
+            "(--flash-attn-source DIR runs its sources' pure-torch paths)"
+        )
     return None
 
 
@@ -314,15 +352,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--madsl-set", action="append", default=[], metavar="KEY=VALUE",
-                        help="build madsl's layers with this parameter changed, where they have it (e.g. "
-                             "filter_length=128, expert_layout=blocked: what differs then); repeatable")
-    parser.add_argument("--flash-attn-source", type=Path, default=None,
-                        help="a directory holding flash-attention's flash_attn/ sources, for attention where "
-                             "flash-attn is not installed")
-    parser.add_argument("--gla", choices=("kernels", "naive"), default=None,
-                        help="the reference's GLA through its triton kernels, or its pure-torch naive_recurrent_gla "
-                             "and rms_norm_ref (default: kernels on CUDA, naive elsewhere)")
+    parser.add_argument(
+        "--madsl-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="build madsl's layers with this parameter changed, where they have it (e.g. "
+        "filter_length=128, expert_layout=blocked: what differs then); repeatable",
+    )
+    parser.add_argument(
+        "--flash-attn-source",
+        type=Path,
+        default=None,
+        help="a directory holding flash-attention's flash_attn/ sources, for attention where "
+        "flash-attn is not installed",
+    )
+    parser.add_argument(
+        "--gla",
+        choices=("kernels", "naive"),
+        default=None,
+        help="the reference's GLA through its triton kernels, or its pure-torch naive_recurrent_gla "
+        "and rms_norm_ref (default: kernels on CUDA, naive elsewhere)",
+    )
     args = parser.parse_args(argv)
     lengths = [int(x) for x in args.lengths.split(",")]
     overrides = []
@@ -352,14 +403,18 @@ def main(argv: list[str] | None = None) -> int:
 
     now = datetime.datetime.now().isoformat(timespec="seconds")
     print(f"# madsl vs the MAD reference's modules, weights copied; {now}")
-    print(f"# reference: {args.mad_lab}; torch {torch.__version__}; {args.dtype}; device {args.device}; "
-          f"{platform.machine()} {platform.processor() or ''}".rstrip())
+    print(
+        f"# reference: {args.mad_lab}; torch {torch.__version__}; {args.dtype}; device {args.device}; "
+        f"{platform.machine()} {platform.processor() or ''}".rstrip()
+    )
     for library, what in stood_in.items():
         print(f"# stood in for {library}: {what}")
     if overrides:
         print("# madsl's layers changed from base.mad: " + ", ".join(f"{k}={v}" for k, v in overrides))
-    print(f"{'layer':<5} {'L':>5} {'reference params':>16} {'madsl params':>12} {'out rel err':>12} "
-          f"{'grad rel err':>12}  note")
+    print(
+        f"{'layer':<5} {'L':>5} {'reference params':>16} {'madsl params':>12} {'out rel err':>12} "
+        f"{'grad rel err':>12}  note"
+    )
     worst = 0.0
     for symbol in symbols:
         reason = unavailable(symbol)
@@ -368,22 +423,29 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{symbol:<5} {length:>5} {'':>16} {'':>12} {'':>12} {'':>12}  {reason}")
                 continue
             try:
-                row = compare(args.mad_lab.resolve(), symbol, length, args.batch, dtype, args.device, args.seed,
-                              tuple(overrides))
+                row = compare(
+                    args.mad_lab.resolve(), symbol, length, args.batch, dtype, args.device, args.seed, tuple(overrides)
+                )
             except Exception as err:  # a layer that cannot run here: say why, go on with the others
                 first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
-                print(f"{symbol:<5} {length:>5} {'':>16} {'':>12} {'':>12} {'':>12}  failed: "
-                      f"{type(err).__name__}: {first}")
+                print(
+                    f"{symbol:<5} {length:>5} {'':>16} {'':>12} {'':>12} {'':>12}  failed: "
+                    f"{type(err).__name__}: {first}"
+                )
                 continue
             worst = max(worst, row["out"], row["grad"])
             note = row["note"]
             if row["reference_params"] != row["madsl_params"]:
                 note = (note + "; " if note else "") + (
                     f"reference holds {row['reference_params'] - row['madsl_params']} unused parameters"
-                    if symbol == "MoE" else "parameter counts differ")
+                    if symbol == "MoE"
+                    else "parameter counts differ"
+                )
             assert row["built_params"] == row["madsl_params"], f"{symbol}: madsl's module and accounting differ"
-            print(f"{symbol:<5} {length:>5} {row['reference_params']:>16,} {row['madsl_params']:>12,} "
-                  f"{row['out']:>12.2e} {row['grad']:>12.2e}  {note}")
+            print(
+                f"{symbol:<5} {length:>5} {row['reference_params']:>16,} {row['madsl_params']:>12,} "
+                f"{row['out']:>12.2e} {row['grad']:>12.2e}  {note}"
+            )
     print(f"# largest relative error: {worst:.2e}" + ("" if math.isfinite(worst) else " (not finite)"))
     return 0
 

@@ -9,6 +9,7 @@
 Each plan runs as its own `madsl eval ... --dry-run --format json` process (what a user waits for);
 a fresh cache is a new temporary MADSL_CACHE_DIR (the rates measured in that plan).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,22 +29,38 @@ def plan_once(cache_dir: str | None) -> tuple[float, dict]:
     """(wall seconds, the plan's JSON) of one dry run of the paper protocol for every paper spec."""
     env = dict(os.environ, **({"MADSL_CACHE_DIR": cache_dir} if cache_dir else {}))
     with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "madsl", "eval", *sorted(glob.glob(str(REPO / "specs/paper/*.mad"))),
-                   "--protocol", "paper", "--dry-run", "--format", "json", "--db", str(Path(tmp) / "r.db")]
+        command = [
+            sys.executable,
+            "-m",
+            "madsl",
+            "eval",
+            *sorted(glob.glob(str(REPO / "specs/paper/*.mad"))),
+            "--protocol",
+            "paper",
+            "--dry-run",
+            "--format",
+            "json",
+            "--db",
+            str(Path(tmp) / "r.db"),
+        ]
         started = time.perf_counter()
         out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
         return time.perf_counter() - started, json.loads(out)
 
 
 def report_plans(fresh: int) -> None:
-    rows = [("cached", None)] + [(f"fresh cache {i + 1}", tempfile.mkdtemp(prefix="madsl-rates-"))
-                                 for i in range(fresh)]
+    rows = [("cached", None)] + [
+        (f"fresh cache {i + 1}", tempfile.mkdtemp(prefix="madsl-rates-")) for i in range(fresh)
+    ]
     for label, cache_dir in rows + [(f"{label}, again", d) for label, d in rows if d]:
         seconds, plan = plan_once(cache_dir)
         rate = plan["rates"][0]
-        print(f"{label}: {seconds:.1f} s; load {os.getloadavg()[0]:.2f}; {plan['runs']:,} runs; estimate "
-              f"{plan['wall_seconds'] / 3600:,.0f} h; {len(rate['measured_now'])} rates measured now "
-              f"(cached ones from load {rate['load']})", flush=True)
+        print(
+            f"{label}: {seconds:.1f} s; load {os.getloadavg()[0]:.2f}; {plan['runs']:,} runs; estimate "
+            f"{plan['wall_seconds'] / 3600:,.0f} h; {len(rate['measured_now'])} rates measured now "
+            f"(cached ones from load {rate['load']})",
+            flush=True,
+        )
 
 
 def check_steps(specs: list[str]) -> None:
@@ -79,8 +96,11 @@ def check_steps(specs: list[str]) -> None:
             layers = list(Shapes().of(spec, length, 16).layers)
             rates = book.rates(torch.device("cpu"), 1, {family for family, _ in layers})
             predicted = rates.step_seconds(layers, rows, length)
-            print(f"{name} batch {rows} length {length}: {measured * 1000:.0f} ms, predicted "
-                  f"{predicted * 1000:.0f} ms: {measured / predicted:.2f}", flush=True)
+            print(
+                f"{name} batch {rows} length {length}: {measured * 1000:.0f} ms, predicted "
+                f"{predicted * 1000:.0f} ms: {measured / predicted:.2f}",
+                flush=True,
+            )
     book.save()
 
 

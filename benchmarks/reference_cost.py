@@ -32,6 +32,7 @@ PATH is a checkout of github.com/athms/mad-lab (its mad/, configs/ and train.py)
 `scripts/gpu_check_offline.sh --prepare-reference PATH` puts it and the wheels of its
 dependencies into .gpu/reference/ for a machine without network access.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,14 @@ MODELS = {
     "hyena-sg": ["hyena", "swiglu", "hyena", "swiglu"],
     "mamba": ["mamba", "mamba", "mamba", "mamba"],
 }
-TASKS = ("in-context-recall", "noisy-in-context-recall", "fuzzy-in-context-recall", "selective-copying",
-         "compression", "memorization")
+TASKS = (
+    "in-context-recall",
+    "noisy-in-context-recall",
+    "fuzzy-in-context-recall",
+    "selective-copying",
+    "compression",
+    "memorization",
+)
 PROTOCOL_EPOCHS = 200
 
 
@@ -77,10 +84,13 @@ def _stand_in(name: str, attributes: dict[str, str]) -> None:
         _stand_in_module(".".join(parts[:depth]))
     module = sys.modules[name]
     for attribute, library in attributes.items():
+
         def unavailable(*args, _what=f"{name}.{attribute}", _library=library, **kwargs):
             raise RuntimeError(f"{_what} needs {_library}, which is not installed here")
-        setattr(module, attribute, type(attribute, (), {"__init__": unavailable}) if attribute[0].isupper()
-                else unavailable)
+
+        setattr(
+            module, attribute, type(attribute, (), {"__init__": unavailable}) if attribute[0].isupper() else unavailable
+        )
 
 
 def import_mad_lab(path: Path) -> tuple[types.ModuleType, list[str]]:
@@ -112,11 +122,16 @@ def missing_requirement(model: str, stood_in: list[str]) -> str | None:
 
             causal_conv1d = version("causal-conv1d")
         except Exception:  # not installed as a distribution: a build on the path
-            causal_conv1d = getattr(importlib.import_module("causal_conv1d"), "__version__", "0") \
-                if importlib.util.find_spec("causal_conv1d") else None
+            causal_conv1d = (
+                getattr(importlib.import_module("causal_conv1d"), "__version__", "0")
+                if importlib.util.find_spec("causal_conv1d")
+                else None
+            )
         if causal_conv1d is None or tuple(int(p) for p in causal_conv1d.split(".")[:2]) >= (1, 5):
-            return (f"mad-lab's Mamba calls causal-conv1d's C++ functions as version 1.4 defines them (found: "
-                    f"{causal_conv1d or 'none'}; 1.5 added an output argument)")
+            return (
+                f"mad-lab's Mamba calls causal-conv1d's C++ functions as version 1.4 defines them (found: "
+                f"{causal_conv1d or 'none'}; 1.5 added an output argument)"
+            )
     return None
 
 
@@ -170,16 +185,22 @@ class EpochClock:
         return [after - before for before, after in zip(self.marks, self.marks[1:])]
 
 
-def timed_run(train_module: types.ModuleType, layers: list[str], task: str, epochs: int, precision: str,
-              workdir: Path) -> tuple[list[float], float]:
+def timed_run(
+    train_module: types.ModuleType, layers: list[str], task: str, epochs: int, precision: str, workdir: Path
+) -> tuple[list[float], float]:
     """One mad-lab run as `python train.py --task TASK --layers LAYERS --epochs EPOCHS` trains it:
     its epochs' seconds, and the seconds before the first epoch (data generation, model, Trainer)."""
     import pytorch_lightning as pl
-
     from mad.configs import MADConfig, MADModelConfig
 
-    arguments = {"task": task, "layers": layers, "epochs": epochs, "precision": precision,
-                 "data_path": str(workdir / "data"), **baseline_arguments(task)}
+    arguments = {
+        "task": task,
+        "layers": layers,
+        "epochs": epochs,
+        "precision": precision,
+        "data_path": str(workdir / "data"),
+        **baseline_arguments(task),
+    }
     if task == "compression":  # train.py's own rule: compression needs the autoencoder backbone
         arguments["backbone"] = "autoencoder"
     mad_config = MADConfig()
@@ -188,9 +209,14 @@ def timed_run(train_module: types.ModuleType, layers: list[str], task: str, epoc
     model_config.update_from_kwargs(arguments)
 
     clock = EpochClock()
-    callback = type("EpochClockCallback", (pl.Callback,), {
-        "on_train_epoch_start": lambda self, trainer, module: clock.on_train_epoch_start(trainer, module),
-        "on_fit_end": lambda self, trainer, module: clock.on_fit_end(trainer, module)})()
+    callback = type(
+        "EpochClockCallback",
+        (pl.Callback,),
+        {
+            "on_train_epoch_start": lambda self, trainer, module: clock.on_train_epoch_start(trainer, module),
+            "on_fit_end": lambda self, trainer, module: clock.on_fit_end(trainer, module),
+        },
+    )()
 
     class ClockedTrainer(pl.Trainer):  # train.py builds pl.Trainer(...) itself: add the clock to it
         def __init__(self, *args, callbacks=None, **kwargs):
@@ -205,8 +231,9 @@ def timed_run(train_module: types.ModuleType, layers: list[str], task: str, epoc
             train_module.train(model=model, mad_config=mad_config, log_path=str(workdir / f"logs-{task}"))
     except Exception as error:
         lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-        raise RuntimeError(f"{type(error).__name__}: {error}" + (f" (last output: {lines[-1][:200]})" if lines
-                                                                 else "")) from error
+        raise RuntimeError(
+            f"{type(error).__name__}: {error}" + (f" (last output: {lines[-1][:200]})" if lines else "")
+        ) from error
     finally:
         pl.Trainer = original
     if not clock.marks:
@@ -255,9 +282,12 @@ def main() -> int:
     import pytorch_lightning as pl
 
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
-    print(f"mad-lab on {device}: torch {torch.__version__}, pytorch_lightning {pl.__version__}, precision "
-          f"{args.precision}, {args.epochs} epochs a run" + (f"; stood in for: {', '.join(stood_in)}" if stood_in else ""),
-          flush=True)
+    print(
+        f"mad-lab on {device}: torch {torch.__version__}, pytorch_lightning {pl.__version__}, precision "
+        f"{args.precision}, {args.epochs} epochs a run"
+        + (f"; stood in for: {', '.join(stood_in)}" if stood_in else ""),
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
             missing = missing_requirement(name, stood_in)
@@ -268,18 +298,25 @@ def main() -> int:
             steady: dict[str, float] = {}
             for task in args.tasks:
                 try:
-                    epochs, setup = timed_run(train_module, MODELS[name], task, args.epochs, args.precision,
-                                              Path(tmp) / name)
+                    epochs, setup = timed_run(
+                        train_module, MODELS[name], task, args.epochs, args.precision, Path(tmp) / name
+                    )
                 except RuntimeError as error:
                     print(f"  {task:26s} failed in mad-lab: {error}", flush=True)
                     continue
                 steady[task] = sum(epochs[1:]) / len(epochs[1:])
-                print(f"  {task:26s} steady epoch {steady[task]:7.2f} s   first {epochs[0]:6.2f} s   "
-                      f"before it {setup:6.1f} s   ({', '.join(f'{e:.2f}' for e in epochs)})", flush=True)
+                print(
+                    f"  {task:26s} steady epoch {steady[task]:7.2f} s   first {epochs[0]:6.2f} s   "
+                    f"before it {setup:6.1f} s   ({', '.join(f'{e:.2f}' for e in epochs)})",
+                    flush=True,
+                )
             if steady:
                 hours, runs = protocol_hours(steady)
-                print(f"  {'paper protocol':26s} {hours:8.2f} device-hours: {runs} runs of {PROTOCOL_EPOCHS} epochs, "
-                      f"no early stop, one run at a time ({', '.join(steady)})", flush=True)
+                print(
+                    f"  {'paper protocol':26s} {hours:8.2f} device-hours: {runs} runs of {PROTOCOL_EPOCHS} epochs, "
+                    f"no early stop, one run at a time ({', '.join(steady)})",
+                    flush=True,
+                )
     return 0
 
 

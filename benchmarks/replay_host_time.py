@@ -13,6 +13,7 @@ speed, not a GPU's).
     python benchmarks/replay_host_time.py                      # attention-sg, hyena-sg, mamba
     python benchmarks/replay_host_time.py --specs specs/paper/hyena-sg.mad --examples 1280
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from madsl.runner.batched import replay  # noqa: E402
+from madsl.runner.execute.jobs import execute_job  # noqa: E402
 from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation  # noqa: E402
-from madsl.runner.execute.jobs import execute_job# noqa: E402
 from madsl.runner.plan.protocols import PAPER_GRID_LR, PAPER_GRID_WD  # noqa: E402
 from madsl.runner.store.files import StoreFiles  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
@@ -92,11 +93,19 @@ class _FreeReplays:
 
 def epoch_seconds(path: str, task: str, examples: int, epochs: int, graphs: bool, workdir: Path) -> list[float]:
     """The recorded seconds of each epoch of the paper grid's 6 runs trained as one stack."""
-    cli = cli_overrides(protocol="baseline", tasks=[task], lr=list(PAPER_GRID_LR), wd=list(PAPER_GRID_WD),
-                        epochs=epochs, eval_lengths=[], precision="fp32",
-                        settings={"num_train_examples": examples, "num_test_examples": TEST_EXAMPLES})
-    plan = plan_evaluation(StoreFiles(workdir / f"{Path(path).stem}-{graphs}.db"), [(load_spec(path), path)], cli,
-                           device="cpu")
+    cli = cli_overrides(
+        protocol="baseline",
+        tasks=[task],
+        lr=list(PAPER_GRID_LR),
+        wd=list(PAPER_GRID_WD),
+        epochs=epochs,
+        eval_lengths=[],
+        precision="fp32",
+        settings={"num_train_examples": examples, "num_test_examples": TEST_EXAMPLES},
+    )
+    plan = plan_evaluation(
+        StoreFiles(workdir / f"{Path(path).stem}-{graphs}.db"), [(load_spec(path), path)], cli, device="cpu"
+    )
     events: list = []
     for job in plan.work(batch_grid=True, cuda_graphs=graphs):
         job.stack = True
@@ -111,15 +120,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--specs", nargs="+", default=DEFAULT_SPECS)
     parser.add_argument("--task", default="in-context-recall")
-    parser.add_argument("--examples", type=int, default=640,
-                        help="training examples, a multiple of 128 (steps = examples / 128)")
+    parser.add_argument(
+        "--examples", type=int, default=640, help="training examples, a multiple of 128 (steps = examples / 128)"
+    )
     args = parser.parse_args()
     if args.examples <= 0 or args.examples % 128:
         parser.error(f"--examples must be a positive multiple of the batch size 128, got {args.examples}")
     torch.set_num_threads(1)
     steps = args.examples // 128
-    print(f"CPU, 1 thread; {args.task}, {args.examples} training examples ({steps} steps an epoch), "
-          f"{TEST_EXAMPLES} test examples; the paper grid of 6 as one stack")
+    print(
+        f"CPU, 1 thread; {args.task}, {args.examples} training examples ({steps} steps an epoch), "
+        f"{TEST_EXAMPLES} test examples; the paper grid of 6 as one stack"
+    )
     restore: list = []
 
     def patch(owner, name, value) -> None:
@@ -136,8 +148,10 @@ def main() -> int:
                 for owner, name, value in reversed(restore):
                     setattr(owner, name, value)
                 restore.clear()
-            print(f"  {Path(path).stem:14s} host per replayed step {replayed / steps * 1e3:6.2f} ms (its evaluation "
-                  f"included); eager stacked step on this CPU {eager / steps:7.2f} s; ratio {replayed / eager:.1e}")
+            print(
+                f"  {Path(path).stem:14s} host per replayed step {replayed / steps * 1e3:6.2f} ms (its evaluation "
+                f"included); eager stacked step on this CPU {eager / steps:7.2f} s; ratio {replayed / eager:.1e}"
+            )
     return 0
 
 

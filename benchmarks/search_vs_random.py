@@ -20,14 +20,15 @@ Prints one line per search, a table per seed, the means, and the hand-written sp
 `--json PATH` also writes all of it. Rerunning the same command resumes where it stopped (every
 search keeps its state beside --db).
 """
+
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import glob
 import json
-import os
 import math
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -36,8 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from madsl import topology as topo  # noqa: E402
-from madsl.lang.budget import QUANTITIES, check, parse_bound  # noqa: E402
 from madsl.graph import account  # noqa: E402
+from madsl.lang.budget import QUANTITIES, check, parse_bound  # noqa: E402
 from madsl.runner.config import EvalConfig  # noqa: E402
 from madsl.search.config import Objectives  # noqa: E402
 from madsl.search.figures import plot_front, plot_generations  # noqa: E402
@@ -50,32 +51,52 @@ TIE = 0.005  # best scores closer than this are a tie: a few test tokens, well i
 SOLVED = 0.99  # a score that counts as solving the tasks: where every search reaches it, how soon and how often
 
 # --tiny: a protocol of seconds per run, to check the script end to end
-TINY_SETTINGS = {"protocol": "smoke", "tasks": ["in-context-recall"], "epochs": 1,
-                 "set": {"num_train_examples": 32, "num_test_examples": 16}}
+TINY_SETTINGS = {
+    "protocol": "smoke",
+    "tasks": ["in-context-recall"],
+    "epochs": 1,
+    "set": {"num_train_examples": 32, "num_test_examples": 16},
+}
 
 
 def arguments() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--search", default=str(REPO / "specs" / "search" / "recall-hybrids.yaml"), help="the search file")
-    p.add_argument("--algorithm", choices=("nsga2", "regularized-evolution"), default=None,
-                   help="the evolutionary algorithm compared with random search (default: the file's)")
+    p.add_argument(
+        "--algorithm",
+        choices=("nsga2", "regularized-evolution"),
+        default=None,
+        help="the evolutionary algorithm compared with random search (default: the file's)",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--db", default="search-vs-random.db", help="results database (default: %(default)s)")
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--hand", nargs="*", default=None,
-                   help="hand-written specs to compare with (default: specs/paper/*.mad whose mixers the space holds)")
+    p.add_argument(
+        "--hand",
+        nargs="*",
+        default=None,
+        help="hand-written specs to compare with (default: specs/paper/*.mad whose mixers the space holds)",
+    )
     p.add_argument("--tiny", action="store_true", help="seconds-long runs, 3 + 1 x 2 candidates, seed 0: a check")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    p.add_argument("--figures", metavar="DIR", help="also draw each search's front and generations figures "
-                                                    "(front-ALGORITHM-seedN.png, generations-ALGORITHM-seedN.png)")
-    p.add_argument("--plot", metavar="PNG", help="also draw the best score so far against candidates scored, "
-                                                  "per algorithm (mean and range over the seeds)")
+    p.add_argument(
+        "--figures",
+        metavar="DIR",
+        help="also draw each search's front and generations figures "
+        "(front-ALGORITHM-seedN.png, generations-ALGORITHM-seedN.png)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="also draw the best score so far against candidates scored, per algorithm (mean and range over the seeds)",
+    )
     return p.parse_args()
 
 
 def variant(search, name: str, seed: int, tiny: bool):
-    algorithm = dataclasses.replace(search.algorithm, name=name, seed=seed,
-                                    **({"population": 3, "generations": 1, "offspring": 2} if tiny else {}))
+    algorithm = dataclasses.replace(
+        search.algorithm, name=name, seed=seed, **({"population": 3, "generations": 1, "offspring": 2} if tiny else {})
+    )
     if name != "regularized-evolution":
         algorithm = dataclasses.replace(algorithm, sample_size=min(algorithm.sample_size, algorithm.population))
     changed = dataclasses.replace(search, algorithm=algorithm)
@@ -114,8 +135,9 @@ def hypervolume(result, search) -> float | None:
     limit = parse_bound(written).high if written is not None else math.inf
     if not math.isfinite(limit) or limit <= 0:
         return None
-    points = sorted((c["totals"][quantity], c["score"]) for c in result.state.candidates.values()
-                    if c.get("score") is not None)
+    points = sorted(
+        (c["totals"][quantity], c["score"]) for c in result.state.candidates.values() if c.get("score") is not None
+    )
     area, top = 0.0, 0.0
     for i, (total, score) in enumerate(points):  # sweep the total upwards, the best score so far above each strip
         top = max(top, min(score, 1.0))
@@ -149,8 +171,11 @@ def hand_written(search, paths: list[str] | None) -> list[str]:
     for path in sorted(glob.glob(str(REPO / "specs" / "paper" / "*.mad"))):
         spec = load_spec(path)
         blocks = list(topo.blocks(topo.expand(spec.topology)))
-        if set(spec.symbols_used()) <= allowed and search.space.min_blocks <= len(blocks) <= search.space.max_blocks \
-                and not check(account(spec, seq_len=search.spec_data.get("seq_len")).totals, budget):
+        if (
+            set(spec.symbols_used()) <= allowed
+            and search.space.min_blocks <= len(blocks) <= search.space.max_blocks
+            and not check(account(spec, seq_len=search.spec_data.get("seq_len")).totals, budget)
+        ):
             out.append(path)
     return out
 
@@ -189,45 +214,78 @@ def main() -> int:
                 plot_generations(searched, result.state, Path(args.figures) / f"generations-{name}-seed{seed}.png")
             score, topology = best(result)
             first_solved, solved_count = solved(result)
-            row[name] = {"best": score, "topology": topology, "candidates": len(result.state.candidates),
-                         "duplicates": result.state.counts["duplicates"], f"top{TOP_K}_mean": top_mean(result),
-                         "best_so_far": best_so_far(result), "first_solved": first_solved,
-                         "solved": solved_count, "hypervolume": hypervolume(result, searched),
-                         "generation_medians": [h["median"] for h in result.state.history]}
-            print(f"seed {seed} {name}: best {score} ({topology}), {len(result.state.candidates)} candidates, "
-                  f"{result.state.counts['duplicates']} duplicates", flush=True)
+            row[name] = {
+                "best": score,
+                "topology": topology,
+                "candidates": len(result.state.candidates),
+                "duplicates": result.state.counts["duplicates"],
+                f"top{TOP_K}_mean": top_mean(result),
+                "best_so_far": best_so_far(result),
+                "first_solved": first_solved,
+                "solved": solved_count,
+                "hypervolume": hypervolume(result, searched),
+                "generation_medians": [h["median"] for h in result.state.history],
+            }
+            print(
+                f"seed {seed} {name}: best {score} ({topology}), {len(result.state.candidates)} candidates, "
+                f"{result.state.counts['duplicates']} duplicates",
+                flush=True,
+            )
         rows.append(row)
-    hand = score_hand_written(variant(search, evolution, 0, args.tiny), hand_written(search, args.hand),
-                              args.db, args.workers)
+    hand = score_hand_written(
+        variant(search, evolution, 0, args.tiny), hand_written(search, args.hand), args.db, args.workers
+    )
     report(rows, evolution, hand, variant(search, evolution, seeds[0], args.tiny))
     print(audit(args.db, results))
     if args.plot:
         print(f"figure: {plot_anytime(rows, evolution, hand, args.plot)}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"search": args.search, "evolution": evolution, "seeds": rows,
-                                               "hand_written": hand, "load": os.getloadavg()}, indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "search": args.search,
+                    "evolution": evolution,
+                    "seeds": rows,
+                    "hand_written": hand,
+                    "load": os.getloadavg(),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 
 def report(rows: list[dict], evolution: str, hand: list[dict], search) -> None:
     algorithm = search.algorithm
-    print(f"\n{evolution} vs random search, {algorithm.evaluations} candidates each "
-          f"({algorithm.population} + {algorithm.generations} x {algorithm.offspring}), "
-          f"objectives.score {json.dumps(search.objectives.settings)}")
+    print(
+        f"\n{evolution} vs random search, {algorithm.evaluations} candidates each "
+        f"({algorithm.population} + {algorithm.generations} x {algorithm.offspring}), "
+        f"objectives.score {json.dumps(search.objectives.settings)}"
+    )
     print(f"{'seed':>6}  {evolution:>24}  {'random':>8}  winner")
     for row in rows:
         a, b = row[evolution]["best"], row["random"]["best"]
         winner = "-" if a is None or b is None else "tie" if abs(a - b) < TIE else evolution if a > b else "random"
         print(f"{row['seed']:>6}  {_shown(a):>24}  {_shown(b):>8}  {winner}")
     if rows and rows[0]["random"]["hypervolume"] is not None:
-        print(f"hypervolume of (score, {search.objectives.minimize[0]}): " + "; ".join(
-            f"seed {r['seed']} {evolution} {r[evolution]['hypervolume']:.4f} random {r['random']['hypervolume']:.4f}"
-            for r in rows))
+        print(
+            f"hypervolume of (score, {search.objectives.minimize[0]}): "
+            + "; ".join(
+                f"seed {r['seed']} {evolution} {r[evolution]['hypervolume']:.4f} "
+                f"random {r['random']['hypervolume']:.4f}"
+                for r in rows
+            )
+        )
     print(f"scores >= {SOLVED}: the candidates scored until the first, and how many in all")
     for row in rows:
-        print(f"{row['seed']:>6}  " + "  ".join(
-            f"{name}: first at {row[name]['first_solved'] or '-'}, {row[name]['solved']} in all"
-            for name in (evolution, "random")))
+        print(
+            f"{row['seed']:>6}  "
+            + "  ".join(
+                f"{name}: first at {row[name]['first_solved'] or '-'}, {row[name]['solved']} in all"
+                for name in (evolution, "random")
+            )
+        )
     for name in (evolution, "random"):
         values = [r[name]["best"] for r in rows if r[name]["best"] is not None]
         if values:
@@ -236,16 +294,20 @@ def report(rows: list[dict], evolution: str, hand: list[dict], search) -> None:
         tops = [r[name][f"top{TOP_K}_mean"] for r in rows if r[name][f"top{TOP_K}_mean"] is not None]
         if tops:
             print(f"{name}: mean of the {TOP_K} best candidates {statistics.fmean(tops):.4f} (mean over seeds)")
-    wins = sum(1 for r in rows if None not in (r[evolution]["best"], r["random"]["best"])
-               and r[evolution]["best"] > r["random"]["best"] + TIE)
+    wins = sum(
+        1
+        for r in rows
+        if None not in (r[evolution]["best"], r["random"]["best"]) and r[evolution]["best"] > r["random"]["best"] + TIE
+    )
     print(f"{evolution} beats random search on {wins} of {len(rows)} seed(s) (by more than {TIE})")
     scored = [h for h in hand if h["score"] is not None]
     for h in sorted(scored, key=lambda h: -h["score"]):
         print(f"  hand-written {h['spec']}: {h['score']:.4f}")
     if scored:
         top = max(h["score"] for h in scored)
-        found = max((r[n]["best"] for r in rows for n in (evolution, "random") if r[n]["best"] is not None),
-                    default=None)
+        found = max(
+            (r[n]["best"] for r in rows for n in (evolution, "random") if r[n]["best"] is not None), default=None
+        )
         verdict = "beats" if found is not None and found > top + TIE else "does not beat"
         print(f"the best found ({_shown(found)}) {verdict} the best hand-written spec ({top:.4f})")
 
@@ -258,20 +320,28 @@ def audit(db: str, results: list) -> str:
     from madsl.spec import spec_from_data
 
     candidates = {h: c for r in results for h, c in r.state.candidates.items() if c.get("status") == "scored"}
-    over = [c["topology"] for c in candidates.values()
-            if check(account(spec_from_data(c["spec"])).totals,
-                     {q: parse_bound(v) for q, v in c["spec"].get("budget", {}).items() if q in QUANTITIES})]
+    over = [
+        c["topology"]
+        for c in candidates.values()
+        if check(
+            account(spec_from_data(c["spec"])).totals,
+            {q: parse_bound(v) for q, v in c["spec"].get("budget", {}).items() if q in QUANTITIES},
+        )
+    ]
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:  # the runs of each identity under one training
         counts = conn.execute(
             "SELECT COUNT(*), MAX(attempts) FROM runs WHERE spec_hash IN (%s) "
             "GROUP BY spec_hash, task, setting_hash, seed, train_config" % ",".join("?" * len(candidates)),
-            list(candidates)).fetchall()
+            list(candidates),
+        ).fetchall()
     proposed = sum(len(r.state.candidates) for r in results)
-    return (f"store: {len(candidates)} distinct candidates scored across {len(results)} searches "
-            f"({proposed} proposals); runs of one identity under one training: at most "
-            f"{max((c for c, _ in counts), default=0)}, each taken up at most {max((a for _, a in counts), default=0)} "
-            f"time(s) (2: stopped and resumed from its checkpoint); over budget when re-accounted: {len(over)}"
-            f"{' ' + str(over) if over else ''}")
+    return (
+        f"store: {len(candidates)} distinct candidates scored across {len(results)} searches "
+        f"({proposed} proposals); runs of one identity under one training: at most "
+        f"{max((c for c, _ in counts), default=0)}, each taken up at most {max((a for _, a in counts), default=0)} "
+        f"time(s) (2: stopped and resumed from its checkpoint); over budget when re-accounted: {len(over)}"
+        f"{' ' + str(over) if over else ''}"
+    )
 
 
 def plot_anytime(rows: list[dict], evolution: str, hand: list[dict], path: str) -> Path:
@@ -293,8 +363,13 @@ def plot_anytime(rows: list[dict], evolution: str, hand: list[dict], path: str) 
                 length = min(len(c) for c in curves)
                 values = np.array([c[:length] for c in curves])
                 x = np.arange(1, length + 1) if key == "best_so_far" else np.arange(length)
-                ax.plot(x, values.mean(axis=0), color=color, marker="o" if key != "best_so_far" else None,
-                        label=f"{name} (mean of {len(curves)} seeds)")
+                ax.plot(
+                    x,
+                    values.mean(axis=0),
+                    color=color,
+                    marker="o" if key != "best_so_far" else None,
+                    label=f"{name} (mean of {len(curves)} seeds)",
+                )
                 ax.fill_between(x, values.min(axis=0), values.max(axis=0), color=color, alpha=0.15)
         scored = [h["score"] for h in hand if h["score"] is not None]
         if scored:

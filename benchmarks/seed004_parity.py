@@ -9,12 +9,14 @@ the study's HybridModel and its projectors (hybrid/hybrid_model.py, hybrid/proje
 github sadmankiba/hybrid-model, written out below as its code has them) around those two
 models, against the specs/hybrid/*-hybrid-*.mad specs.
 """
+
 import sys
 from collections import namedtuple
 
 import torch
-import madsl
 from transformers import GPTNeoConfig, GPTNeoForCausalLM, MambaConfig, MambaForCausalLM
+
+import madsl
 
 torch.manual_seed(0)
 VOCAB = 16
@@ -22,11 +24,23 @@ VOCAB = 16
 
 def gpt_neo(n_layers, dim, heads):
     # EleutherAI/gpt-neo-125M config.json, then main.py's overrides (set after construction, as from_pretrained does)
-    cfg = GPTNeoConfig(vocab_size=50257, hidden_size=768, num_layers=12, num_heads=12,
-                       attention_types=[[["global", "local"], 6]], window_size=256, max_position_embeddings=2048,
-                       activation_function="gelu_new", intermediate_size=None, embed_dropout=0.0,
-                       attention_dropout=0.0, resid_dropout=0.0, layer_norm_epsilon=1e-5, initializer_range=0.02,
-                       tie_word_embeddings=True)
+    cfg = GPTNeoConfig(
+        vocab_size=50257,
+        hidden_size=768,
+        num_layers=12,
+        num_heads=12,
+        attention_types=[[["global", "local"], 6]],
+        window_size=256,
+        max_position_embeddings=2048,
+        activation_function="gelu_new",
+        intermediate_size=None,
+        embed_dropout=0.0,
+        attention_dropout=0.0,
+        resid_dropout=0.0,
+        layer_norm_epsilon=1e-5,
+        initializer_range=0.02,
+        tie_word_embeddings=True,
+    )
     for k, v in dict(vocab_size=VOCAB, num_layers=n_layers, hidden_size=dim, num_heads=heads, pad_token_id=0).items():
         setattr(cfg, k, v)
     return GPTNeoForCausalLM(cfg).eval()
@@ -34,10 +48,22 @@ def gpt_neo(n_layers, dim, heads):
 
 def mamba(n_layers, dim):
     # state-spaces/mamba-130m-hf config.json, then main.py's overrides
-    cfg = MambaConfig(vocab_size=50280, hidden_size=768, state_size=16, num_hidden_layers=24, expand=2,
-                      conv_kernel=4, use_bias=False, use_conv_bias=True, time_step_rank=48,
-                      layer_norm_epsilon=1e-5, initializer_range=0.1, rescale_prenorm_residual=False,
-                      residual_in_fp32=True, tie_word_embeddings=True)
+    cfg = MambaConfig(
+        vocab_size=50280,
+        hidden_size=768,
+        state_size=16,
+        num_hidden_layers=24,
+        expand=2,
+        conv_kernel=4,
+        use_bias=False,
+        use_conv_bias=True,
+        time_step_rank=48,
+        layer_norm_epsilon=1e-5,
+        initializer_range=0.1,
+        rescale_prenorm_residual=False,
+        residual_in_fp32=True,
+        tie_word_embeddings=True,
+    )
     for k, v in dict(vocab_size=VOCAB, num_hidden_layers=n_layers, hidden_size=dim, pad_token_id=50256).items():
         setattr(cfg, k, v)
     return MambaForCausalLM(cfg).eval(), cfg
@@ -50,14 +76,22 @@ def copy_neo(hf, mm):
     out["positions.weight"] = sd["transformer.wpe.weight"][:n_pos]
     for i in range(len(hf.transformer.h)):
         h = f"transformer.h.{i}."
-        out[f"L{i}.mixer.norm.weight"] = sd[h + "ln_1.weight"]; out[f"L{i}.mixer.norm.bias"] = sd[h + "ln_1.bias"]
+        out[f"L{i}.mixer.norm.weight"] = sd[h + "ln_1.weight"]
+        out[f"L{i}.mixer.norm.bias"] = sd[h + "ln_1.bias"]
         a = h + "attn.attention."
-        out[f"L{i}.mixer.layer.qkv.weight"] = torch.cat([sd[a + "q_proj.weight"], sd[a + "k_proj.weight"], sd[a + "v_proj.weight"]])
-        out[f"L{i}.mixer.layer.out.weight"] = sd[a + "out_proj.weight"]; out[f"L{i}.mixer.layer.out.bias"] = sd[a + "out_proj.bias"]
-        out[f"L{i}.channel.norm.weight"] = sd[h + "ln_2.weight"]; out[f"L{i}.channel.norm.bias"] = sd[h + "ln_2.bias"]
-        out[f"L{i}.channel.layer.fc.weight"] = sd[h + "mlp.c_fc.weight"]; out[f"L{i}.channel.layer.fc.bias"] = sd[h + "mlp.c_fc.bias"]
-        out[f"L{i}.channel.layer.proj.weight"] = sd[h + "mlp.c_proj.weight"]; out[f"L{i}.channel.layer.proj.bias"] = sd[h + "mlp.c_proj.bias"]
-    out["final_norm.weight"] = sd["transformer.ln_f.weight"]; out["final_norm.bias"] = sd["transformer.ln_f.bias"]
+        out[f"L{i}.mixer.layer.qkv.weight"] = torch.cat(
+            [sd[a + "q_proj.weight"], sd[a + "k_proj.weight"], sd[a + "v_proj.weight"]]
+        )
+        out[f"L{i}.mixer.layer.out.weight"] = sd[a + "out_proj.weight"]
+        out[f"L{i}.mixer.layer.out.bias"] = sd[a + "out_proj.bias"]
+        out[f"L{i}.channel.norm.weight"] = sd[h + "ln_2.weight"]
+        out[f"L{i}.channel.norm.bias"] = sd[h + "ln_2.bias"]
+        out[f"L{i}.channel.layer.fc.weight"] = sd[h + "mlp.c_fc.weight"]
+        out[f"L{i}.channel.layer.fc.bias"] = sd[h + "mlp.c_fc.bias"]
+        out[f"L{i}.channel.layer.proj.weight"] = sd[h + "mlp.c_proj.weight"]
+        out[f"L{i}.channel.layer.proj.bias"] = sd[h + "mlp.c_proj.bias"]
+    out["final_norm.weight"] = sd["transformer.ln_f.weight"]
+    out["final_norm.bias"] = sd["transformer.ln_f.bias"]
     return out
 
 
@@ -67,8 +101,17 @@ def copy_mamba(hf, mm):
     for i in range(len(hf.backbone.layers)):
         h = f"backbone.layers.{i}."
         out[f"L{i}.mixer.norm.weight"] = sd[h + "norm.weight"]
-        for name in ("A_log", "D", "in_proj.weight", "conv1d.weight", "conv1d.bias", "x_proj.weight",
-                     "dt_proj.weight", "dt_proj.bias", "out_proj.weight"):
+        for name in (
+            "A_log",
+            "D",
+            "in_proj.weight",
+            "conv1d.weight",
+            "conv1d.bias",
+            "x_proj.weight",
+            "dt_proj.weight",
+            "dt_proj.bias",
+            "out_proj.weight",
+        ):
             out[f"L{i}.mixer.layer.{name}"] = sd[h + "mixer." + name]
     out["final_norm.weight"] = sd["backbone.norm_f.weight"]
     return out
@@ -118,8 +161,10 @@ def compare(name, hf, mm, length):
     diff = (a - b).abs().max().item()
     err = diff / a.abs().max().item()
     hf_params = sum(p.numel() for p in hf.parameters())
-    print(f"{name}: max |logit diff| = {diff:.2e}, / max |logit| = {err:.2e}; "
-          f"params HF {hf_params:,} madsl {sum(p.numel() for p in mm.parameters()):,}")
+    print(
+        f"{name}: max |logit diff| = {diff:.2e}, / max |logit| = {err:.2e}; "
+        f"params HF {hf_params:,} madsl {sum(p.numel() for p in mm.parameters()):,}"
+    )
     return err
 
 
@@ -145,7 +190,7 @@ class NullSplitter(torch.nn.Module):
         self.d1, self.d2 = d1, d2
 
     def forward(self, x):
-        return x[:, :, :self.d1], x[:, :, :self.d2]
+        return x[:, :, : self.d1], x[:, :, : self.d2]
 
 
 class ResidualCombiner(torch.nn.Module):
@@ -168,7 +213,7 @@ class ResidualSplitter(torch.nn.Module):
         self.out_proj1, self.out_proj2 = torch.nn.Linear(proj_dim, d1), torch.nn.Linear(proj_dim, d2)
 
     def forward(self, x):
-        return self.out_proj1(x) + x[:, :, :self.d1], self.out_proj2(x) + x[:, :, :self.d2]
+        return self.out_proj1(x) + x[:, :, : self.d1], self.out_proj2(x) + x[:, :, : self.d2]
 
 
 class GatedResidualCombiner(torch.nn.Module):
@@ -197,8 +242,10 @@ class GatedResidualSplitter(torch.nn.Module):
 
     def forward(self, x):
         d1, d2 = self.out_proj1.weight.shape[0], self.out_proj2.weight.shape[0]
-        return ((1 - self.alpha1) * self.out_proj1(x) + self.alpha1 * x[:, :, :d1],
-                (1 - self.alpha2) * self.out_proj2(x) + self.alpha2 * x[:, :, :d2])
+        return (
+            (1 - self.alpha1) * self.out_proj1(x) + self.alpha1 * x[:, :, :d1],
+            (1 - self.alpha2) * self.out_proj2(x) + self.alpha2 * x[:, :, :d2],
+        )
 
 
 class GatedResidualSoftCombiner(torch.nn.Module):
@@ -232,13 +279,18 @@ class GatedResidualSoftSplitter(torch.nn.Module):
         alpha1 = self.alpha1
         alpha2 = 1 - alpha1
         alpha_sf1, alpha_sf2 = torch.softmax(torch.cat([alpha1, alpha2]), dim=0)
-        return ((1 - alpha_sf1) * self.out_proj1(x) + alpha_sf1 * x[:, :, :d1],
-                (1 - alpha_sf2) * self.out_proj2(x) + alpha_sf2 * x[:, :, :d2])
+        return (
+            (1 - alpha_sf1) * self.out_proj1(x) + alpha_sf1 * x[:, :, :d1],
+            (1 - alpha_sf2) * self.out_proj2(x) + alpha_sf2 * x[:, :, :d2],
+        )
 
 
-PROJECTORS = {"null": (NullCombiner, NullSplitter), "res": (ResidualCombiner, ResidualSplitter),
-              "gres": (GatedResidualCombiner, GatedResidualSplitter),
-              "gressf": (GatedResidualSoftCombiner, GatedResidualSoftSplitter)}
+PROJECTORS = {
+    "null": (NullCombiner, NullSplitter),
+    "res": (ResidualCombiner, ResidualSplitter),
+    "gres": (GatedResidualCombiner, GatedResidualSplitter),
+    "gressf": (GatedResidualSoftCombiner, GatedResidualSoftSplitter),
+}
 
 
 class HybridModel(torch.nn.Module):
@@ -277,8 +329,9 @@ def copy_hybrid(hybrid, mm):
     neo, mam = copy_neo(hybrid.trans_model, mm), copy_mamba(hybrid.mamba_model, mm)
     sd = mm.state_dict()
     units = list(dict.fromkeys(k.split(".mixer.")[0] for k in sd if ".mixer." in k))
-    forks = list(dict.fromkeys(k.split(".split.")[0] for k in sd if ".split." in k)) or \
-        list(dict.fromkeys(k.split(".branches.")[0] for k in sd if ".branches." in k))
+    forks = list(dict.fromkeys(k.split(".split.")[0] for k in sd if ".split." in k)) or list(
+        dict.fromkeys(k.split(".branches.")[0] for k in sd if ".branches." in k)
+    )
     out = {"embedding.weight": neo["embedding.weight"], "positions.weight": neo["positions.weight"]}
     t_per, m_per = hybrid.n_trans_layers // hybrid.n_blocks, hybrid.n_mamba_layers // hybrid.n_blocks
     u = 0
@@ -289,7 +342,10 @@ def copy_hybrid(hybrid, mm):
                     if k.startswith(f"L{i}."):
                         out[f"{units[u]}.{k.split('.', 1)[1]}"] = v
                 u += 1
-        for side, module, proj in (("split", hybrid.splitters[b], "out_proj"), ("combine", hybrid.combiners[b], "in_proj")):
+        for side, module, proj in (
+            ("split", hybrid.splitters[b], "out_proj"),
+            ("combine", hybrid.combiners[b], "in_proj"),
+        ):
             for n in (1, 2):
                 linear = getattr(module, f"{proj}{n}", None)
                 if linear is not None:
@@ -324,8 +380,10 @@ def hybrid_init_differences(hybrid, mm):
 
 
 worst = 0.0
-for path, n, dim, heads, L in [("specs/hybrid/icr-transformer-2.mad", 2, 128, 16, 64),
-                               ("specs/hybrid/selcopy-transformer.mad", 12, 32, 2, 20)]:
+for path, n, dim, heads, L in [
+    ("specs/hybrid/icr-transformer-2.mad", 2, 128, 16, 64),
+    ("specs/hybrid/selcopy-transformer.mad", 12, 32, 2, 20),
+]:
     hf = gpt_neo(n, dim, heads)
     mm = madsl.compile(madsl.load_spec(path), vocab_size=VOCAB, max_seq_len=L).eval()
     flat = copy_neo(hf, mm)
@@ -341,13 +399,20 @@ for path, n, dim, L in [("specs/hybrid/icr-mamba-4.mad", 4, 128, 64), ("specs/hy
     load_layers(mm, flat)
     worst = max(worst, compare(path, hf, mm, L))
 # the hybrids: (spec, layers of each kind, blocks, the study's proj_type, hidden_size, num_heads, length)
-HYBRIDS = [(f"specs/hybrid/selcopy-hybrid-{name}-{blocks}{suffix}.mad", layers, blocks, proj, 32, 2, 20)
-           for name, proj in (("null", "null"), ("res", "res"), ("gated", "gres"), ("gsoft", "gressf"))
-           for blocks in (1, 2) for suffix, layers in (("", 2), ("-12", 12))]
-HYBRIDS += [(f"specs/hybrid/selcopy-hybrid-{name}-1-1.mad", 1, 1, proj, 32, 2, 20)
-            for name, proj in (("gated", "gres"), ("gsoft", "gressf"))]
-HYBRIDS += [("specs/hybrid/icr-hybrid.mad", 2, 1, "gres", 128, 16, 16),
-            ("specs/hybrid/icr-hybrid-12.mad", 12, 1, "gres", 128, 16, 16)]
+HYBRIDS = [
+    (f"specs/hybrid/selcopy-hybrid-{name}-{blocks}{suffix}.mad", layers, blocks, proj, 32, 2, 20)
+    for name, proj in (("null", "null"), ("res", "res"), ("gated", "gres"), ("gsoft", "gressf"))
+    for blocks in (1, 2)
+    for suffix, layers in (("", 2), ("-12", 12))
+]
+HYBRIDS += [
+    (f"specs/hybrid/selcopy-hybrid-{name}-1-1.mad", 1, 1, proj, 32, 2, 20)
+    for name, proj in (("gated", "gres"), ("gsoft", "gressf"))
+]
+HYBRIDS += [
+    ("specs/hybrid/icr-hybrid.mad", 2, 1, "gres", 128, 16, 16),
+    ("specs/hybrid/icr-hybrid-12.mad", 12, 1, "gres", 128, 16, 16),
+]
 worst_hybrid = 0.0
 for path, n, blocks, proj, dim, heads, L in HYBRIDS:
     hybrid = HybridModel(gpt_neo(n, dim, heads), mamba(n, dim)[0], proj, blocks).eval()

@@ -20,6 +20,7 @@ declines slowly; mLSTM's parallel form is quadratic, like attention).
 Times are the best of `--repeats` steps after one warm-up (the machine is shared;
 the median is printed too).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -113,6 +114,7 @@ def measure(name: str, repeats: int, threads: int) -> dict:
         if key == "scan":  # Mamba's baseline: the plain autograd recurrence instead of the fused scan
             import madsl.layers.mamba as mamba
             from madsl.kernels.selective_scan_reference import selective_scan_reference
+
             mamba.selective_scan = selective_scan_reference
         else:
             setattr(layer, key, value)
@@ -136,9 +138,16 @@ def measure(name: str, repeats: int, threads: int) -> dict:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     best, median = min(times[1:]), statistics.median(times[1:])
     tokens = batch * length
-    return {"name": name, "batch": batch, "length": length, "best_s": best, "median_s": median,
-            "tokens_per_s": tokens / best, "median_tokens_per_s": tokens / median,
-            "peak_mib": max(0, peak - baseline) / 2**20}
+    return {
+        "name": name,
+        "batch": batch,
+        "length": length,
+        "best_s": best,
+        "median_s": median,
+        "tokens_per_s": tokens / best,
+        "median_tokens_per_s": tokens / median,
+        "peak_mib": max(0, peak - baseline) / 2**20,
+    }
 
 
 def main() -> None:
@@ -160,23 +169,41 @@ def main() -> None:
     print(f"{'case':<16} {'batch x len':>12} {'tokens/s':>10} {'(median)':>10} {'ms/step':>9} {'peak MiB':>9}")
     results = {}
     for name in names:
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name,
-                              "--repeats", str(args.repeats), "--threads", str(args.threads)],
-                             capture_output=True, text=True, env=env, check=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--one",
+                name,
+                "--repeats",
+                str(args.repeats),
+                "--threads",
+                str(args.threads),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
         r = json.loads(out.stdout.strip().splitlines()[-1])
         results[name] = r
-        print(f"{name:<16} {r['batch']:>5} x {r['length']:<5} {r['tokens_per_s']:>10,.0f} "
-              f"{r['median_tokens_per_s']:>10,.0f} {1e3 * r['best_s']:>9.1f} {r['peak_mib']:>9.0f}")
-    for fast, slow, what in (("mAlg chunked", "mAlg recurrent", "mAlg: chunked kernel"),
-                             ("Mb scan", "Mb recurrent", "Mb: fused CPU scan")):
+        print(
+            f"{name:<16} {r['batch']:>5} x {r['length']:<5} {r['tokens_per_s']:>10,.0f} "
+            f"{r['median_tokens_per_s']:>10,.0f} {1e3 * r['best_s']:>9.1f} {r['peak_mib']:>9.0f}"
+        )
+    for fast, slow, what in (
+        ("mAlg chunked", "mAlg recurrent", "mAlg: chunked kernel"),
+        ("Mb scan", "Mb recurrent", "Mb: fused CPU scan"),
+    ):
         if fast in results and slow in results:
             ratio = results[slow]["best_s"] / results[fast]["best_s"]
             print(f"{what} is {ratio:.1f}x faster than the plain sequential recurrence (same run)")
     baselines = [b for b in ("mA", "Mb scan") if b in results]
     for name in NEWER_LAYERS:
         if name in results and baselines:
-            ratios = ", ".join(f"{results[name]['tokens_per_s'] / results[b]['tokens_per_s']:.2f}x {b}"
-                               for b in baselines)
+            ratios = ", ".join(
+                f"{results[name]['tokens_per_s'] / results[b]['tokens_per_s']:.2f}x {b}" for b in baselines
+            )
             print(f"{name:<16} tokens/s {ratios} (same run)")
     if args.json:
         with open(args.json, "w") as f:

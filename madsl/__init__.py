@@ -7,6 +7,7 @@
 
 Importing madsl does not import torch; `compile` does.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -40,5 +41,14 @@ def load_run(directory: str, **kwargs: Any) -> "TaskModel":
     return load(directory, **kwargs)
 
 
-__all__ = ["MadslError", "Spec", "account", "build_graph", "compile", "load_run", "load_spec",
-           "spec_from_topology", "__version__"]
+__all__ = [
+    "MadslError",
+    "Spec",
+    "account",
+    "build_graph",
+    "compile",
+    "load_run",
+    "load_spec",
+    "spec_from_topology",
+    "__version__",
+]

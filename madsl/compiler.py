@@ -7,6 +7,7 @@ residual adds from its join nodes, a group's sub-stack, branches and connection 
 splitter, combiner and exit nodes. Weight sharing: a node that a "shares" edge reaches reuses
 the layer module built for the tag's first use (and its pre-norm, as a block's part).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,9 @@ from torch import nn
 
 from .errors import MadslError
 from .graph import build_graph
-from .model import Block, Fork, GroupConnection, Model, Parallel, PreNorm, Stack, make_norm, reinit_linears
 from .lang.spec import Spec, load_spec
+from .model import Model
+from .model_parts import Block, Fork, GroupConnection, Parallel, PreNorm, Stack, make_norm, reinit_linears
 from .structure import sources, targets
 
 MODEL_FORMAT = "madsl-model/2"  # config.json's tag (madsl-model/1: a torch.save pickle, no longer read)
@@ -78,8 +80,9 @@ class _Compiler:
         try:
             module = self.plan.nodes[node]["primitive"].build()
         except (ValueError, RuntimeError) as err:  # a combination the module cannot realise
-            raise self.spec.topology_error(MadslError(f"{layer.symbol} cannot be compiled: {err}"),
-                                           layer.span) from None
+            raise self.spec.topology_error(
+                MadslError(f"{layer.symbol} cannot be compiled: {err}"), layer.span
+            ) from None
         self.named.setdefault(layer.symbol, []).append(module)
         if layer.tag is not None:
             self.named.setdefault(f"#{layer.tag}", []).append(module)
@@ -152,8 +155,10 @@ class _Compiler:
         while node != start:
             ends.append(node)
             node = self.start(node)
-        return [self.block(node) if self.plan.nodes[node]["kind"] == "add" else self.group(node, depth)
-                for node in reversed(ends)]
+        return [
+            self.block(node) if self.plan.nodes[node]["kind"] == "add" else self.group(node, depth)
+            for node in reversed(ends)
+        ]
 
     def body(self) -> list[nn.Module]:
         """The model's body: the units between the embedding and the final norm (or the head)."""
@@ -161,26 +166,42 @@ class _Compiler:
         return self.sequence(last, "embedding", 0)
 
 
-def compile_spec(spec: Spec | str | Path, *, vocab_size: int | None = None, max_seq_len: int | None = None,
-                 num_classes: int | None = None, device: str | torch.device | None = None,
-                 seed: int = 0) -> Model:
+def compile_spec(
+    spec: Spec | str | Path,
+    *,
+    vocab_size: int | None = None,
+    max_seq_len: int | None = None,
+    num_classes: int | None = None,
+    device: str | torch.device | None = None,
+    seed: int = 0,
+) -> Model:
     """Build the torch model of a spec. Initialisation is deterministic in `seed`."""
     if not isinstance(spec, Spec):
         spec = load_spec(spec)
     vocab_size = vocab_size or spec.vocab
     if vocab_size is None:
-        raise MadslError(f"{spec.name}: compiling needs a vocabulary size",
-                         hint="pass vocab_size=..., or set `vocab:` in the spec")
+        raise MadslError(
+            f"{spec.name}: compiling needs a vocabulary size", hint="pass vocab_size=..., or set `vocab:` in the spec"
+        )
     # the plan: every layer resolved and validated (roles, tags: located errors) before anything is built
     plan = build_graph(spec, seq_len=max_seq_len or spec.seq_len, vocab=vocab_size)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         compiler = _Compiler(spec, plan)
         body = compiler.body()
-        model = Model(body, spec.dim, vocab_size, num_classes or vocab_size, spec.norm, spec.tie_embeddings,
-                      max_seq_len or spec.seq_len, positions=spec.seq_len if spec.positions == "learned" else 0,
-                      embedding_std=spec.embedding_std,
-                      linear_std=spec.linear_std, final_norm="final_norm" in plan)
+        model = Model(
+            body,
+            spec.dim,
+            vocab_size,
+            num_classes or vocab_size,
+            spec.norm,
+            spec.tie_embeddings,
+            max_seq_len or spec.seq_len,
+            positions=spec.seq_len if spec.positions == "learned" else 0,
+            embedding_std=spec.embedding_std,
+            linear_std=spec.linear_std,
+            final_norm="final_norm" in plan,
+        )
         for _, module, std in sorted(compiler.group_inits, key=lambda entry: entry[0]):
             reinit_linears(module, std)
     model.spec = spec
@@ -199,11 +220,14 @@ def save(model: Model, path: str | os.PathLike, *, option: str = "save") -> Path
     from .model_file import FILES, write_files
     from .outputs import check_output_dir
 
-    folder = check_output_dir(path, option, lambda name: name in FILES, force=True,
-                              writes="model.safetensors and config.json")
-    config = {"format": MODEL_FORMAT, "spec": model.spec.data,
-              "build": {"vocab_size": model.vocab_size, "num_classes": model.num_classes,
-                        "max_seq_len": model.max_seq_len}}
+    folder = check_output_dir(
+        path, option, lambda name: name in FILES, force=True, writes="model.safetensors and config.json"
+    )
+    config = {
+        "format": MODEL_FORMAT,
+        "spec": model.spec.data,
+        "build": {"vocab_size": model.vocab_size, "num_classes": model.num_classes, "max_seq_len": model.max_seq_len},
+    }
     folder.mkdir(parents=True, exist_ok=True)
     write_files(folder, model.state_dict(), config, "madsl.compiler.save")
     return folder
@@ -219,16 +243,21 @@ def load(path: str | os.PathLike, *, device: str | torch.device | None = None) -
     if (pickled := old_pickle(path)) is not None:
         raise pickle_error(pickled, "a model saved by an older madsl")
     if path.is_file():
-        raise MadslError(f"{path}: not a saved madsl model",
-                         hint="a model saved by madsl.compiler.save is a folder holding model.safetensors "
-                              "and config.json")
-    reader = ModelReader(path, MODEL_FORMAT, "a saved madsl model", "madsl.compiler.save", "save the model again",
-                         "madsl.compiler.load")
+        raise MadslError(
+            f"{path}: not a saved madsl model",
+            hint="a model saved by madsl.compiler.save is a folder holding model.safetensors and config.json",
+        )
+    reader = ModelReader(
+        path, MODEL_FORMAT, "a saved madsl model", "madsl.compiler.save", "save the model again", "madsl.compiler.load"
+    )
     config = reader.config()
     build = config["build"]
     for key in ("vocab_size", "num_classes", "max_seq_len"):
         reader.integer(build, key, 1)
     spec = reader.spec(config)
-    model = reader.load(lambda: compile_spec(spec, vocab_size=build["vocab_size"], num_classes=build["num_classes"],
-                                             max_seq_len=build["max_seq_len"]))
+    model = reader.load(
+        lambda: compile_spec(
+            spec, vocab_size=build["vocab_size"], num_classes=build["num_classes"], max_seq_len=build["max_seq_len"]
+        )
+    )
     return model.to(device) if device is not None else model

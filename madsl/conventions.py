@@ -11,6 +11,7 @@
 docs/tasks.md ("Conventions") lists every difference, task by task. `madsl` is what
 runs made before conventions existed used, so it is left out of run identities.
 """
+
 from __future__ import annotations
 
 from madsl.errors import Location, MadslError, did_you_mean
@@ -23,7 +24,11 @@ CONVENTIONS = (MAD_LAB, MADSL)
 def check_conventions(name: object, where: Location | None = None, source: str = "--conventions") -> str:
     """`name` if it is a convention set; a located MadslError otherwise."""
     if name not in CONVENTIONS:
-        raise MadslError(f"{source}: unknown conventions {name!r}", where, expected=" or ".join(CONVENTIONS),
-                         hint=did_you_mean(str(name), CONVENTIONS)
-                         or "mad-lab: the reference implementation's; madsl: the paper's text")
+        raise MadslError(
+            f"{source}: unknown conventions {name!r}",
+            where,
+            expected=" or ".join(CONVENTIONS),
+            hint=did_you_mean(str(name), CONVENTIONS)
+            or "mad-lab: the reference implementation's; madsl: the paper's text",
+        )
     return str(name)

@@ -23,6 +23,7 @@ through `option("checkpoint_every")`: its Python name, or, while a command of th
 runs (`speaking`), that command's word for it (`--checkpoint-every`), so that a notebook and a
 terminal each see the names they typed.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -66,8 +67,9 @@ class MadslError(Exception):
     One that gathers several (`MadslError.combine`) carries them in `diagnostics`, in file
     order; its own message, location, expected and hint are those of the first."""
 
-    def __init__(self, message: str, location: Location | None = None, *,
-                 expected: str | None = None, hint: str | None = None):
+    def __init__(
+        self, message: str, location: Location | None = None, *, expected: str | None = None, hint: str | None = None
+    ):
         super().__init__(message)
         self.message = message
         self.location = location or Location()
@@ -116,8 +118,11 @@ class MadslError(Exception):
 
     def one_line(self) -> str:
         """The message with what was expected and the hint, on one line (for `file:line:col: ...`)."""
-        text = self.message + (f" (expected: {self.expected})" if self.expected else "") + \
-            (f" (hint: {self.hint})" if self.hint else "")
+        text = (
+            self.message
+            + (f" (expected: {self.expected})" if self.expected else "")
+            + (f" (hint: {self.hint})" if self.hint else "")
+        )
         return " ".join(text.split())
 
     def _render_one(self) -> str:
@@ -149,9 +154,15 @@ class MadslError(Exception):
     def to_dict(self) -> dict:
         """The first error as plain data (its `diagnostics` give the others)."""
         loc = self.location
-        return {"error": self.message, "file": loc.file, "line": loc.line, "column": loc.column,
-                "topology_column": loc.topology_column,
-                "expected": self.expected, "hint": self.hint}
+        return {
+            "error": self.message,
+            "file": loc.file,
+            "line": loc.line,
+            "column": loc.column,
+            "topology_column": loc.topology_column,
+            "expected": self.expected,
+            "hint": self.hint,
+        }
 
     def __str__(self) -> str:
         return self.render()
@@ -166,10 +177,10 @@ def _file_order(loc: Location, file: str | None) -> tuple:
 class Collector:
     """Gathers independent errors, so that one run reports them all:
 
-        errors = Collector(file)
-        with errors.check():
-            check_one_thing()      # a MadslError here is recorded, and the next check runs
-        errors.raise_any()         # one MadslError carrying all of them, in file order
+    errors = Collector(file)
+    with errors.check():
+        check_one_thing()      # a MadslError here is recorded, and the next check runs
+    errors.raise_any()         # one MadslError carrying all of them, in file order
     """
 
     def __init__(self, file: str | None = None):
@@ -202,8 +213,11 @@ def _window(line: str, column: int | None) -> tuple[str, int | None]:
     if len(line) <= SHOWN_WIDTH:
         return line, column
     start = max(0, min((column or 1) - 1 - SHOWN_WIDTH // 2, len(line) - SHOWN_WIDTH))
-    shown = ("..." if start else "") + line[start:start + SHOWN_WIDTH] + \
-        ("..." if start + SHOWN_WIDTH < len(line) else "")
+    shown = (
+        ("..." if start else "")
+        + line[start : start + SHOWN_WIDTH]
+        + ("..." if start + SHOWN_WIDTH < len(line) else "")
+    )
     return shown, None if column is None else column - start + (3 if start else 0)
 
 

@@ -14,6 +14,7 @@ for each combination. The result holds the solutions inside the budget (best fir
 closest to the budget's target), and otherwise the closest solution on either side.
 Pure Python, no torch.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,11 +23,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .lang.budget import Bound
 from .errors import MadslError
 from .graph import account
-from .primitives.base import WidthRelative
+from .lang.budget import Bound
 from .lang.spec import Spec
+from .primitives.base import WidthRelative
 
 MAX_VALUE = 1 << 20  # no hyperparameter is searched past this
 NEIGHBOURS = 8  # valid values kept on each side of a crossing
@@ -169,8 +170,9 @@ def _distance(totals: dict[str, int], budget: dict[str, Bound]) -> float:
     return sum(abs(totals[q] - _target(b)) / max(1.0, abs(_target(b))) for q, b in budget.items())
 
 
-def solve(spec: Spec, free: list[str], budget: dict[str, Bound] | None = None, *,
-          seq_len: int | None = None) -> FitResult:
+def solve(
+    spec: Spec, free: list[str], budget: dict[str, Bound] | None = None, *, seq_len: int | None = None
+) -> FitResult:
     """Values of the free parameters that meet `budget` (default: the spec's own)."""
     names = free_parameters(spec, free)  # a mistyped free parameter is the first thing to say
     budget = dict(budget if budget is not None else spec.budget)
@@ -185,8 +187,9 @@ def solve(spec: Spec, free: list[str], budget: dict[str, Bound] | None = None, *
         if totals is None:
             continue
         within = all(b.contains(totals[q]) for q, b in budget.items())
-        solution = Solution({f"{s}.{p}": v for (s, p), v in zip(names, values)}, totals, within,
-                            _distance(totals, budget))
+        solution = Solution(
+            {f"{s}.{p}": v for (s, p), v in zip(names, values)}, totals, within, _distance(totals, budget)
+        )
         if within:
             result.solutions.append(solution)
         elif totals[primary] < target:
@@ -219,8 +222,10 @@ def fitted(spec: Spec, seq_len: int | None = None) -> tuple[Spec, Solution | Non
 def fit_note(solution: Solution, path: str | None) -> str:
     """What `fitted` did, for the user: the values used, and how to write them into the spec."""
     values = ", ".join(f"{k}={v}" for k, v in solution.values.items())
-    return (f"budget.fit: using the solution {values} (write it into the spec with "
-            f"`madsl fit {path or 'SPEC.mad'} -o FILE`)")
+    return (
+        f"budget.fit: using the solution {values} (write it into the spec with "
+        f"`madsl fit {path or 'SPEC.mad'} -o FILE`)"
+    )
 
 
 def solved_data(spec: Spec, solution: Solution) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """The plan: a resolved spec as a networkx graph, and the accounting that reads it.
 
-`build_graph(spec)` builds it in two steps. `plan_structure` lays out the expanded topology from
-its syntax alone: one node per layer occurrence and per point where the residual stream forks or
-joins, and the edges between them. Then every layer node is resolved once (its primitive,
+`build_graph(spec)` builds it in two steps. `plan_structure` (madsl/plan_layout.py) lays out the
+expanded topology from its syntax alone: one node per layer occurrence and per point where the
+residual stream forks or joins, and the edges between them. Then every layer node is resolved once (its primitive,
 validated, with located errors for roles and tags; its cost; its `LayerRow`). Nodes are added in
 stack order. What each node holds (`kind` and the keys beside it):
 
@@ -43,18 +43,20 @@ are per use. A plan is built at
 one sequence length (the accounting's seq_len, `madsl.compile`'s max_seq_len), and a layer
 hyperparameter written `seq_len` takes that length there. No torch here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Any, Callable
+from typing import Any
 
 import networkx as nx
 
-from .lang import topology as topo
 from .errors import MadslError
-from .primitives.base import ConfigError, Cost, Primitive
+from .lang import topology as topo
 from .lang.spec import Spec, load_spec
+from .plan_layout import plan_structure
+from .primitives.base import ConfigError, Cost, Primitive
 
 
 @dataclass(frozen=True)
@@ -79,12 +81,25 @@ class LayerRow:
     derived: dict[str, Any] = field(default_factory=dict)  # sizes the primitive derives (e.g. inner_head_dim)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "block": self.block, "symbol": self.symbol, "primitive": self.primitive,
-                "role": self.role, "params": self.params, "active_params": self.active_params,
-                "norm_params": self.norm_params,
-                "fixed_state": self.fixed_state, "conv_state": self.conv_state, "kv_cache": self.kv_cache,
-                "flops": self.flops, "tag": self.tag, "shared": self.shared, "branch": self.branch,
-                "config": self.config, "derived": self.derived}
+        return {
+            "index": self.index,
+            "block": self.block,
+            "symbol": self.symbol,
+            "primitive": self.primitive,
+            "role": self.role,
+            "params": self.params,
+            "active_params": self.active_params,
+            "norm_params": self.norm_params,
+            "fixed_state": self.fixed_state,
+            "conv_state": self.conv_state,
+            "kv_cache": self.kv_cache,
+            "flops": self.flops,
+            "tag": self.tag,
+            "shared": self.shared,
+            "branch": self.branch,
+            "config": self.config,
+            "derived": self.derived,
+        }
 
 
 @dataclass(frozen=True)
@@ -156,132 +171,6 @@ def projector_cost(kind: str, branches: int, dim: int, seq_len: int) -> tuple[in
     return branches * (dim * dim + dim) + gates, branches * 2 * seq_len * dim * dim
 
 
-def _mixers(block: topo.Block) -> tuple[topo.Layer, ...]:
-    return block.mixer.branches if isinstance(block.mixer, topo.Parallel) else (block.mixer,)
-
-
-def written_channel(block: topo.Block) -> topo.Layer | None:
-    """A block's channel mixer as the topology writes it, without a spec's default: None where it
-    writes none after the mixer, the layer `none` where it writes `-none`."""
-    return block.channel
-
-
-class _Layout:
-    """Lays out an expanded topology's structure in a plan graph (the node and edge kinds of the
-    module docstring), from its syntax alone: which channel mixer a block gets is asked of
-    `channel_for`. Every method takes the pre-norm kind of where it lays out (`norm`)."""
-
-    def __init__(self, graph: nx.DiGraph, channel_for: Callable[[topo.Block], topo.Layer | None]):
-        self.graph, self.channel_for = graph, channel_for
-        self.block_count = 0
-        self.group_count = 0
-
-    def layer(self, node: str, layer: topo.Layer, slot: str, block: int, branch: int | None, norm: str) -> None:
-        """A layer occurrence, unresolved (`_Resolver` adds its primitive and row)."""
-        self.graph.add_node(node, kind="layer", slot=slot, layer=layer, block=block, branch=branch, norm=norm)
-
-    def join(self, block: int, part: str, part_out: str, part_in: str) -> str:
-        """The residual add after a block's part: the part's output plus its input."""
-        node = f"b{block}.add{0 if part == 'mixer' else 1}"
-        self.graph.add_node(node, kind="add", block=block, part=part)
-        self.graph.add_edge(part_out, node, kind="data")
-        self.graph.add_edge(part_in, node, kind="residual")
-        return node
-
-    def block(self, block: topo.Block, prev: str, norm: str) -> str:
-        """A block after `prev`: its mixer (or parallel mixers, summed) and its channel mixer,
-        each a pre-norm residual part. Returns its output node."""
-        b = self.block_count
-        self.block_count += 1
-        mixers = _mixers(block)
-        if len(mixers) == 1:
-            mixer_out = f"b{b}.mixer"
-            self.layer(mixer_out, mixers[0], "sequence", b, None, norm)
-            self.graph.add_edge(prev, mixer_out, kind="data")
-        else:  # one pre-norm, owned by the block, feeds every branch; their outputs are summed
-            mixer_out = f"b{b}.sum"
-            self.graph.add_node(mixer_out, kind="sum", block=b, norm=norm)
-            for i, mixer in enumerate(mixers):
-                node = f"b{b}.mixer{i}"
-                self.layer(node, mixer, "sequence", b, i, norm)
-                self.graph.add_edge(prev, node, kind="branch", branch=i)
-                self.graph.add_edge(node, mixer_out, kind="branch", branch=i)
-        out = self.join(b, "mixer", mixer_out, prev)
-        channel = self.channel_for(block)
-        if channel is None:
-            return out
-        channel_node = f"b{b}.channel"
-        self.layer(channel_node, channel, "channel", b, None, norm)
-        self.graph.add_edge(out, channel_node, kind="data")
-        return self.join(b, "channel", channel_node, out)
-
-    def new_group(self) -> int:
-        gid = self.group_count
-        self.group_count += 1
-        return gid
-
-    def group(self, group: topo.Group, prev: str, norm: str) -> str:
-        """A group after `prev`: its entry, its body (a sequence, or the branches of a fork) and
-        its exit, the connection. Returns the exit."""
-        gid = self.new_group()
-        attrs = {**topo.GROUP_DEFAULTS, **dict(group.attrs)}
-        entry = f"g{gid}"
-        self.graph.add_node(entry, kind="group", group=gid, attrs=attrs)
-        self.graph.add_edge(prev, entry, kind="data")
-        inner_norm = attrs.get("norm", norm)
-        if topo.is_forked(group):
-            attrs["branches"] = len(group.body[0].branches)
-            inner = self.fork(gid, group.body[0], entry, inner_norm)
-        else:
-            inner = self.sequence(group.body, entry, inner_norm)
-        residual = attrs["residual"]
-        exit_node = f"g{gid}.{residual}"
-        self.graph.add_node(exit_node, kind=f"group_{residual}", group=gid, entry=entry)
-        self.graph.add_edge(inner, exit_node, kind="data")
-        if residual != "none":
-            self.graph.add_edge(entry, exit_node, kind="group")
-        return exit_node
-
-    def fork(self, gid: int, fork: topo.Fork, entry: str, norm: str) -> str:
-        """A group of branches: its splitter feeds each branch, its combiner joins their outputs."""
-        attrs = self.graph.nodes[entry]["attrs"]
-        split, combine = f"g{gid}.split", f"g{gid}.combine"
-        self.graph.add_node(split, kind=f"split_{attrs['split']}", group=gid, entry=entry)
-        self.graph.add_node(combine, kind=f"combine_{attrs['combine']}", group=gid, entry=entry)
-        self.graph.add_edge(entry, split, kind="data")
-        for i, branch in enumerate(fork.branches):
-            self.new_group()  # each branch numbers as a group of its own
-            out = self.sequence(branch, split, norm)
-            self.graph.add_edge(out, combine, kind="branch", branch=i)
-        return combine
-
-    def sequence(self, nodes: topo.Topology, prev: str, norm: str) -> str:
-        """Blocks and groups one after the other from `prev`; returns the last one's output."""
-        for node in nodes:
-            prev = self.group(node, prev, norm) if isinstance(node, topo.Group) else self.block(node, prev, norm)
-        return prev
-
-
-def plan_structure(topology: topo.Topology, *, channel_for: Callable[[topo.Block], topo.Layer | None] = written_channel,
-                   norm: str = "rms", final_norm: bool = False) -> nx.DiGraph:
-    """The structure of a topology as a plan graph, from its syntax alone: embedding, the
-    expanded topology's layer, join and group nodes (symbols not looked up, nothing resolved),
-    the final norm if `final_norm`, and the head. `channel_for` gives each block's channel mixer
-    (default: as written), `norm` the pre-norm kind outside groups that set one."""
-    graph = nx.DiGraph()
-    graph.add_node("embedding", kind="embedding")
-    layout = _Layout(graph, channel_for)
-    last = layout.sequence(topo.expand(topology), "embedding", norm)
-    if final_norm:
-        graph.add_node("final_norm", kind="norm")
-        graph.add_edge(last, "final_norm", kind="data")
-        last = "final_norm"
-    graph.add_node("head", kind="head")
-    graph.add_edge(last, "head", kind="data")
-    graph.graph["blocks"] = layout.block_count
-    return graph
-
-
 class _Resolver:
     """Resolves a laid-out plan's layer nodes in stack order: each layer's primitive (at the
     plan's length), its role against its slot, its tag against the tag's first use, its cost
@@ -303,9 +192,14 @@ class _Resolver:
                 prim = prim.at_length(self.seq_len)
             except ConfigError as err:
                 written = ", ".join(prim.length_relative())
-                raise self.spec.topology_error(MadslError(
-                    f"{layer.symbol}: {err.message} (built for sequence length {self.seq_len}: {written} = seq_len)",
-                    hint=err.hint), layer.span) from None
+                raise self.spec.topology_error(
+                    MadslError(
+                        f"{layer.symbol}: {err.message} "
+                        f"(built for sequence length {self.seq_len}: {written} = seq_len)",
+                        hint=err.hint,
+                    ),
+                    layer.span,
+                ) from None
             self.resolved[layer] = prim
         return self.resolved[layer]
 
@@ -317,23 +211,35 @@ class _Resolver:
             return False
         first, _ = self.tags[layer.tag]
         if (first.symbol, first.overrides) != (layer.symbol, layer.overrides):
-            raise self.spec.topology_error(MadslError(
-                f"tag #{layer.tag} is used for different layers: {topo.layer_text(first)} and "
-                f"{topo.layer_text(layer)}", hint="a tag names one shared module; use another tag "
-                                                  "for a different layer"), layer.span)
+            raise self.spec.topology_error(
+                MadslError(
+                    f"tag #{layer.tag} is used for different layers: {topo.layer_text(first)} and "
+                    f"{topo.layer_text(layer)}",
+                    hint="a tag names one shared module; use another tag for a different layer",
+                ),
+                layer.span,
+            )
         return True
 
     def check_role(self, layer: topo.Layer, prim: Primitive, slot: str) -> None:
         role = prim.role
         if slot == "sequence" and role == "channel":
-            raise self.spec.topology_error(MadslError(
-                f"{layer.symbol} is a channel mixer ({prim.name}); it cannot stand in a sequence-mixer slot",
-                hint=f"pair it with a sequence mixer, e.g. H-{layer.symbol}"), layer.span)
+            raise self.spec.topology_error(
+                MadslError(
+                    f"{layer.symbol} is a channel mixer ({prim.name}); it cannot stand in a sequence-mixer slot",
+                    hint=f"pair it with a sequence mixer, e.g. H-{layer.symbol}",
+                ),
+                layer.span,
+            )
         if slot == "channel" and role != "channel":
-            raise self.spec.topology_error(MadslError(
-                f"{layer.symbol} is a {role} mixer ({prim.name}); after '-' comes a channel mixer",
-                hint="channel mixers: " + ", ".join(s for s, d in self.spec.symbols.items()
-                                                    if d.role() == "channel")), layer.span)
+            raise self.spec.topology_error(
+                MadslError(
+                    f"{layer.symbol} is a {role} mixer ({prim.name}); after '-' comes a channel mixer",
+                    hint="channel mixers: "
+                    + ", ".join(s for s, d in self.spec.symbols.items() if d.role() == "channel"),
+                ),
+                layer.span,
+            )
 
     def resolve(self, node_id: str) -> None:
         """Resolve one layer node (the next in stack order): set its `primitive` and `row`, and
@@ -354,12 +260,26 @@ class _Resolver:
         else:
             owns_norm = branch == 0
         norm = norm_params(self.spec, node["norm"]) if owns_norm else 0
-        row = LayerRow(index=len(self.rows), block=node["block"], node=node_id, symbol=layer.symbol,
-                       primitive=prim.name, role=prim.role, config=prim.config(), derived=prim.derived(),
-                       params=(0 if shared else cost.params) + norm,
-                       active_params=(0 if shared else cost.active_params) + norm, norm_params=norm,
-                       fixed_state=cost.fixed_state, conv_state=cost.conv_state,
-                       kv_cache=cost.kv_cache, flops=cost.flops, tag=layer.tag, shared=shared, branch=branch)
+        row = LayerRow(
+            index=len(self.rows),
+            block=node["block"],
+            node=node_id,
+            symbol=layer.symbol,
+            primitive=prim.name,
+            role=prim.role,
+            config=prim.config(),
+            derived=prim.derived(),
+            params=(0 if shared else cost.params) + norm,
+            active_params=(0 if shared else cost.active_params) + norm,
+            norm_params=norm,
+            fixed_state=cost.fixed_state,
+            conv_state=cost.conv_state,
+            kv_cache=cost.kv_cache,
+            flops=cost.flops,
+            tag=layer.tag,
+            shared=shared,
+            branch=branch,
+        )
         if shared:
             self.plan.add_edge(self.tags[layer.tag][1], node_id, kind="shares")
         elif layer.tag is not None:
@@ -433,5 +353,11 @@ def account(spec: Spec | str | PathLike, *, seq_len: int | None = None, vocab: i
 
 def account_plan(spec: Spec, plan: nx.DiGraph) -> Account:
     """The accounting read from a plan built by `build_graph`."""
-    return Account(spec, plan.graph["seq_len"], plan.graph["vocab"], [d["row"] for d in layer_nodes(plan)],
-                   list(plan.graph["parts"]), plan)
+    return Account(
+        spec,
+        plan.graph["seq_len"],
+        plan.graph["vocab"],
+        [d["row"] for d in layer_nodes(plan)],
+        list(plan.graph["parts"]),
+        plan,
+    )

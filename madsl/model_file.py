@@ -19,6 +19,7 @@ MadslError naming the file before the model is allocated. A file in the pickle f
 saved models in (torch.save) is refused with a MadslError that says how to convert it
 (`pickle_error`), never loaded.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,18 @@ MAX_CONFIG_VALUES = 100_000
 MAX_SIZE = 2**31  # vocabulary, lengths, classes: beyond any model madsl trains
 MAX_EXTRA_BYTES = 2**30  # buffers a model builds beyond its weights (position tables): at most 1 GiB
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
-SAFETENSORS_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64", "I64": "int64",
-                      "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+SAFETENSORS_DTYPES = {
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
 PICKLE_MAGIC = (b"PK\x03\x04", b"\x80")  # torch.save's zip archive; a bare pickle (protocol 2 and later)
 
 
@@ -109,12 +120,14 @@ def old_pickle(path: Path) -> Path | None:
 
 def pickle_error(path: Path, what: str) -> MadslError:
     """The refusal of a model file in the pickle format: what it is, why it is not read, how to convert it."""
-    return MadslError(f"{path}: {what} in the old pickle format (torch.save), which madsl no longer reads: "
-                      "unpickling a file can run any code it holds",
-                      hint="save it again in today's format (a folder of model.safetensors and config.json): "
-                           "compile its spec and save that (`madsl compile SPEC --emit torch -o FOLDER`), or, for "
-                           "a file you trust, load it as madsl 0.2.0 and earlier did and save it with this madsl "
-                           "(docs/guide.md, 'Saving and loading a model', shows how)")
+    return MadslError(
+        f"{path}: {what} in the old pickle format (torch.save), which madsl no longer reads: "
+        "unpickling a file can run any code it holds",
+        hint="save it again in today's format (a folder of model.safetensors and config.json): "
+        "compile its spec and save that (`madsl compile SPEC --emit torch -o FOLDER`), or, for "
+        "a file you trust, load it as madsl 0.2.0 and earlier did and save it with this madsl "
+        "(docs/guide.md, 'Saving and loading a model', shows how)",
+    )
 
 
 @dataclass(frozen=True)
@@ -132,8 +145,10 @@ class ModelReader:
 
     def error(self, problem: str) -> MadslError:
         """A problem of config.json."""
-        return MadslError(f"{self.directory / CONFIG}: {problem}",
-                          hint=f"a damaged or planted config.json: nothing was built from it; {self.again}")
+        return MadslError(
+            f"{self.directory / CONFIG}: {problem}",
+            hint=f"a damaged or planted config.json: nothing was built from it; {self.again}",
+        )
 
     def config(self) -> dict:
         """config.json, checked: at most MAX_CONFIG_BYTES, JSON of bounded depth, the format tag,
@@ -153,8 +168,11 @@ class ModelReader:
         except (OSError, ValueError) as err:
             raise MadslError(f"{self.directory}: not {self.what} ({err})", hint=hint) from None
         if not isinstance(config, dict) or config.get("format") != self.format:
-            raise MadslError(f"{self.directory}: not {self.what} (format {config.get('format')!r})"
-                             if isinstance(config, dict) else f"{self.directory}: not {self.what}")
+            raise MadslError(
+                f"{self.directory}: not {self.what} (format {config.get('format')!r})"
+                if isinstance(config, dict)
+                else f"{self.directory}: not {self.what}"
+            )
         self._check_nesting(config)
         for key in ("spec", "build"):
             if not isinstance(config.get(key), dict):
@@ -179,8 +197,10 @@ class ModelReader:
         if optional and value is None:
             return
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_SIZE:
-            raise self.error(f"build.{key} must be an integer in {low}..{MAX_SIZE:,}"
-                             f"{' or null' if optional else ''}, got {shown(value)}")
+            raise self.error(
+                f"build.{key} must be an integer in {low}..{MAX_SIZE:,}"
+                f"{' or null' if optional else ''}, got {shown(value)}"
+            )
 
     def spec(self, config: dict) -> Any:
         """The spec config.json holds, through madsl's own spec validation."""
@@ -203,8 +223,9 @@ class ModelReader:
         try:
             model.load_state_dict(safetensors.load_file(str(weights_path)))
         except Exception as err:  # noqa: BLE001 - safetensors' own errors: a file changed or damaged since its header
-            raise MadslError(f"{weights_path}: not a safetensors file of this model ({type(err).__name__}: "
-                             f"{str(err).strip()[:200]})") from None
+            raise MadslError(
+                f"{weights_path}: not a safetensors file of this model ({type(err).__name__}: {str(err).strip()[:200]})"
+            ) from None
         return model
 
     def _planned(self, build_model: Callable[[], Any]) -> dict[str, tuple[tuple[int, ...], Any]]:
@@ -218,13 +239,16 @@ class ModelReader:
         except MadslError as err:
             raise self.error(f"describes a model that cannot be built: {err.one_line()}") from None
         except Exception as err:  # noqa: BLE001 - sizes no model has (an overflow, a negative width)
-            raise self.error(f"describes a model that cannot be built ({type(err).__name__}: "
-                             f"{str(err).strip()[:200]})") from None
+            raise self.error(
+                f"describes a model that cannot be built ({type(err).__name__}: {str(err).strip()[:200]})"
+            ) from None
         state = {name: (tuple(t.shape), t.dtype) for name, t in model.state_dict().items()}
         held = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
         saved = sum(t.numel() * t.element_size() for t in model.state_dict().values())
         if held - saved > MAX_EXTRA_BYTES:
-            raise self.error(f"describes a model whose buffers need {(held - saved) / 2**30:.3g} GiB beyond its weights")
+            raise self.error(
+                f"describes a model whose buffers need {(held - saved) / 2**30:.3g} GiB beyond its weights"
+            )
         return state
 
 
@@ -242,11 +266,12 @@ def safetensors_tensors(path: Path, again: str) -> dict[str, tuple[tuple[int, ..
         if not stat.S_ISREG(os.stat(path).st_mode):
             raise ValueError("not a regular file")
         with safe_open(str(path), framework="pt") as f:
-            return {name: (tuple(f.get_slice(name).get_shape()), f.get_slice(name).get_dtype())
-                    for name in f.keys()}  # noqa: SIM118 - safe_open is not a dict
+            return {name: (tuple(f.get_slice(name).get_shape()), f.get_slice(name).get_dtype()) for name in f.keys()}  # noqa: SIM118 - safe_open is not a dict
     except Exception as err:  # noqa: BLE001 - safetensors' own errors: a damaged or planted file
-        raise MadslError(f"{path}: not a safetensors file ({type(err).__name__}: {str(err).strip()[:200]})",
-                         hint=f"a damaged or planted weights file: nothing was loaded; {again}") from None
+        raise MadslError(
+            f"{path}: not a safetensors file ({type(err).__name__}: {str(err).strip()[:200]})",
+            hint=f"a damaged or planted weights file: nothing was loaded; {again}",
+        ) from None
 
 
 def check_tensors(found: dict, planned: dict, path: Path) -> None:
@@ -260,10 +285,16 @@ def check_tensors(found: dict, planned: dict, path: Path) -> None:
     for name, (shape, dtype) in planned.items():
         found_shape, found_dtype = found[name]
         if found_shape != shape:
-            raise MadslError(f"{path}: tensor {name!r} has shape {list(found_shape)}; the model config.json "
-                             f"describes has {list(shape)}", hint=hint)
+            raise MadslError(
+                f"{path}: tensor {name!r} has shape {list(found_shape)}; the model config.json "
+                f"describes has {list(shape)}",
+                hint=hint,
+            )
         floating = dtype.is_floating_point
-        if (found_dtype in FLOAT_DTYPES) != floating or \
-                (not floating and SAFETENSORS_DTYPES.get(found_dtype) != str(dtype).removeprefix("torch.")):
-            raise MadslError(f"{path}: tensor {name!r} is {found_dtype}; the model's is "
-                             f"{str(dtype).removeprefix('torch.')}", hint=hint)
+        if (found_dtype in FLOAT_DTYPES) != floating or (
+            not floating and SAFETENSORS_DTYPES.get(found_dtype) != str(dtype).removeprefix("torch.")
+        ):
+            raise MadslError(
+                f"{path}: tensor {name!r} is {found_dtype}; the model's is {str(dtype).removeprefix('torch.')}",
+                hint=hint,
+            )

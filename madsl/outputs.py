@@ -19,6 +19,7 @@ is ever deleted. A folder that holds anything the command would not write is ref
 the user says `--force`, which writes the command's files beside the others and touches
 nothing else (check_output_dir).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -55,8 +56,9 @@ def check_output_path(path: str | os.PathLike, option: str) -> Path:
     return path
 
 
-def check_output_dir(path: str | os.PathLike, option: str, owns: Callable[[str], bool], *, force: bool,
-                     writes: str) -> Path:
+def check_output_dir(
+    path: str | os.PathLike, option: str, owns: Callable[[str], bool], *, force: bool, writes: str
+) -> Path:
     """The folder `path` names (symlinks resolved; created later by the writer if missing), or a
     MadslError before any work: an empty path, a file, a place that cannot be written, or a
     folder holding entries the command does not write (`owns(name)` False) unless `force`.
@@ -79,15 +81,19 @@ def check_output_dir(path: str | os.PathLike, option: str, owns: Callable[[str],
         for name in entries:
             entry = folder / name
             if owns(name) and (entry.is_symlink() or not entry.is_file()):
-                raise MadslError(f"{option} {shown}: {name} there is not a regular file",
-                                 hint=f"{writes} would replace it; move it away or name another folder")
+                raise MadslError(
+                    f"{option} {shown}: {name} there is not a regular file",
+                    hint=f"{writes} would replace it; move it away or name another folder",
+                )
         foreign = [name for name in entries if not owns(name)]
         if foreign and not force:
             listed = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-            raise MadslError(f"{option} {shown}: the folder holds {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'}"
-                             f" this command did not write ({listed})",
-                             hint=f"name a new or empty folder, or add --force to write {writes} beside them "
-                                  "(nothing else there is touched)")
+            raise MadslError(
+                f"{option} {shown}: the folder holds {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'}"
+                f" this command did not write ({listed})",
+                hint=f"name a new or empty folder, or add --force to write {writes} beside them "
+                "(nothing else there is touched)",
+            )
     return folder
 
 
@@ -118,8 +124,15 @@ def temp_beside(path: Path, suffix: str = "", tag: str = "") -> tuple[int, str]:
 
 # a folder that cannot be opened or fsynced here (another platform, a file system without it): the
 # rename is done, and there is nothing more to ask of it
-_NO_FOLDER_SYNC = {errno.EINVAL, errno.EBADF, errno.EACCES, errno.EPERM, errno.EISDIR,
-                   getattr(errno, "ENOTSUP", errno.EINVAL), getattr(errno, "EOPNOTSUPP", errno.EINVAL)}
+_NO_FOLDER_SYNC = {
+    errno.EINVAL,
+    errno.EBADF,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EISDIR,
+    getattr(errno, "ENOTSUP", errno.EINVAL),
+    getattr(errno, "EOPNOTSUPP", errno.EINVAL),
+}
 
 
 def fsync_folder(folder: str | os.PathLike) -> None:
@@ -148,8 +161,15 @@ class AtomicFile:
     gives the open file, commits when the block ends and discards when the block raises. `tag`
     goes into the temporary's name (a checkpoint's host and pid, to find a killed writer's)."""
 
-    def __init__(self, path: str | os.PathLike, mode: str = "wb", *, encoding: str | None = None,
-                 suffix: str = ".tmp", tag: str = ""):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        mode: str = "wb",
+        *,
+        encoding: str | None = None,
+        suffix: str = ".tmp",
+        tag: str = "",
+    ):
         self.path = Path(path)
         fd, self.name = temp_beside(self.path, suffix, tag)
         try:

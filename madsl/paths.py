@@ -11,6 +11,7 @@
 
 Pure Python, importable without torch or numpy.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,11 @@ def require_path(path: str | os.PathLike | None, what: str, location: Location |
     must not mean the current folder)."""
     text = "" if path is None else os.fspath(path)
     if text.strip() == "":
-        raise MadslError(f"{what}: the path is empty", location,
-                         hint="name a file or folder (an unset shell variable expands to nothing)")
+        raise MadslError(
+            f"{what}: the path is empty",
+            location,
+            hint="name a file or folder (an unset shell variable expands to nothing)",
+        )
     if "\0" in text:
         raise MadslError(f"{what}: a path cannot contain a NUL character", location)
     return Path(text)
@@ -46,9 +50,11 @@ def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
 def require_inside(path: str | os.PathLike, folder: str | os.PathLike, what: str = "") -> Path:
     """`path`, or a MadslError naming it when a link takes it out of `folder` (not read)."""
     if not inside(path, folder):
-        raise MadslError(f"{path}: a symbolic link that leads out of {folder}, not read"
-                         + (f" ({what})" if what else ""), Location(file=str(path)),
-                         hint="name the file it points to directly if it is meant to be read")
+        raise MadslError(
+            f"{path}: a symbolic link that leads out of {folder}, not read" + (f" ({what})" if what else ""),
+            Location(file=str(path)),
+            hint="name the file it points to directly if it is meant to be read",
+        )
     return Path(path)
 
 
@@ -56,8 +62,9 @@ def safe_file_name(name: object, what: str, location: Location | None = None) ->
     """`name` if it can be a file name inside an output folder as it is, else a MadslError at
     `location` saying why: not text, empty, a separator, `..`, a leading dot (hidden, or the
     folder itself), characters beyond letters, digits and . _ + -, or longer than MAX_FILE_NAME."""
-    expected = f"a name of letters, digits and . _ + - (at most {MAX_FILE_NAME} characters), starting with " \
-               "a letter or digit"
+    expected = (
+        f"a name of letters, digits and . _ + - (at most {MAX_FILE_NAME} characters), starting with a letter or digit"
+    )
     if not isinstance(name, str):
         raise MadslError(f"{what} {name!r}: not text", location, expected=expected)
     shown = repr(name) if len(name) <= 60 else repr(name[:57]) + "..."
@@ -70,8 +77,9 @@ def safe_file_name(name: object, what: str, location: Location | None = None) ->
     elif len(name) > MAX_FILE_NAME:
         reason = f"is {len(name):,} characters long"
     elif not _SAFE.fullmatch(name):
-        reason = "holds a character that is not safe in a file name" if name[0] not in "._+-" \
-            else f"starts with {name[0]!r}"
+        reason = (
+            "holds a character that is not safe in a file name" if name[0] not in "._+-" else f"starts with {name[0]!r}"
+        )
     else:
         return name
     raise MadslError(f"{what} {shown} {reason}", location, expected=expected)

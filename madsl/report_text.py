@@ -1,11 +1,12 @@
 """Human and machine renderings of accounts and budget checks (rich tables, JSON, DOT)."""
+
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from .lang.budget import Violation
 from .graph import Account
+from .lang.budget import Violation
 
 
 def human(n: float) -> str:
@@ -20,6 +21,7 @@ def human(n: float) -> str:
 def params_quote(params: float, active_params: float) -> str:
     """A parameter count as models are quoted: '1.2B', or '30.5B-A3.3B' where a token reads
     fewer parameters than the model has (routed experts): total, then the active ones."""
+
     def short(n: float) -> str:
         return human(n).replace("G", "B")  # parameter counts are quoted in B, not G
 
@@ -36,24 +38,19 @@ def routed(account: Account) -> bool:
 _LAYER_QUANTITIES = ("fixed_state", "conv_state", "kv_cache")
 
 
-def account_table(account: Account, violations: list[Violation] | None = None):
-    """The layer table of `madsl compile`: a row per layer and model-level part, totals in the
-    footer; its title quotes the parameters ('226k-A109k params' where experts are routed, with
-    an `active params` column showing each routed layer's active count)."""
-    from rich.table import Table
-
-    violated = {v.quantity for v in violations or []}
-    spec = account.spec
+def _add_columns(table, account: Account, violated: set[str], with_active: bool) -> None:
+    """The layer table's columns, each quantity's total in its footer (red where violated)."""
     totals = account.totals
-    title = f"{spec.name}: {spec.canonical()}  (dim {spec.dim}, L={account.seq_len}" + \
-            (f", vocab {account.vocab}" if account.vocab else ", no vocab") + \
-            f"; {params_quote(totals['params'], totals['active_params'])} params)"
-    table = Table(title=title, title_justify="left", show_footer=True)
-    with_active = routed(account)
-    columns = [("#", None), ("layer", None), ("primitive", None), ("params", "params")] + \
-        ([("active params", "active_params")] if with_active else []) + \
-        [("fixed state", "fixed_state"), ("conv state", "conv_state"),
-         (f"KV cache @{account.seq_len}", "kv_cache"), ("FLOPs", "flops")]
+    columns = (
+        [("#", None), ("layer", None), ("primitive", None), ("params", "params")]
+        + ([("active params", "active_params")] if with_active else [])
+        + [
+            ("fixed state", "fixed_state"),
+            ("conv state", "conv_state"),
+            (f"KV cache @{account.seq_len}", "kv_cache"),
+            ("FLOPs", "flops"),
+        ]
+    )
     for header, quantity in columns:
         footer = ""
         if quantity:
@@ -63,23 +60,61 @@ def account_table(account: Account, violations: list[Violation] | None = None):
         elif header == "layer":
             footer = "total"
         table.add_column(header, footer=footer, justify="right" if quantity or header == "#" else "left")
+
+
+def account_table(account: Account, violations: list[Violation] | None = None):
+    """The layer table of `madsl compile`: a row per layer and model-level part, totals in the
+    footer; its title quotes the parameters ('226k-A109k params' where experts are routed, with
+    an `active params` column showing each routed layer's active count)."""
+    from rich.table import Table
+
+    violated = {v.quantity for v in violations or []}
+    spec = account.spec
+    totals = account.totals
+    title = (
+        f"{spec.name}: {spec.canonical()}  (dim {spec.dim}, L={account.seq_len}"
+        + (f", vocab {account.vocab}" if account.vocab else ", no vocab")
+        + f"; {params_quote(totals['params'], totals['active_params'])} params)"
+    )
+    table = Table(title=title, title_justify="left", show_footer=True)
+    with_active = routed(account)
+    _add_columns(table, account, violated, with_active)
     for row in account.layers:
         symbol = row.symbol + (f"#{row.tag}" if row.tag else "") + (" (shared)" if row.shared else "")
         # highlight the layers that contribute to a violated quantity
         style = "red" if any(getattr(row, q) for q in violated if q in _LAYER_QUANTITIES) else None
         active = [f"{row.active_params:,}" if row.active_params != row.params else ""] if with_active else []
-        table.add_row(str(row.index), symbol, row.primitive, f"{row.params:,}", *active, f"{row.fixed_state:,}",
-                      f"{row.conv_state:,}", f"{row.kv_cache:,}", f"{row.flops:,}", style=style)
+        table.add_row(
+            str(row.index),
+            symbol,
+            row.primitive,
+            f"{row.params:,}",
+            *active,
+            f"{row.fixed_state:,}",
+            f"{row.conv_state:,}",
+            f"{row.kv_cache:,}",
+            f"{row.flops:,}",
+            style=style,
+        )
     for part in account.parts:
-        table.add_row("", part.name, "", f"{part.params:,}", *([""] if with_active else []), "", "", "",
-                      f"{part.flops:,}" if part.flops else "", style="dim")
+        table.add_row(
+            "",
+            part.name,
+            "",
+            f"{part.params:,}",
+            *([""] if with_active else []),
+            "",
+            "",
+            "",
+            f"{part.flops:,}" if part.flops else "",
+            style="dim",
+        )
     return table
 
 
 def account_json(account: Account, violations: list[Violation] | None = None) -> dict[str, Any]:
     out = account.as_dict()
-    out["budget"] = {q: {"bound": b.text, "ok": b.contains(out["totals"][q])}
-                     for q, b in account.spec.budget.items()}
+    out["budget"] = {q: {"bound": b.text, "ok": b.contains(out["totals"][q])} for q, b in account.spec.budget.items()}
     out["ok"] = not violations
     return out
 

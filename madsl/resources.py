@@ -3,6 +3,7 @@
 Installed, they are the subpackages `madsl.grammar` and `madsl.stdlib`; in a
 source checkout they are the top-level folders next to `madsl/`.
 """
+
 from __future__ import annotations
 
 from functools import cache

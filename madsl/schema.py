@@ -11,6 +11,7 @@ unexpected) rather than saying that no alternative fits. Checks that need the wh
 (divisibility, roles, groups that close) stay with `madsl check`; whatever this schema
 rejects, the loader rejects too. No torch.
 """
+
 from __future__ import annotations
 
 import types
@@ -19,16 +20,15 @@ from typing import Any, Literal
 
 from madsl.lang import stdlib
 from madsl.lang.budget import QUANTITIES
+from madsl.lang.spec.keys import CHOICES, POSITIVE, REQUIRED, TYPES
+from madsl.lang.topology import NO_CHANNEL
 from madsl.primitives.base import WidthRelative
 from madsl.runner.plan.settings import eval_schema
 from madsl.schema_patterns import budget_patterns, topology_pattern
-from madsl.lang.spec.keys import CHOICES, POSITIVE, REQUIRED, TYPES
-from madsl.lang.topology import NO_CHANNEL
 
 SCHEMA_ID = "https://madsl.invalid/schema/spec.json"  # an identifier, not a download location
 SYMBOL_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
-_JSON_TYPES = {str: "string", int: "integer", bool: "boolean", dict: "object", float: "number",
-               type(None): "null"}
+_JSON_TYPES = {str: "string", int: "integer", bool: "boolean", dict: "object", float: "number", type(None): "null"}
 
 
 def field_schema(annotation: Any) -> dict[str, Any]:
@@ -61,19 +61,28 @@ def _layer_defs(primitives: list[str]) -> dict[str, Any]:
     source = {"source": {"type": "string", "description": "where the values come from"}}
     defs: dict[str, Any] = {}
     for p in primitives:
-        defs[f"named-{p}"] = {"properties": {"primitive": {"const": p}, **source, **_parameters(p)},
-                              "additionalProperties": False}
+        defs[f"named-{p}"] = {
+            "properties": {"primitive": {"const": p}, **source, **_parameters(p)},
+            "additionalProperties": False,
+        }
         defs[f"own-{p}"] = {"properties": {**source, **_parameters(p)}, "additionalProperties": False}
     # one branch per primitive, chosen by the `primitive:` value (if/then: its errors are its own,
     # where anyOf would report only that no branch fits)
-    defs["named"] = {"properties": {"primitive": {"enum": primitives}}, "required": ["primitive"],
-                     "allOf": [{"if": {"properties": {"primitive": {"const": p}}},
-                                "then": {"$ref": f"#/$defs/named-{p}"}} for p in primitives]}
+    defs["named"] = {
+        "properties": {"primitive": {"enum": primitives}},
+        "required": ["primitive"],
+        "allOf": [
+            {"if": {"properties": {"primitive": {"const": p}}}, "then": {"$ref": f"#/$defs/named-{p}"}}
+            for p in primitives
+        ],
+    }
     # `base: SYMBOL` takes the parameters of another symbol: any parameter name of any primitive
     every = sorted({k for p in primitives for k in stdlib.primitives()[p].cls.fields()})
-    defs["based"] = {"properties": {"base": {"type": "string", "pattern": SYMBOL_PATTERN}, **source,
-                                    **{k: {} for k in every}},
-                     "required": ["base"], "additionalProperties": False}
+    defs["based"] = {
+        "properties": {"base": {"type": "string", "pattern": SYMBOL_PATTERN}, **source, **{k: {} for k in every}},
+        "required": ["base"],
+        "additionalProperties": False,
+    }
     return defs
 
 
@@ -81,44 +90,70 @@ def _layer_entry(primitive: str | None) -> dict[str, Any]:
     """A `layers:` entry, by the key it has: `primitive:` (a primitive it names), `base:` (a
     symbol it is based on), or neither: the parameters of its own primitive (a stdlib symbol's);
     a new symbol needs one of the two."""
-    own = {"$ref": f"#/$defs/own-{primitive}"} if primitive is not None else {
-        "required": ["primitive"], "description": "a new symbol: `primitive: NAME` or `base: SYMBOL`"}
-    return {"type": ["object", "null"],
-            "if": {"required": ["primitive"]}, "then": {"$ref": "#/$defs/named"},
-            "else": {"if": {"required": ["base"]}, "then": {"$ref": "#/$defs/based"}, "else": own}}
+    own = (
+        {"$ref": f"#/$defs/own-{primitive}"}
+        if primitive is not None
+        else {"required": ["primitive"], "description": "a new symbol: `primitive: NAME` or `base: SYMBOL`"}
+    )
+    return {
+        "type": ["object", "null"],
+        "if": {"required": ["primitive"]},
+        "then": {"$ref": "#/$defs/named"},
+        "else": {"if": {"required": ["base"]}, "then": {"$ref": "#/$defs/based"}, "else": own},
+    }
 
 
 def _bound(quantity_pattern: str, description: str) -> dict[str, Any]:
     """A budget quantity: a number, or a string that `quantity_pattern` reads (pattern and
     minimum each apply to their own type, so no anyOf hides which one failed)."""
-    return {"type": ["number", "string"], "minimum": 0, "pattern": quantity_pattern,
-            "patternErrorMessage": description, "description": description}
+    return {
+        "type": ["number", "string"],
+        "minimum": 0,
+        "pattern": quantity_pattern,
+        "patternErrorMessage": description,
+        "description": description,
+    }
 
 
 def _budget() -> dict[str, Any]:
     bound_pattern, quantity_pattern = budget_patterns()
     quantity = _bound(quantity_pattern, "a number: 4096, 500k, 1.2M, 7B")
-    bound = {**_bound(bound_pattern, "a number (4096, 1.2M), with a tolerance (4096 ± 5%), one-sided (<= 1M) "
-                                     "or {min: X, max: Y}"),  # ... or a mapping of quantities:
-             "type": ["number", "string", "object"], "minProperties": 1, "additionalProperties": False,
-             "properties": {"min": quantity, "max": quantity}}
-    return {"type": "object", "additionalProperties": False,
-            "properties": {**{q: bound for q in QUANTITIES},
-                           "seq_len": {"type": "integer", "minimum": 1},
-                           "fit": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"},
-                                                                   "minItems": 1}]}}}
+    bound = {
+        **_bound(
+            bound_pattern, "a number (4096, 1.2M), with a tolerance (4096 ± 5%), one-sided (<= 1M) or {min: X, max: Y}"
+        ),  # ... or a mapping of quantities:
+        "type": ["number", "string", "object"],
+        "minProperties": 1,
+        "additionalProperties": False,
+        "properties": {"min": quantity, "max": quantity},
+    }
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            **{q: bound for q in QUANTITIES},
+            "seq_len": {"type": "integer", "minimum": 1},
+            "fit": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]},
+        },
+    }
 
 
 def _known_symbols(symbols: list[str]) -> dict[str, Any]:
     """Where the spec defines no symbol of its own (nor extends a spec that may), every symbol of
     its topology and its channel mixer is a stdlib one: `3H:mQ` is flagged, not only `3H:(`."""
-    return {"if": {"not": {"required": ["extends"]},
-                   "properties": {"layers": {"propertyNames": {"enum": symbols}}}},
-            "then": {"properties": {
-                "topology": {"pattern": topology_pattern(symbols),
-                             "patternErrorMessage": "a layer symbol the stdlib does not define, or a "
-                                                    "syntax error (madsl check says which)"},
-                "channel_mixer": {"enum": [None, NO_CHANNEL, *symbols]}}}}
+    return {
+        "if": {"not": {"required": ["extends"]}, "properties": {"layers": {"propertyNames": {"enum": symbols}}}},
+        "then": {
+            "properties": {
+                "topology": {
+                    "pattern": topology_pattern(symbols),
+                    "patternErrorMessage": "a layer symbol the stdlib does not define, or a "
+                    "syntax error (madsl check says which)",
+                },
+                "channel_mixer": {"enum": [None, NO_CHANNEL, *symbols]},
+            }
+        },
+    }
 
 
 def spec_schema() -> dict[str, Any]:
@@ -138,8 +173,9 @@ def spec_schema() -> dict[str, Any]:
             properties[key]["minimum"] = 1
     properties["name"]["pattern"] = r"\S"
     properties["channel_mixer"]["pattern"] = SYMBOL_PATTERN  # (a string's: null is none too)
-    properties["topology"].update(pattern=topology_pattern(), patternErrorMessage="not a topology: madsl check "
-                                                                                   "says where it goes wrong")
+    properties["topology"].update(
+        pattern=topology_pattern(), patternErrorMessage="not a topology: madsl check says where it goes wrong"
+    )
     properties["layers"] = {
         "type": "object",
         "properties": {sym: _layer_entry(entry.primitive) for sym, entry in sorted(symbols.items())},

@@ -10,6 +10,7 @@ A regular expression cannot count parentheses, so the topology pattern checks ev
 what may follow it, not that groups close; `madsl check` reads the whole string. Whatever these
 patterns reject, the loader rejects too (tests/test_schema.py checks both against the parsers).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -7,6 +7,7 @@ of a kind alike. `beyond_stack(plan)` walks a plan in stack order and yields eac
 a stack lacks; `refuse_beyond_stack` raises a MadslError for the first one a target cannot
 express. No torch here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,8 +15,8 @@ from typing import Any, Iterator
 
 import networkx as nx
 
-from .lang import topology as topo
 from .errors import MadslError
+from .lang import topology as topo
 
 
 def sources(plan: nx.DiGraph, node: str, kind: str) -> list[str]:
@@ -86,8 +87,9 @@ def _layer(layer: topo.Layer) -> Iterator[Structure]:
     if layer.tag is not None:
         yield Structure(TAG, f"{text!r}: shared tags (tied layers)", plural=True)
     if layer.overrides:
-        yield Structure(SETTINGS, f"{text!r}: per-layer settings", plural=True,
-                        hint="write the values under `layers:` instead")
+        yield Structure(
+            SETTINGS, f"{text!r}: per-layer settings", plural=True, hint="write the values under `layers:` instead"
+        )
 
 
 def beyond_stack(plan: nx.DiGraph) -> Iterator[Structure]:

@@ -9,6 +9,7 @@ madsl's caches (the machine's measured training rates, the token files checked) 
 this session's own, unless MADSL_CACHE_DIR is set: the suite never reads what an earlier run or the
 user left in ~/.cache/madsl, nor writes there.
 """
+
 import atexit
 import os
 import shutil

@@ -1,4 +1,5 @@
 """Helpers shared by the layer tests: build a primitive's module, count parameters, run step mode."""
+
 from __future__ import annotations
 
 import torch

@@ -4,6 +4,7 @@ A small stand-in model and toy tasks with the interfaces of the compiler and of
 madsl.tasks, so the runner is tested on its own (tests/test_runner_e2e.py runs the
 real compiled path).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,6 +28,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 
 # --- stand-ins for the compiler and the tasks ----------------------------------------------
+
 
 class CausalMixer(nn.Module):
     """The stand-in's sequence mixer: a causal depthwise conv and a causal running mean, added to the input."""
@@ -254,17 +256,25 @@ class ToyRegress(ToyTask):
 TOY_TASKS = {t.name: t for t in (ToyPrevious(), ToyCompression(), ToyClassify(), ToyRegress())}
 
 
-def run_toy_eval(db, epochs=4, tasks=("toy-previous",), spec=None, lr=3e-3, model_factory=standin_factory,
-                 **kwargs):
-    return evaluate([spec or FakeSpec("standin", "standin-v1")], tasks=tasks, protocol="smoke", db=db,
-                    epochs=epochs, lr=lr, model_factory=model_factory,
-                    task_registry=TOY_TASKS, **kwargs)
+def run_toy_eval(db, epochs=4, tasks=("toy-previous",), spec=None, lr=3e-3, model_factory=standin_factory, **kwargs):
+    return evaluate(
+        [spec or FakeSpec("standin", "standin-v1")],
+        tasks=tasks,
+        protocol="smoke",
+        db=db,
+        epochs=epochs,
+        lr=lr,
+        model_factory=model_factory,
+        task_registry=TOY_TASKS,
+        **kwargs,
+    )
 
 
 def epoch_rows(db):
     with sqlite3.connect(db) as conn:
-        return conn.execute("SELECT run_id, epoch, eval_loss, eval_macro_acc FROM epochs "
-                            "ORDER BY run_id, epoch").fetchall()
+        return conn.execute(
+            "SELECT run_id, epoch, eval_loss, eval_macro_acc FROM epochs ORDER BY run_id, epoch"
+        ).fetchall()
 
 
 def run_rows(db):
@@ -275,8 +285,10 @@ def run_rows(db):
 
 # --- the plan's training rate, stood in for ------------------------------------------------
 
-def stand_in_rates(monkeypatch, folder: Path, flops_per_s: float = 1e9, overhead_s: float = 1e-3,
-                   rest_s: float = 0.0) -> list[str]:
+
+def stand_in_rates(
+    monkeypatch, folder: Path, flops_per_s: float = 1e9, overhead_s: float = 1e-3, rest_s: float = 0.0
+) -> list[str]:
     """The plan's rate (madsl.runner.plan.rate) cached in `folder` and, where missing, "measured"
     without training: every layer family at `flops_per_s` with `overhead_s` a step, the rest of a
     model `rest_s` a layer and a token, the threads' speedup 1. Returns the list the families
@@ -286,8 +298,13 @@ def stand_in_rates(monkeypatch, folder: Path, flops_per_s: float = 1e9, overhead
 
     measured: list[str] = []
     monkeypatch.setenv("MADSL_CACHE_DIR", str(folder))
-    monkeypatch.setattr(rate_measure, "measure_family",
-                        lambda family, device: measured.append(family) or Line(overhead_s, flops_per_s, now(), 0.5))
-    monkeypatch.setattr(rate_measure, "measure_model", lambda book, reference, device: (Measured(rest_s, now(), 0.5), 0.01))
+    monkeypatch.setattr(
+        rate_measure,
+        "measure_family",
+        lambda family, device: measured.append(family) or Line(overhead_s, flops_per_s, now(), 0.5),
+    )
+    monkeypatch.setattr(
+        rate_measure, "measure_model", lambda book, reference, device: (Measured(rest_s, now(), 0.5), 0.01)
+    )
     monkeypatch.setattr(rate_measure, "measure_speedup", lambda *args: Measured(1.0, now(), 0.5))
     return measured

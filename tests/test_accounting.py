@@ -1,4 +1,5 @@
 """Analytic accounting against the MAD paper's numbers (App. B.3, Table C.2, §2.2)."""
+
 import glob
 
 import pytest
@@ -75,14 +76,20 @@ def test_parallel_branches_share_one_norm_and_gated_groups_add_a_gate():
 
 
 # Table C.2 (Transformer++ rows): width, FFW, kv size, heads, layers -> nominal millions.
-TABLE_C2 = [(756, 1536, 4096, 128, 12, 24), (350, 1024, 2736, 64, 16, 24), (1300, 2048, 5456, 128, 16, 24),
-            (7000, 3712, 9904, 128, 29, 41), (150, 768, 2048, 64, 12, 16)]
+TABLE_C2 = [
+    (756, 1536, 4096, 128, 12, 24),
+    (350, 1024, 2736, 64, 16, 24),
+    (1300, 2048, 5456, 128, 16, 24),
+    (7000, 3712, 9904, 128, 29, 41),
+    (150, 768, 2048, 64, 12, 16),
+]
 
 
 @pytest.mark.parametrize("nominal,dim,ffw,kv,heads,layers", TABLE_C2)
 def test_transformer_sizes_of_table_c2(nominal, dim, ffw, kv, heads, layers):
-    spec = spec_from_topology(f"{layers}A", dim=dim, vocab=50257,
-                              layers={"A": {"heads": heads, "head_dim": kv}, "Sg": {"inner": ffw}})
+    spec = spec_from_topology(
+        f"{layers}A", dim=dim, vocab=50257, layers={"A": {"heads": heads, "head_dim": kv}, "Sg": {"inner": ffw}}
+    )
     params = account(spec).totals["params"]
     # "actual parameter counts vary slightly for each architecture" (Table C.2 caption)
     assert abs(params / (nominal * 1e6) - 1) < 0.06, params
@@ -104,17 +111,22 @@ def test_flops_follow_app_c4():
     assert sg.flops == 6 * L * D * (4 * D)  # SwiGLU inner 4 * dim (512 at width 128)
     (h,) = account(spec_from_topology("H-none", dim=D, seq_len=L)).layers
     import math
-    assert h.flops == 6 * L * D * D + 18 * L * D + 16 * L * D + round(10 * L * math.log2(L) * D) + 4 * L * D \
-        + 2 * L * D * D
+
+    assert (
+        h.flops
+        == 6 * L * D * D + 18 * L * D + 16 * L * D + round(10 * L * math.log2(L) * D) + 4 * L * D + 2 * L * D * D
+    )
 
 
 def test_seven_billion_parameter_topology_accounts_without_torch():
     import subprocess
     import sys
 
-    code = ("import sys, madsl; s = madsl.spec_from_topology('(H:A)x41', dim=3712, vocab=50257, "
-            "layers={'Sg': {'inner': 9904}, 'A': {'heads': 29, 'head_dim': 128}}); "
-            "t = madsl.account(s).totals; assert t['params'] > 6e9, t; assert 'torch' not in sys.modules")
+    code = (
+        "import sys, madsl; s = madsl.spec_from_topology('(H:A)x41', dim=3712, vocab=50257, "
+        "layers={'Sg': {'inner': 9904}, 'A': {'heads': 29, 'head_dim': 128}}); "
+        "t = madsl.account(s).totals; assert t['params'] > 6e9, t; assert 'torch' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -122,6 +134,7 @@ def test_width_relative_defaults_scale_with_the_width_and_keep_width_128_identit
     """The paper's sizes at width 128 that are multiples of it (SwiGLU inner 512 = 4 * dim, mA's
     16 heads of width 8 = dim / 8 heads, experts of width 16 = dim / 8) scale; their identities at
     width 128 are the numbers (tests/test_sliding_window.py pins stored ones)."""
+
     def config(topology: str, dim: int, index: int) -> dict:
         return account(spec_from_topology(topology, dim=dim)).layers[index].config
 
@@ -138,6 +151,7 @@ def test_width_relative_defaults_scale_with_the_width_and_keep_width_128_identit
 
 
 # ---- active parameters: what one token's output reads ----------------------------------------------
+
 
 def test_a_moe_counts_its_router_shared_expert_and_chosen_experts_active():
     D, E, W, k, S = 128, 16, 16, 4, 32
@@ -204,12 +218,14 @@ def test_params_are_quoted_as_models_are():
 
 
 def test_a_budget_bounds_the_active_parameters_and_fit_solves_for_them(tmp_path):
-    from madsl.lang.budget import check
     from madsl.fit import solve
+    from madsl.lang.budget import check
 
     path = tmp_path / "moe.mad"
-    path.write_text("name: moe\ndim: 128\ntopology: (A-MoE)x2\nlayers:\n  MoE: {experts: 16, active: 1}\n"
-                    "budget:\n  params: <= 1M\n  active_params: 200k ± 3%\n  fit: [MoE.active]\n")
+    path.write_text(
+        "name: moe\ndim: 128\ntopology: (A-MoE)x2\nlayers:\n  MoE: {experts: 16, active: 1}\n"
+        "budget:\n  params: <= 1M\n  active_params: 200k ± 3%\n  fit: [MoE.active]\n"
+    )
     spec = load_spec(path)
     totals = account(spec).totals
     (violation,) = check(totals, spec.budget)  # the total is within its bound, the active count is not
@@ -240,8 +256,9 @@ def test_compile_and_check_show_the_active_parameters_where_experts_are_routed(c
     rc, out = run_cli(capsys, "compile", "specs/paper/hyena-experts-moe.mad", "--format", "json")
     data = json.loads(out)
     assert data["totals"]["active_params"] == 63_296 and data["totals"]["params"] == 225_920
-    assert data["totals"]["active_params"] == sum(r["active_params"] for r in data["layers"]) + \
-        sum(p["active_params"] for p in data["parts"])
+    assert data["totals"]["active_params"] == sum(r["active_params"] for r in data["layers"]) + sum(
+        p["active_params"] for p in data["parts"]
+    )
     rc, text = run_cli(capsys, "check", "specs/paper/hyena-experts-moe.mad", "specs/paper/hyena-sg.mad")
     assert rc == 0 and "active params" in text and "63,296" in text
     rc, text = run_cli(capsys, "check", "specs/paper/hyena-sg.mad")

@@ -1,12 +1,13 @@
 """A user's mistakes at the command line, found by a review that tried every option wrong: each is
 bad input (exit 2, an error that says what was expected), never an option silently ignored, a
 file silently not written, a traceback or a run that fails later."""
+
 from __future__ import annotations
 
 import pytest
 
-from madsl.lang.budget import BudgetError, parse_bound
 from madsl.cli import main
+from madsl.lang.budget import BudgetError, parse_bound
 
 MAMBA = "specs/paper/mamba.mad"
 
@@ -20,55 +21,93 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
     return rc, out, err
 
 
-@pytest.mark.parametrize("args,message", [
-    # options that only one executor or direction reads are refused where they would be ignored
-    (["eval", MAMBA, "--address", "auto", "--dry-run", "--db", "{tmp}/r.db"], "--address applies only with --executor ray"),
-    (["eval", MAMBA, "--cpus-per-run", "2", "--gpus-per-run", "0.5", "--dry-run", "--db", "{tmp}/r.db"],
-     "--cpus-per-run, --gpus-per-run apply only with --executor ray"),
-    (["fit", "specs/paper/hyena-sg.mad", "--on", "params", "--free", "Sg.inner"], "--on applies only with --match"),
-    (["fit", "specs/paper/hyena-sg.mad", "--tolerance", "5%", "--free", "Sg.inner"],
-     "--tolerance applies only with --match"),
-    (["fit", "{tmp}/no-budget.mad", "--free", "H.ordr"], "H (hyena) has no parameter 'ordr'"),  # not 'nothing to fit to'
-    (["convert", "--from-megatron", "M-", "--model-type", "jamba"], "--model-type: not read by --from-megatron"),
-    (["convert", "--to-megatron", MAMBA, "--dim", "64", "--layer", "A.heads=2"],
-     "--dim, --layer: not read by --to-megatron"),
-    (["convert", "--from-hf", "specs/public/jamba-v0.1.config.json", "--mamba", "Mb"], "--mamba: not read by --from-hf"),
-    # a seed training cannot use (torch's generators take 64 bits; the run failed after planning)
-    (["eval", MAMBA, "--seed", str(10**14), "--dry-run", "--db", "{tmp}/r.db"], "expected a seed from 0 to 4,294,967,295"),
-    (["data", "memorization", "--seed", str(2**32), "--format", "text"], "expected a seed"),
-    (["eval", MAMBA, "--executor", "ray", "--cpus-per-run", "inf", "--dry-run", "--db", "{tmp}/r.db"], "expected a finite number"),
-    # the task name first: a misspelled task is the error, not the missing -o
-    (["data", "memorisation"], "unknown task 'memorisation'"),
-    (["data", "in-context-recall", "--format", "text", "--set", "vocab_size=1000000000"], "does not fit in memory"),
-    (["export", "abc", "-o", "{tmp}/out", "--db", "{tmp}/no-such.db"], "no results database at"),
-    # --workers and --devices place runs on this machine: on Ray they were ignored in silence
-    (["eval", MAMBA, "--executor", "ray", "--workers", "2", "--dry-run", "--db", "{tmp}/r.db"],
-     "--workers applies only to the local executor"),
-    (["eval", MAMBA, "--executor", "ray", "--devices", "cpu", "--dry-run", "--db", "{tmp}/r.db"],
-     "--devices applies only to the local executor"),
-    (["eval", MAMBA, "--devices", "cpu,,cpu", "--dry-run", "--db", "{tmp}/r.db"], "an empty item in 'cpu,,cpu'"),
-    # a value or a spec given twice is a slip: planned once, it was dropped in silence
-    (["eval", MAMBA, "--seed", "1", "--seed", "1", "--dry-run", "--db", "{tmp}/r.db"], "--seed: 1 is given twice"),
-    (["eval", MAMBA, "--lr", "1e-3", "--lr", "0.001", "--dry-run", "--db", "{tmp}/r.db"], "--lr: 0.001 is given twice"),
-    (["eval", MAMBA, "--eval-lengths", "64,32..128", "--dry-run", "--db", "{tmp}/r.db"],
-     "--eval-lengths: 64 is given twice"),
-    (["eval", MAMBA, "specs/paper/../paper/mamba.mad", "--dry-run", "--db", "{tmp}/r.db"],
-     "the spec specs/paper/../paper/mamba.mad is given twice"),
-    # a length left out between commas is not skipped in silence
-    (["eval", MAMBA, "--eval-lengths", "64,,256", "--dry-run", "--db", "{tmp}/r.db"], "an empty item in '64,,256'"),
-    (["eval", MAMBA, "--eval-lengths", "64,", "--dry-run", "--db", "{tmp}/r.db"], "an empty item in '64,'"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        # options that only one executor or direction reads are refused where they would be ignored
+        (
+            ["eval", MAMBA, "--address", "auto", "--dry-run", "--db", "{tmp}/r.db"],
+            "--address applies only with --executor ray",
+        ),
+        (
+            ["eval", MAMBA, "--cpus-per-run", "2", "--gpus-per-run", "0.5", "--dry-run", "--db", "{tmp}/r.db"],
+            "--cpus-per-run, --gpus-per-run apply only with --executor ray",
+        ),
+        (["fit", "specs/paper/hyena-sg.mad", "--on", "params", "--free", "Sg.inner"], "--on applies only with --match"),
+        (
+            ["fit", "specs/paper/hyena-sg.mad", "--tolerance", "5%", "--free", "Sg.inner"],
+            "--tolerance applies only with --match",
+        ),
+        (
+            ["fit", "{tmp}/no-budget.mad", "--free", "H.ordr"],
+            "H (hyena) has no parameter 'ordr'",
+        ),  # not 'nothing to fit to'
+        (["convert", "--from-megatron", "M-", "--model-type", "jamba"], "--model-type: not read by --from-megatron"),
+        (
+            ["convert", "--to-megatron", MAMBA, "--dim", "64", "--layer", "A.heads=2"],
+            "--dim, --layer: not read by --to-megatron",
+        ),
+        (
+            ["convert", "--from-hf", "specs/public/jamba-v0.1.config.json", "--mamba", "Mb"],
+            "--mamba: not read by --from-hf",
+        ),
+        # a seed training cannot use (torch's generators take 64 bits; the run failed after planning)
+        (
+            ["eval", MAMBA, "--seed", str(10**14), "--dry-run", "--db", "{tmp}/r.db"],
+            "expected a seed from 0 to 4,294,967,295",
+        ),
+        (["data", "memorization", "--seed", str(2**32), "--format", "text"], "expected a seed"),
+        (
+            ["eval", MAMBA, "--executor", "ray", "--cpus-per-run", "inf", "--dry-run", "--db", "{tmp}/r.db"],
+            "expected a finite number",
+        ),
+        # the task name first: a misspelled task is the error, not the missing -o
+        (["data", "memorisation"], "unknown task 'memorisation'"),
+        (["data", "in-context-recall", "--format", "text", "--set", "vocab_size=1000000000"], "does not fit in memory"),
+        (["export", "abc", "-o", "{tmp}/out", "--db", "{tmp}/no-such.db"], "no results database at"),
+        # --workers and --devices place runs on this machine: on Ray they were ignored in silence
+        (
+            ["eval", MAMBA, "--executor", "ray", "--workers", "2", "--dry-run", "--db", "{tmp}/r.db"],
+            "--workers applies only to the local executor",
+        ),
+        (
+            ["eval", MAMBA, "--executor", "ray", "--devices", "cpu", "--dry-run", "--db", "{tmp}/r.db"],
+            "--devices applies only to the local executor",
+        ),
+        (["eval", MAMBA, "--devices", "cpu,,cpu", "--dry-run", "--db", "{tmp}/r.db"], "an empty item in 'cpu,,cpu'"),
+        # a value or a spec given twice is a slip: planned once, it was dropped in silence
+        (["eval", MAMBA, "--seed", "1", "--seed", "1", "--dry-run", "--db", "{tmp}/r.db"], "--seed: 1 is given twice"),
+        (
+            ["eval", MAMBA, "--lr", "1e-3", "--lr", "0.001", "--dry-run", "--db", "{tmp}/r.db"],
+            "--lr: 0.001 is given twice",
+        ),
+        (
+            ["eval", MAMBA, "--eval-lengths", "64,32..128", "--dry-run", "--db", "{tmp}/r.db"],
+            "--eval-lengths: 64 is given twice",
+        ),
+        (
+            ["eval", MAMBA, "specs/paper/../paper/mamba.mad", "--dry-run", "--db", "{tmp}/r.db"],
+            "the spec specs/paper/../paper/mamba.mad is given twice",
+        ),
+        # a length left out between commas is not skipped in silence
+        (["eval", MAMBA, "--eval-lengths", "64,,256", "--dry-run", "--db", "{tmp}/r.db"], "an empty item in '64,,256'"),
+        (["eval", MAMBA, "--eval-lengths", "64,", "--dry-run", "--db", "{tmp}/r.db"], "an empty item in '64,'"),
+    ],
+)
 def test_options_that_cannot_work_are_refused_with_the_reason(capsys, tmp_path, args, message):
     (tmp_path / "no-budget.mad").write_text("name: x\ndim: 128\ntopology: H:A\n")
     rc, _, err = run(capsys, *(a.format(tmp=tmp_path) for a in args))
     assert rc == 2 and message in err, err
 
 
-@pytest.mark.parametrize("args", [
-    ["schema", "-o", "{tmp}"],
-    ["convert", "--from-megatron", "M-", "-o", "{tmp}"],
-    ["convert", "--from-megatron", "M-", "-o", "{file}/spec.mad"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["schema", "-o", "{tmp}"],
+        ["convert", "--from-megatron", "M-", "-o", "{tmp}"],
+        ["convert", "--from-megatron", "M-", "-o", "{file}/spec.mad"],
+    ],
+)
 def test_outputs_that_cannot_be_written_are_refused_before_the_work(capsys, tmp_path, args):
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
@@ -85,26 +124,32 @@ def test_compile_summary_with_o_writes_the_table_instead_of_ignoring_o(capsys, t
     assert "total" in text and "within budget" in text and "\x1b[" not in text  # plain text, no colors
 
 
-@pytest.mark.parametrize("text,message", [
-    ("<=", "expected a number after '<='"),  # was "got '='": the regex split '<=' into '<' and '='
-    (">=   ", "expected a number after '>='"),
-    ("< 4096", "written '<= X' (inclusive)"),  # read as '<= 4096', it admitted 4096
-    ("> 1M", "written '>= X' (inclusive)"),
-    ("=< 5", "written '<= X'"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("<=", "expected a number after '<='"),  # was "got '='": the regex split '<=' into '<' and '='
+        (">=   ", "expected a number after '>='"),
+        ("< 4096", "written '<= X' (inclusive)"),  # read as '<= 4096', it admitted 4096
+        ("> 1M", "written '>= X' (inclusive)"),
+        ("=< 5", "written '<= X'"),
+    ],
+)
 def test_one_sided_budgets_are_inclusive_and_need_their_number(text, message):
     with pytest.raises(BudgetError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_bound(text)
     assert parse_bound("<= 4096").high == 4096 and parse_bound(">= 1k").low == 1000
 
 
-@pytest.mark.parametrize("text,hint", [
-    ("H{order=3}#a", "a tag comes before the layer's {...}: H#a{order=3}"),
-    ("(H:A)#a", "a group takes no tag"),
-    ("(H:A){residual=add}#a", "a group takes no tag"),
-    ("H#a#b", "a layer takes one tag"),
-    ("A{heads=4,}", "remove the ',' after the last setting"),
-])
+@pytest.mark.parametrize(
+    "text,hint",
+    [
+        ("H{order=3}#a", "a tag comes before the layer's {...}: H#a{order=3}"),
+        ("(H:A)#a", "a group takes no tag"),
+        ("(H:A){residual=add}#a", "a group takes no tag"),
+        ("H#a#b", "a layer takes one tag"),
+        ("A{heads=4,}", "remove the ',' after the last setting"),
+    ],
+)
 def test_misplaced_tags_and_commas_say_where_they_go(text, hint):
     from madsl import topology as topo
 

@@ -1,6 +1,7 @@
 """Groups of parallel branches, `(X | Y){split=..., combine=...}` (seed 004's HybridModel), and
 the group attributes `norm=` and `linear_std=` and the model-wide `final_norm`: what they
 compute, what they count, and the located errors of bad values."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 import madsl
 from madsl import topology as topo
 from madsl.errors import MadslError
-from madsl.model import Fork
+from madsl.model_parts import Fork
 from madsl.spec import spec_from_topology
 
 D = 16
@@ -42,8 +43,13 @@ def test_projectors_are_counted_as_built(tmp_path, split, combine):
     assert account.totals["params"] == sum(p.numel() for p in model.parameters())
     parts = {p.name.split("[")[0]: p for p in account.parts}
     # two branches: a Linear(D, D) with bias each, and a gate each (gated) or one for both (gated_soft)
-    expected = {"copy": 0, "mean": 0, "res": 2 * (D * D + D), "gated": 2 * (D * D + D + 1),
-                "gated_soft": 2 * (D * D + D) + 1}
+    expected = {
+        "copy": 0,
+        "mean": 0,
+        "res": 2 * (D * D + D),
+        "gated": 2 * (D * D + D + 1),
+        "gated_soft": 2 * (D * D + D) + 1,
+    }
     for role, kind in (("split", split), ("combine", combine)):
         if expected[kind]:
             assert parts[f"group_{role}"].params == expected[kind]
@@ -97,8 +103,10 @@ def test_a_group_norm_and_linear_std_reach_only_its_layers(tmp_path):
     spec = _spec(tmp_path, "((A-Mlp){norm=layer, linear_std=0.01} | Mb){split=res}", "final_norm: false\n")
     model = madsl.compile(spec, vocab_size=10)
     neo, mamba = model.body[0].branches
+
     def norms(module):
         return [type(m) for m in module.modules() if isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm))]
+
     assert norms(neo) == [torch.nn.LayerNorm] * 2 and norms(mamba) == [torch.nn.RMSNorm]
     attention = neo[0][0].mixer.layer
     assert attention.qkv.weight.std().item() == pytest.approx(0.01, rel=0.2)
@@ -114,21 +122,25 @@ def test_a_group_norm_and_linear_std_reach_only_its_layers(tmp_path):
     assert "final_norm" not in _spec(tmp_path, "A").identity()  # at its default: existing identities hold
 
 
-@pytest.mark.parametrize("topology, column, message", [
-    ("(A:A){split=res}", 7, "split applies to a group of branches"),
-    ("(A | Mb){combine=sum}", 18, "combine must be one of mean, res, gated, gated_soft"),
-    ("(A | Mb | H){split=gated_soft}", 20, "split=gated_soft joins exactly two branches, and this group has 3"),
-    ("(A | Mb){norm=batch}", 15, "norm must be one of rms, layer"),
-    ("(A | Mb){linear_std=0}", 21, "linear_std must be a positive number"),
-    ("(A | Mb){linear_std=big}", 21, "linear_std must be a positive number"),
-    ("(A | Mb){spilt=res}", 10, "unknown group attribute 'spilt'"),
-])
+@pytest.mark.parametrize(
+    "topology, column, message",
+    [
+        ("(A:A){split=res}", 7, "split applies to a group of branches"),
+        ("(A | Mb){combine=sum}", 18, "combine must be one of mean, res, gated, gated_soft"),
+        ("(A | Mb | H){split=gated_soft}", 20, "split=gated_soft joins exactly two branches, and this group has 3"),
+        ("(A | Mb){norm=batch}", 15, "norm must be one of rms, layer"),
+        ("(A | Mb){linear_std=0}", 21, "linear_std must be a positive number"),
+        ("(A | Mb){linear_std=big}", 21, "linear_std must be a positive number"),
+        ("(A | Mb){spilt=res}", 10, "unknown group attribute 'spilt'"),
+    ],
+)
 def test_bad_group_attributes_are_located_errors(tmp_path, capsys, topology, column, message):
     path = tmp_path / "bad.mad"
     path.write_text(f"name: bad\ndim: 16\ntopology: '{topology}'\n")
     with pytest.raises(MadslError, match=message):
         madsl.load_spec(path)
     from madsl.cli import main
+
     assert main(["check", str(path), "--format", "line"]) == 2
     out = capsys.readouterr().out
     assert out.startswith(f"{path}:3:{11 + column}: error: {message}")

@@ -1,5 +1,6 @@
 """scripts/chaos_resume.py's verdict can fail: its comparison of two results databases finds a
 difference in any run or epoch metric, and none between a database and its copy."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -8,7 +9,6 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 from runner_helpers import run_toy_eval
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "chaos_resume.py"

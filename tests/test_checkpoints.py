@@ -1,4 +1,5 @@
 """Checkpoints are data: a file beside a results database never runs code, and a failed write leaves nothing."""
+
 from __future__ import annotations
 
 import errno
@@ -12,17 +13,17 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 import torch
+from runner_helpers import TOY_TASKS, StandInModel, run_rows, run_toy_eval
 
 from madsl.errors import MadslError
-from madsl.runner.train import checkpoint as checkpoints
-from madsl.runner.train.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from madsl.runner.execute.coordinator import Reporter
-from madsl.runner.train.heads import TaskModel
 from madsl.runner.plan.runs import TrainSettings
 from madsl.runner.store.results import Store
+from madsl.runner.train import checkpoint as checkpoints
 from madsl.runner.train import state as run_state
+from madsl.runner.train.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from madsl.runner.train.heads import TaskModel
 from madsl.runner.train.loop import TrainHooks, train_run
-from runner_helpers import TOY_TASKS, StandInModel, run_rows, run_toy_eval
 
 torch.set_num_threads(1)
 
@@ -39,6 +40,7 @@ class Planted:
 
 def _pending_run(db):
     """A run stopped after its first epoch: pending, with a checkpoint the next eval resumes from."""
+
     class StopAfterOneEpoch(Reporter):
         stop = False
 
@@ -121,8 +123,15 @@ def _toy_run(checkpoint, epochs=2, lr=3e-3, run_id=None):
     settings = dict(task.baseline)
     train, test = task.generate(settings, "train", 0), task.generate(settings, "test", 0)
     cfg = TrainSettings(lr=lr, wd=0.0, epochs=epochs, batch_size=32, seed=0, min_lr=1e-6, early_stop_acc=0.999)
-    return cfg, lambda: train_run(cfg, lambda: TaskModel(StandInModel(8, 16), "lm"), train, test, num_classes=8,
-                                  checkpoint_path=checkpoint, run_id=run_id)
+    return cfg, lambda: train_run(
+        cfg,
+        lambda: TaskModel(StandInModel(8, 16), "lm"),
+        train,
+        test,
+        num_classes=8,
+        checkpoint_path=checkpoint,
+        run_id=run_id,
+    )
 
 
 def test_a_tagged_checkpoint_of_another_run_or_with_missing_state_is_refused(tmp_path):
@@ -172,8 +181,11 @@ def test_a_failed_checkpoint_write_leaves_no_partial_file(tmp_path, monkeypatch,
     def fail(*args, **kwargs):
         raise disk_full
 
-    target = {"write": (checkpoints.torch, "save", partial_save), "fsync": (checkpoints.os, "fsync", fail),
-              "rename": (checkpoints.os, "replace", fail)}[fail_in]
+    target = {
+        "write": (checkpoints.torch, "save", partial_save),
+        "fsync": (checkpoints.os, "fsync", fail),
+        "rename": (checkpoints.os, "replace", fail),
+    }[fail_in]
     monkeypatch.setattr(*target)
     with pytest.raises(CheckpointError, match="could not be written: no space left on device") as err:
         save_checkpoint(path, {"epoch": 2})
@@ -185,8 +197,9 @@ def test_a_failed_checkpoint_write_leaves_no_partial_file(tmp_path, monkeypatch,
 
 def test_temporaries_of_a_writer_killed_mid_write_are_removed_by_the_next_save(tmp_path):
     path = tmp_path / "run.pt"
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()  # a pid that has exited
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()  # a pid that has exited
     stale = path.with_name(f".run.pt.{checkpoints._HOST}.{dead}.tmp")
     other_host = path.with_name(f".run.pt.elsewhere.{dead}.tmp")  # another machine's: not ours to judge
     stale.write_bytes(b"PK half a checkpoint")
@@ -204,8 +217,15 @@ def test_a_run_checkpoints_at_an_epochs_end_only_when_one_is_due(tmp_path, monke
     settings = dict(task.baseline)
     train, test = task.generate(settings, "train", 0), task.generate(settings, "test", 0)
     cfg = TrainSettings(lr=3e-3, wd=0.0, epochs=3, batch_size=32, seed=0, min_lr=1e-6, early_stop_acc=1.0)
-    result = train_run(cfg, lambda: TaskModel(StandInModel(8, 16), "lm"), train, test, num_classes=8,
-                       checkpoint_path=tmp_path / "run.pt", hooks=TrainHooks(checkpoint_every_s=every_s))
+    result = train_run(
+        cfg,
+        lambda: TaskModel(StandInModel(8, 16), "lm"),
+        train,
+        test,
+        num_classes=8,
+        checkpoint_path=tmp_path / "run.pt",
+        hooks=TrainHooks(checkpoint_every_s=every_s),
+    )
     assert [epoch for epoch, _ in saved] == saved_epochs
     assert saved[-1][1] is not None and all(r is None for _, r in saved[:-1])  # the last holds the result
     assert len(result.history) == 3
@@ -214,8 +234,9 @@ def test_a_run_checkpoints_at_an_epochs_end_only_when_one_is_due(tmp_path, monke
 def test_checkpoint_every_is_passed_to_the_runs_and_checked(tmp_path, monkeypatch):
     saved = []
     original = run_state.save_checkpoint
-    monkeypatch.setattr(run_state, "save_checkpoint", lambda path, data: saved.append(data["epoch"])
-                        or original(path, data))
+    monkeypatch.setattr(
+        run_state, "save_checkpoint", lambda path, data: saved.append(data["epoch"]) or original(path, data)
+    )
     run_toy_eval(tmp_path / "every.db", epochs=3, checkpoint_every=0)
     assert saved == [1, 2, 3, 3]
     saved.clear()

@@ -1,4 +1,5 @@
 """The command line as users and CI jobs call it: outputs, exit codes, no traceback, no torch."""
+
 import json
 import subprocess
 import sys
@@ -41,17 +42,33 @@ def test_compile_summary_and_dot():
 
 def test_check_iso_state_passes_for_non_attention_mad_specs():
     import glob
+
     specs = [p for p in glob.glob("specs/paper/*.mad") if "attention" not in p and "striped" not in p]
     proc = madsl("check", *specs, "--iso-state", check_rc=0)
     assert "pass" in proc.stdout
 
 
 def test_check_iso_state_fails_with_a_report():
-    proc = madsl("check", "specs/paper/hyena-sg.mad", "specs/paper/striped-hyena-sg.mad",
-                 "specs/paper/mh-attention-sg.mad", "--iso-state", check_rc=1)
+    proc = madsl(
+        "check",
+        "specs/paper/hyena-sg.mad",
+        "specs/paper/striped-hyena-sg.mad",
+        "specs/paper/mh-attention-sg.mad",
+        "--iso-state",
+        check_rc=1,
+    )
     assert "iso-state" in proc.stdout and "4,096" in proc.stdout and "2,048" in proc.stdout
-    data = json.loads(madsl("check", "specs/paper/hyena-sg.mad", "specs/paper/mh-attention-sg.mad",
-                            "--iso-state", "--format", "json", check_rc=1).stdout)
+    data = json.loads(
+        madsl(
+            "check",
+            "specs/paper/hyena-sg.mad",
+            "specs/paper/mh-attention-sg.mad",
+            "--iso-state",
+            "--format",
+            "json",
+            check_rc=1,
+        ).stdout
+    )
     assert data["ok"] is False and data["set_checks"][0]["check"] == "iso-state"
 
 
@@ -65,44 +82,74 @@ def test_check_budget_violation_exit_1(tmp_path):
 
 
 def test_iso_params(tmp_path):
-    madsl("check", "specs/topologies/d1-1h-1a-x12.mad", "specs/topologies/d1-8h-12a-4a.mad",
-          "--iso-params", "1%", check_rc=0)
+    madsl(
+        "check",
+        "specs/topologies/d1-1h-1a-x12.mad",
+        "specs/topologies/d1-8h-12a-4a.mad",
+        "--iso-params",
+        "1%",
+        check_rc=0,
+    )
     madsl("check", "specs/paper/hyena-sg.mad", "specs/paper/hyena-moe.mad", "--iso-params", "5%", check_rc=1)
 
 
-@pytest.mark.parametrize("args", [
-    ["expand", "(H:A"], ["expand", "H::A"], ["compile", "-t", "(Hy:A)x2"], ["compile", "no/such.mad"],
-    ["check", "no/such.mad"], ["compile", "-t", "A{heads=3}"], ["check", "specs/paper/mamba.mad", "--iso-params", "x"],
-    ["compile", "-t", "H", "--dim", "0"], ["compile"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["expand", "(H:A"],
+        ["expand", "H::A"],
+        ["compile", "-t", "(Hy:A)x2"],
+        ["compile", "no/such.mad"],
+        ["check", "no/such.mad"],
+        ["compile", "-t", "A{heads=3}"],
+        ["check", "specs/paper/mamba.mad", "--iso-params", "x"],
+        ["compile", "-t", "H", "--dim", "0"],
+        ["compile"],
+    ],
+)
 def test_bad_input_exits_2_with_a_located_message(args):
     proc = madsl(*args, check_rc=2)
     assert "error" in proc.stderr
 
 
 def test_check_and_expand_do_not_import_torch():
-    code = ("import sys; from madsl.cli import main; "
-            "rc = main(['check', 'specs/paper/mamba.mad']); rc2 = main(['expand', '(H:A)x2']); "
-            "rc3 = main(['compile', 'specs/paper/mamba.mad', '--emit', 'json']); "
-            "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc or rc2 or rc3)")
+    code = (
+        "import sys; from madsl.cli import main; "
+        "rc = main(['check', 'specs/paper/mamba.mad']); rc2 = main(['expand', '(H:A)x2']); "
+        "rc3 = main(['compile', 'specs/paper/mamba.mad', '--emit', 'json']); "
+        "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc or rc2 or rc3)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
 
 def test_eval_protocol_choices_are_the_runners_protocols():
-    from madsl.runner.plan.settings import PROTOCOL_NAMES
     from madsl.runner.plan.protocols import PROTOCOLS
+    from madsl.runner.plan.settings import PROTOCOL_NAMES
 
     assert set(PROTOCOL_NAMES) == set(PROTOCOLS)
 
 
-@pytest.mark.parametrize("args", [
-    ["compile", "specs/paper/mamba.mad", "--emit", "torch", "--vocab", "4", "-o", "{file}"],  # a file: not a folder
-    ["compile", "specs/paper/mamba.mad", "--emit", "torch", "--vocab", "4", "-o", "{file}/model.pt"],
-    ["compile", "specs/paper/mamba.mad", "--emit", "json", "-o", "{tmp}"],
-    ["fit", "specs/paper/hyena-sg.mad", "--match", "specs/paper/mamba.mad", "--on", "params", "--free", "Sg.inner",
-     "-o", "{file}/solved.mad"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["compile", "specs/paper/mamba.mad", "--emit", "torch", "--vocab", "4", "-o", "{file}"],  # a file: not a folder
+        ["compile", "specs/paper/mamba.mad", "--emit", "torch", "--vocab", "4", "-o", "{file}/model.pt"],
+        ["compile", "specs/paper/mamba.mad", "--emit", "json", "-o", "{tmp}"],
+        [
+            "fit",
+            "specs/paper/hyena-sg.mad",
+            "--match",
+            "specs/paper/mamba.mad",
+            "--on",
+            "params",
+            "--free",
+            "Sg.inner",
+            "-o",
+            "{file}/solved.mad",
+        ],
+    ],
+)
 def test_unwritable_outputs_are_bad_input_naming_the_path(tmp_path, args):
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
@@ -112,10 +159,13 @@ def test_unwritable_outputs_are_bad_input_naming_the_path(tmp_path, args):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing half-written left behind
 
 
-@pytest.mark.parametrize("outcome,rc,line", [
-    ({"failed": {"run-1": "boom"}}, 3, "1 run(s) failed; rerun `madsl eval` to retry them"),
-    ({"interrupted": 2}, 130, "interrupted: 2 run(s) left; rerun the same command to resume"),
-])
+@pytest.mark.parametrize(
+    "outcome,rc,line",
+    [
+        ({"failed": {"run-1": "boom"}}, 3, "1 run(s) failed; rerun `madsl eval` to retry them"),
+        ({"interrupted": 2}, 130, "interrupted: 2 run(s) left; rerun the same command to resume"),
+    ],
+)
 def test_quiet_eval_still_says_when_its_table_is_not_the_result(tmp_path, capsys, monkeypatch, outcome, rc, line):
     """-q prints the score table and errors only; failed or interrupted runs are errors to report,
     or a partial table would pass for the evaluation's result."""

@@ -2,6 +2,7 @@
 --format word for the human format (`text`; compile's old `summary` still works, with a note),
 `--format` on export and schema, a pinned pre-commit `rev` in docs/ci.md, and `export` of a run
 the database does not hold saying which run, which database, and how to list its runs."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,6 +29,7 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
 
 # ---- -q / -v before or after the command ---------------------------------------------------
 
+
 @pytest.mark.parametrize("flag", ["-q", "--quiet", "-v", "--verbose"])
 def test_verbosity_flags_work_before_and_after_the_command(capsys, flag):
     before = _run(capsys, flag, "check", SPEC)
@@ -47,8 +49,15 @@ def test_a_global_flag_is_not_reset_by_the_command_defaults():
     assert (args.quiet, args.verbose) == (False, False)
 
 
-@pytest.mark.parametrize("argv", [["-q", "compile", SPEC, "-v"], ["-v", "compile", SPEC, "--quiet"],
-                                  ["-q", "-v", "compile", SPEC], ["compile", SPEC, "-q", "-v"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-q", "compile", SPEC, "-v"],
+        ["-v", "compile", SPEC, "--quiet"],
+        ["-q", "-v", "compile", SPEC],
+        ["compile", SPEC, "-q", "-v"],
+    ],
+)
 def test_quiet_and_verbose_together_are_refused_wherever_they_stand(capsys, argv):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
@@ -62,10 +71,15 @@ def test_quiet_compile_before_the_command_prints_only_the_verdict(capsys):
 
 # ---- --format: `text` is the human format everywhere ---------------------------------------
 
+
 def _format_choices() -> dict[str, tuple[str, ...]]:
     subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return {name: tuple(action.choices) for name, parser in subparsers.choices.items()
-            for action in parser._actions if "--format" in action.option_strings}
+    return {
+        name: tuple(action.choices)
+        for name, parser in subparsers.choices.items()
+        for action in parser._actions
+        if "--format" in action.option_strings
+    }
 
 
 def test_every_command_that_prints_a_result_takes_format_and_calls_the_human_one_text():
@@ -110,20 +124,27 @@ def test_schema_text_can_be_written_to_a_file(tmp_path, capsys):
 
 # ---- export: a run the database does not hold --------------------------------------------
 
+
 def _database_with_a_run(path: Path) -> str:
     store = Store(path)
     try:
         store.add_spec("s" * 64, "mamba", "{}", None)
-        identity = RunIdentity("s" * 64, "in-context-recall", {}, {"lr": 1e-3, "wd": 0.0, "epochs": 1,
-                                                                   "batch_size": 8, "seed": 0}, __version__)
+        identity = RunIdentity(
+            "s" * 64,
+            "in-context-recall",
+            {},
+            {"lr": 1e-3, "wd": 0.0, "epochs": 1, "batch_size": 8, "seed": 0},
+            __version__,
+        )
         store.add_runs([(identity, "mamba")], "smoke")
     finally:
         store.close()
     return identity.run_id
 
 
-def test_export_of_a_run_missing_from_the_default_database_names_run_database_and_listing(tmp_path, capsys,
-                                                                                         monkeypatch):
+def test_export_of_a_run_missing_from_the_default_database_names_run_database_and_listing(
+    tmp_path, capsys, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     _database_with_a_run(tmp_path / "madsl-results.db")
     code, out, err = _run(capsys, "export", "abcd1234", "-o", "out")
@@ -162,13 +183,17 @@ def test_export_format_json_prints_what_was_written(tmp_path, capsys, monkeypatc
     monkeypatch.setattr("madsl.runner.store.kept.export", lambda files, rid, folder, force: (run_id, folder))
     code, printed, err = _run(capsys, "export", run_id[:8], "-o", str(out), "--db", str(db), "--format", "json")
     assert code == 0 and not err
-    assert json.loads(printed) == {"run_id": run_id, "output": str(out),
-                                   "files": [str(out / "model.safetensors"), str(out / "config.json")]}
+    assert json.loads(printed) == {
+        "run_id": run_id,
+        "output": str(out),
+        "files": [str(out / "model.safetensors"), str(out / "config.json")],
+    }
     code, printed, err = _run(capsys, "export", run_id[:8], "-o", str(out), "--db", str(db))
     assert code == 0 and not printed and f"wrote {out}: run {run_id}" in err
 
 
 # ---- docs/ci.md: a pinned pre-commit rev -------------------------------------------------
+
 
 def test_the_pre_commit_example_pins_a_release_tag():
     page = (ROOT / "docs" / "ci.md").read_text()

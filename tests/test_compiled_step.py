@@ -8,6 +8,7 @@ compile workers, about 40 s of CPU time cold, less with inductor's on-disk cache
 CUDA device compiles Triton kernels instead, so what is tested here is the trace and the
 fused step's arithmetic, not the CPU's vector code.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -15,13 +16,13 @@ import warnings
 import pytest
 import torch
 import torch._inductor.config as inductor_config
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
 from madsl.runner.batched.grid import execute_group
 from madsl.runner.batched.stacked import StackedMembers
+from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
 from madsl.runner.store.files import StoreFiles
 from madsl.spec import load_spec
-from torch.utils._python_dispatch import TorchDispatchMode
 
 torch.set_num_threads(1)
 TINY_SPEC = "name: compile-tiny\ndim: 32\ntopology: A-Sg:H-Sg\n"
@@ -31,10 +32,18 @@ TINY_SETTING = {"seq_len": 24, "num_train_examples": 24, "num_test_examples": 16
 def _group(tmp_path, db: str):
     path = tmp_path / "tiny.mad"
     path.write_text(TINY_SPEC)
-    cli = cli_overrides(protocol="baseline", tasks=["in-context-recall"], settings=TINY_SETTING, lr=[1e-3, 5e-4],
-                        wd=[0.0, 0.1], epochs=2, batch_size=8)
-    [group] = plan_evaluation(StoreFiles(tmp_path / db), [(load_spec(path), str(path))], cli,
-                              device="cpu").work(batch_grid=True)
+    cli = cli_overrides(
+        protocol="baseline",
+        tasks=["in-context-recall"],
+        settings=TINY_SETTING,
+        lr=[1e-3, 5e-4],
+        wd=[0.0, 0.1],
+        epochs=2,
+        batch_size=8,
+    )
+    [group] = plan_evaluation(StoreFiles(tmp_path / db), [(load_spec(path), str(path))], cli, device="cpu").work(
+        batch_grid=True
+    )
     group.stack = True  # the CUDA default
     return group
 
@@ -102,7 +111,7 @@ def test_a_step_calling_a_kernel_of_the_cuda_extra_runs_eagerly(monkeypatch):
     from madsl.kernels import cuda
     from madsl.runner.batched import compile as stacked_compile
 
-    monkeypatch.setattr(cuda, "_fla_op", lambda module, name: (lambda *args: args))  # "installed"
+    monkeypatch.setattr(cuda, "_fla_op", lambda module, name: lambda *args: args)  # "installed"
     calls = []
 
     def step(x):
@@ -111,8 +120,11 @@ def test_a_step_calling_a_kernel_of_the_cuda_extra_runs_eagerly(monkeypatch):
         x.add_(kernel(x)[0])
 
     compiled = stacked_compile.CompiledInPlace(step, "training step")
-    with pytest.warns(RuntimeWarning, match=r"MADSL_COMPILE_STACKED: this group's training step runs eagerly: "
-                                            r"gla\.chunk_gla, a kernel of the cuda extra"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"MADSL_COMPILE_STACKED: this group's training step runs eagerly: "
+        r"gla\.chunk_gla, a kernel of the cuda extra",
+    ):
         assert compiled(torch.ones(3)) is False
     assert calls == ["traced"] and not compiled.usable
     with warnings.catch_warnings():
@@ -136,6 +148,7 @@ def test_a_cached_compile_computes_with_its_own_groups_constants(tmp_path, monke
     def decaying(decay: torch.Tensor):
         def step(param, lr):  # as the stacked AdamW decays: the decays a constant of the traced graph
             param.mul_((1 - lr * decay).index_select(0, member_of))
+
         return step
 
     for decays in ([0.0, 0.1, 0.2], [0.3, 0.0, 0.5]):

@@ -1,4 +1,5 @@
 """Specs compile to torch models whose parameter counts equal the accounting, and that train."""
+
 import glob
 import math
 import subprocess
@@ -8,8 +9,8 @@ import pytest
 import torch
 
 import madsl
-from madsl.lang import stdlib
 from madsl.compiler import load, save
+from madsl.lang import stdlib
 
 torch.set_num_threads(1)
 
@@ -41,13 +42,35 @@ def test_the_model_is_built_from_the_plan_the_accounting_reads():
     assert len(nodes) == 13 and len(set(built)) == 13 - sum(n["row"].shared for n in nodes) == 12
 
 
-@pytest.mark.parametrize("topology", [
-    "A", "mA", "H", "mH", "He", "Mb", "Alg", "mAlg", "H-MoE", "A{heads=4,bias=true}", "Mb{bias=true,conv_bias=true}",
-    "H{order=3}", 'H{filter="hyena"}', "[H | mA]-Sg", "H#a:A:H#a", "(A:2Mb){residual=gated}",
-    "(A:Mb){residual=add}", "A-none", "Alg{key_dim=16}", "mH{filter=hyena}",
-    # a tag used as a parallel branch and as a block's own mixer: one layer; the block's part has its own norm
-    "[H#a | A]:H#a", "H#a:[H#a | A]", "[A | H#a]-Sg:H#a-Sg:H#a",
-])
+@pytest.mark.parametrize(
+    "topology",
+    [
+        "A",
+        "mA",
+        "H",
+        "mH",
+        "He",
+        "Mb",
+        "Alg",
+        "mAlg",
+        "H-MoE",
+        "A{heads=4,bias=true}",
+        "Mb{bias=true,conv_bias=true}",
+        "H{order=3}",
+        'H{filter="hyena"}',
+        "[H | mA]-Sg",
+        "H#a:A:H#a",
+        "(A:2Mb){residual=gated}",
+        "(A:Mb){residual=add}",
+        "A-none",
+        "Alg{key_dim=16}",
+        "mH{filter=hyena}",
+        # a tag used as a parallel branch and as a block's own mixer: one layer; the block's part has its own norm
+        "[H#a | A]:H#a",
+        "H#a:[H#a | A]",
+        "[A | H#a]-Sg:H#a-Sg:H#a",
+    ],
+)
 def test_parameter_parity_for_every_primitive_and_form(topology):
     spec = madsl.spec_from_topology(topology, dim=64 if "He" not in topology else 128)
     model = madsl.compile(spec, vocab_size=11)
@@ -113,12 +136,14 @@ def _learns_the_copy(model, max_steps: int = 150) -> float:
 
 def _mixer_spec(name: str) -> madsl.Spec:
     """Two layers of the primitive at width 32, at the settings the contract test checks there."""
-    from madsl.spec import spec_from_data
     from test_contract import _at_width
 
+    from madsl.spec import spec_from_data
+
     params = _at_width(stdlib.primitives()[name], 32).config()
-    return spec_from_data({"name": f"two-{name}", "dim": 32, "topology": "X:X",
-                           "layers": {"X": {"primitive": name, **params}}})
+    return spec_from_data(
+        {"name": f"two-{name}", "dim": 32, "topology": "X:X", "layers": {"X": {"primitive": name, **params}}}
+    )
 
 
 SEQUENCE_PRIMITIVES = sorted(n for n, e in stdlib.primitives().items() if e.cls.role != "channel")
@@ -154,12 +179,30 @@ def test_save_and_load_round_trip(tmp_path):
 
 def test_cli_emit_torch(tmp_path):
     out = tmp_path / "mamba"
-    proc = subprocess.run([sys.executable, "-m", "madsl", "compile", "specs/paper/mamba.mad", "--emit", "torch",
-                           "--vocab", "16", "-o", str(out)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "madsl",
+            "compile",
+            "specs/paper/mamba.mad",
+            "--emit",
+            "torch",
+            "--vocab",
+            "16",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert n_params(load(out)) == madsl.account(madsl.load_spec("specs/paper/mamba.mad"), vocab=16).totals["params"]
-    proc = subprocess.run([sys.executable, "-m", "madsl", "compile", "specs/paper/mamba.mad", "--emit", "torch"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "madsl", "compile", "specs/paper/mamba.mad", "--emit", "torch"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 

@@ -26,6 +26,7 @@ fields, not listed by hand), this test checks that
 
 A primitive registered in stdlib/primitives.yaml that breaks any of these fails the suite.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,8 @@ import torch
 from torch.utils import _pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from madsl.primitives.base import ConfigError, Primitive, resolve_width_relative
 from madsl.lang.stdlib import primitives
+from madsl.primitives.base import ConfigError, Primitive, resolve_width_relative
 
 torch.set_num_threads(1)
 
@@ -48,11 +49,11 @@ MAD_WIDTH = 128
 SECOND_WIDTH = 40  # small, and not a power of two: divisibility rules get exercised
 SEQ_LEN = 11
 BATCH = 2
-STATE_KEYS = {"fixed": "fixed_state", "conv": "conv_state", "k": "kv_cache", "v": "kv_cache",
-              "cache": "kv_cache"}
+STATE_KEYS = {"fixed": "fixed_state", "conv": "conv_state", "k": "kv_cache", "v": "kv_cache", "cache": "kv_cache"}
 
 
 # ---- generating settings from a primitive's fields ----------------------------------------------
+
 
 def _valid(cls: type[Primitive], dim: int, config: dict[str, Any]) -> Primitive | None:
     try:
@@ -66,8 +67,7 @@ def _alternatives(annotation: Any, value: Any) -> list[Any]:
     origin, options = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):  # Optional[...]: None and a value of the type
         inner = next(o for o in options if o is not type(None))
-        return ([None] if value is not None else [8, 4, 6]) + (
-            _alternatives(inner, value) if value is not None else [])
+        return ([None] if value is not None else [8, 4, 6]) + (_alternatives(inner, value) if value is not None else [])
     if origin is Literal:
         return [o for o in options if o != value]
     if annotation is bool:
@@ -111,9 +111,15 @@ def _moved_with_another(cls: type[Primitive], start: Primitive, key: str, annota
     for value in _alternatives(annotation, getattr(start, key)):
         if not isinstance(value, int):
             continue
-        found = next((p for other in others for factor in range(2, 6)
-                      if (p := _valid(cls, start.dim, {**start.config(), key: value, other: factor * value}))
-                      is not None), None)
+        found = next(
+            (
+                p
+                for other in others
+                for factor in range(2, 6)
+                if (p := _valid(cls, start.dim, {**start.config(), key: value, other: factor * value})) is not None
+            ),
+            None,
+        )
         if found is not None:
             out.append(found)
     return out
@@ -132,14 +138,21 @@ def settings(name: str) -> list[Primitive]:
     out.append(base)
     fields = entry.cls.fields()
     choices = [k for k, t in fields.items() if typing.get_origin(t) is Literal]
-    bases = [base] + [p for k in choices for v in _alternatives(fields[k], getattr(base, k))
-                      if (p := _valid(entry.cls, base.dim, {**base.config(), k: v})) is not None]
+    bases = [base] + [
+        p
+        for k in choices
+        for v in _alternatives(fields[k], getattr(base, k))
+        if (p := _valid(entry.cls, base.dim, {**base.config(), k: v})) is not None
+    ]
     for index, start in enumerate(bases):
         for key, annotation in fields.items():
             if key in choices:
                 continue
-            moved = [p for v in _alternatives(annotation, getattr(start, key))
-                     if (p := _valid(entry.cls, start.dim, {**start.config(), key: v})) is not None]
+            moved = [
+                p
+                for v in _alternatives(annotation, getattr(start, key))
+                if (p := _valid(entry.cls, start.dim, {**start.config(), key: v})) is not None
+            ]
             if not moved:
                 moved = _moved_with_another(entry.cls, start, key, annotation)
             if index > 0:  # a non-default choice: only what its accounting sees
@@ -160,6 +173,7 @@ def _case_id(case) -> str:
 
 
 # ---- the contract --------------------------------------------------------------------------------
+
 
 def _build(prim: Primitive, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
@@ -199,7 +213,7 @@ def test_forward_step_state_and_backward(case):
     if prim.role == "channel" and prim.conv_state() == 0:
         # no state, and position-wise: each token alone gives the same output
         assert (prim.fixed_state(), prim.conv_state(), prim.kv_cache(SEQ_LEN)) == (0, 0, 0)
-        alone = torch.cat([module(x[:, t:t + 1]) for t in range(SEQ_LEN)], dim=1)
+        alone = torch.cat([module(x[:, t : t + 1]) for t in range(SEQ_LEN)], dim=1)
         torch.testing.assert_close(alone, y, rtol=1e-10, atol=1e-10)
     else:
         with torch.no_grad():
@@ -219,8 +233,11 @@ def test_forward_step_state_and_backward(case):
                 measured[STATE_KEYS[kind]] += value[0].numel()
             else:  # bookkeeping only (attention's next position): one number per sequence at most
                 assert value[0].numel() <= 1 and not value.is_floating_point(), f"unaccounted state {key!r}"
-        assert measured == {"fixed_state": prim.fixed_state(), "conv_state": prim.conv_state(),
-                            "kv_cache": prim.kv_cache(SEQ_LEN)}
+        assert measured == {
+            "fixed_state": prim.fixed_state(),
+            "conv_state": prim.conv_state(),
+            "kv_cache": prim.kv_cache(SEQ_LEN),
+        }
 
     (y.square().mean() + _aux_loss(module)).backward()
     assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
@@ -266,7 +283,8 @@ def test_the_module_is_built_from_the_primitive_and_reads_every_field(name):
 
     parameters = list(inspect.signature(module_cls.__init__).parameters.values())[1:]
     assert len(parameters) == 1 and parameters[0].default is inspect.Parameter.empty, (
-        f"{module_cls.__name__}.__init__ must take the resolved {cls.__name__} primitive alone")
+        f"{module_cls.__name__}.__init__ must take the resolved {cls.__name__} primitive alone"
+    )
 
 
 def test_every_registered_primitive_is_checked_at_several_settings():
@@ -289,18 +307,18 @@ def test_every_registered_primitive_is_checked_at_several_settings():
 NOT_MEASURED = {
     "attention": "softmax 2·H·L² (elementwise; FlopCounterMode's SDPA formula counts q.k and p.v only)",
     "hyena": "FFT long convolutions (torch.fft is not counted), filter featurization S·L·D (its taps are made "
-             "from weights alone, and the paper's S·L·D is an estimate), gates (elementwise)",
+    "from weights alone, and the paper's S·L·D is an estimate), gates (elementwise)",
     "multihead_hyena": "as hyena: FFT convolutions of the outer products, featurization, gates and q readout",
     "hyena_experts": "as hyena, for the weighted experts",
     "mamba": "selective scan 2·L·D·E·S (elementwise recurrence; the chunked CPU scan's products are "
-             "between activations)",
+    "between activations)",
     "mamba2": "SSD scan 5·L·E·N, skip and gated norm 7·L·E (chunked form: products between activations)",
     "gla": "recurrence 4·L·H·dk·dv, counted in its recurrent form; the module runs a chunked form",
     "gated_conv": "the two gates 2·L·D (elementwise)",
     "delta_net": "delta rule 6·L·H·K·V (+ decay), recurrent form; the module runs a chunked form",
     "retention": "retention 5·L·H·K·V, recurrent form; the module runs a chunked form",
     "mlstm": "memory and normaliser 6·L·H·hd² + 6·L·H·hd, recurrent form; the module runs the quadratic "
-             "parallel form (products between activations)",
+    "parallel form (products between activations)",
     "linear_attention": "state update and readout 4·L·H·K·(V [+1]), recurrent form; the module runs a chunked form",
     "rwkv": "WKV 5·L·A·head_dim (chunked form) and token shift 8·L·D (elementwise)",
     "rwkv_channel": "token shift and gate 4·L·D (elementwise)",
@@ -319,21 +337,28 @@ def _router_at_one_flop(prim) -> int:
 # primitive -> (what the module computes beyond the accounted algorithm, its FLOPs at SEQ_LEN): the
 # counter sees these too, exactly, and the comparison adds them to the accounted matmul class.
 COUNTER_SEES_MORE = {
-    "attention": ("with window w < L, SDPA runs dense with a banded mask: all L² (query, key) pairs, "
-                  "where the accounting counts the L·min(L, w) a windowed kernel computes",
-                  lambda p: 4 * p.inner * SEQ_LEN * (SEQ_LEN - p.attended(SEQ_LEN))),
-    "moe": ("dense dispatch (set for the measurement) runs every expert's down projection on every "
-            "token, the accounting the weighted experts' only; the router at 1 FLOP per multiply-add",
-            lambda p: 2 * SEQ_LEN * p.dim * p.down_inputs * (p.experts - p.weighted_experts) + _router_at_one_flop(p)),
+    "attention": (
+        "with window w < L, SDPA runs dense with a banded mask: all L² (query, key) pairs, "
+        "where the accounting counts the L·min(L, w) a windowed kernel computes",
+        lambda p: 4 * p.inner * SEQ_LEN * (SEQ_LEN - p.attended(SEQ_LEN)),
+    ),
+    "moe": (
+        "dense dispatch (set for the measurement) runs every expert's down projection on every "
+        "token, the accounting the weighted experts' only; the router at 1 FLOP per multiply-add",
+        lambda p: 2 * SEQ_LEN * p.dim * p.down_inputs * (p.experts - p.weighted_experts) + _router_at_one_flop(p),
+    ),
     "hyena_experts": ("the router at 1 FLOP per multiply-add", _router_at_one_flop),
 }
 
 _aten = torch.ops.aten
 # the factors of each counted product: (input, weight) positions in the op's arguments
-_PRODUCTS = {_aten.mm: (0, 1), _aten.addmm: (1, 2), _aten.bmm: (0, 1), _aten.baddbmm: (1, 2),
-             _aten.convolution: (0, 1)}
-_SDPA = {_aten._scaled_dot_product_flash_attention_for_cpu, _aten._scaled_dot_product_flash_attention,
-         _aten._scaled_dot_product_efficient_attention, _aten._scaled_dot_product_cudnn_attention}
+_PRODUCTS = {_aten.mm: (0, 1), _aten.addmm: (1, 2), _aten.bmm: (0, 1), _aten.baddbmm: (1, 2), _aten.convolution: (0, 1)}
+_SDPA = {
+    _aten._scaled_dot_product_flash_attention_for_cpu,
+    _aten._scaled_dot_product_flash_attention,
+    _aten._scaled_dot_product_efficient_attention,
+    _aten._scaled_dot_product_cudnn_attention,
+}
 
 
 def _cpu_sdpa_flop(query, key, value, *args, out_shape=None, **kwargs) -> int:
@@ -353,8 +378,14 @@ class _ByFactor(TorchDispatchMode):
         self.registry = registry
         self.keep = [x]  # held, so that no storage of the input's descendants is reused meanwhile
         self.derived = {x.untyped_storage().data_ptr()}
-        self.flops: dict[str, int] = {"weights": 0, "attention": 0, "between activations": 0,
-                                      "weights alone": 0, "other": 0, "padding": 0}
+        self.flops: dict[str, int] = {
+            "weights": 0,
+            "attention": 0,
+            "between activations": 0,
+            "weights alone": 0,
+            "other": 0,
+            "padding": 0,
+        }
 
     def _from_input(self, t: Any) -> bool:
         return isinstance(t, torch.Tensor) and t.numel() > 0 and t.untyped_storage().data_ptr() in self.derived
@@ -398,15 +429,17 @@ def measured_matmul_flops(prim: Primitive) -> tuple[int, dict[str, int]]:
     if hasattr(module, "dense_dispatch"):
         module.dense_dispatch = True
     x = torch.randn(1, SEQ_LEN, prim.dim)
-    counter = FlopCounterMode(display=False,
-                              custom_mapping={_aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flop})
+    counter = FlopCounterMode(
+        display=False, custom_mapping={_aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flop}
+    )
     with counter:
         sorter = _ByFactor(x, counter.flop_registry)
         with sorter:
             module(x)
     flops = sorter.flops
     assert sum(v for k, v in flops.items() if k != "padding") == counter.get_total_flops(), (
-        f"{prim.name}: FlopCounterMode counted FLOPs the sorting did not see: {flops}")
+        f"{prim.name}: FlopCounterMode counted FLOPs the sorting did not see: {flops}"
+    )
     return flops["weights"] - flops["padding"] + flops["attention"], flops
 
 
@@ -422,9 +455,11 @@ def flop_contract_error(prim: Primitive) -> str | None:
     expected = total - rest + extra
     measured, sorted_flops = measured_matmul_flops(prim)
     if measured != expected:
-        return (f"{prim.name}: the accounted matmul class is {total - rest:,} FLOPs (flops {total:,} - "
-                f"non_matmul_flops {rest:,}){f' + {extra:,} the module computes beyond it' if extra else ''}, "
-                f"but the module's forward measures {measured:,} ({measured - expected:+,}); counted: {sorted_flops}")
+        return (
+            f"{prim.name}: the accounted matmul class is {total - rest:,} FLOPs (flops {total:,} - "
+            f"non_matmul_flops {rest:,}){f' + {extra:,} the module computes beyond it' if extra else ''}, "
+            f"but the module's forward measures {measured:,} ({measured - expected:+,}); counted: {sorted_flops}"
+        )
     return None
 
 
@@ -451,11 +486,11 @@ def test_a_wrong_flop_formula_fails_the_flop_contract(monkeypatch):
     # SwiGLU 10% over
     monkeypatch.setattr(type(swiglu), "flops", lambda self, L: round(1.1 * right["swiglu"](self, L)))
     # Hyena without its output projection, 2·L·I·D
-    monkeypatch.setattr(type(hyena), "flops",
-                        lambda self, L: right["hyena"](self, L) - 2 * L * self.inner * self.dim)
+    monkeypatch.setattr(type(hyena), "flops", lambda self, L: right["hyena"](self, L) - 2 * L * self.inner * self.dim)
     # attention counting q.k but not p.v: 2·L²·I where App. C.4.1 has 4·L²·D
-    monkeypatch.setattr(type(attention), "flops",
-                        lambda self, L: right["attention"](self, L) - 2 * L * self.attended(L) * self.inner)
+    monkeypatch.setattr(
+        type(attention), "flops", lambda self, L: right["attention"](self, L) - 2 * L * self.attended(L) * self.inner
+    )
     for prim in cases.values():
         error = flop_contract_error(prim)
         assert error is not None and error.startswith(f"{prim.name}: the accounted matmul class"), error
@@ -474,7 +509,7 @@ def test_a_wrong_flop_formula_fails_the_flop_contract(monkeypatch):
 ROUTED = {
     "moe": "the experts its router does not choose for the token (all are weighted under leaky routing)",
     "hyena_experts": "the in_proj rows, short-conv and long-filter channels of the experts its router does "
-                     "not weight for the token",
+    "not weight for the token",
 }
 
 

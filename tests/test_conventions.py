@@ -2,6 +2,7 @@
 training details next to madsl's own, pinned by the rules the reference's code states
 (github athms/mad-lab, mad/data/instances.py, mad/model/pl_model_wrapper.py, train.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -13,12 +14,12 @@ import torch
 from madsl.cli import main
 from madsl.conventions import check_conventions
 from madsl.errors import MadslError
-from madsl.runner.train.heads import TaskModel
-from madsl.runner.train.precision import train_config_identity
 from madsl.runner.plan.overrides import Overrides, overrides_from_spec_eval
 from madsl.runner.plan.runs import TrainSettings, build_plan
+from madsl.runner.train.heads import TaskModel
 from madsl.runner.train.metrics import MetricAccumulator, evaluate
 from madsl.runner.train.optim import build_optimizer
+from madsl.runner.train.precision import train_config_identity
 from madsl.runner.train.state import RunState
 from madsl.tasks import IGNORE, MAD_TASKS, get_task
 from tests.runner_helpers import FakeSpec, StandInModel, run_rows, run_toy_eval
@@ -67,8 +68,9 @@ def test_mad_lab_recall_slots_keys_at_even_positions_and_a_repeated_key_last(nam
 
 def test_noise_conventions_differ_as_stated():
     _, ours = data("noisy-in-context-recall", "madsl", "train")
-    noise_start = get_task("noisy-in-context-recall").vocab(get_task("noisy-in-context-recall").settings()) \
-        .start("noise")
+    noise_start = (
+        get_task("noisy-in-context-recall").vocab(get_task("noisy-in-context-recall").settings()).start("noise")
+    )
     # madsl: exactly round(0.2 * 129) = 26 single noise tokens per sequence (of its 129-token stream)
     stream = np.concatenate([ours.inputs, ours.targets[:, -1:]], axis=1)
     assert ours.inputs.shape[1] == 128
@@ -134,6 +136,7 @@ def test_mad_lab_memorization_keys_and_facts():
 
 # --- the metric ------------------------------------------------------------------------------
 
+
 class FixedLogits(torch.nn.Module):
     """Outputs given logits row by row (a stand-in for a trained model)."""
 
@@ -164,8 +167,10 @@ def test_mad_lab_accuracy_is_the_batch_weighted_mean_of_per_batch_macro_accuraci
     from torchmetrics.classification import MulticlassAccuracy
 
     metric = MulticlassAccuracy(num_classes=3, ignore_index=IGNORE)
-    per_batch = [(float(metric(logits[i:i + 2].reshape(-1, 3), targets[i:i + 2].reshape(-1))), len(targets[i:i + 2]))
-                 for i in (0, 2)]
+    per_batch = [
+        (float(metric(logits[i : i + 2].reshape(-1, 3), targets[i : i + 2].reshape(-1))), len(targets[i : i + 2]))
+        for i in (0, 2)
+    ]
     assert theirs["macro_acc"] == pytest.approx(sum(v * n for v, n in per_batch) / 3)
     assert theirs["acc"] == ours["acc"] == pytest.approx(2 / 5)
 
@@ -180,9 +185,11 @@ def test_per_batch_sums_survive_a_checkpoint():
 
 # --- training details ----------------------------------------------------------------------
 
+
 def _settings(conventions: str, epochs: int = 4) -> TrainSettings:
-    return TrainSettings(lr=1e-3, wd=0.1, epochs=epochs, batch_size=8, seed=0, min_lr=1e-6, early_stop_acc=0.999,
-                         conventions=conventions)
+    return TrainSettings(
+        lr=1e-3, wd=0.1, epochs=epochs, batch_size=8, seed=0, min_lr=1e-6, early_stop_acc=0.999, conventions=conventions
+    )
 
 
 def test_mad_lab_optimizer_schedule_and_heads():
@@ -200,15 +207,28 @@ def test_mad_lab_optimizer_schedule_and_heads():
     assert float(weights.std()) == pytest.approx(0.02, rel=0.1)
     assert isinstance(compression.decoder.mlp[0], torch.nn.RMSNorm)
 
-    state = RunState.start(_settings("mad-lab"), lambda: TaskModel(StandInModel(8, 16), "lm", num_classes=8,
-                                                                   conventions="mad-lab"),
-                           torch.device("cpu"), num_train=64, num_classes=8)
+    state = RunState.start(
+        _settings("mad-lab"),
+        lambda: TaskModel(StandInModel(8, 16), "lm", num_classes=8, conventions="mad-lab"),
+        torch.device("cpu"),
+        num_train=64,
+        num_classes=8,
+    )
     assert state.scheduler.T_max == 4  # one cosine step per epoch
-    assert RunState.start(_settings("madsl"), lambda: TaskModel(StandInModel(8, 16), "lm"), torch.device("cpu"),
-                          num_train=64, num_classes=8).scheduler.T_max == 4 * 8
+    assert (
+        RunState.start(
+            _settings("madsl"),
+            lambda: TaskModel(StandInModel(8, 16), "lm"),
+            torch.device("cpu"),
+            num_train=64,
+            num_classes=8,
+        ).scheduler.T_max
+        == 4 * 8
+    )
 
 
 # --- where conventions come from, and identities -------------------------------------------
+
 
 def test_protocol_default_spec_and_command_line_precedence():
     tasks = [get_task("in-context-recall")]
@@ -252,12 +272,19 @@ def test_unknown_conventions_are_located_errors(tmp_path, capsys):
     from madsl.runner.api import evaluate
 
     with pytest.raises(MadslError, match="bad setting for selective-copying \\(conventions mad-lab\\)"):
-        evaluate([FakeSpec("s", "s")], tasks=["selective-copying"], protocol="smoke", db=tmp_path / "x.db",
-                 conventions="mad-lab", settings_overrides={"vocab_size": 2})
+        evaluate(
+            [FakeSpec("s", "s")],
+            tasks=["selective-copying"],
+            protocol="smoke",
+            db=tmp_path / "x.db",
+            conventions="mad-lab",
+            settings_overrides={"vocab_size": 2},
+        )
     assert not (tmp_path / "x.db").exists()
 
 
 # --- the memorization ceiling ----------------------------------------------------------------
+
 
 def test_memorization_ceiling_is_the_share_of_test_facts_shown_in_training():
     task = get_task("memorization")
@@ -276,11 +303,19 @@ def test_report_shows_the_ceiling_where_a_task_has_one(tmp_path, capsys):
     from tests.runner_helpers import standin_factory
 
     db = tmp_path / "r.db"
-    evaluate([FakeSpec("standin", "standin-v1")], tasks=["memorization", "compression"], protocol="smoke", db=db,
-             epochs=1, model_factory=standin_factory, settings_overrides={"vocab_size": 4096})
+    evaluate(
+        [FakeSpec("standin", "standin-v1")],
+        tasks=["memorization", "compression"],
+        protocol="smoke",
+        db=db,
+        epochs=1,
+        model_factory=standin_factory,
+        settings_overrides={"vocab_size": 4096},
+    )
     by_task = {r["task"]: r for r in records(load_scores(db)) if not r["aggregate"]}
-    expected = get_task("memorization").ceiling({"vocab_size": 4096, "num_train_examples": 64,
-                                                 "num_test_examples": 32}, 0)
+    expected = get_task("memorization").ceiling(
+        {"vocab_size": 4096, "num_train_examples": 64, "num_test_examples": 32}, 0
+    )
     assert by_task["memorization"]["ceiling"] == pytest.approx(expected) and expected < 0.5
     assert by_task["compression"]["ceiling"] is None
     assert main(["report", "--db", str(db)]) == 0

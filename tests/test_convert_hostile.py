@@ -3,6 +3,7 @@ every file is refused with a located MadslError (exit status 2, no traceback) or
 spec that `madsl compile` accepts; nothing runs away with time or memory, and a file that is not
 JSON is never echoed. One test per case found in review, then Hypothesis properties over
 generated hostile files (derandomized, as tests/test_properties.py)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -22,14 +23,18 @@ from hypothesis import strategies as st
 from madsl import account, load_spec
 from madsl.cli import main
 from madsl.interop.huggingface.config import MAX_CONFIG_BYTES
-from madsl.topology import MAX_BLOCKS
 from madsl.lang.yamlsource import MAX_DEPTH, MAX_INTEGER
+from madsl.topology import MAX_BLOCKS
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC = ROOT / "specs/public"
 CONFIGS = tuple(sorted(path.name.removesuffix(".config.json") for path in PUBLIC.glob("*.config.json")))
-PROFILE = dict(derandomize=True, database=None, deadline=None,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROFILE = dict(
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 SLOW = 10.0  # seconds: a conversion is a few milliseconds; anything near this is a runaway
 
 
@@ -49,11 +54,18 @@ def convert(path: Path | str, *extra: str) -> tuple[int, str, str]:
 def convert_in_a_box(path: Path | str) -> subprocess.CompletedProcess:
     """The same in a child process with 1 GiB of address space and a minute: a runaway loop or
     read fails the test instead of the machine."""
+
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
-    return subprocess.run([sys.executable, "-m", "madsl", "convert", "--from-hf", str(path)], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT, preexec_fn=limit)
+    return subprocess.run(
+        [sys.executable, "-m", "madsl", "convert", "--from-hf", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        preexec_fn=limit,
+    )
 
 
 def refused(path: Path | str, *message: str) -> str:
@@ -81,10 +93,15 @@ def with_value(name: str, key: str, literal: str) -> str:
 
 # ---- reading: size, encoding, nesting, numbers ------------------------------------------------------
 
+
 def test_a_5000_digit_integer_is_refused_at_its_key(tmp_path):
     path = write_config(tmp_path, with_value("jamba-v0.1", "hidden_size", "9" * 5000))
-    err = refused(path, '"hidden_size": the integer 999999999999... (5,000 characters) is too large',
-                  f"{path}:10:3", f"at most {MAX_INTEGER:,}")
+    err = refused(
+        path,
+        '"hidden_size": the integer 999999999999... (5,000 characters) is too large',
+        f"{path}:10:3",
+        f"at most {MAX_INTEGER:,}",
+    )
     assert "9" * 100 not in err  # the number is shortened, not printed
 
 
@@ -152,8 +169,15 @@ def test_a_secret_that_is_not_json_is_not_echoed(tmp_path):
     assert "sk-0123" not in err and "hunter2" not in err and "token" not in err
 
 
-@pytest.mark.parametrize("text,kind", [('"sk-secret-token"', "a string"), ("[1, 2, 3]", "a list"),
-                                       ("12345", "a number"), ("null", "true, false or null")])
+@pytest.mark.parametrize(
+    "text,kind",
+    [
+        ('"sk-secret-token"', "a string"),
+        ("[1, 2, 3]", "a list"),
+        ("12345", "a number"),
+        ("null", "true, false or null"),
+    ],
+)
 def test_a_top_level_that_is_not_an_object_is_refused_without_its_content(tmp_path, text, kind):
     err = refused(write_config(tmp_path, text), f"a config.json holds one JSON object, not {kind}")
     assert "sk-secret" not in err and "12345" not in err and "1, 2" not in err
@@ -173,23 +197,31 @@ def test_a_repeated_key_is_refused_at_its_second_place(tmp_path):
 
 # ---- every value read: type, range, finiteness, located by key -----------------------------------------
 
-@pytest.mark.parametrize("key,literal,message", [
-    ("num_hidden_layers", "1e12", f'"num_hidden_layers": expected a positive integer at most {MAX_BLOCKS:,}, got 1e12'),
-    ("hidden_size", "1e30", "expected a positive integer at most 9,223,372,036,854,775,807, got 1e30"),
-    ("hidden_size", str(2**63), f'"hidden_size": the integer {2**63} is too large'),
-    ("hidden_size", "4096.0", "got 4096.0"),
-    ("hidden_size", "true", "got true"),
-    ("hidden_size", '"4096"', 'got "4096"'),
-    ("hidden_size", "0", "got 0"),
-    ("hidden_size", "-4096", "got -4096"),
-    ("attn_layer_offset", "-1", '"attn_layer_offset": expected an integer from 0 to'),
-    ("mamba_dt_rank", '"Auto"', '"mamba_dt_rank": expected a positive integer'),
-    ("mamba_conv_bias", "1", '"mamba_conv_bias": expected true or false, got 1'),
-    ("router_aux_loss_coef", "-0.5", '"router_aux_loss_coef": expected a non-negative finite number, got -0.5'),
-    ("router_aux_loss_coef", "false", "got false"),
-    ("tie_word_embeddings", '"false"', '"tie_word_embeddings": expected true or false, got "false"'),
-    ("model_type", '["jamba"]', '"model_type": expected a string, got a list'),
-])
+
+@pytest.mark.parametrize(
+    "key,literal,message",
+    [
+        (
+            "num_hidden_layers",
+            "1e12",
+            f'"num_hidden_layers": expected a positive integer at most {MAX_BLOCKS:,}, got 1e12',
+        ),
+        ("hidden_size", "1e30", "expected a positive integer at most 9,223,372,036,854,775,807, got 1e30"),
+        ("hidden_size", str(2**63), f'"hidden_size": the integer {2**63} is too large'),
+        ("hidden_size", "4096.0", "got 4096.0"),
+        ("hidden_size", "true", "got true"),
+        ("hidden_size", '"4096"', 'got "4096"'),
+        ("hidden_size", "0", "got 0"),
+        ("hidden_size", "-4096", "got -4096"),
+        ("attn_layer_offset", "-1", '"attn_layer_offset": expected an integer from 0 to'),
+        ("mamba_dt_rank", '"Auto"', '"mamba_dt_rank": expected a positive integer'),
+        ("mamba_conv_bias", "1", '"mamba_conv_bias": expected true or false, got 1'),
+        ("router_aux_loss_coef", "-0.5", '"router_aux_loss_coef": expected a non-negative finite number, got -0.5'),
+        ("router_aux_loss_coef", "false", "got false"),
+        ("tie_word_embeddings", '"false"', '"tie_word_embeddings": expected true or false, got "false"'),
+        ("model_type", '["jamba"]', '"model_type": expected a string, got a list'),
+    ],
+)
 def test_each_value_read_is_checked_and_located_by_its_key(tmp_path, key, literal, message):
     path = write_config(tmp_path, with_value("jamba-v0.1", key, literal))
     err = refused(path, message, "hint:")
@@ -211,36 +243,53 @@ def test_nemotron_counts_megatron_layers_two_to_a_block(tmp_path):
     refused(path, f"at most {2 * MAX_BLOCKS:,}", "2 layers each")
 
 
-@pytest.mark.parametrize("entry,message", [
-    ('["mamba"]', '"layer_types"[5]: layer 6 is a list'),
-    ('{"kind": "mamba"}', '"layer_types"[5]: layer 6 is an object'),
-    ("7", '"layer_types"[5]: layer 6 is 7'),
-    ('"mаmba"', "U+0430 CYRILLIC SMALL LETTER A"),
-])
+@pytest.mark.parametrize(
+    "entry,message",
+    [
+        ('["mamba"]', '"layer_types"[5]: layer 6 is a list'),
+        ('{"kind": "mamba"}', '"layer_types"[5]: layer 6 is an object'),
+        ("7", '"layer_types"[5]: layer 6 is 7'),
+        ('"mаmba"', "U+0430 CYRILLIC SMALL LETTER A"),
+    ],
+)
 def test_layer_types_entries_are_strings_of_the_known_kinds(tmp_path, entry, message):
     kinds = _config("granite-4.0-h-small")["layer_types"]
     literal = "[" + ", ".join(entry if i == 5 else json.dumps(k) for i, k in enumerate(kinds)) + "]"
-    refused(write_config(tmp_path, with_value("granite-4.0-h-small", "layer_types", literal)), message,
-            'each layer is "mamba" or "attention"')
+    refused(
+        write_config(tmp_path, with_value("granite-4.0-h-small", "layer_types", literal)),
+        message,
+        'each layer is "mamba" or "attention"',
+    )
 
 
 def test_a_look_alike_letter_in_a_pattern_is_named_by_its_code_point(tmp_path):
     pattern = _config("nemotron-h-8b")["hybrid_override_pattern"]
     for written in (json.dumps("М" + pattern[1:], ensure_ascii=False), json.dumps("М" + pattern[1:])):  # raw, \u041c
         path = write_config(tmp_path, with_value("nemotron-h-8b", "hybrid_override_pattern", written))
-        refused(path, '"hybrid_override_pattern": character 1 is \'М\' (U+041C CYRILLIC CAPITAL LETTER EM)',
-                "look-alike")
+        refused(
+            path, "\"hybrid_override_pattern\": character 1 is 'М' (U+041C CYRILLIC CAPITAL LETTER EM)", "look-alike"
+        )
     path = write_config(tmp_path, with_value("nemotron-h-8b", "hybrid_override_pattern", json.dumps("m" + pattern[1:])))
     refused(path, "character 1 is 'm', not a layer character", "one of M * - E")
 
 
 def test_a_pairing_error_in_a_pattern_written_with_escapes_is_located_at_the_key(tmp_path):
     pattern = "-" + _config("nemotron-h-8b")["hybrid_override_pattern"][1:]
-    refused(write_config(tmp_path, with_value("nemotron-h-8b", "hybrid_override_pattern",
-                                              json.dumps(pattern).replace("-", "\\u002d", 1))),
-            '"hybrid_override_pattern": layer 1', ":11:3")
-    refused(write_config(tmp_path, with_value("nemotron-h-8b", "hybrid_override_pattern", json.dumps(pattern)),
-                         "plain.json"), '"hybrid_override_pattern": layer 1', ":11:31")
+    refused(
+        write_config(
+            tmp_path,
+            with_value("nemotron-h-8b", "hybrid_override_pattern", json.dumps(pattern).replace("-", "\\u002d", 1)),
+        ),
+        '"hybrid_override_pattern": layer 1',
+        ":11:3",
+    )
+    refused(
+        write_config(
+            tmp_path, with_value("nemotron-h-8b", "hybrid_override_pattern", json.dumps(pattern)), "plain.json"
+        ),
+        '"hybrid_override_pattern": layer 1',
+        ":11:31",
+    )
 
 
 def test_a_bad_value_inside_rope_parameters_is_named_by_its_path_and_located_at_its_key(tmp_path):
@@ -251,20 +300,28 @@ def test_a_bad_value_inside_rope_parameters_is_named_by_its_path_and_located_at_
 
 
 def test_a_layers_block_type_entry_is_located_by_its_index(tmp_path):
-    data = {k: v for k, v in _config("nemotron-3-nano-30b-a3b").items()
-            if k not in ("hybrid_override_pattern", "num_hidden_layers")}
+    data = {
+        k: v
+        for k, v in _config("nemotron-3-nano-30b-a3b").items()
+        if k not in ("hybrid_override_pattern", "num_hidden_layers")
+    }
     data["layers_block_type"] = ["mamba", "moe", "mаmba"]  # a Cyrillic a
-    err = refused(write_config(tmp_path, json.dumps(data, indent=2, ensure_ascii=False)), '"layers_block_type"[2]',
-                  "U+0430")
+    err = refused(
+        write_config(tmp_path, json.dumps(data, indent=2, ensure_ascii=False)), '"layers_block_type"[2]', "U+0430"
+    )
     assert "Traceback" not in err
 
 
 def test_a_look_alike_model_type_is_named(tmp_path):
-    refused(write_config(tmp_path, with_value("jamba-v0.1", "model_type", '"jаmba"')),
-            'madsl converts no "jаmba" configs', "U+0430 CYRILLIC SMALL LETTER A")
+    refused(
+        write_config(tmp_path, with_value("jamba-v0.1", "model_type", '"jаmba"')),
+        'madsl converts no "jаmba" configs',
+        "U+0430 CYRILLIC SMALL LETTER A",
+    )
 
 
 # ---- the result compiles, or the conversion is refused ---------------------------------------------
+
 
 def test_a_config_whose_spec_would_not_compile_is_refused_and_nothing_is_written(tmp_path):
     path = write_config(tmp_path, with_value("nemotron-h-8b", "n_groups", "3"))
@@ -273,8 +330,11 @@ def test_a_config_whose_spec_would_not_compile_is_refused_and_nothing_is_written
     assert rc == 2 and "does not compile" in err and "groups=3 does not divide" in err and not out.exists()
     data = _config("nemotron-h-8b")
     data.update(num_hidden_layers=2 * MAX_BLOCKS, hybrid_override_pattern="M" * 2 * MAX_BLOCKS)
-    refused(write_config(tmp_path, json.dumps(data), "long.json"), "does not compile",
-            f"beyond the limit of {MAX_BLOCKS:,} blocks")
+    refused(
+        write_config(tmp_path, json.dumps(data), "long.json"),
+        "does not compile",
+        f"beyond the limit of {MAX_BLOCKS:,} blocks",
+    )
 
 
 def test_a_layer_value_compile_refuses_is_refused_by_convert(tmp_path):
@@ -301,6 +361,7 @@ def test_the_largest_values_madsl_reads_convert_into_a_spec_that_compiles(tmp_pa
 
 # ---- Hypothesis: generated hostile config.json files ----------------------------------------------
 
+
 def assert_sound(path: Path) -> tuple[int, str]:
     """Converting `path`: exit 0 or 2, never an exception or a traceback, quickly; exit 0 only with a
     spec that loads and accounts as `madsl compile` reads it."""
@@ -324,22 +385,78 @@ def _deep(depth: int, bracket: str) -> str:
 
 LOOK_ALIKES = "MEАВЕКМНОРСТХаеорсхΑΒΕΜΟΡΤμοⅯＭ\u200b\u00a0"
 STRINGS = st.one_of(
-    st.sampled_from(["mamba", "attention", "auto", "rope", "nope", "relu2", "jamba", "nemotron_h",
-                     "granitemoehybrid", "bamba", "falcon_h1", "lfm2", "zamba2", "conv", "full_attention", "moe",
-                     "M-M-M*-", ""]),
+    st.sampled_from(
+        [
+            "mamba",
+            "attention",
+            "auto",
+            "rope",
+            "nope",
+            "relu2",
+            "jamba",
+            "nemotron_h",
+            "granitemoehybrid",
+            "bamba",
+            "falcon_h1",
+            "lfm2",
+            "zamba2",
+            "conv",
+            "full_attention",
+            "moe",
+            "M-M-M*-",
+            "",
+        ]
+    ),
     st.text(st.sampled_from("M*-E" + LOOK_ALIKES), max_size=60),
     st.text(max_size=20),
 )
 LITERALS = st.one_of(
-    st.integers(1, 6000).map(lambda n: "9" * n),                         # past 64 bits, past Python's 4,300 digits
+    st.integers(1, 6000).map(lambda n: "9" * n),  # past 64 bits, past Python's 4,300 digits
     st.integers(-(2**70), 2**70).map(str),
-    st.floats(allow_nan=True, allow_infinity=True).map(json.dumps),       # NaN, Infinity, 1e+300, -0.0
-    st.sampled_from(["1e999", "-1e999", "1e12", "1E3", "32.0", "0", "-1", "true", "false", "null",
-                     '"32"', "[]", "{}", "1024", "1025", "2048", "2049", "-0"]),
+    st.floats(allow_nan=True, allow_infinity=True).map(json.dumps),  # NaN, Infinity, 1e+300, -0.0
+    st.sampled_from(
+        [
+            "1e999",
+            "-1e999",
+            "1e12",
+            "1E3",
+            "32.0",
+            "0",
+            "-1",
+            "true",
+            "false",
+            "null",
+            '"32"',
+            "[]",
+            "{}",
+            "1024",
+            "1025",
+            "2048",
+            "2049",
+            "-0",
+        ]
+    ),
     STRINGS.map(lambda s: json.dumps(s, ensure_ascii=False) if s.isprintable() else json.dumps(s)),
-    st.lists(st.sampled_from(['"mamba"', '"attention"', '["mamba"]', "{}", '"mаmba"', "1", "null", '"moe"',
-                              '"conv"', '"full_attention"', '"mlp"', "9", "0"]),
-             max_size=50).map(lambda items: "[" + ", ".join(items) + "]"),
+    st.lists(
+        st.sampled_from(
+            [
+                '"mamba"',
+                '"attention"',
+                '["mamba"]',
+                "{}",
+                '"mаmba"',
+                "1",
+                "null",
+                '"moe"',
+                '"conv"',
+                '"full_attention"',
+                '"mlp"',
+                "9",
+                "0",
+            ]
+        ),
+        max_size=50,
+    ).map(lambda items: "[" + ", ".join(items) + "]"),
     st.builds(_deep, st.integers(1, 3 * MAX_DEPTH), st.sampled_from("[{")),
 )
 
@@ -347,8 +464,11 @@ LITERALS = st.one_of(
 def _never_read(literal: str) -> bool:
     """A literal refused wherever it is written: NaN, an infinity, an integer past 64 bits."""
     digits = literal.removeprefix("-")
-    return digits in ("NaN", "Infinity", "1e999") or digits.isdigit() and (
-        len(digits) > len(str(MAX_INTEGER)) or int(digits) > MAX_INTEGER)
+    return (
+        digits in ("NaN", "Infinity", "1e999")
+        or digits.isdigit()
+        and (len(digits) > len(str(MAX_INTEGER)) or int(digits) > MAX_INTEGER)
+    )
 
 
 @st.composite
@@ -356,10 +476,20 @@ def hostile_configs(draw) -> tuple[str, list[tuple[str, str]]]:
     """A public config with 1 to 4 keys (read ones, or new ones) set to hostile JSON literals."""
     name = draw(st.sampled_from(CONFIGS))
     data = _config(name)
-    keys = sorted(data) + ["text_config", "initializer_range", "rope_theta", "mamba_d_head", "head_dim",
-                           "rope_parameters", "layers_block_type", "moe_latent_size", "attn_layer_indices"]
-    changes = draw(st.lists(st.tuples(st.sampled_from(keys), LITERALS), min_size=1, max_size=4,
-                            unique_by=lambda change: change[0]))
+    keys = sorted(data) + [
+        "text_config",
+        "initializer_range",
+        "rope_theta",
+        "mamba_d_head",
+        "head_dim",
+        "rope_parameters",
+        "layers_block_type",
+        "moe_latent_size",
+        "attn_layer_indices",
+    ]
+    changes = draw(
+        st.lists(st.tuples(st.sampled_from(keys), LITERALS), min_size=1, max_size=4, unique_by=lambda change: change[0])
+    )
     for i, (key, _) in enumerate(changes):
         data[key] = f"@@{i}@@"
     text = json.dumps(data, indent=2)
@@ -399,9 +529,13 @@ def test_corrupted_bytes_never_give_a_traceback(name, data):
 
 
 @settings(max_examples=60, **PROFILE)
-@given(st.lists(st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=1, max_size=30), min_size=1,
-                max_size=6),
-       st.from_regex(r"SECRET[a-z0-9]{8}", fullmatch=True), st.integers(0, 5))
+@given(
+    st.lists(
+        st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=1, max_size=30), min_size=1, max_size=6
+    ),
+    st.from_regex(r"SECRET[a-z0-9]{8}", fullmatch=True),
+    st.integers(0, 5),
+)
 def test_a_file_that_is_not_a_json_object_is_never_echoed(lines, secret, where):
     lines.insert(min(where, len(lines)), secret)
     text = "\n".join(lines)

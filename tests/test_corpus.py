@@ -1,5 +1,6 @@
 """madsl.corpus and `madsl data prepare`: text -> train.bin/val.bin/tokens.json, nanoGPT folders,
 the checks before training, deterministic batches; bad data is a MadslError naming the file."""
+
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from madsl.cli import main
-from madsl.corpus import (open_tokens, prepare, resolve_tokens, train_batch, unigram_entropy, val_windows)
+from madsl.corpus import open_tokens, prepare, resolve_tokens, train_batch, unigram_entropy, val_windows
 from madsl.errors import MadslError
 
 TEXT_A = "Über alles: naïve café ☕\n" * 7
@@ -48,7 +49,9 @@ def test_bytes_prepare_splits_each_document_and_records_counts(tmp_path):
     total = sum(len(text.encode()) for text in documents)
     assert info.train_tokens + info.val_tokens == total == info.train_bytes + info.val_bytes
     assert [(s["name"], s["documents"], s["bytes"]) for s in info.sources] == [
-        ("play.txt", 1, len(TEXT_C.encode())), ("books", 2, len((TEXT_A + TEXT_B).encode()))]
+        ("play.txt", 1, len(TEXT_C.encode())),
+        ("books", 2, len((TEXT_A + TEXT_B).encode())),
+    ]
     assert data.info == info and info.tokenizer == "bytes" and info.split == "per-document"
     copy = pickle.loads(pickle.dumps(data))  # as sent to a worker: the folder, mapped again
     assert len(pickle.dumps(data)) < 2000 and np.array_equal(copy.train, data.train) and copy.hash == data.hash
@@ -253,8 +256,10 @@ def test_the_command_prints_what_it_wrote(tmp_path, capsys):
     out = capsys.readouterr().out
     info = json.loads((tmp_path / "out" / "tokens.json").read_text())
     assert f"{info['train_tokens']:,} tokens" in out and info["hash"] in out and "vocabulary 256" in out
-    assert main(["data", "prepare", str(single), "--tokenizer", "bytes", "-o", str(tmp_path / "out"),
-                 "--format", "json"]) == 0
+    assert (
+        main(["data", "prepare", str(single), "--tokenizer", "bytes", "-o", str(tmp_path / "out"), "--format", "json"])
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["hash"] == info["hash"]
 
 

@@ -5,6 +5,7 @@ mode equal to the parallel forward on the device.
 
 Kernel tests that need the extra skip when its library does not import, so the lane
 also checks an install without it (the chunked fallbacks)."""
+
 from __future__ import annotations
 
 import os
@@ -18,9 +19,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 from madsl.kernels import cuda  # noqa: E402
 from madsl.kernels.gla import gla_chunked, gla_fla_chunk, gla_recurrent  # noqa: E402
-from madsl.kernels.selective_scan import selective_scan_cpu  # noqa: E402
-from madsl.kernels.selective_scan_reference import selective_scan_reference  # noqa: E402
 from madsl.kernels.selective_scan_chunked import selective_scan_chunked  # noqa: E402
+from madsl.kernels.selective_scan_cpu import selective_scan_cpu  # noqa: E402
+from madsl.kernels.selective_scan_reference import selective_scan_reference  # noqa: E402
 from tests.layer_helpers import make, run_steps  # noqa: E402
 
 DEVICE = torch.device("cuda")
@@ -49,9 +50,16 @@ def _scan_inputs(batch=2, d_inner=64, d_state=4, length=300, dtype=torch.float32
     def rand(*shape, scale=1.0, shift=0.0):
         return torch.randn(*shape, generator=gen) * scale + shift
 
-    inputs = [rand(batch, d_inner, length), rand(batch, d_inner, length, scale=0.5, shift=-1.0),
-              -torch.rand(d_inner, d_state, generator=gen) - 0.5, rand(batch, d_state, length),
-              rand(batch, d_state, length), rand(d_inner), rand(batch, d_inner, length), rand(d_inner, scale=0.5)]
+    inputs = [
+        rand(batch, d_inner, length),
+        rand(batch, d_inner, length, scale=0.5, shift=-1.0),
+        -torch.rand(d_inner, d_state, generator=gen) - 0.5,
+        rand(batch, d_state, length),
+        rand(batch, d_state, length),
+        rand(d_inner),
+        rand(batch, d_inner, length),
+        rand(d_inner, scale=0.5),
+    ]
     return [x.to(device=device, dtype=dtype).requires_grad_() for x in inputs]
 
 
@@ -128,10 +136,18 @@ def test_layer_on_device_matches_cpu_forward_and_backward(name):
     _assert_all_close(run(layer, DEVICE), want, atol=2e-3, rtol=2e-2)
 
 
-@pytest.mark.parametrize("name, params", [("mamba2", {"d_state": 16}), ("retention", {}),
-                                          ("linear_attention", {"normalize": True}), ("delta_net", {"gated": True}),
-                                          ("delta_net", {"gated": False}), ("rwkv", {"version": 5}),
-                                          ("rwkv", {"version": 6})])
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("mamba2", {"d_state": 16}),
+        ("retention", {}),
+        ("linear_attention", {"normalize": True}),
+        ("delta_net", {"gated": True}),
+        ("delta_net", {"gated": False}),
+        ("rwkv", {"version": 5}),
+        ("rwkv", {"version": 6}),
+    ],
+)
 def test_fla_backed_layer_on_device_matches_cpu_forward_and_backward(name, params):
     """The layers that train through fla's chunk kernels (chunk_simple_gla, chunk_(gated_)delta_rule,
     RWKV's chunk_gla) against their CPU chunked forms; TF32 inside fla's dots, hence the
@@ -162,8 +178,10 @@ def exact_fp32_matmuls():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-@pytest.mark.parametrize("name", ["mamba", "gla", "attention", "hyena", "multihead_hyena", "mamba2", "delta_net",
-                                  "retention", "linear_attention"])
+@pytest.mark.parametrize(
+    "name",
+    ["mamba", "gla", "attention", "hyena", "multihead_hyena", "mamba2", "delta_net", "retention", "linear_attention"],
+)
 def test_step_mode_equals_parallel_forward_on_device(name, exact_fp32_matmuls):
     torch.manual_seed(0)
     _, layer = make(name, 128)
@@ -200,8 +218,14 @@ def test_bf16_training_step_of_every_paper_spec(spec_path):
 def test_bf16_smoke_eval_on_device(tmp_path):
     from madsl.runner.api import evaluate
 
-    summary = evaluate([str(PAPER_SPECS[0].with_name("mamba.mad"))], tasks=["memorization"], protocol="smoke", device="cuda",
-                       precision="auto", db=tmp_path / "r.db")
+    summary = evaluate(
+        [str(PAPER_SPECS[0].with_name("mamba.mad"))],
+        tasks=["memorization"],
+        protocol="smoke",
+        device="cuda",
+        precision="auto",
+        db=tmp_path / "r.db",
+    )
     assert not summary["failed"]
 
 
@@ -215,20 +239,28 @@ def test_grid_group_on_device_equals_the_unbatched_runs(tmp_path, monkeypatch, s
     batching rule its CPU path has)."""
     import warnings
 
-    from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
-    from madsl.runner.execute.jobs import execute_job
     from madsl.runner.batched.stacked import StackedMembers
+    from madsl.runner.execute.jobs import execute_job
+    from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
     from madsl.runner.store.files import StoreFiles
     from madsl.spec import load_spec
 
     path = Path(__file__).resolve().parents[1] / "specs" / "paper" / spec_name
-    cli = cli_overrides(protocol="baseline", tasks=["in-context-recall"], lr=[1e-3, 1e-4], wd=[0.0, 0.1], epochs=2,
-                        batch_size=16, precision="fp32",
-                        settings={"seq_len": 64, "num_train_examples": 64, "num_test_examples": 32})
+    cli = cli_overrides(
+        protocol="baseline",
+        tasks=["in-context-recall"],
+        lr=[1e-3, 1e-4],
+        wd=[0.0, 0.1],
+        epochs=2,
+        batch_size=16,
+        precision="fp32",
+        settings={"seq_len": 64, "num_train_examples": 64, "num_test_examples": 32},
+    )
     stacked_steps = []
     step = StackedMembers.step
-    monkeypatch.setattr(StackedMembers, "step", lambda self, *a: stacked_steps.append(len(self.states))
-                        or step(self, *a))
+    monkeypatch.setattr(
+        StackedMembers, "step", lambda self, *a: stacked_steps.append(len(self.states)) or step(self, *a)
+    )
 
     def results(db, batched):
         plan = plan_evaluation(StoreFiles(tmp_path / db), [(load_spec(path), str(path))], cli, device="cuda")
@@ -250,9 +282,17 @@ def test_grid_group_on_device_equals_the_unbatched_runs(tmp_path, monkeypatch, s
                 assert got[key] == pytest.approx(want[key], rel=1e-3), (run_id, key)
 
 
-@pytest.mark.parametrize("spec_name, precision", [("attention-sg.mad", "bf16"), ("hyena-sg.mad", "bf16"),
-                                                   ("mamba.mad", "bf16"), ("mamba.mad", "fp32"), ("gla-sg.mad", "bf16"),
-                                                   ("../modern/rwkv6-sg.mad", "bf16")])  # fla's chunk_gla
+@pytest.mark.parametrize(
+    "spec_name, precision",
+    [
+        ("attention-sg.mad", "bf16"),
+        ("hyena-sg.mad", "bf16"),
+        ("mamba.mad", "bf16"),
+        ("mamba.mad", "fp32"),
+        ("gla-sg.mad", "bf16"),
+        ("../modern/rwkv6-sg.mad", "bf16"),
+    ],
+)  # fla's chunk_gla
 def test_cuda_graphs_replay_the_stacked_step_to_the_same_results(tmp_path, monkeypatch, spec_name, precision):
     """`--cuda-graphs`: after three eager warm-up steps the stacked step (and evaluation batch)
     is captured once and replayed (no fallback warning), and the members' results equal those
@@ -260,15 +300,22 @@ def test_cuda_graphs_replay_the_stacked_step_to_the_same_results(tmp_path, monke
     bias corrections reach the graph through its buffers, so they change every step)."""
     import warnings
 
-    from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
     from madsl.runner.execute.jobs import execute_job
+    from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
     from madsl.runner.store.files import StoreFiles
     from madsl.spec import load_spec
 
     path = (Path(__file__).resolve().parents[1] / "specs" / "paper" / spec_name).resolve()
-    cli = cli_overrides(protocol="baseline", tasks=["in-context-recall"], lr=[1e-3, 1e-4], wd=[0.0, 0.1], epochs=2,
-                        batch_size=16, precision=precision,
-                        settings={"seq_len": 64, "num_train_examples": 64, "num_test_examples": 32})
+    cli = cli_overrides(
+        protocol="baseline",
+        tasks=["in-context-recall"],
+        lr=[1e-3, 1e-4],
+        wd=[0.0, 0.1],
+        epochs=2,
+        batch_size=16,
+        precision=precision,
+        settings={"seq_len": 64, "num_train_examples": 64, "num_test_examples": 32},
+    )
     replays = []
     replay = torch.cuda.CUDAGraph.replay
     monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", lambda graph: replays.append(1) or replay(graph))
@@ -313,9 +360,16 @@ def test_the_plans_time_estimate_on_cuda_is_the_groups_at_the_gpus_measured_rate
 
     monkeypatch.setenv("MADSL_CACHE_DIR", str(tmp_path / "cache"))
     path = (Path(__file__).resolve().parents[1] / "specs" / "paper" / "attention-sg.mad").resolve()
-    cli = cli_overrides(protocol="baseline", tasks=["in-context-recall"], lr=[1e-3, 1e-4], wd=[0.0, 0.1], epochs=2,
-                        batch_size=16, precision="bf16", settings={"seq_len": 64, "num_train_examples": 64,
-                                                                   "num_test_examples": 32})
+    cli = cli_overrides(
+        protocol="baseline",
+        tasks=["in-context-recall"],
+        lr=[1e-3, 1e-4],
+        wd=[0.0, 0.1],
+        epochs=2,
+        batch_size=16,
+        precision="bf16",
+        settings={"seq_len": 64, "num_train_examples": 64, "num_test_examples": 32},
+    )
     plan = plan_evaluation(StoreFiles(tmp_path / "r.db"), [(load_spec(path), str(path))], cli, device="cuda")
     [group] = plan.work(batch_grid=True, cuda_graphs=True)
     assert group.stack and group.graphs
@@ -323,7 +377,9 @@ def test_the_plans_time_estimate_on_cuda_is_the_groups_at_the_gpus_measured_rate
     costs = cost.estimate(plan.jobs, set(), rates, work=[group])
     assert len(costs) == 4 and len({c.seconds for c in costs}) == 1 and costs[0].seconds > 0
     [described] = rates.describe()
-    assert described["device"].startswith("cuda: ") and {"attention", "swiglu", "rest"} <= set(described["measured_now"])
+    assert described["device"].startswith("cuda: ") and {"attention", "swiglu", "rest"} <= set(
+        described["measured_now"]
+    )
     monkeypatch.setattr(rate_measure, "measure_family", lambda *args: pytest.fail("measured again"))
     assert cost.estimate(plan.jobs, set(), RateBook.default(), work=[group]) == costs  # from the cache
 
@@ -376,8 +432,12 @@ def test_mamba_ssm_grouped_scan_and_its_fold_on_device():
     grouped[3], grouped[4] = (torch.randn(2, 4, 4, 300, generator=torch.Generator().manual_seed(1)) for _ in range(2))
     grouped = [x.requires_grad_() for x in grouped]
     on_device = [x.detach().to(DEVICE).requires_grad_() for x in grouped]
-    _assert_all_close(_scan_and_grads(cuda.selective_scan_fn(), on_device), _scan_and_grads(selective_scan_cpu, grouped),
-                      atol=2e-3, rtol=2e-3)
+    _assert_all_close(
+        _scan_and_grads(cuda.selective_scan_fn(), on_device),
+        _scan_and_grads(selective_scan_cpu, grouped),
+        atol=2e-3,
+        rtol=2e-3,
+    )
     u, delta, z = _members((2, 32, 200), (2, 32, 200), (2, 32, 200))
     B, C = _members((2, 4, 200), (2, 4, 200))
     A = (-torch.rand(MEMBERS, 32, 4, device=DEVICE) - 0.5).requires_grad_()
@@ -402,7 +462,9 @@ def test_causal_conv1d_fold_on_device():
     from madsl.kernels.causal_conv1d import causal_conv1d_silu
 
     x, weight, bias = _members((2, 64, 100), (64, 4), (64,))
-    _vmap_equals_loop(lambda x, w, b: causal_conv1d_silu(cuda.causal_conv1d_fn(), x.contiguous(), w, b), [x, weight, bias])
+    _vmap_equals_loop(
+        lambda x, w, b: causal_conv1d_silu(cuda.causal_conv1d_fn(), x.contiguous(), w, b), [x, weight, bias]
+    )
 
 
 def test_fla_folds_on_device():
@@ -417,5 +479,6 @@ def test_fla_folds_on_device():
     beta = torch.rand(MEMBERS, 2, 4, 64, device=DEVICE).requires_grad_()
     _vmap_equals_loop(lambda q, k, v, g: gla_fla_chunk(q, k, v, g)[0], [q, k, v, gates], 2e-3, 2e-3)
     _vmap_equals_loop(lambda q, k, v, g: decay_parallel(q, k, v, g), [q, k, v, decay], 2e-3, 2e-3)
-    _vmap_equals_loop(lambda q, k, v, b, g: delta_parallel(q, F.normalize(k, dim=-1), v, b, g), [q, k, v, beta, decay],
-                      2e-3, 2e-3)
+    _vmap_equals_loop(
+        lambda q, k, v, b, g: delta_parallel(q, F.normalize(k, dim=-1), v, b, g), [q, k, v, beta, decay], 2e-3, 2e-3
+    )

@@ -1,4 +1,5 @@
 """`madsl data`: a generated split written to .npz (the runner's arrays) or printed; bad input exits 2."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,27 @@ from madsl.tasks import get_task
 
 def test_npz_holds_the_runners_arrays_the_setting_and_the_vocabulary(tmp_path, capsys):
     out = tmp_path / "sub" / "sc.npz"
-    assert main(["data", "selective-copying", "--conventions", "mad-lab", "--split", "train", "--seed", "4",
-                 "--set", "seq_len=64", "--set", "num_tokens_to_copy=8", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "selective-copying",
+                "--conventions",
+                "mad-lab",
+                "--split",
+                "train",
+                "--seed",
+                "4",
+                "--set",
+                "seq_len=64",
+                "--set",
+                "num_tokens_to_copy=8",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "wrote" in capsys.readouterr().out
     task = get_task("selective-copying", "mad-lab")
     expected = task.generate({"seq_len": 64, "num_tokens_to_copy": 8}, "train", 4)
@@ -35,14 +55,19 @@ def test_shared_arrays_are_written_and_text_prints_rows(tmp_path, capsys):
     assert text.count("inputs:") == 2 and "keys [0, 8)" in text and "-- row 1" in text
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["data", "compresion", "-o", "x.npz"], "did you mean 'compression'"),
-    (["data", "compression"], "nowhere to write"),
-    (["data", "compression", "--set", "seq_ln=3", "-o", "x.npz"], "no setting 'seq_ln'"),
-    (["data", "compression", "--set", "seq_len=x", "-o", "x.npz"], "must be an integer"),
-    (["data", "selective-copying", "--conventions", "mad-lab", "--set", "num_tokens_to_copy=128", "-o", "x.npz"],
-     "bad setting for selective-copying (conventions mad-lab)"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["data", "compresion", "-o", "x.npz"], "did you mean 'compression'"),
+        (["data", "compression"], "nowhere to write"),
+        (["data", "compression", "--set", "seq_ln=3", "-o", "x.npz"], "no setting 'seq_ln'"),
+        (["data", "compression", "--set", "seq_len=x", "-o", "x.npz"], "must be an integer"),
+        (
+            ["data", "selective-copying", "--conventions", "mad-lab", "--set", "num_tokens_to_copy=128", "-o", "x.npz"],
+            "bad setting for selective-copying (conventions mad-lab)",
+        ),
+    ],
+)
 def test_bad_input_is_a_clear_error_exit_2(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2

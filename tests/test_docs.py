@@ -3,6 +3,7 @@ file of the repository and every #anchor a heading of the page it points at; and
 deterministic output (tasks.md's examples, language.md's topology forms, guide.md's `madsl fit`
 transcripts, runner.md's plan and column tables, convert.md's public configurations,
 accounting.md's state and filter tables) is parsed from the page and compared with the program's."""
+
 from __future__ import annotations
 
 import re
@@ -32,8 +33,9 @@ def anchors(page: Path) -> set[str]:
 
 
 def links(page: Path) -> list[str]:
-    return [target for target in LINK.findall(FENCE.sub("", page.read_text()))
-            if not re.match(r"[a-z]+:", target)]  # http:, https:, mailto: are not checked
+    return [
+        target for target in LINK.findall(FENCE.sub("", page.read_text())) if not re.match(r"[a-z]+:", target)
+    ]  # http:, https:, mailto: are not checked
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
@@ -81,8 +83,11 @@ def test_task_examples_are_real_output_of_show_example_at_seed_1():
 
     examples = task_examples((REPO / "docs/tasks.md").read_text())
     assert len(examples) >= 16
-    stale = [(task, split, settings) for task, split, settings, shown in examples
-             if example(get_task(task, "madsl"), settings, split, seed=1) != shown]
+    stale = [
+        (task, split, settings)
+        for task, split, settings, shown in examples
+        if example(get_task(task, "madsl"), settings, split, seed=1) != shown
+    ]
     assert not stale, stale
 
 
@@ -93,9 +98,13 @@ def test_every_example_of_the_topology_table_compiles_with_the_stdlib():
     from madsl.spec import spec_from_topology
 
     text = (REPO / "docs/language.md").read_text()
-    table = text[text.index("| form | example | meaning |"):text.index("Whitespace is ignored.")]
-    examples = [example.replace("\\|", "|") for row in table.splitlines()[2:] if row.startswith("|")
-                for example in re.findall(r"`([^`]*)`", row.split(" | ")[1])]
+    table = text[text.index("| form | example | meaning |") : text.index("Whitespace is ignored.")]
+    examples = [
+        example.replace("\\|", "|")
+        for row in table.splitlines()[2:]
+        if row.startswith("|")
+        for example in re.findall(r"`([^`]*)`", row.split(" | ")[1])
+    ]
     assert len(examples) >= 20 and "(2H:2A)X6" in examples
     for example in examples:
         madsl.account(spec_from_topology(example))
@@ -103,15 +112,19 @@ def test_every_example_of_the_topology_table_compiles_with_the_stdlib():
 
 # ---- pages whose shown output is deterministic: the page is checked against the program ---------
 
+
 def section(page: str, start: str, end: str) -> str:
     text = (REPO / page).read_text()
-    return text[text.index(start):text.index(end, text.index(start))]
+    return text[text.index(start) : text.index(end, text.index(start))]
 
 
 def table_rows(text: str) -> list[list[str]]:
     """The cells of every row of the markdown tables in `text`, the header and rule left out."""
-    rows = [[cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
-            for line in text.splitlines() if line.lstrip().startswith("|")]
+    rows = [
+        [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+        for line in text.splitlines()
+        if line.lstrip().startswith("|")
+    ]
     return [row for row in rows if not set("".join(row)) <= set("-| ")][1:]
 
 
@@ -173,8 +186,10 @@ def test_runner_results_database_table_is_the_schema(tmp_path):
 
     Store(tmp_path / "results.db").close()
     with sqlite3.connect(tmp_path / "results.db") as conn:
-        schema = {name: [column[1] for column in conn.execute(f"PRAGMA table_info({name})")]
-                  for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        schema = {
+            name: [column[1] for column in conn.execute(f"PRAGMA table_info({name})")]
+            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
     table = section("docs/runner.md", "| table | key | columns |", "\n\n")
     checked = []
     for name, key, columns in table_rows(table):
@@ -198,8 +213,12 @@ def test_convert_public_configurations_table_is_the_accounting():
     for name, published, count, fixed, conv, kv in rows:
         name = re.match(r"`([^`]+)`", name).group(1)
         totals = madsl.account(REPO / "specs/public" / f"{name}.mad", seq_len=8192).totals
-        assert (number(count), number(fixed), number(conv), number(kv)) == \
-            (totals["params"], totals["fixed_state"], totals["conv_state"], totals["kv_cache"]), name
+        assert (number(count), number(fixed), number(conv), number(kv)) == (
+            totals["params"],
+            totals["fixed_state"],
+            totals["conv_state"],
+            totals["kv_cache"],
+        ), name
         size = float(published.rstrip("B")) * 1e9
         percent = float(re.search(r"\(([+−-][\d.]+)%\)", count).group(1).replace("−", "-"))
         assert round(100 * (totals["params"] - size) / size, 1) == percent, name
@@ -210,8 +229,9 @@ def test_convert_examples_show_the_topology_convert_writes():
     the comment under each is the converted spec's (`...` stands for a repeated stretch)."""
     from madsl.hf_config import from_hf_config
 
-    examples = re.findall(r"madsl convert --from-hf (\S+) --name (\S+) .*\n#   topology: (\S+)",
-                          (REPO / "docs/convert.md").read_text())
+    examples = re.findall(
+        r"madsl convert --from-hf (\S+) --name (\S+) .*\n#   topology: (\S+)", (REPO / "docs/convert.md").read_text()
+    )
     assert len(examples) == 7
     for config, name, topology in examples:
         written = from_hf_config(REPO / config, name)["topology"]
@@ -249,8 +269,12 @@ def test_accounting_filter_table_at_width_64():
         spec = spec_from_topology(f"H{{filter={kind.strip('`')}}}-none", dim=64)
         short, long = (madsl.account(spec, seq_len=n).layers[0] for n in (1024, 4096))
         params = short.params - short.norm_params
-        assert (number(layer_params), number(fixed), number(kv_1024), number(kv_4096)) == \
-            (params, short.fixed_state, short.kv_cache, long.kv_cache), kind
+        assert (number(layer_params), number(fixed), number(kv_1024), number(kv_4096)) == (
+            params,
+            short.fixed_state,
+            short.kv_cache,
+            long.kv_cache,
+        ), kind
         assert params - number(filter_params) == 17_408, kind  # the page: everything but the filter
 
 
@@ -259,16 +283,21 @@ def test_runner_dry_run_plan_counts_runs_tokens_and_flops_as_shown(tmp_path, mon
     which are this machine's: its training rate is stood in for)."""
     import shlex
 
-    from madsl.cli import main
     from runner_helpers import stand_in_rates
 
-    command, shown = re.search(r"```\n\$ madsl (eval [^\n]*--dry-run)\n(.*?)```",
-                               (REPO / "docs/runner.md").read_text(), re.S).groups()
+    from madsl.cli import main
+
+    command, shown = re.search(
+        r"```\n\$ madsl (eval [^\n]*--dry-run)\n(.*?)```", (REPO / "docs/runner.md").read_text(), re.S
+    ).groups()
     stand_in_rates(monkeypatch, tmp_path / "cache")
     monkeypatch.chdir(REPO)
     assert main([*shlex.split(command), "--db", str(tmp_path / "results.db")]) == 0
     printed = capsys.readouterr().out.splitlines()
-    untimed = lambda line: line.split(", ~")[0]  # noqa: E731 - a line without its estimated time
+
+    def untimed(line):  # a line without its estimated time
+        return line.split(", ~")[0]
+
     assert [untimed(line) for line in printed[:2]] == [untimed(line) for line in shown.splitlines()[:2]]
 
 
@@ -284,7 +313,12 @@ def test_every_flag_the_user_pages_name_is_an_option_of_madsl():
     options = {o for parser in commands.values() for action in parser._actions for o in action.option_strings}
     not_madsl = {"--storage"}  # cluster.md: the shared-filesystem option madsl chose not to have
     pages = ["README.md", *(f"docs/{p}.md" for p in ("guide", "runner", "cluster", "convert", "ci", "accounting"))]
-    unknown = [(page, flag) for page in pages for paragraph in (REPO / page).read_text().split("\n\n")
-               if not re.search(r"\b(scripts|benchmarks)/", paragraph)
-               for flag in re.findall(r"`(--[a-z][\w-]*)", paragraph) if flag not in options | not_madsl]
+    unknown = [
+        (page, flag)
+        for page in pages
+        for paragraph in (REPO / page).read_text().split("\n\n")
+        if not re.search(r"\b(scripts|benchmarks)/", paragraph)
+        for flag in re.findall(r"`(--[a-z][\w-]*)", paragraph)
+        if flag not in options | not_madsl
+    ]
     assert not unknown

@@ -5,6 +5,7 @@ The database is made by the runner itself (stand-in model, toy tasks; tests/runn
 two specs, a task with a two-point difficulty sweep (seq_len 16, 24) and one without, two
 weight decays, two seeds and two evaluation lengths.
 """
+
 from __future__ import annotations
 
 import csv
@@ -18,12 +19,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from runner_helpers import TOY_TASKS, FakeSpec, run_toy_eval, standin_factory
 
 from madsl.cli import main
 from madsl.runner.api import evaluate
-from madsl.runner.reports.tables import RUN_COLUMNS, SETTING_COLUMNS
 from madsl.runner.reports.outputs import report
-from runner_helpers import TOY_TASKS, FakeSpec, run_toy_eval, standin_factory
+from madsl.runner.reports.tables import RUN_COLUMNS, SETTING_COLUMNS
 
 torch.set_num_threads(1)
 SPECS = [FakeSpec("standin", "standin-v1"), FakeSpec("other", "standin-v2")]
@@ -32,9 +33,20 @@ SPECS = [FakeSpec("standin", "standin-v1"), FakeSpec("other", "standin-v2")]
 @pytest.fixture(scope="module")
 def sweep_db(tmp_path_factory):
     db = tmp_path_factory.mktemp("exports") / "r.db"
-    summary = evaluate(SPECS, tasks=["toy-previous", "toy-classify"], protocol="paper", conventions="madsl",
-                       db=db, lr=[3e-3], wd=[0.0, 0.1], seed=[0, 1], epochs=2, eval_lengths=(8, 32),
-                       model_factory=standin_factory, task_registry=TOY_TASKS)
+    summary = evaluate(
+        SPECS,
+        tasks=["toy-previous", "toy-classify"],
+        protocol="paper",
+        conventions="madsl",
+        db=db,
+        lr=[3e-3],
+        wd=[0.0, 0.1],
+        seed=[0, 1],
+        epochs=2,
+        eval_lengths=(8, 32),
+        model_factory=standin_factory,
+        task_registry=TOY_TASKS,
+    )
     assert summary["complete"] and summary["runs"] == 2 * 3 * 2 * 2
     return db
 
@@ -94,12 +106,15 @@ def test_runs_table_has_a_row_per_run_and_per_evaluated_length(sweep_db):
 def test_settings_table_scores_each_setting_as_the_leaderboard_does(sweep_db):
     runs = _db_rows(sweep_db, "SELECT * FROM runs")
     header, rows = _csv(report(sweep_db, fmt="csv", rows="settings"))
-    assert header[:len(SETTING_COLUMNS)] == list(SETTING_COLUMNS)
+    assert header[: len(SETTING_COLUMNS)] == list(SETTING_COLUMNS)
     setting_rows = [r for r in rows if r["row"] == "setting"]
     assert len(setting_rows) == 2 * 3  # per spec: seq_len 16 and 24 of toy-previous, toy-classify's baseline
     for row in setting_rows:
-        group = [r for r in runs if r["spec_name"] == row["spec"] and r["task"] == row["task"]
-                 and r["setting_hash"] == row["setting_hash"]]
+        group = [
+            r
+            for r in runs
+            if r["spec_name"] == row["spec"] and r["task"] == row["task"] and r["setting_hash"] == row["setting_hash"]
+        ]
         best_per_seed = [max(r["best_eval_acc"] for r in group if r["seed"] == seed) for seed in (0, 1)]
         assert float(row["score"]) == pytest.approx(statistics.fmean(best_per_seed))
         assert (row["seeds"], row["runs_done"], row["runs_total"]) == ("2", "4", "4")
@@ -134,13 +149,16 @@ def test_plot_sweeps_writes_a_figure_per_task_with_a_sweep(sweep_db, tmp_path, c
 
 
 def test_a_sweep_panel_has_a_line_per_architecture_with_its_setting_scores(sweep_db):
-    from madsl.runner.reports.tables import setting_rows
-    from madsl.runner.reports.plots import sweep_series
     from madsl.runner.reports.outputs import display_names, load_runs
+    from madsl.runner.reports.plots import sweep_series
+    from madsl.runner.reports.tables import setting_rows
 
     stored = load_runs(sweep_db)
-    table = [r for r in setting_rows(stored.rows, stored.labels, stored.length_evals) if r["row"] == "setting"
-             and r["task"] == "toy-previous"]
+    table = [
+        r
+        for r in setting_rows(stored.rows, stored.labels, stored.length_evals)
+        if r["row"] == "setting" and r["task"] == "toy-previous"
+    ]
     names = display_names([(r["spec"], r["spec_hash"], r["protocol"], r["conventions"]) for r in table])
     series = dict(sweep_series(table, "seq_len", names))
     assert sorted(series) == ["other", "standin"]

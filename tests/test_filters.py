@@ -2,6 +2,7 @@
 primitive contract (tests/test_contract.py builds every family in every Hyena primitive):
 parity through the compiler, the FFT path's step mode, causality, each family against its
 definition, training."""
+
 from __future__ import annotations
 
 import glob
@@ -14,8 +15,11 @@ import torch
 
 torch.set_num_threads(1)
 
+from layer_helpers import make, n_params, run_steps  # noqa: E402
+
 import madsl  # noqa: E402
 from madsl.lang.budget import check  # noqa: E402
+from madsl.lang.stdlib import primitives  # noqa: E402
 from madsl.layers.explicit_filters import Conv1dFilter, FNOFilter  # noqa: E402
 from madsl.layers.filters import build_filter  # noqa: E402
 from madsl.layers.implicit_filters import CKConvFilter  # noqa: E402
@@ -23,14 +27,18 @@ from madsl.layers.modal_filters import S4DFilter  # noqa: E402
 from madsl.layers.rational_filter import RationalFilter  # noqa: E402
 from madsl.primitives.base import ConfigError  # noqa: E402
 from madsl.primitives.filters import FILTERS  # noqa: E402
-from madsl.lang.stdlib import primitives  # noqa: E402
-
-from layer_helpers import make, n_params, run_steps  # noqa: E402
 
 # small settings that exercise every hyperparameter a family reads (fno: 5 modes of a
 # 32-point spectrum, so a 40-step sequence outgrows the filter; rational: order 4)
-SMALL = {"filter_states": 4, "filter_order": 8, "filter_emb_dim": 5, "filter_size": 6, "filter_modes": 5,
-         "filter_length": 32, "filter_emb_learned": False}
+SMALL = {
+    "filter_states": 4,
+    "filter_order": 8,
+    "filter_emb_dim": 5,
+    "filter_size": 6,
+    "filter_modes": 5,
+    "filter_length": 32,
+    "filter_emb_learned": False,
+}
 SEQ_LEN = 24
 
 
@@ -116,14 +124,22 @@ def test_step_matches_forward_fft_path(kind):
 
 
 def test_fixed_state_of_each_family_at_width_64():
-    for kind, per_channel in [("modal", 16), ("s4d", 16), ("rational", 16), ("conv1d", 63),
-                              ("fno", 0), ("ckconv", 0), ("hyena", 0)]:
+    for kind, per_channel in [
+        ("modal", 16),
+        ("s4d", 16),
+        ("rational", 16),
+        ("conv1d", 63),
+        ("fno", 0),
+        ("ckconv", 0),
+        ("hyena", 0),
+    ]:
         prim, module = make("hyena", 64, filter=kind)
         state = module.init_state(1)
         assert prim.fixed_state() == state["fixed"].numel() == 64 * per_channel
 
 
 # ---- causality ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", FILTERS)
 @pytest.mark.parametrize("method", ["fft", "toeplitz"])
@@ -142,6 +158,7 @@ def test_future_tokens_do_not_change_past_outputs(kind, method):
 
 
 # ---- each family against its definition ----------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", FILTERS)
 def test_taps_do_not_depend_on_the_length_asked_for(kind):
@@ -177,8 +194,9 @@ def test_fno_taps_are_the_band_limited_spectrum():
     t = torch.arange(16, dtype=torch.float64)
     w = torch.complex(filt.weight_real, filt.weight_imag)
     # irfft: DC once (its imaginary part dropped), every other mode with its conjugate
-    expected = w[:, :1].real + 2 * sum((w[:, m:m + 1] * torch.exp(2j * math.pi * m * t / 16)).real
-                                       for m in range(1, 3))
+    expected = w[:, :1].real + 2 * sum(
+        (w[:, m : m + 1] * torch.exp(2j * math.pi * m * t / 16)).real for m in range(1, 3)
+    )
     taps = filt(20)
     torch.testing.assert_close(taps[:, :16], expected / 16)
     assert (taps[:, 16:] == 0).all()
@@ -293,6 +311,7 @@ def test_learned_positional_features_need_the_implicit_filter():
 
 
 # ---- training ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", FILTERS)
 def test_a_few_training_steps_reduce_the_loss(kind):

@@ -1,18 +1,18 @@
 """`madsl fit`: integer search over free hyperparameters to meet a budget."""
+
 from __future__ import annotations
 
 import pytest
 
 import madsl
-from madsl.lang.budget import parse_bound
 from madsl.errors import MadslError
 from madsl.fit import solve, solved_data
+from madsl.lang.budget import parse_bound
 from madsl.spec import spec_from_data
 
 
 def spec(topology: str, budget: dict, **layers) -> madsl.Spec:
-    return spec_from_data({"name": "s", "dim": 128, "topology": topology, "budget": budget,
-                           "layers": layers})
+    return spec_from_data({"name": "s", "dim": 128, "topology": topology, "budget": budget, "layers": layers})
 
 
 def test_exact_solution_when_one_exists():
@@ -50,12 +50,15 @@ def test_iso_parameter_match_with_the_paper_mamba_within_one_percent():
     assert madsl.account(solved).totals == result.best.totals
 
 
-@pytest.mark.parametrize("free,message", [
-    (["filter_states"], "SYMBOL.param"),
-    (["Mb.d_state"], "does not use"),
-    (["H.filter_statez"], "no parameter"),
-    (["H.filter"], "only integer parameters"),
-])
+@pytest.mark.parametrize(
+    "free,message",
+    [
+        (["filter_states"], "SYMBOL.param"),
+        (["Mb.d_state"], "does not use"),
+        (["H.filter_statez"], "no parameter"),
+        (["H.filter"], "only integer parameters"),
+    ],
+)
 def test_bad_free_parameters_are_errors(free, message):
     with pytest.raises(MadslError, match=message):
         solve(spec("H:mA", {"fixed_state": 4096}), free)
@@ -89,8 +92,18 @@ def test_cli_exits_1_without_a_solution_and_shows_both_sides(tmp_path):
 
 
 def test_cli_iso_parameter_match(tmp_path):
-    proc = _madsl("fit", "specs/paper/hyena-sg.mad", "--match", "specs/paper/mamba.mad", "--on", "params",
-                  "--free", "Sg.inner", "--format", "json")
+    proc = _madsl(
+        "fit",
+        "specs/paper/hyena-sg.mad",
+        "--match",
+        "specs/paper/mamba.mad",
+        "--on",
+        "params",
+        "--free",
+        "Sg.inner",
+        "--format",
+        "json",
+    )
     assert proc.returncode == 0, proc.stderr
     import json
 
@@ -99,16 +112,33 @@ def test_cli_iso_parameter_match(tmp_path):
     assert abs(result["solution"]["totals"]["params"] - target) <= 0.01 * target
 
 
-@pytest.mark.parametrize("args", [["--free", "H.nope"], ["--match", "specs/paper/mamba.mad", "--on", "paramz"],
-                                  ["--match", "specs/paper/mamba.mad", "--tolerance", "nan"], []])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--free", "H.nope"],
+        ["--match", "specs/paper/mamba.mad", "--on", "paramz"],
+        ["--match", "specs/paper/mamba.mad", "--tolerance", "nan"],
+        [],
+    ],
+)
 def test_cli_bad_input_is_exit_2_without_traceback(args):
     proc = _madsl("fit", "specs/paper/hyena-sg.mad", *args)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_cli_unwritable_output_is_exit_2(tmp_path):
-    proc = _madsl("fit", "specs/paper/hyena-sg.mad", "--match", "specs/paper/mamba.mad", "--on", "params",
-                  "--free", "Sg.inner", "-o", str(tmp_path))
+    proc = _madsl(
+        "fit",
+        "specs/paper/hyena-sg.mad",
+        "--match",
+        "specs/paper/mamba.mad",
+        "--on",
+        "params",
+        "--free",
+        "Sg.inner",
+        "-o",
+        str(tmp_path),
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "is a directory" in proc.stderr
 
 
@@ -116,9 +146,11 @@ def test_fit_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from madsl.cli import main; "
-            "main(['fit', 'specs/paper/hyena-sg.mad', '--match', 'specs/paper/mamba.mad', '--free', 'Sg.inner', "
-            "'--on', 'params', '--format', 'json']); assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys; from madsl.cli import main; "
+        "main(['fit', 'specs/paper/hyena-sg.mad', '--match', 'specs/paper/mamba.mad', '--free', 'Sg.inner', "
+        "'--on', 'params', '--format', 'json']); assert 'torch' not in sys.modules, 'torch imported'"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
@@ -141,11 +173,14 @@ def test_budget_fit_in_a_spec_check_reports_it_unsolved_and_compile_uses_the_sol
     assert fitted.returncode == 0 and _madsl("check", str(tmp_path / "solved.mad")).returncode == 0
 
 
-@pytest.mark.parametrize("fit,message,column", [
-    ("[H.filter_statez]", "no parameter 'filter_statez'", 9),
-    ("[Mb.d_state]", "does not use 'Mb'", 9),
-    ("5", "must list free parameters", 8),
-])
+@pytest.mark.parametrize(
+    "fit,message,column",
+    [
+        ("[H.filter_statez]", "no parameter 'filter_statez'", 9),
+        ("[Mb.d_state]", "does not use 'Mb'", 9),
+        ("5", "must list free parameters", 8),
+    ],
+)
 def test_bad_budget_fit_entries_are_located(tmp_path, fit, message, column):
     source = tmp_path / "bad.mad"
     source.write_text(FIT_SPEC.replace("[H.filter_states]", fit))
@@ -167,21 +202,49 @@ def test_eval_trains_the_model_compile_shows_for_an_unsolved_budget_fit(tmp_path
     [(trained, _)] = load_specs([source], notes)
     assert madsl.account(trained).totals["fixed_state"] == 3840
     assert trained.identity_text == madsl.load_spec(solved).identity_text
-    assert notes == [f"hyena-attn: budget.fit: using the solution H.filter_states=10 (write it into the spec "
-                     f"with `madsl fit {source} -o FILE`)"]
-    planned = _madsl("eval", str(source), "--protocol", "smoke", "--task", "memorization", "--dry-run",
-                     "--db", str(tmp_path / "r.db"))
+    assert notes == [
+        f"hyena-attn: budget.fit: using the solution H.filter_states=10 (write it into the spec "
+        f"with `madsl fit {source} -o FILE`)"
+    ]
+    planned = _madsl(
+        "eval",
+        str(source),
+        "--protocol",
+        "smoke",
+        "--task",
+        "memorization",
+        "--dry-run",
+        "--db",
+        str(tmp_path / "r.db"),
+    )
     assert planned.returncode == 0 and "H.filter_states=10" in planned.stderr
 
 
-@pytest.mark.parametrize("tolerance, shown", [(None, "budget params 429,696 ± 1% (mamba)"), ("0.5%", "budget params 429,696 ± 0.5% (mamba)"),
-                                                ("0", "meet params 429,696 ± 0% (mamba)")])
+@pytest.mark.parametrize(
+    "tolerance, shown",
+    [
+        (None, "budget params 429,696 ± 1% (mamba)"),
+        ("0.5%", "budget params 429,696 ± 0.5% (mamba)"),
+        ("0", "meet params 429,696 ± 0% (mamba)"),
+    ],
+)
 def test_cli_match_states_its_tolerance_as_a_budget_writes_it(tolerance, shown, capsys):
     """The relative tolerance of --match reads as budgets read it (`± 1%`); it was printed as
     `± 0.01`, which in a budget is an absolute tolerance of a hundredth."""
     from madsl.cli import main
 
     args = ["--tolerance", tolerance] if tolerance is not None else []
-    main(["fit", "specs/paper/hyena-sg.mad", "--match", "specs/paper/mamba.mad", "--on", "params",
-          "--free", "Sg.inner", *args])
+    main(
+        [
+            "fit",
+            "specs/paper/hyena-sg.mad",
+            "--match",
+            "specs/paper/mamba.mad",
+            "--on",
+            "params",
+            "--free",
+            "Sg.inner",
+            *args,
+        ]
+    )
     assert shown in capsys.readouterr().out

@@ -6,8 +6,10 @@ through them, and their member folds under vmap) are what trains; tests/test_cud
 there. Here the same wrappers call the same kernels, so what the wrappers own (layouts, scale and
 gate conventions, the initial state, the fold of members into the batch) is checked on every
 CPU run. The interpreter is numpy's float32 arithmetic, not the GPU's TF32 dots, so the tolerances
-are fp32 ones, stated as relative RMS errors (`_assert_close`). Small shapes: the interpreter runs each program instance in Python.
+are fp32 ones, stated as relative RMS errors (`_assert_close`). Small shapes: the interpreter runs
+each program instance in Python.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -15,17 +17,18 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-
 import triton_interpreter
 from layer_helpers import make
 
 if not triton_interpreter.available():
-    pytest.skip("Triton is not installed, or TRITON_INTERPRET is not 1 (tests/conftest.py sets it without CUDA)",
-                allow_module_level=True)
+    pytest.skip(
+        "Triton is not installed, or TRITON_INTERPRET is not 1 (tests/conftest.py sets it without CUDA)",
+        allow_module_level=True,
+    )
 
-from madsl.kernels import gla as gla_kernels  # noqa: E402
-from madsl.kernels import linear_recurrence  # noqa: E402
-from madsl.kernels.gla import gla_fla_chunk, gla_recurrent  # noqa: E402
+from madsl.kernels import gla as gla_kernels
+from madsl.kernels import linear_recurrence
+from madsl.kernels.gla import gla_fla_chunk, gla_recurrent
 
 MEMBERS = 3
 if gla_kernels.fla_chunk_gla() is None:
@@ -37,8 +40,7 @@ def _route_to_fla(monkeypatch, use_fla: bool) -> None:
     exact paths), or, with use_fla False, to madsl's chunked CPU forms."""
     import madsl.layers.gla as gla_layer
 
-    for module, name in ((gla_kernels, "fla_applies"), (gla_layer, "fla_applies"),
-                         (linear_recurrence, "_fla_applies")):
+    for module, name in ((gla_kernels, "fla_applies"), (gla_layer, "fla_applies"), (linear_recurrence, "_fla_applies")):
         monkeypatch.setattr(module, name, lambda x: use_fla and x.dtype != torch.float64)
 
 
@@ -104,15 +106,23 @@ def test_fla_decay_and_delta_kernels_match_the_chunked_forms(gated):
         return [*outputs, *_grads(outputs, inputs)]
 
     fla = run(linear_recurrence.decay_parallel, linear_recurrence.delta_parallel)
-    chunked = run(lambda *a: linear_recurrence.decay_chunked(*a)[0],
-                  lambda *a: linear_recurrence.delta_chunked(*a)[0])
+    chunked = run(lambda *a: linear_recurrence.decay_chunked(*a)[0], lambda *a: linear_recurrence.delta_chunked(*a)[0])
     _assert_close(fla, chunked)
 
 
-@pytest.mark.parametrize("name, params", [("gla", {}), ("mamba2", {"d_state": 16}), ("retention", {}),
-                                          ("linear_attention", {"normalize": True}),
-                                          ("delta_net", {"gated": True}), ("delta_net", {"gated": False}),
-                                          ("rwkv", {"version": 5}), ("rwkv", {"version": 6})])
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("gla", {}),
+        ("mamba2", {"d_state": 16}),
+        ("retention", {}),
+        ("linear_attention", {"normalize": True}),
+        ("delta_net", {"gated": True}),
+        ("delta_net", {"gated": False}),
+        ("rwkv", {"version": 5}),
+        ("rwkv", {"version": 6}),
+    ],
+)
 def test_fla_backed_layer_matches_its_cpu_form(name, params, monkeypatch):
     """Each layer that trains through fla on a GPU: its fla path against its chunked CPU path,
     forward, input gradient and every parameter's gradient."""
@@ -140,10 +150,14 @@ def test_fla_kernels_fold_the_members_into_one_call():
     gates = F.logsigmoid(torch.randn(MEMBERS, 1, 2, 40, 16, generator=gen) + 2).requires_grad_()
     decay = F.logsigmoid(torch.randn(MEMBERS, 1, 2, 40, generator=gen) + 2).requires_grad_()
     beta = torch.rand(MEMBERS, 1, 2, 40, generator=gen).requires_grad_()
-    cases = [(lambda q, k, v, g: gla_fla_chunk(q, k, v, g)[0], [q, k, v, gates]),
-             (linear_recurrence.decay_parallel, [q, k, v, decay]),
-             (lambda q, k, v, b, g: linear_recurrence.delta_parallel(q, F.normalize(k, dim=-1), v, b, g),
-              [q, k, v, beta, decay])]
+    cases = [
+        (lambda q, k, v, g: gla_fla_chunk(q, k, v, g)[0], [q, k, v, gates]),
+        (linear_recurrence.decay_parallel, [q, k, v, decay]),
+        (
+            lambda q, k, v, b, g: linear_recurrence.delta_parallel(q, F.normalize(k, dim=-1), v, b, g),
+            [q, k, v, beta, decay],
+        ),
+    ]
     for fn, args in cases:
         with warnings.catch_warnings():
             warnings.filterwarnings("error", message="There is a performance drop")
@@ -152,15 +166,22 @@ def test_fla_kernels_fold_the_members_into_one_call():
         _assert_close([stacked, *_grads([stacked], args)], [looped, *_grads([looped], args)])
 
 
-
 def _relative_rms(got, want) -> list[float]:
     return [((g.float() - w.float()).norm() / w.float().norm().clamp_min(1e-12)).item() for g, w in zip(got, want)]
 
 
-@pytest.mark.parametrize("name, params", [("gla", {}), ("mamba2", {"d_state": 16}), ("retention", {}),
-                                          ("linear_attention", {"normalize": True}),
-                                          ("delta_net", {"gated": True}), ("delta_net", {"gated": False}),
-                                          ("rwkv", {"version": 6})])
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("gla", {}),
+        ("mamba2", {"d_state": 16}),
+        ("retention", {}),
+        ("linear_attention", {"normalize": True}),
+        ("delta_net", {"gated": True}),
+        ("delta_net", {"gated": False}),
+        ("rwkv", {"version": 6}),
+    ],
+)
 def test_fla_backed_layer_under_16_bit_autocast(name, params, monkeypatch):
     """As the runner trains on a GPU (`--precision bf16`): under autocast the projections hand fla
     16-bit tensors beside float32 gates and products, and fla takes operands of one dtype and, in

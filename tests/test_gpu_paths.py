@@ -3,6 +3,7 @@ CUDA fallback without mamba-ssm) against the sequential reference in float64, fo
 and backward; the one-time warning naming the extra; and the plumbing of the CUDA
 libraries' calls (argument order and layouts) through stand-ins written to their
 documented signatures. tests/test_cuda.py runs the real kernels on a GPU."""
+
 import warnings
 
 import pytest
@@ -10,11 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from madsl.kernels import cuda
-from madsl.kernels.selective_scan import selective_scan_cpu
-from madsl.kernels.selective_scan_reference import selective_scan_reference
 from madsl.kernels.selective_scan_chunked import _largest_safe_chunk, selective_scan_chunked
-from madsl.layers.mamba import Mamba
+from madsl.kernels.selective_scan_cpu import selective_scan_cpu
+from madsl.kernels.selective_scan_reference import selective_scan_reference
 from madsl.lang.stdlib import primitive
+from madsl.layers.mamba import Mamba
 
 
 def _inputs(batch, d_inner, d_state, length, dtype=torch.float64, delta_shift=-1.0, seed=0):
@@ -83,19 +84,41 @@ def test_missing_extra_warns_once_naming_it(monkeypatch):
 
 
 # --- stand-ins with the libraries' signatures (from their sources) -------------------
-def fake_causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
-                          return_final_states=False, final_states_out=None, activation=None):
+def fake_causal_conv1d_fn(
+    x,
+    weight,
+    bias=None,
+    seq_idx=None,
+    initial_states=None,
+    return_final_states=False,
+    final_states_out=None,
+    activation=None,
+):
     """causal_conv1d.causal_conv1d_fn: x (batch, dim, L), weight (dim, width)."""
     assert x.dim() == 3 and weight.dim() == 2 and weight.shape[0] == x.shape[1]
     out = F.conv1d(x, weight.unsqueeze(1), bias, padding=weight.shape[1] - 1, groups=x.shape[1])
-    out = out[..., :x.shape[-1]]
+    out = out[..., : x.shape[-1]]
     return F.silu(out) if activation in ("silu", "swish") else out
 
 
-def fake_mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
-                        out_proj_weight, out_proj_bias, A, B=None, C=None, D=None,
-                        delta_bias=None, B_proj_bias=None, C_proj_bias=None,
-                        delta_softplus=True, checkpoint_lvl=1):
+def fake_mamba_inner_fn(
+    xz,
+    conv1d_weight,
+    conv1d_bias,
+    x_proj_weight,
+    delta_proj_weight,
+    out_proj_weight,
+    out_proj_bias,
+    A,
+    B=None,
+    C=None,
+    D=None,
+    delta_bias=None,
+    B_proj_bias=None,
+    C_proj_bias=None,
+    delta_softplus=True,
+    checkpoint_lvl=1,
+):
     """mamba_ssm's mamba_inner_fn (as its mamba_inner_ref): xz (batch, 2*d_inner, L),
     conv1d_weight (d_inner, 1, width); returns (batch, L, dim)."""
     assert B is None and C is None and xz.shape[1] == 2 * conv1d_weight.shape[0]
@@ -104,7 +127,7 @@ def fake_mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_pro
     x = fake_causal_conv1d_fn(x, conv1d_weight[:, 0], conv1d_bias, activation="silu")
     x_dbl = F.linear(x.transpose(1, 2), x_proj_weight)  # (batch, L, rank + 2 d_state)
     delta = (x_dbl[..., :rank] @ delta_proj_weight.t()).transpose(1, 2)
-    B = x_dbl[..., rank:rank + d_state].transpose(1, 2)
+    B = x_dbl[..., rank : rank + d_state].transpose(1, 2)
     C = x_dbl[..., -d_state:].transpose(1, 2)
     y = selective_scan_reference(x, delta, A, B, C, D, z, delta_bias, delta_softplus)
     assert y.shape[-1] == length
@@ -153,8 +176,8 @@ def test_mamba_unfused_cuda_path_plumbing(monkeypatch):
 # --- placement on several devices ------------------------------------------------------
 def test_devices_are_checked_and_runs_placed_round_robin(tmp_path):
     from madsl.errors import MadslError
-    from madsl.runner.plan.evaluation import plan_evaluation
     from madsl.runner.execute.devices import place_devices
+    from madsl.runner.plan.evaluation import plan_evaluation
     from madsl.runner.plan.overrides import Overrides
     from madsl.runner.store.results import Store
     from madsl.spec import load_spec
@@ -165,8 +188,7 @@ def test_devices_are_checked_and_runs_placed_round_robin(tmp_path):
     with pytest.raises(MadslError, match="unknown device 'gpu0'"):
         place_devices("auto", ["gpu0"])
     assert place_devices("cpu", None) is None
-    proc = madsl("eval", "specs/paper/hyena-sg.mad", "--devices", "cuda:7", "--db", str(tmp_path / "r.db"),
-                 check_rc=2)
+    proc = madsl("eval", "specs/paper/hyena-sg.mad", "--devices", "cuda:7", "--db", str(tmp_path / "r.db"), check_rc=2)
     assert "cuda:7" in proc.stderr
 
     store = Store(tmp_path / "p.db")
@@ -183,4 +205,7 @@ def test_library_status_says_for_each_library_of_the_cuda_extra_whether_it_impor
     monkeypatch.setattr(cuda, "causal_conv1d_ops", lambda: None)
     monkeypatch.setattr(cuda, "fla_gla_ops", lambda: None)
     assert [line.split() for line in cuda.library_status().splitlines()] == [
-        ["mamba-ssm", "imports"], ["causal-conv1d", "MISSING"], ["flash-linear-attention", "MISSING"]]
+        ["mamba-ssm", "imports"],
+        ["causal-conv1d", "MISSING"],
+        ["flash-linear-attention", "MISSING"],
+    ]

@@ -2,14 +2,15 @@
 the accounting counts the smaller key/value projections and KV cache, the module repeats
 each key/value head for its query heads, and the default (null = heads) is multi-head
 attention with the identity it always had."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from layer_helpers import make, n_params, run_steps
 
 import madsl
 from madsl.errors import MadslError
-from layer_helpers import make, n_params, run_steps
 
 
 def _as_multi_head(gqa) -> torch.nn.Module:
@@ -18,8 +19,11 @@ def _as_multi_head(gqa) -> torch.nn.Module:
     _, mha = make("attention", gqa.dim, heads=gqa.heads, rotary=gqa.rotary, window=gqa.window)
     hd, inner, kv = gqa.head_dim, gqa.heads * gqa.head_dim, gqa.kv_heads * gqa.head_dim
     weight = gqa.qkv.weight.detach()
-    q, k, v = weight[:inner], weight[inner:inner + kv], weight[inner + kv:]
-    repeat = lambda w: w.view(gqa.kv_heads, hd, -1).repeat_interleave(gqa.groups, 0).reshape(inner, -1)
+    q, k, v = weight[:inner], weight[inner : inner + kv], weight[inner + kv :]
+
+    def repeat(w):
+        return w.view(gqa.kv_heads, hd, -1).repeat_interleave(gqa.groups, 0).reshape(inner, -1)
+
     with torch.no_grad():
         mha.qkv.weight.copy_(torch.cat((q, repeat(k), repeat(v))))
         mha.out.weight.copy_(gqa.out.weight)

@@ -3,6 +3,7 @@ member exactly its unbatched result, is stored as the unbatched runs are, and re
 
 Real paper specs (attention, Hyena, Mamba) at tiny settings: a few seconds each.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,12 +15,12 @@ import pytest
 import torch
 
 from madsl.cli import main
-from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
-from madsl.runner.train.checkpoint import load_checkpoint
-from madsl.runner.execute.jobs import execute_job
 from madsl.runner.batched.grid import GroupJob, execute_group
 from madsl.runner.batched.stacked import StackedMembers
+from madsl.runner.execute.jobs import execute_job
+from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
 from madsl.runner.store.files import StoreFiles
+from madsl.runner.train.checkpoint import load_checkpoint
 from madsl.spec import load_spec
 
 torch.set_num_threads(1)
@@ -28,11 +29,30 @@ MODERN = PAPER.parent / "modern"
 TINY_SETTING = {"seq_len": 24, "num_train_examples": 24, "num_test_examples": 16}
 
 
-def _plan(spec_name: str, db: Path, lrs, wds=(0.0,), seeds=(0,), epochs=2, task="in-context-recall",
-          precision="fp32", **overrides):
+def _plan(
+    spec_name: str,
+    db: Path,
+    lrs,
+    wds=(0.0,),
+    seeds=(0,),
+    epochs=2,
+    task="in-context-recall",
+    precision="fp32",
+    **overrides,
+):
     path = spec_name if isinstance(spec_name, Path) else PAPER / spec_name
-    cli = cli_overrides(protocol="baseline", tasks=[task], settings=TINY_SETTING, lr=list(lrs), wd=list(wds),
-                        seed=list(seeds), epochs=epochs, batch_size=8, precision=precision, **overrides)
+    cli = cli_overrides(
+        protocol="baseline",
+        tasks=[task],
+        settings=TINY_SETTING,
+        lr=list(lrs),
+        wd=list(wds),
+        seed=list(seeds),
+        epochs=epochs,
+        batch_size=8,
+        precision=precision,
+        **overrides,
+    )
     plan = plan_evaluation(StoreFiles(db), [(load_spec(path), str(path))], cli, device="cpu")
     return plan
 
@@ -57,11 +77,14 @@ def _count_stacked_steps(monkeypatch) -> list[int]:
     return counts
 
 
-@pytest.mark.parametrize("spec, lrs, wds, seeds", [
-    ("attention-sg.mad", (1e-3, 5e-4), (0.0,), (0,)),
-    ("hyena-sg.mad", (1e-3, 1e-4), (0.0, 0.1), (0,)),
-    ("mamba.mad", (1e-3,), (0.0,), (0, 1)),  # members with their own data and init
-])
+@pytest.mark.parametrize(
+    "spec, lrs, wds, seeds",
+    [
+        ("attention-sg.mad", (1e-3, 5e-4), (0.0,), (0,)),
+        ("hyena-sg.mad", (1e-3, 1e-4), (0.0, 0.1), (0,)),
+        ("mamba.mad", (1e-3,), (0.0,), (0, 1)),  # members with their own data and init
+    ],
+)
 def test_a_group_trains_each_member_exactly_as_its_unbatched_run(tmp_path, spec, lrs, wds, seeds):
     plan = _plan(spec, tmp_path / "a.db", lrs, wds, seeds)
     [group] = plan.work(batch_grid=True)
@@ -113,19 +136,22 @@ def _close(a: dict, b: dict, rel: float) -> bool:
 # token's argmax flips) and 4e-6 at 1e-4, so it is checked at 1e-4.
 
 
-@pytest.mark.parametrize("spec, lrs, wds, seeds", [
-    ("attention-sg.mad", (1e-3, 5e-4), (0.0, 0.1), (0,)),
-    ("attention-sg.mad", (1e-3,), (0.1,), (0, 1)),
-    ("hyena-sg.mad", (1e-3, 5e-4), (0.0, 0.1), (0,)),  # Hyena's long convolutions under vmap
-    ("mamba.mad", (1e-3,), (0.0, 0.1), (0, 1)),  # the scan folded: members into channels
-    ("hyena-experts-moe.mad", (1e-3, 5e-4), (0.1,), (0,)),  # routing, MoE's balancing loss
-    ("gla-sg.mad", (1e-3,), (0.0,), (0, 1)),  # GLA's chunked form folded into the batch
-    ("mh-hyena-sg.mad", (1e-3, 5e-4), (0.0,), (0,)),
-    ("branches", (1e-3, 5e-4), (0.0,), (0,)),  # seed 004's hybrid block: gated projectors, group attributes
-    (MODERN / "rwkv6-sg.mad", (1e-4,), (0.0, 0.1), (0,)),  # data-dependent decays, token shift
-    (MODERN / "gated-deltanet-sg.mad", (1e-3,), (0.0,), (0, 1)),  # the delta rule's WY form
-    (MODERN / "mamba2-sg.mad", (1e-3, 5e-4), (0.0,), (0,)),  # SSD's per-head decay
-])
+@pytest.mark.parametrize(
+    "spec, lrs, wds, seeds",
+    [
+        ("attention-sg.mad", (1e-3, 5e-4), (0.0, 0.1), (0,)),
+        ("attention-sg.mad", (1e-3,), (0.1,), (0, 1)),
+        ("hyena-sg.mad", (1e-3, 5e-4), (0.0, 0.1), (0,)),  # Hyena's long convolutions under vmap
+        ("mamba.mad", (1e-3,), (0.0, 0.1), (0, 1)),  # the scan folded: members into channels
+        ("hyena-experts-moe.mad", (1e-3, 5e-4), (0.1,), (0,)),  # routing, MoE's balancing loss
+        ("gla-sg.mad", (1e-3,), (0.0,), (0, 1)),  # GLA's chunked form folded into the batch
+        ("mh-hyena-sg.mad", (1e-3, 5e-4), (0.0,), (0,)),
+        ("branches", (1e-3, 5e-4), (0.0,), (0,)),  # seed 004's hybrid block: gated projectors, group attributes
+        (MODERN / "rwkv6-sg.mad", (1e-4,), (0.0, 0.1), (0,)),  # data-dependent decays, token shift
+        (MODERN / "gated-deltanet-sg.mad", (1e-3,), (0.0,), (0, 1)),  # the delta rule's WY form
+        (MODERN / "mamba2-sg.mad", (1e-3, 5e-4), (0.0,), (0,)),  # SSD's per-head decay
+    ],
+)
 def test_a_stacked_group_trains_each_member_as_its_unbatched_run(tmp_path, monkeypatch, spec, lrs, wds, seeds):
     """Members as one vmapped model with stacked AdamW (every op batching or folding the
     member axis, none falling back to vmap's loop over the members: its "performance drop"
@@ -228,7 +254,10 @@ def test_an_interrupted_stacked_group_resumes_to_the_uninterrupted_result(tmp_pa
         [group] = plan.work(batch_grid=True)
         group.stack = True
         events = []
-        progress = lambda: stop_after is not None and sum(e.kind == "progress" for e in events) >= stop_after
+
+        def progress():
+            return stop_after is not None and sum(e.kind == "progress" for e in events) >= stop_after
+
         execute_group(group, events.append, progress)  # b: stopped mid-epoch (6 steps per epoch)
         if stop_after is not None:
             assert {e.run_id for e in events if e.kind == "interrupted"} == {m.run_id for m in group.members}
@@ -294,8 +323,12 @@ def test_a_stack_that_runs_out_of_memory_trains_on_in_smaller_stacks(tmp_path, m
     assert not [e for e in events if e.kind == "failed"]
     retried = [e for e in events if e.kind == "retried"]
     assert sorted(e.run_id for e in retried) == sorted(m.run_id for m in group.members)
-    assert all("out of memory stacked with 3 other run(s)" in e.data["reason"] and "in stacks of 2" in e.data["reason"]
-               and e.data["from_checkpoint"] == (fail_at_step > 3) for e in retried)
+    assert all(
+        "out of memory stacked with 3 other run(s)" in e.data["reason"]
+        and "in stacks of 2" in e.data["reason"]
+        and e.data["from_checkpoint"] == (fail_at_step > 3)
+        for e in retried
+    )
     # then two stacks of two, one after the other, each 2 epochs of 3 steps (from the start), or the
     # second epoch's 3 (from the checkpoints of the first)
     assert sizes == [4] * fail_at_step + [2] * (12 if fail_at_step <= 3 else 6)
@@ -346,17 +379,22 @@ def test_a_member_stopped_in_its_length_evaluations_resumes_them_not_its_trainin
     remaining length and ends as the uninterrupted member did, and so do its siblings."""
     runs = {}
     for name in ("uninterrupted", "stopped"):
-        plan = _plan("attention-sg.mad", tmp_path / f"{name}.db", (3e-4, 3e-2, 3e-3), epochs=4, patience=1,
-                     eval_lengths=[24, 32])
+        plan = _plan(
+            "attention-sg.mad", tmp_path / f"{name}.db", (3e-4, 3e-2, 3e-3), epochs=4, patience=1, eval_lengths=[24, 32]
+        )
         [group] = plan.work(batch_grid=True)
         group.stack = True
-        group.members.sort(key=lambda m: [3e-4, 3e-2, 3e-3].index(m.train.lr))  # the member that ends early in the middle
+        group.members.sort(
+            key=lambda m: [3e-4, 3e-2, 3e-3].index(m.train.lr)
+        )  # the member that ends early in the middle
         events = []
         if name == "stopped":
             execute_group(group, events.append, lambda: any(e.kind == "length" for e in events))
             assert [e.kind for e in events if e.run_id == group.members[1].run_id][-2:] == ["length", "interrupted"]
             for member in group.members:
-                reported = [e.data["metrics"]["epoch"] for e in events if e.kind == "epoch" and e.run_id == member.run_id]
+                reported = [
+                    e.data["metrics"]["epoch"] for e in events if e.kind == "epoch" and e.run_id == member.run_id
+                ]
                 assert reported == [h["epoch"] for h in load_checkpoint(Path(member.checkpoint_path))["history"]]
             events = []
         execute_group(group, events.append, lambda: False)
@@ -388,8 +426,8 @@ def test_with_cuda_graphs_a_run_alone_is_a_stack_of_one(tmp_path, monkeypatch):
 def test_the_coordinator_submits_a_group_of_one_as_a_run_unless_it_has_graphs(tmp_path):
     """A group with one member left to run goes to the executor as that run; with CUDA
     graphs as the group (a stack of one has its graphs)."""
-    from madsl.runner.execute.local import ThreadExecutor
     from madsl.runner.execute.coordinator import run_jobs
+    from madsl.runner.execute.local import ThreadExecutor
     from madsl.runner.store.results import Store
 
     for graphs in (False, True):
@@ -428,12 +466,14 @@ def test_an_interrupted_group_resumes_to_the_uninterrupted_result(tmp_path):
     assert all(Path(m.checkpoint_path).exists() for m in group.members)
     resumed = []
     execute_group(group, resumed.append, lambda: False)
-    assert {k: _strip_time(v) for k, v in _results(resumed).items()} == \
-           {k: _strip_time(v) for k, v in _results(uninterrupted).items()}
+    assert {k: _strip_time(v) for k, v in _results(resumed).items()} == {
+        k: _strip_time(v) for k, v in _results(uninterrupted).items()
+    }
 
 
 def test_a_checkpoint_that_cannot_be_written_on_a_stop_fails_its_member_and_the_group_reports_every_member(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """Stopped, a lockstep group writes every member's checkpoint; where one cannot be written
     (a full disk), that member fails (as its unbatched run would), its siblings still report
     `interrupted`, and execute_group does not raise: an escaping error left the thread
@@ -454,8 +494,9 @@ def test_a_checkpoint_that_cannot_be_written_on_a_stop_fails_its_member_and_the_
     events = []
     # stopped once both trained an epoch: the first member checkpoints as it stops, then the group
     # writes the second's, between its epochs
-    execute_group(group, events.append, lambda: any(e.kind == "epoch" and e.run_id == group.members[1].run_id
-                                                    for e in events))
+    execute_group(
+        group, events.append, lambda: any(e.kind == "epoch" and e.run_id == group.members[1].run_id for e in events)
+    )
     ends = {e.run_id: e.kind for e in events if e.kind in ("finished", "failed", "interrupted", "skipped")}
     assert len([e for e in events if e.kind in ("finished", "failed", "interrupted", "skipped")]) == 2
     assert ends == {group.members[0].run_id: "interrupted", group.members[1].run_id: "failed"}
@@ -475,9 +516,15 @@ def test_a_member_that_solves_the_setting_stops_its_siblings(tmp_path):
 
 def test_groups_are_one_setting_differing_only_in_lr_wd_and_seed(tmp_path):
     path = PAPER / "attention-sg.mad"
-    cli = cli_overrides(protocol="baseline", tasks=["in-context-recall", "selective-copying"],
-                        settings={"num_train_examples": 16, "num_test_examples": 8}, lr=[1e-3, 1e-4], wd=[0.0],
-                        seed=[0, 1], epochs=1)
+    cli = cli_overrides(
+        protocol="baseline",
+        tasks=["in-context-recall", "selective-copying"],
+        settings={"num_train_examples": 16, "num_test_examples": 8},
+        lr=[1e-3, 1e-4],
+        wd=[0.0],
+        seed=[0, 1],
+        epochs=1,
+    )
     plan = plan_evaluation(StoreFiles(tmp_path / "a.db"), [(load_spec(path), str(path))], cli, device="cpu")
     work = plan.work(batch_grid=True)
     assert [len(g.members) for g in work] == [4, 4]  # one group per task, 2 lr x 2 seeds each
@@ -486,18 +533,42 @@ def test_groups_are_one_setting_differing_only_in_lr_wd_and_seed(tmp_path):
     assert plan.work(batch_grid=False) == plan.jobs
 
 
-EVAL = ["--task", "in-context-recall", "--protocol", "baseline", "--epochs", "2", "--batch-size", "8",
-        "--lr", "1e-3", "--lr", "5e-4", "--lr", "1e-4", "--wd", "0", "--wd", "0.1",
-        *[x for k, v in TINY_SETTING.items() for x in ("--set", f"{k}={v}")], "--format", "json"]
+EVAL = [
+    "--task",
+    "in-context-recall",
+    "--protocol",
+    "baseline",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "8",
+    "--lr",
+    "1e-3",
+    "--lr",
+    "5e-4",
+    "--lr",
+    "1e-4",
+    "--wd",
+    "0",
+    "--wd",
+    "0.1",
+    *[x for k, v in TINY_SETTING.items() for x in ("--set", f"{k}={v}")],
+    "--format",
+    "json",
+]
 
 
 def _stored(db: Path) -> dict[str, tuple]:
     with sqlite3.connect(db) as conn:
-        runs = {row[0]: row[1:] for row in conn.execute(
-            "SELECT run_id, status, epochs_done, best_epoch, best_eval_loss, best_eval_acc, max_eval_acc "
-            "FROM runs")}
-        epochs = conn.execute("SELECT run_id, epoch, train_loss, eval_loss, eval_acc FROM epochs "
-                              "ORDER BY run_id, epoch").fetchall()
+        runs = {
+            row[0]: row[1:]
+            for row in conn.execute(
+                "SELECT run_id, status, epochs_done, best_epoch, best_eval_loss, best_eval_acc, max_eval_acc FROM runs"
+            )
+        }
+        epochs = conn.execute(
+            "SELECT run_id, epoch, train_loss, eval_loss, eval_acc FROM epochs ORDER BY run_id, epoch"
+        ).fetchall()
     return {run_id: (*row, [e[1:] for e in epochs if e[0] == run_id]) for run_id, row in runs.items()}
 
 
@@ -530,8 +601,9 @@ def test_skip_solved_and_worker_processes_with_batched_groups(tmp_path):
     from runner_helpers import run_rows, run_toy_eval
 
     db = tmp_path / "r.db"
-    summary = run_toy_eval(db, epochs=30, lr=[3e-3, 1e-5], settings_overrides={"num_train_examples": 512},
-                           batch_grid=True)
+    summary = run_toy_eval(
+        db, epochs=30, lr=[3e-3, 1e-5], settings_overrides={"num_train_examples": 512}, batch_grid=True
+    )
     assert sorted(r["status"] for r in run_rows(db)) == ["done", "skipped"] and summary["skipped"] == 1
     assert summary["complete"] and not list((tmp_path / "r.files" / "checkpoints").glob("*"))
 
@@ -549,11 +621,14 @@ def test_batch_grid_on_ray_is_bad_input(tmp_path, capsys):
     assert not (tmp_path / "r.db").exists()
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--device", "cpu", "--batch-grid"], "--cuda-graphs needs a CUDA device; the runs are planned on cpu"),
-    (["--device", "cpu", "--no-batch-grid"], "--cuda-graphs needs a CUDA device"),
-    (["--executor", "ray"], "--cuda-graphs runs with the local executors only"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--device", "cpu", "--batch-grid"], "--cuda-graphs needs a CUDA device; the runs are planned on cpu"),
+        (["--device", "cpu", "--no-batch-grid"], "--cuda-graphs needs a CUDA device"),
+        (["--executor", "ray"], "--cuda-graphs runs with the local executors only"),
+    ],
+)
 def test_cuda_graphs_without_a_cuda_device_or_on_ray_is_bad_input(tmp_path, capsys, flags, message):
     if "ray" in flags:
         pytest.importorskip("ray")
@@ -573,11 +648,19 @@ def test_cuda_graphs_without_grid_batching_is_bad_input():
     _check_cuda_graphs(False, "cuda:1", batch_grid=True)  # fine
 
 
-@pytest.mark.parametrize("asked, on_ray, device, batch_grid, graphs", [
-    (None, False, "cuda", True, True), (None, False, "cuda:1", True, True),  # the default on CUDA
-    (None, False, "cpu", False, False), (None, False, "cpu", True, False),  # never on the CPU,
-    (None, True, "cuda", False, False), (None, False, "cuda", False, False),  # on Ray, without grid batching
-    (False, False, "cuda", True, False), (True, False, "cuda", True, True)])  # as asked
+@pytest.mark.parametrize(
+    "asked, on_ray, device, batch_grid, graphs",
+    [
+        (None, False, "cuda", True, True),
+        (None, False, "cuda:1", True, True),  # the default on CUDA
+        (None, False, "cpu", False, False),
+        (None, False, "cpu", True, False),  # never on the CPU,
+        (None, True, "cuda", False, False),
+        (None, False, "cuda", False, False),  # on Ray, without grid batching
+        (False, False, "cuda", True, False),
+        (True, False, "cuda", True, True),
+    ],
+)  # as asked
 def test_cuda_graphs_are_on_by_default_wherever_they_can_run(asked, on_ray, device, batch_grid, graphs):
     from madsl.runner.execute.devices import resolve_cuda_graphs
 
@@ -586,16 +669,20 @@ def test_cuda_graphs_are_on_by_default_wherever_they_can_run(asked, on_ray, devi
 
 def test_no_cuda_graphs_is_accepted_on_the_cpu(tmp_path):
     spec = str(PAPER / "attention-sg.mad")
-    assert main(["eval", spec, *EVAL, "--db", str(tmp_path / "g.db"), "--device", "cpu", "--no-cuda-graphs",
-                 "--dry-run"]) == 0
+    assert (
+        main(["eval", spec, *EVAL, "--db", str(tmp_path / "g.db"), "--device", "cpu", "--no-cuda-graphs", "--dry-run"])
+        == 0
+    )
 
 
 # Ops whose result the host must read: each would stall a GPU every step and cannot be captured.
 HOST_SYNC_OPS = ("_local_scalar_dense", "nonzero", "is_nonzero", "masked_select", "unique", "aten.equal")
 
 
-@pytest.mark.parametrize("spec, precision", [("attention-sg.mad", "fp32"), ("hyena-sg.mad", "bf16"),
-                                             ("mamba.mad", "fp32"), ("hyena-experts-moe.mad", "fp32")])
+@pytest.mark.parametrize(
+    "spec, precision",
+    [("attention-sg.mad", "fp32"), ("hyena-sg.mad", "bf16"), ("mamba.mad", "fp32"), ("hyena-experts-moe.mad", "fp32")],
+)
 def test_a_stacked_step_is_the_same_device_work_every_step(tmp_path, monkeypatch, spec, precision):
     """What a CUDA graph needs of the stacked step and evaluation batch (`--cuda-graphs`
     captures each and replays it): from the second on (the first may fill caches, as the
@@ -624,6 +711,7 @@ def test_a_stacked_step_is_the_same_device_work_every_step(tmp_path, monkeypatch
 
     traces = {"_train_compute": [], "_eval_compute": []}
     for name in traces:
+
         def traced(self, *args, _compute=getattr(StackedMembers, name), _traces=traces[name]):
             with Trace() as trace:
                 _compute(self, *args)
@@ -730,6 +818,7 @@ def test_replayed_warms_up_each_shape_then_captures_once_and_replays(monkeypatch
         replayed(x, x)
     warm = ["side stream", "ran (2, 8, 5) cache=False"] * 3
     replays = ["replay", "ran (2, 8, 5) cache=False"]
-    assert fake.log == (warm + ["captured (2, 8, 5)"] + replays + replays
-                        + ["side stream", "ran (2, 3, 5) cache=False"] + replays)
+    assert fake.log == (
+        warm + ["captured (2, 8, 5)"] + replays + replays + ["side stream", "ran (2, 3, 5) cache=False"] + replays
+    )
     assert len(replayed.shapes) == 2  # the smaller last batch has its own buffers (and will have its graph)

@@ -1,5 +1,6 @@
 """Adversarial input: every bad topology or spec is a located MadslError (exit 2 from the CLI,
 no traceback) that answers fast, whatever its size, depth or numbers."""
+
 import subprocess
 import sys
 import time
@@ -89,13 +90,16 @@ def madsl(*args):
     return proc, time.perf_counter() - start
 
 
-@pytest.mark.parametrize("args,message", [
-    (["check", "/dev/zero"], "larger than 128 KiB"),
-    (["check", "README.md/x.mad"], "cannot read"),
-    (["compile", "-t", "(" * 400 + "H" + ")" * 400], "nested more than 32 deep"),
-    (["expand", "(H)x" + HUGE], "beyond the limit"),
-    (["compile", "-t", "A{rotary_base=1e999}"], "out of range"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["check", "/dev/zero"], "larger than 128 KiB"),
+        (["check", "README.md/x.mad"], "cannot read"),
+        (["compile", "-t", "(" * 400 + "H" + ")" * 400], "nested more than 32 deep"),
+        (["expand", "(H)x" + HUGE], "beyond the limit"),
+        (["compile", "-t", "A{rotary_base=1e999}"], "out of range"),
+    ],
+)
 def test_cli_bad_input_exits_2_without_traceback(args, message):
     proc, seconds = madsl(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -112,10 +116,19 @@ def test_cli_a_million_block_spec_is_refused_before_parsing(tmp_path):
 
 # --- one model, one identity -------------------------------------------------------------
 
-@pytest.mark.parametrize("a,b", [
-    ("A{heads=1}", "A"), ("A{rotary_base=10000}", "A"), ("H-Sg{inner=512}", "H"), ("A{heads=1}:A", "(A)x2"),
-    ("[A{heads=1} | H]-MoE", "[A | H]-MoE"), ("Mb{d_state=4}-none", "Mb"), ("A#t{heads=1}:H:A#t", "A#t:H:A#t"),
-])
+
+@pytest.mark.parametrize(
+    "a,b",
+    [
+        ("A{heads=1}", "A"),
+        ("A{rotary_base=10000}", "A"),
+        ("H-Sg{inner=512}", "H"),
+        ("A{heads=1}:A", "(A)x2"),
+        ("[A{heads=1} | H]-MoE", "[A | H]-MoE"),
+        ("Mb{d_state=4}-none", "Mb"),
+        ("A#t{heads=1}:H:A#t", "A#t:H:A#t"),
+    ],
+)
 def test_overrides_that_restate_a_default_do_not_change_the_identity(a, b):
     assert spec_from_topology(a).identity() == spec_from_topology(b).identity()
     assert spec_from_topology(a).canonical() == spec_from_topology(b).canonical()
@@ -134,12 +147,23 @@ def test_overrides_compare_with_the_spec_s_own_symbol_values(tmp_path):
 
 # --- budgets -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("bound,message", [
-    ("-5", "cannot be negative"), ("1e400", "finite"), ("1.0e+400", "finite"), (".nan", "finite"),
-    ("<= -1", "cannot be negative"), ("{max: 1e400}", "finite"), ("{min: -1k}", "cannot be negative"),
-    ("500k ± 1e400%", "finite"), ("500k ± -5", "cannot be negative"), ("500k ± -5%", "cannot be negative"),
-    ("-5 ± 10%", "cannot be negative"),
-])
+
+@pytest.mark.parametrize(
+    "bound,message",
+    [
+        ("-5", "cannot be negative"),
+        ("1e400", "finite"),
+        ("1.0e+400", "finite"),
+        (".nan", "finite"),
+        ("<= -1", "cannot be negative"),
+        ("{max: 1e400}", "finite"),
+        ("{min: -1k}", "cannot be negative"),
+        ("500k ± 1e400%", "finite"),
+        ("500k ± -5", "cannot be negative"),
+        ("500k ± -5%", "cannot be negative"),
+        ("-5 ± 10%", "cannot be negative"),
+    ],
+)
 def test_budgets_that_bound_nothing_are_bad_input(tmp_path, bound, message):
     path = tmp_path / "b.mad"
     path.write_text(f"name: b\ndim: 128\ntopology: H\nbudget:\n  params: {bound}\n")
@@ -177,6 +201,7 @@ def test_an_error_in_a_long_line_shows_the_part_around_it():
 
 # --- YAML ----------------------------------------------------------------------------------
 
+
 def laughs(levels: int, fan: int = 9) -> str:
     """A billion-laughs document: each anchor is a list of `fan` aliases of the one before."""
     lines = ["name: x", "dim: 128", "topology: H", "description: &a0 lol"]
@@ -184,22 +209,33 @@ def laughs(levels: int, fan: int = 9) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("text,message,line,column", [
-    (laughs(9), "more than 10,000 values", 9, 10),
-    (laughs(5), "more than 10,000 values", 9, 10),
-    ("name: x\ndim: 128\ntopology: H\neval: " + "[" * 1000 + "]" * 1000 + "\n", "nest", 4, None),
-    ("name: x\ndim: 128\ntopology: H\neval:\n" + "".join(" " * i + f"k{i}:\n" for i in range(1, 200)),
-     "nested more than 64 deep", 68, None),
-    ("name: x\ndim: 128\ntopology: 'é\x07'\n", "character '\\x07' is not allowed", 3, 13),
-    ("name: x\ndim: " + "9" * 5000 + "\ntopology: H\n", "too large", 2, 6),
-    ("name: x\ndim: .inf\ntopology: H\n", "not a finite number", 2, 6),
-    ("name: x\ndim: 128\ntopology: H\nbudget: {params: 1.0e+999}\n", "not a finite number", 4, 18),
-    ("name: x\ndim: 128\ntopology: H\nbase: &b {dim: 64}\n<<: 5\n", "for merging", 5, 5),
-    ("name: x\ndim: 128\ntopology: H\neval: &e {set: *e}\n", "inside the value it names", 4, 16),
-    ("name: x\ndim: 128\ntopology: A\nlayers:\n  A: &a {heads: 2}\n  mA: &m {<<: *a}\n  Alg: {<<: *m}\n",
-     "merges inside merges are not supported", 7, 9),
-    ("name: x\ndim: 128\ntopology: H\n!!set s: 1\n", "a key must be a name or a number", 4, 1),
-])
+@pytest.mark.parametrize(
+    "text,message,line,column",
+    [
+        (laughs(9), "more than 10,000 values", 9, 10),
+        (laughs(5), "more than 10,000 values", 9, 10),
+        ("name: x\ndim: 128\ntopology: H\neval: " + "[" * 1000 + "]" * 1000 + "\n", "nest", 4, None),
+        (
+            "name: x\ndim: 128\ntopology: H\neval:\n" + "".join(" " * i + f"k{i}:\n" for i in range(1, 200)),
+            "nested more than 64 deep",
+            68,
+            None,
+        ),
+        ("name: x\ndim: 128\ntopology: 'é\x07'\n", "character '\\x07' is not allowed", 3, 13),
+        ("name: x\ndim: " + "9" * 5000 + "\ntopology: H\n", "too large", 2, 6),
+        ("name: x\ndim: .inf\ntopology: H\n", "not a finite number", 2, 6),
+        ("name: x\ndim: 128\ntopology: H\nbudget: {params: 1.0e+999}\n", "not a finite number", 4, 18),
+        ("name: x\ndim: 128\ntopology: H\nbase: &b {dim: 64}\n<<: 5\n", "for merging", 5, 5),
+        ("name: x\ndim: 128\ntopology: H\neval: &e {set: *e}\n", "inside the value it names", 4, 16),
+        (
+            "name: x\ndim: 128\ntopology: A\nlayers:\n  A: &a {heads: 2}\n  mA: &m {<<: *a}\n  Alg: {<<: *m}\n",
+            "merges inside merges are not supported",
+            7,
+            9,
+        ),
+        ("name: x\ndim: 128\ntopology: H\n!!set s: 1\n", "a key must be a name or a number", 4, 1),
+    ],
+)
 def test_bad_yaml_is_a_located_error_fast(tmp_path, text, message, line, column):
     path = tmp_path / "y.mad"
     path.write_text(text, encoding="utf-8")
@@ -216,14 +252,16 @@ def test_bad_yaml_is_a_located_error_fast(tmp_path, text, message, line, column)
 
 def test_yaml_aliases_and_merge_keys_within_the_limits_work(tmp_path):
     path = tmp_path / "m.mad"
-    path.write_text("name: m\ndim: 128\ntopology: A:mA\n"
-                    "layers:\n  A: &heads {heads: 4}\n  mA:\n    <<: *heads\n    head_dim: 32\n")
+    path.write_text(
+        "name: m\ndim: 128\ntopology: A:mA\nlayers:\n  A: &heads {heads: 4}\n  mA:\n    <<: *heads\n    head_dim: 32\n"
+    )
     spec = load_spec(path)
     assert spec.symbols["A"].params["heads"] == 4
     assert spec.symbols["mA"].params["heads"] == 4 and spec.symbols["mA"].params["head_dim"] == 32
     # a merged key is located where it is written: here, in mA's mapping (gla has no head_dim)
-    path.write_text("name: m\ndim: 128\ntopology: mA:Alg\nlayers:\n  mA: &m {heads: 8, head_dim: 16}\n"
-                    "  Alg: {<<: *m}\n")
+    path.write_text(
+        "name: m\ndim: 128\ntopology: mA:Alg\nlayers:\n  mA: &m {heads: 8, head_dim: 16}\n  Alg: {<<: *m}\n"
+    )
     with pytest.raises(MadslError, match="no parameter 'head_dim'") as info:
         load_spec(path)
     assert (info.value.location.line, info.value.location.column) == (5, 21), info.value.render()

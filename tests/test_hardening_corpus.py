@@ -1,6 +1,7 @@
 """Issue 36, token data: what a folder names stays inside it, token files are checked by their
 bytes on every open (remembered in an untrusted cache), `data prepare` streams documents in
 bounded memory with the same output as before, and bad input is a located error (exit 2)."""
+
 from __future__ import annotations
 
 import json
@@ -68,8 +69,18 @@ def test_an_empty_path_argument_is_an_error_not_the_current_folder(empty, tmp_pa
 
 def test_a_url_tokenizer_is_echoed_as_written_and_nothing_is_downloaded(tmp_path, capsys):
     (tmp_path / "doc.txt").write_text(TEXT, encoding="utf-8")
-    code, err = run(["data", "prepare", str(tmp_path / "doc.txt"), "--tokenizer", "https://example.com/tok.json",
-                     "-o", str(tmp_path / "out")], capsys)
+    code, err = run(
+        [
+            "data",
+            "prepare",
+            str(tmp_path / "doc.txt"),
+            "--tokenizer",
+            "https://example.com/tok.json",
+            "-o",
+            str(tmp_path / "out"),
+        ],
+        capsys,
+    )
     assert code == 2 and "https://example.com/tok.json: a URL" in err and "nothing is downloaded" in err
     assert "download the tokenizer.json and name the local file" in err
 
@@ -100,8 +111,13 @@ def test_token_files_are_checked_by_their_bytes_on_every_open(tmp_path):
     assert err.value.location.file == str(folder / "train.bin")
     train[5:] = 65535
     train.tofile(folder / "train.bin")
-    rewrite_info(folder, files_sha256={**json.loads((folder / "tokens.json").read_text())["files_sha256"],
-                                       "train.bin": checked.hashlib.sha256(train.tobytes()).hexdigest()})
+    rewrite_info(
+        folder,
+        files_sha256={
+            **json.loads((folder / "tokens.json").read_text())["files_sha256"],
+            "train.bin": checked.hashlib.sha256(train.tobytes()).hexdigest(),
+        },
+    )
     with pytest.raises(MadslError, match="train.bin: token 5 is id 65,535, outside the vocabulary of 256"):
         open_tokens(folder)
     folder = prepared(tmp_path, "again")
@@ -115,8 +131,10 @@ def test_a_study_whose_token_files_changed_is_refused_before_training(tmp_path):
 
     folder = prepared(tmp_path, "tokens")
     study = tmp_path / "study.yaml"
-    study.write_text("name: s\ndata: tokens\nseq_len: 16\narchitectures: {t: bundled:paper/mh-attention-sg}\n"
-                     "budgets: [1e8]\nsizes: [{dim: 8}, {dim: 16}]\nrecipe: {batch_size: 2, eval_tokens: 64}\n")
+    study.write_text(
+        "name: s\ndata: tokens\nseq_len: 16\narchitectures: {t: bundled:paper/mh-attention-sg}\n"
+        "budgets: [1e8]\nsizes: [{dim: 8}, {dim: 16}]\nrecipe: {batch_size: 2, eval_tokens: 64}\n"
+    )
     plan_study_file(study, tmp_path / "r.db")
     train = np.fromfile(folder / "train.bin", dtype="<u2")
     train[::-1].tofile(folder / "train.bin")
@@ -134,8 +152,14 @@ def test_the_check_is_remembered_and_the_cache_is_untrusted(tmp_path, monkeypatc
     open_tokens(folder, verify=True)
     assert scans == ["train.bin", "val.bin"]
     cache = tmp_path / "cache" / checked.CACHE_NAME
-    for garbage in ("{{{", "[" * 100_000, '{"format": 1, "files": {"a": 1}}', '{"format": NaN}',
-                    '{"format": ' + "9" * 5000 + "}", " " * (checked.MAX_BYTES + 1)):
+    for garbage in (
+        "{{{",
+        "[" * 100_000,
+        '{"format": 1, "files": {"a": 1}}',
+        '{"format": NaN}',
+        '{"format": ' + "9" * 5000 + "}",
+        " " * (checked.MAX_BYTES + 1),
+    ):
         cache.write_text(garbage)
         scans.clear()
         assert len(open_tokens(folder).train) > 0 and scans == ["train.bin", "val.bin"]  # checked again
@@ -146,14 +170,17 @@ def test_the_check_is_remembered_and_the_cache_is_untrusted(tmp_path, monkeypatc
     assert len(open_tokens(folder).train) > 0
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[" * 100_000, "nested deeper than the JSON reader goes"),
-    ('{"vocab_size": ' + "9" * 5000 + "}", r"not a tokens.json \(Exceeds the limit"),
-    ('{"vocab_size": NaN}', "NaN is not a JSON number"),
-    (" " * (17 << 20), "larger than 16 MiB"),
-    ("fifo", "not a regular file"),
-    ("link", "a symbolic link that leads out of"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[" * 100_000, "nested deeper than the JSON reader goes"),
+        ('{"vocab_size": ' + "9" * 5000 + "}", r"not a tokens.json \(Exceeds the limit"),
+        ('{"vocab_size": NaN}', "NaN is not a JSON number"),
+        (" " * (17 << 20), "larger than 16 MiB"),
+        ("fifo", "not a regular file"),
+        ("link", "a symbolic link that leads out of"),
+    ],
+)
 def test_a_malformed_tokens_json_is_a_located_error(text, message, tmp_path):
     folder = prepared(tmp_path)
     (folder / "tokens.json").unlink()
@@ -175,7 +202,7 @@ def test_a_token_file_that_links_out_of_its_folder_is_refused(tmp_path):
     os.symlink(tmp_path / "val.bin", folder / "val.bin")
     with pytest.raises(MadslError, match="val.bin: a symbolic link that leads out of"):
         open_tokens(folder)
-    rewrite_info(folder, vocab_size=10 ** 30, dtype="uint32")
+    rewrite_info(folder, vocab_size=10**30, dtype="uint32")
     with pytest.raises(MadslError, match="vocab_size is 1000000000000000000000000000000"):
         open_tokens(folder)
 
@@ -226,13 +253,15 @@ def tokenizers_of_every_kind(tmp_path):
             elif kind == "sentencepiece":  # Llama 2's: a prefix marker added to each input, no pre-tokenizer
                 tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
                 # (trained on words, as sentencepiece's pieces never hold a line break with other text)
-                tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split("\n", "isolated"),
-                                                             pre_tokenizers.Metaspace(prepend_scheme="never")])
+                tok.pre_tokenizer = pre_tokenizers.Sequence(
+                    [pre_tokenizers.Split("\n", "isolated"), pre_tokenizers.Metaspace(prepend_scheme="never")]
+                )
             else:
                 tok.pre_tokenizer = pre_tokenizers.Metaspace()  # keeps "end.\nNext" one word
             alphabet = pre_tokenizers.ByteLevel.alphabet() if kind == "byte-level" else []
-            tok.train_from_iterator(sample, trainers.BpeTrainer(vocab_size=400, initial_alphabet=alphabet,
-                                                                special_tokens=["<unk>"]))
+            tok.train_from_iterator(
+                sample, trainers.BpeTrainer(vocab_size=400, initial_alphabet=alphabet, special_tokens=["<unk>"])
+            )
         if kind == "sentencepiece":
             tok.pre_tokenizer = None
         tok.save(str(tmp_path / f"{kind}.json"))
@@ -251,7 +280,7 @@ def test_a_long_document_is_encoded_in_pieces_as_it_is_encoded_whole(tmp_path, m
         info = prepare([tmp_path / "long.txt"], tmp_path / f"{kind}.json", tmp_path / kind)
         data = open_tokens(tmp_path / kind)
         assert list(data.train) + list(data.val) == encoded.ids, kind
-        assert len(data.train) == train and info.train_bytes == len(text[:encoded.offsets[train][0]].encode())
+        assert len(data.train) == train and info.train_bytes == len(text[: encoded.offsets[train][0]].encode())
 
 
 def test_a_tokenizer_whose_ids_change_where_text_is_cut_is_refused(tmp_path, monkeypatch):
@@ -298,7 +327,12 @@ def test_preparing_a_large_document_peaks_far_below_its_size(tmp_path):
     line = ("lorem ipsum dolor sit amet " * 3 + "☕\n").encode()
     with open(tmp_path / "big.txt", "wb") as f:
         f.writelines(line * ((1 << 20) // len(line)) for _ in range(40))  # ~40 MB: held whole, it peaked at ~550 MB
-    done = subprocess.run([sys.executable, "-c", PEAK, str(tmp_path / "big.txt"), str(tmp_path / "out")],
-                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK, str(tmp_path / "big.txt"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        check=True,
+    )
     code, peak_kib = map(int, done.stdout.split())  # VmHWM: since exec (ru_maxrss counts the forking parent's)
     assert code == 0 and peak_kib < 250 * 1024, peak_kib

@@ -1,6 +1,7 @@
 """Issue 36, the scaling surface: study files, `madsl scale --dry-run`, `madsl report --study` and the
 plan's rate cache under hostile or absurd input. Each case answers in bounded memory and time with
 exit 0 (legitimate) or exit 2 and a located message, never a traceback; JSON is strict JSON."""
+
 from __future__ import annotations
 
 import json
@@ -12,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from runner_helpers import stand_in_rates
 
 from madsl.cli import main
 from madsl.runner.pretrain.recipe import EvaluationSchedule, PretrainSettings
-from runner_helpers import stand_in_rates
 
 STUDY = """\
 name: tiny
@@ -35,8 +36,10 @@ recipe: {batch_size: 8, eval_tokens: 1024}
 
 def _strict(text: str) -> object:
     """JSON as a strict parser reads it: NaN and Infinity are not JSON."""
+
     def refuse(name: str) -> None:
         raise ValueError(f"{name} in JSON output")
+
     return json.loads(text, parse_constant=refuse)
 
 
@@ -63,8 +66,10 @@ def _scale(study: Path, db: Path, *extra: str) -> int:
 
 # --- 1. the evaluation schedule is arithmetic ---------------------------------------------------
 
-@pytest.mark.parametrize("steps, every", [(1, 0), (7, 0), (10, 0), (95, 0), (1000, 0), (10, 3), (9, 3), (5, 7),
-                                          (1, 1), (12, 1), (100, 25)])
+
+@pytest.mark.parametrize(
+    "steps, every", [(1, 0), (7, 0), (10, 0), (95, 0), (1000, 0), (10, 3), (9, 3), (5, 7), (1, 1), (12, 1), (100, 25)]
+)
 def test_the_schedule_is_the_old_list_of_evaluations(steps, every):
     """The same steps as the list it replaces, so a run's identity (its evaluation count) is unchanged."""
     settings = PretrainSettings(seq_len=8, batch_size=2, steps=steps, lr=1e-3, eval_every=every)
@@ -73,18 +78,26 @@ def test_the_schedule_is_the_old_list_of_evaluations(steps, every):
     schedule = settings.evaluation_steps()
     assert list(schedule) == listed and len(schedule) == len(listed) and schedule[-1] == steps
     assert [s for s in range(steps + 2) if s in schedule] == listed
-    assert [schedule.next_after(s) for s in range(steps + 1)] == \
-        [next((e for e in listed if e > s), None) for s in range(steps + 1)]
+    assert [schedule.next_after(s) for s in range(steps + 1)] == [
+        next((e for e in listed if e > s), None) for s in range(steps + 1)
+    ]
 
 
 def test_eval_every_1_over_a_huge_budget_is_computed_not_listed():
     """In a process allowed 1 GiB: the old list of 10^15 steps raised MemoryError after 4.5 GB."""
-    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-            "from madsl.runner.pretrain.recipe import PretrainSettings\n"
-            "s = PretrainSettings(seq_len=8, batch_size=2, steps=10**15, lr=1e-3, eval_every=1).evaluation_steps()\n"
-            "print(len(s), 10**15 in s, 12345 in s, s.next_after(41), s[-2])")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    code = (
+        "import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "from madsl.runner.pretrain.recipe import PretrainSettings\n"
+        "s = PretrainSettings(seq_len=8, batch_size=2, steps=10**15, lr=1e-3, eval_every=1).evaluation_steps()\n"
+        "print(len(s), 10**15 in s, 12345 in s, s.next_after(41), s[-2])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-500:]
     assert done.stdout.split() == [str(10**15), "True", "True", "42", str(10**15 - 1)]
     assert EvaluationSchedule(3, 10)[1:] == [6, 9, 10]
@@ -93,17 +106,34 @@ def test_eval_every_1_over_a_huge_budget_is_computed_not_listed():
 def test_a_dry_run_of_eval_every_1_over_1e17_flops_answers(tmp_path, corpora):
     """The plan identifies each run by its evaluation count: in a process allowed 2 GiB."""
     text = STUDY.replace("[2e9, 4e9]", "[1e17]").replace("eval_tokens: 1024}", "eval_tokens: 1024, eval_every: 1}")
-    argv = ["scale", str(_study(tmp_path, text)), "--dry-run", "--db", str(corpora), "--rate", "1e12", "--format",
-            "json"]
-    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
-            f"from madsl.cli import main; sys.exit(main({argv!r}))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "MADSL_CACHE_DIR": str(tmp_path / "cache")})
+    argv = [
+        "scale",
+        str(_study(tmp_path, text)),
+        "--dry-run",
+        "--db",
+        str(corpora),
+        "--rate",
+        "1e12",
+        "--format",
+        "json",
+    ]
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+        f"from madsl.cli import main; sys.exit(main({argv!r}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "MADSL_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert done.returncode == 0, done.stderr[-500:]
     assert all(row["steps"] > 10**8 and row["hours"] > 0 for row in _strict(done.stdout)["runs"])
 
 
 # --- 2. a results database's rows are untrusted -------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
@@ -120,15 +150,23 @@ def finished(tmp_path_factory):
     store.close()
     with sqlite3.connect(db) as c:
         for run, run_id in zip(plan.runs, plan.run_ids):
-            loss = 1.69 + 406.4 / run.params ** 0.34 + 410.7 / run.tokens ** 0.28
+            loss = 1.69 + 406.4 / run.params**0.34 + 410.7 / run.tokens**0.28
             c.execute("UPDATE runs SET status='done', best_eval_loss=? WHERE run_id=?", (loss, run_id))
     return study, db, plan.run_ids[0]
 
 
-@pytest.mark.parametrize("stored, why", [("'abc'", "'abc', not a number"), ("X'00ff'", "not a number"),
-                                         ("0", "0.0, not above 0"), ("-1.5", "not above 0"),
-                                         ("9e999", "inf, not finite"), ("NULL", "missing"),
-                                         ("1e300", "above 1,000 nats")])
+@pytest.mark.parametrize(
+    "stored, why",
+    [
+        ("'abc'", "'abc', not a number"),
+        ("X'00ff'", "not a number"),
+        ("0", "0.0, not above 0"),
+        ("-1.5", "not above 0"),
+        ("9e999", "inf, not finite"),
+        ("NULL", "missing"),
+        ("1e300", "above 1,000 nats"),
+    ],
+)
 def test_a_stored_loss_that_is_no_loss_is_named_and_left_out(tmp_path, capsys, finished, stored, why):
     study, db, first = finished
     copy = tmp_path / "copy.db"
@@ -146,17 +184,22 @@ def test_a_stored_loss_that_is_no_loss_is_named_and_left_out(tmp_path, capsys, f
 
 # --- 3. outputs are checked before the work ------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["a file", "under a file", "a folder of other files"])
-def test_a_plot_folder_that_cannot_take_the_figures_is_refused_before_the_work(tmp_path, capsys, finished,
-                                                                              monkeypatch, kind):
+def test_a_plot_folder_that_cannot_take_the_figures_is_refused_before_the_work(
+    tmp_path, capsys, finished, monkeypatch, kind
+):
     from madsl.scaling import report
 
     study, db, _ = finished
     (tmp_path / "file").write_text("x")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "notes.txt").write_text("mine")
-    target = {"a file": tmp_path / "file", "under a file": tmp_path / "file" / "fig",
-              "a folder of other files": tmp_path / "full"}[kind]
+    target = {
+        "a file": tmp_path / "file",
+        "under a file": tmp_path / "file" / "fig",
+        "a folder of other files": tmp_path / "full",
+    }[kind]
     monkeypatch.setattr(report, "study_report", lambda *a, **k: pytest.fail("the work ran before the check"))
     assert main(["report", "--study", str(study), "--db", str(db), "--plot", str(target)]) == 2
     err = capsys.readouterr().err
@@ -164,14 +207,18 @@ def test_a_plot_folder_that_cannot_take_the_figures_is_refused_before_the_work(t
     assert (tmp_path / "full" / "notes.txt").read_text() == "mine"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--mad-db", "{dir}/none.db"], "does not exist"),
-    (["--mad-db", "{dir}"], "is a directory"),
-    (["--protocol", "quick"], "--protocol reads a leaderboard's MAD runs"),
-    (["--plot-sweeps", "{dir}/sweeps"], "--plot-sweeps reads a leaderboard's MAD runs"),
-])
-def test_report_study_refuses_what_it_would_ignore_or_fail_on_late(tmp_path, capsys, finished, monkeypatch, argv,
-                                                                   message):
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--mad-db", "{dir}/none.db"], "does not exist"),
+        (["--mad-db", "{dir}"], "is a directory"),
+        (["--protocol", "quick"], "--protocol reads a leaderboard's MAD runs"),
+        (["--plot-sweeps", "{dir}/sweeps"], "--plot-sweeps reads a leaderboard's MAD runs"),
+    ],
+)
+def test_report_study_refuses_what_it_would_ignore_or_fail_on_late(
+    tmp_path, capsys, finished, monkeypatch, argv, message
+):
     from madsl.scaling import report
 
     study, db, _ = finished
@@ -190,9 +237,9 @@ def test_mad_db_without_study_is_refused(tmp_path, capsys, finished):
 
 # --- 4. the rate cache is untrusted input --------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["folder", "fifo"])
-def test_a_folder_or_fifo_at_the_rate_cache_is_set_aside_with_a_plain_warning(tmp_path, capsys, corpora, rates,
-                                                                             kind):
+def test_a_folder_or_fifo_at_the_rate_cache_is_set_aside_with_a_plain_warning(tmp_path, capsys, corpora, rates, kind):
     from madsl.runner.plan import rate_cache
 
     path = rate_cache.cache_path()
@@ -206,12 +253,15 @@ def test_a_folder_or_fifo_at_the_rate_cache_is_set_aside_with_a_plain_warning(tm
     assert path.is_dir() if kind == "folder" else path.is_file()  # a FIFO's name is replaced by the new cache
 
 
-@pytest.mark.parametrize("device, field, value", [
-    ("cpu: a test CPU, 2 CPUs", "flops_per_s", 1.0),  # planned 2,230 hours for a 4-step run
-    ("cpu: a test CPU, 2 CPUs", "flops_per_s", 1e15),  # 500 TFLOP/s a core
-    ("cuda: a test GPU", "flops_per_s", 1e6),
-    ("cpu: a test CPU, 2 CPUs", "overhead_s", 3000.0),
-])
+@pytest.mark.parametrize(
+    "device, field, value",
+    [
+        ("cpu: a test CPU, 2 CPUs", "flops_per_s", 1.0),  # planned 2,230 hours for a 4-step run
+        ("cpu: a test CPU, 2 CPUs", "flops_per_s", 1e15),  # 500 TFLOP/s a core
+        ("cuda: a test GPU", "flops_per_s", 1e6),
+        ("cpu: a test CPU, 2 CPUs", "overhead_s", 3000.0),
+    ],
+)
 def test_a_cached_rate_no_such_machine_measures_is_refused(tmp_path, device, field, value):
     from madsl.runner.plan import rate_cache
     from madsl.runner.plan.rate import RateBook
@@ -264,31 +314,53 @@ def test_a_measured_slope_beyond_any_machine_is_kept_within_what_the_cache_admit
 
 # --- 5. study files ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("change, message, line", [
-    (("  - {dim: 16}\n  - {dim: 32}\n  - {dim: 48}", "  - {dim: 16}\n  - {dim: 7}\n  - {dim: 48}"),
-     "architecture transformer at size d7x1", "  - {dim: 7}"),
-    (("  - {dim: 48}", "  - {dim: 48, repeat: 100000}"), "beyond the limit", "  - {dim: 48, repeat: 100000}"),
-    (("name: tiny", "name: ''"), "the study's name '' is empty", "name: ''"),
-    (("name: tiny", "name: ../up"), "holds a path separator", "name: ../up"),
-    (("name: tiny", "name: '..'"), "holds '..'", "name: '..'"),
-    (("  hyena:", "  '':"), "architecture name '' is empty", "  '': bundled:paper/hyena-sg"),
-    (("  hyena:", "  a/b:"), "architecture name 'a/b' holds a path separator", "  a/b: bundled:paper/hyena-sg"),
-    (("  hyena:", "  12:"), "architecture name 12: not text", "  12: bundled:paper/hyena-sg"),
-    (("[2e9, 4e9]", "[2e9, 1e40]"), "a budget of 1e+40 FLOPs is more than 1e+30", "budgets: [2e9, 1e40]"),
-    (("budgets: [2e9, 4e9]", "budgets:\n  2e9: {}\n  1e3: {}"), "smaller than one training step", "  1e3: {}"),
-    (("eval_tokens: 1024}", "eval_tokens: 8}"), "eval_tokens 8 is fewer than one window of seq_len 32",
-     "recipe: {batch_size: 8, eval_tokens: 8}"),
-    (("eval_tokens: 1024}", "eval_tokens: 1e12}"), "more than the validation split holds",
-     "recipe: {batch_size: 8, eval_tokens: 1e12}"),
-    (("eval_tokens: 1024}", "eval_tokens: 1024, seed: 1e30}"), "is above 4,294,967,295",
-     "recipe: {batch_size: 8, eval_tokens: 1024, seed: 1e30}"),
-    (("seq_len: 32", "seq_len: 32\ndescription: [1, 2]"), "description must be text", "description: [1, 2]"),
-    (("seq_len: 32", "seq_len: 32\ndata_dtype: float64"), "data_dtype 'float64' is not a token file dtype",
-     "data_dtype: float64"),
-    (("data: bundled:tinyshakespeare", "data: outside"), "leads out of the study's folder", "data: outside"),
-    (("data: bundled:tinyshakespeare", "data: ../elsewhere"), "leads out of the study's folder",
-     "data: ../elsewhere"),
-])
+
+@pytest.mark.parametrize(
+    "change, message, line",
+    [
+        (
+            ("  - {dim: 16}\n  - {dim: 32}\n  - {dim: 48}", "  - {dim: 16}\n  - {dim: 7}\n  - {dim: 48}"),
+            "architecture transformer at size d7x1",
+            "  - {dim: 7}",
+        ),
+        (("  - {dim: 48}", "  - {dim: 48, repeat: 100000}"), "beyond the limit", "  - {dim: 48, repeat: 100000}"),
+        (("name: tiny", "name: ''"), "the study's name '' is empty", "name: ''"),
+        (("name: tiny", "name: ../up"), "holds a path separator", "name: ../up"),
+        (("name: tiny", "name: '..'"), "holds '..'", "name: '..'"),
+        (("  hyena:", "  '':"), "architecture name '' is empty", "  '': bundled:paper/hyena-sg"),
+        (("  hyena:", "  a/b:"), "architecture name 'a/b' holds a path separator", "  a/b: bundled:paper/hyena-sg"),
+        (("  hyena:", "  12:"), "architecture name 12: not text", "  12: bundled:paper/hyena-sg"),
+        (("[2e9, 4e9]", "[2e9, 1e40]"), "a budget of 1e+40 FLOPs is more than 1e+30", "budgets: [2e9, 1e40]"),
+        (("budgets: [2e9, 4e9]", "budgets:\n  2e9: {}\n  1e3: {}"), "smaller than one training step", "  1e3: {}"),
+        (
+            ("eval_tokens: 1024}", "eval_tokens: 8}"),
+            "eval_tokens 8 is fewer than one window of seq_len 32",
+            "recipe: {batch_size: 8, eval_tokens: 8}",
+        ),
+        (
+            ("eval_tokens: 1024}", "eval_tokens: 1e12}"),
+            "more than the validation split holds",
+            "recipe: {batch_size: 8, eval_tokens: 1e12}",
+        ),
+        (
+            ("eval_tokens: 1024}", "eval_tokens: 1024, seed: 1e30}"),
+            "is above 4,294,967,295",
+            "recipe: {batch_size: 8, eval_tokens: 1024, seed: 1e30}",
+        ),
+        (("seq_len: 32", "seq_len: 32\ndescription: [1, 2]"), "description must be text", "description: [1, 2]"),
+        (
+            ("seq_len: 32", "seq_len: 32\ndata_dtype: float64"),
+            "data_dtype 'float64' is not a token file dtype",
+            "data_dtype: float64",
+        ),
+        (("data: bundled:tinyshakespeare", "data: outside"), "leads out of the study's folder", "data: outside"),
+        (
+            ("data: bundled:tinyshakespeare", "data: ../elsewhere"),
+            "leads out of the study's folder",
+            "data: ../elsewhere",
+        ),
+    ],
+)
 def test_bad_study_files_are_located_at_what_is_wrong(tmp_path, capsys, corpora, rates, change, message, line):
     (tmp_path / "elsewhere").mkdir()
     folder = tmp_path / "studies"
@@ -297,7 +369,7 @@ def test_bad_study_files_are_located_at_what_is_wrong(tmp_path, capsys, corpora,
     assert _scale(_study(folder, STUDY.replace(*change)), corpora) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
-    where = next(l for l in err.splitlines() if "study.yaml:" in l)
+    where = next(text for text in err.splitlines() if "study.yaml:" in text)
     number = int(where.rsplit("study.yaml:", 1)[1].split(":")[0])
     assert (folder / "study.yaml").read_text().splitlines()[number - 1] == line
 
@@ -319,6 +391,7 @@ def test_json_outputs_are_strict_json():
 
 # --- the leaderboard reads the same untrusted rows ------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def mad_db(tmp_path_factory) -> Path:
     from runner_helpers import run_toy_eval
@@ -328,14 +401,20 @@ def mad_db(tmp_path_factory) -> Path:
     return db
 
 
-@pytest.mark.parametrize("column, stored, why", [("best_eval_acc", "'abc'", "best_eval_acc is str, not a number"),
-                                                 ("best_eval_acc", "X'00'", "best_eval_acc is bytes"),
-                                                 ("best_eval_acc", "9e999", "not an accuracy in [0, 1]"),
-                                                 ("lr", "'fast'", "lr is str"),
-                                                 ("setting", "'nope'", "setting is not a JSON object")])
+@pytest.mark.parametrize(
+    "column, stored, why",
+    [
+        ("best_eval_acc", "'abc'", "best_eval_acc is str, not a number"),
+        ("best_eval_acc", "X'00'", "best_eval_acc is bytes"),
+        ("best_eval_acc", "9e999", "not an accuracy in [0, 1]"),
+        ("lr", "'fast'", "lr is str"),
+        ("setting", "'nope'", "setting is not a JSON object"),
+    ],
+)
 @pytest.mark.parametrize("fmt", ["text", "json"])
-def test_a_leaderboard_row_holding_no_number_is_left_out_with_a_warning(tmp_path, capsys, mad_db, column, stored,
-                                                                        why, fmt):
+def test_a_leaderboard_row_holding_no_number_is_left_out_with_a_warning(
+    tmp_path, capsys, mad_db, column, stored, why, fmt
+):
     copy = tmp_path / "copy.db"
     with sqlite3.connect(mad_db) as source, sqlite3.connect(copy) as c:
         source.backup(c)

@@ -3,6 +3,7 @@ outside the folder given; the saved state is checked whole (types, ranges, sizes
 is built, every candidate's identity and accounting recomputed) and refused whole, located at the
 state file; a dry run parses each candidate once; JSON holds no NaN; the command line's paths
 and messages. Everything here runs with a stand-in evaluator or stops before anything trains."""
+
 from __future__ import annotations
 
 import copy
@@ -13,6 +14,7 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
+from test_search import TopologyScore
 
 import madsl.search.candidates as candidates_module
 import madsl.search.loop as loop_module
@@ -22,7 +24,6 @@ from madsl.search.config import Space
 from madsl.search.evaluation import BatchOutcome
 from madsl.search.loop import plan_search, run_search
 from madsl.search.reading import load_search
-from test_search import TopologyScore
 
 # SMALL of tests/test_search.py on a task of the runner's registry, so the command line takes it
 SEARCH = """\
@@ -53,8 +54,12 @@ def saved(tmp_path_factory):
     search = load_search(path)
     run_search(search, state_path=folder / "complete.json", evaluator=TopologyScore())
     run_search(search, state_path=folder / "stopped.json", evaluator=TopologyScore(interrupt_at=2))
-    return {"file": path, "search": search, "complete": json.loads((folder / "complete.json").read_text()),
-            "stopped": json.loads((folder / "stopped.json").read_text())}
+    return {
+        "file": path,
+        "search": search,
+        "complete": json.loads((folder / "complete.json").read_text()),
+        "stopped": json.loads((folder / "stopped.json").read_text()),
+    }
 
 
 def files_under(folder: Path) -> set[str]:
@@ -63,10 +68,18 @@ def files_under(folder: Path) -> set[str]:
 
 # --- names that become file names ----------------------------------------------------------------
 
-@pytest.mark.parametrize("name, message", [
-    ("../../evil", "holds a path separator"), ("a/b", "holds a path separator"), ("smäll", "not safe in a file name"),
-    (".small", "starts with '.'"), ("x" * 150, "longer than a search's name can be"), (None, "needs name:"),
-])
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("../../evil", "holds a path separator"),
+        ("a/b", "holds a path separator"),
+        ("smäll", "not safe in a file name"),
+        (".small", "starts with '.'"),
+        ("x" * 150, "longer than a search's name can be"),
+        (None, "needs name:"),
+    ],
+)
 def test_a_search_name_that_is_not_a_plain_file_name_is_refused_at_its_line(name, message, tmp_path, capsys):
     text = SEARCH.replace("name: small\n", "" if name is None else f"name: {json.dumps(name)}\n")
     work = tmp_path / "a" / "b"
@@ -87,8 +100,16 @@ def test_a_candidate_name_in_the_state_never_becomes_a_path(saved, tmp_path, cap
     state.parent.mkdir(parents=True)
     state.write_text(json.dumps(data))
     before = files_under(tmp_path)
-    command = ["search", str(saved["file"]), "--db", str(state.parent / "r.db"), "--state", str(state),
-               "--out", str(state.parent / "out")]
+    command = [
+        "search",
+        str(saved["file"]),
+        "--db",
+        str(state.parent / "r.db"),
+        "--state",
+        str(state),
+        "--out",
+        str(state.parent / "out"),
+    ]
     assert main(command) == 2
     err = capsys.readouterr().err
     assert f'candidates["{best["id"]}"].name' in err and f"--> {state}" in err and "restart" in err
@@ -96,6 +117,7 @@ def test_a_candidate_name_in_the_state_never_becomes_a_path(saved, tmp_path, cap
 
 
 # --- the saved state: one check, whole ------------------------------------------------------------
+
 
 def _first(data: dict) -> dict:
     return next(iter(data["candidates"].values()))
@@ -133,18 +155,29 @@ TAMPERED = {  # name: (the change, the field the error names)
     "operator unknown": (lambda d: _first(d).update(operator="rm -rf"), ".operator"),
     "id not its key": (lambda d: _first(d).update(id="0" * 64), ".id"),
     "spec of another model": (_other_model, ".spec: builds another model"),
-    "spec does not compile": (lambda d: (_best(d)["spec"].update(topology="Hyena"), _best(d).update(topology="Hyena")),
-                              ".spec: does not build"),
+    "spec does not compile": (
+        lambda d: (_best(d)["spec"].update(topology="Hyena"), _best(d).update(topology="Hyena")),
+        ".spec: does not build",
+    ),
     "spec of another width": (lambda d: _best(d)["spec"].update(dim=4096), ".spec.dim"),
-    "hyperparameter out of the space": (lambda d: _best(d)["spec"]["layers"]["A"].update(heads=32),
-                                        ".spec.layers.A.heads"),
+    "hyperparameter out of the space": (
+        lambda d: _best(d)["spec"]["layers"]["A"].update(heads=32),
+        ".spec.layers.A.heads",
+    ),
     "member not a candidate": (lambda d: d["population"][0].update(id="e" * 64), "population[0].id"),
     "genome count 1e12": (lambda d: d["population"][0]["genome"].update(count=1e12), "population[0].genome.count"),
-    "genome of another candidate": (lambda d: d["population"][0].update(genome=copy.deepcopy(
-        next(m["genome"] for m in d["population"] if m["genome"] != d["population"][0]["genome"]))),
-        "population[0].genome"),
-    "more candidates than the search proposes": (lambda d: d["candidates"].update(
-        {"%064x" % i: {**_first(d), "id": "%064x" % i} for i in range(40)}), "candidates: holds"),
+    "genome of another candidate": (
+        lambda d: d["population"][0].update(
+            genome=copy.deepcopy(
+                next(m["genome"] for m in d["population"] if m["genome"] != d["population"][0]["genome"])
+            )
+        ),
+        "population[0].genome",
+    ),
+    "more candidates than the search proposes": (
+        lambda d: d["candidates"].update({"%064x" % i: {**_first(d), "id": "%064x" % i} for i in range(40)}),
+        "candidates: holds",
+    ),
     "a pending batch in a complete search": (lambda d: d.update(pending=d["population"]), "pending"),
     "unknown field": (lambda d: _first(d).update(extra=1), "unknown field 'extra'"),
 }
@@ -175,12 +208,15 @@ def test_a_state_holding_a_number_json_has_not_is_refused(constant, saved, tmp_p
     assert caught.value.location.file == str(path)
 
 
-@pytest.mark.parametrize("change, field", [
-    (lambda d: d["pending"][0]["genome"].update(count=1e12), "pending[0].genome.count"),
-    (lambda d: d["pending"].pop(), "pending: holds 2 proposals"),
-    (lambda d: d["pending"][0].update(duplicate="no"), "pending[0].duplicate"),
-    (lambda d: d.update(generation=0), "history: holds 1 entries at generation 0"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda d: d["pending"][0]["genome"].update(count=1e12), "pending[0].genome.count"),
+        (lambda d: d["pending"].pop(), "pending: holds 2 proposals"),
+        (lambda d: d["pending"][0].update(duplicate="no"), "pending[0].duplicate"),
+        (lambda d: d.update(generation=0), "history: holds 1 entries at generation 0"),
+    ],
+)
 def test_a_stopped_state_is_checked_before_a_dry_run_uses_it(change, field, saved, tmp_path):
     data = copy.deepcopy(saved["stopped"])
     change(data)
@@ -197,8 +233,23 @@ def test_a_state_is_checked_through_the_command_line_with_exit_2_and_nothing_wri
     path = tmp_path / "s.json"
     path.write_text(json.dumps(data))
     before = files_under(tmp_path)
-    assert main(["search", str(saved["file"]), "--db", str(tmp_path / "r.db"), "--state", str(path),
-                 "--out", str(tmp_path / "out"), "--format", "json"]) == 2
+    assert (
+        main(
+            [
+                "search",
+                str(saved["file"]),
+                "--db",
+                str(tmp_path / "r.db"),
+                "--state",
+                str(path),
+                "--out",
+                str(tmp_path / "out"),
+                "--format",
+                "json",
+            ]
+        )
+        == 2
+    )
     captured = capsys.readouterr()
     assert "builds another model" in captured.err and f"--> {path}" in captured.err and captured.out == ""
     assert files_under(tmp_path) == before
@@ -216,16 +267,19 @@ def test_a_state_is_checked_once_per_candidate(saved, tmp_path, monkeypatch):
         def wrapper(*args, **kwargs):
             counts[name] += 1
             return function(*args, **kwargs)
+
         return wrapper
 
     monkeypatch.setattr(state_check_module, "spec_from_data", counted("spec", state_check_module.spec_from_data))
     monkeypatch.setattr(state_check_module, "account", counted("account", state_check_module.account))
     state, specs = state_check_module.load_state(path, saved["search"])
     assert counts == {"spec": len(state.candidates), "account": len(state.candidates)} and set(specs) == set(
-        state.candidates)
+        state.candidates
+    )
 
 
 # --- bounded work: a dry run parses each candidate once -------------------------------------------
+
 
 def test_a_dry_run_parses_each_candidate_once(saved, tmp_path, monkeypatch):
     parsed: list[str] = []
@@ -234,6 +288,7 @@ def test_a_dry_run_parses_each_candidate_once(saved, tmp_path, monkeypatch):
         def spec_from_data(data):
             parsed.append(data["topology"])
             return original(data)
+
         return spec_from_data
 
     monkeypatch.setattr(candidates_module, "spec_from_data", counting(candidates_module.spec_from_data))
@@ -243,6 +298,7 @@ def test_a_dry_run_parses_each_candidate_once(saved, tmp_path, monkeypatch):
 
 
 # --- messages and JSON ------------------------------------------------------------------------------
+
 
 class NotANumber(TopologyScore):
     """Scores every candidate NaN (a diverged run), one task infinite."""
@@ -283,7 +339,8 @@ def test_a_candidate_too_large_to_train_is_located_at_the_space(tmp_path, capsys
     """A hyperparameter value the layer takes but no machine trains (10^15 inner units): the runner's
     refusal, located where the space lets it in."""
     text = SEARCH.replace("params: <= 45000", "fixed_state: <= 100000000000000000").replace(
-        "A.heads: [1, 2, 4]", "Sg.inner: [1000000000000000]")
+        "A.heads: [1, 2, 4]", "Sg.inner: [1000000000000000]"
+    )
     path = tmp_path / "search.yaml"
     path.write_text(text)
     assert main(["search", str(path), "--db", str(tmp_path / "r.db"), "--dry-run"]) == 2
@@ -294,17 +351,20 @@ def test_a_candidate_too_large_to_train_is_located_at_the_space(tmp_path, capsys
 
 # --- command-line paths -----------------------------------------------------------------------------
 
+
 def test_state_and_out_paths_that_cannot_be_used_are_located_errors(saved, tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     (tmp_path / "folder").mkdir()
     os.symlink(tmp_path / "afile", tmp_path / "link.json")
-    cases = [(["--state", str(tmp_path / "folder")], "is a directory", "folder"),
-             (["--state", str(tmp_path / "folder"), "--dry-run"], "is a folder", "folder"),
-             (["--state", str(tmp_path / "link.json")], "symbolic link", "link.json"),
-             (["--state", str(tmp_path / "link.json"), "--dry-run"], "symbolic link", "link.json"),
-             (["--state", str(tmp_path / "afile" / "s.json")], "is not a directory", "afile/s.json"),
-             (["--out", str(tmp_path / "afile")], "is not a directory", "afile"),
-             (["--state", ""], "the path is empty", None)]
+    cases = [
+        (["--state", str(tmp_path / "folder")], "is a directory", "folder"),
+        (["--state", str(tmp_path / "folder"), "--dry-run"], "is a folder", "folder"),
+        (["--state", str(tmp_path / "link.json")], "symbolic link", "link.json"),
+        (["--state", str(tmp_path / "link.json"), "--dry-run"], "symbolic link", "link.json"),
+        (["--state", str(tmp_path / "afile" / "s.json")], "is not a directory", "afile/s.json"),
+        (["--out", str(tmp_path / "afile")], "is not a directory", "afile"),
+        (["--state", ""], "the path is empty", None),
+    ]
     for extra, message, where in cases:
         before = files_under(tmp_path)
         assert main(["search", str(saved["file"]), "--db", str(tmp_path / "r.db"), *extra]) == 2, extra

@@ -1,6 +1,8 @@
-"""Hugging Face config.json of hybrid families <-> specs (madsl/interop/huggingface/, `madsl convert --from-hf/--to-hf`):
+"""Hugging Face config.json of hybrid families <-> specs (madsl/interop/huggingface/,
+`madsl convert --from-hf/--to-hf`):
 the bundled public configurations convert to the bundled specs, back to the same config fields, and
 account to their published sizes; what a family cannot express is refused with the reason."""
+
 from __future__ import annotations
 
 import json
@@ -28,14 +30,16 @@ class Model(NamedTuple):
 
 MODELS = {
     "jamba-v0.1": Model("jamba", 52e9, 51_570_323_328, 51_570_315_264),
-    "nemotron-h-8b": Model("nemotron_h", 8e9, 8_100_852_736, 8_100_852_736,
-                           rounded="the name's 8B rounds the 8.10B the checkpoint holds"),
+    "nemotron-h-8b": Model(
+        "nemotron_h", 8e9, 8_100_852_736, 8_100_852_736, rounded="the name's 8B rounds the 8.10B the checkpoint holds"
+    ),
     "granite-4.0-h-small": Model("granitemoehybrid", 32e9, 32_207_337_984, 32_207_337_984),
     "nemotron-nano-9b-v2": Model("nemotron_h", 8.89e9, 8_888_227_328, 8_888_227_328),
     "nemotron-3-nano-30b-a3b": Model("nemotron_h", 31.6e9, 31_577_937_344, 31_577_937_344),
     "bamba-9b": Model("bamba", 9.78e9, 9_780_235_392, 9_780_235_392),
-    "falcon-h1-0.5b": Model("falcon_h1", 0.5e9, 521_411_104, 521_411_104,
-                            rounded="the name's 0.5B rounds the 0.52B the checkpoint holds"),
+    "falcon-h1-0.5b": Model(
+        "falcon_h1", 0.5e9, 521_411_104, 521_411_104, rounded="the name's 0.5B rounds the 0.52B the checkpoint holds"
+    ),
     "lfm2-1.2b": Model("lfm2", 1_170_340_608, 1_170_340_608, 1_170_340_608),
 }
 # what madsl counts apart from Hugging Face's model, and why (docs/convert.md)
@@ -86,11 +90,14 @@ def test_config_to_spec_to_config_gives_the_same_spec_back(name):
     model_type = MODELS[name].model_type
     written = to_hf_config(PUBLIC / f"{name}.mad", model_type)
     assert written["model_type"] == model_type
-    assert _without_description(from_hf_config(written, name)) == _without_description(from_hf_config(_config(name), name))
+    assert _without_description(from_hf_config(written, name)) == _without_description(
+        from_hf_config(_config(name), name)
+    )
 
 
-@pytest.mark.parametrize("name", ["jamba-v0.1", "nemotron-h-8b", "granite-4.0-h-small", "nemotron-nano-9b-v2",
-                                  "falcon-h1-0.5b"])
+@pytest.mark.parametrize(
+    "name", ["jamba-v0.1", "nemotron-h-8b", "granite-4.0-h-small", "nemotron-nano-9b-v2", "falcon-h1-0.5b"]
+)
 def test_the_families_fields_come_back_as_written(name):
     written, config = to_hf_config(PUBLIC / f"{name}.mad", MODELS[name].model_type), _config(name)
     if "attention_head_dim" in config:  # Nemotron-H's earlier spelling; transformers 5 reads head_dim
@@ -106,7 +113,12 @@ def test_what_each_family_places_where():
     assert [i for i, s in enumerate(mixers) if s == "A"] == [4, 12, 20, 28]  # i % 8 == 4
     assert [i for i, s in enumerate(channels) if s == "MoE"] == list(range(1, 32, 2))  # i % 2 == 1
     granite = madsl.account(PUBLIC / "granite-4.0-h-small.mad")
-    assert [i for i, r in enumerate(r for r in granite.layers if r.role != "channel") if r.symbol == "A"] == [5, 15, 25, 35]
+    assert [i for i, r in enumerate(r for r in granite.layers if r.role != "channel") if r.symbol == "A"] == [
+        5,
+        15,
+        25,
+        35,
+    ]
     nemotron = madsl.account(PUBLIC / "nemotron-h-8b.mad")
     assert len(nemotron.layers) == 52 and sum(r.symbol == "A" for r in nemotron.layers) == 4
 
@@ -131,7 +143,10 @@ BAD_CONFIGS = {
     "unknown family": ({"model_type": "llama"}, 'madsl converts no "llama" configs'),
     "offset past period": ({"attn_layer_offset": 8}, '"attn_layer_offset": 8 is not below attn_layer_period=8'),
     "kv heads": ({"num_key_value_heads": 3}, "3 does not divide num_attention_heads=32"),
-    "missing": ({"mamba_d_state": None}, '"mamba_d_state": expected a positive integer at most 9,223,372,036,854,775,807, got null'),
+    "missing": (
+        {"mamba_d_state": None},
+        '"mamba_d_state": expected a positive integer at most 9,223,372,036,854,775,807, got null',
+    ),
 }
 
 
@@ -147,23 +162,29 @@ def test_bad_configs_are_located_errors(case, tmp_path):
 
 def test_nemotron_patterns_that_madsl_cannot_pair_or_size_are_refused():
     config = _config("nemotron-h-8b")
-    for pattern, message in (("M-ME" + "M-" * 24, 'missing key "n_routed_experts"'), ("M--" + "M-" * 24 + "M", "layer 3"),
-                             ("M-" * 25, "50 layers, but num_hidden_layers is 52")):
+    for pattern, message in (
+        ("M-ME" + "M-" * 24, 'missing key "n_routed_experts"'),
+        ("M--" + "M-" * 24 + "M", "layer 3"),
+        ("M-" * 25, "50 layers, but num_hidden_layers is 52"),
+    ):
         with pytest.raises(madsl.MadslError, match=message):
             from_hf_config({**config, "hybrid_override_pattern": pattern})
     # the Mamba width is heads x head width, whatever expand says (Nemotron-H's mixer)
     assert from_hf_config({**config, "mamba_num_heads": 96})["layers"]["M2"]["heads"] == 96
 
 
-@pytest.mark.parametrize("topology,model_type,message", [
-    ("A{rotary=false}-Sg:Mb-Sg:A{rotary=false}-Sg:A{rotary=false}-Sg", "jamba", "not every k-th layer"),
-    ("M2-Sg:A-Sg", "jamba", "Jamba has no mamba2 layer"),
-    ("M2-Sg:A-Sg", "nemotron_h", "Nemotron-H has no swiglu layer"),
-    ("M2-MoE:A-MoE", "granitemoehybrid", "always has a shared expert"),
-    ("M2-Sg:A-MoE", "granitemoehybrid", "same channel mixer"),
-    ("[M2 | A]-Sg", "granitemoehybrid", "parallel mixers"),
-    ("Mb-Sg:A{heads=2}-Sg", "jamba", "has no rotary"),
-])
+@pytest.mark.parametrize(
+    "topology,model_type,message",
+    [
+        ("A{rotary=false}-Sg:Mb-Sg:A{rotary=false}-Sg:A{rotary=false}-Sg", "jamba", "not every k-th layer"),
+        ("M2-Sg:A-Sg", "jamba", "Jamba has no mamba2 layer"),
+        ("M2-Sg:A-Sg", "nemotron_h", "Nemotron-H has no swiglu layer"),
+        ("M2-MoE:A-MoE", "granitemoehybrid", "always has a shared expert"),
+        ("M2-Sg:A-MoE", "granitemoehybrid", "same channel mixer"),
+        ("[M2 | A]-Sg", "granitemoehybrid", "parallel mixers"),
+        ("Mb-Sg:A{heads=2}-Sg", "jamba", "has no rotary"),
+    ],
+)
 def test_what_a_family_cannot_express_is_refused_with_the_reason(topology, model_type, message):
     spec = madsl.spec_from_topology(topology, dim=64, vocab=100)
     with pytest.raises(madsl.MadslError, match=message):

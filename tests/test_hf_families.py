@@ -5,6 +5,7 @@ both layer-list formats and with NVIDIA-Nemotron-3's squared-ReLU experts; Bamba
 beside Mamba-2) and LFM2 (gated short convolutions); the families madsl lacks a part for, refused with
 the part; `--format text|json`. The bundled configs' counts against their published sizes are in
 tests/test_hf_config.py."""
+
 from __future__ import annotations
 
 import contextlib
@@ -45,6 +46,7 @@ def _body_params(account) -> int:
 
 # ---- Mamba-2 as wide as the config says -------------------------------------------------------------------
 
+
 def test_nemotron_nano_9b_mamba_is_128_heads_of_80_and_every_path_agrees():
     config = _config("nemotron-nano-9b-v2")
     data = from_hf_config(config, "nano")
@@ -52,10 +54,21 @@ def test_nemotron_nano_9b_mamba_is_128_heads_of_80_and_every_path_agrees():
     account = madsl.account(spec_from_data(data))
     assert account.totals["params"] == 8_888_227_328  # Hugging Face's model built from the config, to the parameter
     assert all(row.config.get("heads") == 128 for row in account.layers if row.symbol == "M2")
-    sizes = ["M2.heads=128", "M2.head_dim=80", "M2.groups=8", "M2.d_state=128", "A.heads=40", "A.kv_heads=8",
-             "A.head_dim=128", "A.rotary=false", "Mlp.inner=15680", "Mlp.activation=relu2"]
-    rc, text, err = convert("--from-megatron", config["hybrid_override_pattern"], "--dim", "4480",
-                            *(f"--layer={size}" for size in sizes))
+    sizes = [
+        "M2.heads=128",
+        "M2.head_dim=80",
+        "M2.groups=8",
+        "M2.d_state=128",
+        "A.heads=40",
+        "A.kv_heads=8",
+        "A.head_dim=128",
+        "A.rotary=false",
+        "Mlp.inner=15680",
+        "Mlp.activation=relu2",
+    ]
+    rc, text, err = convert(
+        "--from-megatron", config["hybrid_override_pattern"], "--dim", "4480", *(f"--layer={size}" for size in sizes)
+    )
     assert rc == 0, err
     megatron = madsl.account(spec_from_data(yaml.safe_load(text)))
     assert _body_params(megatron) == _body_params(account)
@@ -65,11 +78,23 @@ def test_nemotron_nano_9b_mamba_is_128_heads_of_80_and_every_path_agrees():
 
 
 NANO_4B = {  # NVIDIA-Nemotron-3-Nano-4B's config.json: the fields quoted by mlc-llm's nemotron_h tests
-    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "vocab_size": 131072, "hidden_size": 3136,
-    "hybrid_override_pattern": "M-M-M-MM-M-M*-M-M*-M-M-M*-M-M-MM*-MMM-M-M-", "num_hidden_layers": 42,
-    "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12544,
-    "ssm_state_size": 128, "mamba_num_heads": 96, "mamba_head_dim": 80, "conv_kernel": 4, "use_conv_bias": True,
-    "n_groups": 8}
+    "architectures": ["NemotronHForCausalLM"],
+    "model_type": "nemotron_h",
+    "vocab_size": 131072,
+    "hidden_size": 3136,
+    "hybrid_override_pattern": "M-M-M-MM-M-M*-M-M*-M-M-M*-M-M-MM*-MMM-M-M-",
+    "num_hidden_layers": 42,
+    "num_attention_heads": 40,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 12544,
+    "ssm_state_size": 128,
+    "mamba_num_heads": 96,
+    "mamba_head_dim": 80,
+    "conv_kernel": 4,
+    "use_conv_bias": True,
+    "n_groups": 8,
+}
 
 
 def test_nvidia_nemotron_3_nano_4b_converts_at_96_heads_of_80():
@@ -85,11 +110,22 @@ def test_the_megatron_path_refuses_to_guess_the_mamba_width():
     rc, out, err = convert("--from-megatron", "M-M*-", "--dim", "4480", "--layer", "M2.head_dim=80")
     assert rc == 2 and out == "" and "width is not stated" in err and "M2.heads=N" in err
     for given in ("M2.heads=128", "M2.expand=2"):
-        rc, out, err = convert("--from-megatron", "M-M*-", "--dim", "4480", "--layer", "M2.head_dim=80",
-                               "--layer", given)
+        rc, out, err = convert(
+            "--from-megatron", "M-M*-", "--dim", "4480", "--layer", "M2.head_dim=80", "--layer", given
+        )
         assert rc == 0, err
-    rc, out, _ = convert("--from-megatron", "M-M*-", "--dim", "4480", "--layer", "M2.heads=112",
-                         "--layer", "M2.head_dim=64", "--format", "json")
+    rc, out, _ = convert(
+        "--from-megatron",
+        "M-M*-",
+        "--dim",
+        "4480",
+        "--layer",
+        "M2.heads=112",
+        "--layer",
+        "M2.head_dim=64",
+        "--format",
+        "json",
+    )
     m2 = json.loads(out)["spec"]["layers"]["M2"]
     assert m2 == {"heads": 112, "head_dim": 64}  # Nemotron-H-4B's 112 x 64 = 7168 on 3072, as given
     assert convert("--from-megatron", "M-M*-")[0] == 0  # no sizes given: the stdlib's, stated by nothing
@@ -105,14 +141,20 @@ def test_an_m2_width_of_heads_times_head_dim_is_what_the_layer_builds():
 
 # ---- Nemotron-H: both layer-list formats, NVIDIA-Nemotron-3 ------------------------------------------------
 
+
 def _as_layers_block_type(config: dict, names: dict[str, str]) -> dict:
     new = {k: v for k, v in config.items() if k not in ("hybrid_override_pattern", "num_hidden_layers")}
     new["layers_block_type"] = [names[c] for c in config["hybrid_override_pattern"]]
     return new
 
 
-@pytest.mark.parametrize("names", [{"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"},
-                                   {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}])
+@pytest.mark.parametrize(
+    "names",
+    [
+        {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"},
+        {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"},
+    ],
+)
 def test_layers_block_type_reads_as_the_pattern(names):
     for name in ("nemotron-3-nano-30b-a3b", "nemotron-nano-9b-v2"):
         config = _config(name)
@@ -128,14 +170,25 @@ def test_a_nemotron_config_without_a_layer_list_names_both_formats(tmp_path):
     assert "missing key" not in err
 
 
-@pytest.mark.parametrize("stack, change, message", [
-    ("list", {"layers_block_type": ["mamba", "moe", "attnetion"]}, '"layers_block_type"[2]: layer 3 is "attnetion"'),
-    ("list", {"layers_block_type": ["mlp", "mamba"]}, "MLP with no Mamba or attention layer before it"),
-    ("list", {"layers_block_type": ["mamba", "moe"], "num_hidden_layers": 3}, "2 layers, but num_hidden_layers is 3"),
-    ("both", {"layers_block_type": ["mamba", "moe"]}, "where hybrid_override_pattern says"),
-    ("pattern", {"moe_latent_size": 1024}, "latent mixture of experts"),
-    ("pattern", {"num_experts_per_tok": 129}, "exceeds n_routed_experts=128"),
-])
+@pytest.mark.parametrize(
+    "stack, change, message",
+    [
+        (
+            "list",
+            {"layers_block_type": ["mamba", "moe", "attnetion"]},
+            '"layers_block_type"[2]: layer 3 is "attnetion"',
+        ),
+        ("list", {"layers_block_type": ["mlp", "mamba"]}, "MLP with no Mamba or attention layer before it"),
+        (
+            "list",
+            {"layers_block_type": ["mamba", "moe"], "num_hidden_layers": 3},
+            "2 layers, but num_hidden_layers is 3",
+        ),
+        ("both", {"layers_block_type": ["mamba", "moe"]}, "where hybrid_override_pattern says"),
+        ("pattern", {"moe_latent_size": 1024}, "latent mixture of experts"),
+        ("pattern", {"num_experts_per_tok": 129}, "exceeds n_routed_experts=128"),
+    ],
+)
 def test_nemotron_layer_lists_and_experts_madsl_cannot_state_are_refused(stack, change, message):
     config = _config("nemotron-3-nano-30b-a3b")
     if stack == "list":  # the newer format alone
@@ -147,8 +200,14 @@ def test_nemotron_layer_lists_and_experts_madsl_cannot_state_are_refused(stack, 
 
 def test_nemotron_3_experts_are_two_matrix_squared_relu_mlps_with_a_shared_one():
     data = from_hf_config(_config("nemotron-3-nano-30b-a3b"))
-    assert data["layers"]["MoE"] == {"experts": 128, "expert_width": 1856, "active": 6, "shared_width": 3712,
-                                     "gated": False, "activation": "relu2"}
+    assert data["layers"]["MoE"] == {
+        "experts": 128,
+        "expert_width": 1856,
+        "active": 6,
+        "shared_width": 3712,
+        "gated": False,
+        "activation": "relu2",
+    }
     account = madsl.account(spec_from_data(data))
     moe = next(row for row in account.layers if row.symbol == "MoE")
     # router, experts of two matrices, the shared expert (and the block's RMSNorm)
@@ -158,9 +217,20 @@ def test_nemotron_3_experts_are_two_matrix_squared_relu_mlps_with_a_shared_one()
 
 def test_a_tiny_nemotron_3_shaped_model_builds_what_it_accounts_and_routes_either_way():
     spec = madsl.spec_from_topology(
-        "M2{heads=4, head_dim=8, groups=2, d_state=8}-MoE:A{heads=2, kv_heads=1, rotary=false}-MoE", dim=16, vocab=30,
-        layers={"MoE": {"experts": 8, "expert_width": 12, "active": 2, "shared_width": 10, "gated": False,
-                        "activation": "relu2"}})
+        "M2{heads=4, head_dim=8, groups=2, d_state=8}-MoE:A{heads=2, kv_heads=1, rotary=false}-MoE",
+        dim=16,
+        vocab=30,
+        layers={
+            "MoE": {
+                "experts": 8,
+                "expert_width": 12,
+                "active": 2,
+                "shared_width": 10,
+                "gated": False,
+                "activation": "relu2",
+            }
+        },
+    )
     account = madsl.account(spec)
     model = madsl.compile(spec, vocab_size=30)
     assert account.totals["params"] == sum(p.numel() for p in model.parameters())
@@ -173,6 +243,7 @@ def test_a_tiny_nemotron_3_shaped_model_builds_what_it_accounts_and_routes_eithe
 
 
 # ---- Bamba, Falcon-H1, LFM2 ------------------------------------------------------------------------------
+
 
 def test_bamba_places_attention_by_index_and_rotates_half_of_each_head():
     data = from_hf_config(_config("bamba-9b"))
@@ -198,13 +269,16 @@ def test_falcon_h1_runs_attention_beside_mamba_2_in_every_layer():
     assert expand["layers"]["M2"]["heads"] * expand["layers"]["M2"]["head_dim"] == 2048
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"mamba_rms_norm": True, "mamba_norm_before_gate": True}, "normalises after it"),
-    ({"projectors_bias": True}, "one bias switch"),
-    ({"attn_layer_indices": [0, 1]}, "attention in some layers only"),
-    ({"mamba_n_heads": 25}, "25 heads x 64 = 1600 channels, but the Mamba layers are 1536 wide"),
-    ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, "no scaling"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"mamba_rms_norm": True, "mamba_norm_before_gate": True}, "normalises after it"),
+        ({"projectors_bias": True}, "one bias switch"),
+        ({"attn_layer_indices": [0, 1]}, "attention in some layers only"),
+        ({"mamba_n_heads": 25}, "25 heads x 64 = 1600 channels, but the Mamba layers are 1536 wide"),
+        ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, "no scaling"),
+    ],
+)
 def test_falcon_h1_settings_madsl_cannot_state_are_refused(change, message):
     with pytest.raises(madsl.MadslError, match=message):
         from_hf_config({**_config("falcon-h1-0.5b"), **change})
@@ -225,8 +299,11 @@ def test_lfm2_sizes_its_mlp_as_its_config_class_does():
 def test_tiny_family_shaped_models_build_what_they_account():
     """Each family's layers at a tiny width: the module holds the accounted parameters, and its step
     form continues its parallel form (the contract of every primitive, here in the families' settings)."""
-    layers = {"A": {"heads": 4, "kv_heads": 2, "qk_norm": True, "rotary_fraction": 0.5},
-              "M2": {"heads": 3, "head_dim": 8, "d_state": 8, "norm": False}, "Sg": {"inner": 24}}
+    layers = {
+        "A": {"heads": 4, "kv_heads": 2, "qk_norm": True, "rotary_fraction": 0.5},
+        "M2": {"heads": 3, "head_dim": 8, "d_state": 8, "norm": False},
+        "Sg": {"inner": 24},
+    }
     for topology in ("2[A | M2]-Sg", "GConv-Sg:A-Sg:GConv{bias=true}-Sg"):
         spec = madsl.spec_from_topology(topology, dim=16, vocab=30, layers=layers)
         model = madsl.compile(spec, vocab_size=30).double().eval()
@@ -239,16 +316,19 @@ def test_tiny_family_shaped_models_build_what_they_account():
             torch.testing.assert_close(logits, expected[:, t], rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.parametrize("topology, settings, model_type, message", [
-    ("M2-Sg:A-Sg", {}, "falcon_h1", "attention beside Mamba-2"),
-    ("[A | M2]-Mlp", {}, "falcon_h1", "Falcon-H1 has no mlp layer"),
-    ("GConv-Sg:A-Sg", {}, "lfm2", "qk_norm: true"),
-    ("GConv-Mlp", {}, "lfm2", "LFM2 has no mlp layer"),
-    ("M2-MoE:A-MoE", {"A": {"rotary": False}}, "nemotron_h", "two matrices"),
-    ("M2-Mlp", {"M2": {"norm": False}}, "nemotron_h", "have the gated RMSNorm"),
-    ("M2-Sg:A-Sg", {"M2": {"heads": 3, "head_dim": 16}}, "bamba", "mamba_expand x hidden_size wide"),
-    ("M2-Mlp:A-Mlp", {}, "bamba", "Bamba has no mlp layer"),
-])
+@pytest.mark.parametrize(
+    "topology, settings, model_type, message",
+    [
+        ("M2-Sg:A-Sg", {}, "falcon_h1", "attention beside Mamba-2"),
+        ("[A | M2]-Mlp", {}, "falcon_h1", "Falcon-H1 has no mlp layer"),
+        ("GConv-Sg:A-Sg", {}, "lfm2", "qk_norm: true"),
+        ("GConv-Mlp", {}, "lfm2", "LFM2 has no mlp layer"),
+        ("M2-MoE:A-MoE", {"A": {"rotary": False}}, "nemotron_h", "two matrices"),
+        ("M2-Mlp", {"M2": {"norm": False}}, "nemotron_h", "have the gated RMSNorm"),
+        ("M2-Sg:A-Sg", {"M2": {"heads": 3, "head_dim": 16}}, "bamba", "mamba_expand x hidden_size wide"),
+        ("M2-Mlp:A-Mlp", {}, "bamba", "Bamba has no mlp layer"),
+    ],
+)
 def test_what_the_new_families_cannot_express_is_refused_with_the_reason(topology, settings, model_type, message):
     layers = {"A": {"heads": 2, **settings.get("A", {})}, **{k: v for k, v in settings.items() if k != "A"}}
     spec = madsl.spec_from_topology(topology, dim=32, vocab=100, layers=layers)
@@ -258,19 +338,47 @@ def test_what_the_new_families_cannot_express_is_refused_with_the_reason(topolog
 
 # ---- the families madsl lacks a part for: refused by name ------------------------------------------------
 
-QWEN3_NEXT_80B = {  # Qwen/Qwen3-Next-80B-A3B-Instruct's config.json, the fields of NVIDIA-NeMo/Megatron-Bridge's fixture
-    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "full_attention_interval": 4,
-    "head_dim": 256, "hidden_size": 2048, "intermediate_size": 5120, "linear_conv_kernel_dim": 4,
-    "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
-    "linear_value_head_dim": 128, "moe_intermediate_size": 512, "num_attention_heads": 16, "num_experts": 512,
-    "num_experts_per_tok": 10, "num_hidden_layers": 48, "num_key_value_heads": 2, "partial_rotary_factor": 0.25,
-    "shared_expert_intermediate_size": 512, "tie_word_embeddings": False, "vocab_size": 151936}
-ZAMBA2_SHAPE = {"architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2", "hidden_size": 2048,
-                "num_hidden_layers": 38, "use_shared_attention_adapter": False, "num_mem_blocks": 1}
+# Qwen/Qwen3-Next-80B-A3B-Instruct's config.json, the fields of NVIDIA-NeMo/Megatron-Bridge's fixture
+QWEN3_NEXT_80B = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "model_type": "qwen3_next",
+    "full_attention_interval": 4,
+    "head_dim": 256,
+    "hidden_size": 2048,
+    "intermediate_size": 5120,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_value_head_dim": 128,
+    "moe_intermediate_size": 512,
+    "num_attention_heads": 16,
+    "num_experts": 512,
+    "num_experts_per_tok": 10,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 2,
+    "partial_rotary_factor": 0.25,
+    "shared_expert_intermediate_size": 512,
+    "tie_word_embeddings": False,
+    "vocab_size": 151936,
+}
+ZAMBA2_SHAPE = {
+    "architectures": ["Zamba2ForCausalLM"],
+    "model_type": "zamba2",
+    "hidden_size": 2048,
+    "num_hidden_layers": 38,
+    "use_shared_attention_adapter": False,
+    "num_mem_blocks": 1,
+}
 
 
-@pytest.mark.parametrize("config, name, part", [(QWEN3_NEXT_80B, "Qwen3-Next", "more value heads than key heads"),
-                                                (ZAMBA2_SHAPE, "Zamba2", "concatenated with the original embeddings")])
+@pytest.mark.parametrize(
+    "config, name, part",
+    [
+        (QWEN3_NEXT_80B, "Qwen3-Next", "more value heads than key heads"),
+        (ZAMBA2_SHAPE, "Zamba2", "concatenated with the original embeddings"),
+    ],
+)
 def test_families_madsl_lacks_a_part_for_are_refused_by_name(tmp_path, config, name, part):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config, indent=2))
@@ -280,6 +388,7 @@ def test_families_madsl_lacks_a_part_for_are_refused_by_name(tmp_path, config, n
 
 
 # ---- --format text | json ----------------------------------------------------------------------------------
+
 
 def test_the_command_offers_every_family_the_library_converts():
     from madsl.cli.convert import FAMILY_TYPES

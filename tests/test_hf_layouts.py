@@ -2,16 +2,17 @@
 softmax `scale` and `out_bias`, and the model-wide `positions: learned`, `embedding_std`,
 `linear_std`. Each is counted as built, changes the identity only off its default, and is a
 located error when its value is bad."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+from layer_helpers import make
 
 import madsl
 from madsl.errors import MadslError
-from layer_helpers import make
 
 GPT_NEO = """name: neo
 dim: 32
@@ -61,7 +62,9 @@ def test_gpt_neo_layout_compiles_counts_and_initialises_as_gpt_neo(tmp_path):
     assert account.totals["params"] == sum(p.numel() for p in model.parameters())
     assert model.positions.weight.shape == (16, 32)
     # per layer as GPT-Neo's block: q, k, v without bias, out_proj with, two LayerNorms, an MLP with biases
-    assert account.totals["params"] == 10 * 32 + 16 * 32 + 2 * (4 * 32 * 32 + 32 + 2 * 64 + 2 * 32 * 128 + 128 + 32) + 64
+    assert (
+        account.totals["params"] == 10 * 32 + 16 * 32 + 2 * (4 * 32 * 32 + 32 + 2 * 64 + 2 * 32 * 128 + 128 + 32) + 64
+    )
     linears = [m for m in model.body.modules() if isinstance(m, torch.nn.Linear)]
     assert all(abs(m.weight.std().item() - 0.02) < 0.004 for m in linears)
     assert all(m.bias is None or not m.bias.any() for m in linears)
@@ -93,16 +96,27 @@ def test_embedding_std_sets_the_embedding_init(tmp_path):
 
 def test_model_options_enter_the_identity_only_off_their_defaults(tmp_path):
     base = _spec(tmp_path, "name: m\ndim: 32\ntopology: 2mA\n").identity()
-    restated = _spec(tmp_path, "name: m\ndim: 32\ntopology: 2mA\npositions: none\nembedding_std: 0.02\n"
-                               "linear_std: null\nlayers:\n  mA: {scale: null, out_bias: false}\n", "r.mad")
+    restated = _spec(
+        tmp_path,
+        "name: m\ndim: 32\ntopology: 2mA\npositions: none\nembedding_std: 0.02\n"
+        "linear_std: null\nlayers:\n  mA: {scale: null, out_bias: false}\n",
+        "r.mad",
+    )
     assert restated.identity() == base
-    for extra in ("positions: learned", "embedding_std: 0.1", "linear_std: 0.02",
-                  "layers:\n  mA: {scale: 1.0}", "layers:\n  mA: {out_bias: true}"):
+    for extra in (
+        "positions: learned",
+        "embedding_std: 0.1",
+        "linear_std: 0.02",
+        "layers:\n  mA: {scale: 1.0}",
+        "layers:\n  mA: {out_bias: true}",
+    ):
         assert _spec(tmp_path, f"name: m\ndim: 32\ntopology: 2mA\n{extra}\n", "x.mad").identity() != base
 
 
-@pytest.mark.parametrize("line, column", [("positions: sinusoidal", 12), ("embedding_std: 0", 16),
-                                          ("linear_std: -1", 13), ("embedding_std: yes", 16)])
+@pytest.mark.parametrize(
+    "line, column",
+    [("positions: sinusoidal", 12), ("embedding_std: 0", 16), ("linear_std: -1", 13), ("embedding_std: yes", 16)],
+)
 def test_bad_model_options_are_located_errors(tmp_path, line, column):
     with pytest.raises(MadslError) as err:
         _spec(tmp_path, f"name: m\ndim: 32\ntopology: 2mA\n{line}\n")

@@ -8,6 +8,7 @@ misreports (1 is a violated budget and nothing else).
 - a sweep's variants, each variant's layers and a plan's runs are counted before the work;
 - wrong types are located errors (exit 2), and integers in float notation keep the integer
   limit, so that every canonical form parses back to the same spec."""
+
 from __future__ import annotations
 
 import builtins
@@ -30,8 +31,12 @@ from madsl.spec import load_spec, spec_from_topology
 REPO = Path(__file__).resolve().parent.parent
 HYENA = REPO / "specs" / "paper" / "hyena-sg.mad"
 SECRET = "hunter2"
-PROFILE = dict(derandomize=True, database=None, deadline=None,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+PROFILE = dict(
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 @contextlib.contextmanager
@@ -112,8 +117,12 @@ def test_links_that_lead_out_of_the_tree_are_refused_unread(tree):
     study, outside = tree
     (study / "link.yaml").symlink_to(outside / "secret.yaml")
     (study / "linked").symlink_to(outside)
-    for entry, message in [("link.yaml", "resolves to"), ("linked/*.yaml", "searches"),
-                           ("*/*.mad", "through a link that leads out"), ("linked/x.mad", "resolves to")]:
+    for entry, message in [
+        ("link.yaml", "resolves to"),
+        ("linked/*.yaml", "searches"),
+        ("*/*.mad", "through a link that leads out"),
+        ("linked/x.mad", "resolves to"),
+    ]:
         path = sweep_file(study, entry)
         with files_opened() as opened:
             err = refused(path)
@@ -136,8 +145,10 @@ def test_inside_the_tree_paths_globs_links_and_madsl_spec_root_work(tree, monkey
     (study / "sub" / "notes.txt").write_text("not a spec, and a glob skips it\n")
     (study / "inner.mad").symlink_to(study / "sub" / "hyena-sg.mad")  # a link that stays inside is fine
     sweep = load_sweep(sweep_file(study, "sub/../hyena-sg.mad", "sub/*", "inner.mad"))
-    assert [Path(v.path).resolve() for v in sweep.variants] == [(study / "hyena-sg.mad").resolve(),
-                                                                (study / "sub" / "hyena-sg.mad").resolve()]
+    assert [Path(v.path).resolve() for v in sweep.variants] == [
+        (study / "hyena-sg.mad").resolve(),
+        (study / "sub" / "hyena-sg.mad").resolve(),
+    ]
     assert len(load_sweep(sweep_file(study, "bundled:paper/*-sg")).variants) == 13
     (outside / "shared.mad").write_text(HYENA.read_text())
     with pytest.raises(MadslError, match="may not leave"):
@@ -146,8 +157,10 @@ def test_inside_the_tree_paths_globs_links_and_madsl_spec_root_work(tree, monkey
     assert len(load_sweep(sweep_file(study, "../outside/shared.mad")).variants) == 1
 
 
-@pytest.mark.parametrize("secrets", [f"password: {SECRET}\n", f"- password\n- {SECRET}\n",
-                                     f"password: [{SECRET}\n", f"name: x\ntoken: {SECRET}\n"])
+@pytest.mark.parametrize(
+    "secrets",
+    [f"password: {SECRET}\n", f"- password\n- {SECRET}\n", f"password: [{SECRET}\n", f"name: x\ntoken: {SECRET}\n"],
+)
 def test_a_named_yaml_file_that_is_not_a_spec_is_refused_without_a_line_of_it(tree, secrets):
     study, _ = tree
     (study / "ci-secrets.yaml").write_text(secrets)
@@ -183,6 +196,7 @@ def test_a_missing_key_points_into_the_extending_spec_not_at_a_line_of_what_it_e
 
 
 # --- caps before work ---------------------------------------------------------------------------
+
 
 def test_a_ten_million_variant_sweep_is_refused_in_well_under_a_second(tree):
     study, _ = tree
@@ -266,6 +280,7 @@ def test_train_values_must_be_finite(tree):
 
 # --- madsl check: exit 1 is a budget verdict, nothing else ---------------------------------------
 
+
 @pytest.mark.parametrize("value", ["[Sg]", "{Sg: 1}", "[]", "{}", "1.5", "true"])
 def test_check_of_a_wrong_typed_channel_mixer_exits_2_located(tmp_path, capsys, value):
     spec = tmp_path / "s.mad"
@@ -291,8 +306,10 @@ def test_a_failure_of_madsl_on_a_spec_is_exit_2_never_budget_violated(tmp_path, 
 
 # --- integers in float notation, and canonical forms that parse back ----------------------------
 
-@pytest.mark.parametrize("text", ["H-Sg{inner=1e99}", "H-Sg{inner=1.0e99}", "H-Sg{inner=-1e99}",
-                                  "H{filter_states=1e19}", "A{heads=9.3e18}"])
+
+@pytest.mark.parametrize(
+    "text", ["H-Sg{inner=1e99}", "H-Sg{inner=1.0e99}", "H-Sg{inner=-1e99}", "H{filter_states=1e19}", "A{heads=9.3e18}"]
+)
 def test_an_integer_in_float_notation_keeps_the_integer_limit(text):
     with pytest.raises(MadslError, match="must be an integer of at most 9,223,372,036,854,775,807"):
         spec_from_topology(text)
@@ -307,11 +324,17 @@ def test_an_integer_parameter_in_yaml_float_notation_keeps_the_limit_and_check_e
     assert f"{spec}:5:15" in err and "must be an integer of at most" in err
 
 
-@pytest.mark.parametrize("written, canonical", [
-    ("H-Sg{inner=1e3}", "H-Sg{inner=1000}"), ("H-Sg{inner=1.5e3}", "H-Sg{inner=1500}"), ("H-Sg{inner=2e3}", "H-Sg{inner=2000}"),
-    ("A{heads=2.0}:A{heads=2}", "2A{heads=2}"), ("A{rotary_base=20000}", "A{rotary_base=20000.0}"),
-    ("H-Sg{inner=9.2e18}", "H-Sg{inner=9200000000000000000}"),
-])
+@pytest.mark.parametrize(
+    "written, canonical",
+    [
+        ("H-Sg{inner=1e3}", "H-Sg{inner=1000}"),
+        ("H-Sg{inner=1.5e3}", "H-Sg{inner=1500}"),
+        ("H-Sg{inner=2e3}", "H-Sg{inner=2000}"),
+        ("A{heads=2.0}:A{heads=2}", "2A{heads=2}"),
+        ("A{rotary_base=20000}", "A{rotary_base=20000.0}"),
+        ("H-Sg{inner=9.2e18}", "H-Sg{inner=9200000000000000000}"),
+    ],
+)
 def test_canonical_forms_parse_back_to_the_same_spec(tmp_path, written, canonical):
     spec = spec_from_topology(written, dim=64)
     assert spec.canonical() == canonical
@@ -336,9 +359,34 @@ _OUTSIDE.mkdir()
 (_OUTSIDE / "c.mad").write_text(f"name: {SECRET}\ndim: 32\ntopology: H\n")
 (_STUDY / "out").symlink_to(_OUTSIDE)
 
-segments = st.sampled_from(["a.mad", "sub", "b.mad", "..", ".", "*", "*.mad", "?.mad", "[ab].mad", "**", "out",
-                            "outside", "c.mad", "notes.yaml", "study", "/", "~", "bundled:paper", "mamba",
-                            "*-sg", "x.yaml", "/proc", "cwd", str(_OUTSIDE)])
+segments = st.sampled_from(
+    [
+        "a.mad",
+        "sub",
+        "b.mad",
+        "..",
+        ".",
+        "*",
+        "*.mad",
+        "?.mad",
+        "[ab].mad",
+        "**",
+        "out",
+        "outside",
+        "c.mad",
+        "notes.yaml",
+        "study",
+        "/",
+        "~",
+        "bundled:paper",
+        "mamba",
+        "*-sg",
+        "x.yaml",
+        "/proc",
+        "cwd",
+        str(_OUTSIDE),
+    ]
+)
 
 
 @st.composite
@@ -392,16 +440,16 @@ def test_the_variant_cap_is_exact_and_refuses_before_any_spec_is_read(sizes, spe
 
 
 def _integer_notation(value: int, form: str) -> str:
-    return {"int": str(value), "dot": f"{value}.0", "exp": f"{value:e}".replace("+", ""),
-            "big": f"{value}e0"}[form]
+    return {"int": str(value), "dot": f"{value}.0", "exp": f"{value:e}".replace("+", ""), "big": f"{value}e0"}[form]
 
 
 @settings(max_examples=60, **PROFILE)
-@given(st.sampled_from([("H-Sg", "inner"), ("A", "heads"), ("H", "filter_states"), ("Mb", "d_state")]),
-       st.one_of(st.integers(1, 4096), st.integers(2**62, 2**64), st.sampled_from([10**99, 10**30, 2**63])),
-       st.sampled_from(["int", "dot", "exp", "big"]))
-def test_integer_parameters_in_any_notation_are_refused_or_print_a_canonical_form_that_parses_back(
-        layer, value, form):
+@given(
+    st.sampled_from([("H-Sg", "inner"), ("A", "heads"), ("H", "filter_states"), ("Mb", "d_state")]),
+    st.one_of(st.integers(1, 4096), st.integers(2**62, 2**64), st.sampled_from([10**99, 10**30, 2**63])),
+    st.sampled_from(["int", "dot", "exp", "big"]),
+)
+def test_integer_parameters_in_any_notation_are_refused_or_print_a_canonical_form_that_parses_back(layer, value, form):
     symbol, param = layer
     text = f"{symbol}{{{param}={_integer_notation(value, form)}}}"
     try:

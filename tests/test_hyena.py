@@ -1,11 +1,14 @@
 """The Hyena-family layers beyond the primitive contract (tests/test_contract.py): float32
 step mode at the MAD width, the long-convolution kernels, causality, sparse routing, training."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 torch.set_num_threads(1)
+
+from layer_helpers import make, run_steps  # noqa: E402
 
 from madsl.kernels.fftconv import (  # noqa: E402
     causal_conv,
@@ -16,8 +19,6 @@ from madsl.kernels.fftconv import (  # noqa: E402
 )
 from madsl.layers.implicit_filters import HyenaFilter  # noqa: E402
 from madsl.layers.modal_filters import ModalFilter  # noqa: E402
-
-from layer_helpers import make, run_steps  # noqa: E402
 
 CONV_METHODS = ("fft", "toeplitz")
 
@@ -43,9 +44,14 @@ def test_step_matches_forward_float32_defaults(name, method):
     torch.testing.assert_close(stepped, parallel, atol=2e-5 * parallel.abs().max().item() + 1e-6, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name,overrides", [
-    ("hyena", {}), ("multihead_hyena", {"heads": 4}), ("hyena_experts", {"experts": 4, "expert_width": 8}),
-])
+@pytest.mark.parametrize(
+    "name,overrides",
+    [
+        ("hyena", {}),
+        ("multihead_hyena", {"heads": 4}),
+        ("hyena_experts", {"experts": 4, "expert_width": 8}),
+    ],
+)
 def test_bf16_autocast_keeps_the_long_convolution_in_float32(name, overrides):
     torch.manual_seed(0)
     _, module = make(name, 32, **overrides)
@@ -60,6 +66,7 @@ def test_bf16_autocast_keeps_the_long_convolution_in_float32(name, overrides):
 
 # ---- kernels -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("seq_len", [1, 7, 64, 200])
 def test_fft_and_toeplitz_match_direct_convolution(seq_len):
     torch.manual_seed(0)
@@ -69,7 +76,7 @@ def test_fft_and_toeplitz_match_direct_convolution(seq_len):
     reference = direct_causal_conv(u, h, skip)
     # the definition, written out for one channel
     t = seq_len - 1
-    assert torch.allclose(reference[1, 2, t], (h[2, :t + 1].flip(0) * u[1, 2, :t + 1]).sum() + skip[2] * u[1, 2, t])
+    assert torch.allclose(reference[1, 2, t], (h[2, : t + 1].flip(0) * u[1, 2, : t + 1]).sum() + skip[2] * u[1, 2, t])
     for conv in (fft_causal_conv, toeplitz_causal_conv):
         torch.testing.assert_close(conv(u, h, skip), reference, atol=1e-10, rtol=0)
     # broadcast filter (one per head, shared by the head's outer-product channels), float32
@@ -109,6 +116,7 @@ def test_fft_conv_gradients():
 
 
 # ---- filters -----------------------------------------------------------------------------------------
+
 
 def test_modal_filter_is_stable_and_matches_its_recurrence():
     torch.manual_seed(0)
@@ -156,11 +164,18 @@ def test_hyena_filter_taps_do_not_depend_on_length():
 
 # ---- causality ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("method", CONV_METHODS)
-@pytest.mark.parametrize("name,overrides", [
-    ("hyena", {"order": 3}), ("hyena", {"filter": "hyena"}), ("multihead_hyena", {"heads": 4}),
-    ("multihead_hyena", {"heads": 4, "filter": "hyena"}), ("hyena_experts", {"experts": 4, "expert_width": 8}),
-])
+@pytest.mark.parametrize(
+    "name,overrides",
+    [
+        ("hyena", {"order": 3}),
+        ("hyena", {"filter": "hyena"}),
+        ("multihead_hyena", {"heads": 4}),
+        ("multihead_hyena", {"heads": 4, "filter": "hyena"}),
+        ("hyena_experts", {"experts": 4, "expert_width": 8}),
+    ],
+)
 def test_future_tokens_do_not_change_past_outputs(name, overrides, method):
     torch.manual_seed(0)
     _, module = make(name, 32, **overrides)
@@ -175,6 +190,7 @@ def test_future_tokens_do_not_change_past_outputs(name, overrides, method):
 
 
 # ---- routing -----------------------------------------------------------------------------------------
+
 
 def test_router_gives_exactly_zero_weight_to_unselected_experts():
     torch.manual_seed(0)
@@ -202,10 +218,16 @@ def test_router_gives_exactly_zero_weight_to_unselected_experts():
 
 # ---- training ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,overrides", [
-    ("hyena", {}), ("hyena", {"filter": "hyena"}), ("multihead_hyena", {"heads": 4}),
-    ("hyena_experts", {"experts": 4, "expert_width": 8}),
-])
+
+@pytest.mark.parametrize(
+    "name,overrides",
+    [
+        ("hyena", {}),
+        ("hyena", {"filter": "hyena"}),
+        ("multihead_hyena", {"heads": 4}),
+        ("hyena_experts", {"experts": 4, "expert_width": 8}),
+    ],
+)
 def test_a_few_training_steps_reduce_the_loss(name, overrides):
     torch.manual_seed(0)
     _, module = make(name, 32, **overrides)

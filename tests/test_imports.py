@@ -1,4 +1,5 @@
 """The package's import graph, read from its `import` statements, has no loop (DEVELOPERS.md: data flows one way)."""
+
 import ast
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: resolve against this module's package
                 base = name.split(".") if is_package else name.split(".")[:-1]
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
                 origin = ".".join(base + ([node.module] if node.module else []))
             else:
                 origin = node.module or ""
@@ -53,7 +54,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         path.pop()
@@ -78,8 +79,11 @@ def test_the_package_import_graph_has_no_cycle():
 
 def test_nothing_below_the_cli_imports_it():
     graph = import_graph()
-    importers = sorted(m for m, deps in graph.items() if not m.startswith("madsl.cli")
-                       and any(d == "madsl.cli" or d.startswith("madsl.cli.") for d in deps))
+    importers = sorted(
+        m
+        for m, deps in graph.items()
+        if not m.startswith("madsl.cli") and any(d == "madsl.cli" or d.startswith("madsl.cli.") for d in deps)
+    )
     assert importers == ["madsl.__main__"]
 
 
@@ -91,8 +95,14 @@ def test_the_cycle_finder_finds_a_cycle_across_function_level_and_relative_impor
     (pkg / "cli.py").write_text("def build():\n    from .runner import cli_commands\n")
     (pkg / "runner" / "__init__.py").write_text("")
     (pkg / "runner" / "cli_commands.py").write_text("from madsl.cli import _positive_int\n")
-    names = {n: p for n, p in {"madsl": pkg / "__init__.py", "madsl.cli": pkg / "cli.py",
-                               "madsl.runner": pkg / "runner" / "__init__.py",
-                               "madsl.runner.cli_commands": pkg / "runner" / "cli_commands.py"}.items()}
+    names = {
+        n: p
+        for n, p in {
+            "madsl": pkg / "__init__.py",
+            "madsl.cli": pkg / "cli.py",
+            "madsl.runner": pkg / "runner" / "__init__.py",
+            "madsl.runner.cli_commands": pkg / "runner" / "cli_commands.py",
+        }.items()
+    }
     graph = {n: imported_modules(n, p, set(names)) for n, p in names.items()}
     assert find_cycle(graph) == ["madsl.cli", "madsl.runner.cli_commands", "madsl.cli"]

@@ -5,6 +5,7 @@ mixers and a tag used twice), prefill over a prompt and then one step per token 
 logits of the parallel forward (float64, weights moved off their initialisation), and the
 state measured after L tokens is the accounted fixed state + conv state + KV cache at L.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,9 +20,15 @@ torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT, STEPS, VOCAB = 5, 3, 16
 SPECS = sorted(ROOT.glob("specs/paper/*.mad")) + sorted(ROOT.glob("specs/hybrid/*.mad"))
-TOPOLOGIES = ["H#a-Sg:A:H#a-Sg", "A{window=3}-Sg:A{window=2,rotary=true}", "[H | mA]-MoE:Mb", "(2A:2Mb){residual=gated}:(A-Sg){residual=add}:(Mb:H)",
-              "((A:A){norm=layer} | Mb:H)x2:(A-Sg | Mb){split=gated, combine=res, residual=add}",
-              "[H#a | A]-Sg:H#a-Sg", "Mb#t:[A | Mb#t]"]
+TOPOLOGIES = [
+    "H#a-Sg:A:H#a-Sg",
+    "A{window=3}-Sg:A{window=2,rotary=true}",
+    "[H | mA]-MoE:Mb",
+    "(2A:2Mb){residual=gated}:(A-Sg){residual=add}:(Mb:H)",
+    "((A:A){norm=layer} | Mb:H)x2:(A-Sg | Mb){split=gated, combine=res, residual=add}",
+    "[H#a | A]-Sg:H#a-Sg",
+    "Mb#t:[A | Mb#t]",
+]
 
 
 def _model(spec) -> torch.nn.Module:

@@ -2,6 +2,7 @@
 
 The loaded model must be the run's best epoch: evaluated on the run's test split the way
 training evaluates, it gives the accuracy the store recorded for that epoch."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,22 @@ from madsl.tasks import get_task
 
 torch.set_num_threads(1)
 SPEC = Path(__file__).resolve().parent.parent / "specs" / "paper" / "hyena-sg.mad"
-TINY = ["--task", "in-context-recall", "--protocol", "smoke", "--epochs", "2", "--batch-size", "8",
-        "--set", "seq_len=32", "--set", "num_train_examples=32", "--set", "num_test_examples=16"]
+TINY = [
+    "--task",
+    "in-context-recall",
+    "--protocol",
+    "smoke",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "8",
+    "--set",
+    "seq_len=32",
+    "--set",
+    "num_train_examples=32",
+    "--set",
+    "num_test_examples=16",
+]
 
 
 def test_keep_best_export_and_load_give_the_recorded_accuracy(tmp_path, capsys):
@@ -80,8 +95,17 @@ def test_loading_never_unpickles(tmp_path):
 
     folder = tmp_path / "planted"
     folder.mkdir()
-    build = {"vocab_size": 8, "max_seq_len": 16, "num_classes": 8, "backbone_num_classes": None, "head": "lm",
-             "input_dim": 0, "target_len": None, "compression_position": -1, "conventions": "madsl"}
+    build = {
+        "vocab_size": 8,
+        "max_seq_len": 16,
+        "num_classes": 8,
+        "backbone_num_classes": None,
+        "head": "lm",
+        "input_dim": 0,
+        "target_len": None,
+        "compression_position": -1,
+        "conventions": "madsl",
+    }
     spec = madsl.spec_from_topology("Mb", dim=16).data
     (folder / "config.json").write_text(json.dumps({"format": "madsl-run-model/1", "spec": spec, "build": build}))
     (folder / "model.safetensors").write_bytes(pickle.dumps(Payload()))
@@ -95,19 +119,30 @@ def test_loading_never_unpickles(tmp_path):
 def test_best_weights_kept_only_for_the_best_epoch_when_keep_best_changes_between_resumes():
     # started with --keep best, resumed without it (a better epoch comes, unkept), resumed with it
     # again: the checkpoint must not offer the first best epoch's weights as the later one's
-    from madsl.runner.train.heads import TaskModel
+    from runner_helpers import StandInModel
+
     from madsl.runner.plan.runs import TrainSettings
+    from madsl.runner.train.heads import TaskModel
     from madsl.runner.train.metrics import EpochMetrics
     from madsl.runner.train.state import RunState
-    from runner_helpers import StandInModel
 
     settings = TrainSettings(lr=1e-3, wd=0.0, epochs=5, batch_size=8, seed=0, min_lr=1e-6, early_stop_acc=0.999)
     state = RunState.start(settings, lambda: TaskModel(StandInModel(8, 16), "lm"), torch.device("cpu"), 16, 8)
 
     def epoch(n: int, eval_loss: float) -> EpochMetrics:
-        return EpochMetrics(epoch=n, lr=1e-3, seconds=0.0, train_loss=1.0, train_ppl=None, train_acc=None,
-                            train_macro_acc=None, eval_loss=eval_loss, eval_ppl=None, eval_acc=0.5,
-                            eval_macro_acc=0.5)
+        return EpochMetrics(
+            epoch=n,
+            lr=1e-3,
+            seconds=0.0,
+            train_loss=1.0,
+            train_ppl=None,
+            train_acc=None,
+            train_macro_acc=None,
+            eval_loss=eval_loss,
+            eval_ppl=None,
+            eval_acc=0.5,
+            eval_macro_acc=0.5,
+        )
 
     state.keep_best = True
     state.end_epoch(epoch(1, 1.0))
@@ -131,5 +166,7 @@ def test_exported_weights_are_readable_as_the_config_is(tmp_path, capsys):
         assert main(["export", run_id, "-o", str(tmp_path / "out"), "--db", str(db)]) == 0
     finally:
         os.umask(previous)
-    assert {(p.name, p.stat().st_mode & 0o777) for p in (tmp_path / "out").iterdir()} == \
-        {("config.json", 0o644), ("model.safetensors", 0o644)}
+    assert {(p.name, p.stat().st_mode & 0o777) for p in (tmp_path / "out").iterdir()} == {
+        ("config.json", 0o644),
+        ("model.safetensors", 0o644),
+    }

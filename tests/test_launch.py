@@ -1,6 +1,7 @@
 """One way to run jobs (madsl.runner.launch.run): any Job (here the least one: it reports and ends)
 goes through the same database check, placement, store, registration, coordinator and error
 mapping as `madsl eval`'s and `madsl scale`'s; one precision rule for both."""
+
 from __future__ import annotations
 
 import sqlite3

@@ -15,6 +15,7 @@ and imports only from its own layer or the ones below it, read from every `impor
     cli        the command line, and the package's own face (madsl/__init__.py)
 
 tests/test_imports.py checks there is no cycle at all; this test checks the direction."""
+
 from __future__ import annotations
 
 import ast
@@ -28,12 +29,27 @@ REPO = PACKAGE_DIR.parent
 
 # (layer, modules): "x.*" is x and everything below it, "x" that module alone
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("madsl._version", "madsl.errors", "madsl.paths", "madsl.outputs", "madsl.oserrors",
-              "madsl.resources")),
-    ("language", ("madsl.lang.*", "madsl.primitives.*", "madsl.graph", "madsl.structure", "madsl.fit",
-                  "madsl.conventions", "madsl.report_text", "madsl.spec", "madsl.topology")),  # (first addresses)
+    ("base", ("madsl._version", "madsl.errors", "madsl.paths", "madsl.outputs", "madsl.oserrors", "madsl.resources")),
+    (
+        "language",
+        (
+            "madsl.lang.*",
+            "madsl.primitives.*",
+            "madsl.graph",
+            "madsl.plan_layout",
+            "madsl.structure",
+            "madsl.fit",
+            "madsl.conventions",
+            "madsl.report_text",
+            "madsl.spec",
+            "madsl.topology",
+        ),
+    ),  # (first addresses)
     ("interop", ("madsl.interop.*", "madsl.convert", "madsl.hf_config")),
-    ("model", ("madsl.layers.*", "madsl.kernels.*", "madsl.model", "madsl.compiler", "madsl.model_file")),
+    (
+        "model",
+        ("madsl.layers.*", "madsl.kernels.*", "madsl.model", "madsl.model_parts", "madsl.compiler", "madsl.model_file"),
+    ),
     ("tasks", ("madsl.tasks.*",)),
     ("corpus", ("madsl.corpus.*",)),
     ("runner", ("madsl.runner.*",)),
@@ -77,7 +93,7 @@ def imports(name: str, path: Path, known: set[str]) -> list[tuple[str, int]]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: resolve against this module's package
                 base = name.split(".") if is_package else name.split(".")[:-1]
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
                 origin = ".".join(base + ([node.module] if node.module else []))
             else:
                 origin = node.module or ""
@@ -113,8 +129,9 @@ def place(module: str, layers: Order = LAYERS, rooms: Order = RUNNER_ROOMS) -> t
     return (layer, room) if room is not None else (layer,)
 
 
-def upward_imports(modules: dict[str, Path], layers: Order = LAYERS, rooms: Order = RUNNER_ROOMS,
-                   root: Path = REPO) -> list[str]:
+def upward_imports(
+    modules: dict[str, Path], layers: Order = LAYERS, rooms: Order = RUNNER_ROOMS, root: Path = REPO
+) -> list[str]:
     """Every import from a lower layer (or runner room) to a higher one, and every module in no layer,
     each with its file:line."""
     problems = []
@@ -130,10 +147,12 @@ def upward_imports(modules: dict[str, Path], layers: Order = LAYERS, rooms: Orde
             if there is None:
                 continue  # reported as a module of its own
             higher = there[0][0] > here[0][0] or (
-                len(here) == len(there) == 2 and there[0][0] == here[0][0] and there[1][0] > here[1][0])
+                len(here) == len(there) == 2 and there[0][0] == here[0][0] and there[1][0] > here[1][0]
+            )
             if higher:
-                problems.append(f"{where}:{line}: {name} ({here[-1][1]}) imports {target} ({there[-1][1]}), "
-                                f"a higher layer")
+                problems.append(
+                    f"{where}:{line}: {name} ({here[-1][1]}) imports {target} ({there[-1][1]}), a higher layer"
+                )
     return problems
 
 
@@ -144,9 +163,13 @@ def test_every_import_goes_down_the_layers():
 
 def test_the_language_does_not_import_the_runner():
     modules = module_names()
-    offending = [f"{name} imports {target} (line {line})" for name, path in sorted(modules.items())
-                 if place(name) is not None and place(name)[0][1] in ("base", "language")
-                 for target, line in imports(name, path, set(modules)) if target.startswith("madsl.runner")]
+    offending = [
+        f"{name} imports {target} (line {line})"
+        for name, path in sorted(modules.items())
+        if place(name) is not None and place(name)[0][1] in ("base", "language")
+        for target, line in imports(name, path, set(modules))
+        if target.startswith("madsl.runner")
+    ]
     assert offending == []
 
 
@@ -162,8 +185,11 @@ def test_nothing_outside_the_runner_imports_its_private_names():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             origin = (node.module or "") if isinstance(node, ast.ImportFrom) else ""
             if origin.startswith("madsl" if entry else "madsl.runner"):
-                offending += [f"{name}:{node.lineno} imports {node.module}.{alias.name}" for alias in node.names
-                              if alias.name.startswith("_") or (alias.asname or "").startswith("_")]
+                offending += [
+                    f"{name}:{node.lineno} imports {node.module}.{alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") or (alias.asname or "").startswith("_")
+                ]
     assert offending == []
 
 
@@ -179,20 +205,31 @@ def test_the_check_finds_an_upward_import_with_its_line(tmp_path):
     # room that reaches up into the plan (a function-level, relative import), and a module in no layer
     pkg = tmp_path / "madsl"
     files = {
-        "__init__.py": "", "errors.py": "",
-        "lang/__init__.py": "", "lang/spec.py": "import os\n\ndef f():\n    from madsl.runner.plan import settings\n",
-        "runner/__init__.py": "", "runner/plan/__init__.py": "",
+        "__init__.py": "",
+        "errors.py": "",
+        "lang/__init__.py": "",
+        "lang/spec.py": "import os\n\ndef f():\n    from madsl.runner.plan import settings\n",
+        "runner/__init__.py": "",
+        "runner/plan/__init__.py": "",
         "runner/plan/settings.py": "from madsl import errors\n",
-        "runner/train/__init__.py": "", "runner/train/loop.py": "def g():\n    from ..plan import settings\n",
+        "runner/train/__init__.py": "",
+        "runner/train/loop.py": "def g():\n    from ..plan import settings\n",
         "stray.py": "",
     }
     for relative, text in files.items():
         (pkg / relative).parent.mkdir(parents=True, exist_ok=True)
         (pkg / relative).write_text(text)
-    layers = (("base", ("madsl.errors",)), ("language", ("madsl.lang.*",)), ("runner", ("madsl.runner.*",)),
-              ("cli", ("madsl",)))
-    rooms = (("runner/train", ("madsl.runner.train.*",)), ("runner/plan", ("madsl.runner.plan.*",)),
-             ("runner's API", ("madsl.runner",)))
+    layers = (
+        ("base", ("madsl.errors",)),
+        ("language", ("madsl.lang.*",)),
+        ("runner", ("madsl.runner.*",)),
+        ("cli", ("madsl",)),
+    )
+    rooms = (
+        ("runner/train", ("madsl.runner.train.*",)),
+        ("runner/plan", ("madsl.runner.plan.*",)),
+        ("runner's API", ("madsl.runner",)),
+    )
     problems = upward_imports(module_names(pkg), layers, rooms, root=tmp_path)
     assert problems == [
         "madsl/lang/spec.py:4: madsl.lang.spec (language) imports madsl.runner.plan.settings (runner/plan), "

@@ -1,6 +1,7 @@
 """Attention, gated linear attention, SwiGLU and MoE beyond the primitive contract
 (tests/test_contract.py: parameters, state, step == forward): causality, chunked GLA ==
 recurrent GLA, MoE routing, and that training learns what needs the layer. Tiny sizes."""
+
 from __future__ import annotations
 
 import copy
@@ -9,10 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from madsl.lang import stdlib
 from madsl.kernels.gla import _largest_safe_chunk, gla_chunked, gla_recurrent
+from madsl.lang import stdlib
 from madsl.layers.gla import GatedLinearAttention
-
 
 torch.set_num_threads(1)
 
@@ -37,6 +37,7 @@ def test_rotary_has_no_parameters_or_saved_buffers():
 
 # ---- causality ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("symbol", ["A", "mA", "Alg", "mAlg"])
 def test_causal(symbol):
     torch.manual_seed(0)
@@ -57,6 +58,7 @@ def test_causal(symbol):
 
 
 # ---- chunked GLA == recurrent GLA ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize("length,chunk", [(64, 16), (100, 32), (7, 64), (129, 64)])
 @pytest.mark.parametrize("gate_scale", [1.0, 1000.0])  # 1000: decays of e^-250 per step on average
@@ -115,6 +117,7 @@ def test_gla_layer_kernels_agree():
 
 # ---- MoE ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dense", [True, False])
 def test_moe_unselected_experts_have_no_effect(dense):
     torch.manual_seed(0)
@@ -172,6 +175,7 @@ def test_moe_aux_loss():
 
 # ---- training reduces a loss --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("symbol", ["Sg", "MoE"])
 def test_few_steps_reduce_loss(symbol):
     """Channel mixers fit a position-wise target. (Sequence mixers must learn what needs them:
@@ -210,8 +214,9 @@ def test_fla_wrapper_layout(monkeypatch):
     (batch, L, heads, dim) layout and signature must give the recurrence's result."""
     import madsl.kernels.gla as kernels
 
-    def fake_chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False,
-                       cu_seqlens=None, head_first=True):
+    def fake_chunk_gla(
+        q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None, head_first=True
+    ):
         assert not head_first and scale == 1.0
         o, final = gla_recurrent(*(x.transpose(1, 2) for x in (q, k, v, g)), initial_state)
         return o.transpose(1, 2), final
@@ -237,12 +242,15 @@ def test_rwkv_takes_flas_chunk_gla_where_it_applies(monkeypatch, version):
 
     calls = []
 
-    def fake_chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False,
-                       cu_seqlens=None, head_first=True):
+    def fake_chunk_gla(
+        q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None, head_first=True
+    ):
         calls.append(q.shape)
         assert not head_first and scale == 1.0
-        o, final = gla_recurrent(*(x.transpose(1, 2).double() for x in (q, k, v, g)),
-                                 None if initial_state is None else initial_state.double())
+        o, final = gla_recurrent(
+            *(x.transpose(1, 2).double() for x in (q, k, v, g)),
+            None if initial_state is None else initial_state.double(),
+        )
         return o.transpose(1, 2).to(v.dtype), final.float()
 
     torch.manual_seed(0)

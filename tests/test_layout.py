@@ -1,6 +1,7 @@
 """The package stays readable top to bottom: no module of madsl over MAX_MODULE_LINES lines, no
 function over MAX_FUNCTION_LINES, each of the runner's sub-packages says what it holds, and the
 runner's docstring names every one of them (DEVELOPERS.md: one idea per module)."""
+
 from __future__ import annotations
 
 import ast
@@ -18,8 +19,7 @@ MAX_FUNCTION_LINES = 60
 # What exceeds a limit today, with its size when this list was written (as committed): each may
 # shrink, none may grow, and one that comes within its limit must leave the list (so the list only
 # ever shrinks). Nothing else may join it: split the module, or the function, instead.
-LONG_MODULES = {
-}
+LONG_MODULES = {}
 LONG_FUNCTIONS: dict[str, int] = {  # "path:qualified name" (a method as Class.method)
 }
 
@@ -63,8 +63,11 @@ def all_function_lines() -> dict[str, int]:
 def over(sizes: dict[str, int], limit: int, allowed: dict[str, int]) -> list[str]:
     """What breaks the rule: a size over `limit` not listed, a listed one that grew, a listed one
     gone or back within the limit (to be struck from the list)."""
-    problems = [f"{name}: {size} lines (at most {limit})" for name, size in sorted(sizes.items())
-                if size > limit and name not in allowed]
+    problems = [
+        f"{name}: {size} lines (at most {limit})"
+        for name, size in sorted(sizes.items())
+        if size > limit and name not in allowed
+    ]
     for name, recorded in sorted(allowed.items()):
         size = sizes.get(name)
         if size is None:
@@ -92,14 +95,19 @@ def test_the_check_sees_methods_and_nested_functions(tmp_path):
     source.write_text(f"class A:\n    def f(self):\n{body}\n\n\ndef g():\n    def h():\n{body}\n    return h\n")
     sizes = function_lines(source, root=tmp_path)
     assert sizes == {"madsl/m.py:A.f": 4, "madsl/m.py:g": 6, "madsl/m.py:g.<locals>.h": 4}
-    assert over(sizes, 3, {"madsl/m.py:g": 6}) == ["madsl/m.py:A.f: 4 lines (at most 3)",
-                                                   "madsl/m.py:g.<locals>.h: 4 lines (at most 3)"]
-    assert over(sizes, 3, {"madsl/m.py:g": 5}) == ["madsl/m.py:A.f: 4 lines (at most 3)",
-                                                   "madsl/m.py:g.<locals>.h: 4 lines (at most 3)",
-                                                   "madsl/m.py:g: 6 lines, grew past the 5 it is listed with"]
+    assert over(sizes, 3, {"madsl/m.py:g": 6}) == [
+        "madsl/m.py:A.f: 4 lines (at most 3)",
+        "madsl/m.py:g.<locals>.h: 4 lines (at most 3)",
+    ]
+    assert over(sizes, 3, {"madsl/m.py:g": 5}) == [
+        "madsl/m.py:A.f: 4 lines (at most 3)",
+        "madsl/m.py:g.<locals>.h: 4 lines (at most 3)",
+        "madsl/m.py:g: 6 lines, grew past the 5 it is listed with",
+    ]
     assert over(sizes, 6, {"madsl/m.py:g": 9, "madsl/m.py:gone": 70}) == [
         "madsl/m.py:g: 6 lines, within 6 now: strike it from the list",
-        "madsl/m.py:gone: listed as too long, but it is gone: strike it from the list"]
+        "madsl/m.py:gone: listed as too long, but it is gone: strike it from the list",
+    ]
 
 
 def runner_subpackages() -> list[Path]:
@@ -117,5 +125,6 @@ def test_the_runners_docstring_names_every_subpackage():
     import madsl.runner
 
     for package in runner_subpackages():
-        assert f"    {package.name}/ " in madsl.runner.__doc__, \
+        assert f"    {package.name}/ " in madsl.runner.__doc__, (
             f"madsl/runner/__init__.py's docstring does not describe its room {package.name}/"
+        )

@@ -1,5 +1,6 @@
 """The leaderboard's text tables fit the terminal: at 100 columns no task or architecture
 name is cut or ellipsized (long names break after their hyphens, nowhere else)."""
+
 from __future__ import annotations
 
 import json
@@ -19,11 +20,25 @@ def _scores(conventions=("mad-lab",)):
         for convention in conventions:
             for task in mad_task_order():
                 run_id = f"{spec}-{task}-{convention}"
-                rows.append({"run_id": run_id, "spec_hash": spec, "spec_name": spec, "task": task,
-                             "setting": json.dumps({"seq_len": 128}), "status": "done", "best_eval_acc": 0.5,
-                             "best_eval_ppl": 2.0, "best_eval_loss": 0.7, "lr": 1e-3, "wd": 0.0, "seed": 0,
-                             "train_seconds": 1234.0, "train_config": json.dumps({"conventions": convention}),
-                             "diverged_epoch": None})
+                rows.append(
+                    {
+                        "run_id": run_id,
+                        "spec_hash": spec,
+                        "spec_name": spec,
+                        "task": task,
+                        "setting": json.dumps({"seq_len": 128}),
+                        "status": "done",
+                        "best_eval_acc": 0.5,
+                        "best_eval_ppl": 2.0,
+                        "best_eval_loss": 0.7,
+                        "lr": 1e-3,
+                        "wd": 0.0,
+                        "seed": 0,
+                        "train_seconds": 1234.0,
+                        "train_config": json.dumps({"conventions": convention}),
+                        "diverged_epoch": None,
+                    }
+                )
                 labels[run_id] = ["paper"]
     return spec_scores(rows, labels, mad_task_order())
 
@@ -50,15 +65,15 @@ def test_the_leaderboard_fits_100_columns_without_cutting_a_name(conventions):
     rules = [i for i, line in enumerate(lines) if set(line.strip()) <= set("─━┡╇┩") and line.strip()]
     # the board: every MAD task is a header, whole, in the lines above its first rule
     title_end = next(i for i, line in enumerate(lines) if "settings)" in line)
-    headers = set(_column_texts(lines[title_end + 1:rules[0]]).values())
+    headers = set(_column_texts(lines[title_end + 1 : rules[0]]).values())
     assert set(mad_task_order()) <= headers, headers
-    assert "MAD score" in "\n".join(lines[title_end + 1:rules[0]])  # the six MAD tasks: their aggregate
+    assert "MAD score" in "\n".join(lines[title_end + 1 : rules[0]])  # the six MAD tasks: their aggregate
     # the per-task table: each row's task cell, read down its column, is a whole task name
     header = lines[rules[1] - 1]
     start, end = header.index("task"), header.index("score")
     tasks, fragments = [], []
-    for line in lines[rules[1] + 1:]:
-        cell, score = line[start:end].strip(), line[end:end + 6].strip()
+    for line in lines[rules[1] + 1 :]:
+        cell, score = line[start:end].strip(), line[end : end + 6].strip()
         if score and fragments:
             tasks.append(_fragments_are_whole_names(fragments))
             fragments = []

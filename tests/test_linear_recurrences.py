@@ -1,5 +1,6 @@
 """The chunked forms of the linear recurrences against the published recurrences, written out
 token by token in float64 here (independently of the kernels' own step functions)."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,7 +14,10 @@ B, H, L, K, V = 2, 3, 29, 5, 4
 
 def _inputs(seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    rand = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
     q, k, v = rand(B, H, L, K), F.normalize(rand(B, H, L, K), dim=-1), rand(B, H, L, V)
     log_decay = -3 * torch.rand(B, H, L, generator=g, dtype=torch.float64)
     beta = torch.rand(B, H, L, generator=g, dtype=torch.float64)
@@ -84,8 +88,11 @@ def test_mamba2_layer_is_the_ssd_recurrence_of_its_weights():
     u = torch.randn(2, 9, 16, dtype=torch.float64)
     E, N, H, G = p.d_inner, p.d_state, p.n_heads, p.groups
     z, xBC, dt = m.in_proj(u).split((E, E + 2 * G * N, H), dim=-1)
-    xBC = F.silu(F.conv1d(F.pad(xBC.transpose(1, 2), (p.d_conv - 1, 0)), m.conv.conv.weight, m.conv.conv.bias,
-                          groups=xBC.shape[-1])).transpose(1, 2)
+    xBC = F.silu(
+        F.conv1d(
+            F.pad(xBC.transpose(1, 2), (p.d_conv - 1, 0)), m.conv.conv.weight, m.conv.conv.bias, groups=xBC.shape[-1]
+        )
+    ).transpose(1, 2)
     x, Bm, Cm = xBC.split((E, G * N, G * N), dim=-1)
     dt = F.softplus(dt + m.dt_bias)
     A = -m.A_log.exp()

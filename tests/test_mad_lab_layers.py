@@ -13,6 +13,7 @@ The reference's computations are written out below from its code, on madsl's wei
 parity benchmark, benchmarks/mad_lab_parity.py, runs the reference's own modules, which need
 einops and a checkout of the reference).
 """
+
 from __future__ import annotations
 
 import math
@@ -49,6 +50,7 @@ def _layer(symbol: str, length: int, **overrides) -> torch.nn.Module:
 
 
 # ---- the length rule ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("length", [32, 127, 128, 1024])
 def test_the_filters_follow_the_length_the_model_is_built_for(length):
@@ -131,6 +133,7 @@ def test_step_equals_forward_at_the_built_length(symbol):
 
 # ---- the reference's implicit filter at max_length M -----------------------------------------------
 
+
 def reference_filter(filt, max_length: int, seq_len: int) -> torch.Tensor:
     """featurization/hyena_filter.py HyenaFilter(seq_len=max_length).forward(seq_len) on madsl's
     weights: PositionalEmbedding's z (here the learned table) and t = linspace(0, 1, M), the MLP
@@ -161,8 +164,9 @@ def reference_features(max_length: int, emb_dim: int = 3) -> torch.Tensor:
 @pytest.mark.parametrize("max_length", [32, 128, 1024])
 def test_the_learned_features_start_at_the_references(max_length):
     filt = madsl.compile(madsl.load_spec(BASE), vocab_size=16, max_seq_len=max_length).named_layers["H"][0].long_filter
-    torch.testing.assert_close(filt.features_table.detach().double(), reference_features(max_length),
-                               rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        filt.features_table.detach().double(), reference_features(max_length), rtol=1e-6, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("symbol", HYENA_FAMILY)
@@ -173,11 +177,13 @@ def test_the_filter_is_the_references_at_its_max_length(symbol, max_length):
     filt = _layer(symbol, max_length).long_filter
     for seq_len in (max_length, max_length - 1):
         with torch.no_grad():
-            torch.testing.assert_close(filt(seq_len), reference_filter(filt, max_length, seq_len),
-                                       rtol=1e-10, atol=1e-12)
+            torch.testing.assert_close(
+                filt(seq_len), reference_filter(filt, max_length, seq_len), rtol=1e-10, atol=1e-12
+            )
 
 
 # ---- Hyena experts' channel layout ------------------------------------------------------------------
+
 
 def reference_hyena_experts(module, u: torch.Tensor) -> torch.Tensor:
     """HyenaExpertsOperator.forward (order 2, one head, one block) on madsl's weights: in_proj,

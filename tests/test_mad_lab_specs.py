@@ -8,6 +8,7 @@ length and at every other length of the MAD settings. The reference's counts are
 below from its code, module by module (`nn.Linear(a, b)` is a*b + b with its default bias,
 a*b without; `nn.Conv1d(c, c, k, groups=c)` is c*k + c).
 """
+
 from __future__ import annotations
 
 import glob
@@ -41,16 +42,26 @@ def implicit_filter(channels: int, order: int, emb_dim: int = 3, length: int = L
     2 x Linear(order, order), Linear(order, channels, bias=False), Sin's freq (order), and
     PositionalEmbedding's z (max_length x emb_dim, a parameter: lr_pos_emb is not 0). The
     ExponentialModulation's deltas are a buffer (modulation_lr 0)."""
-    return (linear(emb_dim, order) + 2 * linear(order, order) + linear(order, channels, bias=False)
-            + order + length * emb_dim)
+    return (
+        linear(emb_dim, order)
+        + 2 * linear(order, order)
+        + linear(order, channels, bias=False)
+        + order
+        + length * emb_dim
+    )
 
 
 def hyena(length: int = L) -> int:
     """hyena.yml -> HyenaOperator: inner_dim = 4 * 128 = 512, in_proj dim -> 3 * 512 / proj_groups 4,
     short_filter over 3 * 512 channels, HyenaConv over 512 channels (a bias of 512 and the filter of
     order 4), out_proj 512 -> 128."""
-    return (linear(D, 3 * 4 * D // 4) + depthwise_conv(3 * 4 * D, 3) + 4 * D + implicit_filter(4 * D, 4, length=length)
-            + linear(4 * D, D))
+    return (
+        linear(D, 3 * 4 * D // 4)
+        + depthwise_conv(3 * 4 * D, 3)
+        + 4 * D
+        + implicit_filter(4 * D, 4, length=length)
+        + linear(4 * D, D)
+    )
 
 
 def mh_hyena(length: int = L) -> int:
@@ -63,8 +74,14 @@ def hyena_experts(length: int = L) -> int:
     """hyena-experts.yml -> HyenaExpertsOperator: in_proj dim -> 3 * 16 * 8, short_filter over 384
     channels, out_proj 16 -> 128, router Linear(128, 8), HyenaConv over 128 channels (bias + filter
     of order 16)."""
-    return (linear(D, 3 * 16 * 8) + depthwise_conv(3 * 16 * 8, 3) + linear(16, D) + linear(D, 8)
-            + D + implicit_filter(D, 16, length=length))
+    return (
+        linear(D, 3 * 16 * 8)
+        + depthwise_conv(3 * 16 * 8, 3)
+        + linear(16, D)
+        + linear(D, 8)
+        + D
+        + implicit_filter(D, 16, length=length)
+    )
 
 
 HYENA, MH_HYENA, HYENA_EXPERTS = hyena(), mh_hyena(), hyena_experts()
@@ -75,8 +92,15 @@ ATTENTION = linear(D, 3 * D) + linear(D, D)
 GLA = 4 * linear(D, D, bias=False) + linear(D, 16, bias=False) + linear(16, D) + linear(D, D, bias=False) + D
 MH_GLA = GLA - D + D // 8  # 8 heads: the RMSNorm is over a head's 16 values
 # mamba.yml: d_inner 256, dt_rank ceil(128 / 16) = 8, d_state 4, d_conv 4, no bias but the conv's.
-MAMBA = (linear(D, 2 * 2 * D, bias=False) + depthwise_conv(2 * D, 4) + linear(2 * D, 8 + 2 * 4, bias=False)
-         + linear(8, 2 * D) + 2 * D * 4 + 2 * D + linear(2 * D, D, bias=False))
+MAMBA = (
+    linear(D, 2 * 2 * D, bias=False)
+    + depthwise_conv(2 * D, 4)
+    + linear(2 * D, 8 + 2 * 4, bias=False)
+    + linear(8, 2 * D)
+    + 2 * D * 4
+    + 2 * D
+    + linear(2 * D, D, bias=False)
+)
 # swiglu.yml: dim_inner null -> GLU's rule int(2 * 128 * 4 / 3) = 341, up to a multiple of 16: 352.
 SWIGLU = 3 * linear(D, 352, bias=False)
 # moe-mlp.yml -> MoeMlp: up1, up2 128 -> 16 * 8, down1 16 * 8 -> 128 * 8 (all bias false), router
@@ -84,8 +108,18 @@ SWIGLU = 3 * linear(D, 352, bias=False)
 MOE_GATES = 8 * 16
 MOE = 2 * linear(D, 16 * 8, bias=False) + linear(16 * 8, D * 8, bias=False) + linear(D, 8) + MOE_GATES
 
-REFERENCE = {"H": HYENA, "mH": MH_HYENA, "He": HYENA_EXPERTS, "A": ATTENTION, "mA": ATTENTION,
-             "Alg": GLA, "mAlg": MH_GLA, "Mb": MAMBA, "Sg": SWIGLU, "MoE": MOE}
+REFERENCE = {
+    "H": HYENA,
+    "mH": MH_HYENA,
+    "He": HYENA_EXPERTS,
+    "A": ATTENTION,
+    "mA": ATTENTION,
+    "Alg": GLA,
+    "mAlg": MH_GLA,
+    "Mb": MAMBA,
+    "Sg": SWIGLU,
+    "MoE": MOE,
+}
 # what madsl leaves out of its count: parameters the reference holds but never uses
 UNUSED = {"MoE": MOE_GATES}
 
@@ -113,8 +147,7 @@ def test_every_layer_has_the_reference_parameter_count_to_the_unit(length):
     assert counted == {symbol: count - UNUSED.get(symbol, 0) for symbol, count in reference_at(length).items()}
     # and the modules madsl builds from them hold exactly those parameters
     model = madsl.compile(spec, vocab_size=16, max_seq_len=length)
-    built = {symbol: sum(p.numel() for p in layers[0].parameters())
-             for symbol, layers in model.named_layers.items()}
+    built = {symbol: sum(p.numel() for p in layers[0].parameters()) for symbol, layers in model.named_layers.items()}
     assert built == counted
 
 
@@ -133,6 +166,7 @@ def test_every_paper_architecture_has_a_mad_lab_twin():
 
 
 # ---- the reference's computations, from madsl's weights ---------------------------------------------
+
 
 def _module(symbol: str, length: int = L) -> torch.nn.Module:
     """base.mad's layer `symbol` built for sequences of `length`, in float64, its weights moved off

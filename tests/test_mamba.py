@@ -1,7 +1,8 @@
 """The Mamba layer (madsl/layers/mamba.py) and its CPU selective scan
-(madsl/kernels/selective_scan.py): parameter parity with the accounting and with
+(madsl/kernels/selective_scan_cpu.py): parameter parity with the accounting and with
 mamba-ssm's layout, initialisation, step == forward, and the fused scan against the
 plain recurrence, mamba-ssm's reference formula and finite differences."""
+
 from __future__ import annotations
 
 import math
@@ -11,16 +12,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from madsl.kernels.selective_scan import selective_scan, selective_scan_cpu
+from madsl.kernels.selective_scan import selective_scan
+from madsl.kernels.selective_scan_cpu import selective_scan_cpu
 from madsl.kernels.selective_scan_reference import selective_scan_reference
-from madsl.layers.mamba import Mamba
 from madsl.lang.stdlib import primitive
+from madsl.layers.mamba import Mamba
 
 torch.set_num_threads(1)
 
 
 def mamba(dim: int, **config) -> Mamba:
     return primitive("mamba", dim, **config).build()
+
 
 CONFIGS = [
     dict(d_state=4, d_conv=4, expand=2, dt_rank=None, bias=False, conv_bias=False),  # MAD defaults
@@ -35,17 +38,21 @@ CONFIGS = [
 
 def test_parameter_names_and_shapes_follow_mamba_ssm():
     dim, d_state, d_conv = 40, 5, 3
-    module = mamba(dim, d_state=d_state, d_conv=d_conv, expand=2, dt_rank=None, bias=True,
-                   conv_bias=True)
+    module = mamba(dim, d_state=d_state, d_conv=d_conv, expand=2, dt_rank=None, bias=True, conv_bias=True)
     d_inner, rank = 80, math.ceil(dim / 16)
     shapes = {name: tuple(p.shape) for name, p in module.named_parameters()}
     assert shapes == {
-        "in_proj.weight": (2 * d_inner, dim), "in_proj.bias": (2 * d_inner,),
-        "conv1d.weight": (d_inner, 1, d_conv), "conv1d.bias": (d_inner,),
+        "in_proj.weight": (2 * d_inner, dim),
+        "in_proj.bias": (2 * d_inner,),
+        "conv1d.weight": (d_inner, 1, d_conv),
+        "conv1d.bias": (d_inner,),
         "x_proj.weight": (rank + 2 * d_state, d_inner),
-        "dt_proj.weight": (d_inner, rank), "dt_proj.bias": (d_inner,),
-        "A_log": (d_inner, d_state), "D": (d_inner,),
-        "out_proj.weight": (dim, d_inner), "out_proj.bias": (dim,),
+        "dt_proj.weight": (d_inner, rank),
+        "dt_proj.bias": (d_inner,),
+        "A_log": (d_inner, d_state),
+        "D": (d_inner,),
+        "out_proj.weight": (dim, d_inner),
+        "out_proj.bias": (dim,),
     }
     assert module.conv1d.groups == d_inner and module.conv1d.padding == (d_conv - 1,)
     plain = dict(mamba(dim, bias=False, conv_bias=False).named_parameters())
@@ -58,7 +65,7 @@ def test_initialisation_as_mamba_ssm():
     expected_A_log = torch.log(torch.arange(1, 5, dtype=torch.float32)).repeat(128, 1)
     assert torch.equal(module.A_log.data, expected_A_log)
     assert torch.equal(module.D.data, torch.ones(128))
-    bound = module.dt_rank ** -0.5
+    bound = module.dt_rank**-0.5
     assert module.dt_proj.weight.abs().max() <= bound and module.dt_proj.weight.abs().max() > 0.5 * bound
     dt = F.softplus(module.dt_proj.bias.double())  # the bias is the inverse softplus of dt
     assert dt.min() >= 0.001 * (1 - 1e-4) and dt.max() <= 0.1 * (1 + 1e-4)
@@ -94,8 +101,7 @@ def _perturbed(module: Mamba) -> Mamba:
 def test_layer_gradients_match_plain_recurrence(monkeypatch):
     mamba_module = sys.modules[Mamba.__module__]
     torch.manual_seed(0)
-    module = _perturbed(mamba(16, d_state=4, d_conv=3, expand=2, dt_rank=None, bias=True,
-                              conv_bias=True)).double()
+    module = _perturbed(mamba(16, d_state=4, d_conv=3, expand=2, dt_rank=None, bias=True, conv_bias=True)).double()
     x = torch.randn(2, 9, 16, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(2, 9, 16, dtype=torch.float64)
 
@@ -182,13 +188,11 @@ def _mamba_ssm_formula(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
 @pytest.mark.parametrize("delta_softplus", [True, False])
 def test_scan_matches_mamba_ssm_formula(delta_softplus):
     inputs = _scan_inputs(2, 6, 3, 10, torch.float64, layer_layout=False)
-    out, last = selective_scan_cpu(*inputs, delta_softplus=delta_softplus, return_last_state=True,
-                                   chunk_len=4)
+    out, last = selective_scan_cpu(*inputs, delta_softplus=delta_softplus, return_last_state=True, chunk_len=4)
     expected_out, expected_last = _mamba_ssm_formula(*inputs, delta_softplus=delta_softplus)
     torch.testing.assert_close(out, expected_out, atol=1e-12, rtol=1e-10)
     torch.testing.assert_close(last, expected_last, atol=1e-12, rtol=1e-10)
-    ref_out, ref_last = selective_scan_reference(*inputs, delta_softplus=delta_softplus,
-                                                 return_last_state=True)
+    ref_out, ref_last = selective_scan_reference(*inputs, delta_softplus=delta_softplus, return_last_state=True)
     torch.testing.assert_close(ref_out, expected_out, atol=1e-12, rtol=1e-10)
 
 
@@ -218,8 +222,7 @@ def test_scan_forward_backward_match_reference(layer_layout, chunk_len, optional
 @pytest.mark.parametrize("chunk_len", [2, None])
 def test_scan_gradcheck_float64(chunk_len):
     inputs = _scan_inputs(2, 3, 2, 7, torch.float64, layer_layout=False)
-    assert torch.autograd.gradcheck(
-        lambda *a: selective_scan_cpu(*a, delta_softplus=True, chunk_len=chunk_len), inputs)
+    assert torch.autograd.gradcheck(lambda *a: selective_scan_cpu(*a, delta_softplus=True, chunk_len=chunk_len), inputs)
 
 
 def test_scan_saves_no_per_step_states():

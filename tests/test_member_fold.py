@@ -3,6 +3,7 @@ members, ops without a vmap rule run once with the member axis folded into an ax
 treat independently. Each fold equals a loop over the members, forward and backward
 (float64), and every layer that declares `stacks` is exact under vmap; the stacked trainer's
 parity with unbatched runs is tests/test_grid.py's."""
+
 from __future__ import annotations
 
 import warnings
@@ -16,11 +17,12 @@ from madsl.kernels.attention import scaled_dot_product_attention
 from madsl.kernels.causal_conv1d import causal_conv1d_silu
 from madsl.kernels.gla import gla_chunked
 from madsl.kernels.linear_recurrence import decay_parallel, delta_parallel
-from madsl.kernels.selective_scan import selective_scan, selective_scan_cpu
-from madsl.kernels.selective_scan_reference import selective_scan_reference
+from madsl.kernels.selective_scan import selective_scan
 from madsl.kernels.selective_scan_chunked import selective_scan_chunked
-from madsl.runner.batched.stacked import batchable
+from madsl.kernels.selective_scan_cpu import selective_scan_cpu
+from madsl.kernels.selective_scan_reference import selective_scan_reference
 from madsl.lang.stdlib import primitive, primitives
+from madsl.runner.batched.stacked import batchable
 
 MEMBERS = 3
 f64 = torch.float64
@@ -55,8 +57,11 @@ def test_sdpa_folds_members_into_the_batch(window):
     q, k, v = _leaves(*[(MEMBERS, 2, 3, 7, 4)] * 3, generator=gen)
     back = torch.arange(7)[:, None] - torch.arange(7)[None, :]
     band = (back >= 0) & (back < 3)
-    fn = (lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True)) if window is None else \
-        (lambda q, k, v: scaled_dot_product_attention(q, k, v, attn_mask=band))
+    fn = (
+        (lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True))
+        if window is None
+        else (lambda q, k, v: scaled_dot_product_attention(q, k, v, attn_mask=band))
+    )
     _vmap_equals_loop(fn, [q, k, v])
 
 
@@ -96,8 +101,9 @@ def test_the_scan_folds_shared_parameters():
     args = _scan_args(torch.Generator().manual_seed(3), members=MEMBERS)
     for i in (2, 5, 7):
         args[i] = args[i][0].detach().requires_grad_()
-    _vmap_equals_loop(lambda *a: selective_scan(*a, delta_softplus=True), args,
-                      in_dims=(0, 0, None, 0, 0, None, 0, None))
+    _vmap_equals_loop(
+        lambda *a: selective_scan(*a, delta_softplus=True), args, in_dims=(0, 0, None, 0, 0, None, 0, None)
+    )
 
 
 class _StandInConv(torch.autograd.Function):
@@ -127,7 +133,9 @@ def test_causal_conv1d_folds_members_into_channels():
         assert activation == "silu"
         return _StandInConv.apply(x, weight, bias)
 
-    x, weight, bias = _leaves((MEMBERS, 2, 5, 8), (MEMBERS, 5, 4), (MEMBERS, 5), generator=torch.Generator().manual_seed(4))
+    x, weight, bias = _leaves(
+        (MEMBERS, 2, 5, 8), (MEMBERS, 5, 4), (MEMBERS, 5), generator=torch.Generator().manual_seed(4)
+    )
     _vmap_equals_loop(lambda x, w, b: causal_conv1d_silu(kernel, x, w, b), [x, weight, bias])
     with pytest.raises(RuntimeError, match="setup_context|vmap support"):  # what the fold spares
         torch.func.vmap(lambda x, w, b: kernel(x, w, b, "silu"))(x, weight, bias)
@@ -143,8 +151,9 @@ def test_linear_recurrences_fold_members_into_the_batch():
     beta = torch.rand(MEMBERS, 2, 3, 11, dtype=f64, generator=gen).requires_grad_()
     _vmap_equals_loop(lambda q, k, v, g: gla_chunked(q, k, v, g, chunk_size=4), [q, k, v, gates])
     _vmap_equals_loop(lambda q, k, v, g: decay_parallel(q, k, v, g, chunk_size=4), [q, k, v, decay])
-    _vmap_equals_loop(lambda q, k, v, b, g: delta_parallel(q, k, v, b, g, chunk_size=4),
-                      [q, F.normalize(k, dim=-1), v, beta, decay])
+    _vmap_equals_loop(
+        lambda q, k, v, b, g: delta_parallel(q, k, v, b, g, chunk_size=4), [q, F.normalize(k, dim=-1), v, beta, decay]
+    )
 
 
 def test_an_op_vmap_passes_no_member_axis_runs_as_it_is():
@@ -171,7 +180,10 @@ def test_outside_vmap_nothing_is_wrapped():
 
 def test_torch_func_grad_through_a_fold_is_a_clear_error():
     q = torch.randn(MEMBERS, 1, 2, 3, 4, dtype=f64)
-    loss = lambda q: torch.func.vmap(lambda q: scaled_dot_product_attention(q, q, q, is_causal=True))(q).sum()
+
+    def loss(q):
+        return torch.func.vmap(lambda q: scaled_dot_product_attention(q, q, q, is_causal=True))(q).sum()
+
     with pytest.raises(NotImplementedError, match="not torch.func.grad"):
         torch.func.grad(loss)(q)
 
@@ -186,8 +198,11 @@ def _layer_cases():
     return cases
 
 
-@pytest.mark.parametrize("name, overrides", _layer_cases(), ids=lambda c: str(c) if isinstance(c, str) else
-                         "-".join(f"{k}={v}" for k, v in c.items()) or "defaults")
+@pytest.mark.parametrize(
+    "name, overrides",
+    _layer_cases(),
+    ids=lambda c: str(c) if isinstance(c, str) else "-".join(f"{k}={v}" for k, v in c.items()) or "defaults",
+)
 def test_every_layer_declares_stacks_and_is_exact_under_vmap(name, overrides):
     """Every layer declares `stacks` (madsl.runner.batched.stacked), and where it is True it holds: vmap
     over members' stacked parameters equals each member's own forward and parameter gradients
@@ -205,8 +220,11 @@ def test_every_layer_declares_stacks_and_is_exact_under_vmap(name, overrides):
     x = torch.randn(MEMBERS, 2, 12, 16, dtype=f64, generator=torch.Generator().manual_seed(8))
 
     def loss(model, *state_and_x):
-        out = torch.func.functional_call(model, state_and_x[:2], (state_and_x[2],)) if len(state_and_x) == 3 \
+        out = (
+            torch.func.functional_call(model, state_and_x[:2], (state_and_x[2],))
+            if len(state_and_x) == 3
             else model(state_and_x[0])
+        )
         aux = getattr(model, "aux_loss", None)
         return out.square().mean() + (aux if isinstance(aux, torch.Tensor) else 0.0)
 
@@ -221,8 +239,13 @@ def test_every_layer_declares_stacks_and_is_exact_under_vmap(name, overrides):
         own = dict(model.named_parameters())
         want = torch.autograd.grad(want_loss, [own[n] for n in names], allow_unused=True)
         for n, g, w in zip(names, grads, want):
-            torch.testing.assert_close(g[m] if g is not None else torch.zeros_like(own[n]),
-                                       w if w is not None else torch.zeros_like(own[n]), atol=1e-12, rtol=1e-9, msg=n)
+            torch.testing.assert_close(
+                g[m] if g is not None else torch.zeros_like(own[n]),
+                w if w is not None else torch.zeros_like(own[n]),
+                atol=1e-12,
+                rtol=1e-9,
+                msg=n,
+            )
 
 
 def test_a_layer_without_the_declaration_trains_in_lockstep():

@@ -1,5 +1,6 @@
 """A plan whose runs cannot fit where they train is refused before anything runs (exit 2, what
 a run needs against what the device has), and a plan that fits is never refused."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +10,7 @@ import torch
 
 from madsl.cli import main
 from madsl.errors import MadslError
-from madsl.runner.plan import cost
-from madsl.runner.plan import memory
+from madsl.runner.plan import cost, memory
 from madsl.runner.plan.evaluation import cli_overrides, plan_evaluation
 from madsl.runner.store.files import StoreFiles
 from madsl.spec import load_spec
@@ -38,8 +38,12 @@ def test_the_bound_counts_the_models_real_parameters_and_each_member_of_a_group(
     assert len(group.members) == 6
     job = group.members[0]
     vocab = job.task.vocab_size(dict(job.setting))
-    model = job.model_factory(vocab_size=vocab, max_seq_len=int(job.setting["seq_len"]),
-                              num_classes=job.task.num_classes(dict(job.setting)), seed=0)
+    model = job.model_factory(
+        vocab_size=vocab,
+        max_seq_len=int(job.setting["seq_len"]),
+        num_classes=job.task.num_classes(dict(job.setting)),
+        seed=0,
+    )
     real = sum(p.numel() for p in model.parameters())
     from madsl.graph import account
 
@@ -59,16 +63,30 @@ def test_the_bound_counts_the_models_real_parameters_and_each_member_of_a_group(
 
 def test_a_setting_far_too_large_is_refused_at_plan_time_with_what_it_needs(tmp_path, capsys):
     db = tmp_path / "r.db"
-    rc = main(["eval", str(PAPER / "attention-sg.mad"), "--protocol", "smoke", "--task", "memorization",
-               "--set", "vocab_size=1000000000", "--db", str(db), "--quiet"])
+    rc = main(
+        [
+            "eval",
+            str(PAPER / "attention-sg.mad"),
+            "--protocol",
+            "smoke",
+            "--task",
+            "memorization",
+            "--set",
+            "vocab_size=1000000000",
+            "--db",
+            str(db),
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and not db.exists()
     assert "attention-sg on memorization (vocab_size=1000000000" in err and "does not fit" in err
     assert "128,000,525,056 parameters" in err and "this machine has" in err and "Traceback" not in err
 
 
-def test_a_step_that_runs_out_of_memory_while_the_plan_measures_the_rate_is_a_clear_error(tmp_path, capsys,
-                                                                                          monkeypatch):
+def test_a_step_that_runs_out_of_memory_while_the_plan_measures_the_rate_is_a_clear_error(
+    tmp_path, capsys, monkeypatch
+):
     from madsl.runner.plan import rate_measure
 
     def out_of_memory(*args, **kwargs):
@@ -76,11 +94,24 @@ def test_a_step_that_runs_out_of_memory_while_the_plan_measures_the_rate_is_a_cl
 
     monkeypatch.setenv("MADSL_CACHE_DIR", str(tmp_path / "cache"))  # nothing cached: the plan measures
     monkeypatch.setattr(rate_measure, "measure_family", out_of_memory)
-    rc = main(["eval", str(PAPER / "attention-sg.mad"), "--protocol", "smoke", "--task", "in-context-recall",
-               "--db", str(tmp_path / "r.db"), "--dry-run", "--no-batch-grid"])
+    rc = main(
+        [
+            "eval",
+            str(PAPER / "attention-sg.mad"),
+            "--protocol",
+            "smoke",
+            "--task",
+            "in-context-recall",
+            "--db",
+            str(tmp_path / "r.db"),
+            "--dry-run",
+            "--no-batch-grid",
+        ]
+    )
     err = capsys.readouterr().err
-    assert rc == 2 and "ran out of memory while the plan measured this device's training rate (CUDA out of memory" \
-        in err
+    assert (
+        rc == 2 and "ran out of memory while the plan measured this device's training rate (CUDA out of memory" in err
+    )
     assert "Traceback" not in err
 
 
@@ -90,9 +121,24 @@ def test_a_batch_larger_than_the_training_set_is_costed_as_the_batch_that_trains
     from runner_helpers import stand_in_rates
 
     stand_in_rates(monkeypatch, tmp_path / "cache", flops_per_s=1e9, overhead_s=0.0)
-    rc = main(["eval", str(PAPER / "mamba.mad"), "--protocol", "smoke", "--task", "memorization",
-               "--batch-size", "100000000", "--db", str(tmp_path / "r.db"), "--dry-run", "--no-batch-grid",
-               "--format", "json"])
+    rc = main(
+        [
+            "eval",
+            str(PAPER / "mamba.mad"),
+            "--protocol",
+            "smoke",
+            "--task",
+            "memorization",
+            "--batch-size",
+            "100000000",
+            "--db",
+            str(tmp_path / "r.db"),
+            "--dry-run",
+            "--no-batch-grid",
+            "--format",
+            "json",
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 0, err
     [run] = json.loads(out)["per_run"]

@@ -1,5 +1,6 @@
 """madsl's one model file format (madsl/model_file.py): `madsl.compiler.save` / `load` write and read
 the folder kept runs use (model.safetensors + config.json); an old pickle file is refused, never loaded."""
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,14 @@ HYENA = "specs/paper/striped-hyena-moe.mad"
 
 def _states_equal(a: dict, b: dict) -> bool:
     """The same names, dtypes, shapes and bits."""
-    return list(a) == list(b) and all(a[k].dtype == b[k].dtype and a[k].shape == b[k].shape
-                                      and torch.equal(a[k].view(torch.uint8), b[k].view(torch.uint8))
-                                      if a[k].numel() else a[k].shape == b[k].shape for k in a)
+    return list(a) == list(b) and all(
+        a[k].dtype == b[k].dtype
+        and a[k].shape == b[k].shape
+        and torch.equal(a[k].view(torch.uint8), b[k].view(torch.uint8))
+        if a[k].numel()
+        else a[k].shape == b[k].shape
+        for k in a
+    )
 
 
 def test_a_saved_model_loads_bit_identical(tmp_path):
@@ -62,8 +68,11 @@ def test_save_is_the_kept_models_format(tmp_path):
 
     model = madsl.compile("specs/paper/mamba.mad", vocab_size=8, max_seq_len=16)
     folder = save(model, tmp_path / "m")
-    assert (model_file.WEIGHTS, model_file.CONFIG) == (kept.WEIGHTS, kept.CONFIG) == tuple(sorted(
-        p.name for p in folder.iterdir()))[::-1]
+    assert (
+        (model_file.WEIGHTS, model_file.CONFIG)
+        == (kept.WEIGHTS, kept.CONFIG)
+        == tuple(sorted(p.name for p in folder.iterdir()))[::-1]
+    )
     assert kept.safetensors_torch is model_file.safetensors_torch
 
 
@@ -72,8 +81,17 @@ def test_an_old_pickle_model_is_refused_never_unpickled(tmp_path, kind, monkeypa
     model = madsl.compile("specs/paper/mamba.mad", vocab_size=8, max_seq_len=16)
     path = tmp_path / "model.pt"
     if kind == "torch.save archive":  # what madsl 0.2.0's save wrote
-        torch.save({"format": "madsl-model/1", "spec": model.spec.data, "vocab_size": 8, "num_classes": 8,
-                    "max_seq_len": 16, "state_dict": model.state_dict()}, path)
+        torch.save(
+            {
+                "format": "madsl-model/1",
+                "spec": model.spec.data,
+                "vocab_size": 8,
+                "num_classes": 8,
+                "max_seq_len": 16,
+                "state_dict": model.state_dict(),
+            },
+            path,
+        )
     elif kind == "bare pickle":
         path.write_bytes(pickle.dumps({"format": "madsl-model/1"}))
     else:

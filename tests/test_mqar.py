@@ -1,4 +1,5 @@
 """MQAR (zoology's multi-query associative recall): the layout rules, checked on generated data."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +14,7 @@ SETTING = TASK.settings(vocab_size=64, seq_len=64, num_kv_pairs=8, num_train_exa
 
 def _decode(data, s):
     pairs = s["num_kv_pairs"]
-    keys, values = data.inputs[:, 0:2 * pairs:2], data.inputs[:, 1:2 * pairs:2]
+    keys, values = data.inputs[:, 0 : 2 * pairs : 2], data.inputs[:, 1 : 2 * pairs : 2]
     return keys, values
 
 
@@ -24,7 +25,7 @@ def test_pairs_then_every_key_queried_once_and_scored_on_its_value():
     keys, values = _decode(data, s)
     assert ((1 <= keys) & (keys < half)).all() and ((half <= values) & (values < s["vocab_size"])).all()
     assert all(len(set(row)) == pairs for row in keys) and all(len(set(row)) == pairs for row in values)
-    assert (data.targets[:, :2 * pairs] == IGNORE).all()  # the pairs themselves are not scored
+    assert (data.targets[:, : 2 * pairs] == IGNORE).all()  # the pairs themselves are not scored
     scored = data.targets != IGNORE
     assert (scored.sum(1) == pairs).all()
     rows, positions = np.nonzero(scored)
@@ -79,21 +80,24 @@ def test_generated_slots_match_the_power_law_in_the_sequences():
 def test_other_positions_are_uniform_noise_over_the_vocabulary():
     s = SETTING
     data = TASK.generate(s, "train", 0)
-    region = data.inputs[:, 2 * s["num_kv_pairs"]:]
-    noise = region[data.targets[:, 2 * s["num_kv_pairs"]:] == IGNORE]
+    region = data.inputs[:, 2 * s["num_kv_pairs"] :]
+    noise = region[data.targets[:, 2 * s["num_kv_pairs"] :] == IGNORE]
     counts = np.bincount(noise, minlength=s["vocab_size"])
     assert counts.min() > 0.6 * counts.mean()  # every token, blank included, in roughly equal number
     blank = TASK.generate({**s, "random_non_queries": False}, "train", 0)
-    region = blank.inputs[:, 2 * s["num_kv_pairs"]:]
-    assert (region[blank.targets[:, 2 * s["num_kv_pairs"]:] == IGNORE] == 0).all()
+    region = blank.inputs[:, 2 * s["num_kv_pairs"] :]
+    assert (region[blank.targets[:, 2 * s["num_kv_pairs"] :] == IGNORE] == 0).all()
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(seq_len=60, num_kv_pairs=16), "at least 4 x num_kv_pairs"),
-    (dict(seq_len=63), "seq_len must be even"),
-    (dict(vocab_size=16, num_kv_pairs=8, seq_len=64), "at most vocab_size / 2 - 1"),
-    (dict(power_a=0.0), "power_a"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(seq_len=60, num_kv_pairs=16), "at least 4 x num_kv_pairs"),
+        (dict(seq_len=63), "seq_len must be even"),
+        (dict(vocab_size=16, num_kv_pairs=8, seq_len=64), "at most vocab_size / 2 - 1"),
+        (dict(power_a=0.0), "power_a"),
+    ],
+)
 def test_bad_settings_name_the_rule(overrides, message):
     with pytest.raises(ValueError, match=message):
         TASK.generate(TASK.settings(**{**SETTING, **overrides}), "train", 0)

@@ -1,15 +1,16 @@
 """Output paths (`compile -o`, `report --plot`) that cannot be written are bad input: exit 2, no traceback."""
+
 from __future__ import annotations
 
 import errno
 from pathlib import Path
 
 import pytest
+from runner_helpers import run_toy_eval
 
 from madsl import outputs
 from madsl.cli import main
 from madsl.runner.store.results import Store
-from runner_helpers import run_toy_eval
 
 SPEC = str(Path(__file__).resolve().parent.parent / "specs" / "paper" / "hyena-sg.mad")
 
@@ -43,9 +44,11 @@ def test_an_output_path_that_cannot_be_written_is_bad_input(tmp_path, capsys, re
         out = tmp_path / "file"
         out.write_text("x")
     db = results_db
-    argv = {"compile json": ["compile", SPEC, "--emit", "json", "-o", str(out)],
-            "compile torch": ["compile", SPEC, "--emit", "torch", "--vocab", "16", "-o", str(out)],
-            "report --plot": ["report", "--db", str(db), "--plot", str(out)]}[command]
+    argv = {
+        "compile json": ["compile", SPEC, "--emit", "json", "-o", str(out)],
+        "compile torch": ["compile", SPEC, "--emit", "torch", "--vocab", "16", "-o", str(out)],
+        "report --plot": ["report", "--db", str(db), "--plot", str(out)],
+    }[command]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert str(out) in err and "Traceback" not in err, err
@@ -89,11 +92,13 @@ def test_a_new_output_gets_the_permissions_the_umask_gives(tmp_path, capsys, res
     """Outputs are written to a temporary file and moved into place; mkstemp made that file
     owner-only (0600), so every output was unreadable to the rest of a shared folder."""
     out = tmp_path / ("out.png" if command == "report --plot" else "out")
-    argv = {"compile json": ["compile", SPEC, "--emit", "json", "-o", str(out)],
-            "compile torch": ["compile", SPEC, "--emit", "torch", "--vocab", "16", "-o", str(out)],
-            "schema": ["schema", "-o", str(out)],
-            "convert": ["convert", "--from-megatron", "M-M*-", "-o", str(out)],
-            "report --plot": ["report", "--db", str(results_db), "--plot", str(out)]}[command]
+    argv = {
+        "compile json": ["compile", SPEC, "--emit", "json", "-o", str(out)],
+        "compile torch": ["compile", SPEC, "--emit", "torch", "--vocab", "16", "-o", str(out)],
+        "schema": ["schema", "-o", str(out)],
+        "convert": ["convert", "--from-megatron", "M-M*-", "-o", str(out)],
+        "report --plot": ["report", "--db", str(results_db), "--plot", str(out)],
+    }[command]
     assert main(argv) == 0
     files = [out / "model.safetensors", out / "config.json"] if command == "compile torch" else [out]
     assert [path.stat().st_mode & 0o777 for path in files] == [umask_022] * len(files)
@@ -111,6 +116,7 @@ def test_fit_written_over_a_spec_keeps_the_spec_s_permissions(tmp_path, capsys, 
 
 # --- folder outputs: a command writes only the files it names and never deletes anything ---
 
+
 @pytest.fixture(scope="module")
 def kept_run(tmp_path_factory):
     """A results database with one run whose best weights are kept: (db, run id)."""
@@ -118,9 +124,16 @@ def kept_run(tmp_path_factory):
     from madsl.runner.api import evaluate
 
     db = tmp_path_factory.mktemp("kept") / "results.db"
-    result = evaluate([SPEC], tasks=["in-context-recall"], protocol="smoke", epochs=1, batch_size=8,
-                      settings_overrides={"seq_len": 32, "num_train_examples": 16, "num_test_examples": 8},
-                      keep="best", db=db)
+    result = evaluate(
+        [SPEC],
+        tasks=["in-context-recall"],
+        protocol="smoke",
+        epochs=1,
+        batch_size=8,
+        settings_overrides={"seq_len": 32, "num_train_examples": 16, "num_test_examples": 8},
+        keep="best",
+        db=db,
+    )
     [run_id] = result["run_ids"]
     return db, run_id
 
@@ -217,6 +230,7 @@ def test_plot_sweeps_into_a_folder_with_other_files_is_refused(tmp_path, capsys,
 
 
 # --- the one atomic write (madsl.outputs.AtomicFile and its short forms) ---
+
 
 def _write_all_ways(path: Path, data: bytes):
     yield "AtomicFile", lambda: _with_atomic_file(path, data)
@@ -336,8 +350,8 @@ def test_an_atomic_write_replaces_a_link_and_never_writes_through_it(tmp_path):
 # fsyncs one itself. What must differ, and why:
 RENAMES_ALLOWED = {
     "madsl/corpus/prepare.py": "a prepared cache folder renamed into place whole (os.rename): of processes that "
-                               "prepare at once the first rename wins and the others find the folder there; a "
-                               "folder, not a file it wrote, whose files AtomicFile already made durable",
+    "prepare at once the first rename wins and the others find the folder there; a "
+    "folder, not a file it wrote, whose files AtomicFile already made durable",
 }
 
 
@@ -355,9 +369,14 @@ def _file_moves_and_syncs(path: Path) -> list[str]:
             found.append("shutil.move")
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         # Path.replace(target) / Path.rename(target): one argument (str.replace takes two)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and len(node.args) == 1 \
-                and not node.keywords and node.func.attr in ("replace", "rename") \
-                and not (isinstance(node.func.value, ast.Name) and node.func.value.id in ("os", "dataclasses")):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and len(node.args) == 1
+            and not node.keywords
+            and node.func.attr in ("replace", "rename")
+            and not (isinstance(node.func.value, ast.Name) and node.func.value.id in ("os", "dataclasses"))
+        ):
             found.append(f".{node.func.attr}()")
     return found
 

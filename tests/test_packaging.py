@@ -1,5 +1,6 @@
 """pyproject.toml lists packages explicitly (because of the package-dir mapping); a package left out would be
 missing from the wheel, so every package under madsl/ must be listed."""
+
 import re
 from pathlib import Path
 
@@ -70,20 +71,49 @@ def test_the_built_wheel_works_installed_without_torch(tmp_path):
 
     root = Path(__file__).resolve().parent.parent
     wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(wheel_dir), str(root)], capture_output=True, text=True)
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheel_dir),
+            str(root),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if build.returncode != 0 and "No module named pip" in build.stderr:
         pytest.skip("pip is not available")
     assert build.returncode == 0, build.stderr[-2000:]
     (wheel,) = wheel_dir.glob("madsl-*.whl")
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
-                              str(wheel)], capture_output=True, text=True)
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        capture_output=True,
+        text=True,
+    )
     assert install.returncode == 0, install.stderr[-2000:]
     spec = tmp_path / "mamba.mad"
     spec.write_text((root / "specs/paper/mamba.mad").read_text())
-    proc = subprocess.run([sys.executable, "-m", "madsl", "check", str(spec), "-q"], capture_output=True, text=True,
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(target)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "madsl", "check", str(spec), "-q"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(target)},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert str(target) in subprocess.run([sys.executable, "-c", "import madsl; print(madsl.__file__)"],
-                                         capture_output=True, text=True, cwd=tmp_path,
-                                         env={**os.environ, "PYTHONPATH": str(target)}).stdout
+    assert (
+        str(target)
+        in subprocess.run(
+            [sys.executable, "-c", "import madsl; print(madsl.__file__)"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(target)},
+        ).stdout
+    )

@@ -1,6 +1,7 @@
 """The plan's time estimate: the accounting's FLOPs at this machine's training rate, measured once
 per device and thread count, cached (as untrusted input), measured again on request, and not
 moved by the machine's load when planning (madsl/runner/plan/rate.py, rate_cache.py, cost.py)."""
+
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from runner_helpers import stand_in_rates
 
 from madsl.cli import main
 from madsl.runner.api import evaluate
@@ -17,13 +19,31 @@ from madsl.runner.plan import cost, rate_cache, rate_measure
 from madsl.runner.plan.rate import RateBook, device_key
 from madsl.runner.plan.rate_model import DeviceRates, Line, Measured, device_name, now
 from madsl.spec import load_spec
-from runner_helpers import stand_in_rates
 
 SPEC = Path(__file__).resolve().parent.parent / "specs" / "paper" / "hyena-sg.mad"
-SMALL = dict(protocol="smoke", tasks=["in-context-recall"], epochs=2, batch_size=8,
-             set={"seq_len": 32, "num_train_examples": 24, "num_test_examples": 8})
-CLI_SMALL = ["--protocol", "smoke", "--task", "in-context-recall", "--epochs", "2", "--batch-size", "8", "--set",
-             "seq_len=32", "--set", "num_train_examples=24", "--set", "num_test_examples=8"]
+SMALL = dict(
+    protocol="smoke",
+    tasks=["in-context-recall"],
+    epochs=2,
+    batch_size=8,
+    set={"seq_len": 32, "num_train_examples": 24, "num_test_examples": 8},
+)
+CLI_SMALL = [
+    "--protocol",
+    "smoke",
+    "--task",
+    "in-context-recall",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "8",
+    "--set",
+    "seq_len=32",
+    "--set",
+    "num_train_examples=24",
+    "--set",
+    "num_test_examples=8",
+]
 
 
 def _plan(tmp_path: Path, **keywords) -> dict:
@@ -40,9 +60,13 @@ def test_the_estimate_is_the_accountings_flops_at_the_measured_rate(tmp_path, mo
     of a step a test batch."""
     monkeypatch.setenv("MADSL_CACHE_DIR", str(tmp_path / "cache"))
     speedup = 1.2 if torch.get_num_threads() > 1 else 1.0  # a speedup beyond the threads is refused (rate_cache)
-    rates = DeviceRates(device_name(torch.device("cpu")), torch.get_num_threads(),
-                        {"hyena": Line(0.002, 2e9, now(), 0.1), "swiglu": Line(0.001, 5e9, now(), 0.1)},
-                        rest=Measured(2e-6, now(), 0.1), threads_speedup=Measured(speedup, now(), 0.1))
+    rates = DeviceRates(
+        device_name(torch.device("cpu")),
+        torch.get_num_threads(),
+        {"hyena": Line(0.002, 2e9, now(), 0.1), "swiglu": Line(0.001, 5e9, now(), 0.1)},
+        rest=Measured(2e-6, now(), 0.1),
+        threads_speedup=Measured(speedup, now(), 0.1),
+    )
     RateBook.known(rates, rate_cache.cache_path()).save()
     monkeypatch.setattr(rate_measure, "measure_family", lambda *args: pytest.fail("measured a cached rate"))
     [run] = _plan(tmp_path)["per_run"]
@@ -50,8 +74,9 @@ def test_the_estimate_is_the_accountings_flops_at_the_measured_rate(tmp_path, mo
 
     def step(rows: int) -> float:
         layers = _layers()
-        return (sum(lines[f][0] + 3 * flops * rows / lines[f][1] for f, flops in layers)
-                + 2e-6 * len(layers) * rows * 32) / speedup
+        return (
+            sum(lines[f][0] + 3 * flops * rows / lines[f][1] for f, flops in layers) + 2e-6 * len(layers) * rows * 32
+        ) / speedup
 
     assert run["seconds"] == pytest.approx(2 * (24 // 8 * step(8) + cost.FORWARD_SHARE * step(8)))
 
@@ -85,8 +110,22 @@ def test_measure_rate_measures_again_and_keeps_the_new_rate(tmp_path, monkeypatc
     measured.clear()
     assert _plan(tmp_path)["run_seconds"] == before and measured == []
     stand_in_rates(monkeypatch, tmp_path / "cache", flops_per_s=2e9, overhead_s=0.0005)  # a faster machine now
-    assert main(["eval", str(SPEC), *CLI_SMALL, "--device", "cpu", "--db", str(tmp_path / "r.db"), "--dry-run",
-                 "--measure-rate"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(SPEC),
+                *CLI_SMALL,
+                "--device",
+                "cpu",
+                "--db",
+                str(tmp_path / "r.db"),
+                "--dry-run",
+                "--measure-rate",
+            ]
+        )
+        == 0
+    )
     assert "measured now" in capsys.readouterr().out
     assert _plan(tmp_path)["run_seconds"] == pytest.approx(before / 2)  # the new rate, cached
 
@@ -113,8 +152,13 @@ def test_runs_on_a_device_this_machine_lacks_are_not_timed(tmp_path, monkeypatch
     from madsl.runner.store.files import StoreFiles
 
     stand_in_rates(monkeypatch, tmp_path / "cache")
-    plan = plan_evaluation(StoreFiles(tmp_path / "r.db"), [(load_spec(SPEC), str(SPEC))], cli_overrides(**SMALL),
-                           device="cpu", runs_on="cuda")
+    plan = plan_evaluation(
+        StoreFiles(tmp_path / "r.db"),
+        [(load_spec(SPEC), str(SPEC))],
+        cli_overrides(**SMALL),
+        device="cpu",
+        runs_on="cuda",
+    )
     for job in plan.jobs:  # placed on a GPU (a Ray cluster's, say), planned here
         job.device = "cuda"
     rates = RateBook.default()
@@ -126,9 +170,15 @@ def test_runs_on_a_device_this_machine_lacks_are_not_timed(tmp_path, monkeypatch
 
 # --- the cache is untrusted input ---------------------------------------------------------------
 
+
 def _valid_cache() -> dict:
-    rates = DeviceRates("cpu: a test CPU, 2 CPUs", 2, {"hyena": Line(0.001, 1e10, now(), 0.25)},
-                        rest=Measured(2e-6, now(), 0.25), threads_speedup=Measured(1.5, now(), 0.25))
+    rates = DeviceRates(
+        "cpu: a test CPU, 2 CPUs",
+        2,
+        {"hyena": Line(0.001, 1e10, now(), 0.25)},
+        rest=Measured(2e-6, now(), 0.25),
+        threads_speedup=Measured(1.5, now(), 0.25),
+    )
     return RateBook.known(rates).data
 
 
@@ -138,6 +188,7 @@ def _corrupt(change):
         [entry] = data["devices"].values()
         change(data, entry, entry["families"]["hyena"])
         return json.dumps(data)
+
     return make
 
 
@@ -179,16 +230,18 @@ def test_a_corrupt_rate_cache_is_refused_saying_what_is_wrong(tmp_path, kind):
     assert str(err.value) and "Traceback" not in str(err.value)
 
 
-def test_a_corrupt_rate_cache_is_discarded_with_one_warning_measured_again_and_rewritten(tmp_path, monkeypatch,
-                                                                                        capsys, caplog):
+def test_a_corrupt_rate_cache_is_discarded_with_one_warning_measured_again_and_rewritten(
+    tmp_path, monkeypatch, capsys, caplog
+):
     measured = stand_in_rates(monkeypatch, tmp_path / "cache")
     before = _plan(tmp_path)["run_seconds"]
     path = rate_cache.cache_path()
     path.write_text(path.read_text().replace('"flops_per_s": 1000000000.0', '"flops_per_s": NaN', 1))
     measured.clear()
     with caplog.at_level("WARNING", logger="madsl"):  # logged, not warnings.warn (which shows madsl's source)
-        assert main(["eval", str(SPEC), *CLI_SMALL, "--device", "cpu", "--db", str(tmp_path / "r.db"),
-                     "--dry-run"]) == 0
+        assert (
+            main(["eval", str(SPEC), *CLI_SMALL, "--device", "cpu", "--db", str(tmp_path / "r.db"), "--dry-run"]) == 0
+        )
     ours = [r.getMessage() for r in caplog.records if str(path) in r.getMessage()]
     assert len(ours) == 1 and "not a usable rate cache" in ours[0] and "NaN" in ours[0]
     out = capsys.readouterr().out
@@ -227,6 +280,7 @@ def test_the_cache_lives_in_the_users_cache_folder(monkeypatch, tmp_path):
 
 # --- progress ----------------------------------------------------------------------------------
 
+
 def test_a_plan_that_measures_reports_it_and_the_dry_run_shows_it_after_a_second(tmp_path, monkeypatch, capsys):
     from madsl.cli import progress
     from madsl.runner.execute.coordinator import Reporter
@@ -262,10 +316,14 @@ def test_the_threads_speedup_is_measured_on_free_cores_only(tmp_path, monkeypatc
     stand_in_rates(monkeypatch, tmp_path / "cache")
     monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(rate_measure, "measure_speedup", lambda *args: Measured(speedup, now(), load) if speedup
-                        else pytest.fail("measured on busy cores"))
-    plan = plan_evaluation(StoreFiles(tmp_path / "r.db"), [(load_spec(SPEC), str(SPEC))], cli_overrides(**SMALL),
-                           device="cpu")
+    monkeypatch.setattr(
+        rate_measure,
+        "measure_speedup",
+        lambda *args: Measured(speedup, now(), load) if speedup else pytest.fail("measured on busy cores"),
+    )
+    plan = plan_evaluation(
+        StoreFiles(tmp_path / "r.db"), [(load_spec(SPEC), str(SPEC))], cli_overrides(**SMALL), device="cpu"
+    )
     rates = RateBook.default()
     [two] = cost.estimate(plan.jobs, set(), rates, threads=2)
     [one] = cost.estimate(plan.jobs, set(), RateBook.default(), threads=1)

@@ -3,6 +3,7 @@ wiring from its graph, the converters and `madsl expand` read it, and one walker
 (`madsl.structure`) says what a plain stack lacks. State dicts keep their names: every bundled
 spec's state-dict keys and shapes equal those recorded before the compiler read its wiring from
 the plan (tests/data/state_dict_keys.json.gz, written by the compiler of commit b15a2eb)."""
+
 from __future__ import annotations
 
 import gzip
@@ -16,9 +17,10 @@ import madsl
 from madsl import topology as topo
 from madsl.compiler import _Compiler
 from madsl.convert import to_megatron_pattern
-from madsl.graph import build_graph, plan_structure
+from madsl.graph import build_graph
 from madsl.hf_config import to_hf_config
-from madsl.model import Block, Fork, GroupConnection, Stack
+from madsl.model_parts import Block, Fork, GroupConnection, Stack
+from madsl.plan_layout import plan_structure
 from madsl.spec import spec_from_topology
 from madsl.structure import GROUP, PARALLEL, SETTINGS, TAG, beyond_stack, plan_blocks, sources
 
@@ -39,8 +41,10 @@ def test_every_bundled_spec_keeps_its_state_dict_keys_and_shapes(path):
     with torch.device("meta"):  # names and shapes only: a 52B model builds in milliseconds
         model = madsl.compile(spec, vocab_size=spec.vocab or 16)
     keys = _keys(model)
-    assert keys == RECORDED[path], (f"missing: {[k for k in RECORDED[path] if k not in keys][:5]}, "
-                                    f"new: {[k for k in keys if k not in RECORDED[path]][:5]}")
+    assert keys == RECORDED[path], (
+        f"missing: {[k for k in RECORDED[path] if k not in keys][:5]}, "
+        f"new: {[k for k in keys if k not in RECORDED[path]][:5]}"
+    )
 
 
 def _joins(plan) -> list[tuple[tuple[str, str], ...]]:
@@ -92,8 +96,11 @@ def test_the_structure_is_laid_out_from_the_syntax_alone():
     assert plan.nodes["g0"]["attrs"] == {"residual": "none", "split": "res", "combine": "mean", "branches": 2}
     assert plan.nodes["g0.none"]["entry"] == "g0" and sources(plan, "g0.none", "data") == ["g0.combine"]
     assert sources(plan, "g0.combine", "branch") == ["b1.add1", "b2.add0"]  # as written: Bar-none has a part
-    assert [[topo.layer_text(n["layer"]) for n in (*b.mixers, b.channel) if n] for b in plan_blocks(plan)] == \
-        [["Foo"], ["Bar", "none"], ["Baz#t{x=1}"]]
+    assert [[topo.layer_text(n["layer"]) for n in (*b.mixers, b.channel) if n] for b in plan_blocks(plan)] == [
+        ["Foo"],
+        ["Bar", "none"],
+        ["Baz#t{x=1}"],
+    ]
     # a spec's plan is that structure (its channel mixers, norms, final norm) with every layer resolved
     spec = spec_from_topology("(H#a:A | Mb){split=res, residual=gated}:[H#a | mA]", dim=16, vocab=8)
     resolved = build_graph(spec)
@@ -107,22 +114,30 @@ def test_one_walker_names_what_a_plain_stack_lacks_in_stack_order():
     spec = spec_from_topology("A{heads=2}:[A | Mb]:(A:Mb){residual=gated}:(Mb){norm=layer}:Mb#t", dim=32)
     found = list(beyond_stack(build_graph(spec)))
     assert [s.kind for s in found] == [SETTINGS, PARALLEL, GROUP, GROUP, TAG]
-    assert [s.text for s in found][1:4] == ["parallel mixers '[A | Mb]'", "a group connection (residual=gated)",
-                                            "a group's norm=layer"]
+    assert [s.text for s in found][1:4] == [
+        "parallel mixers '[A | Mb]'",
+        "a group connection (residual=gated)",
+        "a group's norm=layer",
+    ]
 
 
-@pytest.mark.parametrize("topology, message", [
-    ("[M2 | A]-Sg", "parallel mixers '[M2 | A]' have no"),
-    ("M2#t-Sg:M2#t-Sg", "'M2#t': shared tags (tied layers) have no"),
-    ("(M2-Sg:A-Sg){residual=add}", "a group connection (residual=add) has no"),
-    ("(M2-Sg | A-Sg)", "a group of branches (X | Y) has no"),
-    ("(M2-Sg){linear_std=0.02}:A-Sg", "a group's linear_std=0.02 has no"),
-])
+@pytest.mark.parametrize(
+    "topology, message",
+    [
+        ("[M2 | A]-Sg", "parallel mixers '[M2 | A]' have no"),
+        ("M2#t-Sg:M2#t-Sg", "'M2#t': shared tags (tied layers) have no"),
+        ("(M2-Sg:A-Sg){residual=add}", "a group connection (residual=add) has no"),
+        ("(M2-Sg | A-Sg)", "a group of branches (X | Y) has no"),
+        ("(M2-Sg){linear_std=0.02}:A-Sg", "a group's linear_std=0.02 has no"),
+    ],
+)
 def test_every_converter_refuses_a_structure_with_the_same_reason(topology, message):
     spec = spec_from_topology(topology, dim=64, vocab=100)
-    for convert, target in ((to_megatron_pattern, "Megatron pattern"),
-                            (lambda s: to_hf_config(s, "granitemoehybrid"), "Granite 4.0 hybrid config.json"),
-                            (lambda s: to_hf_config(s, "jamba"), "Jamba config.json")):
+    for convert, target in (
+        (to_megatron_pattern, "Megatron pattern"),
+        (lambda s: to_hf_config(s, "granitemoehybrid"), "Granite 4.0 hybrid config.json"),
+        (lambda s: to_hf_config(s, "jamba"), "Jamba config.json"),
+    ):
         with pytest.raises(madsl.MadslError) as err:
             convert(spec)
         assert err.value.message == f"{spec.name}: {message} {target}"

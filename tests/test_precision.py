@@ -6,6 +6,7 @@ Tolerance of bf16 autocast against fp32: relative L2 error at most 3e-2 for the
 output, the input gradient and all parameter gradients together (bf16 keeps 8 bits
 of mantissa: single matmuls land near 4e-3; the measured worst, GLA, is 1e-2).
 """
+
 import sqlite3
 
 import pytest
@@ -14,16 +15,23 @@ import torch
 from madsl.errors import MadslError
 from madsl.kernels.fftconv import fft_causal_conv, toeplitz_causal_conv
 from madsl.kernels.gla import gla_chunked
-from madsl.kernels.selective_scan import selective_scan_cpu
 from madsl.kernels.selective_scan_chunked import selective_scan_chunked
-from madsl.runner.train import precision
+from madsl.kernels.selective_scan_cpu import selective_scan_cpu
 from madsl.runner.store.results import RunIdentity
+from madsl.runner.train import precision
 from tests.layer_helpers import make
 
 TOLERANCE = 3e-2
 FILTERS = ("modal", "s4d", "rational", "conv1d", "fno", "ckconv", "hyena")
-CASES = ([("attention", {}), ("multihead_hyena", {}), ("hyena_experts", {}), ("mamba", {}), ("gla", {}),
-          ("swiglu", {}), ("moe", {})] + [("hyena", {"filter": f}) for f in FILTERS])
+CASES = [
+    ("attention", {}),
+    ("multihead_hyena", {}),
+    ("hyena_experts", {}),
+    ("mamba", {}),
+    ("gla", {}),
+    ("swiglu", {}),
+    ("moe", {}),
+] + [("hyena", {"filter": f}) for f in FILTERS]
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -61,10 +69,13 @@ def test_delicate_kernels_ignore_autocast():
     q, k, v = torch.randn(2, 2, 40, 8), torch.randn(2, 2, 40, 8), torch.randn(2, 2, 40, 8)
     log_decay = torch.nn.functional.logsigmoid(torch.randn(2, 2, 40, 8))
     h = torch.randn(8, 40)
-    calls = [lambda: selective_scan_cpu(u, delta, A, B, C, D, z, delta_softplus=True),
-             lambda: selective_scan_chunked(u, delta, A, B, C, D, z, delta_softplus=True),
-             lambda: gla_chunked(q, k, v, log_decay)[0],
-             lambda: fft_causal_conv(u, h), lambda: toeplitz_causal_conv(u, h)]
+    calls = [
+        lambda: selective_scan_cpu(u, delta, A, B, C, D, z, delta_softplus=True),
+        lambda: selective_scan_chunked(u, delta, A, B, C, D, z, delta_softplus=True),
+        lambda: gla_chunked(q, k, v, log_decay)[0],
+        lambda: fft_causal_conv(u, h),
+        lambda: toeplitz_causal_conv(u, h),
+    ]
     for call in calls:
         plain = call()
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -90,18 +101,32 @@ def test_model_to_bfloat16_is_supported_and_filters_stay_float32(name, overrides
     y = module(x.bfloat16())
     assert y.dtype == torch.bfloat16
     y.float().square().mean().backward()
-    assert all(p.grad is not None and torch.isfinite(p.grad.float()).all()
-               for p in module.parameters() if p.requires_grad and p.grad is not None)
+    assert all(
+        p.grad is not None and torch.isfinite(p.grad.float()).all()
+        for p in module.parameters()
+        if p.requires_grad and p.grad is not None
+    )
     if name != "moe":
         assert _rel(y.detach(), reference) < 3 * TOLERANCE
 
 
 # --- the runner ------------------------------------------------------------------------------
 def test_fp32_identity_is_unchanged_and_bf16_is_a_different_run():
-    before = {"lr": 1e-3, "wd": 0.0, "epochs": 2, "batch_size": 128, "seed": 0, "min_lr": 1e-5,
-              "early_stop_acc": 0.99, "eval_lengths": (), "freeze": ()}
-    ids = {p: RunIdentity("s", "t", {}, precision.train_config_identity({**before, "precision": p}), "v").run_id
-           for p in ("fp32", "bf16")}
+    before = {
+        "lr": 1e-3,
+        "wd": 0.0,
+        "epochs": 2,
+        "batch_size": 128,
+        "seed": 0,
+        "min_lr": 1e-5,
+        "early_stop_acc": 0.99,
+        "eval_lengths": (),
+        "freeze": (),
+    }
+    ids = {
+        p: RunIdentity("s", "t", {}, precision.train_config_identity({**before, "precision": p}), "v").run_id
+        for p in ("fp32", "bf16")
+    }
     assert ids["fp32"] == RunIdentity("s", "t", {}, before, "v").run_id
     assert ids["bf16"] != ids["fp32"]
 
@@ -122,8 +147,7 @@ def test_precision_resolution_and_bad_input(monkeypatch):
 def test_cli_and_spec_reject_unknown_precision(tmp_path):
     from tests.test_cli import madsl
 
-    proc = madsl("eval", "specs/paper/hyena-sg.mad", "--precision", "fp16x", "--db", str(tmp_path / "r.db"),
-                 check_rc=2)
+    proc = madsl("eval", "specs/paper/hyena-sg.mad", "--precision", "fp16x", "--db", str(tmp_path / "r.db"), check_rc=2)
     assert "fp16x" in proc.stderr
     spec = tmp_path / "s.mad"
     spec.write_text("name: s\ntopology: H:Sg\ndim: 32\neval:\n  protocol: smoke\n  precision: fp16x\n")
@@ -145,4 +169,3 @@ def test_bf16_smoke_eval_trains_and_is_its_own_run(tmp_path):
     for run_id, _ in runs:
         curve = [loss for rid, _, loss in losses if rid == run_id]
         assert len(curve) == 3 and curve[-1] < curve[0]
-

@@ -2,6 +2,7 @@
 recipe, a FLOP budget spent to within one step, a run that learns real text (below its unigram
 entropy), resume equal to an uninterrupted run, and `madsl scale` end to end (dry run, training,
 kill -9 and resume, bad study files)."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from madsl.cli import main
-from madsl.runner.pretrain.recipe import PretrainSettings, paper_learning_rate, steps_for_budget
 from madsl.errors import MadslError
+from madsl.runner.pretrain.recipe import PretrainSettings, paper_learning_rate, steps_for_budget
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -74,10 +75,13 @@ def _run(tokens, settings, checkpoint=None, stop_after=None):
         calls[0] += 1
         return stop_after is not None and calls[0] > stop_after
 
-    return pretrain_run(settings, lambda: compile_spec(spec, vocab_size=256, max_seq_len=settings.seq_len,
-                                                       seed=settings.seed),
-                        TokenBatches(tokens, settings), checkpoint_path=checkpoint,
-                        hooks=TrainHooks(should_stop=should_stop, checkpoint_every_s=0.0))
+    return pretrain_run(
+        settings,
+        lambda: compile_spec(spec, vocab_size=256, max_seq_len=settings.seq_len, seed=settings.seed),
+        TokenBatches(tokens, settings),
+        checkpoint_path=checkpoint,
+        hooks=TrainHooks(should_stop=should_stop, checkpoint_every_s=0.0),
+    )
 
 
 def test_a_run_learns_real_text_below_its_unigram_entropy(shakespeare):
@@ -142,13 +146,16 @@ def test_dry_run_prints_the_grid(tmp_path, capsys):
     assert not (tmp_path / "r.db").exists()  # a dry run writes no database
 
 
-@pytest.mark.parametrize("change, message", [
-    ("budgets: [2e9, 4e9]", "budgets: [1e3]"),
-    ("- {dim: 16}", "- {dim: 16, depth: 2}"),
-    ("recipe: {batch_size: 8, eval_tokens: 1024}", "recipe: {batch_size: 0}"),
-    ("  hyena: bundled:paper/hyena-sg", "  hyena: /etc/passwd"),
-    ("recipe: {batch_size: 8, eval_tokens: 1024}", "recipe: {batch_size: 8, lr: fast}"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ("budgets: [2e9, 4e9]", "budgets: [1e3]"),
+        ("- {dim: 16}", "- {dim: 16, depth: 2}"),
+        ("recipe: {batch_size: 8, eval_tokens: 1024}", "recipe: {batch_size: 0}"),
+        ("  hyena: bundled:paper/hyena-sg", "  hyena: /etc/passwd"),
+        ("recipe: {batch_size: 8, eval_tokens: 1024}", "recipe: {batch_size: 8, lr: fast}"),
+    ],
+)
 def test_bad_studies_are_located_errors(tmp_path, capsys, change, message):
     study = _study(tmp_path, STUDY.replace(change, message))
     assert main(["scale", str(study), "--dry-run", "--db", str(tmp_path / "r.db")]) == 2
@@ -169,8 +176,12 @@ def test_a_budget_below_one_step_says_so(tmp_path, capsys):
 
 def _scale(study: Path, db: Path) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "madsl", "scale", str(study), "--db", str(db), "-q",
-                             "--checkpoint-every", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "madsl", "scale", str(study), "--db", str(db), "-q", "--checkpoint-every", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _losses(db: Path) -> dict[str, float]:

@@ -6,6 +6,7 @@
   refused with madsl's own located error (MadslError), never another exception, and fast.
 
 Derandomized, so CI sees the same examples every run."""
+
 import math
 import re
 import tempfile
@@ -43,8 +44,7 @@ def written_values(draw) -> str:
     if kind == "keyword":
         return draw(st.sampled_from(["true", "false", "null", "True", "NULL", "FALSE"]))
     quote = draw(st.sampled_from(['"', "'"]))
-    body = draw(st.text(st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters=quote),
-                        max_size=8))
+    body = draw(st.text(st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters=quote), max_size=8))
     return f"{quote}{body}{quote}"
 
 
@@ -89,6 +89,7 @@ def written_topologies(max_depth: int = 3):
             if draw(st.booleans()):
                 text += draw(st.sampled_from(["x", "X", "×"])) + str(draw(st.integers(1, 3)))
             return text
+
         return make()
 
     @st.composite
@@ -97,8 +98,9 @@ def written_topologies(max_depth: int = 3):
         prefixed = [(str(draw(st.integers(1, 3))) if draw(st.booleans()) else "") + i for i in items]
         return (draw(spaces) + ":" + draw(spaces)).join(prefixed)
 
-    return st.recursive(written_blocks(), lambda inner: sequence(st.one_of(written_blocks(), group(inner))),
-                        max_leaves=12)
+    return st.recursive(
+        written_blocks(), lambda inner: sequence(st.one_of(written_blocks(), group(inner))), max_leaves=12
+    )
 
 
 def typed(topology):
@@ -121,6 +123,7 @@ def test_canonical_form_parses_back_to_the_same_architecture(text):
 
 
 # --- anything else: accepted, or madsl's own error ------------------------------------------
+
 
 def parses_or_refuses(text: str) -> None:
     try:
@@ -151,9 +154,9 @@ def mutated(draw, base) -> str:
         if op == "insert":
             text = text[:at] + char + text[at:]
         elif op == "delete":
-            text = text[:at] + text[at + 1:]
+            text = text[:at] + text[at + 1 :]
         elif op == "replace":
-            text = text[:at] + char + text[at + 1:]
+            text = text[:at] + char + text[at + 1 :]
         else:  # a long run of one character: deep nesting, huge numbers, many blocks
             text = text[:at] + char * draw(st.sampled_from([40, 400, 5000])) + text[at:]
     return text
@@ -183,14 +186,63 @@ _TMP = tempfile.TemporaryDirectory(prefix="madsl-properties-")  # removed when t
 _DIR = Path(_TMP.name)
 
 
-YAML_HAZARDS = ["&a ", "*a", "<<: *a\n", "<<: ", "? ", "- ", "[", "]", "{", "}", ": ", "\t", "\x07", "---\n",
-                "!!python/object:os.system ", "!!binary ", "!!set ", ".inf", ".nan", "1.0e+999", "9" * 5000, "'", '"',
-                "|\n", ">-\n", "%YAML 1.1\n", "\ufeff", "\u2028"]
+YAML_HAZARDS = [
+    "&a ",
+    "*a",
+    "<<: *a\n",
+    "<<: ",
+    "? ",
+    "- ",
+    "[",
+    "]",
+    "{",
+    "}",
+    ": ",
+    "\t",
+    "\x07",
+    "---\n",
+    "!!python/object:os.system ",
+    "!!binary ",
+    "!!set ",
+    ".inf",
+    ".nan",
+    "1.0e+999",
+    "9" * 5000,
+    "'",
+    '"',
+    "|\n",
+    ">-\n",
+    "%YAML 1.1\n",
+    "\ufeff",
+    "\u2028",
+]
 
 
-VALUE_HAZARDS = ["9" * 5000, "-" + "9" * 5000, ".inf", "-.inf", ".nan", "1.0e+999", "1e400", "-5", "0", "*a", "&a 5",
-                 "[" * 300, "{a: " * 100, "!!python/name:os.system", "<<", "{<<: *a}", "[*a, *a]", "0x" + "f" * 5000,
-                 "1:" * 300 + "1", '"\\x07"', "~", "''", "é"]
+VALUE_HAZARDS = [
+    "9" * 5000,
+    "-" + "9" * 5000,
+    ".inf",
+    "-.inf",
+    ".nan",
+    "1.0e+999",
+    "1e400",
+    "-5",
+    "0",
+    "*a",
+    "&a 5",
+    "[" * 300,
+    "{a: " * 100,
+    "!!python/name:os.system",
+    "<<",
+    "{<<: *a}",
+    "[*a, *a]",
+    "0x" + "f" * 5000,
+    "1:" * 300 + "1",
+    '"\\x07"',
+    "~",
+    "''",
+    "é",
+]
 _VALUES = re.compile(r"(?<=: )[^\n,}]+")
 
 
@@ -203,7 +255,7 @@ def yaml_mutated(draw, base) -> str:
         values = list(_VALUES.finditer(text))
         if values and draw(st.booleans()):
             value = draw(st.sampled_from(values))
-            text = text[:value.start()] + draw(st.sampled_from(VALUE_HAZARDS)) + text[value.end():]
+            text = text[: value.start()] + draw(st.sampled_from(VALUE_HAZARDS)) + text[value.end() :]
         else:
             at = draw(st.integers(0, len(text)))
             text = text[:at] + draw(st.sampled_from(YAML_HAZARDS)) + text[at:]

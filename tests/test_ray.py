@@ -3,6 +3,7 @@ driver, a worker node lost mid-run, and the command line's errors.
 
 Every test that starts Ray processes ends them, by their process ids, even when it fails.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,6 +60,7 @@ def run_rows(db):
 
 # --- same results as the local executor ------------------------------------------------------
 
+
 @needs_ray
 @pytest.mark.usefixtures("local_ray")
 class TestOnALocalRayInstance:
@@ -71,15 +73,17 @@ class TestOnALocalRayInstance:
         local, on_ray = toy.epoch_rows(tmp_path / "local.db"), toy.epoch_rows(tmp_path / "ray.db")
         assert local and local == on_ray  # bit-identical, epoch by epoch
         keys = ("run_id", "status", "epochs_done", "best_epoch", "best_eval_acc", "best_eval_loss", "max_eval_acc")
-        assert [{k: r[k] for k in keys} for r in toy.run_rows(tmp_path / "local.db")] == \
-               [{k: r[k] for k in keys} for r in toy.run_rows(tmp_path / "ray.db")]
-
+        assert [{k: r[k] for k in keys} for r in toy.run_rows(tmp_path / "local.db")] == [
+            {k: r[k] for k in keys} for r in toy.run_rows(tmp_path / "ray.db")
+        ]
 
     def test_a_scaling_study_on_ray_records_the_losses_of_the_local_executor(self, tmp_path, capsys):
         study = tmp_path / "study.yaml"
-        study.write_text("name: tiny\ndata: bundled:tinyshakespeare\nseq_len: 32\narchitectures:\n"
-                         "  hyena: bundled:paper/hyena-sg\nbudgets: [6e8]\nsizes: [{dim: 8}, {dim: 16}]\n"
-                         "recipe: {batch_size: 4, eval_tokens: 256}\n")
+        study.write_text(
+            "name: tiny\ndata: bundled:tinyshakespeare\nseq_len: 32\narchitectures:\n"
+            "  hyena: bundled:paper/hyena-sg\nbudgets: [6e8]\nsizes: [{dim: 8}, {dim: 16}]\n"
+            "recipe: {batch_size: 4, eval_tokens: 256}\n"
+        )
         losses = {}
         for name, more in (("local", []), ("ray", ["--executor", "ray", "--cpus-per-run", "1"])):
             db = tmp_path / f"{name}.db"
@@ -94,9 +98,26 @@ class TestOnALocalRayInstance:
         from madsl.runner.store.kept import WEIGHTS, models_dir
 
         # --checkpoint-every 3600: the only checkpoint with the best weights is the run's final one
-        args = [SPEC, "--protocol", "smoke", "--task", "in-context-recall", "--epochs", "2", "--keep", "best",
-                "--set", "seq_len=32", "--set", "num_train_examples=32", "--set", "num_test_examples=16",
-                "--checkpoint-every", "3600", "--quiet"]
+        args = [
+            SPEC,
+            "--protocol",
+            "smoke",
+            "--task",
+            "in-context-recall",
+            "--epochs",
+            "2",
+            "--keep",
+            "best",
+            "--set",
+            "seq_len=32",
+            "--set",
+            "num_train_examples=32",
+            "--set",
+            "num_test_examples=16",
+            "--checkpoint-every",
+            "3600",
+            "--quiet",
+        ]
         kept = {}
         for name, more in (("local", []), ("ray", ["--executor", "ray", "--cpus-per-run", "1"])):
             db = tmp_path / f"{name}.db"
@@ -109,8 +130,10 @@ class TestOnALocalRayInstance:
     def test_a_stopped_ray_run_leaves_its_checkpoint_in_the_store_and_resumes_locally(self, tmp_path):
         epochs, extra = 12, {"settings_overrides": {"num_train_examples": 512}, "lr": 3e-4}
         toy.run_toy_eval(tmp_path / "reference.db", epochs=epochs, **extra)
-        reference_run, reference_epochs = toy.run_rows(tmp_path / "reference.db")[0], toy.epoch_rows(
-            tmp_path / "reference.db")
+        reference_run, reference_epochs = (
+            toy.run_rows(tmp_path / "reference.db")[0],
+            toy.epoch_rows(tmp_path / "reference.db"),
+        )
 
         class StopAfterTwoEpochs(Reporter):
             stop = False
@@ -120,8 +143,9 @@ class TestOnALocalRayInstance:
 
         db = tmp_path / "r.db"
         reporter = StopAfterTwoEpochs()
-        stopped = toy.run_toy_eval(db, epochs=epochs, executor="ray", reporter=reporter,
-                                   stop=lambda: reporter.stop, **extra)
+        stopped = toy.run_toy_eval(
+            db, epochs=epochs, executor="ray", reporter=reporter, stop=lambda: reporter.stop, **extra
+        )
         assert stopped["interrupted"] == 1
         run = toy.run_rows(db)[0]
         assert run["status"] == "pending"
@@ -136,6 +160,7 @@ class TestOnALocalRayInstance:
 
 
 # --- a worker node lost mid-run ----------------------------------------------------------------
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -175,9 +200,12 @@ class RayNode:
 
     def __init__(self, args: list[str], log: Path, env: dict):
         ray_cli = Path(sys.executable).with_name("ray")
-        self.proc = subprocess.Popen([str(ray_cli), "start", "--block", "--disable-usage-stats",
-                                      "--node-ip-address=127.0.0.1", *args],
-                                     stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(
+            [str(ray_cli), "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", *args],
+            stdout=open(log, "w"),
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
 
         self.log = log
         deadline = time.monotonic() + 60
@@ -221,26 +249,35 @@ print("complete" if summary["complete"] else "incomplete", flush=True)
 @needs_ray
 def test_a_worker_node_lost_mid_run_is_retried_from_its_checkpoint_and_nothing_is_lost(tmp_path):
     # a checkpoint after every epoch (by default one a minute: this run would have none to resume from)
-    kwargs = dict(epochs=16, wd=[0.0, 0.1], lr=3e-4, settings_overrides={"num_train_examples": 512},
-                  checkpoint_every=0)
+    kwargs = dict(epochs=16, wd=[0.0, 0.1], lr=3e-4, settings_overrides={"num_train_examples": 512}, checkpoint_every=0)
     toy.run_toy_eval(tmp_path / "reference.db", **kwargs)
     reference = toy.epoch_rows(tmp_path / "reference.db")
 
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS_DIR)]), "RAY_DEDUP_LOGS": "0",
-           "RAY_AUTH_MODE": "disabled"}  # a private loopback cluster: no token to share between nodes
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS_DIR)]),
+        "RAY_DEDUP_LOGS": "0",
+        "RAY_AUTH_MODE": "disabled",
+    }  # a private loopback cluster: no token to share between nodes
     temp_dir = tempfile.mkdtemp(prefix="mr")  # short: Ray's socket paths live under it
     db = tmp_path / "r.db"
     nodes: list[RayNode] = []
     driver = None
     try:
-        nodes.append(RayNode(["--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
-                              f"--temp-dir={temp_dir}"], tmp_path / "head.log", env))
+        nodes.append(
+            RayNode(
+                ["--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false", f"--temp-dir={temp_dir}"],
+                tmp_path / "head.log",
+                env,
+            )
+        )
         nodes.append(RayNode([f"--address=127.0.0.1:{port}", "--num-cpus=1"], tmp_path / "worker.log", env))
         script = DRIVER.format(tests=str(TESTS_DIR), db=str(db), address=f"127.0.0.1:{port}", kwargs=repr(kwargs))
         log = tmp_path / "driver.log"
-        driver = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=env, stdout=open(log, "w"),
-                                  stderr=subprocess.STDOUT)
+        driver = subprocess.Popen(
+            [sys.executable, "-c", script], cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT
+        )
         # the run on the worker node (its process is one of that node's) has a checkpoint, and is not done
         deadline = time.monotonic() + 120
         on_worker = None
@@ -249,8 +286,14 @@ def test_a_worker_node_lost_mid_run_is_retried_from_its_checkpoint_and_nothing_i
             assert time.monotonic() < deadline, "no run got under way on the worker node:\n" + log.read_text()
             if on_worker is None:
                 worker_pids = set(_process_tree(nodes[1].proc.pid))
-                on_worker = next((line.split()[1] for line in log.read_text().splitlines()
-                                  if line.startswith("started ") and int(line.split()[2]) in worker_pids), None)
+                on_worker = next(
+                    (
+                        line.split()[1]
+                        for line in log.read_text().splitlines()
+                        if line.startswith("started ") and int(line.split()[2]) in worker_pids
+                    ),
+                    None,
+                )
             if on_worker is not None:
                 try:
                     done_epochs = [row for row in toy.epoch_rows(db) if row[0] == on_worker]
@@ -284,9 +327,22 @@ def test_a_worker_node_lost_mid_run_is_retried_from_its_checkpoint_and_nothing_i
 
 # --- bad input ---------------------------------------------------------------------------------
 
+
 def _eval(tmp_path, *extra):
-    return main(["eval", SPEC, "--protocol", "smoke", "--task", "in-context-recall", "--db", str(tmp_path / "r.db"),
-                 "--quiet", *extra])
+    return main(
+        [
+            "eval",
+            SPEC,
+            "--protocol",
+            "smoke",
+            "--task",
+            "in-context-recall",
+            "--db",
+            str(tmp_path / "r.db"),
+            "--quiet",
+            *extra,
+        ]
+    )
 
 
 def test_an_unknown_executor_is_a_clear_error(tmp_path, capsys):

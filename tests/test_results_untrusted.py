@@ -3,10 +3,12 @@
 Others may write to a results folder (a shared disk, a copied folder), and a disk can fill up
 under it. What madsl finds there is checked before it is used: the cached task data,
 checkpoints, kept models (config.json and model.safetensors). (The plan's rate cache lives
-outside it and is checked the same way: tests/test_plan_rate.py.) A damaged cache is discarded with a warning and rebuilt; a symbolic link is
+outside it and is checked the same way: tests/test_plan_rate.py.) A damaged cache is discarded with a
+warning and rebuilt; a symbolic link is
 refused with an error naming it and left as it is, as is what it points to; a planted config
 is refused before the model it describes is allocated; a write that fails says why in words.
 """
+
 from __future__ import annotations
 
 import errno
@@ -22,22 +24,36 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from runner_helpers import TOY_TASKS, run_rows, run_toy_eval
 
 import madsl
 from madsl.cli import main
 from madsl.errors import MadslError
-from madsl.runner.train import checkpoint as checkpoints
 from madsl.runner.store import kept
-from madsl.runner.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from madsl.runner.store.database import StoreError
 from madsl.runner.store.results import Store
+from madsl.runner.train import checkpoint as checkpoints
+from madsl.runner.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from madsl.tasks import cache
-from runner_helpers import TOY_TASKS, run_rows, run_toy_eval
 
 torch.set_num_threads(1)
 SPEC = str(Path(__file__).resolve().parent.parent / "specs" / "paper" / "hyena-sg.mad")
-TINY = ["--task", "in-context-recall", "--protocol", "smoke", "--epochs", "1", "--batch-size", "8",
-        "--set", "seq_len=16", "--set", "num_train_examples=16", "--set", "num_test_examples=8"]
+TINY = [
+    "--task",
+    "in-context-recall",
+    "--protocol",
+    "smoke",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "8",
+    "--set",
+    "seq_len=16",
+    "--set",
+    "num_train_examples=16",
+    "--set",
+    "num_test_examples=8",
+]
 
 
 def _files(db: Path) -> Path:
@@ -76,35 +92,43 @@ def _huge_header(path: Path) -> None:
     """A file whose inputs header claims 10^12 rows (8 TB) over a few bytes of data."""
     arrays = _arrays(path)
     header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(header, {"descr": "<i8", "fortran_order": False,
-                                                   "shape": (10**12, 16)})
+    np.lib.format.write_array_header_1_0(header, {"descr": "<i8", "fortran_order": False, "shape": (10**12, 16)})
     with zipfile.ZipFile(path, "w") as z:
         for name, array in arrays.items():
             buffer = io.BytesIO()
             np.lib.format.write_array(buffer, array)
-            z.writestr(f"{name}.npy", b"\x93NUMPY\x01\x00" + header.getvalue() + b"\0" * 64 if name == "inputs"
-                       else buffer.getvalue())
+            z.writestr(
+                f"{name}.npy",
+                b"\x93NUMPY\x01\x00" + header.getvalue() + b"\0" * 64 if name == "inputs" else buffer.getvalue(),
+            )
 
 
 CORRUPT_NPZ = {
-    "truncated": lambda path: path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2]),
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2]),
     "empty": lambda path: path.write_bytes(b""),
     "garbage": lambda path: path.write_bytes(b"PK\x03\x04" + bytes(range(256)) * 8),
     "no targets": lambda path: _save(path, {k: v for k, v in _arrays(path).items() if k != "targets"}),
-    "rows of another setting": lambda path: _save(path, {**_arrays(path), "inputs": _arrays(path)["inputs"][:5],
-                                                          "targets": _arrays(path)["targets"][:5]}),
-    "another sequence length": lambda path: _save(path, {**_arrays(path), "inputs": _arrays(path)["inputs"][:, :7],
-                                                          "targets": _arrays(path)["targets"][:, :7]}),
-    "tokens outside the vocabulary": lambda path: _save(path, {**_arrays(path), "inputs": np.full_like(
-        _arrays(path)["inputs"], 10**4)}),
-    "targets outside the classes": lambda path: _save(path, {**_arrays(path), "targets": np.full_like(
-        _arrays(path)["targets"], 99)}),
-    "floats where tokens belong": lambda path: _save(path, {**_arrays(path), "inputs": _arrays(path)[
-        "inputs"].astype(np.float64)}),
-    "dtypes.json naming objects": lambda path: _save(path, {**_arrays(path), "dtypes.json": np.array(
-        json.dumps({"inputs": "object", "targets": "int64"}))}),
-    "meta.json nested deeply": lambda path: _save(path, {**_arrays(path), "meta.json": np.array(
-        "[" * 100_000 + "]" * 100_000)}),
+    "rows of another setting": lambda path: _save(
+        path, {**_arrays(path), "inputs": _arrays(path)["inputs"][:5], "targets": _arrays(path)["targets"][:5]}
+    ),
+    "another sequence length": lambda path: _save(
+        path, {**_arrays(path), "inputs": _arrays(path)["inputs"][:, :7], "targets": _arrays(path)["targets"][:, :7]}
+    ),
+    "tokens outside the vocabulary": lambda path: _save(
+        path, {**_arrays(path), "inputs": np.full_like(_arrays(path)["inputs"], 10**4)}
+    ),
+    "targets outside the classes": lambda path: _save(
+        path, {**_arrays(path), "targets": np.full_like(_arrays(path)["targets"], 99)}
+    ),
+    "floats where tokens belong": lambda path: _save(
+        path, {**_arrays(path), "inputs": _arrays(path)["inputs"].astype(np.float64)}
+    ),
+    "dtypes.json naming objects": lambda path: _save(
+        path, {**_arrays(path), "dtypes.json": np.array(json.dumps({"inputs": "object", "targets": "int64"}))}
+    ),
+    "meta.json nested deeply": lambda path: _save(
+        path, {**_arrays(path), "meta.json": np.array("[" * 100_000 + "]" * 100_000)}
+    ),
     "an extra array": lambda path: _save(path, {**_arrays(path), "payload": np.zeros(3)}),
     "a header claiming 8 TB": _huge_header,
 }
@@ -136,7 +160,7 @@ def test_a_run_over_truncated_cached_data_succeeds_and_regenerates_it(tmp_path):
     files = sorted((_files(db) / "data").glob("*.npz"))
     assert len(files) == 2
     for path in files:
-        path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
+        path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         summary = run_toy_eval(db, epochs=1, lr=1e-3)  # another run of the same setting: the same data
@@ -157,6 +181,7 @@ def test_a_failed_cache_write_only_warns(tmp_path, monkeypatch):
 
 
 # --- symbolic links in the results folder ------------------------------------------------------
+
 
 @pytest.mark.parametrize("entry", ["checkpoints", "data", "models", "step-times.json"])
 def test_a_symlinked_entry_of_the_results_folder_is_refused_before_anything_runs(tmp_path, entry):
@@ -247,9 +272,18 @@ def test_keeping_a_model_never_writes_through_a_link_planted_after_the_check(tmp
 
 # --- kept models: config.json and model.safetensors --------------------------------------------
 
-BUILD = {"vocab_size": 8, "max_seq_len": 16, "num_classes": 8, "backbone_num_classes": None, "head": "lm",
-         "input_dim": 0, "target_len": None, "compression_position": -1, "conventions": "madsl",
-         "lm_head": "conventions"}
+BUILD = {
+    "vocab_size": 8,
+    "max_seq_len": 16,
+    "num_classes": 8,
+    "backbone_num_classes": None,
+    "head": "lm",
+    "input_dim": 0,
+    "target_len": None,
+    "compression_position": -1,
+    "conventions": "madsl",
+    "lm_head": "conventions",
+}
 
 
 def _kept_model(folder: Path, dim: int = 16) -> Path:
@@ -261,10 +295,19 @@ def _kept_model(folder: Path, dim: int = 16) -> Path:
     spec = madsl.spec_from_topology("A", dim=dim)
     model = TaskModel(madsl.compile(spec, vocab_size=8, max_seq_len=16), "lm", num_classes=8)
     folder.mkdir(parents=True)
-    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
-              str(folder / "model.safetensors"))
-    config = {"format": kept.FORMAT, "run_id": "ab" * 32, "spec": spec.data, "task": "toy", "setting": {},
-              "build": dict(BUILD), "best_epoch": 1, "metrics": {"eval_loss": 1.0}}
+    save_file(
+        {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors")
+    )
+    config = {
+        "format": kept.FORMAT,
+        "run_id": "ab" * 32,
+        "spec": spec.data,
+        "task": "toy",
+        "setting": {},
+        "build": dict(BUILD),
+        "best_epoch": 1,
+        "metrics": {"eval_loss": 1.0},
+    }
     (folder / "config.json").write_text(json.dumps(config))
     return folder
 
@@ -339,8 +382,11 @@ def test_a_planted_config_is_a_clear_error_naming_it(tmp_path, kind):
     assert str(folder / "config.json") in str(err.value), str(err.value)
 
 
-@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"format": "madsl-run-model/1", "pad": "'
-                                  + "x" * (5 * 2**20) + '"}'], ids=["nested too deep to parse", "5 MiB"])
+@pytest.mark.parametrize(
+    "text",
+    ["[" * 100_000 + "]" * 100_000, '{"format": "madsl-run-model/1", "pad": "' + "x" * (5 * 2**20) + '"}'],
+    ids=["nested too deep to parse", "5 MiB"],
+)
 def test_a_config_too_large_or_too_deep_is_not_a_model(tmp_path, text):
     folder = _kept_model(tmp_path / "m")
     (folder / "config.json").write_text(text)
@@ -367,9 +413,9 @@ def _edit_header(path: Path, edit) -> None:
     """Rewrite a safetensors file's header (the tensors' bytes stay as they are)."""
     raw = path.read_bytes()
     size = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + size])
+    header = json.loads(raw[8 : 8 + size])
     edit({k: v for k, v in header.items() if k != "__metadata__"}, header)
-    path.write_bytes(_header(header) + raw[8 + size:])
+    path.write_bytes(_header(header) + raw[8 + size :])
 
 
 def _transpose_a_matrix(tensors: dict, header: dict) -> None:
@@ -383,13 +429,15 @@ def _rename_a_tensor(tensors: dict, header: dict) -> None:
 
 
 CORRUPT_WEIGHTS = {
-    "truncated": lambda path: path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2]),
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2]),
     "empty": lambda path: path.write_bytes(b""),
-    "random bytes": lambda path: path.write_bytes(bytes(np.random.default_rng(0).integers(0, 256, 4096,
-                                                                                          dtype=np.uint8))),
+    "random bytes": lambda path: path.write_bytes(
+        bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8))
+    ),
     "a header claiming 2^60 bytes": lambda path: path.write_bytes((2**60).to_bytes(8, "little") + b"{}"),
-    "offsets past the end": lambda path: path.write_bytes(_header({"w": {"dtype": "F32", "shape": [10**9],
-                                                                         "data_offsets": [0, 4 * 10**9]}})),
+    "offsets past the end": lambda path: path.write_bytes(
+        _header({"w": {"dtype": "F32", "shape": [10**9], "data_offsets": [0, 4 * 10**9]}})
+    ),
     "a pickle": lambda path: path.write_bytes(pickle.dumps({"w": [1.0]})),
     "a folder": lambda path: (path.unlink(), path.mkdir()),
     "a matrix transposed in the header": lambda path: _edit_header(path, _transpose_a_matrix),
@@ -420,6 +468,7 @@ def test_integer_weights_where_floats_belong_are_refused(tmp_path):
 
 
 # --- a full disk, permissions, a file where a folder belongs ---------------------------------
+
 
 class _FullDisk:
     """A file whose disk fills after `room` bytes."""
@@ -482,10 +531,14 @@ def test_a_run_on_a_full_disk_fails_saying_no_space_left(tmp_path, monkeypatch):
     assert str(_files(tmp_path / "r.db") / "checkpoints") in error
 
 
-@pytest.mark.parametrize("err, words", [(PermissionError(errno.EACCES, "Permission denied"), "permission denied"),
-                                        (PermissionError(errno.EPERM, "Operation not permitted"),
-                                         "permission denied"),
-                                        (OSError(errno.EDQUOT, "Disk quota exceeded"), "disk quota exceeded")])
+@pytest.mark.parametrize(
+    "err, words",
+    [
+        (PermissionError(errno.EACCES, "Permission denied"), "permission denied"),
+        (PermissionError(errno.EPERM, "Operation not permitted"), "permission denied"),
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), "disk quota exceeded"),
+    ],
+)
 def test_a_refused_checkpoint_write_says_why(tmp_path, monkeypatch, err, words):
     def refuse(*args, **kwargs):
         raise err
@@ -559,9 +612,10 @@ def test_a_finished_run_never_deletes_a_link_planted_as_its_checkpoint(tmp_path)
 def test_weights_that_cannot_be_kept_leave_the_run_done_and_the_eval_going(tmp_path, monkeypatch):
     """A kept model that cannot be written (a link planted under models/ after the check, a full
     disk) ended the whole eval after training; now the run stays done and the summary says so."""
+    from runner_helpers import run_toy_eval
+
     from madsl.errors import MadslError
     from madsl.runner.store import kept
-    from runner_helpers import run_toy_eval
 
     def refuse(*args, **kwargs):
         raise MadslError("models/abc is a symbolic link")

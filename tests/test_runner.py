@@ -4,6 +4,7 @@ Everything here runs on a small stand-in model and toy tasks (tests/runner_helpe
 so the runner is tested on its own; one thread per process keeps the file fast next to
 other busy processes.
 """
+
 from __future__ import annotations
 
 import csv
@@ -20,30 +21,41 @@ from pathlib import Path
 
 import pytest
 import torch
+from runner_helpers import (
+    TESTS_DIR,
+    TOY_TASKS,
+    DivergingFactory,
+    FakeSpec,
+    KillingFactory,
+    StandInFactory,
+    StandInModel,
+    epoch_rows,
+    run_rows,
+    run_toy_eval,
+    without_sequence_mixing,
+)
 
 from madsl.errors import MadslError
-from madsl.runner.reports import scores as scoring
 from madsl.runner.api import evaluate
-from madsl.runner.train.checkpoint import load_checkpoint
 from madsl.runner.execute.coordinator import Reporter
-from madsl.runner.train.heads import TaskModel, sincos_position_embedding
 from madsl.runner.plan.overrides import Overrides, overrides_from_spec_eval
 from madsl.runner.plan.protocols import PROTOCOLS
 from madsl.runner.plan.runs import TrainSettings, build_plan
 from madsl.runner.plan.task_settings import parse_set_option, resolve_task_names
+from madsl.runner.reports import scores as scoring
 from madsl.runner.reports.outputs import report
 from madsl.runner.store.results import Store
+from madsl.runner.train.checkpoint import load_checkpoint
+from madsl.runner.train.heads import TaskModel, sincos_position_embedding
 from madsl.runner.train.loop import train_run
 from madsl.runner.train.metrics import MetricAccumulator
 from madsl.tasks.base import IGNORE
-from runner_helpers import (TESTS_DIR, TOY_TASKS, DivergingFactory, FakeSpec, KillingFactory, StandInFactory,
-                            StandInModel, epoch_rows, run_rows, run_toy_eval,
-                            without_sequence_mixing)
 
 torch.set_num_threads(1)
 
 
 # --- training ------------------------------------------------------------------------------
+
 
 def _train_toy(name, epochs, mixing=True, lr=3e-3, wd=0.0):
     """Train the stand-in on a toy task; mixing=False replaces its sequence mixer by identity (the control)."""
@@ -55,8 +67,13 @@ def _train_toy(name, epochs, mixing=True, lr=3e-3, wd=0.0):
 
     def build():
         backbone = StandInModel(task.vocab_size(s), 16, 2 if name == "toy-classify" else None)
-        return TaskModel(backbone if mixing else without_sequence_mixing(backbone), task.head,
-                         num_classes=task.num_classes(s), target_len=target_len, input_dim=task.input_dim(s))
+        return TaskModel(
+            backbone if mixing else without_sequence_mixing(backbone),
+            task.head,
+            num_classes=task.num_classes(s),
+            target_len=target_len,
+            input_dim=task.input_dim(s),
+        )
 
     return train_run(cfg, build, train, test, num_classes=task.num_classes(s))
 
@@ -130,8 +147,9 @@ def test_the_per_step_bookkeeping_needs_no_host_sync(kind, per_batch):
     from madsl.runner.train.metrics import _loss
 
     outputs = torch.randn(4, 9, 8, device="meta")
-    targets = (torch.randn(4, 9, 8, device="meta") if kind == "regression"
-               else torch.randint(0, 8, (4, 9), device="meta"))
+    targets = (
+        torch.randn(4, 9, 8, device="meta") if kind == "regression" else torch.randint(0, 8, (4, 9), device="meta")
+    )
     model = TaskModel.__new__(TaskModel)
     model.kind = kind
     loss, loss_sum = _loss(model, outputs, targets)
@@ -159,6 +177,7 @@ def test_sincos_positions_are_fixed_and_distinct():
 
 # --- the store, rerunning, resuming --------------------------------------------------------
 
+
 def test_eval_records_epochs_and_rerun_repeats_nothing(tmp_path):
     db = tmp_path / "r.db"
     first = run_toy_eval(db, wd=[0.0, 0.1])
@@ -175,8 +194,7 @@ def test_eval_records_epochs_and_rerun_repeats_nothing(tmp_path):
     assert epoch_rows(db) == epochs and [r["finished"] for r in run_rows(db)] == [r["finished"] for r in runs]
 
 
-def test_a_full_disk_while_recording_is_a_clear_error_and_rerunning_loses_and_repeats_nothing(tmp_path,
-                                                                                              monkeypatch):
+def test_a_full_disk_while_recording_is_a_clear_error_and_rerunning_loses_and_repeats_nothing(tmp_path, monkeypatch):
     db = tmp_path / "r.db"
     real_finish, calls = Store.finish, []
 
@@ -285,11 +303,18 @@ def test_kill_9_resumes_from_checkpoint_to_the_same_result(tmp_path):
     # store holds epochs 1-3 and says so in `ready`; only then is it killed.
     db, ready = tmp_path / "r.db", tmp_path / "ready"
     steps_per_epoch = -(-512 // PROTOCOLS["smoke"].batch_size)
-    script = KILL_SCRIPT.format(tests=str(TESTS_DIR), db=str(db), ready=str(ready), epochs=epochs,
-                                pause_at=paused_epochs * steps_per_epoch + 1, paused_epochs=paused_epochs,
-                                extra=repr(extra))
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=TESTS_DIR.parent,
-                            env={**os.environ, "PYTHONPATH": str(TESTS_DIR.parent)})
+    script = KILL_SCRIPT.format(
+        tests=str(TESTS_DIR),
+        db=str(db),
+        ready=str(ready),
+        epochs=epochs,
+        pause_at=paused_epochs * steps_per_epoch + 1,
+        paused_epochs=paused_epochs,
+        extra=repr(extra),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=TESTS_DIR.parent, env={**os.environ, "PYTHONPATH": str(TESTS_DIR.parent)}
+    )
     try:
         waited = time.monotonic()
         while not ready.exists():
@@ -334,19 +359,40 @@ def test_sigterm_stops_runs_as_ctrl_c_does(signum):
 def test_workers_leave_stopping_to_the_coordinator():
     """A signal to the whole process group (Ctrl-C in a terminal, scancel) reaches the workers
     too: they ignore it and stop when the coordinator tells them, after their checkpoint."""
-    script = ("import os, signal\nfrom madsl.runner.execute.local import _worker_init\n_worker_init(None, None, 1)\n"
-              "os.kill(os.getpid(), signal.SIGTERM)\nos.kill(os.getpid(), signal.SIGINT)\nprint('still running')")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=TESTS_DIR.parent,
-                          env={**os.environ, "PYTHONPATH": str(TESTS_DIR.parent)}, timeout=120)
+    script = (
+        "import os, signal\nfrom madsl.runner.execute.local import _worker_init\n_worker_init(None, None, 1)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\nos.kill(os.getpid(), signal.SIGINT)\nprint('still running')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=TESTS_DIR.parent,
+        env={**os.environ, "PYTHONPATH": str(TESTS_DIR.parent)},
+        timeout=120,
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "still running", proc.stderr
 
 
 def test_process_pool_executor_and_a_killed_worker_fails_its_runs_while_the_others_go_on(tmp_path):
     db = tmp_path / "r.db"
     specs = [FakeSpec("killed", "killed-v1"), FakeSpec("standin", "standin-v1")]
-    factory = lambda spec: KillingFactory() if spec.name == "killed" else StandInFactory()  # noqa: E731
-    summary = evaluate(specs, tasks=["toy-previous"], protocol="smoke", db=db, epochs=1, lr=3e-3, wd=[0.0, 0.1],
-                       workers=2, model_factory=factory, task_registry=TOY_TASKS)
+
+    def factory(spec):
+        return KillingFactory() if spec.name == "killed" else StandInFactory()
+
+    summary = evaluate(
+        specs,
+        tasks=["toy-previous"],
+        protocol="smoke",
+        db=db,
+        epochs=1,
+        lr=3e-3,
+        wd=[0.0, 0.1],
+        workers=2,
+        model_factory=factory,
+        task_registry=TOY_TASKS,
+    )
     runs = run_rows(db)
     # no traceback, no run left "running": the killed worker's runs failed, the others ran in a new pool
     assert sorted((r["spec_name"], r["status"]) for r in runs) == [("killed", "failed")] * 2 + [("standin", "done")] * 2
@@ -366,8 +412,10 @@ def test_skip_solved_grid_points(tmp_path):
     dead = subprocess.Popen(["true"])
     dead.wait()
     with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE runs SET status='running', owner=?, heartbeat=? WHERE status='skipped'",
-                     (f"{socket.gethostname()}:{dead.pid}", time.time()))
+        conn.execute(
+            "UPDATE runs SET status='running', owner=?, heartbeat=? WHERE status='skipped'",
+            (f"{socket.gethostname()}:{dead.pid}", time.time()),
+        )
     again = run_toy_eval(db, epochs=30, lr=[3e-3, 1e-5], settings_overrides={"num_train_examples": 512})
     assert sorted(r["status"] for r in run_rows(db)) == ["done", "skipped"] and again["skipped"] == 1
 
@@ -398,19 +446,34 @@ def test_a_run_whose_loss_diverges_is_recorded_and_reported_as_diverged(tmp_path
 
 # --- scores and reports ----------------------------------------------------------------------
 
+
 def _row(spec, task, setting, lr, wd, acc, seed=0, status="done", seconds=1.0, regression=False):
-    return {"run_id": f"{spec}{task}{setting}{lr}{wd}{seed}", "spec_hash": spec, "spec_name": spec, "task": task,
-            "setting": setting, "lr": lr, "wd": wd, "seed": seed, "status": status, "train_seconds": seconds,
-            "best_eval_acc": None if regression else acc, "best_eval_ppl": None if regression else 1.0,
-            "best_eval_loss": acc}
+    return {
+        "run_id": f"{spec}{task}{setting}{lr}{wd}{seed}",
+        "spec_hash": spec,
+        "spec_name": spec,
+        "task": task,
+        "setting": setting,
+        "lr": lr,
+        "wd": wd,
+        "seed": seed,
+        "status": status,
+        "train_seconds": seconds,
+        "best_eval_acc": None if regression else acc,
+        "best_eval_ppl": None if regression else 1.0,
+        "best_eval_loss": acc,
+    }
 
 
 def test_scores_math():
     rows = [
-        _row("a", "t1", "s1", 1e-3, 0.0, 0.5), _row("a", "t1", "s1", 1e-4, 0.0, 0.9),
-        _row("a", "t1", "s2", 1e-3, 0.0, 0.7), _row("a", "t1", "s2", 1e-4, 0.0, 0.3),
+        _row("a", "t1", "s1", 1e-3, 0.0, 0.5),
+        _row("a", "t1", "s1", 1e-4, 0.0, 0.9),
+        _row("a", "t1", "s2", 1e-3, 0.0, 0.7),
+        _row("a", "t1", "s2", 1e-4, 0.0, 0.3),
         _row("a", "t1", "s2", 5e-4, 0.0, 0.99, status="failed"),  # unfinished runs do not count
-        _row("a", "t2", "s1", 1e-3, 0.1, 0.2), _row("a", "t2", "s1", 1e-3, 0.1, 0.4, seed=1),
+        _row("a", "t2", "s1", 1e-3, 0.1, 0.2),
+        _row("a", "t2", "s1", 1e-3, 0.1, 0.4, seed=1),
         _row("a", "t3", "s1", 1e-3, 0.0, 0.05, regression=True),  # MSE: not in the MAD score
         _row("b", "t1", "s1", 1e-3, 0.0, 1.0),
     ]
@@ -433,8 +496,11 @@ def test_report_json_csv_text(tmp_path):
     aggregates = [r for r in records if r["aggregate"]]
     per_task = [r for r in records if not r["aggregate"]]
     assert {r["spec"] for r in aggregates} == {"standin", "other"}
-    assert {(r["spec"], r["task"]) for r in per_task} == {("standin", "toy-previous"), ("standin", "toy-classify"),
-                                                          ("other", "toy-previous")}
+    assert {(r["spec"], r["task"]) for r in per_task} == {
+        ("standin", "toy-previous"),
+        ("standin", "toy-classify"),
+        ("other", "toy-previous"),
+    }
     for r in records:
         assert {"spec", "task", "score", "best_lr", "best_wd", "seconds_per_run"} <= set(r)
         assert 0.0 <= r["score"] <= 1.0
@@ -446,8 +512,9 @@ def test_report_json_csv_text(tmp_path):
     assert "standin" in text and "toy-previous" in text and "MAD score" not in text and "mean" in text
     assert "MAD leaderboard, protocol" in text  # the protocol in the title; "mean": toy tasks are not the MAD set
     # the runs override the smoke protocol's epochs: they are filed under smoke+custom, not smoke
-    assert report(db, protocol="smoke") == (f"no runs in {db} are filed under protocol smoke yet "
-                                            "(`madsl report` without --protocol shows every run)\n")
+    assert report(db, protocol="smoke") == (
+        f"no runs in {db} are filed under protocol smoke yet (`madsl report` without --protocol shows every run)\n"
+    )
 
 
 def test_report_errors(tmp_path, monkeypatch):
@@ -467,6 +534,7 @@ def test_report_errors(tmp_path, monkeypatch):
 
 
 # --- protocols and overrides ---------------------------------------------------------------
+
 
 def test_protocol_override_precedence():
     tasks = [TOY_TASKS["toy-previous"]]
@@ -495,14 +563,28 @@ def test_runs_with_overrides_of_their_own_are_filed_under_a_custom_label(tmp_pat
     from madsl.cli import main
 
     tasks = [TOY_TASKS["toy-previous"]]
-    labels = lambda overrides: {r.label for r in build_plan(tasks, overrides).runs}  # noqa: E731
+
+    def labels(overrides):
+        return {r.label for r in build_plan(tasks, overrides).runs}
+
     assert labels(Overrides(protocol="smoke")) == {"smoke"}
     # knobs that leave the protocol's runs as they are: still its runs
-    assert labels(Overrides(protocol="smoke", lrs=PROTOCOLS["smoke"].lrs, eval_lengths=(8,), conventions="mad-lab",
-                            tasks=("toy-previous",))) == {"smoke"}
-    for changed in (Overrides(protocol="smoke", epochs=1), Overrides(protocol="smoke", lrs=(3e-3,)),
-                    Overrides(protocol="smoke", settings={"seq_len": 24}), Overrides(protocol="smoke", seeds=(1,)),
-                    Overrides(protocol="smoke", freeze=("embedding",))):
+    assert labels(
+        Overrides(
+            protocol="smoke",
+            lrs=PROTOCOLS["smoke"].lrs,
+            eval_lengths=(8,),
+            conventions="mad-lab",
+            tasks=("toy-previous",),
+        )
+    ) == {"smoke"}
+    for changed in (
+        Overrides(protocol="smoke", epochs=1),
+        Overrides(protocol="smoke", lrs=(3e-3,)),
+        Overrides(protocol="smoke", settings={"seq_len": 24}),
+        Overrides(protocol="smoke", seeds=(1,)),
+        Overrides(protocol="smoke", freeze=("embedding",)),
+    ):
         assert labels(changed) == {"smoke+custom"}, changed
     # a part of the protocol's own grid is still its runs
     paper = build_plan(tasks, Overrides(protocol="paper", lrs=(1e-3,)))
@@ -560,8 +642,9 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     assert main(["report", "--db", str(tmp_path / "missing.db")]) == 2
 
 
-@pytest.mark.parametrize("option", [["--lr", "nan"], ["--wd", "nan"], ["--lr", "inf"], ["--wd", "Infinity"],
-                                    ["--lr", "1e400"]])
+@pytest.mark.parametrize(
+    "option", [["--lr", "nan"], ["--wd", "nan"], ["--lr", "inf"], ["--wd", "Infinity"], ["--lr", "1e400"]]
+)
 def test_non_finite_learning_rates_and_weight_decays_are_bad_input(tmp_path, capsys, option):
     from madsl.cli import main
 
@@ -584,10 +667,8 @@ def test_spec_identity_covers_what_changes_the_model(tmp_path):
 
     paper = TESTS_DIR.parent / "specs" / "paper"
     base = load_spec(paper / "hyena-sg.mad")
-    (tmp_path / "renamed.mad").write_text("extends: bundled:paper/hyena-sg\nname: renamed\n"
-                                          "eval: {protocol: smoke}\n")
-    (tmp_path / "order3.mad").write_text("extends: bundled:paper/hyena-sg\nname: order3\n"
-                                         "layers: {H: {order: 3}}\n")
+    (tmp_path / "renamed.mad").write_text("extends: bundled:paper/hyena-sg\nname: renamed\neval: {protocol: smoke}\n")
+    (tmp_path / "order3.mad").write_text("extends: bundled:paper/hyena-sg\nname: order3\nlayers: {H: {order: 3}}\n")
     (tmp_path / "wide.mad").write_text("extends: bundled:paper/hyena-sg\nname: wide\ndim: 256\n")
     assert load_spec(tmp_path / "renamed.mad").identity_text == base.identity_text
     assert load_spec(tmp_path / "order3.mad").identity_text != base.identity_text
@@ -611,8 +692,12 @@ def test_spec_identity_ignores_symbols_the_model_does_not_use(tmp_path):
 def test_eval_lengths_are_recorded_reported_and_out_of_memory_is_a_result(tmp_path):
     db = tmp_path / "r.db"
     too_long = 1 << 40  # 64 test rows x 2**40 tokens: numpy cannot allocate it
-    summary = run_toy_eval(db, epochs=8, eval_lengths=(8, 16, 32, too_long),
-                           settings_overrides={"num_train_examples": 256, "num_test_examples": 64})
+    summary = run_toy_eval(
+        db,
+        epochs=8,
+        eval_lengths=(8, 16, 32, too_long),
+        settings_overrides={"num_train_examples": 256, "num_test_examples": 64},
+    )
     assert summary["complete"]
     records = json.loads(report(db, fmt="json"))
     task = next(r for r in records if r["task"] == "toy-previous")
@@ -639,8 +724,9 @@ def test_length_evaluations_stop_cleanly_and_resume_without_redoing_a_length(tmp
     task = TOY_TASKS["toy-previous"]
     settings = dict(task.baseline)
     train, test = task.generate(settings, "train", 0), task.generate(settings, "test", 0)
-    cfg = TrainSettings(lr=3e-3, wd=0.0, epochs=2, batch_size=32, seed=0, min_lr=1e-6, early_stop_acc=0.999,
-                        eval_lengths=(8, 24, 40))
+    cfg = TrainSettings(
+        lr=3e-3, wd=0.0, epochs=2, batch_size=32, seed=0, min_lr=1e-6, early_stop_acc=0.999, eval_lengths=(8, 24, 40)
+    )
     drawn: list[int] = []
 
     def length_data(length):
@@ -648,15 +734,24 @@ def test_length_evaluations_stop_cleanly_and_resume_without_redoing_a_length(tmp
         return task.generate({**settings, "seq_len": length}, "test", 0)
 
     def run(hooks=None, checkpoint=None):
-        return train_run(cfg, lambda: TaskModel(StandInModel(8, 64), "lm"), train, test, num_classes=8,
-                         checkpoint_path=checkpoint, hooks=hooks, length_data=length_data)
+        return train_run(
+            cfg,
+            lambda: TaskModel(StandInModel(8, 64), "lm"),
+            train,
+            test,
+            num_classes=8,
+            checkpoint_path=checkpoint,
+            hooks=hooks,
+            length_data=length_data,
+        )
 
     uninterrupted = run()
     assert [ev["length"] for ev in uninterrupted.length_evals] == [8, 24, 40]
     drawn.clear()
     started: list[int] = []
-    hooks = TrainHooks(on_length=lambda length, index, count: started.append(length),
-                       should_stop=lambda: len(started) == 2)  # a Ctrl-C while length 24 is evaluated
+    hooks = TrainHooks(
+        on_length=lambda length, index, count: started.append(length), should_stop=lambda: len(started) == 2
+    )  # a Ctrl-C while length 24 is evaluated
     checkpoint = tmp_path / "run.pt"
     with pytest.raises(RunInterrupted, match="length 40"):
         run(hooks, checkpoint)
@@ -664,8 +759,9 @@ def test_length_evaluations_stop_cleanly_and_resume_without_redoing_a_length(tmp
     drawn.clear()
     resumed = run(TrainHooks(), checkpoint)
     assert drawn == [40]  # neither training nor the lengths already done are repeated
-    assert [(ev["length"], ev["acc"]) for ev in resumed.length_evals] == \
-        [(ev["length"], ev["acc"]) for ev in uninterrupted.length_evals]
+    assert [(ev["length"], ev["acc"]) for ev in resumed.length_evals] == [
+        (ev["length"], ev["acc"]) for ev in uninterrupted.length_evals
+    ]
 
 
 def test_eval_lengths_are_checked_against_the_task_before_anything_runs(tmp_path, capsys):
@@ -673,22 +769,59 @@ def test_eval_lengths_are_checked_against_the_task_before_anything_runs(tmp_path
 
     spec = str(TESTS_DIR.parent / "specs" / "paper" / "hyena-sg.mad")
     db = tmp_path / "r.db"
-    assert main(["eval", spec, "--task", "arithmetic", "--protocol", "smoke", "--eval-lengths", "8",
-                 "--db", str(db), "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                spec,
+                "--task",
+                "arithmetic",
+                "--protocol",
+                "smoke",
+                "--eval-lengths",
+                "8",
+                "--db",
+                str(db),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "'arithmetic' has no seq_len" in err and "Traceback" not in err
-    assert main(["eval", spec, "--task", "induction-heads", "--protocol", "smoke", "--eval-lengths", "2,64",
-                 "--db", str(db), "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                spec,
+                "--task",
+                "induction-heads",
+                "--protocol",
+                "smoke",
+                "--eval-lengths",
+                "2,64",
+                "--db",
+                str(db),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     assert "length 2 is not a valid induction-heads setting" in capsys.readouterr().err
-    assert not sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE name='runs'").fetchone() \
+    assert (
+        not sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE name='runs'").fetchone()
         or not sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    )
 
 
 def test_eval_section_errors_point_at_the_line_and_column_in_the_spec(tmp_path, capsys):
     from madsl.cli import main
 
-    cases = {"lr: abc": ("eval.lr", 3, 7), "lrr: 1": ("unknown key 'lrr'", 3, 3),
-             "eval_lengths: [64, -5]": ("length -5 is not a valid", 3, 17)}
+    cases = {
+        "lr: abc": ("eval.lr", 3, 7),
+        "lrr: 1": ("unknown key 'lrr'", 3, 3),
+        "eval_lengths: [64, -5]": ("length -5 is not a valid", 3, 17),
+    }
     for body, (message, line, column) in cases.items():
         spec = tmp_path / "bad.mad"
         spec.write_text(f"extends: bundled:induction/mamba\neval:\n  {body}\n")
@@ -697,15 +830,27 @@ def test_eval_section_errors_point_at_the_line_and_column_in_the_spec(tmp_path, 
         assert message in err and f"{spec}:{line}:{column}" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("body,message,column", [
-    ("protocol: nope", "unknown protocol 'nope'", 13), ("epochs: 0", "an integer at least 1, got 0", 11),
-    ("lr: [1e-3, -1]", "a number greater than 0, got -1.0", 14), ("lr: .nan", "not a finite number", 7),
-    ("wd: -0.1", "eval.wd", 7), ("batch_size: 0", "eval.batch_size", 15), ("tasks: 5", "expected task names", 10),
-    ("tasks: [compression, nope]", "unknown task 'nope'", 24), ("seed: -1", "eval.seed", 9),
-    ("epochs: [1, 2]", "expected an integer, got [1, 2]", 11), ("set: {seq_len: x}", "must be an integer", 18),
-    ("set: {nope: 3}", "no setting 'nope'", 9), ("set: 3", "eval.set", 8), ("set: {seq_len: }", "eval.set.seq_len", 17),
-    ("freeze: [Q]", "nothing named 'Q' to freeze", 11), ("freeze: 3", "eval.freeze", 11),
-])
+@pytest.mark.parametrize(
+    "body,message,column",
+    [
+        ("protocol: nope", "unknown protocol 'nope'", 13),
+        ("epochs: 0", "an integer at least 1, got 0", 11),
+        ("lr: [1e-3, -1]", "a number greater than 0, got -1.0", 14),
+        ("lr: .nan", "not a finite number", 7),
+        ("wd: -0.1", "eval.wd", 7),
+        ("batch_size: 0", "eval.batch_size", 15),
+        ("tasks: 5", "expected task names", 10),
+        ("tasks: [compression, nope]", "unknown task 'nope'", 24),
+        ("seed: -1", "eval.seed", 9),
+        ("epochs: [1, 2]", "expected an integer, got [1, 2]", 11),
+        ("set: {seq_len: x}", "must be an integer", 18),
+        ("set: {nope: 3}", "no setting 'nope'", 9),
+        ("set: 3", "eval.set", 8),
+        ("set: {seq_len: }", "eval.set.seq_len", 17),
+        ("freeze: [Q]", "nothing named 'Q' to freeze", 11),
+        ("freeze: 3", "eval.freeze", 11),
+    ],
+)
 def test_every_bad_value_in_an_eval_section_is_located_in_the_spec(tmp_path, body, message, column):
     from madsl.runner.plan.evaluation import plan_spec
     from madsl.spec import load_spec
@@ -738,7 +883,9 @@ def test_a_groups_metric_increments_are_its_members(kind, per_batch):
     loss_sums = torch.rand(members, generator=generator)
     grouped = metric_increments(kind, classes, per_batch, outputs, targets, loss_sums)
     for m in range(members):
-        alone = metric_increments(kind, classes, per_batch, outputs[m:m + 1], targets[m:m + 1], loss_sums[m:m + 1])
+        alone = metric_increments(
+            kind, classes, per_batch, outputs[m : m + 1], targets[m : m + 1], loss_sums[m : m + 1]
+        )
         assert grouped.keys() == alone.keys()
         for key in grouped:
             assert torch.equal(grouped[key][m], alone[key][0]), key
@@ -751,16 +898,20 @@ def test_a_run_records_its_thread_count_and_a_resume_with_another_says_so(tmp_pa
     identity: the run records it, and a run resumed with another count than its checkpoint's warns."""
     import warnings
 
-    from madsl.runner.train.state import RunState
-    from madsl.runner.plan.runs import TrainSettings
     from runner_helpers import StandInModel
+
+    from madsl.runner.plan.runs import TrainSettings
+    from madsl.runner.train.state import RunState
 
     db = tmp_path / "r.db"
     run_toy_eval(db, epochs=1)
     assert run_rows(db)[0]["threads"] == torch.get_num_threads()
 
     settings = TrainSettings(lr=1e-3, wd=0.0, epochs=2, batch_size=8, seed=0, min_lr=1e-6, early_stop_acc=0.999)
-    build = lambda: TaskModel(StandInModel(8, 16), "lm")  # noqa: E731
+
+    def build():
+        return TaskModel(StandInModel(8, 16), "lm")
+
     saved = RunState.start(settings, build, torch.device("cpu"), 16, 8).to_checkpoint()
     assert saved["threads"] == torch.get_num_threads()
     with warnings.catch_warnings():

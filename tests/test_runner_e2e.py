@@ -4,6 +4,7 @@ Tiny settings (one epoch of 32 sequences of length 32) keep it to a few seconds;
 checks is the path every user takes — spec file -> CompiledSpecFactory -> training on
 the MAD task -> results database -> report — not what the model learns.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,20 @@ from madsl.cli import main
 
 torch.set_num_threads(1)
 SPEC = Path(__file__).resolve().parent.parent / "specs" / "paper" / "hyena-sg.mad"
-TINY = ["--task", "in-context-recall", "--protocol", "smoke", "--epochs", "1",
-        "--set", "seq_len=32", "--set", "num_train_examples=32", "--set", "num_test_examples=16"]
+TINY = [
+    "--task",
+    "in-context-recall",
+    "--protocol",
+    "smoke",
+    "--epochs",
+    "1",
+    "--set",
+    "seq_len=32",
+    "--set",
+    "num_train_examples=32",
+    "--set",
+    "num_test_examples=16",
+]
 
 
 def test_madsl_eval_and_report_of_a_bundled_spec(tmp_path, capsys):

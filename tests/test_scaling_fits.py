@@ -2,6 +2,7 @@
 fit (E 1.69, A 406.4, B 410.7, alpha 0.34, beta 0.28) with 0.5 % noise on the loss give back its
 allocation exponents (approach 2) and its parameters (approach 3); bad sweeps are errors that say
 what to add; the correlation and the figures work on the results. Deterministic (seeded)."""
+
 from __future__ import annotations
 
 import math
@@ -28,7 +29,7 @@ E_TOL, ALPHA_BETA_TOL, AB_REL_TOL = 0.08, 0.03, 0.4
 
 
 def chinchilla_loss(params: float, tokens: float) -> float:
-    return E + A / params ** ALPHA + B / tokens ** BETA
+    return E + A / params**ALPHA + B / tokens**BETA
 
 
 def sweep(noise: float = 0.005, seed: int = 0, arch: str = "chinchilla", budgets=BUDGETS) -> list[ScalePoint]:
@@ -41,8 +42,9 @@ def sweep(noise: float = 0.005, seed: int = 0, arch: str = "chinchilla", budgets
         for params in math.sqrt(budget / 120) * np.logspace(-1, 1, 7):
             tokens = budget / (6 * params)
             loss = chinchilla_loss(params, tokens) * (1 + noise * rng.standard_normal())
-            points.append(ScalePoint(arch, budget, float(params), float(tokens), float(loss),
-                                     state=1000 * math.sqrt(params)))
+            points.append(
+                ScalePoint(arch, budget, float(params), float(tokens), float(loss), state=1000 * math.sqrt(params))
+            )
     return points
 
 
@@ -94,13 +96,14 @@ def test_approach_3_converges_on_noise_free_data_from_a_few_starts():
 
 def test_the_isoflop_optimum_is_the_parabolas_minimum():
     budget = 6e18
-    points = [ScalePoint("p", budget, 10 ** x, budget / (6 * 10 ** x), 2 * (x - 8.3) ** 2 + 3)
-              for x in (7.5, 8.0, 8.5, 9.0, 9.5)]
+    points = [
+        ScalePoint("p", budget, 10**x, budget / (6 * 10**x), 2 * (x - 8.3) ** 2 + 3) for x in (7.5, 8.0, 8.5, 9.0, 9.5)
+    ]
     fit = fit_isoflop(points)
-    assert fit.optimal_params == pytest.approx(10 ** 8.3) and fit.optimal_loss == pytest.approx(3)
-    assert fit.optimal_tokens == pytest.approx(budget / (6 * 10 ** 8.3))
-    assert fit.coefficients == pytest.approx((2, -33.2, 2 * 8.3 ** 2 + 3)) and fit.bracketed
-    assert fit.predict(10 ** 9.0) == pytest.approx(2 * 0.7 ** 2 + 3)
+    assert fit.optimal_params == pytest.approx(10**8.3) and fit.optimal_loss == pytest.approx(3)
+    assert fit.optimal_tokens == pytest.approx(budget / (6 * 10**8.3))
+    assert fit.coefficients == pytest.approx((2, -33.2, 2 * 8.3**2 + 3)) and fit.bracketed
+    assert fit.predict(10**9.0) == pytest.approx(2 * 0.7**2 + 3)
 
 
 def test_too_few_sizes_is_an_error_naming_the_curve():
@@ -111,10 +114,10 @@ def test_too_few_sizes_is_an_error_naming_the_curve():
 
 
 def test_a_curve_without_a_minimum_is_an_error_and_one_beyond_the_sizes_is_unbracketed():
-    concave = [ScalePoint("mamba", 1e19, 10 ** x, 1e19 / (6 * 10 ** x), 3 - (x - 8) ** 2) for x in (7, 8, 9)]
+    concave = [ScalePoint("mamba", 1e19, 10**x, 1e19 / (6 * 10**x), 3 - (x - 8) ** 2) for x in (7, 8, 9)]
     with pytest.raises(MadslError, match="mamba at 1e\\+19 FLOPs has no minimum"):
         fit_isoflop(concave)
-    falling = [ScalePoint("mamba", 1e19, 10 ** x, 1e19 / (6 * 10 ** x), (x - 10) ** 2 + 2) for x in (7, 8, 9)]
+    falling = [ScalePoint("mamba", 1e19, 10**x, 1e19 / (6 * 10**x), (x - 10) ** 2 + 2) for x in (7, 8, 9)]
     fit = fit_isoflop(falling)
     assert not fit.bracketed and fit.optimal_params == pytest.approx(1e10)
     assert fit.optimal_tokens == pytest.approx(1e19 / 6e10)  # extrapolated along the IsoFLOP line
@@ -140,8 +143,9 @@ def test_state_optima_read_the_state_at_the_optimal_size():
     points = sweep()
     interpolated = state_optima(points)
     fits = fit_isoflops(points)
-    assert [(o.budget, o.params, o.loss) for o in interpolated] == \
-        [(f.budget, f.optimal_params, f.optimal_loss) for f in fits]
+    assert [(o.budget, o.params, o.loss) for o in interpolated] == [
+        (f.budget, f.optimal_params, f.optimal_loss) for f in fits
+    ]
     for optimum in interpolated:  # state ∝ sqrt(N) is a line in log-log: interpolation is exact
         assert optimum.state == pytest.approx(1000 * math.sqrt(optimum.params), rel=1e-9)
     sizes = np.array(sorted({p.params for p in points}))
@@ -169,8 +173,7 @@ def test_correlation_intervals_contain_the_estimates_and_bad_input_is_an_error()
     perplexities = {a: 20 - 10 * scores[a] + float(rng.normal(0, 1)) for a in archs}
     result = correlate_mad(scores, perplexities, budget=2e19, resamples=1000, seed=0)
     assert result.pearson < -0.5 and result.spearman < -0.5
-    for value, (low, high) in ((result.pearson, result.pearson_interval),
-                               (result.spearman, result.spearman_interval)):
+    for value, (low, high) in ((result.pearson, result.pearson_interval), (result.spearman, result.spearman_interval)):
         assert low <= value <= high
     assert correlate_mad(scores, perplexities, budget=2e19, resamples=1000, seed=0) == result
     with pytest.raises(MadslError, match="at least 3"):
@@ -191,10 +194,12 @@ def test_figures_write_non_empty_images(tmp_path, frontier):
     points = sweep(arch="x") + sweep(arch="y", seed=1)
     fits = fit_isoflops(points)
     correlation = correlate_mad({"x": 0.5, "y": 0.7, "z": 0.6}, {"x": 9.0, "y": 8.0, "z": 8.7}, resamples=50)
-    written = [figures.plot_isoflops(fits, tmp_path / "isoflops.png"),
-               figures.plot_frontier({"chinchilla": frontier}, tmp_path / "frontier.pdf"),
-               figures.plot_state_optimal(state_optima(points), tmp_path / "state.png"),
-               figures.plot_correlation(correlation, tmp_path / "mad.png")]
+    written = [
+        figures.plot_isoflops(fits, tmp_path / "isoflops.png"),
+        figures.plot_frontier({"chinchilla": frontier}, tmp_path / "frontier.pdf"),
+        figures.plot_state_optimal(state_optima(points), tmp_path / "state.png"),
+        figures.plot_correlation(correlation, tmp_path / "mad.png"),
+    ]
     assert written == [tmp_path / name for name in ("isoflops.png", "frontier.pdf", "state.png", "mad.png")]
     for path in written:
         assert path.read_bytes()[:4] == (b"%PDF" if path.suffix == ".pdf" else b"\x89PNG")

@@ -2,6 +2,7 @@
 carry losses drawn from a known scaling law (Hoffmann et al. 2022's constants, one offset per
 architecture) on the grid `madsl scale` plans, so the report must find minima inside the sizes,
 exponents near the law's, the architectures in the law's order, and draw the four figures."""
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,7 @@ def trained(tmp_path_factory):
     store.close()
     with sqlite3.connect(db) as c:
         for run, run_id in zip(plan.runs, plan.run_ids):
-            loss = E + OFFSETS[run.arch] + A / run.params ** ALPHA + B / run.tokens ** BETA
+            loss = E + OFFSETS[run.arch] + A / run.params**ALPHA + B / run.tokens**BETA
             c.execute("UPDATE runs SET status='done', best_eval_loss=? WHERE run_id=?", (loss, run_id))
     return study, db
 
@@ -55,8 +56,9 @@ def test_the_report_fits_the_law_and_ranks_the_architectures(trained, monkeypatc
 
     study, db = trained
     # MAD scores for the three (better architecture, higher score), as `madsl eval` would have stored them
-    monkeypatch.setattr(report_module, "_mad_scores",
-                        lambda plan, mad_db: {"transformer": 0.8, "hyena": 0.6, "mamba": 0.5})
+    monkeypatch.setattr(
+        report_module, "_mad_scores", lambda plan, mad_db: {"transformer": 0.8, "hyena": 0.6, "mamba": 0.5}
+    )
     report = report_module.study_report(study, db, resamples=200)
     assert len(report.points) == report.runs_total == 63
     assert len(report.isoflops) == 9 and all(f.bracketed for f in report.isoflops)
@@ -70,8 +72,7 @@ def test_the_report_fits_the_law_and_ranks_the_architectures(trained, monkeypatc
     assert report.correlation.spearman == pytest.approx(-1.0)  # higher score, lower perplexity
     assert all(bpb > 0 for bpb in report.bits_per_byte.values())
     written = report_module.write_figures(report, Path(db).parent / "fig")
-    assert sorted(p.name for p in written) == ["correlation.png", "frontier.png", "isoflops.png",
-                                               "state_optimal.png"]
+    assert sorted(p.name for p in written) == ["correlation.png", "frontier.png", "isoflops.png", "state_optimal.png"]
     assert all(p.stat().st_size > 1000 for p in written)
 
 

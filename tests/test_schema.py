@@ -1,5 +1,6 @@
 """`madsl schema`: every bundled spec validates; specs the loader refuses, the schema refuses too,
 naming what is wrong; what the loader reads, the schema's patterns (topology, budgets) accept."""
+
 from __future__ import annotations
 
 import json
@@ -64,7 +65,7 @@ ACCEPTED = {
     "parallel mixers, tags, no channel": "name: g\ndim: 128\ntopology: '[H | mA]-Sg : H#a-none : H#a'\n",
     "the other repeat sign": "name: g\ndim: 128\ntopology: (H:A)×2\nchannel_mixer: none\n",
     "every budget form": GOOD + "budget:\n  params: 500k ± 10%\n  flops: <= 200M\n  fixed_state: 4096\n"
-                                "  kv_cache: {max: 40k}\n  conv_state: 1.2M +- 50k\n  seq_len: 64\n",
+    "  kv_cache: {max: 40k}\n  conv_state: 1.2M +- 50k\n  seq_len: 64\n",
     "budget numbers": GOOD + "budget:\n  params: 7B\n  flops: '>= 1e3'\n  kv_cache: {min: 0, max: 1.5e6}\n",
 }
 # the schema's messages name what is wrong: the value, the symbol, the key (jsonschema's best_match,
@@ -133,8 +134,35 @@ def test_a_spec_that_defines_or_inherits_symbols_is_checked_for_syntax_only():
     assert not VALIDATOR.is_valid({**extends, "topology": "2Big::mQ"})
 
 
-_TOKENS = ["H", "mA", "Sg", "none", "Hx", "2", "10", "x", "×", ":", "|", "-", "(", ")", "[", "]", "#a", "#",
-           "{", "}", "heads=2", "residual=gated", "k='v'", ",", "=", " ", "  "]
+_TOKENS = [
+    "H",
+    "mA",
+    "Sg",
+    "none",
+    "Hx",
+    "2",
+    "10",
+    "x",
+    "×",
+    ":",
+    "|",
+    "-",
+    "(",
+    ")",
+    "[",
+    "]",
+    "#a",
+    "#",
+    "{",
+    "}",
+    "heads=2",
+    "residual=gated",
+    "k='v'",
+    ",",
+    "=",
+    " ",
+    "  ",
+]
 
 
 def _loads(data: dict) -> bool:
@@ -153,16 +181,24 @@ def _topologies() -> st.SearchStrategy[str]:
     def joined(*parts):
         return st.tuples(*parts).map("".join)
 
-    layer = joined(st.sampled_from(["H", "mA", "A", "Mb", "Sg"]), st.sampled_from(["", "#a", " #b"]),
-                   st.sampled_from(["", "{heads=2}", "{ }", "{k='v', n=-1.5e2}"]))
+    layer = joined(
+        st.sampled_from(["H", "mA", "A", "Mb", "Sg"]),
+        st.sampled_from(["", "#a", " #b"]),
+        st.sampled_from(["", "{heads=2}", "{ }", "{k='v', n=-1.5e2}"]),
+    )
     mixer = layer | st.lists(layer, min_size=2, max_size=3).map(lambda ls: "[" + " | ".join(ls) + "]")
     block = joined(mixer, st.sampled_from(["", "-Sg", " - Mlp", "-none"]))
 
     def groups(sequence):
         branches = st.lists(sequence, min_size=1, max_size=2).map(" | ".join)
-        return joined(count, st.just("("), branches, st.just(")"),
-                      st.sampled_from(["", "{residual=gated}", "{split=res, combine=res}"]),
-                      st.sampled_from(["", "x2", " × 3"]))
+        return joined(
+            count,
+            st.just("("),
+            branches,
+            st.just(")"),
+            st.sampled_from(["", "{residual=gated}", "{split=res, combine=res}"]),
+            st.sampled_from(["", "x2", " × 3"]),
+        )
 
     items = st.recursive(joined(count, block), lambda inner: inner | groups(inner), max_leaves=6)
     return st.lists(items, min_size=1, max_size=3).flatmap(lambda xs: gap.map(lambda g: f"{g}:{g}".join(xs)))
@@ -176,8 +212,27 @@ def test_the_topology_pattern_never_refuses_what_the_loader_reads(topology):
         assert VALIDATOR.is_valid(data), topology
 
 
-_BUDGET_TOKENS = ["4096", "1.5", ".5", "1e3", "-2", "k", "M", "B", "T", "%", "±", "+-", "+/-", "<=", ">=", "<",
-                  " ", "lots", "x"]
+_BUDGET_TOKENS = [
+    "4096",
+    "1.5",
+    ".5",
+    "1e3",
+    "-2",
+    "k",
+    "M",
+    "B",
+    "T",
+    "%",
+    "±",
+    "+-",
+    "+/-",
+    "<=",
+    ">=",
+    "<",
+    " ",
+    "lots",
+    "x",
+]
 
 
 @settings(max_examples=300, deadline=None)

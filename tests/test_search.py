@@ -2,6 +2,7 @@
 operators, the candidate builder (budgets, fit, identities), and the loop's determinism and resume
 with a stand-in evaluator (a score computed from the topology). tests/test_search_runs.py runs
 searches through the runner."""
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,8 @@ from madsl.search.genome import Genome, make_block, random_genome
 from madsl.search.loop import plan_search, run_search
 from madsl.search.nsga2 import crowding_distance, dominates, non_dominated_sort, survivors
 from madsl.search.operators import MUTATIONS, crossover, mutate
-from madsl.search.record import front, spec_text
 from madsl.search.reading import load_search
+from madsl.search.record import front, spec_text
 from madsl.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,6 +53,7 @@ def write(tmp_path: Path, text: str, name: str = "search.yaml") -> Path:
 
 
 # --- NSGA-II ------------------------------------------------------------------------------------
+
 
 def test_non_dominated_sorting_and_crowding_distance_on_a_known_example():
     # minimised: A(1,5) B(2,3) C(4,1) are non-dominated; D(3,4) is dominated by B only; E(5,5) by A, B, C and D
@@ -107,17 +109,22 @@ def test_a_missing_search_file_is_named_as_one(tmp_path, capsys):
     assert "no such search file" in err and "Traceback" not in err and not (tmp_path / "r.db").exists()
 
 
-@pytest.mark.parametrize("change, message", [
-    (("[Sg, MoE]", "[Sg, H]"), "H is a sequence mixer, not a channel mixer"),
-    (("params: <= 45000", "params: <= 45000\n  fit: [GDN.head_dim]"),
-     "budget.fit: GDN.head_dim: the space has no 'GDN'"),
-    (("A.heads: [1, 2, 4]", "A.heads: [1, 3]"), "space.hyperparameters.A.heads"),
-    (("seed: 7}", "seed: 7, sample_size: 2}"), "sample_size applies to regularized-evolution only"),
-    (("blocks: {min: 1, max: 3}", "blocks: {min: 3, max: 2}"), "blocks.min 3 is larger than blocks.max 2"),
-    (("[sequence, motif, striped, parallel]", "[sequence, spiral]"), "unknown shape 'spiral'"),
-    (("tasks: [toy-previous]}", "tasks: [toy-previous], lr: -1}"), "objectives.score.lr"),
-    (("minimize: [params]", "minimize: [state]"), "unknown quantity 'state'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (("[Sg, MoE]", "[Sg, H]"), "H is a sequence mixer, not a channel mixer"),
+        (
+            ("params: <= 45000", "params: <= 45000\n  fit: [GDN.head_dim]"),
+            "budget.fit: GDN.head_dim: the space has no 'GDN'",
+        ),
+        (("A.heads: [1, 2, 4]", "A.heads: [1, 3]"), "space.hyperparameters.A.heads"),
+        (("seed: 7}", "seed: 7, sample_size: 2}"), "sample_size applies to regularized-evolution only"),
+        (("blocks: {min: 1, max: 3}", "blocks: {min: 3, max: 2}"), "blocks.min 3 is larger than blocks.max 2"),
+        (("[sequence, motif, striped, parallel]", "[sequence, spiral]"), "unknown shape 'spiral'"),
+        (("tasks: [toy-previous]}", "tasks: [toy-previous], lr: -1}"), "objectives.score.lr"),
+        (("minimize: [params]", "minimize: [state]"), "unknown quantity 'state'"),
+    ],
+)
 def test_more_bad_search_files_are_located(change, message, tmp_path):
     path = write(tmp_path, SMALL.replace(*change))
     with pytest.raises(MadslError) as caught:
@@ -127,6 +134,7 @@ def test_more_bad_search_files_are_located(change, message, tmp_path):
 
 
 # --- operators and candidates -------------------------------------------------------------------
+
 
 def test_every_operator_keeps_children_inside_the_space(tmp_path):
     search = load_search(write(tmp_path, SMALL))
@@ -161,20 +169,29 @@ def test_candidates_are_solved_into_the_budget_or_rejected_and_keep_their_identi
     attention = builder.build(Genome("motif", (make_block(("mA",), "Sg"),), 3))  # a KV cache of three layers
     assert isinstance(attention, Rejection) and attention.reason == "over budget" and "kv_cache" in attention.message
     # the .mad file written for a candidate is the same model: the same identity, within its budget
-    candidate = {"name": four_hyenas.name, "id": four_hyenas.spec_hash, "score": 0.5, "tasks": {"t": 0.5},
-                 "generation": 0, "spec": four_hyenas.spec_data}
+    candidate = {
+        "name": four_hyenas.name,
+        "id": four_hyenas.spec_hash,
+        "score": 0.5,
+        "tasks": {"t": 0.5},
+        "generation": 0,
+        "spec": four_hyenas.spec_data,
+    }
     written = write(tmp_path, spec_text(search, candidate), f"{four_hyenas.name}.mad")
     assert load_spec(written).hash == four_hyenas.spec_hash
     assert main(["check", str(written), "-q"]) == 0
 
 
-@pytest.mark.parametrize("paper, genome", [
-    ("hyena-sg", Genome("motif", (make_block(("H",), "Sg"),), 2)),
-    ("mamba", Genome("sequence", (make_block(("Mb",), None),) * 4, 1)),
-    ("striped-hyena-moe", Genome("sequence", (make_block(("H",), "MoE"), make_block(("mA",), "MoE")), 1)),
-    ("striped-mamba-sg", Genome("sequence", (make_block(("Mb",), None),) * 2 + (make_block(("mA",), "Sg"),), 1)),
-    ("mh-attention-sg", Genome("sequence", (make_block(("mA",), "Sg"),) * 2, 1)),
-])
+@pytest.mark.parametrize(
+    "paper, genome",
+    [
+        ("hyena-sg", Genome("motif", (make_block(("H",), "Sg"),), 2)),
+        ("mamba", Genome("sequence", (make_block(("Mb",), None),) * 4, 1)),
+        ("striped-hyena-moe", Genome("sequence", (make_block(("H",), "MoE"), make_block(("mA",), "MoE")), 1)),
+        ("striped-mamba-sg", Genome("sequence", (make_block(("Mb",), None),) * 2 + (make_block(("mA",), "Sg"),), 1)),
+        ("mh-attention-sg", Genome("sequence", (make_block(("mA",), "Sg"),) * 2, 1)),
+    ],
+)
 def test_the_example_space_holds_the_papers_hand_written_specs(paper, genome):
     search = load_search(EXAMPLE)
     assert genome.fits(search.space)
@@ -184,6 +201,7 @@ def test_the_example_space_holds_the_papers_hand_written_specs(paper, genome):
 
 
 # --- the loop, with a stand-in evaluator -------------------------------------------------------
+
 
 class TopologyScore:
     """A stand-in evaluator: a score computed from the canonical topology; it can interrupt a batch."""
@@ -213,8 +231,10 @@ class TopologyScore:
 
 
 def lineage_of(result) -> list[tuple]:
-    return [(c["name"], c["generation"], tuple(c["parents"]), c["operator"], c["score"])
-            for c in result.state.candidates.values()]
+    return [
+        (c["name"], c["generation"], tuple(c["parents"]), c["operator"], c["score"])
+        for c in result.state.candidates.values()
+    ]
 
 
 @pytest.mark.parametrize("algorithm", ["nsga2", "regularized-evolution", "random"])
@@ -225,7 +245,8 @@ def test_the_same_seed_gives_the_same_search_and_an_interrupted_one_resumes_to_i
     again = run_search(search, state_path=tmp_path / "b.json", evaluator=TopologyScore())
     assert first.state.complete and lineage_of(first) == lineage_of(again)
     assert len(first.state.history) == 4 and first.state.history[-1]["best_so_far"] == max(
-        c["score"] for c in first.state.candidates.values())
+        c["score"] for c in first.state.candidates.values()
+    )
     # stopped during generation 2's evaluation, then rerun: the same search, nothing scored twice
     stopping = TopologyScore(interrupt_at=3)
     stopped = run_search(search, state_path=tmp_path / "c.json", evaluator=stopping)
@@ -266,9 +287,12 @@ def test_a_state_file_that_is_not_this_searchs_is_refused_and_left_as_it_is(dama
     path = tmp_path / "s.json"
     run_search(search, state_path=path, evaluator=TopologyScore())
     saved = path.read_text()
-    text = {"not json": "{", '{"format": "other"}': '{"format": "other"}',
-            "state of another search": saved.replace(search.fingerprint(), "0" * 64),
-            "damaged": saved.replace('"population": [{"id": "', '"population": [{"id": "x')}[damage]
+    text = {
+        "not json": "{",
+        '{"format": "other"}': '{"format": "other"}',
+        "state of another search": saved.replace(search.fingerprint(), "0" * 64),
+        "damaged": saved.replace('"population": [{"id": "', '"population": [{"id": "x'),
+    }[damage]
     path.write_text(text)
     with pytest.raises(MadslError, match="search state"):
         run_search(search, state_path=path, evaluator=TopologyScore())

@@ -2,6 +2,7 @@
 (tests/runner_helpers.py) for what the results store must show (nothing over budget trained, no
 identity trained twice, a kill -9 resumed to the uninterrupted search's front), and one tiny
 search of real compiled models on in-context recall through the command line."""
+
 from __future__ import annotations
 
 import json
@@ -16,16 +17,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from runner_helpers import TOY_TASKS, StandInFactory
 
-from madsl.lang.budget import check
 from madsl.cli import main
 from madsl.graph import account
+from madsl.lang.budget import check
 from madsl.runner.config import EvalConfig
 from madsl.search.loop import run_search
-from madsl.search.record import front
 from madsl.search.reading import load_search
+from madsl.search.record import front
 from madsl.spec import load_spec, spec_from_data
-from runner_helpers import TOY_TASKS, StandInFactory
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
@@ -64,8 +65,9 @@ class LoggedStandIn(StandInFactory):
         return super().__call__(vocab_size, max_seq_len, num_classes, seed)
 
 
-def toy_search(folder: Path, generations: int, offspring: int, db: str, log: str, kill_at: int = 0,
-               restart: bool = False):
+def toy_search(
+    folder: Path, generations: int, offspring: int, db: str, log: str, kill_at: int = 0, restart: bool = False
+):
     path = folder / "toy.yaml"
     path.write_text(TOY.replace("GENERATIONS", str(generations)).replace("OFFSPRING", str(offspring)))
 
@@ -74,8 +76,9 @@ def toy_search(folder: Path, generations: int, offspring: int, db: str, log: str
         return LoggedStandIn(dim=8 * (2 + int(spec_hash[:2], 16) % 3), spec_hash=spec_hash, log=log, kill_at=kill_at)
 
     search = load_search(path)
-    return search, run_search(search, EvalConfig.from_keywords(db=db), model_factory=factory,
-                              task_registry=TOY_TASKS, restart=restart)
+    return search, run_search(
+        search, EvalConfig.from_keywords(db=db), model_factory=factory, task_registry=TOY_TASKS, restart=restart
+    )
 
 
 def built(log: Path) -> list[str]:
@@ -100,7 +103,10 @@ def test_nothing_over_budget_is_trained_and_no_identity_is_trained_twice(tmp_pat
     # the same search again, from the start, in the same store: every score comes from it, nothing trains
     _, again = toy_search(tmp_path, 3, 3, str(db), str(log), restart=True)
     assert again.trained == 0 and len(built(log)) == len(stored)
-    scores = lambda r: [c["score"] for c in r.state.candidates.values()]  # noqa: E731
+
+    def scores(r):
+        return [c["score"] for c in r.state.candidates.values()]
+
     assert scores(again) == scores(result)
 
 
@@ -114,12 +120,15 @@ def uninterrupted(tmp_path_factory):
 # the first one finished and recorded in the store, the generation not yet)
 @pytest.mark.parametrize("kill_at", [2, 5])
 def test_a_search_killed_with_sigkill_resumes_to_the_uninterrupted_front_training_nothing_twice(
-        kill_at, uninterrupted, tmp_path):
+    kill_at, uninterrupted, tmp_path
+):
     search, reference = uninterrupted
     killed = tmp_path
-    code = ("import sys; sys.path[:0] = ['tests']; from pathlib import Path; import test_search_runs as t; "
-            f"t.toy_search(Path({str(killed)!r}), 2, 2, {str(killed / 'r.db')!r}, {str(killed / 'built.log')!r}, "
-            f"{kill_at})")
+    code = (
+        "import sys; sys.path[:0] = ['tests']; from pathlib import Path; import test_search_runs as t; "
+        f"t.toy_search(Path({str(killed)!r}), 2, 2, {str(killed / 'r.db')!r}, {str(killed / 'built.log')!r}, "
+        f"{kill_at})"
+    )
     process = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert process.returncode == -signal.SIGKILL, process.stderr
     assert len(built(killed / "built.log")) == kill_at - 1 and (killed / "built.log").with_suffix(".killed").exists()
@@ -127,8 +136,12 @@ def test_a_search_killed_with_sigkill_resumes_to_the_uninterrupted_front_trainin
     assert resumed.state.complete and resumed.trained == len(reference.state.candidates) - (kill_at - 1)
     log = built(killed / "built.log")
     assert len(log) == len(set(log)) == len(reference.state.candidates)
-    lineage = lambda r: [(c["name"], c["generation"], c["parents"], c["operator"], c["score"])  # noqa: E731
-                         for c in r.state.candidates.values()]
+
+    def lineage(r):
+        return [
+            (c["name"], c["generation"], c["parents"], c["operator"], c["score"]) for c in r.state.candidates.values()
+        ]
+
     assert lineage(resumed) == lineage(reference)
     assert [c["name"] for c in front(search, resumed.state)] == [c["name"] for c in front(search, reference.state)]
 

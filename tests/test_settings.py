@@ -1,6 +1,7 @@
 """The evaluation settings are declared once (madsl.runner.plan.settings): the `eval` command's options,
 a spec's `eval:` keys, a sweep file's `train:` keys, the identity defaults, the `eval:` part of
 `madsl schema`, `cli_overrides`' keywords and docs/runner.md's table all come from that table."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,13 +13,10 @@ import pytest
 
 from madsl.cli import evaluate as eval_cli
 from madsl.errors import MadslError
-from madsl.runner.plan import overrides
-from madsl.runner.plan import protocols
-from madsl.runner.plan import settings
-from madsl.runner.plan import sweep
+from madsl.runner.plan import overrides, protocols, settings, sweep
 from madsl.runner.plan.evaluation import cli_overrides
-from madsl.runner.train.options import IDENTITY_DEFAULTS, train_config_identity
 from madsl.runner.plan.settings import SETTINGS, Setting, check_value
+from madsl.runner.train.options import IDENTITY_DEFAULTS, train_config_identity
 from madsl.schema import spec_schema
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "runner.md"
@@ -40,8 +38,9 @@ def test_every_surface_comes_from_the_declaration():
     assert set(overrides.SPEC_EVAL_KEYS) == {s.key for s in SETTINGS} | {"task"}
     assert {f.name for f in dataclasses.fields(overrides.Overrides)} == {s.field for s in SETTINGS}
     assert set(sweep.TRAIN_KEYS) == {s.key for s in SETTINGS if s.in_sweep}
-    assert dict(IDENTITY_DEFAULTS) == {s.field: s.identity_default for s in SETTINGS
-                                       if s.identity_default is not settings.ALWAYS}
+    assert dict(IDENTITY_DEFAULTS) == {
+        s.field: s.identity_default for s in SETTINGS if s.identity_default is not settings.ALWAYS
+    }
     eval_properties = spec_schema()["properties"]["eval"]["properties"]
     assert set(eval_properties) == set(overrides.SPEC_EVAL_KEYS)
     assert protocols.PROTOCOLS.keys() == set(settings.PROTOCOL_NAMES)
@@ -50,8 +49,8 @@ def test_every_surface_comes_from_the_declaration():
 def test_the_docs_table_lists_every_setting_once():
     """docs/runner.md's "Overriding knobs" table: a row per setting, naming its flag and its key."""
     text = DOCS.read_text()
-    lines = text[text.index("| command line | spec `eval:` key | what |"):].splitlines()[2:]
-    table = "\n".join(lines[:next(i for i, line in enumerate(lines) if not line.startswith("|"))])
+    lines = text[text.index("| command line | spec `eval:` key | what |") :].splitlines()[2:]
+    table = "\n".join(lines[: next(i for i, line in enumerate(lines) if not line.startswith("|"))])
     for setting in SETTINGS:
         assert f"`{setting.flag}" in table, f"{setting.flag} is missing from docs/runner.md's settings table"
         assert re.search(rf"`{setting.key}:", table), f"eval: key {setting.key} is missing from the table"
@@ -60,18 +59,34 @@ def test_the_docs_table_lists_every_setting_once():
 def test_a_new_setting_is_one_declaration(monkeypatch):
     """A toy setting added to the table becomes a flag of `madsl eval`, an `eval:` key a spec may
     write (checked, located), a field of Overrides and a schema entry, with no other file touched."""
-    toy = Setting("warmup", "warmup", "warm-up epochs (a toy setting of this test)",
-                  settings.numbers(int, minimum=0, inclusive=True, single=True), flag="--warmup",
-                  text=settings.positive_int_text, identity_default=0, schema={"type": "integer"})
+    toy = Setting(
+        "warmup",
+        "warmup",
+        "warm-up epochs (a toy setting of this test)",
+        settings.numbers(int, minimum=0, inclusive=True, single=True),
+        flag="--warmup",
+        text=settings.positive_int_text,
+        identity_default=0,
+        schema={"type": "integer"},
+    )
     table = (*SETTINGS, toy)
     monkeypatch.setattr(settings, "SETTINGS", table)
     monkeypatch.setattr(eval_cli, "SETTINGS", table)
     monkeypatch.setattr(settings, "BY_KEY", {s.key: s for s in table})
     monkeypatch.setattr(overrides, "BY_KEY", {s.key: s for s in table})
     monkeypatch.setattr(overrides, "SPEC_EVAL_KEYS", (*overrides.SPEC_EVAL_KEYS, "warmup"))
-    with_warmup = dataclasses.make_dataclass("Overrides", [(s.field, object, dataclasses.field(
-        default_factory=dict) if s.field == "settings" else dataclasses.field(default=None)) for s in table],
-        bases=(overrides._Knobs,))
+    with_warmup = dataclasses.make_dataclass(
+        "Overrides",
+        [
+            (
+                s.field,
+                object,
+                dataclasses.field(default_factory=dict) if s.field == "settings" else dataclasses.field(default=None),
+            )
+            for s in table
+        ],
+        bases=(overrides._Knobs,),
+    )
     monkeypatch.setattr(overrides, "Overrides", with_warmup)
 
     args = _eval_parser().parse_args(["spec.mad", "--warmup", "3"])
@@ -82,11 +97,20 @@ def test_a_new_setting_is_one_declaration(monkeypatch):
     assert settings.eval_schema()["properties"]["warmup"]["type"] == "integer"
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("lr", [1e-3, 0.001], "is given twice"), ("lr", 0, "greater than 0"), ("epochs", [2], "expected an integer"),
-    ("seed", 2**32, "at most"), ("optimizer", "sgd", "unknown optimizer 'sgd'"),
-    ("stop_acc", 1.0, r"accuracy in \[0, 1\)"), ("protocol", "papr", "unknown protocol 'papr'"),
-    ("set", ["seq_len"], "expected a mapping"), ("tasks", [""], "expected task names")])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("lr", [1e-3, 0.001], "is given twice"),
+        ("lr", 0, "greater than 0"),
+        ("epochs", [2], "expected an integer"),
+        ("seed", 2**32, "at most"),
+        ("optimizer", "sgd", "unknown optimizer 'sgd'"),
+        ("stop_acc", 1.0, r"accuracy in \[0, 1\)"),
+        ("protocol", "papr", "unknown protocol 'papr'"),
+        ("set", ["seq_len"], "expected a mapping"),
+        ("tasks", [""], "expected task names"),
+    ],
+)
 def test_one_check_a_setting_wherever_it_is_written(key, value, message, tmp_path):
     """The same check answers a value in a Python call (naming the flag) and in a spec's eval:
     (located at the value, naming the key)."""
@@ -120,8 +144,7 @@ def test_errors_name_the_setting_as_its_caller_wrote_it(capsys, tmp_path):
         evaluate(["specs/paper/hyena-sg.mad"], db=tmp_path / "r.db", checkpoint_every=-1, dry_run=True)
     assert raised.value.message.startswith("checkpoint_every: expected a non-negative number")
     spec = str(Path(__file__).resolve().parent.parent / "specs" / "paper" / "hyena-sg.mad")
-    assert main(["eval", spec, "--db", str(tmp_path / "r.db"), "--device", "cpu", "--cuda-graphs",
-                 "--dry-run"]) == 2
+    assert main(["eval", spec, "--db", str(tmp_path / "r.db"), "--device", "cpu", "--cuda-graphs", "--dry-run"]) == 2
     assert "--cuda-graphs needs a CUDA device" in capsys.readouterr().err
     with pytest.raises(MadslError) as raised:  # the command's words end with it
         evaluate([spec], db=tmp_path / "r.db", device="cpu", cuda_graphs=True, dry_run=True)
@@ -130,9 +153,10 @@ def test_errors_name_the_setting_as_its_caller_wrote_it(capsys, tmp_path):
 
 def test_the_library_prints_nothing(tmp_path, capfd):
     """`madsl.evaluate` in a script writes nothing to the terminal; a reporter receives progress."""
+    from runner_helpers import TOY_TASKS, standin_factory
+
     from madsl.runner.api import evaluate
     from madsl.runner.execute.coordinator import Reporter
-    from runner_helpers import TOY_TASKS, standin_factory
 
     events = []
 
@@ -143,9 +167,16 @@ def test_the_library_prints_nothing(tmp_path, capfd):
         def ended(self, job, status, detail=""):
             events.append(("ended", status))
 
-    summary = evaluate(["specs/paper/hyena-sg.mad"], tasks=["toy-previous"], protocol="smoke", epochs=1,
-                       db=tmp_path / "r.db", model_factory=standin_factory, task_registry=TOY_TASKS,
-                       reporter=Recorder())
+    summary = evaluate(
+        ["specs/paper/hyena-sg.mad"],
+        tasks=["toy-previous"],
+        protocol="smoke",
+        epochs=1,
+        db=tmp_path / "r.db",
+        model_factory=standin_factory,
+        task_registry=TOY_TASKS,
+        reporter=Recorder(),
+    )
     out, err = capfd.readouterr()
     assert out == "" and err == ""
     assert summary["done"] == 1 and events == [("planned", 1), ("ended", "done")]

@@ -1,14 +1,15 @@
 """Sliding-window attention (`A{window=w}`): a banded causal mask in the parallel form, a
 bounded ring buffer in step mode, and the KV cache and FLOPs counted over the window."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+from layer_helpers import make, run_steps
 
 import madsl
-from layer_helpers import make, run_steps
 
 
 def _reference(module, x: torch.Tensor, window: int) -> torch.Tensor:
@@ -16,13 +17,18 @@ def _reference(module, x: torch.Tensor, window: int) -> torch.Tensor:
     batch, length, _ = x.shape
     q, k, v = module.qkv(x).view(batch, length, 3, module.heads, module.head_dim).permute(2, 0, 3, 1, 4)
     cos, sin = module._rotary_tables(length, x)
-    rot = lambda t: t * cos[:length] + torch.cat((-t[..., t.shape[-1] // 2:], t[..., :t.shape[-1] // 2]), -1) * sin[:length]
+
+    def rot(t):
+        return (
+            t * cos[:length] + torch.cat((-t[..., t.shape[-1] // 2 :], t[..., : t.shape[-1] // 2]), -1) * sin[:length]
+        )
+
     q, k = rot(q), rot(k)
     rows = []
     for t in range(length):
         lo = max(0, t - window + 1)
-        scores = (q[:, :, t:t + 1] @ k[:, :, lo:t + 1].transpose(-1, -2)) / math.sqrt(module.head_dim)
-        rows.append(scores.softmax(-1) @ v[:, :, lo:t + 1])
+        scores = (q[:, :, t : t + 1] @ k[:, :, lo : t + 1].transpose(-1, -2)) / math.sqrt(module.head_dim)
+        rows.append(scores.softmax(-1) @ v[:, :, lo : t + 1])
     y = torch.cat(rows, dim=2).transpose(1, 2).reshape(batch, length, -1)
     return module.out(y)
 

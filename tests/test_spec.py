@@ -1,4 +1,5 @@
 """Spec files: schema, extends, symbols, overrides, and located errors for bad input."""
+
 import random
 from pathlib import Path
 
@@ -37,38 +38,41 @@ def test_good_spec_loads(tmp_path):
     assert account(spec).totals["fixed_state"] == 2048
 
 
-@pytest.mark.parametrize("text,message,line,column", [
-    ("name: x\ndim: 128\ntopology: (Hy:A)x2\n", "unknown layer 'Hy'", 3, 12),
-    ("name: x\ndim: 128\ntopology: '(H:Ax)x2'\n", "unknown layer 'Ax'", 3, 15),
-    ("name: x\ndim: 128\ntopology: (H:A)x0\n", "at least 1", 3, 17),
-    ("name: x\ndim: 128\ntopolgy: H\n", "unknown key 'topolgy'", 3, 1),
-    ("name: x\ndim: 128\n", "missing required key 'topology'", 1, 1),
-    ("name: x\ndim: -4\ntopology: H\n", "dim must be a positive integer", 2, 6),
-    ("name: x\ndim: wide\ntopology: H\n", "dim must be an integer", 2, 6),
-    ("name: x\ndim: 128\ntopology: Sg\n", "channel mixer", 3, 11),
-    ("name: x\ndim: 128\ntopology: H-mA\n", "after '-' comes a channel mixer", 3, 13),
-    ("name: x\ndim: 128\ntopology: A{heads=3}\n", "does not divide", 3, 19),
-    ("name: x\ndim: 128\ntopology: A{hedas=4}\n", "no parameter 'hedas'", 3, 13),
-    ("name: x\ndim: 128\ntopology: A\nlayers:\n  A: {heads: 3}\n", "does not divide", 5, 14),
-    ("name: x\ndim: 128\ntopology: A\nlayers:\n  A: {heads: four}\n", "must be an int", 5, 14),
-    ("name: x\ndim: 128\ntopology: A\nlayers:\n  A: {hedas: 4}\n", "no parameter 'hedas'", 5, 7),
-    ("name: x\ndim: 128\ntopology: X\nlayers:\n  X: {heads: 4}\n", "needs `primitive:` or `base:`", 5, 3),
-    ("name: x\ndim: 128\ntopology: X\nlayers:\n  X: {primitive: atention}\n", "unknown primitive", 5, 18),
-    ("name: x\ndim: 128\ntopology: H\nbudget:\n  fixed_sate: 4096\n", "unknown budget", 5, 3),
-    ("name: x\ndim: 128\ntopology: H\nbudget:\n  params: lots\n", "budget.params", 5, 11),
-    ("name: x\ndim: 128\ntopology: H\nnorm: batch\n", "norm must be one of", 4, 7),
-    ("name: x\ndim: 128\ndim: 64\ntopology: H\n", "duplicate key 'dim'", 3, 1),
-    ("name: x\ndim: 128\ntopology: H#a:A:H#a{order=3}\n", "tag #a is used for different layers", 3, 17),
-    ("name: x\n dim: 128\ntopology: H\n", "invalid YAML", 2, 5),
-    ("name: x\ndim: 128\ntopology: H\nchannel_mixer: Sgg\n", "unknown channel mixer", 4, 16),
-    ("name: x\ndim: 128\ntopology: He{expert_width=8}\n", "must equal dim", 3, 27),
-    ("- a\n- b\n", "a spec must be a YAML mapping", 1, 1),
-    # symbols under layers: that the topology does not use are checked too
-    ("name: x\ndim: 128\ntopology: H\nlayers:\n  Mb: {d_state: 0}\n", "layers.Mb: mamba: d_state", 5, 17),
-    ("name: x\ndim: 128\ntopology: H\nlayers:\n  A: {heads: 3}\n", "does not divide", 5, 14),
-    ("name: x\ndim: 128\ntopology: H-none{x=1}\n", "none (no channel mixer) takes no parameters", 3, 18),
-    ("name: x\ndim: 128\ntopology: H-none#a\n", "none (no channel mixer) takes no tag", 3, 13),
-])
+@pytest.mark.parametrize(
+    "text,message,line,column",
+    [
+        ("name: x\ndim: 128\ntopology: (Hy:A)x2\n", "unknown layer 'Hy'", 3, 12),
+        ("name: x\ndim: 128\ntopology: '(H:Ax)x2'\n", "unknown layer 'Ax'", 3, 15),
+        ("name: x\ndim: 128\ntopology: (H:A)x0\n", "at least 1", 3, 17),
+        ("name: x\ndim: 128\ntopolgy: H\n", "unknown key 'topolgy'", 3, 1),
+        ("name: x\ndim: 128\n", "missing required key 'topology'", 1, 1),
+        ("name: x\ndim: -4\ntopology: H\n", "dim must be a positive integer", 2, 6),
+        ("name: x\ndim: wide\ntopology: H\n", "dim must be an integer", 2, 6),
+        ("name: x\ndim: 128\ntopology: Sg\n", "channel mixer", 3, 11),
+        ("name: x\ndim: 128\ntopology: H-mA\n", "after '-' comes a channel mixer", 3, 13),
+        ("name: x\ndim: 128\ntopology: A{heads=3}\n", "does not divide", 3, 19),
+        ("name: x\ndim: 128\ntopology: A{hedas=4}\n", "no parameter 'hedas'", 3, 13),
+        ("name: x\ndim: 128\ntopology: A\nlayers:\n  A: {heads: 3}\n", "does not divide", 5, 14),
+        ("name: x\ndim: 128\ntopology: A\nlayers:\n  A: {heads: four}\n", "must be an int", 5, 14),
+        ("name: x\ndim: 128\ntopology: A\nlayers:\n  A: {hedas: 4}\n", "no parameter 'hedas'", 5, 7),
+        ("name: x\ndim: 128\ntopology: X\nlayers:\n  X: {heads: 4}\n", "needs `primitive:` or `base:`", 5, 3),
+        ("name: x\ndim: 128\ntopology: X\nlayers:\n  X: {primitive: atention}\n", "unknown primitive", 5, 18),
+        ("name: x\ndim: 128\ntopology: H\nbudget:\n  fixed_sate: 4096\n", "unknown budget", 5, 3),
+        ("name: x\ndim: 128\ntopology: H\nbudget:\n  params: lots\n", "budget.params", 5, 11),
+        ("name: x\ndim: 128\ntopology: H\nnorm: batch\n", "norm must be one of", 4, 7),
+        ("name: x\ndim: 128\ndim: 64\ntopology: H\n", "duplicate key 'dim'", 3, 1),
+        ("name: x\ndim: 128\ntopology: H#a:A:H#a{order=3}\n", "tag #a is used for different layers", 3, 17),
+        ("name: x\n dim: 128\ntopology: H\n", "invalid YAML", 2, 5),
+        ("name: x\ndim: 128\ntopology: H\nchannel_mixer: Sgg\n", "unknown channel mixer", 4, 16),
+        ("name: x\ndim: 128\ntopology: He{expert_width=8}\n", "must equal dim", 3, 27),
+        ("- a\n- b\n", "a spec must be a YAML mapping", 1, 1),
+        # symbols under layers: that the topology does not use are checked too
+        ("name: x\ndim: 128\ntopology: H\nlayers:\n  Mb: {d_state: 0}\n", "layers.Mb: mamba: d_state", 5, 17),
+        ("name: x\ndim: 128\ntopology: H\nlayers:\n  A: {heads: 3}\n", "does not divide", 5, 14),
+        ("name: x\ndim: 128\ntopology: H-none{x=1}\n", "none (no channel mixer) takes no parameters", 3, 18),
+        ("name: x\ndim: 128\ntopology: H-none#a\n", "none (no channel mixer) takes no tag", 3, 13),
+    ],
+)
 def test_bad_specs_give_located_errors(tmp_path, text, message, line, column):
     err = error_of(tmp_path, text)
     assert message in err.message, err.render()
@@ -111,8 +115,13 @@ def test_extends_cycle_and_missing(tmp_path):
 
 
 def test_new_symbols_by_primitive_and_base(tmp_path):
-    spec = load_spec(write(tmp_path, "name: x\ndim: 64\ntopology: Big:Wide\nlayers:\n"
-                                     "  Big: {primitive: attention, heads: 2}\n  Wide: {base: Big, heads: 4}\n"))
+    spec = load_spec(
+        write(
+            tmp_path,
+            "name: x\ndim: 64\ntopology: Big:Wide\nlayers:\n"
+            "  Big: {primitive: attention, heads: 2}\n  Wide: {base: Big, heads: 4}\n",
+        )
+    )
     rows = account(spec).layers
     assert [r.config["heads"] for r in rows if r.role == "sequence"] == [2, 4]
 
@@ -169,8 +178,41 @@ def test_hundreds_of_malformed_topologies_never_crash():
     from madsl import spec_from_topology
 
     rng = random.Random(1)
-    tokens = ["H", "A", "mA", "Mb", "Sg", "MoE", "Hy", "(", ")", "[", "]", "|", ":", "-", "x", "×", "2", "0", "12",
-              "{", "}", "=", ",", "heads", "residual", "gated", "#", "a", " ", "none", "4.5", "'s'", "*"]
+    tokens = [
+        "H",
+        "A",
+        "mA",
+        "Mb",
+        "Sg",
+        "MoE",
+        "Hy",
+        "(",
+        ")",
+        "[",
+        "]",
+        "|",
+        ":",
+        "-",
+        "x",
+        "×",
+        "2",
+        "0",
+        "12",
+        "{",
+        "}",
+        "=",
+        ",",
+        "heads",
+        "residual",
+        "gated",
+        "#",
+        "a",
+        " ",
+        "none",
+        "4.5",
+        "'s'",
+        "*",
+    ]
     failures = 0
     for _ in range(500):
         text = "".join(rng.choice(tokens) for _ in range(rng.randint(1, 12)))
@@ -192,17 +234,24 @@ def test_errors_inside_block_scalar_topologies_point_into_the_file(tmp_path, sty
 def test_errors_in_a_topology_inherited_through_extends_point_into_the_parent_block_scalar(tmp_path):
     write(tmp_path, "name: base\ndim: 128\ntopology: >\n  (H:A)x2 :\n  H : Hy\n", "base.mad")
     err = error_of(tmp_path, "name: child\nextends: base.mad\n")
-    assert err.location.file.endswith("base.mad") and (err.location.line, err.location.column) == (5, 7), \
-        err.render()
+    assert err.location.file.endswith("base.mad") and (err.location.line, err.location.column) == (5, 7), err.render()
     assert err.location.source_line == "  H : Hy"
 
 
 def test_yaml_anchors_and_merge_keys_load_and_locate_like_safe_load(tmp_path):
-    spec = load_spec(write(tmp_path, "name: x\ndim: 128\ntopology: A:Wide\nlayers:\n  A: &att {heads: 4}\n"
-                                     "  Wide: {<<: *att, primitive: attention, heads: 8}\n"))
+    spec = load_spec(
+        write(
+            tmp_path,
+            "name: x\ndim: 128\ntopology: A:Wide\nlayers:\n  A: &att {heads: 4}\n"
+            "  Wide: {<<: *att, primitive: attention, heads: 8}\n",
+        )
+    )
     assert spec.symbols["A"].params["heads"] == 4 and spec.symbols["Wide"].params["heads"] == 8
-    err = error_of(tmp_path, "name: x\ndim: 128\ntopology: A\nlayers:\n  A: &att {heads: 4}\n"
-                             "  B: {<<: *att, heads: 3, primitive: attention}\n  C: {base: B}\ntopology: B\n")
+    err = error_of(
+        tmp_path,
+        "name: x\ndim: 128\ntopology: A\nlayers:\n  A: &att {heads: 4}\n"
+        "  B: {<<: *att, heads: 3, primitive: attention}\n  C: {base: B}\ntopology: B\n",
+    )
     assert "duplicate key 'topology'" in err.message and err.location.line == 8
 
 
@@ -218,10 +267,10 @@ def test_unquoted_parallel_topology_gets_a_quoting_hint(tmp_path):
 
 # --- what extends: may name (docs/language.md, "extends") --------------------------------
 
+
 def extends_error(tmp_path, ref: str) -> MadslError:
     err = error_of(tmp_path, f"name: x\nextends: {ref}\n")
-    assert err.location.file.endswith("spec.mad") and (err.location.line, err.location.column) == (2, 10), \
-        err.render()
+    assert err.location.file.endswith("spec.mad") and (err.location.line, err.location.column) == (2, 10), err.render()
     return err
 
 
@@ -287,8 +336,11 @@ def test_a_number_spelled_as_int_or_float_is_one_model_and_one_identity():
     integer likewise. Bundled specs write the primitive's own types and keep their identities."""
     from madsl.spec import spec_from_data, spec_from_topology
 
-    for written, read in (("A{heads=2.0}", "A{heads=2}"), ("A{rotary_base=20000}", "A{rotary_base=20000.0}"),
-                          ("(A){linear_std=1}", "(A){linear_std=1.0}")):
+    for written, read in (
+        ("A{heads=2.0}", "A{heads=2}"),
+        ("A{rotary_base=20000}", "A{rotary_base=20000.0}"),
+        ("(A){linear_std=1}", "(A){linear_std=1.0}"),
+    ):
         assert spec_from_topology(written).canonical() == read
         assert spec_from_topology(written).identity_text == spec_from_topology(read).identity_text
     as_float = spec_from_data({"name": "a", "dim": 128, "topology": "A", "layers": {"A": {"heads": 2.0}}})

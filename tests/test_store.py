@@ -4,6 +4,7 @@
 a file that belongs to something else is left byte for byte as it was, and `eval`
 creates no database before it has checked its input.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,17 +44,27 @@ def _make(kind: str, tmp: Path) -> Path:
     elif kind == "another program's SQLite":
         _sqlite(path, "CREATE TABLE users (name TEXT)", "INSERT INTO users VALUES ('ada')")
     elif kind == "newer schema":
-        _sqlite(path, "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-                "CREATE TABLE runs (run_id TEXT PRIMARY KEY)",
-                f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION + 1}')")
+        _sqlite(
+            path,
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            "CREATE TABLE runs (run_id TEXT PRIMARY KEY)",
+            f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION + 1}')",
+        )
     elif kind == "files folder is a file":
         Store(path).close()
         (tmp / "r.files").write_text("x")
     return path
 
 
-BAD = ["directory", "under a file", "random bytes", "text file", "another program's SQLite", "newer schema",
-       "files folder is a file"]
+BAD = [
+    "directory",
+    "under a file",
+    "random bytes",
+    "text file",
+    "another program's SQLite",
+    "newer schema",
+    "files folder is a file",
+]
 
 
 @pytest.mark.parametrize("kind", BAD)
@@ -112,8 +123,9 @@ def test_report_on_an_empty_database_writes_nothing(tmp_path, capsys, kind):
 
 
 def test_a_database_from_before_the_divergence_flag_keeps_working(tmp_path):
-    from madsl.runner.reports.outputs import report
     from runner_helpers import run_toy_eval
+
+    from madsl.runner.reports.outputs import report
 
     db = tmp_path / "r.db"
     run_toy_eval(db, epochs=1)
@@ -138,8 +150,13 @@ def test_finishing_a_run_drops_the_epochs_of_an_abandoned_attempt(tmp_path, monk
 
     results = []
     finish = Store.finish
-    monkeypatch.setattr(Store, "finish", lambda self, run_id, result, device=None, owner=None, threads=None:
-                        results.append(result) or finish(self, run_id, result, device, owner, threads))
+    monkeypatch.setattr(
+        Store,
+        "finish",
+        lambda self, run_id, result, device=None, owner=None, threads=None: (
+            results.append(result) or finish(self, run_id, result, device, owner, threads)
+        ),
+    )
     db = tmp_path / "r.db"
     run_toy_eval(db, epochs=3)
     store = Store(db)
@@ -166,8 +183,10 @@ class _StrayEvents:
                 for event in events:
                     if event.kind == "finished":
                         last = event.data["result"]["history"][-1]
-                        stray += [Event("epoch", event.run_id, {"metrics": {**last, "epoch": 99}}),
-                                  Event(final_kind, event.run_id, {"error": "a late report", "reason": "late"})]
+                        stray += [
+                            Event("epoch", event.run_id, {"metrics": {**last, "epoch": 99}}),
+                            Event(final_kind, event.run_id, {"error": "a late report", "reason": "late"}),
+                        ]
                 return events + stray
 
         return Stray()
@@ -235,4 +254,5 @@ def _fast_wait(init):
     def fast(self, *args, **kwargs):
         init(self, *args, **kwargs)
         self.wait_poll_s = 0.01
+
     return fast

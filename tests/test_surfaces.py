@@ -1,4 +1,5 @@
 """The surfaces users copy from: the documented Python calls, as written."""
+
 from __future__ import annotations
 
 import inspect
@@ -13,11 +14,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_runner_report_and_evaluate_are_the_functions_whatever_was_imported_before():
-    code = ("import madsl.runner.api, madsl.runner.reports.outputs\n"
-            "from madsl.runner import evaluate, report\n"
-            "assert callable(report) and callable(evaluate), (report, evaluate)\n"
-            "from madsl.errors import MadslError\n"
-            "try:\n    report('no-such.db')\nexcept MadslError as err:\n    print('refused', err)\n")
+    code = (
+        "import madsl.runner.api, madsl.runner.reports.outputs\n"
+        "from madsl.runner import evaluate, report\n"
+        "assert callable(report) and callable(evaluate), (report, evaluate)\n"
+        "from madsl.errors import MadslError\n"
+        "try:\n    report('no-such.db')\nexcept MadslError as err:\n    print('refused', err)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and "refused" in proc.stdout, proc.stderr
 
@@ -54,18 +57,29 @@ sys.exit(main(sys.argv[1:]))
 
 def madsl_without_torch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """`madsl ARGS` where torch and numpy cannot be imported, as in the gate's light install."""
-    return subprocess.run([sys.executable, "-c", BLOCK_TRAINING_MODULES, *args], capture_output=True, text=True,
-                          cwd=cwd, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, "-c", BLOCK_TRAINING_MODULES, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def test_the_gate_runs_without_torch_or_numpy(tmp_path):
-    for args in (["check", "specs/"], ["check", "specs/paper", "--iso-params", "1000%"], ["check", "specs/paper/mamba.mad", "--format", "github"],
-                 ["compile", "specs/paper/striped-hyena-moe.mad", "--format", "json"], ["expand", "(H:A)x2"],
-                 ["compile", "-t", "H:A", "--format", "dot"]):
+    for args in (
+        ["check", "specs/"],
+        ["check", "specs/paper", "--iso-params", "1000%"],
+        ["check", "specs/paper/mamba.mad", "--format", "github"],
+        ["compile", "specs/paper/striped-hyena-moe.mad", "--format", "json"],
+        ["expand", "(H:A)x2"],
+        ["compile", "-t", "H:A", "--format", "dot"],
+    ):
         proc = madsl_without_torch(*args)
         assert proc.returncode == 0, (args, proc.stdout[-500:], proc.stderr[-2000:])
-    proc = madsl_without_torch("compile", "specs/paper/mamba.mad", "--format", "torch", "--vocab", "16",
-                               "-o", str(tmp_path / "m.pt"))
+    proc = madsl_without_torch(
+        "compile", "specs/paper/mamba.mad", "--format", "torch", "--vocab", "16", "-o", str(tmp_path / "m.pt")
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "madsl[torch]" in proc.stderr, proc.stderr
 
 
@@ -134,7 +148,7 @@ def test_eval_lengths_accepts_a_range_of_powers_of_two():
 
     from madsl.cli.arguments import lengths
 
-    assert lengths("64..1048576") == [2 ** e for e in range(6, 21)]
+    assert lengths("64..1048576") == [2**e for e in range(6, 21)]
     assert lengths("32,64..256") == [32, 64, 128, 256]
     assert lengths("64,128") == [64, 128]
     for bad in ("64..100", "256..64", "0..64", "a..b", ""):
@@ -166,20 +180,39 @@ def test_what_megatron_cannot_express_is_refused_with_the_reason():
     from madsl.convert import from_megatron_pattern, to_megatron_pattern
     from madsl.spec import spec_from_topology
 
-    for pattern, message in (("-M", "MLP with no Mamba or attention layer before it"), ("M--", "layer 3"),
-                             ("MX", "unknown layer character 'X'"), ("", "empty")):
+    for pattern, message in (
+        ("-M", "MLP with no Mamba or attention layer before it"),
+        ("M--", "layer 3"),
+        ("MX", "unknown layer character 'X'"),
+        ("", "empty"),
+    ):
         with pytest.raises(madsl.MadslError, match=message):
             from_megatron_pattern(pattern)
-    for topology, message in (("H-Sg", "no Megatron layer character"), ("[A | Mb]", "parallel"),
-                              ("Mb#a:Mb#a", "shared tags"), ("(A:Mb){residual=gated}", "group connection")):
+    for topology, message in (
+        ("H-Sg", "no Megatron layer character"),
+        ("[A | Mb]", "parallel"),
+        ("Mb#a:Mb#a", "shared tags"),
+        ("(A:Mb){residual=gated}", "group connection"),
+    ):
         with pytest.raises(madsl.MadslError, match=message):
             to_megatron_pattern(spec_from_topology(topology))
 
 
 def test_madsl_convert_writes_a_spec_that_checks_and_converts_back(tmp_path):
     out = tmp_path / "nemotron.mad"
-    proc = madsl_without_torch("convert", "--from-megatron", HYBRID_PATTERN, "--dim", "256",
-                               "--layer", "A.heads=4", "--layer", "Mlp.inner=1024", "-o", str(out))
+    proc = madsl_without_torch(
+        "convert",
+        "--from-megatron",
+        HYBRID_PATTERN,
+        "--dim",
+        "256",
+        "--layer",
+        "A.heads=4",
+        "--layer",
+        "Mlp.inner=1024",
+        "-o",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     account = madsl.account(out)
     assert [r.symbol for r in account.layers].count("A") == 4 and len(account.layers) == len(HYBRID_PATTERN)
@@ -239,8 +272,11 @@ def test_every_public_callable_has_a_docstring_and_a_return_type():
         if inspect.isclass(obj):
             if not obj.__doc__ or obj.__doc__.startswith(f"{name}("):  # a dataclass's generated signature
                 missing.append(f"{name}: docstring")
-            functions = [(f"{name}.{m}", getattr(f, "__func__", f)) for m, f in vars(obj).items()
-                         if not m.startswith("_") and inspect.isfunction(getattr(f, "__func__", f))]
+            functions = [
+                (f"{name}.{m}", getattr(f, "__func__", f))
+                for m, f in vars(obj).items()
+                if not m.startswith("_") and inspect.isfunction(getattr(f, "__func__", f))
+            ]
         for label, function in functions:
             if not (function.__doc__ or "").strip():
                 missing.append(f"{label}: docstring")

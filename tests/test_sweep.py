@@ -1,5 +1,6 @@
 """Sweep files: variants of real specs (named, with their own identities, budget-checked),
 their errors located in the sweep file, and one sweep run end to end."""
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,12 @@ def test_a_grid_gives_named_variants_with_their_own_identities_and_budget_verdic
     assert sweep.protocol == "smoke" and sweep.tasks == ["in-context-recall"]
     assert sweep.train == {"lr": (5e-4, 1e-3)}  # 5e-4 (a string to PyYAML) read as a number
     names = [v.spec.name for v in sweep.variants]
-    assert names == ["hyena-sg[dim=64,H.order=2]", "hyena-sg[dim=64,H.order=3]",
-                     "hyena-sg[dim=128,H.order=2]", "hyena-sg[dim=128,H.order=3]"]
+    assert names == [
+        "hyena-sg[dim=64,H.order=2]",
+        "hyena-sg[dim=64,H.order=3]",
+        "hyena-sg[dim=128,H.order=2]",
+        "hyena-sg[dim=128,H.order=3]",
+    ]
     for variant in sweep.variants:
         assert variant.spec.dim == variant.varied["dim"]
         assert variant.spec.symbols["H"].params["order"] == variant.varied["layers.H.order"]
@@ -63,7 +68,9 @@ def test_the_unvaried_variant_is_the_spec_itself(tmp_path):
 
 
 def test_a_sweep_runs_its_variants_skips_the_over_budget_ones_and_reports_them_as_rows(tmp_path, capsys):
-    study = write(tmp_path, """\
+    study = write(
+        tmp_path,
+        """\
 specs: [{hyena}]
 protocol: smoke
 tasks: in-context-recall
@@ -71,7 +78,8 @@ vary:
   dim: [64]
   layers.H.order: [2, 3]
 train: {{epochs: 1, lr: 1e-3}}
-""")
+""",
+    )
     db = str(tmp_path / "r.db")
     assert main(["eval", str(study), "--db", db, "--format", "json"]) == 0
     out = capsys.readouterr()
@@ -85,24 +93,43 @@ train: {{epochs: 1, lr: 1e-3}}
     assert "hyena-sg[dim=64,H.order=3]" in capsys.readouterr().out  # not eaten as rich markup
 
 
-@pytest.mark.parametrize("text, message, where, hint", [
-    ("specs: [{hyena}]\nvray: {{dim: [64]}}\n", "unknown key 'vray' in a sweep file", ":2:1",
-     "did you mean 'vary'?"),
-    ("specs: [{hyena}]\nvary:\n  layers.H.ordr: [2, 3]\n",
-     "layer H of spec hyena-sg (hyena) has no parameter 'ordr'", ":3:3", "did you mean 'order'?"),
-    ("specs: [{hyena}]\nvary:\n  layers.A.heads: [2, 4]\n", "spec hyena-sg has no layer 'A'", ":3:3", None),
-    ("specs: [{hyena}]\nvary:\n  dimm: [64]\n", "'dimm' is not a field of spec hyena-sg", ":3:3",
-     "did you mean 'dim'?"),
-    ("specs: [{hyena}]\nprotocol: quik\n", "unknown protocol 'quik'", ":2:11", "did you mean 'quick'?"),
-    ("specs: [{hyena}, nothing-*.mad]\n", "specs: 'nothing-*.mad' matches no file", ":1:", None),
-    ("specs: [{hyena}]\ntrain: {{lr: fast}}\n", "train.lr: expected a number or a list of them", ":2:", None),
-    ("specs: [{hyena}]\nvary:\n  dim: []\n", "vary.dim: the list is empty", ":3:8", "or drop vary.dim"),
-    ("specs: [{hyena}]\nvary:\n  dim: 64\n", "vary.dim: expected a list of values", ":3:8", "dim: [64]"),
-    # a value listed twice would make one variant or one run of two: a slip, located at the repeat
-    ("specs: [{hyena}]\nvary:\n  layers.H.order: [2, 2]\n", "vary.layers.H.order: 2 is given twice", ":3:23",
-     "list each value once"),
-    ("specs: [{hyena}]\ntrain: {{lr: [5e-4, 5.0e-4]}}\n", "train.lr: 0.0005 is given twice", ":2:20", None),
-])
+@pytest.mark.parametrize(
+    "text, message, where, hint",
+    [
+        (
+            "specs: [{hyena}]\nvray: {{dim: [64]}}\n",
+            "unknown key 'vray' in a sweep file",
+            ":2:1",
+            "did you mean 'vary'?",
+        ),
+        (
+            "specs: [{hyena}]\nvary:\n  layers.H.ordr: [2, 3]\n",
+            "layer H of spec hyena-sg (hyena) has no parameter 'ordr'",
+            ":3:3",
+            "did you mean 'order'?",
+        ),
+        ("specs: [{hyena}]\nvary:\n  layers.A.heads: [2, 4]\n", "spec hyena-sg has no layer 'A'", ":3:3", None),
+        (
+            "specs: [{hyena}]\nvary:\n  dimm: [64]\n",
+            "'dimm' is not a field of spec hyena-sg",
+            ":3:3",
+            "did you mean 'dim'?",
+        ),
+        ("specs: [{hyena}]\nprotocol: quik\n", "unknown protocol 'quik'", ":2:11", "did you mean 'quick'?"),
+        ("specs: [{hyena}, nothing-*.mad]\n", "specs: 'nothing-*.mad' matches no file", ":1:", None),
+        ("specs: [{hyena}]\ntrain: {{lr: fast}}\n", "train.lr: expected a number or a list of them", ":2:", None),
+        ("specs: [{hyena}]\nvary:\n  dim: []\n", "vary.dim: the list is empty", ":3:8", "or drop vary.dim"),
+        ("specs: [{hyena}]\nvary:\n  dim: 64\n", "vary.dim: expected a list of values", ":3:8", "dim: [64]"),
+        # a value listed twice would make one variant or one run of two: a slip, located at the repeat
+        (
+            "specs: [{hyena}]\nvary:\n  layers.H.order: [2, 2]\n",
+            "vary.layers.H.order: 2 is given twice",
+            ":3:23",
+            "list each value once",
+        ),
+        ("specs: [{hyena}]\ntrain: {{lr: [5e-4, 5.0e-4]}}\n", "train.lr: 0.0005 is given twice", ":2:20", None),
+    ],
+)
 def test_sweep_file_errors_are_located_with_a_hint(tmp_path, capsys, text, message, where, hint):
     study = write(tmp_path, text)
     assert main(["eval", str(study), "--db", str(tmp_path / "r.db")]) == 2
@@ -115,14 +142,20 @@ def test_sweep_file_errors_are_located_with_a_hint(tmp_path, capsys, text, messa
 
 # --- plans and their cost ------------------------------------------------------------------------
 
+
 def _known_rates(overhead_s: float = 0.01, flops_per_s: float = 1e9):
     """A rate book holding fixed rates of this CPU (hyena-sg's families): nothing is measured."""
     from madsl.runner.plan.rate import RateBook
     from madsl.runner.plan.rate_model import DeviceRates, Line, Measured, device_name, now
 
-    return RateBook.known(DeviceRates(device_name(torch.device("cpu")), torch.get_num_threads(),
-                                      {family: Line(overhead_s, flops_per_s, now(), 0.0) for family in ("hyena", "swiglu")},
-                                      rest=Measured(0.0, now(), 0.0)))
+    return RateBook.known(
+        DeviceRates(
+            device_name(torch.device("cpu")),
+            torch.get_num_threads(),
+            {family: Line(overhead_s, flops_per_s, now(), 0.0) for family in ("hyena", "swiglu")},
+            rest=Measured(0.0, now(), 0.0),
+        )
+    )
 
 
 @pytest.mark.parametrize("done", [0, 1])
@@ -136,8 +169,14 @@ def test_a_stacked_groups_runs_are_costed_as_the_group_that_trains_them(tmp_path
     from madsl.runner.store.files import StoreFiles
     from madsl.spec import load_spec
 
-    cli = cli_overrides(protocol="smoke", tasks=["in-context-recall"], lr=[1e-3, 5e-4, 1e-4], epochs=2, batch_size=8,
-                        settings={"num_train_examples": 24, "num_test_examples": 8, "seq_len": 32})
+    cli = cli_overrides(
+        protocol="smoke",
+        tasks=["in-context-recall"],
+        lr=[1e-3, 5e-4, 1e-4],
+        epochs=2,
+        batch_size=8,
+        settings={"num_train_examples": 24, "num_test_examples": 8, "seq_len": 32},
+    )
     spec = load_spec(HYENA)
     plan = plan_evaluation(StoreFiles(tmp_path / "r.db"), [(spec, str(HYENA))], cli, device="cpu")
     [group] = plan.work(batch_grid=True)
@@ -169,34 +208,63 @@ def test_a_group_that_cannot_stack_is_costed_run_by_run(tmp_path, monkeypatch):
     from madsl.runner.store.files import StoreFiles
     from madsl.spec import load_spec
 
-    cli = cli_overrides(protocol="smoke", tasks=["in-context-recall"], lr=[1e-3, 5e-4], epochs=1, batch_size=8,
-                        optimizer="adam", settings={"num_train_examples": 16, "num_test_examples": 8, "seq_len": 16})
+    cli = cli_overrides(
+        protocol="smoke",
+        tasks=["in-context-recall"],
+        lr=[1e-3, 5e-4],
+        epochs=1,
+        batch_size=8,
+        optimizer="adam",
+        settings={"num_train_examples": 16, "num_test_examples": 8, "seq_len": 16},
+    )
     plan = plan_evaluation(StoreFiles(tmp_path / "r.db"), [(load_spec(HYENA), str(HYENA))], cli, device="cpu")
     [group] = plan.work(batch_grid=True)
     group.stack = True  # as on CUDA
     costs = cost.estimate(plan.jobs, set(), _known_rates(), work=[group])
     assert costs == cost.estimate(plan.jobs, set(), _known_rates(), work=plan.jobs)  # as runs
-    adamw = cli_overrides(protocol="smoke", tasks=["in-context-recall"], lr=[1e-3, 5e-4], epochs=1, batch_size=8,
-                          settings={"num_train_examples": 16, "num_test_examples": 8, "seq_len": 16})
+    adamw = cli_overrides(
+        protocol="smoke",
+        tasks=["in-context-recall"],
+        lr=[1e-3, 5e-4],
+        epochs=1,
+        batch_size=8,
+        settings={"num_train_examples": 16, "num_test_examples": 8, "seq_len": 16},
+    )
     stacking = plan_evaluation(StoreFiles(tmp_path / "r.db"), [(load_spec(HYENA), str(HYENA))], adamw, device="cpu")
     [stack] = stacking.work(batch_grid=True)
     stack.stack = True  # the same runs under AdamW do stack: their overheads shared, cheaper
-    assert sum(c.seconds for c in cost.estimate(stacking.jobs, set(), _known_rates(), work=[stack])) < \
-        sum(c.seconds for c in costs)
+    assert sum(c.seconds for c in cost.estimate(stacking.jobs, set(), _known_rates(), work=[stack])) < sum(
+        c.seconds for c in costs
+    )
 
 
-def test_dry_run_counts_runs_tokens_flops_and_estimates_time_and_a_real_sweep_prints_it_first(tmp_path, capsys,
-                                                                                              monkeypatch):
+def test_dry_run_counts_runs_tokens_flops_and_estimates_time_and_a_real_sweep_prints_it_first(
+    tmp_path, capsys, monkeypatch
+):
+    from runner_helpers import stand_in_rates
+
     from madsl.graph import account
     from madsl.spec import load_spec
-    from runner_helpers import stand_in_rates
 
     measured = stand_in_rates(monkeypatch, tmp_path / "cache")
 
     db = tmp_path / "r.db"
     small = ["--set", "num_train_examples=32", "--set", "num_test_examples=32", "--batch-size", "16", "--epochs", "1"]
-    args = ["eval", str(HYENA), "--protocol", "smoke", "--task", "in-context-recall", "--lr", "1e-3", "--lr", "5e-4",
-            *small, "--db", str(db)]
+    args = [
+        "eval",
+        str(HYENA),
+        "--protocol",
+        "smoke",
+        "--task",
+        "in-context-recall",
+        "--lr",
+        "1e-3",
+        "--lr",
+        "5e-4",
+        *small,
+        "--db",
+        str(db),
+    ]
     assert main([*args, "--dry-run", "--format", "json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert not db.exists()  # nothing registered, nothing run

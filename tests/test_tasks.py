@@ -1,4 +1,5 @@
 """Task generators: the interface every task keeps, the registry, and the MAD tasks' properties."""
+
 from __future__ import annotations
 
 import ast
@@ -8,8 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from madsl.tasks import IGNORE, MAD_TASKS, TASKS, get_task
-from madsl.tasks import sampling
+from madsl.tasks import IGNORE, MAD_TASKS, TASKS, get_task, sampling
 
 # Small settings per task, so the whole suite stays fast; properties do not depend on size.
 SMALL = {
@@ -42,10 +42,17 @@ def row_set(array: np.ndarray) -> set[bytes]:
 
 # ---------------------------------------------------------------- registry
 
+
 def test_registry_names_and_mad_order():
     assert set(TASKS) == set(SMALL)
-    assert MAD_TASKS == ("in-context-recall", "fuzzy-in-context-recall", "noisy-in-context-recall",
-                         "selective-copying", "compression", "memorization")
+    assert MAD_TASKS == (
+        "in-context-recall",
+        "fuzzy-in-context-recall",
+        "noisy-in-context-recall",
+        "selective-copying",
+        "compression",
+        "memorization",
+    )
     assert all(TASKS[name].name == name for name in TASKS)
 
 
@@ -71,6 +78,7 @@ def test_tasks_package_never_imports_torch():
 
 
 # ---------------------------------------------------------------- every task
+
 
 @pytest.mark.parametrize("name", ALL)
 def test_deterministic_per_seed_and_split(name):
@@ -135,23 +143,26 @@ def test_unknown_setting_is_a_key_error_and_missing_ones_come_from_baseline():
     assert data.inputs.shape == (5, task.baseline["seq_len"])
 
 
-@pytest.mark.parametrize("name, overrides, message", [
-    ("in-context-recall", dict(vocab_size=15), "vocab_size must be even"),
-    ("in-context-recall", dict(seq_len=1), "seq_len must be an integer >= 2"),
-    ("noisy-in-context-recall", dict(frac_noise=1.0), "frac_noise"),
-    ("noisy-in-context-recall", dict(noise_vocab_size=0), "noise_vocab_size must be >= 1"),
-    ("fuzzy-in-context-recall", dict(vocab_size=4), "too few"),
-    ("fuzzy-in-context-recall", dict(seq_len=8), "seq_len must be >= 11"),
-    ("selective-copying", dict(num_tokens_to_copy=129), "does not fit in seq_len=256"),
-    ("selective-copying", dict(vocab_size=0), "vocab_size must be an integer >= 1"),
-    ("compression", dict(seq_len=1.5), "seq_len must be an integer"),
-    ("memorization", dict(seq_len=31), "seq_len must be even"),
-    ("memorization", dict(num_train_examples=0), "num_train_examples must be an integer >= 1"),
-    ("associative-recall", dict(seq_len=1023), "seq_len must be even"),
-    ("induction-heads", dict(seq_len=2), "seq_len must be an integer >= 3"),
-    ("icl-linear", dict(input_dim=0), "input_dim"),
-    ("arithmetic", dict(num_digits=0), "num_digits"),
-])
+@pytest.mark.parametrize(
+    "name, overrides, message",
+    [
+        ("in-context-recall", dict(vocab_size=15), "vocab_size must be even"),
+        ("in-context-recall", dict(seq_len=1), "seq_len must be an integer >= 2"),
+        ("noisy-in-context-recall", dict(frac_noise=1.0), "frac_noise"),
+        ("noisy-in-context-recall", dict(noise_vocab_size=0), "noise_vocab_size must be >= 1"),
+        ("fuzzy-in-context-recall", dict(vocab_size=4), "too few"),
+        ("fuzzy-in-context-recall", dict(seq_len=8), "seq_len must be >= 11"),
+        ("selective-copying", dict(num_tokens_to_copy=129), "does not fit in seq_len=256"),
+        ("selective-copying", dict(vocab_size=0), "vocab_size must be an integer >= 1"),
+        ("compression", dict(seq_len=1.5), "seq_len must be an integer"),
+        ("memorization", dict(seq_len=31), "seq_len must be even"),
+        ("memorization", dict(num_train_examples=0), "num_train_examples must be an integer >= 1"),
+        ("associative-recall", dict(seq_len=1023), "seq_len must be even"),
+        ("induction-heads", dict(seq_len=2), "seq_len must be an integer >= 3"),
+        ("icl-linear", dict(input_dim=0), "input_dim"),
+        ("arithmetic", dict(num_digits=0), "num_digits"),
+    ],
+)
 def test_bad_settings_name_the_setting(name, overrides, message):
     task = get_task(name)
     with pytest.raises(ValueError, match=message):
@@ -173,6 +184,7 @@ def test_bad_seed_and_split():
 
 
 # ---------------------------------------------------------------- train/test disjointness
+
 
 def test_test_rows_that_occur_in_train_are_redrawn():
     # 2 keys, 2 values, 3 pairs: few distinct sequences, so overlaps are certain without the redraw
@@ -200,8 +212,9 @@ def test_impossible_disjoint_test_set_is_a_value_error():
 def test_overlap_check_is_skipped_only_when_negligible(monkeypatch):
     calls = []
     original = sampling.SampledTask._redraw_overlap
-    monkeypatch.setattr(sampling.SampledTask, "_redraw_overlap",
-                        lambda self, *a: calls.append(self.name) or original(self, *a))
+    monkeypatch.setattr(
+        sampling.SampledTask, "_redraw_overlap", lambda self, *a: calls.append(self.name) or original(self, *a)
+    )
     for name in MAD_TASKS:  # at the paper's baselines an overlap is below 2**-40
         task = get_task(name)
         task.generate(task.settings(num_train_examples=64, num_test_examples=8), "test", 0)
@@ -223,8 +236,11 @@ def test_row_hashes_equal_rows_hash_equal():
 
 # ---------------------------------------------------------------- MAD sweeps (App. B.2)
 
-RECALL_SWEEP = {"seq_len": (128, 256, 512, 1024), "num_train_examples": (12_800, 6_400, 3_200, 1_600, 800),
-                "vocab_size": (16, 32, 64, 128)}
+RECALL_SWEEP = {
+    "seq_len": (128, 256, 512, 1024),
+    "num_train_examples": (12_800, 6_400, 3_200, 1_600, 800),
+    "vocab_size": (16, 32, 64, 128),
+}
 
 
 def test_mad_baselines_and_sweeps_match_the_paper():
@@ -236,15 +252,36 @@ def test_mad_baselines_and_sweeps_match_the_paper():
     assert b["noisy-in-context-recall"]["frac_noise"] == 0.2 and b["noisy-in-context-recall"]["noise_vocab_size"] == 16
     assert get_task("noisy-in-context-recall").sweep["frac_noise"] == (0.2, 0.4, 0.6, 0.8)
     assert b["fuzzy-in-context-recall"]["max_key_len"] == b["fuzzy-in-context-recall"]["max_value_len"] == 3
-    assert b["selective-copying"] == {"vocab_size": 16, "seq_len": 256, "num_tokens_to_copy": 16,
-                                      "num_train_examples": 12_800, "num_test_examples": 1_280}
+    assert b["selective-copying"] == {
+        "vocab_size": 16,
+        "seq_len": 256,
+        "num_tokens_to_copy": 16,
+        "num_train_examples": 12_800,
+        "num_test_examples": 1_280,
+    }
     assert get_task("selective-copying").sweep == {
-        "seq_len": (256, 512, 1024), "num_train_examples": (12_800, 6_400, 3_200, 1_600, 800),
-        "vocab_size": (16, 32, 64, 128), "num_tokens_to_copy": (16, 32, 64, 96)}
-    assert b["compression"] == {"vocab_size": 16, "seq_len": 32, "num_train_examples": 12_800, "num_test_examples": 1_280}
-    assert get_task("compression").sweep == {"seq_len": (32, 64, 128, 256), "vocab_size": (16, 32, 64, 128),
-                                             "num_train_examples": (12_800, 6_400, 3_200, 1_600, 800)}
-    assert b["memorization"] == {"vocab_size": 256, "seq_len": 32, "num_train_examples": 256, "num_test_examples": 1_280}
+        "seq_len": (256, 512, 1024),
+        "num_train_examples": (12_800, 6_400, 3_200, 1_600, 800),
+        "vocab_size": (16, 32, 64, 128),
+        "num_tokens_to_copy": (16, 32, 64, 96),
+    }
+    assert b["compression"] == {
+        "vocab_size": 16,
+        "seq_len": 32,
+        "num_train_examples": 12_800,
+        "num_test_examples": 1_280,
+    }
+    assert get_task("compression").sweep == {
+        "seq_len": (32, 64, 128, 256),
+        "vocab_size": (16, 32, 64, 128),
+        "num_train_examples": (12_800, 6_400, 3_200, 1_600, 800),
+    }
+    assert b["memorization"] == {
+        "vocab_size": 256,
+        "seq_len": 32,
+        "num_train_examples": 256,
+        "num_test_examples": 1_280,
+    }
     assert get_task("memorization").sweep == {"vocab_size": (256, 512, 1024, 2048, 4096, 8192)}
     # each fact is shown 32 times on average at the baseline (App. B.1.6): 256 * 16 pairs / 128 keys
     assert 256 * 32 // 2 // (256 // 2) == 32
@@ -261,6 +298,7 @@ def test_mad_baselines_generate_at_full_size(name, record_property):
 
 
 # ---------------------------------------------------------------- in-context recall
+
 
 def pairs_of(inputs: np.ndarray, num_keys: int):
     """(row, key, value) of every key token followed by a value token."""
@@ -326,10 +364,11 @@ def test_noisy_recall_noise_share(frac):
 
 # ---------------------------------------------------------------- fuzzy recall
 
+
 def parse_runs(row: np.ndarray, num_keys: int, pad: int):
     """Split a fuzzy row into (key tuple, value tuple, value start) pairs, skipping leading pads."""
     tokens = [int(t) for t in row if t != pad]
-    assert all(t != pad for t in row[len(row) - len(tokens):])  # pads only at the start
+    assert all(t != pad for t in row[len(row) - len(tokens) :])  # pads only at the start
     pairs, i = [], 0
     while i < len(tokens):
         j = i
@@ -368,7 +407,7 @@ def test_fuzzy_recall_structure_and_scoring():
             assert len(key) == 3  # evaluated with keys of maximal length
             if key in seen:
                 assert seen[key] == value
-                expected[start:start + len(value)] = value
+                expected[start : start + len(value)] = value
             seen.setdefault(key, value)
         np.testing.assert_array_equal(targets, expected[1:])
         assert (targets != IGNORE).any()  # the final probe repeats an earlier key
@@ -377,6 +416,7 @@ def test_fuzzy_recall_structure_and_scoring():
 
 # ---------------------------------------------------------------- selective copying
 
+
 @pytest.mark.parametrize("name", ["selective-copying", "selective-copying-long"])
 def test_selective_copying_targets_are_the_data_tokens_in_order(name):
     task, s = small(name)
@@ -384,11 +424,11 @@ def test_selective_copying_targets_are_the_data_tokens_in_order(name):
     for split in ("train", "test"):
         data = task.generate(s, split, 0)
         region = data.inputs[:, : seq_len - copies]
-        assert (data.inputs[:, seq_len - copies:] == vocab.token("insert")).all()
+        assert (data.inputs[:, seq_len - copies :] == vocab.token("insert")).all()
         is_data = region < s["vocab_size"]
         assert (is_data.sum(axis=1) == copies).all()
         assert ((region == vocab.token("blank")) | is_data).all()
-        np.testing.assert_array_equal(data.targets[:, seq_len - copies:], region[is_data].reshape(-1, copies))
+        np.testing.assert_array_equal(data.targets[:, seq_len - copies :], region[is_data].reshape(-1, copies))
         assert (data.targets[:, : seq_len - copies] == IGNORE).all()
         assert len(row_set(is_data)) > len(is_data) // 2  # positions vary between sequences
     assert task.vocab_size(s) == s["vocab_size"] + 2
@@ -402,6 +442,7 @@ def test_selective_copying_long_counts_16_tokens_like_mamba():
 
 # ---------------------------------------------------------------- compression
 
+
 def test_compression_targets_are_the_inputs_before_the_compression_token():
     task, s = small("compression")
     assert task.head == "compression"
@@ -414,6 +455,7 @@ def test_compression_targets_are_the_inputs_before_the_compression_token():
 
 
 # ---------------------------------------------------------------- memorization
+
 
 def test_memorization_facts_are_fixed_across_samples_and_splits():
     task, s = small("memorization")
@@ -432,8 +474,10 @@ def test_memorization_facts_are_fixed_across_samples_and_splits():
 
 # ---------------------------------------------------------------- building blocks
 
+
 def test_first_index_matches_a_loop_and_handles_huge_codes():
     from madsl.tasks.draws import first_index
+
     rng = np.random.default_rng(0)
     for codes in (rng.integers(0, 5, (20, 30)), rng.integers(0, 5, (20, 30)) * 2**60):
         first = first_index(codes)
@@ -444,6 +488,7 @@ def test_first_index_matches_a_loop_and_handles_huge_codes():
 
 def test_distinct_tokens_are_distinct_and_uniform():
     from madsl.tasks.draws import distinct_tokens
+
     tokens = distinct_tokens(np.random.default_rng(0), 4, (30_000,), 3)
     assert all(len(set(t)) == 3 for t in tokens[:1000].tolist())
     counts = np.unique(tokens[:, 0] * 16 + tokens[:, 1] * 4 + tokens[:, 2], return_counts=True)[1]

@@ -1,4 +1,6 @@
-"""The tasks beyond MAD: induction heads, associative recall, majority, counting, ICL of linear functions, arithmetic."""
+"""The tasks beyond MAD: induction heads, associative recall, majority, counting, ICL of linear functions,
+arithmetic."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -88,7 +90,9 @@ def test_icl_linear_targets_are_w_dot_x_per_sequence():
     np.testing.assert_allclose(solved, w[0], rtol=1e-3, atol=1e-3)
     # the test split scores only the final query x
     assert np.isfinite(test.targets[:, -1]).all() and np.isnan(test.targets[:, :-1]).all()
-    np.testing.assert_allclose(test.targets[:, -1], (test.inputs[:, -1] * test.meta["weights"]).sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        test.targets[:, -1], (test.inputs[:, -1] * test.meta["weights"]).sum(1), rtol=1e-5, atol=1e-5
+    )
     assert not np.array_equal(w[0], w[1])
 
 
@@ -101,10 +105,10 @@ def test_arithmetic_targets_are_the_correct_sums():
         assert (data.targets[:, : 2 * d + 1] == IGNORE).all()
         for row, targets in zip(data.inputs, data.targets):
             a = int("".join(map(str, row[:d])))
-            b = int("".join(map(str, row[d + 1: 2 * d + 1])))
+            b = int("".join(map(str, row[d + 1 : 2 * d + 1])))
             assert row[d] == 10 and row[2 * d + 1] == 11
-            assert int("".join(map(str, targets[2 * d + 1:]))) == a + b
-            np.testing.assert_array_equal(row[2 * d + 2:], targets[2 * d + 1: -1])
+            assert int("".join(map(str, targets[2 * d + 1 :]))) == a + b
+            np.testing.assert_array_equal(row[2 * d + 2 :], targets[2 * d + 1 : -1])
 
 
 def test_arithmetic_has_no_overflow_at_many_digits():

@@ -1,4 +1,5 @@
 """The on-disk cache of generated splits."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,11 @@ def test_second_load_reads_the_file_and_returns_the_same_arrays(tmp_path, monkey
 
     monkeypatch.setattr(type(task), "generate", only_the_check)
     second = cache.load_or_generate(task, settings, "test", 5, tmp_path)
-    for a, b in ((first.inputs, second.inputs), (first.targets, second.targets),
-                 (first.meta["facts"], second.meta["facts"])):
+    for a, b in (
+        (first.inputs, second.inputs),
+        (first.targets, second.targets),
+        (first.meta["facts"], second.meta["facts"]),
+    ):
         np.testing.assert_array_equal(a, b)
         assert a.dtype == b.dtype
     assert second.meta["vocab"] == first.meta["vocab"] and second.meta["settings"] == first.meta["settings"]

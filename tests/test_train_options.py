@@ -3,23 +3,24 @@
 Each behaves as documented on the stand-in model, leaves existing run identities alone
 at its default, and is a located error (exit 2) when its value is bad.
 """
+
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
 import torch
+from runner_helpers import TOY_TASKS, StandInModel
 
 from madsl.errors import MadslError
-from madsl.runner.train.options import stale_epochs, train_config_identity
 from madsl.runner.plan.overrides import overrides_from_spec_eval
 from madsl.runner.plan.runs import TrainSettings
 from madsl.runner.store.results import RunIdentity
+from madsl.runner.train.heads import TaskModel
 from madsl.runner.train.loop import train_run
 from madsl.runner.train.metrics import EpochMetrics
+from madsl.runner.train.options import stale_epochs, train_config_identity
 from madsl.runner.train.state import RunState
-from madsl.runner.train.heads import TaskModel
-from runner_helpers import TOY_TASKS, StandInModel
 
 torch.set_num_threads(1)
 
@@ -40,25 +41,55 @@ def _toy(settings: TrainSettings, name: str = "toy-previous"):
 def _state(settings: TrainSettings) -> RunState:
     task = TOY_TASKS["toy-previous"]
     s = dict(task.baseline)
-    return RunState.start(settings, lambda: TaskModel(StandInModel(task.vocab_size(s), 16), task.head,
-                                                      num_classes=task.num_classes(s)),
-                          torch.device("cpu"), 64, task.num_classes(s))
+    return RunState.start(
+        settings,
+        lambda: TaskModel(StandInModel(task.vocab_size(s), 16), task.head, num_classes=task.num_classes(s)),
+        torch.device("cpu"),
+        64,
+        task.num_classes(s),
+    )
 
 
 def _epoch(n: int, eval_loss: float, acc: float = 0.5, macro: float = 0.5) -> EpochMetrics:
-    return EpochMetrics(epoch=n, lr=1e-3, seconds=0.0, train_loss=1.0, train_ppl=None, train_acc=None,
-                        train_macro_acc=None, eval_loss=eval_loss, eval_ppl=None, eval_acc=acc, eval_macro_acc=macro)
+    return EpochMetrics(
+        epoch=n,
+        lr=1e-3,
+        seconds=0.0,
+        train_loss=1.0,
+        train_ppl=None,
+        train_acc=None,
+        train_macro_acc=None,
+        eval_loss=eval_loss,
+        eval_ppl=None,
+        eval_acc=acc,
+        eval_macro_acc=macro,
+    )
 
 
 def test_defaults_keep_run_identities_and_each_option_makes_another_run():
-    before = {"lr": 1e-3, "wd": 0.0, "epochs": 2, "batch_size": 128, "seed": 0, "min_lr": 1e-5,
-              "early_stop_acc": 0.99, "eval_lengths": (), "freeze": ()}
+    before = {
+        "lr": 1e-3,
+        "wd": 0.0,
+        "epochs": 2,
+        "batch_size": 128,
+        "seed": 0,
+        "min_lr": 1e-5,
+        "early_stop_acc": 0.99,
+        "eval_lengths": (),
+        "freeze": (),
+    }
     default_id = RunIdentity("s", "t", {}, before, "v").run_id
     settings = TrainSettings(**before)
     assert RunIdentity("s", "t", {}, train_config_identity(vars(settings)), "v").run_id == default_id
     ids = {default_id}
-    for change in ({"optimizer": "adam"}, {"schedule": "constant"}, {"metric": "token"}, {"stop_acc": 0.99},
-                   {"patience": 4}, {"min_delta": 0.001}):
+    for change in (
+        {"optimizer": "adam"},
+        {"schedule": "constant"},
+        {"metric": "token"},
+        {"stop_acc": 0.99},
+        {"patience": 4},
+        {"min_delta": 0.001},
+    ):
         config = train_config_identity(vars(dataclasses.replace(settings, **change)))
         assert set(change) <= set(config)
         ids.add(RunIdentity("s", "t", {}, config, "v").run_id)
@@ -114,14 +145,37 @@ def test_patience_stops_after_epochs_without_improvement():
 
 
 def test_spec_eval_section_takes_the_options():
-    out = overrides_from_spec_eval({"optimizer": "adam", "schedule": "constant", "metric": "token",
-                                    "stop_acc": 0.99, "patience": 4, "min_delta": "1e-3"})
-    assert (out.optimizer, out.schedule, out.metric, out.stop_acc, out.patience, out.min_delta) == \
-        ("adam", "constant", "token", 0.99, 4, 0.001)
+    out = overrides_from_spec_eval(
+        {
+            "optimizer": "adam",
+            "schedule": "constant",
+            "metric": "token",
+            "stop_acc": 0.99,
+            "patience": 4,
+            "min_delta": "1e-3",
+        }
+    )
+    assert (out.optimizer, out.schedule, out.metric, out.stop_acc, out.patience, out.min_delta) == (
+        "adam",
+        "constant",
+        "token",
+        0.99,
+        4,
+        0.001,
+    )
 
 
-@pytest.mark.parametrize("key, value", [("optimizer", "sgd"), ("schedule", "linear"), ("metric", "f1"),
-                                        ("stop_acc", 1.5), ("patience", 0), ("min_delta", -1)])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("optimizer", "sgd"),
+        ("schedule", "linear"),
+        ("metric", "f1"),
+        ("stop_acc", 1.5),
+        ("patience", 0),
+        ("min_delta", -1),
+    ],
+)
 def test_bad_option_in_a_spec_is_a_located_error(tmp_path, key, value):
     from tests.test_cli import madsl
 
@@ -140,6 +194,7 @@ def test_bad_option_on_the_command_line_is_exit_2(tmp_path):
         assert "Traceback" not in proc.stderr and args[1] in proc.stderr
     with pytest.raises(MadslError, match="unknown schedule"):
         from madsl.runner.plan.evaluation import cli_overrides
+
         cli_overrides(schedule="linear")
 
 
@@ -169,11 +224,13 @@ def test_min_delta_without_patience_is_an_error_not_a_new_run(tmp_path):
     tasks = [get_task("in-context-recall")]
     with pytest.raises(MadslError, match="min_delta 0.001 has no effect without patience"):
         build_plan(tasks, Overrides(protocol="baseline", min_delta=0.001))
-    assert build_plan(tasks, Overrides(protocol="baseline", min_delta=0.0)).runs == \
-        build_plan(tasks, Overrides(protocol="baseline")).runs
-    assert build_plan(tasks, Overrides(protocol="baseline", patience=3, min_delta=0.001)).runs[0].train.min_delta \
-        == 0.001
-    proc = madsl("eval", "specs/paper/hyena-sg.mad", "--min-delta", "0.001", "--db", str(tmp_path / "r.db"),
-                 check_rc=2)
+    assert (
+        build_plan(tasks, Overrides(protocol="baseline", min_delta=0.0)).runs
+        == build_plan(tasks, Overrides(protocol="baseline")).runs
+    )
+    assert (
+        build_plan(tasks, Overrides(protocol="baseline", patience=3, min_delta=0.001)).runs[0].train.min_delta == 0.001
+    )
+    proc = madsl("eval", "specs/paper/hyena-sg.mad", "--min-delta", "0.001", "--db", str(tmp_path / "r.db"), check_rc=2)
     assert "no effect without patience" in proc.stderr and "--patience" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "r.db").exists()

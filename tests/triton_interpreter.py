@@ -9,6 +9,7 @@ Two gaps of the interpreter (Triton 3.x) are bridged, in the tests only:
 - autotuning times each configuration through a GPU driver, which there is none of: the first
   configuration runs, untimed (any configuration computes the same thing, as in tests/test_cuda.py).
 """
+
 from __future__ import annotations
 
 import builtins

@@ -32,6 +32,7 @@ report.py (report, export), schema.py (schema), convert.py (convert), data.py (d
 argparse value types, common.py the exit
 codes and output helpers. Nothing outside this package imports it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,10 +46,12 @@ from madsl.errors import MadslError, speaking
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="madsl", description="A DSL and compiler for mechanistic "
-                                                               "architecture design (MAD).")
-    parser.add_argument("--version", action="version", version=f"madsl {__version__}",
-                        help="print the version and exit")
+    parser = argparse.ArgumentParser(
+        prog="madsl", description="A DSL and compiler for mechanistic architecture design (MAD)."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"madsl {__version__}", help="print the version and exit"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     compile.add_parsers(sub)
     check.add_parser(sub)
@@ -70,8 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
 def option_words(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
     """The library's names of `command`'s settings -> its flags (what messages call them here)."""
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    words = {action.dest: next((o for o in action.option_strings if o.startswith("--")), action.option_strings[0])
-             for action in subparsers.choices[command]._actions if action.option_strings}
+    words = {
+        action.dest: next((o for o in action.option_strings if o.startswith("--")), action.option_strings[0])
+        for action in subparsers.choices[command]._actions
+        if action.option_strings
+    }
     from madsl.runner.plan.settings import SETTINGS  # torch-free
 
     words.update({setting.key: setting.flag for setting in SETTINGS if setting.flag})
@@ -99,9 +105,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as err:  # the light install (the CI gate) has no torch or numpy
         if err.name not in TRAINING_MODULES:
             raise
-        print_error(MadslError(f"madsl {args.command} needs {err.name}, which is not installed",
-                               hint="install the torch extra: pip install 'madsl[torch]' (check, compile, "
-                                    "expand, fit, schema and convert work without it)"))
+        print_error(
+            MadslError(
+                f"madsl {args.command} needs {err.name}, which is not installed",
+                hint="install the torch extra: pip install 'madsl[torch]' (check, compile, "
+                "expand, fit, schema and convert work without it)",
+            )
+        )
         return EXIT_BAD_INPUT
 
 

@@ -3,6 +3,7 @@
 The words of the evaluation settings and options are parsed where they are declared
 (madsl.runner.plan.settings, madsl.runner.execute.options); `word_type` makes such a parser an
 argparse type, and the commands' other options use the few below."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,6 +16,7 @@ from madsl.runner.plan import settings  # torch-free
 
 def word_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """`parse` (a ValueError for a bad word) as an argparse type (a usage error naming the option)."""
+
     @functools.wraps(parse)
     def typed(text: str) -> Any:
         try:

@@ -3,6 +3,7 @@ problem located in its spec file (text, JSON, GitHub annotations, or one line pe
 
 It never imports torch, so `madsl check` in CI starts in a fraction of a second.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,14 +19,22 @@ if TYPE_CHECKING:
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("check", help="CI gate: budgets of specs, and iso-state / iso-parameter sets")
-    p.add_argument("specs", nargs="+", metavar="SPEC",
-                   help="spec files; a folder means every .mad under it; a quoted glob such as "
-                        "'specs/**/*.mad' is expanded by madsl (** spans folders)")
+    p.add_argument(
+        "specs",
+        nargs="+",
+        metavar="SPEC",
+        help="spec files; a folder means every .mad under it; a quoted glob such as "
+        "'specs/**/*.mad' is expanded by madsl (** spans folders)",
+    )
     p.add_argument("--iso-state", action="store_true", help="all specs must have the same fixed state")
     p.add_argument("--iso-params", metavar="TOL", help="all parameter counts within TOL (5%% or 0.05)")
-    p.add_argument("--format", choices=("text", "json", "github", "line"), default="text",
-                   help="text: a table; json: for machines; github: workflow annotations (::error file=...); "
-                        "line: one 'file:line:col: error: message' line per problem (editors, grep)")
+    p.add_argument(
+        "--format",
+        choices=("text", "json", "github", "line"),
+        default="text",
+        help="text: a table; json: for machines; github: workflow annotations (::error file=...); "
+        "line: one 'file:line:col: error: message' line per problem (editors, grep)",
+    )
     p.set_defaults(func=cmd_check)
 
 
@@ -55,14 +64,17 @@ def cmd_check(args) -> int:
 def _failure(path, err: Exception) -> MadslError:
     """madsl failing on a spec, as an error of that spec: its kind only (not its text, which could
     quote the file), and a request to report it."""
-    return MadslError(f"madsl failed while checking {path or 'the specs'} ({type(err).__name__}); this is a bug in "
-                      "madsl, not a budget verdict", Location(str(path)) if path is not None else None,
-                      hint="please report it with the spec file; `madsl compile SPEC` shows the traceback")
+    return MadslError(
+        f"madsl failed while checking {path or 'the specs'} ({type(err).__name__}); this is a bug in "
+        "madsl, not a budget verdict",
+        Location(str(path)) if path is not None else None,
+        hint="please report it with the spec file; `madsl compile SPEC` shows the traceback",
+    )
 
 
 def _check(args) -> int:
-    from madsl.lang.budget import check
     from madsl.graph import account
+    from madsl.lang.budget import check
 
     tolerance = _parse_tolerance(args.iso_params) if args.iso_params is not None else None
     results, errors = [], []
@@ -96,15 +108,7 @@ def _check(args) -> int:
 
     violated = any(v for *_, v in results) or bool(set_problems)
     if args.format == "json":
-        print(json.dumps({
-            "ok": not violated and not errors,
-            "specs": [{"path": str(p), "name": s.name, "ok": not v, "totals": a.totals,
-                       **({"fit": s.fit, "fit_solved": not v} if s.fit else {}),
-                       "violations": [{"quantity": x.quantity, "actual": x.actual, "budget": x.bound.text}
-                                      for x in v]} for p, s, a, v in results],
-            "errors": [{"path": str(p), **one.to_dict()} for p, e in errors for one in e.diagnostics],
-            "set_checks": [{"check": c, "problem": m, "values": vals} for c, m, vals in set_problems],
-        }, indent=2))
+        _check_json(results, errors, set_problems, ok=not violated and not errors)
     elif args.format in ("github", "line"):
         _check_lines(paths, results, errors, set_problems, github=args.format == "github")
     else:
@@ -114,12 +118,36 @@ def _check(args) -> int:
     return EXIT_BUDGET if violated else EXIT_OK
 
 
+def _check_json(results: list, errors: list, set_problems: list, ok: bool) -> None:
+    print(
+        json.dumps(
+            {
+                "ok": ok,
+                "specs": [
+                    {
+                        "path": str(p),
+                        "name": s.name,
+                        "ok": not v,
+                        "totals": a.totals,
+                        **({"fit": s.fit, "fit_solved": not v} if s.fit else {}),
+                        "violations": [{"quantity": x.quantity, "actual": x.actual, "budget": x.bound.text} for x in v],
+                    }
+                    for p, s, a, v in results
+                ],
+                "errors": [{"path": str(p), **one.to_dict()} for p, e in errors for one in e.diagnostics],
+                "set_checks": [{"check": c, "problem": m, "values": vals} for c, m, vals in set_problems],
+            },
+            indent=2,
+        )
+    )
+
+
 def _load_with_eval(path: str) -> Spec:
     """A spec, checked with its `eval:` section (what shows without the tasks): every error of
     the file, the eval section's included, raised together."""
-    from madsl.runner.plan.overrides import check_spec_eval
     from madsl.lang.spec import load_spec
     from madsl.lang.spec.files import load_merged
+    from madsl.runner.plan.overrides import check_spec_eval
 
     try:
         spec = load_spec(path)
@@ -154,8 +182,10 @@ def spec_paths(items: list[str]) -> list[str]:
             out.append(item)
             continue
         if not found:
-            raise MadslError(f"no spec file matches {item!r}",
-                             hint="a folder is searched for *.mad at any depth; in a glob, ** spans folders")
+            raise MadslError(
+                f"no spec file matches {item!r}",
+                hint="a folder is searched for *.mad at any depth; in a glob, ** spans folders",
+            )
         out += [_inside(path, item) for path in found]
     return out
 
@@ -167,8 +197,10 @@ def _inside(path: str, item: str) -> str:
     fixed = Path(item) if Path(item).is_dir() else Path(item.split("*")[0].split("?")[0].split("[")[0] or ".")
     root = (fixed if fixed.is_dir() else fixed.parent).resolve()
     if not Path(path).resolve().is_relative_to(root):
-        raise MadslError(f"{path}: a symbolic link that leads out of {item}, not read",
-                         hint="name the file it points to directly if it is meant to be checked")
+        raise MadslError(
+            f"{path}: a symbolic link that leads out of {item}, not read",
+            hint="name the file it points to directly if it is meant to be checked",
+        )
     return path
 
 
@@ -180,8 +212,12 @@ def _contributors(acc, quantity: str) -> str:
     for row in acc.layers:
         if getattr(row, quantity):
             by_symbol.setdefault(row.symbol, []).append(getattr(row, quantity))
-    parts = [f"{symbol} x{len(values)} ({values[0]:,} each)" if len(set(values)) == 1
-             else f"{symbol} x{len(values)} ({sum(values):,} in all)" for symbol, values in by_symbol.items()]
+    parts = [
+        f"{symbol} x{len(values)} ({values[0]:,} each)"
+        if len(set(values)) == 1
+        else f"{symbol} x{len(values)} ({sum(values):,} in all)"
+        for symbol, values in by_symbol.items()
+    ]
     return "; from " + ", ".join(parts) if parts else ""
 
 
@@ -194,9 +230,11 @@ def _budget_error(spec, path, acc, violation) -> MadslError | None:
         location = None
     if location is None:
         return None
-    return MadslError(f"{spec.name}: {violation.message()}{_contributors(acc, violation.quantity)}", location,
-                      hint="change the model or the budget; `budget.fit` lets `madsl fit` solve a "
-                           "free parameter for it")
+    return MadslError(
+        f"{spec.name}: {violation.message()}{_contributors(acc, violation.quantity)}",
+        location,
+        hint="change the model or the budget; `budget.fit` lets `madsl fit` solve a free parameter for it",
+    )
 
 
 def _budget_location(spec, path, quantity: str) -> tuple[str, int | None, int | None]:
@@ -213,16 +251,18 @@ def _budget_location(spec, path, quantity: str) -> tuple[str, int | None, int | 
 def _one_line(file: str, line: int | None, column: int | None, message: str, github: bool) -> str:
     message = " ".join(message.split())
     if github:  # GitHub workflow commands: data escapes %, CR and LF; properties also ':' and ','
-        fields = ",".join(f"{k}={_github_property(v)}" for k, v in (("file", file), ("line", line), ("col", column))
-                          if v is not None)
+        fields = ",".join(
+            f"{k}={_github_property(v)}" for k, v in (("file", file), ("line", line), ("col", column)) if v is not None
+        )
         return f"::error {fields}::" + message.replace("%", "%25")
     where = ":".join(str(x) for x in (file, line, column) if x is not None)
     return f"{where}: error: {message}"
 
 
 def _github_property(value) -> str:
-    return str(value).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A").replace(":", "%3A") \
-        .replace(",", "%2C")
+    return (
+        str(value).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A").replace(":", "%3A").replace(",", "%2C")
+    )
 
 
 def _check_lines(order, results, errors, set_problems, github: bool) -> None:
@@ -248,9 +288,47 @@ def _check_lines(order, results, errors, set_problems, github: bool) -> None:
         print(_one_line(str(next(iter(values))), None, None, f"{check_name}: {message}: {listed}", github))
 
 
-def _check_text(results, errors, set_problems, args) -> None:
+def _check_table(results, set_problems):
+    """The table of every spec's totals and budget verdict (a fixed state off the most common one in
+    red where iso-state fails)."""
     from rich.table import Table
 
+    table = Table(title="madsl check", title_justify="left")
+    routed = any(a.totals["active_params"] != a.totals["params"] for _, _, a, _ in results)  # MoE, He
+    for header in (
+        "spec",
+        "params",
+        *(["active params"] if routed else []),
+        "fixed state",
+        "KV cache",
+        "FLOPs",
+        "budget",
+    ):
+        table.add_column(header, justify="left" if header in ("spec", "budget") else "right")
+    iso_state_bad = any(c == "iso-state" for c, *_ in set_problems)
+    mode_state = None
+    if iso_state_bad:
+        from collections import Counter
+
+        mode_state = Counter(a.totals["fixed_state"] for _, _, a, _ in results).most_common(1)[0][0]
+    for path, spec, acc, violations in results:
+        t = acc.totals
+        verdict = (
+            ("[green]ok[/]" if spec.budget else "[dim]none[/]")
+            if not violations
+            else "[bold red]" + "; ".join(v.message() + _contributors(acc, v.quantity) for v in violations) + "[/]"
+        )
+        if violations and spec.fit:
+            verdict += f" [yellow](budget.fit is not solved yet: run `madsl fit {path}`)[/]"
+        state = f"{t['fixed_state']:,}"
+        if mode_state is not None and t["fixed_state"] != mode_state:
+            state = f"[bold red]{state}[/]"
+        active = [f"{t['active_params']:,}"] if routed else []
+        table.add_row(str(path), f"{t['params']:,}", *active, state, f"{t['kv_cache']:,}", f"{t['flops']:,}", verdict)
+    return table
+
+
+def _check_text(results, errors, set_problems, args) -> None:
     console = make_console()
     for _, err in errors:
         print_error(err)
@@ -261,30 +339,7 @@ def _check_text(results, errors, set_problems, args) -> None:
             console.print(f"[bold]{path}[/]")
             print_whole(console, report_text.account_table(acc, violations))
     if results and not args.quiet:
-        table = Table(title="madsl check", title_justify="left")
-        routed = any(a.totals["active_params"] != a.totals["params"] for _, _, a, _ in results)  # MoE, He
-        for header in ("spec", "params", *(["active params"] if routed else []), "fixed state", "KV cache", "FLOPs",
-                       "budget"):
-            table.add_column(header, justify="left" if header in ("spec", "budget") else "right")
-        iso_state_bad = any(c == "iso-state" for c, *_ in set_problems)
-        mode_state = None
-        if iso_state_bad:
-            from collections import Counter
-
-            mode_state = Counter(a.totals["fixed_state"] for _, _, a, _ in results).most_common(1)[0][0]
-        for path, spec, acc, violations in results:
-            t = acc.totals
-            verdict = ("[green]ok[/]" if spec.budget else "[dim]none[/]") if not violations else \
-                "[bold red]" + "; ".join(v.message() + _contributors(acc, v.quantity) for v in violations) + "[/]"
-            if violations and spec.fit:
-                verdict += f" [yellow](budget.fit is not solved yet: run `madsl fit {path}`)[/]"
-            state = f"{t['fixed_state']:,}"
-            if mode_state is not None and t["fixed_state"] != mode_state:
-                state = f"[bold red]{state}[/]"
-            active = [f"{t['active_params']:,}"] if routed else []
-            table.add_row(str(path), f"{t['params']:,}", *active, state, f"{t['kv_cache']:,}", f"{t['flops']:,}",
-                          verdict)
-        print_whole(console, table)
+        print_whole(console, _check_table(results, set_problems))
         for path, spec, acc, violations in results:  # each violation again, located at its budget key
             located = [e for v in violations if (e := _budget_error(spec, path, acc, v)) is not None]
             for err in sorted(located, key=lambda e: (e.location.line or 0, e.location.column or 0)):
@@ -301,6 +356,9 @@ def _check_text(results, errors, set_problems, args) -> None:
         for value, paths in sorted(groups.items()):
             console.print(f"    {value:>14,}  {', '.join(paths)}")
     if not errors and not set_problems and not any(v for *_, v in results):
-        checks = ["budgets"] + (["iso-state"] if args.iso_state else []) + \
-                 (["iso-params"] if args.iso_params is not None else [])
+        checks = (
+            ["budgets"]
+            + (["iso-state"] if args.iso_state else [])
+            + (["iso-params"] if args.iso_params is not None else [])
+        )
         console.print(f"[bold green]✓ {len(results)} spec(s) pass:[/] {', '.join(checks)}")

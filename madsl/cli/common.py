@@ -1,4 +1,5 @@
 """What every command shares: exit codes, the console, error printing, atomic file writes."""
+
 from __future__ import annotations
 
 import logging
@@ -57,10 +58,12 @@ def add_verbosity(parser, default: object) -> None:
     """-q/--quiet and -v/--verbose on `parser`, either one; `default` for the flag not given
     (argparse.SUPPRESS on a command: a global flag given before it must not be reset)."""
     verbosity = parser.add_mutually_exclusive_group()
-    verbosity.add_argument("-q", "--quiet", action="store_true", default=default,
-                           help="print only errors and the verdict or result")
-    verbosity.add_argument("-v", "--verbose", action="store_true", default=default,
-                           help="print more detail where the command has it")
+    verbosity.add_argument(
+        "-q", "--quiet", action="store_true", default=default, help="print only errors and the verdict or result"
+    )
+    verbosity.add_argument(
+        "-v", "--verbose", action="store_true", default=default, help="print more detail where the command has it"
+    )
 
 
 FORMAT_RENAMED = {"summary": "text"}  # old --format words -> today's: scripts that use them keep working
@@ -69,8 +72,9 @@ FORMAT_RENAMED = {"summary": "text"}  # old --format words -> today's: scripts t
 def format_word(word: str) -> str:
     """A --format word as argparse reads it (its `type`): an old name becomes today's, with a note."""
     if word in FORMAT_RENAMED:
-        print(f"note: --format {word} is now --format {FORMAT_RENAMED[word]} (the old name still works)",
-              file=sys.stderr)
+        print(
+            f"note: --format {word} is now --format {FORMAT_RENAMED[word]} (the old name still works)", file=sys.stderr
+        )
         return FORMAT_RENAMED[word]
     return word
 

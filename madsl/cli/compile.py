@@ -3,6 +3,7 @@ builds (`--emit torch`), a topology's expanded layers. `madsl check`, the CI gat
 
 Neither imports torch (except `compile --emit torch`).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,40 +26,58 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--dim", type=positive_int, help="model width (default: the spec's, or 128 with -t)")
     p.add_argument("--vocab", type=positive_int, help="vocabulary size (embedding and head)")
     p.add_argument("--seq-len", type=positive_int, help="sequence length for KV cache and FLOPs")
-    p.add_argument("--format", "--emit", dest="emit", type=format_word, choices=("text", "json", "dot", "torch"),
-                   default="text", help="text (old name: summary): the layer table and budget verdict; json: the same "
-                   "for scripts; dot: the graph (Graphviz); torch: the built model, saved into the folder -o names "
-                   "(model.safetensors and config.json; --emit: old name)")
+    p.add_argument(
+        "--format",
+        "--emit",
+        dest="emit",
+        type=format_word,
+        choices=("text", "json", "dot", "torch"),
+        default="text",
+        help="text (old name: summary): the layer table and budget verdict; json: the same "
+        "for scripts; dot: the graph (Graphviz); torch: the built model, saved into the folder -o names "
+        "(model.safetensors and config.json; --emit: old name)",
+    )
     p.add_argument("-o", "--output", help="write the output to this file (--format torch: into this folder)")
     p.set_defaults(func=cmd_compile)
 
-    p = subparsers.add_parser("expand", help="print the fully expanded layer list of a topology (its syntax only: "
-                                             "symbols are not looked up; compile -t checks them)")
+    p = subparsers.add_parser(
+        "expand",
+        help="print the fully expanded layer list of a topology (its syntax only: "
+        "symbols are not looked up; compile -t checks them)",
+    )
     p.add_argument("topology", help="a topology string, e.g. '(H:5A:5H:A)x2'")
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text: one block per line; json: the list of blocks, each its layer symbols")
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text: one block per line; json: the list of blocks, each its layer symbols",
+    )
     p.set_defaults(func=cmd_expand)
+
+
 def _load(args) -> Spec:
     from madsl.lang.spec import load_spec, spec_from_topology
 
     if args.topology is not None:
         if args.spec is not None:
             raise MadslError("give either a SPEC file or -t TOPOLOGY, not both")
-        return spec_from_topology(args.topology, dim=args.dim or 128, vocab=args.vocab,
-                                  seq_len=args.seq_len or 128)
+        return spec_from_topology(args.topology, dim=args.dim or 128, vocab=args.vocab, seq_len=args.seq_len or 128)
     if args.spec is None:
-        raise MadslError("nothing to compile", hint="give a spec file (madsl compile specs/paper/mamba.mad) "
-                                                    "or a topology (madsl compile -t '(H:A)x2')")
-    overrides = {k: v for k, v in (("dim", args.dim), ("vocab", args.vocab), ("seq_len", args.seq_len))
-                 if v is not None}
+        raise MadslError(
+            "nothing to compile",
+            hint="give a spec file (madsl compile specs/paper/mamba.mad) or a topology (madsl compile -t '(H:A)x2')",
+        )
+    overrides = {
+        k: v for k, v in (("dim", args.dim), ("vocab", args.vocab), ("seq_len", args.seq_len)) if v is not None
+    }
     return load_spec(args.spec, overrides=overrides)
 
 
 def cmd_compile(args) -> int:
     from madsl import report_text
-    from madsl.lang.budget import check
     from madsl.fit import fit_note, fitted
     from madsl.graph import account
+    from madsl.lang.budget import check
 
     spec = _load(args)
     if args.output and args.emit == "torch":  # before any work: a model is a folder of two files
@@ -114,8 +133,9 @@ def _text_console():
 
 def _emit_torch(spec, args) -> int:
     if not args.output:
-        raise MadslError("--emit torch writes a model folder", hint="add -o FOLDER (model.safetensors and "
-                                                                    "config.json go into it)")
+        raise MadslError(
+            "--emit torch writes a model folder", hint="add -o FOLDER (model.safetensors and config.json go into it)"
+        )
     from madsl.compiler import compile_spec, save
 
     vocab = args.vocab or spec.vocab
@@ -139,13 +159,12 @@ def _print_verdict(console, spec, violations) -> None:
         for v in violations:
             console.print(f"[bold red]✗ budget violated:[/] {v.message()}")
     else:
-        console.print("[bold green]✓ within budget:[/] " +
-                      ", ".join(f"{q} {b.text}" for q, b in spec.budget.items()))
+        console.print("[bold green]✓ within budget:[/] " + ", ".join(f"{q} {b.text}" for q, b in spec.budget.items()))
 
 
 def cmd_expand(args) -> int:
     from madsl.lang import topology as topo
-    from madsl.graph import plan_structure
+    from madsl.plan_layout import plan_structure
     from madsl.structure import plan_blocks
 
     try:
@@ -154,8 +173,14 @@ def cmd_expand(args) -> int:
         raise topo.locate(err, err.span, args.topology) from None
     if args.format == "json":  # the blocks of its plan's structure, each the list of its layers as written
         blocks = plan_blocks(plan_structure(parsed))
-        print(json.dumps([[topo.layer_text(node["layer"]) for node in (*b.mixers, b.channel) if node is not None]
-                          for b in blocks]))
+        print(
+            json.dumps(
+                [
+                    [topo.layer_text(node["layer"]) for node in (*b.mixers, b.channel) if node is not None]
+                    for b in blocks
+                ]
+            )
+        )
     else:
         print(topo.expanded_text(parsed))
     return EXIT_OK

@@ -4,6 +4,7 @@ config.json files of hybrid families (madsl/interop/huggingface/) <-> madsl spec
 `--format text` (the default, but for --to-hf) prints the result as people read it: the spec's YAML,
 the pattern, the config fields one a line; `--format json` prints one JSON object: the spec's data
 with its accounted totals, the pattern, the config fields (--to-hf's default)."""
+
 from __future__ import annotations
 
 import json
@@ -16,34 +17,68 @@ from madsl.cli.common import EXIT_OK, write_atomic
 from madsl.errors import Location, MadslError
 from madsl.outputs import check_output_path, output_error
 
-FAMILY_TYPES = ("jamba", "nemotron_h", "granitemoehybrid", "bamba", "falcon_h1", "lfm2")  # madsl.interop.huggingface.families.FAMILIES
+FAMILY_TYPES = (
+    "jamba",
+    "nemotron_h",
+    "granitemoehybrid",
+    "bamba",
+    "falcon_h1",
+    "lfm2",
+)  # madsl.interop.huggingface.families.FAMILIES
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("convert", help="Megatron-LM hybrid patterns and Hugging Face config.json "
-                                              "(Jamba, Nemotron-H, Granite 4.0, Bamba, Falcon-H1, LFM2) <-> madsl spec")
+    p = subparsers.add_parser(
+        "convert",
+        help="Megatron-LM hybrid patterns and Hugging Face config.json "
+        "(Jamba, Nemotron-H, Granite 4.0, Bamba, Falcon-H1, LFM2) <-> madsl spec",
+    )
     way = p.add_mutually_exclusive_group(required=True)
-    way.add_argument("--from-megatron", metavar="PATTERN",
-                     help="a hybrid_override_pattern (M Mamba, * attention, - MLP, E MoE), e.g. 'M-M*-': "
-                          "prints a spec (YAML)")
+    way.add_argument(
+        "--from-megatron",
+        metavar="PATTERN",
+        help="a hybrid_override_pattern (M Mamba, * attention, - MLP, E MoE), e.g. 'M-M*-': prints a spec (YAML)",
+    )
     way.add_argument("--to-megatron", metavar="SPEC", help="a .mad spec: prints its hybrid_override_pattern")
-    way.add_argument("--from-hf", metavar="CONFIG_JSON",
-                     help="a Hugging Face config.json of a hybrid family (model_type " + ", ".join(FAMILY_TYPES) +
-                          "): prints a spec (YAML) with its widths, heads, state sizes and experts")
-    way.add_argument("--to-hf", metavar="SPEC", help="a .mad spec: prints the config.json fields (JSON) of the "
-                                                      "family --model-type that describe its layer stack")
+    way.add_argument(
+        "--from-hf",
+        metavar="CONFIG_JSON",
+        help="a Hugging Face config.json of a hybrid family (model_type "
+        + ", ".join(FAMILY_TYPES)
+        + "): prints a spec (YAML) with its widths, heads, state sizes and experts",
+    )
+    way.add_argument(
+        "--to-hf",
+        metavar="SPEC",
+        help="a .mad spec: prints the config.json fields (JSON) of the "
+        "family --model-type that describe its layer stack",
+    )
     p.add_argument("--model-type", choices=FAMILY_TYPES, help="the family --to-hf writes (its config.json model_type)")
-    p.add_argument("--dim", type=positive_int, default=None,
-                   help="model width of the spec, --from-megatron (default: 128)")
+    p.add_argument(
+        "--dim", type=positive_int, default=None, help="model width of the spec, --from-megatron (default: 128)"
+    )
     p.add_argument("--name", default=None, help="name of the spec, --from-megatron / --from-hf (default: converted)")
-    p.add_argument("--mamba", default=None, metavar="SYMBOL",
-                   help="the madsl symbol for M layers, --from-megatron (default: M2, Mamba-2; Mb for Mamba-1)")
-    p.add_argument("--layer", action="append", default=[], metavar="SYMBOL.PARAM=VALUE",
-                   help="a layer parameter of the spec, --from-megatron / --from-hf, e.g. A.heads=32, "
-                        "M2.heads=128 or Mlp.inner=21504; repeatable")
-    p.add_argument("--format", choices=("text", "json"), default=None,
-                   help="text: the spec's YAML, the pattern, the config fields one a line (default, but for "
-                        "--to-hf); json: one JSON object, a spec's data with its accounted totals (--to-hf's default)")
+    p.add_argument(
+        "--mamba",
+        default=None,
+        metavar="SYMBOL",
+        help="the madsl symbol for M layers, --from-megatron (default: M2, Mamba-2; Mb for Mamba-1)",
+    )
+    p.add_argument(
+        "--layer",
+        action="append",
+        default=[],
+        metavar="SYMBOL.PARAM=VALUE",
+        help="a layer parameter of the spec, --from-megatron / --from-hf, e.g. A.heads=32, "
+        "M2.heads=128 or Mlp.inner=21504; repeatable",
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default=None,
+        help="text: the spec's YAML, the pattern, the config fields one a line (default, but for "
+        "--to-hf); json: one JSON object, a spec's data with its accounted totals (--to-hf's default)",
+    )
     p.add_argument("-o", "--output", help="write the result to this file")
     p.set_defaults(func=cmd_convert)
 
@@ -60,8 +95,10 @@ def _layer_values(items: list[str]) -> dict[str, dict]:
         try:
             parsed = yaml.safe_load(value)
         except (yaml.YAMLError, RecursionError):  # an unclosed [ or thousands of them: not a value
-            raise MadslError(f"--layer {key}=...: the value is not a YAML value",
-                             hint="a number, true/false or a word, e.g. --layer A.heads=32") from None
+            raise MadslError(
+                f"--layer {key}=...: the value is not a YAML value",
+                hint="a number, true/false or a word, e.g. --layer A.heads=32",
+            ) from None
         layers.setdefault(symbol.strip(), {})[param.strip()] = parsed
     return layers
 
@@ -87,9 +124,12 @@ def _compiling_spec(data: dict, source: str, file: str | None = None) -> tuple[s
             first = err.diagnostics[0]
             line = f" (line {first.location.line} of the spec)" if first.location.line else ""
             more = f"; {len(err.diagnostics) - 1} more" if len(err.diagnostics) > 1 else ""
-            raise MadslError(f"the spec converted from {source} does not compile{line}: {first.message}{more}",
-                             Location(file) if file else None, expected=first.expected,
-                             hint=first.hint or "madsl compile would refuse it, so it is not written") from None
+            raise MadslError(
+                f"the spec converted from {source} does not compile{line}: {first.message}{more}",
+                Location(file) if file else None,
+                expected=first.expected,
+                hint=first.hint or "madsl compile would refuse it, so it is not written",
+            ) from None
     return text, totals
 
 
@@ -100,24 +140,37 @@ def _mamba2_width_stated(pattern: str, symbol: str, layers: dict[str, dict]) -> 
     given = layers.get(symbol, {})
     if "M" not in pattern or symbol != "M2" or not given or {"heads", "expand"} & set(given):
         return
-    raise MadslError(f"--layer {symbol}.{next(iter(given))}=...: the Mamba-2 layers' width is not stated",
-                     hint=f"give --layer {symbol}.heads=N (the config's mamba_num_heads: the width is heads x "
-                          f"head_dim) or --layer {symbol}.expand=E (the width is E x dim, Megatron-LM's default)")
+    raise MadslError(
+        f"--layer {symbol}.{next(iter(given))}=...: the Mamba-2 layers' width is not stated",
+        hint=f"give --layer {symbol}.heads=N (the config's mamba_num_heads: the width is heads x "
+        f"head_dim) or --layer {symbol}.expand=E (the width is E x dim, Megatron-LM's default)",
+    )
 
 
 # the options each direction reads; any other given is refused rather than ignored
-READS = {"from_megatron": {"dim", "name", "mamba", "layer", "format"}, "from_hf": {"name", "layer", "format"},
-         "to_megatron": {"format"}, "to_hf": {"model_type", "format"}}
+READS = {
+    "from_megatron": {"dim", "name", "mamba", "layer", "format"},
+    "from_hf": {"name", "layer", "format"},
+    "to_megatron": {"format"},
+    "to_hf": {"model_type", "format"},
+}
 
 
 def _check_options(args) -> None:
     direction = next(way for way in READS if getattr(args, way) is not None)
-    ignored = [f"--{option.replace('_', '-')}" for option in ("model_type", "dim", "name", "mamba", "layer")
-               if getattr(args, option) not in (None, []) and option not in READS[direction]]
+    ignored = [
+        f"--{option.replace('_', '-')}"
+        for option in ("model_type", "dim", "name", "mamba", "layer")
+        if getattr(args, option) not in (None, []) and option not in READS[direction]
+    ]
     if ignored:
-        readers = sorted(f"--{way.replace('_', '-')}" for way in READS if ignored[0][2:].replace("-", "_") in READS[way])
-        raise MadslError(f"{', '.join(ignored)}: not read by --{direction.replace('_', '-')}",
-                         hint=f"{ignored[0]} goes with {' or '.join(readers)}")
+        readers = sorted(
+            f"--{way.replace('_', '-')}" for way in READS if ignored[0][2:].replace("-", "_") in READS[way]
+        )
+        raise MadslError(
+            f"{', '.join(ignored)}: not read by --{direction.replace('_', '-')}",
+            hint=f"{ignored[0]} goes with {' or '.join(readers)}",
+        )
 
 
 def _from_spec_data(data: dict, source: str, file: str | None, fmt: str) -> str:
@@ -153,9 +206,13 @@ def _convert(args, fmt: str) -> str:
         return _from_spec_data(data, args.from_hf, args.from_hf, fmt)
     symbol = args.mamba or "M2"
     _mamba2_width_stated(args.from_megatron, symbol, layers)
-    data = {"name": name, "description": f"converted from the Megatron pattern {args.from_megatron}",
-            "dim": args.dim or 128, "topology": from_megatron_pattern(args.from_megatron, {"mamba": symbol}),
-            "channel_mixer": "none"}
+    data = {
+        "name": name,
+        "description": f"converted from the Megatron pattern {args.from_megatron}",
+        "dim": args.dim or 128,
+        "topology": from_megatron_pattern(args.from_megatron, {"mamba": symbol}),
+        "channel_mixer": "none",
+    }
     if layers:
         data["layers"] = layers
     return _from_spec_data(data, "the Megatron pattern", None, fmt)

@@ -14,6 +14,7 @@ classes and the head. The same arrays the runner trains on (same seed, same sett
 `prepare` is recognised as the first word after `data` (no task has that name) and has its own
 parser (`madsl data prepare --help`); it writes train.bin, val.bin and tokens.json (madsl.corpus).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,34 +41,49 @@ class _DataParser(argparse.ArgumentParser):
         verbosity = 0
         while verbosity < len(args) and args[verbosity] in ("-q", "--quiet", "-v", "--verbose"):
             verbosity += 1
-        if args[verbosity:verbosity + 1] == [PREPARE]:
-            return self.prepare_parser.parse_known_args(args[:verbosity] + args[verbosity + 1:], namespace)
+        if args[verbosity : verbosity + 1] == [PREPARE]:
+            return self.prepare_parser.parse_known_args(args[:verbosity] + args[verbosity + 1 :], namespace)
         return super().parse_known_args(args, namespace)
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "data", help="write a generated task split to .npz or print rows; `data prepare`: tokenize text "
-                     "for pretraining",
+        "data",
+        help="write a generated task split to .npz or print rows; `data prepare`: tokenize text for pretraining",
         usage="%(prog)s TASK [options]\n       %(prog)s prepare TEXT... --tokenizer bytes|FILE -o DIR [options]",
         description="Generate one split of a task as madsl eval would (same seed, same arrays) and write it to "
-                    "an .npz file, to inspect it, feed it to another framework or compare it with the "
-                    "reference implementation's data; --format text prints rows instead.",
+        "an .npz file, to inspect it, feed it to another framework or compare it with the "
+        "reference implementation's data; --format text prints rows instead.",
         epilog="madsl data prepare TEXT... --tokenizer bytes|FILE -o DIR tokenizes text files, folders or "
-               "bundled:tinyshakespeare into train.bin, val.bin and tokens.json, the token files a "
-               "pretraining run reads: see madsl data prepare --help.")
+        "bundled:tinyshakespeare into train.bin, val.bin and tokens.json, the token files a "
+        "pretraining run reads: see madsl data prepare --help.",
+    )
     p.__class__ = _DataParser  # (argparse builds every sub-parser of one class; only this one dispatches)
     p.prepare_parser = _prepare_parser(p.prog)
     p.add_argument("task", metavar="TASK", help="a task name (e.g. in-context-recall)")
-    p.add_argument("--set", action="append", dest="settings", default=[], metavar="KEY=VALUE",
-                   help="a task setting, e.g. seq_len=512; repeatable (default: the task's baseline)")
-    p.add_argument("--conventions", choices=("mad-lab", "madsl"), default="madsl",
-                   help="whose task layout: the reference implementation's or madsl's (default: %(default)s)")
+    p.add_argument(
+        "--set",
+        action="append",
+        dest="settings",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a task setting, e.g. seq_len=512; repeatable (default: the task's baseline)",
+    )
+    p.add_argument(
+        "--conventions",
+        choices=("mad-lab", "madsl"),
+        default="madsl",
+        help="whose task layout: the reference implementation's or madsl's (default: %(default)s)",
+    )
     p.add_argument("--split", choices=("train", "test"), default="test", help="(default: %(default)s)")
     p.add_argument("--seed", type=seed, default=0, help="(default: %(default)s)")
     p.add_argument("-o", "--output", metavar="FILE.npz", help="where to write the split")
-    p.add_argument("--format", choices=("npz", "text"), default=None,
-                   help="npz (with -o; the default) or text: print --rows rows as `madsl/tasks/show.py` does")
+    p.add_argument(
+        "--format",
+        choices=("npz", "text"),
+        default=None,
+        help="npz (with -o; the default) or text: print --rows rows as `madsl/tasks/show.py` does",
+    )
     p.add_argument("--rows", type=positive_int, default=3, help="rows to print with --format text (default: 3)")
     p.set_defaults(func=cmd_data)
 
@@ -79,14 +95,18 @@ def cmd_data(args) -> int:
 
     if args.task not in TASKS:
         hint = "`prepare` comes first: madsl data prepare TEXT... [options]" if args.task == PREPARE else None
-        raise MadslError(f"unknown task {args.task!r}", expected=", ".join(sorted(TASKS)),
-                         hint=hint or did_you_mean(args.task, TASKS))
+        raise MadslError(
+            f"unknown task {args.task!r}",
+            expected=", ".join(sorted(TASKS)),
+            hint=hint or did_you_mean(args.task, TASKS),
+        )
     fmt = args.format or "npz"
     if fmt == "npz" and not args.output:
         raise MadslError("madsl data: nowhere to write the split", expected="-o FILE.npz, or --format text")
     if fmt == "text" and args.output:
-        raise MadslError("madsl data: --format text prints to the terminal; -o writes .npz",
-                         hint="drop -o, or drop --format text")
+        raise MadslError(
+            "madsl data: --format text prints to the terminal; -o writes .npz", hint="drop -o, or drop --format text"
+        )
     output = check_output_path(args.output, "-o") if args.output else None
     task = get_task(args.task, args.conventions)
     overrides = dict(parse_set_option(text) for text in args.settings)
@@ -96,27 +116,37 @@ def cmd_data(args) -> int:
         data = task.generate(settings, args.split, args.seed)
     except ValueError as err:
         conventions = f" (conventions {args.conventions})" if args.conventions != "madsl" else ""
-        raise MadslError(f"bad setting for {task.name}{conventions}: {err}", hint="check your --set values") \
-            from None
+        raise MadslError(f"bad setting for {task.name}{conventions}: {err}", hint="check your --set values") from None
     except MemoryError:  # numpy's allocation failure: a setting far too large for this machine
-        raise MadslError(f"{task.name}: the {args.split} split of this setting does not fit in memory",
-                         hint="lower the --set values that size it (seq_len, vocab_size, num_train_examples, "
-                              "...)") from None
+        raise MadslError(
+            f"{task.name}: the {args.split} split of this setting does not fit in memory",
+            hint="lower the --set values that size it (seq_len, vocab_size, num_train_examples, ...)",
+        ) from None
     if fmt == "text":
         print(_text(task, data, settings, args), end="")
         return EXIT_OK
     assert output is not None
     _write_npz(output, data, _info(task, data, settings, args))
     if not getattr(args, "quiet", False):
-        print(f"wrote {output}: {task.name} ({args.conventions}) {args.split} split, seed {args.seed}: "
-              f"inputs {tuple(data.inputs.shape)}, targets {tuple(data.targets.shape)}")
+        print(
+            f"wrote {output}: {task.name} ({args.conventions}) {args.split} split, seed {args.seed}: "
+            f"inputs {tuple(data.inputs.shape)}, targets {tuple(data.targets.shape)}"
+        )
     return EXIT_OK
 
 
 def _info(task: Any, data: Any, settings: dict, args) -> dict:
-    info = {"task": task.name, "conventions": args.conventions, "split": args.split, "seed": args.seed,
-            "settings": settings, "head": task.head, "vocab_size": task.vocab_size(settings),
-            "num_classes": task.num_classes(settings), "ignore_index": -100}
+    info = {
+        "task": task.name,
+        "conventions": args.conventions,
+        "split": args.split,
+        "seed": args.seed,
+        "settings": settings,
+        "head": task.head,
+        "vocab_size": task.vocab_size(settings),
+        "num_classes": task.num_classes(settings),
+        "ignore_index": -100,
+    }
     info.update({k: v for k, v in data.meta.items() if k in ("vocab", "compression_position", "num_resampled")})
     return info
 
@@ -124,9 +154,12 @@ def _info(task: Any, data: Any, settings: dict, args) -> dict:
 def _write_npz(path: Path, data: Any, info: dict) -> None:
     import numpy as np
 
-    arrays = {"inputs": data.inputs, "targets": data.targets,
-              **{k: v for k, v in data.meta.items() if isinstance(v, np.ndarray)},
-              "info": np.array(json.dumps(info, default=lambda v: v.item() if hasattr(v, "item") else str(v)))}
+    arrays = {
+        "inputs": data.inputs,
+        "targets": data.targets,
+        **{k: v for k, v in data.meta.items() if isinstance(v, np.ndarray)},
+        "info": np.array(json.dumps(info, default=lambda v: v.item() if hasattr(v, "item") else str(v))),
+    }
     from madsl.tasks.cache import save_npz_atomic
 
     save_npz_atomic(path, arrays)
@@ -136,8 +169,10 @@ def _text(task: Any, data: Any, settings: dict, args) -> str:
     from madsl.tasks.show import render_row
 
     shown = min(args.rows, len(data.inputs))
-    lines = [f"{task.name} ({args.conventions}) {args.split} split, seed {args.seed}: "
-             f"{len(data.inputs)} rows; showing {shown}"]
+    lines = [
+        f"{task.name} ({args.conventions}) {args.split} split, seed {args.seed}: "
+        f"{len(data.inputs)} rows; showing {shown}"
+    ]
     if "vocab" in data.meta:
         lines.append("vocabulary: " + ", ".join(f"{name} [{a}, {b})" for name, (a, b) in data.meta["vocab"].items()))
     for row in range(shown):
@@ -149,21 +184,46 @@ def _prepare_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=f"{prog} {PREPARE}",
         description="Tokenize text into the token files a pretraining run reads: train.bin and val.bin (flat "
-                    "uint16 ids, uint32 above 65,536: nanoGPT's format) and tokens.json (tokenizer, vocabulary, "
-                    "counts, the text's bytes per split for bits per byte, the sources and a content hash). "
-                    "The last --val-fraction of each document's tokens is held out for validation.")
-    p.add_argument("texts", nargs="+", metavar="TEXT",
-                   help="a UTF-8 text file, a folder (every file below it, in path order) or bundled:tinyshakespeare")
-    p.add_argument("--tokenizer", required=True, metavar="bytes|FILE",
-                   help="bytes (UTF-8 bytes, vocabulary 256) or a Hugging Face tokenizer.json file (read locally)")
-    p.add_argument("-o", "--output", dest="out_dir", required=True, metavar="DIR",
-                   help="the folder to write; one holding other files is refused unless --force")
-    p.add_argument("--val-fraction", type=float, default=0.1, metavar="F",
-                   help="the fraction of each document's tokens held out for validation (default: %(default)s)")
-    p.add_argument("--force", action="store_true",
-                   help="write into a folder that holds other files (they are left as they are)")
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text: a summary; json: tokens.json's fields and the folder (default: %(default)s)")
+        "uint16 ids, uint32 above 65,536: nanoGPT's format) and tokens.json (tokenizer, vocabulary, "
+        "counts, the text's bytes per split for bits per byte, the sources and a content hash). "
+        "The last --val-fraction of each document's tokens is held out for validation.",
+    )
+    p.add_argument(
+        "texts",
+        nargs="+",
+        metavar="TEXT",
+        help="a UTF-8 text file, a folder (every file below it, in path order) or bundled:tinyshakespeare",
+    )
+    p.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="bytes|FILE",
+        help="bytes (UTF-8 bytes, vocabulary 256) or a Hugging Face tokenizer.json file (read locally)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        dest="out_dir",
+        required=True,
+        metavar="DIR",
+        help="the folder to write; one holding other files is refused unless --force",
+    )
+    p.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.1,
+        metavar="F",
+        help="the fraction of each document's tokens held out for validation (default: %(default)s)",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="write into a folder that holds other files (they are left as they are)"
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text: a summary; json: tokens.json's fields and the folder (default: %(default)s)",
+    )
     add_verbosity(p, default=argparse.SUPPRESS)  # as every command has (madsl.cli.build_parser)
     p.set_defaults(func=cmd_prepare, command="data")
     return p
@@ -184,8 +244,11 @@ def cmd_prepare(args) -> int:
 
 
 def _prepared_text(folder: Path, info: Any) -> str:
-    tokenizer = info.tokenizer if info.tokenizer_sha256 is None else f"{info.tokenizer} (sha256 " \
-        f"{info.tokenizer_sha256[:12]}...)"
+    tokenizer = (
+        info.tokenizer
+        if info.tokenizer_sha256 is None
+        else f"{info.tokenizer} (sha256 {info.tokenizer_sha256[:12]}...)"
+    )
     lines = [f"wrote {folder}: tokenizer {tokenizer}, vocabulary {info.vocab_size:,}, {info.dtype}"]
     for split, name in (("train", "train.bin"), ("val", "val.bin")):
         lines.append(f"  {name:<9} {info.tokens(split):>14,} tokens from {info.text_bytes(split):>14,} bytes of text")

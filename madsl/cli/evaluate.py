@@ -3,6 +3,7 @@
 Exit codes: 0 every run finished, 2 bad input (a located error, no traceback),
 3 some runs failed, 130 interrupted (the runs are resumable).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,16 +23,18 @@ DEST = {"set": "settings"}
 def add_setting_options(p: argparse.ArgumentParser) -> None:
     """The options of what runs train, one a setting of madsl.runner.plan.settings (its flag, help,
     choices, metavar, and its word parser as the argparse type)."""
-    group = p.add_argument_group("what runs train (docs/runner.md, \"Overriding knobs\"; default: the spec's eval: "
-                                 "section, else the protocol's)")
+    group = p.add_argument_group(
+        "what runs train (docs/runner.md, \"Overriding knobs\"; default: the spec's eval: section, else the protocol's)"
+    )
     for setting in SETTINGS:
         if setting.flag is None:
             continue
         options = dict(setting.cli)
         if setting.text is not None:
             options["type"] = word_type(setting.text)
-        group.add_argument(setting.flag, dest=DEST.get(setting.key, setting.key), default=None, help=setting.help,
-                           **options)
+        group.add_argument(
+            setting.flag, dest=DEST.get(setting.key, setting.key), default=None, help=setting.help, **options
+        )
 
 
 def add_execution_options(p: argparse.ArgumentParser) -> None:
@@ -74,19 +77,31 @@ def command_settings(args: argparse.Namespace, task_settings: dict, sweep: Any) 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "eval", help="train and score specs on the MAD tasks; resumable, results in an SQLite database",
+        "eval",
+        help="train and score specs on the MAD tasks; resumable, results in an SQLite database",
         description="Train every spec on every task setting of a protocol and record the results. "
-                    "An interrupted eval resumes where it stopped when run again; finished runs are never "
-                    "repeated. Precedence of every knob: command line > the spec's eval: section > protocol.")
-    p.add_argument("specs", nargs="+", metavar="SPEC", help=".mad spec files, or one sweep file (study.yaml: specs, "
-                                                            "protocol, tasks, vary, train; docs/runner.md)")
+        "An interrupted eval resumes where it stopped when run again; finished runs are never "
+        "repeated. Precedence of every knob: command line > the spec's eval: section > protocol.",
+    )
+    p.add_argument(
+        "specs",
+        nargs="+",
+        metavar="SPEC",
+        help=".mad spec files, or one sweep file (study.yaml: specs, protocol, tasks, vary, train; docs/runner.md)",
+    )
     add_setting_options(p)
     add_execution_options(p)
-    p.add_argument("--allow-over-budget", action="store_true",
-                   help="sweep files: also run the variants that break their spec's budget (default: reported, "
-                        "not run)")
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="json: print the run summary as JSON instead of tables")
+    p.add_argument(
+        "--allow-over-budget",
+        action="store_true",
+        help="sweep files: also run the variants that break their spec's budget (default: reported, not run)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="json: print the run summary as JSON instead of tables",
+    )
     p.set_defaults(func=cmd_eval)
 
 
@@ -101,18 +116,21 @@ def _specs_or_sweep(args, settings=None):
     if not sweeps:
         return args.specs, Sweep(path="", variants=[])
     if len(args.specs) > 1:
-        raise MadslError(f"a sweep file ({sweeps[0]}) is evaluated on its own",
-                         hint="list the other specs under its specs:, or run them in another madsl eval")
+        raise MadslError(
+            f"a sweep file ({sweeps[0]}) is evaluated on its own",
+            hint="list the other specs under its specs:, or run them in another madsl eval",
+        )
     sweep = load_sweep(sweeps[0])
     for variant in sweep.variants:
         if variant.over_budget:
             verdict = "run anyway (--allow-over-budget)" if args.allow_over_budget else "not run"
-            print(f"over budget, {verdict}: {variant.spec.name}: " + "; ".join(variant.over_budget),
-                  file=sys.stderr)
+            print(f"over budget, {verdict}: {variant.spec.name}: " + "; ".join(variant.over_budget), file=sys.stderr)
     variants = sweep.runnable(args.allow_over_budget)
     if not variants:
-        raise MadslError(f"{sweep.path}: every variant breaks its spec's budget; nothing to run",
-                         hint="--allow-over-budget runs them anyway")
+        raise MadslError(
+            f"{sweep.path}: every variant breaks its spec's budget; nothing to run",
+            hint="--allow-over-budget runs them anyway",
+        )
     from madsl.runner.plan.evaluation import cli_overrides
 
     check_planned_runs(sweep, cli_overrides(**command_settings(args, settings, sweep)), variants)
@@ -124,16 +142,27 @@ def _check_executor_options(args) -> None:
     this machine: given to the other executor they would be ignored, so they are refused instead."""
     from madsl.errors import MadslError
 
-    given = [flag for flag, value in (("--address", args.address), ("--cpus-per-run", args.cpus_per_run),
-                                      ("--gpus-per-run", args.gpus_per_run)) if value is not None]
+    given = [
+        flag
+        for flag, value in (
+            ("--address", args.address),
+            ("--cpus-per-run", args.cpus_per_run),
+            ("--gpus-per-run", args.gpus_per_run),
+        )
+        if value is not None
+    ]
     executor = args.executor or "local"
     if given and executor == "local":
-        raise MadslError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with --executor ray",
-                         hint="add --executor ray, or use --workers N for local processes")
+        raise MadslError(
+            f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with --executor ray",
+            hint="add --executor ray, or use --workers N for local processes",
+        )
     local = [flag for flag, value in (("--workers", args.workers), ("--devices", args.devices)) if value is not None]
     if local and executor == "ray":  # Ray decides how many runs at once, and where
-        raise MadslError(f"{', '.join(local)} {'applies' if len(local) == 1 else 'apply'} only to the local executor",
-                         hint="on Ray, size each run with --cpus-per-run / --gpus-per-run; the cluster places them")
+        raise MadslError(
+            f"{', '.join(local)} {'applies' if len(local) == 1 else 'apply'} only to the local executor",
+            hint="on Ray, size each run with --cpus-per-run / --gpus-per-run; the cluster places them",
+        )
 
 
 def cmd_eval(args) -> int:
@@ -147,8 +176,7 @@ def cmd_eval(args) -> int:
     _check_executor_options(args)
     settings = dict(parse_set_option(text) for text in args.settings or ())
     specs, sweep = _specs_or_sweep(args, settings)
-    config = EvalConfig(settings=command_settings(args, settings, sweep),
-                        execution=Execution(**execution_values(args)))
+    config = EvalConfig(settings=command_settings(args, settings, sweep), execution=Execution(**execution_values(args)))
     shown = not args.quiet and args.format == "text" and not args.dry_run
     reporter = (_EpochLines() if args.verbose else RichReporter()) if shown else None
     if args.dry_run and not args.quiet:  # what the plan is at, once it takes more than a second
@@ -156,7 +184,7 @@ def cmd_eval(args) -> int:
 
         reporter = PlanProgress(f"planning {len(specs)} spec{'s' if len(specs) != 1 else ''}")
     try:
-        with stop_on_signals() as stop, (reporter or contextlib.nullcontext()):
+        with stop_on_signals() as stop, reporter or contextlib.nullcontext():
             summary = evaluate(specs, config, reporter=reporter, stop=stop)
     except KeyboardInterrupt:
         print("aborted; rerun the same command to resume", file=sys.stderr)
@@ -165,8 +193,10 @@ def cmd_eval(args) -> int:
         from madsl.runner.plan.cost import render_cost
 
         print("".join(note + "\n" for note in summary["notes"]), end="", file=sys.stderr)
-        print(json.dumps(summary["plan"], indent=2) if args.format == "json" else render_cost(summary["plan"]),
-              end="\n" if args.format == "json" else "")
+        print(
+            json.dumps(summary["plan"], indent=2) if args.format == "json" else render_cost(summary["plan"]),
+            end="\n" if args.format == "json" else "",
+        )
         return EXIT_OK
     if shown:
         print_summary(config.execution.db, summary)
@@ -178,11 +208,15 @@ def cmd_eval(args) -> int:
         print(render_text(load_scores(config.execution.db, run_ids=summary["run_ids"])), end="")
         # quiet keeps the errors: a table of an unfinished evaluation must not pass for the result
         if summary["failed"]:
-            print(f"{len(summary['failed'])} run(s) failed; rerun `madsl eval` to retry them (errors are in the "
-                  f"runs table of {config.execution.db})", file=sys.stderr)
+            print(
+                f"{len(summary['failed'])} run(s) failed; rerun `madsl eval` to retry them (errors are in the "
+                f"runs table of {config.execution.db})",
+                file=sys.stderr,
+            )
         if summary["interrupted"]:
-            print(f"interrupted: {summary['interrupted']} run(s) left; rerun the same command to resume",
-                  file=sys.stderr)
+            print(
+                f"interrupted: {summary['interrupted']} run(s) left; rerun the same command to resume", file=sys.stderr
+            )
     if summary["interrupted"]:
         return EXIT_INTERRUPTED
     return EXIT_RUNS_FAILED if summary["failed"] else EXIT_OK
@@ -196,7 +230,8 @@ def _EpochLines():
         def epoch(self, job, metrics) -> None:
             super().epoch(job, metrics)
             shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "epoch"}
-            self.message(f"{job.label} epoch {metrics['epoch']}: " +
-                         ", ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items())))
+            self.message(
+                f"{job.label} epoch {metrics['epoch']}: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items()))
+            )
 
     return EpochLines()

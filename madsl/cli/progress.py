@@ -7,6 +7,7 @@ callable. Here are the command line's answers to both: rich progress bars and th
 turned into a polite stop (`stop_on_signals`: the first asks the runs to checkpoint and stop,
 the second aborts).
 """
+
 from __future__ import annotations
 
 import os
@@ -65,13 +66,26 @@ class RichReporter(Reporter):
 
     def __init__(self) -> None:
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-        self.view = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                             TextColumn("eta"), TimeRemainingColumn(), console=self.console)
+        self.view = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=self.console,
+        )
         self.overall = None
         self.bars: dict[str, Any] = {}
         self.started_at: dict[str, float] = {}
@@ -111,8 +125,9 @@ class RichReporter(Reporter):
 
     def planned(self, total: int, already_done: int) -> None:
         self._planned()  # (a subclass's plan() may not say so)
-        self.overall = self.view.add_task("runs", total=total, completed=already_done,
-                                              info=f"{already_done} already done" if already_done else "")
+        self.overall = self.view.add_task(
+            "runs", total=total, completed=already_done, info=f"{already_done} already done" if already_done else ""
+        )
 
     def started(self, job: RunJob) -> None:
         if job.run_id in self.bars:  # started again: retried after its node was lost
@@ -123,16 +138,20 @@ class RichReporter(Reporter):
     def progress(self, job: RunJob, epoch: int, step: int, steps: int) -> None:
         bar = self.bars.get(job.run_id)
         if bar is not None:
-            self.view.update(bar, completed=epoch - 1 + step / steps,
-                                 info=f"epoch {epoch}/{job.train.epochs} step {step}/{steps}")
+            self.view.update(
+                bar, completed=epoch - 1 + step / steps, info=f"epoch {epoch}/{job.train.epochs} step {step}/{steps}"
+            )
 
     def epoch(self, job: RunJob, metrics: Mapping[str, Any]) -> None:
         bar = self.bars.get(job.run_id)
         acc = metrics.get("eval_macro_acc")
         if bar is not None:
-            self.view.update(bar, completed=metrics["epoch"],
-                                 info=f"epoch {metrics['epoch']}" + (f" acc {acc:.3f}" if acc is not None else
-                                                                     f" loss {metrics['eval_loss']:.3g}"))
+            self.view.update(
+                bar,
+                completed=metrics["epoch"],
+                info=f"epoch {metrics['epoch']}"
+                + (f" acc {acc:.3f}" if acc is not None else f" loss {metrics['eval_loss']:.3g}"),
+            )
 
     def length(self, job: RunJob, length: int, index: int, count: int) -> None:
         bar = self.bars.get(job.run_id)
@@ -145,11 +164,19 @@ class RichReporter(Reporter):
             self.view.remove_task(bar)
         if self.overall is not None and status in ("done", "skipped", "failed"):
             self.view.advance(self.overall)
-        mark = {"done": "[green]done[/]", "failed": "[red]failed[/]", "skipped": "[dim]skipped[/]",
-                "interrupted": "[yellow]interrupted[/]"}.get(status, status)
+        mark = {
+            "done": "[green]done[/]",
+            "failed": "[red]failed[/]",
+            "skipped": "[dim]skipped[/]",
+            "interrupted": "[yellow]interrupted[/]",
+        }.get(status, status)
         took = time.monotonic() - self.started_at.pop(job.run_id, time.monotonic())
-        self.console.print(f"{mark} {job.label}" + (f"  {detail}" if detail else "") +
-                           (f"  ({took:.0f} s)" if status == "done" and took else ""), highlight=False)
+        self.console.print(
+            f"{mark} {job.label}"
+            + (f"  {detail}" if detail else "")
+            + (f"  ({took:.0f} s)" if status == "done" and took else ""),
+            highlight=False,
+        )
 
     def message(self, text: str) -> None:
         self.console.print(text, highlight=False)
@@ -171,14 +198,20 @@ def print_summary(db: str | os.PathLike, summary: Mapping[str, Any]) -> None:
     console = Console(width=None if sys.stdout.isatty() else 160)
     from madsl.runner.reports.outputs import load_scores, render_text
 
-    console.print(render_text(load_scores(db, run_ids=summary["run_ids"]), width=console.width), end="",
-                  highlight=False)
+    console.print(
+        render_text(load_scores(db, run_ids=summary["run_ids"]), width=console.width), end="", highlight=False
+    )
     if summary["failed"]:
-        console.print(f"[red]{len(summary['failed'])} run(s) failed[/]; rerun `madsl eval` to retry them "
-                      f"(errors are in the runs table of {db})", highlight=False)
+        console.print(
+            f"[red]{len(summary['failed'])} run(s) failed[/]; rerun `madsl eval` to retry them "
+            f"(errors are in the runs table of {db})",
+            highlight=False,
+        )
     if summary["interrupted"]:
-        console.print(f"[yellow]interrupted[/]: {summary['interrupted']} run(s) left; "
-                      f"rerun the same command to resume", highlight=False)
+        console.print(
+            f"[yellow]interrupted[/]: {summary['interrupted']} run(s) left; rerun the same command to resume",
+            highlight=False,
+        )
 
 
 # Ctrl-C, and the polite stop of batch systems and containers (SLURM's scancel and time limit,

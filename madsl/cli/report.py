@@ -1,4 +1,5 @@
 """`madsl report`: the leaderboard of a results database (the runner is imported when the command runs)."""
+
 from __future__ import annotations
 
 import json
@@ -11,39 +12,75 @@ from madsl.runner.plan.settings import PROTOCOL_NAMES  # torch-free
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("report", help="leaderboard of a results database: MAD scores per task and overall",
-                              description="Scores of every architecture in the database: per task the mean over "
-                                          "settings of the best accuracy over the lr x wd grid; the MAD score is "
-                                          "the mean over tasks.")
+    p = subparsers.add_parser(
+        "report",
+        help="leaderboard of a results database: MAD scores per task and overall",
+        description="Scores of every architecture in the database: per task the mean over "
+        "settings of the best accuracy over the lr x wd grid; the MAD score is "
+        "the mean over tasks.",
+    )
     p.add_argument("--db", default="madsl-results.db", help="results database (default: %(default)s)")
-    p.add_argument("--format", choices=("text", "json", "csv"), default="text",
-                   help="text: the leaderboard tables; json or csv: records (see --rows)")
-    p.add_argument("--rows", choices=("tasks", "settings", "runs"), default="tasks",
-                   help="json / csv: one record per spec and task (default), per task setting (its score, the "
-                        "setting's knobs as columns) or per run; settings and runs add a row per evaluation "
-                        "length (docs/runner.md)")
+    p.add_argument(
+        "--format",
+        choices=("text", "json", "csv"),
+        default="text",
+        help="text: the leaderboard tables; json or csv: records (see --rows)",
+    )
+    p.add_argument(
+        "--rows",
+        choices=("tasks", "settings", "runs"),
+        default="tasks",
+        help="json / csv: one record per spec and task (default), per task setting (its score, the "
+        "setting's knobs as columns) or per run; settings and runs add a row per evaluation "
+        "length (docs/runner.md)",
+    )
     p.add_argument("--plot", metavar="PATH", help="also write a heatmap PNG (needs madsl[plot])")
-    p.add_argument("--plot-sweeps", metavar="DIR",
-                   help="also write a figure per task into DIR: the score against each difficulty knob its runs "
-                        "vary (sequence length, training-set size, vocabulary, noise, ...), one line per "
-                        "architecture (needs madsl[plot]); a folder holding other files needs --force")
-    p.add_argument("--force", action="store_true", help="--plot-sweeps (or --study's --plot) into a folder that "
-                                                        "holds other files too (they are left as they are; the "
-                                                        "figures are replaced)")
-    p.add_argument("--protocol", metavar="NAME",
-                   help="only runs filed under this protocol (" + ", ".join(PROTOCOL_NAMES) + "), or under a "
-                        "label such as quick+custom (runs with settings, lr, wd, epochs, batch size, seeds or "
-                        "frozen layers of their own)")
-    p.add_argument("--study", metavar="STUDY.yaml",
-                   help="report a scaling study (madsl scale) instead: IsoFLOP optima, frontiers with bootstrap "
-                        "intervals, the parametric fit, the state-optimal view and the MAD correlation; --plot "
-                        "then names a folder for its four figures (docs/scaling.md)")
-    p.add_argument("--mad-db", metavar="PATH", help="with --study: the database holding the architectures' MAD "
-                                                    "scores (default: --db)")
-    p.add_argument("--budget", type=positive_number, metavar="FLOPS",
-                   help="with --study: the IsoFLOP budget the MAD correlation is taken at (default: the largest "
-                        "where every scored architecture has an optimum)")
+    p.add_argument(
+        "--plot-sweeps",
+        metavar="DIR",
+        help="also write a figure per task into DIR: the score against each difficulty knob its runs "
+        "vary (sequence length, training-set size, vocabulary, noise, ...), one line per "
+        "architecture (needs madsl[plot]); a folder holding other files needs --force",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="--plot-sweeps (or --study's --plot) into a folder that "
+        "holds other files too (they are left as they are; the "
+        "figures are replaced)",
+    )
+    p.add_argument(
+        "--protocol",
+        metavar="NAME",
+        help="only runs filed under this protocol (" + ", ".join(PROTOCOL_NAMES) + "), or under a "
+        "label such as quick+custom (runs with settings, lr, wd, epochs, batch size, seeds or "
+        "frozen layers of their own)",
+    )
+    _add_study_arguments(p)
     p.set_defaults(func=cmd_report)
+
+
+def _add_study_arguments(p) -> None:
+    """`madsl report --study` and the options that go with it."""
+    p.add_argument(
+        "--study",
+        metavar="STUDY.yaml",
+        help="report a scaling study (madsl scale) instead: IsoFLOP optima, frontiers with bootstrap "
+        "intervals, the parametric fit, the state-optimal view and the MAD correlation; --plot "
+        "then names a folder for its four figures (docs/scaling.md)",
+    )
+    p.add_argument(
+        "--mad-db",
+        metavar="PATH",
+        help="with --study: the database holding the architectures' MAD scores (default: --db)",
+    )
+    p.add_argument(
+        "--budget",
+        type=positive_number,
+        metavar="FLOPS",
+        help="with --study: the IsoFLOP budget the MAD correlation is taken at (default: the largest "
+        "where every scored architecture has an optimum)",
+    )
 
 
 def cmd_study(args) -> int:
@@ -52,14 +89,22 @@ def cmd_study(args) -> int:
     import csv
 
     from madsl.outputs import json_text
-    from madsl.scaling.report import (check_figures_folder, check_report_inputs, render_report, report_records,
-                                      report_rows, study_report, write_figures)
+    from madsl.scaling.report import (
+        check_figures_folder,
+        check_report_inputs,
+        render_report,
+        report_records,
+        report_rows,
+        study_report,
+        write_figures,
+    )
 
     for flag, given in (("--plot-sweeps", args.plot_sweeps), ("--protocol", args.protocol)):
         if given is not None:  # else silently ignored
-            raise MadslError(f"{flag} reads a leaderboard's MAD runs, not a study's",
-                             hint="with --study: --plot names the folder of its figures, --mad-db and --budget "
-                                  "the MAD correlation")
+            raise MadslError(
+                f"{flag} reads a leaderboard's MAD runs, not a study's",
+                hint="with --study: --plot names the folder of its figures, --mad-db and --budget the MAD correlation",
+            )
     if args.plot:
         check_figures_folder(args.plot, force=args.force)
     check_report_inputs(args.db, args.mad_db)
@@ -86,12 +131,21 @@ def cmd_report(args) -> int:
         return cmd_study(args)
     for flag, given in (("--mad-db", args.mad_db), ("--budget", args.budget)):
         if given is not None:  # else silently ignored
-            raise MadslError(f"{flag} belongs to --study (a scaling study's MAD correlation)",
-                             hint="add --study STUDY.yaml, or leave it out")
+            raise MadslError(
+                f"{flag} belongs to --study (a scaling study's MAD correlation)",
+                hint="add --study STUDY.yaml, or leave it out",
+            )
     from madsl.runner.reports.outputs import report_outputs
 
-    text, written, flat = report_outputs(args.db, fmt=args.format, plot=args.plot, protocol=args.protocol,
-                                         rows=args.rows, plot_sweeps=args.plot_sweeps, force=args.force)
+    text, written, flat = report_outputs(
+        args.db,
+        fmt=args.format,
+        plot=args.plot,
+        protocol=args.protocol,
+        rows=args.rows,
+        plot_sweeps=args.plot_sweeps,
+        force=args.force,
+    )
     sys.stdout.write(text)
     if not args.quiet:
         for path in written:
@@ -104,14 +158,21 @@ def cmd_report(args) -> int:
 def add_export_parser(subparsers) -> None:
     p = subparsers.add_parser("export", help="write a run's kept model (madsl eval --keep best) as safetensors + JSON")
     p.add_argument("run_id", metavar="RUN_ID", help="the run (a unique prefix of its id is enough)")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write model.safetensors and "
-                                                                         "config.json into")
-    p.add_argument("--force", action="store_true", help="write into a folder that holds other files too "
-                                                        "(they are left as they are)")
+    p.add_argument(
+        "-o", "--output", required=True, metavar="DIR", help="folder to write model.safetensors and config.json into"
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into a folder that holds other files too (they are left as they are)",
+    )
     p.add_argument("--db", help="results database (default: madsl-results.db)")
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text: a line saying what was written (on stderr); json: the run id, the folder and "
-                        "its files (on stdout)")
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text: a line saying what was written (on stderr); json: the run id, the folder and its files (on stdout)",
+    )
     p.set_defaults(func=cmd_export)
 
 
@@ -126,16 +187,19 @@ def cmd_export(args) -> int:
     db = Path(args.db or DEFAULT_DB)
     default = " (the default: no --db given)" if args.db is None else ""
     if not db.is_file():  # else every run id would read as 'no kept model'
-        raise MadslError(f"no results database at {db}{default}" if not db.exists()
-                         else f"results database {db} is not a file",
-                         hint="--db names the database that `madsl eval --keep best` wrote "
-                              f"(default: {DEFAULT_DB})")
+        raise MadslError(
+            f"no results database at {db}{default}" if not db.exists() else f"results database {db} is not a file",
+            hint=f"--db names the database that `madsl eval --keep best` wrote (default: {DEFAULT_DB})",
+        )
     if RUN_ID_PREFIX.fullmatch(args.run_id):  # (else export says what a run id is)
         _check_recorded(db, args.run_id, default)
     run_id, out = export(store_files_dir(db), args.run_id, Path(args.output), force=args.force)
     if args.format == "json":
-        print(json.dumps({"run_id": run_id, "output": str(out), "files": [str(out / name) for name in EXPORTED]},
-                         indent=2))
+        print(
+            json.dumps(
+                {"run_id": run_id, "output": str(out), "files": [str(out / name) for name in EXPORTED]}, indent=2
+            )
+        )
     elif not args.quiet:
         print(f"wrote {out}: run {run_id} (load it with madsl.load_run({str(out)!r}))", file=sys.stderr)
     return EXIT_OK
@@ -154,6 +218,8 @@ def _check_recorded(db, run_id: str, default: str) -> None:
             return
     finally:
         store.close()
-    raise MadslError(f"no kept model for run {run_id!r}: results database {db}{default} has no run with that id",
-                     hint=f"`madsl report --db {shlex.quote(str(db))} --format csv --rows runs` lists its runs with "
-                          "their ids; --db PATH reads another database")
+    raise MadslError(
+        f"no kept model for run {run_id!r}: results database {db}{default} has no run with that id",
+        hint=f"`madsl report --db {shlex.quote(str(db))} --format csv --rows runs` lists its runs with "
+        "their ids; --db PATH reads another database",
+    )

@@ -5,6 +5,7 @@ Exit codes: 0 every run finished, 2 bad input (a located error, no traceback), 3
 failed, 130 interrupted (rerun the same command to resume). `madsl report --study STUDY.yaml`
 fits and draws the results.
 """
+
 from __future__ import annotations
 
 import sys
@@ -19,38 +20,59 @@ def add_parser(subparsers) -> None:
     from madsl.cli.evaluate import add_execution_options
 
     p = subparsers.add_parser(
-        "scale", help="train an IsoFLOP study on text (architectures x FLOP budgets x sizes); resumable",
+        "scale",
+        help="train an IsoFLOP study on text (architectures x FLOP budgets x sizes); resumable",
         description="Pretrain every architecture of a study file at every size of every FLOP budget on its "
-                    "text (next-token loss, the paper's recipe), recording each run in the results database; "
-                    "an interrupted study resumes where it stopped. `madsl report --study STUDY.yaml` fits "
-                    "the IsoFLOP curves, frontiers and the MAD correlation (docs/scaling.md).")
-    p.add_argument("study", metavar="STUDY", help="a study file (YAML: name, data, seq_len, architectures, "
-                                                  "budgets, sizes, recipe)")
+        "text (next-token loss, the paper's recipe), recording each run in the results database; "
+        "an interrupted study resumes where it stopped. `madsl report --study STUDY.yaml` fits "
+        "the IsoFLOP curves, frontiers and the MAD correlation (docs/scaling.md).",
+    )
+    p.add_argument(
+        "study", metavar="STUDY", help="a study file (YAML: name, data, seq_len, architectures, budgets, sizes, recipe)"
+    )
     add_execution_options(p)
-    p.add_argument("--rate", type=positive_number, metavar="FLOP/S", dest="flops_per_second",
-                   help="the training rate the plan's hours are stated at (e.g. 3e14 for a GPU's sustained "
-                        "bf16 rate); default: this machine's per-layer-family rates, measured once and cached "
-                        "(as madsl eval's plan)")
-    p.add_argument("--precision", choices=PRECISIONS,
-                   help="in place of the study recipe's: bf16 autocast, fp32, or auto (bf16 on a CUDA device with "
-                        "bf16, fp32 elsewhere, as madsl eval); a run's precision is part of its identity")
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="json: print the plan (with --dry-run) or the summary as JSON")
+    p.add_argument(
+        "--rate",
+        type=positive_number,
+        metavar="FLOP/S",
+        dest="flops_per_second",
+        help="the training rate the plan's hours are stated at (e.g. 3e14 for a GPU's sustained "
+        "bf16 rate); default: this machine's per-layer-family rates, measured once and cached "
+        "(as madsl eval's plan)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="in place of the study recipe's: bf16 autocast, fp32, or auto (bf16 on a CUDA device with "
+        "bf16, fp32 elsewhere, as madsl eval); a run's precision is part of its identity",
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="json: print the plan (with --dry-run) or the summary as JSON",
+    )
     p.set_defaults(func=cmd_scale)
 
 
 def render_plan(cost: Mapping[str, Any]) -> str:
     """The study's grid as a table: one row per run, then the totals."""
-    lines = [f"study {cost['study']}: {len(cost['runs'])} runs ({cost['done']} done), "
-             f"{cost['flops']:.3g} FLOPs in all; data {cost['data']}",
-             f"{'arch':<20} {'budget':>8} {'size':>10} {'dim':>5} {'params':>10} {'state':>10} {'tokens':>11} "
-             f"{'steps':>7} {'lr':>9} {'hours':>8}  status"]
+    lines = [
+        f"study {cost['study']}: {len(cost['runs'])} runs ({cost['done']} done), "
+        f"{cost['flops']:.3g} FLOPs in all; data {cost['data']}",
+        f"{'arch':<20} {'budget':>8} {'size':>10} {'dim':>5} {'params':>10} {'state':>10} {'tokens':>11} "
+        f"{'steps':>7} {'lr':>9} {'hours':>8}  status",
+    ]
     for row in cost["runs"]:
-        lines.append(f"{row['arch']:<20} {row['budget']:>8.2g} {row['size']:>10} {row['dim']:>5} "
-                     f"{row['params']:>10,} {row['state']:>10,} {row['tokens']:>11,} {row['steps']:>7,} "
-                     f"{row['lr']:>9.3g} {_hours(row['hours'])}  {row['status']}")
-    lines.append(f"to do: {cost['hours']:.2f} h of training ({cost['rate_source']}), {cost['wall_hours']:.2f} h "
-                 f"with {cost['workers']} worker(s)")
+        lines.append(
+            f"{row['arch']:<20} {row['budget']:>8.2g} {row['size']:>10} {row['dim']:>5} "
+            f"{row['params']:>10,} {row['state']:>10,} {row['tokens']:>11,} {row['steps']:>7,} "
+            f"{row['lr']:>9.3g} {_hours(row['hours'])}  {row['status']}"
+        )
+    lines.append(
+        f"to do: {cost['hours']:.2f} h of training ({cost['rate_source']}), {cost['wall_hours']:.2f} h "
+        f"with {cost['workers']} worker(s)"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -97,21 +119,32 @@ def cmd_scale(args) -> int:
     shown = not args.quiet and args.format == "text" and not args.dry_run
     reporter = _reporter() if shown else None
     try:
-        with stop_on_signals() as stop, (reporter or contextlib.nullcontext()):
-            summary = scale(args.study, execution, reporter=reporter, stop=stop,
-                            flops_per_second=args.flops_per_second, precision=args.precision)
+        with stop_on_signals() as stop, reporter or contextlib.nullcontext():
+            summary = scale(
+                args.study,
+                execution,
+                reporter=reporter,
+                stop=stop,
+                flops_per_second=args.flops_per_second,
+                precision=args.precision,
+            )
     except KeyboardInterrupt:
         print("aborted; rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     if args.dry_run:
-        print(json_text(summary["plan"], indent=2) if args.format == "json" else render_plan(summary["plan"]),
-              end="\n" if args.format == "json" else "")
+        print(
+            json_text(summary["plan"], indent=2) if args.format == "json" else render_plan(summary["plan"]),
+            end="\n" if args.format == "json" else "",
+        )
         return EXIT_OK
     if args.format == "json":
         print(json_text(summary, indent=2))
     elif not args.quiet:
-        print(f"{summary['done'] + summary['already_done']} of {summary['runs']} runs done; "
-              f"`madsl report --study {args.study} --db {execution.db}` fits them", file=sys.stderr)
+        print(
+            f"{summary['done'] + summary['already_done']} of {summary['runs']} runs done; "
+            f"`madsl report --study {args.study} --db {execution.db}` fits them",
+            file=sys.stderr,
+        )
     if summary["failed"]:
         print(f"{len(summary['failed'])} run(s) failed; rerun `madsl scale` to retry them", file=sys.stderr)
     if summary["interrupted"]:

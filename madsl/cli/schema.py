@@ -1,5 +1,6 @@
 """`madsl schema`: the JSON Schema of spec files, for editors (docs/language.md), or (--format
 text) what it allows, for people: the keys, the symbols and their parameters, the budgets."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,12 @@ from madsl.outputs import check_output_path, output_error
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("schema", help="print the JSON Schema of .mad spec files (for editors)")
     p.add_argument("-o", "--output", help="write the schema to this file instead of printing it")
-    p.add_argument("--format", choices=("json", "text"), default="json",
-                   help="json: the JSON Schema (draft 2020-12); text: what it allows, for reading")
+    p.add_argument(
+        "--format",
+        choices=("json", "text"),
+        default="json",
+        help="json: the JSON Schema (draft 2020-12); text: what it allows, for reading",
+    )
     p.set_defaults(func=cmd_schema)
 
 
@@ -67,17 +72,28 @@ def schema_text(schema: dict[str, Any]) -> str:
     """What the schema allows, for reading: one line per key, symbol and budget quantity."""
     props, defs = schema["properties"], schema["$defs"]
     required = ", ".join(schema["allOf"][0]["then"]["required"])
-    lines = [f"{schema['title']}: {schema['description']}", "",
-             f"keys (required: {required}, unless the spec extends one that has them)"]
-    described = {"layers": "{SYMBOL: parameters}: a symbol's parameters, or a new symbol (primitive: or base:)",
-                 "budget": "{QUANTITY: bound}, see budgets below", "eval": props["eval"].get("description", "")}
+    lines = [
+        f"{schema['title']}: {schema['description']}",
+        "",
+        f"keys (required: {required}, unless the spec extends one that has them)",
+    ]
+    described = {
+        "layers": "{SYMBOL: parameters}: a symbol's parameters, or a new symbol (primitive: or base:)",
+        "budget": "{QUANTITY: bound}, see budgets below",
+        "eval": props["eval"].get("description", ""),
+    }
     lines += [f"  {key:<15} {described.get(key) or describe(prop)}" for key, prop in props.items()]
     lines += ["", "symbols (layers: SYMBOL: {parameter: value}) and their primitives' parameters"]
     for symbol, entry in props["layers"]["properties"].items():
         primitive = entry["else"]["else"]["$ref"].removeprefix("#/$defs/own-")
         lines.append(_wrapped(f"  {symbol:<6} {primitive:<17}", _parameters(defs[f"own-{primitive}"])))
-    lines += ["", "primitives (a new symbol: layers: NAME: {primitive: P, parameter: value})",
-              _wrapped("  ", defs["named"]["properties"]["primitive"]["enum"]), "", "budgets"]
+    lines += [
+        "",
+        "primitives (a new symbol: layers: NAME: {primitive: P, parameter: value})",
+        _wrapped("  ", defs["named"]["properties"]["primitive"]["enum"]),
+        "",
+        "budgets",
+    ]
     budget = props["budget"]["properties"]
     quantities = [q for q, prop in budget.items() if "pattern" in prop]
     lines += [f"  {', '.join(quantities)}:", f"    {budget[quantities[0]]['description']}"]
@@ -92,5 +108,11 @@ def _parameters(definition: dict[str, Any]) -> list[str]:
 def _wrapped(head: str, items: list[str]) -> str:
     """`items` after `head`, wrapped between items only (a no-break space holds each together)."""
     text = ", ".join(item.replace(" ", "\u00a0") for item in items)
-    return textwrap.fill(text, width=110, initial_indent=head, subsequent_indent=" " * len(head),
-                         break_on_hyphens=False, break_long_words=False).replace("\u00a0", " ")
+    return textwrap.fill(
+        text,
+        width=110,
+        initial_indent=head,
+        subsequent_indent=" " * len(head),
+        break_on_hyphens=False,
+        break_long_words=False,
+    ).replace("\u00a0", " ")

@@ -5,6 +5,7 @@ Exit codes: 0 the search finished, 2 bad input (a located error, no traceback, b
 trains), 3 some candidates' runs failed (they count as unscored), 130 interrupted (rerunning
 the same command resumes the search where it stopped).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,21 +21,35 @@ QUANTITIES = ("params", "fixed_state", "conv_state", "kv_cache", "flops")
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "search", help="architecture search: evolve topologies under budgets, scored on the MAD tasks",
+        "search",
+        help="architecture search: evolve topologies under budgets, scored on the MAD tasks",
         description="Search the space of a search file (NSGA-II, regularized evolution or random search): every "
-                    "candidate is built, solved into the budget and accounted before it trains, scored through "
-                    "the same runner and results database as `madsl eval`, and never trained twice. An "
-                    "interrupted search resumes where it stopped when run again.")
+        "candidate is built, solved into the budget and accounted before it trains, scored through "
+        "the same runner and results database as `madsl eval`, and never trained twice. An "
+        "interrupted search resumes where it stopped when run again.",
+    )
     p.add_argument("file", metavar="FILE", help="a search file (YAML: space, budget, objectives, algorithm)")
-    p.add_argument("--out", metavar="DIR", help="where the front's .mad files and the figures go (default: beside "
-                                                "--db, <db>.search-NAME/)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where the front's .mad files and the figures go (default: beside --db, <db>.search-NAME/)",
+    )
     p.add_argument("--force", action="store_true", help="--out into a folder that holds other files too")
-    p.add_argument("--state", metavar="PATH", help="the search's state file (default: beside --db, "
-                                                   "<db>.search-NAME.json)")
-    p.add_argument("--restart", action="store_true", help="start the search over, ignoring a saved state (finished "
-                                                          "runs stay in the results database and are not retrained)")
-    p.add_argument("--plot-x", choices=QUANTITIES, default=None,
-                   help="the front figure's x axis (default: the first minimised objective, else fixed_state)")
+    p.add_argument(
+        "--state", metavar="PATH", help="the search's state file (default: beside --db, <db>.search-NAME.json)"
+    )
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="start the search over, ignoring a saved state (finished "
+        "runs stay in the results database and are not retrained)",
+    )
+    p.add_argument(
+        "--plot-x",
+        choices=QUANTITIES,
+        default=None,
+        help="the front figure's x axis (default: the first minimised objective, else fixed_state)",
+    )
     add_execution_options(p)
     p.add_argument("--format", choices=("text", "json"), default="text", help="json: every output as JSON")
     p.set_defaults(func=cmd_search)
@@ -54,8 +69,12 @@ def _out_dir(args, search) -> Path:
     try:
         return check_output_dir(named, "--out", owns, force=args.force, writes="the front's spec files and the figures")
     except MadslError as err:  # located at the folder it names
-        raise MadslError(err.message, err.location if err.location.file else Location(str(named)),
-                         expected=err.expected, hint=err.hint) from None
+        raise MadslError(
+            err.message,
+            err.location if err.location.file else Location(str(named)),
+            expected=err.expected,
+            hint=err.hint,
+        ) from None
 
 
 def _check_state_path(args) -> None:
@@ -72,8 +91,12 @@ def _check_state_path(args) -> None:
     try:
         check_output_path(path, "--state")
     except MadslError as err:
-        raise MadslError(err.message, Location(str(path)), expected=err.expected,
-                         hint=err.hint or "give --state a file's path in a folder that can be written") from None
+        raise MadslError(
+            err.message,
+            Location(str(path)),
+            expected=err.expected,
+            hint=err.hint or "give --state a file's path in a folder that can be written",
+        ) from None
 
 
 def cmd_search(args) -> int:
@@ -96,9 +119,15 @@ def cmd_search(args) -> int:
     shown = not args.quiet and args.format == "text"
     try:
         with stop_on_signals() as stop:
-            result = run_search(search, config, state_path=args.state, restart=args.restart,
-                                observer=_Lines() if shown else None, reporter=_progress if shown else None,
-                                stop=stop)
+            result = run_search(
+                search,
+                config,
+                state_path=args.state,
+                restart=args.restart,
+                observer=_Lines() if shown else None,
+                reporter=_progress if shown else None,
+                stop=stop,
+            )
     except KeyboardInterrupt:
         print("aborted; rerun the same command to resume the search", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -141,8 +170,11 @@ def _print_result(args, result, written: list[str]) -> None:
             print(f"wrote {len(written)} files to {Path(written[0]).parent}; state {result.state_path}")
     # on stderr in either format: a script reading the JSON on stdout still sees it said
     if result.failed:
-        print(f"{len(result.failed)} run(s) failed; their candidates count as unscored (errors are in the "
-              f"runs table of the results database)", file=sys.stderr)
+        print(
+            f"{len(result.failed)} run(s) failed; their candidates count as unscored (errors are in the "
+            f"runs table of the results database)",
+            file=sys.stderr,
+        )
     if result.interrupted:
         print("interrupted: rerun the same command to resume the search", file=sys.stderr)
 
@@ -151,21 +183,29 @@ def _render_plan(plan: dict) -> str:
     from madsl.runner.plan.cost import render_cost
 
     if plan["complete"]:
-        return (f"search {plan['search']} is complete: {plan['evaluated']} candidates evaluated "
-                f"(state {plan['state']})\n")
-    lines = [f"search {plan['search']}: generation {plan['generation']} of {plan['generations']}, "
-             f"{plan['evaluated']} of {plan['evaluations']} candidates evaluated (state {plan['state']})",
-             f"next batch ({len(plan['batch'])} candidates):"]
-    lines += [f"  {c['name']}  {c['topology']}" + ("  (duplicate: scored from the store)" if c["duplicate"] else "")
-              for c in plan["batch"]]
+        return (
+            f"search {plan['search']} is complete: {plan['evaluated']} candidates evaluated (state {plan['state']})\n"
+        )
+    lines = [
+        f"search {plan['search']}: generation {plan['generation']} of {plan['generations']}, "
+        f"{plan['evaluated']} of {plan['evaluations']} candidates evaluated (state {plan['state']})",
+        f"next batch ({len(plan['batch'])} candidates):",
+    ]
+    lines += [
+        f"  {c['name']}  {c['topology']}" + ("  (duplicate: scored from the store)" if c["duplicate"] else "")
+        for c in plan["batch"]
+    ]
     text = "\n".join(lines) + "\n" + (render_cost(plan["plan"]) if plan["plan"] else "nothing to train in it\n")
     if plan["estimated_run_seconds"] is not None:
         hours = plan["estimated_run_seconds"] / 3600
-        text += (f"the whole search: {plan['remaining']} candidates left, ~{hours:.2g} h of run time at this "
-                 "batch's mean per candidate (an upper bound: duplicates are not trained)\n")
+        text += (
+            f"the whole search: {plan['remaining']} candidates left, ~{hours:.2g} h of run time at this "
+            "batch's mean per candidate (an upper bound: duplicates are not trained)\n"
+        )
     rejected = plan["rejected"]
-    return text + (f"rejected before training so far: {rejected['over_budget']} over budget, "
-                   f"{rejected['invalid']} invalid\n")
+    return text + (
+        f"rejected before training so far: {rejected['over_budget']} over budget, {rejected['invalid']} invalid\n"
+    )
 
 
 def _progress():
@@ -183,11 +223,17 @@ class _Lines:
 
     def proposed(self, generation: int, batch: list) -> None:
         new = sum(not item["duplicate"] for item in batch)
-        print(f"generation {generation}: {len(batch)} candidates proposed ({new} new, {len(batch) - new} from the "
-              "store)", file=sys.stderr)
+        print(
+            f"generation {generation}: {len(batch)} candidates proposed ({new} new, {len(batch) - new} from the store)",
+            file=sys.stderr,
+        )
 
     def recorded(self, generation: int, entry: dict) -> None:
-        shown = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
-        print(f"generation {generation}: best {shown(entry['best'])}, median {shown(entry['median'])}, best so far "
-              f"{shown(entry['best_so_far'])} ({entry['trained']} runs trained, {entry['reused']} from the store)",
-              file=sys.stderr)
+        def shown(x):
+            return "-" if x is None else f"{x:.4f}"
+
+        print(
+            f"generation {generation}: best {shown(entry['best'])}, median {shown(entry['median'])}, best so far "
+            f"{shown(entry['best_so_far'])} ({entry['trained']} runs trained, {entry['reused']} from the store)",
+            file=sys.stderr,
+        )

@@ -19,11 +19,22 @@ read in chunks), tokenizer ("bytes", a tokenizer.json), encode (one document int
 bounded memory), prepare (prepare, resolve_tokens). They import numpy;
 nothing of madsl's torch-free core imports them.
 """
+
 from madsl.corpus.batches import ValWindows, train_batch, unigram_entropy, val_windows
 from madsl.corpus.info import TokenInfo
 from madsl.corpus.prepare import prepare, resolve_tokens
 from madsl.corpus.sources import BUNDLED
 from madsl.corpus.tokens import TokenData, open_tokens
 
-__all__ = ["BUNDLED", "TokenData", "TokenInfo", "ValWindows", "open_tokens", "prepare", "resolve_tokens",
-           "train_batch", "unigram_entropy", "val_windows"]
+__all__ = [
+    "BUNDLED",
+    "TokenData",
+    "TokenInfo",
+    "ValWindows",
+    "open_tokens",
+    "prepare",
+    "resolve_tokens",
+    "train_batch",
+    "unigram_entropy",
+    "val_windows",
+]

@@ -7,6 +7,7 @@ start (the same every call), so every evaluation scores the same tokens. Only th
 are read from a memmap; the split is never loaded whole. unigram_entropy is the loss of the best
 model that ignores context: a model that learned anything from context scores below it.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -41,7 +42,9 @@ def _check_sizes(**sizes: int) -> None:
             raise MadslError(f"{name} {value!r}: not a positive integer")
 
 
-def train_batch(tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+def train_batch(
+    tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, step: int
+) -> tuple[np.ndarray, np.ndarray]:
     """`batch_size` random windows of `seq_len` tokens from the 1-D array `tokens`: inputs x and
     targets y (int64, (batch_size, seq_len)), y = x shifted by one. Their starts depend on
     (seed, step) only."""
@@ -50,8 +53,11 @@ def train_batch(tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, st
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
             raise MadslError(f"{name} {value!r}: not a non-negative integer")
     if len(tokens) < seq_len + 1:
-        raise MadslError(f"{_name(tokens)}{len(tokens):,} tokens, fewer than the {seq_len + 1:,} one window of "
-                         f"{seq_len:,} needs", _where(tokens), hint="use a shorter sequence length, or more text")
+        raise MadslError(
+            f"{_name(tokens)}{len(tokens):,} tokens, fewer than the {seq_len + 1:,} one window of {seq_len:,} needs",
+            _where(tokens),
+            hint="use a shorter sequence length, or more text",
+        )
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(step)]))
     starts = rng.integers(0, len(tokens) - seq_len, size=batch_size)  # start + seq_len is the last target
     windows = np.asarray(tokens[starts[:, None] + np.arange(seq_len + 1)]).astype(np.int64)
@@ -68,10 +74,14 @@ def val_windows(tokens: np.ndarray, seq_len: int, max_tokens: int | None) -> Val
         count = min(count, max_tokens // seq_len)
     if count < 1:
         short = max_tokens is not None and max_tokens < seq_len
-        raise MadslError(f"max_tokens {max_tokens:,} is fewer than one window of {seq_len:,}" if short else
-                         f"{_name(tokens)}{len(tokens):,} tokens, fewer than the {seq_len + 1:,} one window of "
-                         f"{seq_len:,} needs", None if short else _where(tokens))
-    span = np.asarray(tokens[:count * seq_len + 1]).astype(np.int64)
+        raise MadslError(
+            f"max_tokens {max_tokens:,} is fewer than one window of {seq_len:,}"
+            if short
+            else f"{_name(tokens)}{len(tokens):,} tokens, fewer than the {seq_len + 1:,} one window of "
+            f"{seq_len:,} needs",
+            None if short else _where(tokens),
+        )
+    span = np.asarray(tokens[: count * seq_len + 1]).astype(np.int64)
     return ValWindows(span[:-1].reshape(count, seq_len), span[1:].reshape(count, seq_len), count * seq_len)
 
 
@@ -81,9 +91,9 @@ def unigram_entropy(tokens: np.ndarray) -> float:
         raise MadslError(f"{_name(tokens)}no tokens", _where(tokens))
     counts = np.zeros(0, dtype=np.int64)
     for start in range(0, len(tokens), ENTROPY_CHUNK):
-        chunk = np.bincount(np.asarray(tokens[start:start + ENTROPY_CHUNK]))
+        chunk = np.bincount(np.asarray(tokens[start : start + ENTROPY_CHUNK]))
         if len(chunk) > len(counts):
             counts = np.concatenate([counts, np.zeros(len(chunk) - len(counts), dtype=np.int64)])
-        counts[:len(chunk)] += chunk
+        counts[: len(chunk)] += chunk
     p = counts[counts > 0] / len(tokens)
     return float(max(0.0, -(p * np.log(p)).sum()))  # (one distinct token: 0.0, not -0.0)

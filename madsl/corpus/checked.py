@@ -21,6 +21,7 @@ written atomically, and where it cannot be written (a read-only home) nothing is
 
     {"format": 1, "files": {key (sha256 hex): sha256 of the file's bytes (hex)}}   # oldest first
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -58,15 +59,19 @@ def scan_file(path: Path, dtype: str, vocab_size: int) -> str:
             ids = np.frombuffer(buffer, dtype=DTYPES[dtype], count=read // itemsize)
             if ids.size and int(ids.max()) >= vocab_size:
                 first = int(np.argmax(ids >= vocab_size))
-                raise MadslError(f"{path}: token {position + first:,} is id {int(ids[first]):,}, outside the "
-                                 f"vocabulary of {vocab_size:,}", Location(file=str(path)),
-                                 hint="the vocabulary size or dtype declared is not the files' own")
+                raise MadslError(
+                    f"{path}: token {position + first:,} is id {int(ids[first]):,}, outside the "
+                    f"vocabulary of {vocab_size:,}",
+                    Location(file=str(path)),
+                    hint="the vocabulary size or dtype declared is not the files' own",
+                )
             position += ids.size
     return digest.hexdigest()
 
 
-def checked_sha256(paths: list[Path], dtype: str, vocab_size: int, recorded: list[str | None],
-                   fresh: bool = False) -> list[str]:
+def checked_sha256(
+    paths: list[Path], dtype: str, vocab_size: int, recorded: list[str | None], fresh: bool = False
+) -> list[str]:
     """Each file's sha256, its ids checked below `vocab_size`: from the cache where a file is
     remembered with the sha256 `recorded` for it (None: any), else scanned and then remembered.
     `fresh`: scan every file whatever the cache says."""
@@ -124,8 +129,9 @@ def _load() -> dict[str, str]:
     files = data.get("files") if isinstance(data, dict) and data.get("format") == FORMAT else None
     if not isinstance(files, dict) or len(files) > MAX_ENTRIES:
         return {}
-    if not all(isinstance(k, str) and _HEX.fullmatch(k) and isinstance(v, str) and _HEX.fullmatch(v)
-               for k, v in files.items()):
+    if not all(
+        isinstance(k, str) and _HEX.fullmatch(k) and isinstance(v, str) and _HEX.fullmatch(v) for k, v in files.items()
+    ):
         return {}
     return files
 

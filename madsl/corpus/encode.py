@@ -7,8 +7,9 @@ and the rest to val.bin, so n must be known before a token is placed:
 - "bytes": n is the file's size; each chunk's bytes go straight to their split.
 - a tokenizer file: the text is encoded in pieces of about PIECE_CHARS characters, cut after a
   line break that a non-space character follows (else before a space), where the tokenizer's
-  pre-tokenizer splits words too (unbroken text longer than MAX_PIECE_CHARS is refused), the ids written to a temporary file beside the output with each
-  token's byte offset in the document, then copied to the two splits once n is known.
+  pre-tokenizer splits words too (unbroken text longer than MAX_PIECE_CHARS is refused), the ids
+  written to a temporary file beside the output with each token's byte offset in the document,
+  then copied to the two splits once n is known.
 
 A piece is encoded with the end of the previous one before it as context (its tokens dropped), so
 a tokenizer that marks the start of its input (a prefix space, sentencepiece's "▁") gives the
@@ -17,6 +18,7 @@ context's tokens must be those the previous piece ended with; a tokenizer that f
 whose normalizer strips the ends of its input) is refused, naming the byte offset, rather than
 give other ids than the document encoded whole. A document of one piece is encoded whole.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -61,8 +63,13 @@ class SplitWriter:
         self.atomic.discard()
 
 
-def encode_document(encoder: ByteTokenizer | FileTokenizer, document: Document, val_fraction: float,
-                    writers: dict[str, SplitWriter], digest: SourceDigest) -> None:
+def encode_document(
+    encoder: ByteTokenizer | FileTokenizer,
+    document: Document,
+    val_fraction: float,
+    writers: dict[str, SplitWriter],
+    digest: SourceDigest,
+) -> None:
     """Encode `document` and append its tokens to the train and val writers (module docstring)."""
     digest.begin(document)
     if isinstance(encoder, ByteTokenizer):
@@ -71,8 +78,9 @@ def encode_document(encoder: ByteTokenizer | FileTokenizer, document: Document, 
         _file_document(encoder, document, val_fraction, writers, digest)
 
 
-def _bytes_document(document: Document, val_fraction: float, writers: dict[str, SplitWriter],
-                    digest: SourceDigest) -> None:
+def _bytes_document(
+    document: Document, val_fraction: float, writers: dict[str, SplitWriter], digest: SourceDigest
+) -> None:
     train = int(document.size * (1 - val_fraction))
     dtype = writers["train"].dtype
     for chunk in read_chunks(document, BYTES_CHUNK):
@@ -85,8 +93,13 @@ def _bytes_document(document: Document, val_fraction: float, writers: dict[str, 
     writers["val"].text_bytes += document.size - train
 
 
-def _file_document(encoder: FileTokenizer, document: Document, val_fraction: float,
-                   writers: dict[str, SplitWriter], digest: SourceDigest) -> None:
+def _file_document(
+    encoder: FileTokenizer,
+    document: Document,
+    val_fraction: float,
+    writers: dict[str, SplitWriter],
+    digest: SourceDigest,
+) -> None:
     dtype, scratch = writers["train"].dtype, Path(writers["train"].temporary).parent
     with tempfile.TemporaryFile(dir=scratch) as ids_file, tempfile.TemporaryFile(dir=scratch) as starts_file:
         count = 0
@@ -113,7 +126,9 @@ def _copy(source: BinaryIO, size: int, writer: SplitWriter) -> None:
         size -= len(block)
 
 
-def _pieces(encoder: FileTokenizer, document: Document, digest: SourceDigest) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def _pieces(
+    encoder: FileTokenizer, document: Document, digest: SourceDigest
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Each piece's ids and their tokens' byte offsets in the document."""
     buffer, offset = "", 0  # the text read but not yet encoded, and the byte offset of its start
     previous: _Piece | None = None
@@ -124,10 +139,13 @@ def _pieces(encoder: FileTokenizer, document: Document, digest: SourceDigest) ->
             cut = _cut(buffer, encoder)
             if cut is None:
                 if len(buffer) > MAX_PIECE_CHARS:
-                    raise MadslError(f"{document.path}: {len(buffer):,} characters without a line break or space "
-                                     f"from byte {offset:,} on, more than {encoder.shown} is given at once "
-                                     f"({MAX_PIECE_CHARS:,})", Location(file=document.path),
-                                     hint="break the text into lines, or use --tokenizer bytes")
+                    raise MadslError(
+                        f"{document.path}: {len(buffer):,} characters without a line break or space "
+                        f"from byte {offset:,} on, more than {encoder.shown} is given at once "
+                        f"({MAX_PIECE_CHARS:,})",
+                        Location(file=document.path),
+                        hint="break the text into lines, or use --tokenizer bytes",
+                    )
                 break
             previous = _encode_piece(encoder, document, buffer[:cut], offset, previous)
             buffer = buffer[cut:]
@@ -178,8 +196,9 @@ class _Piece:
         return begin, list(zip(self.starts[first:].tolist(), self.ids[first:].tolist()))
 
 
-def _encode_piece(encoder: FileTokenizer, document: Document, piece: str, offset: int,
-                  previous: _Piece | None) -> _Piece:
+def _encode_piece(
+    encoder: FileTokenizer, document: Document, piece: str, offset: int, previous: _Piece | None
+) -> _Piece:
     context = "" if previous is None else _context(previous.text, encoder)
     text = context + piece
     ids, starts, ends = encoder.encode(text, f"{document.path} (from byte {offset:,})")
@@ -192,12 +211,18 @@ def _encode_piece(encoder: FileTokenizer, document: Document, piece: str, offset
         begin, tail = previous.tail(context)
         absolute = begin + byte_at[starts]
         seen = list(zip(absolute[~keep].tolist(), ids[~keep].tolist()))
-        if (keep.any() and not keep[int(np.argmax(keep)):].all()) or \
-                ((starts < len(context)) & (ends > len(context))).any() or not _agree(seen, tail):
-            raise MadslError(f"{document.path}: {encoder.shown} encodes the text differently when it is cut at byte "
-                             f"{offset:,} (a document over {PIECE_CHARS:,} characters is encoded in pieces cut "
-                             "between words)", Location(file=document.path),
-                             hint=f"split the text into files under {PIECE_CHARS:,} characters, each encoded whole")
+        if (
+            (keep.any() and not keep[int(np.argmax(keep)) :].all())
+            or ((starts < len(context)) & (ends > len(context))).any()
+            or not _agree(seen, tail)
+        ):
+            raise MadslError(
+                f"{document.path}: {encoder.shown} encodes the text differently when it is cut at byte "
+                f"{offset:,} (a document over {PIECE_CHARS:,} characters is encoded in pieces cut "
+                "between words)",
+                Location(file=document.path),
+                hint=f"split the text into files under {PIECE_CHARS:,} characters, each encoded whole",
+            )
     size = int(byte_at[-1] - byte_at[len(context)])
     return _Piece(piece, offset, size, ids[keep], offset + byte_at[starts[keep]] - byte_at[len(context)])
 
@@ -217,5 +242,5 @@ def _agree(seen: list[tuple[int, int]], tail: list[tuple[int, int]]) -> bool:
     starts = {start: index for index, (start, _) in reversed(list(enumerate(tail)))}
     for j in range(1, len(seen)):
         if seen[j][0] > seen[0][0] and seen[j][0] in starts:
-            return seen[j:] == tail[starts[seen[j][0]]:]
+            return seen[j:] == tail[starts[seen[j][0]] :]
     return len(seen) <= 1 and len(tail) <= 1

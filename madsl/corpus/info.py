@@ -10,6 +10,7 @@ files' sizes, and `open_tokens(..., verify=True)` rehashes the files themselves.
 Token files are flat arrays of little-endian unsigned integers, as nanoGPT writes them:
 uint16 for a vocabulary of up to 65,536 ids, uint32 above.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -101,9 +102,14 @@ def _is_hex(value: Any) -> bool:
 
 
 def _is_source(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == {"name", "documents", "bytes", "sha256"} and \
-        isinstance(value["name"], str) and _is_count(value["documents"]) and _is_count(value["bytes"]) and \
-        _is_hex(value["sha256"])
+    return (
+        isinstance(value, dict)
+        and set(value) == {"name", "documents", "bytes", "sha256"}
+        and isinstance(value["name"], str)
+        and _is_count(value["documents"])
+        and _is_count(value["bytes"])
+        and _is_hex(value["sha256"])
+    )
 
 
 _FIELD_CHECKS = {  # field -> (test, what it must be)
@@ -117,12 +123,18 @@ _FIELD_CHECKS = {  # field -> (test, what it must be)
     "train_bytes": (lambda v: v is None or _is_count(v), "a count or null"),
     "val_bytes": (lambda v: v is None or _is_count(v), "a count or null"),
     "split": (lambda v: v is None or isinstance(v, str), "a split rule or null"),
-    "val_fraction": (lambda v: v is None or (isinstance(v, float) and 0 < v < 1 and math.isfinite(v)),
-                     "a number between 0 and 1, or null"),
-    "sources": (lambda v: isinstance(v, list) and all(_is_source(s) for s in v),
-                'a list of {"name", "documents", "bytes", "sha256"}'),
-    "files_sha256": (lambda v: isinstance(v, dict) and set(v) == set(SPLIT_FILES.values())
-                     and all(_is_hex(h) for h in v.values()), "the sha256 of train.bin and val.bin"),
+    "val_fraction": (
+        lambda v: v is None or (isinstance(v, float) and 0 < v < 1 and math.isfinite(v)),
+        "a number between 0 and 1, or null",
+    ),
+    "sources": (
+        lambda v: isinstance(v, list) and all(_is_source(s) for s in v),
+        'a list of {"name", "documents", "bytes", "sha256"}',
+    ),
+    "files_sha256": (
+        lambda v: isinstance(v, dict) and set(v) == set(SPLIT_FILES.values()) and all(_is_hex(h) for h in v.values()),
+        "the sha256 of train.bin and val.bin",
+    ),
     "hash": (_is_hex, "a sha256 (64 hex digits)"),
 }
 
@@ -154,8 +166,11 @@ def _read_bounded(path: Path) -> str:
                 raise MadslError(f"{path}: not a regular file", where)
             data = f.read(MAX_INFO_BYTES + 1)
         if len(data) > MAX_INFO_BYTES:
-            raise MadslError(f"{path}: larger than {MAX_INFO_BYTES >> 20} MiB, not a tokens.json", where,
-                             hint="tokens.json is written by `madsl data prepare`; prepare the folder again")
+            raise MadslError(
+                f"{path}: larger than {MAX_INFO_BYTES >> 20} MiB, not a tokens.json",
+                where,
+                hint="tokens.json is written by `madsl data prepare`; prepare the folder again",
+            )
         return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise MadslError(f"{path}: cannot be read ({getattr(err, 'strerror', None) or err})", where) from None
@@ -179,16 +194,24 @@ def read_info(path: Path) -> TokenInfo:
     names = [f.name for f in fields(TokenInfo)]
     missing, extra = [n for n in names if n not in data], sorted(set(data) - set(names))
     if missing or extra:
-        raise MadslError(f"{path}: " + "; ".join(
-            ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown {_names(extra)}"] if extra else [])),
-            where, hint="tokens.json is written by `madsl data prepare`; prepare the folder again")
+        raise MadslError(
+            f"{path}: "
+            + "; ".join(
+                ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown {_names(extra)}"] if extra else [])
+            ),
+            where,
+            hint="tokens.json is written by `madsl data prepare`; prepare the folder again",
+        )
     for name, (test, expected) in _FIELD_CHECKS.items():
         if not test(data[name]):
             raise MadslError(f"{path}: {name} is {_shown(data[name])}", where, expected=expected)
     info = TokenInfo(**{**data, "sources": tuple(data["sources"])})
     if content_hash(info) != info.hash:
-        raise MadslError(f"{path}: its hash does not match its other fields (the file was changed after it "
-                         "was written)", where, hint="prepare the folder again with `madsl data prepare`")
+        raise MadslError(
+            f"{path}: its hash does not match its other fields (the file was changed after it was written)",
+            where,
+            hint="prepare the folder again with `madsl data prepare`",
+        )
     if dtype_for_vocab(info.vocab_size) == "uint32" and info.dtype == "uint16":
         raise MadslError(f"{path}: dtype uint16 cannot hold the ids of a vocabulary of {info.vocab_size}", where)
     return info

@@ -17,6 +17,7 @@ place only once everything is read and encoded (tokens.json last: a folder witho
 prepared), so a failure leaves any earlier preparation as it was. A folder holding anything else
 is refused unless `force`. The same sources and tokenizer give the same bytes and the same hash.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,8 +30,15 @@ from typing import Sequence
 
 from madsl.corpus.checked import remember
 from madsl.corpus.encode import SplitWriter, encode_document
-from madsl.corpus.info import FORMAT_VERSION, INFO_FILE, PER_DOCUMENT, SPLIT_FILES, TokenInfo, dtype_for_vocab, \
-    write_info
+from madsl.corpus.info import (
+    FORMAT_VERSION,
+    INFO_FILE,
+    PER_DOCUMENT,
+    SPLIT_FILES,
+    TokenInfo,
+    dtype_for_vocab,
+    write_info,
+)
 from madsl.corpus.sources import BUNDLED, BUNDLED_PREFIX, Source, SourceDigest, list_sources, read_documents
 from madsl.corpus.tokenizer import BYTES, load_tokenizer
 from madsl.corpus.tokens import TokenData, open_tokens
@@ -42,18 +50,27 @@ DEFAULT_VAL_FRACTION = 0.1
 OWNED = frozenset({INFO_FILE, *SPLIT_FILES.values()})
 
 
-def prepare(sources: Sequence[str | os.PathLike], tokenizer: str | os.PathLike, out_dir: str | os.PathLike, *,
-            val_fraction: float = DEFAULT_VAL_FRACTION, force: bool = False) -> TokenInfo:
+def prepare(
+    sources: Sequence[str | os.PathLike],
+    tokenizer: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    val_fraction: float = DEFAULT_VAL_FRACTION,
+    force: bool = False,
+) -> TokenInfo:
     """Tokenize `sources` (text files, folders, "bundled:NAME") with `tokenizer` ("bytes" or a
     tokenizer.json path) into train.bin, val.bin and tokens.json in `out_dir`; what was written."""
     if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 < val_fraction < 1:
-        raise MadslError(f"{option('val_fraction')} {val_fraction!r}: not a fraction between 0 and 1",
-                         expected="e.g. 0.1 (the last tenth of each document's tokens is held out)")
+        raise MadslError(
+            f"{option('val_fraction')} {val_fraction!r}: not a fraction between 0 and 1",
+            expected="e.g. 0.1 (the last tenth of each document's tokens is held out)",
+        )
     require_path(out_dir, option("out_dir"))
     encoder = load_tokenizer(tokenizer)
     listed = list_sources(sources)
-    folder = check_output_dir(out_dir, option("out_dir"), lambda name: name in OWNED, force=force,
-                              writes="train.bin, val.bin and tokens.json")
+    folder = check_output_dir(
+        out_dir, option("out_dir"), lambda name: name in OWNED, force=force, writes="train.bin, val.bin and tokens.json"
+    )
     _check_apart(folder, sources)
     dtype = dtype_for_vocab(encoder.vocab_size)
     created = not folder.exists()
@@ -61,16 +78,7 @@ def prepare(sources: Sequence[str | os.PathLike], tokenizer: str | os.PathLike, 
     try:
         folder.mkdir(parents=True, exist_ok=True)
         writers = {split: SplitWriter(folder / name, dtype) for split, name in SPLIT_FILES.items()}
-        records = []
-        for source in listed:
-            digest = SourceDigest(source.name)
-            for document in read_documents(source):
-                encode_document(encoder, document, float(val_fraction), writers, digest)
-            records.append(digest.record())
-        info = TokenInfo(FORMAT_VERSION, encoder.name, encoder.sha256, encoder.vocab_size, dtype,
-                         writers["train"].tokens, writers["val"].tokens, writers["train"].text_bytes,
-                         writers["val"].text_bytes, PER_DOCUMENT, float(val_fraction), tuple(records),
-                         {SPLIT_FILES[s]: w.sha.hexdigest() for s, w in writers.items()}).with_hash()
+        info = _encode(listed, encoder, float(val_fraction), writers, dtype)
         _check_both_splits(info, listed)
         (folder / INFO_FILE).unlink(missing_ok=True)  # while the .bin files change, the folder is not prepared
         for writer in writers.values():
@@ -88,23 +96,52 @@ def prepare(sources: Sequence[str | os.PathLike], tokenizer: str | os.PathLike, 
     return info
 
 
+def _encode(listed: list, encoder, val_fraction: float, writers: dict[str, SplitWriter], dtype: str) -> TokenInfo:
+    """Every document of every source encoded into the splits' writers; the TokenInfo they make."""
+    records = []
+    for source in listed:
+        digest = SourceDigest(source.name)
+        for document in read_documents(source):
+            encode_document(encoder, document, val_fraction, writers, digest)
+        records.append(digest.record())
+    return TokenInfo(
+        FORMAT_VERSION,
+        encoder.name,
+        encoder.sha256,
+        encoder.vocab_size,
+        dtype,
+        writers["train"].tokens,
+        writers["val"].tokens,
+        writers["train"].text_bytes,
+        writers["val"].text_bytes,
+        PER_DOCUMENT,
+        val_fraction,
+        tuple(records),
+        {SPLIT_FILES[s]: w.sha.hexdigest() for s, w in writers.items()},
+    ).with_hash()
+
+
 def _check_apart(folder: Path, sources: Sequence[str | os.PathLike]) -> None:
     """The output folder must not lie in a text folder: its files would be read as text next time."""
     for reference in sources:
         text = Path(os.fspath(reference))
         if text.is_dir() and folder.is_relative_to(text.resolve()):
-            raise MadslError(f"{option('out_dir')} {folder}: lies inside the text folder {os.fspath(reference)}",
-                             Location(file=os.fspath(reference)),
-                             hint="write the token files to a folder outside the text: its files are all read")
+            raise MadslError(
+                f"{option('out_dir')} {folder}: lies inside the text folder {os.fspath(reference)}",
+                Location(file=os.fspath(reference)),
+                hint="write the token files to a folder outside the text: its files are all read",
+            )
 
 
 def _check_both_splits(info: TokenInfo, listed: list[Source]) -> None:
     for split in SPLIT_FILES:
         if info.tokens(split) == 0:
             names = ", ".join(source.name for source in listed)
-            raise MadslError(f"{names}: {info.train_tokens + info.val_tokens:,} tokens in all leave the {split} "
-                             f"split empty", Location(file=names if len(listed) == 1 else None),
-                             hint="more text, or another val fraction")
+            raise MadslError(
+                f"{names}: {info.train_tokens + info.val_tokens:,} tokens in all leave the {split} split empty",
+                Location(file=names if len(listed) == 1 else None),
+                hint="more text, or another val fraction",
+            )
 
 
 def bundled_folder_name(name: str) -> str:
@@ -114,8 +151,14 @@ def bundled_folder_name(name: str) -> str:
     return f"{name}-{hashlib.sha256(json.dumps(recipe).encode()).hexdigest()[:16]}"
 
 
-def resolve_tokens(reference: str, cache_dir: str | os.PathLike, *, dtype: object = None,
-                   vocab_size: int | None = None, verify: bool = False) -> TokenData:
+def resolve_tokens(
+    reference: str,
+    cache_dir: str | os.PathLike,
+    *,
+    dtype: object = None,
+    vocab_size: int | None = None,
+    verify: bool = False,
+) -> TokenData:
     """A run's token data from its name: "bundled:NAME" is prepared with the bytes tokenizer once
     into cache_dir/<folder named by bundled_folder_name> and reused; anything else is a folder
     opened with open_tokens (dtype and vocab_size for a nanoGPT folder without tokens.json)."""
@@ -123,7 +166,7 @@ def resolve_tokens(reference: str, cache_dir: str | os.PathLike, *, dtype: objec
     if not reference.startswith(BUNDLED_PREFIX):
         return open_tokens(reference, dtype=dtype, vocab_size=vocab_size, verify=verify)
     list_sources([reference])  # an unknown name is refused here
-    folder = Path(cache_dir) / bundled_folder_name(reference[len(BUNDLED_PREFIX):])
+    folder = Path(cache_dir) / bundled_folder_name(reference[len(BUNDLED_PREFIX) :])
     if not (folder / INFO_FILE).exists():
         _prepare_into_cache(reference, folder)
     return open_tokens(folder, verify=verify)
@@ -143,7 +186,10 @@ def _prepare_into_cache(reference: str, folder: Path) -> None:
         fsync_folder(folder.parent)
     except OSError:
         if not (folder / INFO_FILE).exists():
-            raise MadslError(f"{folder}: exists but holds no {INFO_FILE}", Location(file=str(folder)),
-                             hint="delete it: it is prepared again on the next run") from None
+            raise MadslError(
+                f"{folder}: exists but holds no {INFO_FILE}",
+                Location(file=str(folder)),
+                hint="delete it: it is prepared again on the next run",
+            ) from None
     finally:
         shutil.rmtree(fresh, ignore_errors=True)

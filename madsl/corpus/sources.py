@@ -13,6 +13,7 @@ A source is recorded in tokens.json by its name (a file's or folder's own name, 
 lies, so the same text prepared elsewhere gives the same hash), its count of documents and bytes,
 and a sha256 over each document's name and bytes.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -43,8 +44,10 @@ class BundledCorpus:
 
 BUNDLED = {
     "tinyshakespeare": BundledCorpus(
-        "tinyshakespeare.txt.gz", "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
-        "Tiny Shakespeare (1,115,394 bytes; karpathy/char-rnn), public domain"),
+        "tinyshakespeare.txt.gz",
+        "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+        "Tiny Shakespeare (1,115,394 bytes; karpathy/char-rnn), public domain",
+    ),
 }
 
 
@@ -79,8 +82,11 @@ def list_sources(references: Sequence[str | os.PathLike]) -> list[Source]:
         for _, path in source.files:
             key = _where_it_lies(path)
             if key in seen:
-                raise MadslError(f"{path}: named twice (also as {seen[key]})", Location(file=str(path)),
-                                 hint="each document is read once; name it once")
+                raise MadslError(
+                    f"{path}: named twice (also as {seen[key]})",
+                    Location(file=str(path)),
+                    hint="each document is read once; name it once",
+                )
             seen[key] = path
         if source.name in {s.name for s in sources} and not source.files:
             raise MadslError(f"{source.name}: named twice", hint="each corpus is read once; name it once")
@@ -96,10 +102,13 @@ def _where_it_lies(path: Path) -> Path:
 
 def _source(reference: str) -> Source:
     if reference.startswith(BUNDLED_PREFIX):
-        name = reference[len(BUNDLED_PREFIX):]
+        name = reference[len(BUNDLED_PREFIX) :]
         if name not in BUNDLED:
-            raise MadslError(f"no bundled corpus {name!r}", expected=", ".join(BUNDLED_PREFIX + n for n in BUNDLED),
-                             hint=did_you_mean(name, BUNDLED))
+            raise MadslError(
+                f"no bundled corpus {name!r}",
+                expected=", ".join(BUNDLED_PREFIX + n for n in BUNDLED),
+                hint=did_you_mean(name, BUNDLED),
+            )
         return Source(reference, ())
     path = require_path(reference, "TEXT")  # an unset $CORPUS must not mean the current folder
     where = Location(file=reference)
@@ -111,8 +120,13 @@ def _source(reference: str) -> Source:
         if not files:
             raise MadslError(f"{reference}: the folder holds no file", where)
         return Source(name, files)
-    what = "not a regular file or folder" if path.exists() else \
-        "a symbolic link that leads nowhere (dangling, or a loop)" if path.is_symlink() else "no such file or folder"
+    what = (
+        "not a regular file or folder"
+        if path.exists()
+        else "a symbolic link that leads nowhere (dangling, or a loop)"
+        if path.is_symlink()
+        else "no such file or folder"
+    )
     hint = f"a bundled corpus is named {BUNDLED_PREFIX}NAME" if reference in BUNDLED else None
     raise MadslError(f"{reference}: {what}", where, hint=hint)
 
@@ -125,31 +139,41 @@ def _files_below(folder: Path) -> list[str]:
     for root, dirs, files in os.walk(folder, onerror=_unreadable):
         for name in dirs:
             if os.path.islink(os.path.join(root, name)):
-                raise MadslError(f"{os.path.join(root, name)}: a link to a folder (not followed)",
-                                 Location(file=os.path.join(root, name)), hint="name the folder it links to itself")
+                raise MadslError(
+                    f"{os.path.join(root, name)}: a link to a folder (not followed)",
+                    Location(file=os.path.join(root, name)),
+                    hint="name the folder it links to itself",
+                )
         for name in files:
             path = Path(root, name)
             if path.is_symlink():
                 if not path.exists():
-                    raise MadslError(f"{path}: a symbolic link that leads nowhere (dangling, or a loop)", Location(file=str(path)),
-                                     hint="remove the link, or restore what it points to")
+                    raise MadslError(
+                        f"{path}: a symbolic link that leads nowhere (dangling, or a loop)",
+                        Location(file=str(path)),
+                        hint="remove the link, or restore what it points to",
+                    )
                 require_inside(path, folder, "a file of the text folder")
             if not path.is_file():
-                raise MadslError(f"{path}: not a regular file (a fifo, socket or device)", Location(file=str(path)),
-                                 hint="a text folder holds text files only")
+                raise MadslError(
+                    f"{path}: not a regular file (a fifo, socket or device)",
+                    Location(file=str(path)),
+                    hint="a text folder holds text files only",
+                )
             found.append(path.relative_to(folder).as_posix())
     return sorted(found)
 
 
 def _unreadable(err: OSError) -> None:
-    raise MadslError(f"{err.filename}: the folder cannot be read ({err.strerror or err})",
-                     Location(file=str(err.filename)))
+    raise MadslError(
+        f"{err.filename}: the folder cannot be read ({err.strerror or err})", Location(file=str(err.filename))
+    )
 
 
 def read_documents(source: Source) -> Iterator[Document]:
     """The source's documents, one at a time (a file's size taken, nothing read yet)."""
     if not source.files:
-        yield _bundled(source.name[len(BUNDLED_PREFIX):])
+        yield _bundled(source.name[len(BUNDLED_PREFIX) :])
         return
     for name, path in source.files:
         try:
@@ -169,12 +193,15 @@ def read_chunks(document: Document, chunk_bytes: int) -> Iterator[Chunk]:
         while True:
             block = f.read(min(chunk_bytes, document.size - offset + 1))
             if offset + len(block) > document.size or (not block and offset < document.size):
-                raise MadslError(f"{document.path}: the file changed while it was read (its size was "
-                                 f"{document.size:,} bytes)", Location(file=document.path), hint="prepare it again")
+                raise MadslError(
+                    f"{document.path}: the file changed while it was read (its size was {document.size:,} bytes)",
+                    Location(file=document.path),
+                    hint="prepare it again",
+                )
             final = offset + len(block) == document.size
             held = decoder.getstate()[0]  # the bytes of a character the last block cut, decoded with these
             text = _decode(decoder, held, block, final, offset - len(held), document.path)
-            data = held + block[:len(block) - len(decoder.getstate()[0])]
+            data = held + block[: len(block) - len(decoder.getstate()[0])]
             if data or final:
                 yield Chunk(offset - len(held), data, text)
             offset += len(block)
@@ -190,8 +217,9 @@ def _opened(document: Document) -> Iterator[BinaryIO]:
     try:  # (non-blocking: a file swapped for a fifo since it was listed must not hang the read)
         fd = os.open(document.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as err:
-        raise MadslError(f"{document.path}: cannot be read ({err.strerror or err})",
-                         Location(file=document.path)) from None
+        raise MadslError(
+            f"{document.path}: cannot be read ({err.strerror or err})", Location(file=document.path)
+        ) from None
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise MadslError(f"{document.path}: not a regular file", Location(file=document.path))
@@ -201,14 +229,19 @@ def _opened(document: Document) -> Iterator[BinaryIO]:
 def _decode(decoder: codecs.IncrementalDecoder, held: bytes, block: bytes, final: bool, start: int, where: str) -> str:
     nul = block.find(b"\0")
     if nul >= 0:
-        raise MadslError(f"{where}: a binary file, not text (a NUL byte at offset {start + len(held) + nul:,})",
-                         Location(file=where), hint="name text files only (UTF-8)")
+        raise MadslError(
+            f"{where}: a binary file, not text (a NUL byte at offset {start + len(held) + nul:,})",
+            Location(file=where),
+            hint="name text files only (UTF-8)",
+        )
     try:
         return decoder.decode(block, final)
     except UnicodeDecodeError as err:  # err.start counts from the bytes held from the last block
-        raise MadslError(f"{where}: not UTF-8 text (byte 0x{(held + block)[err.start]:02x} at offset "
-                         f"{start + err.start:,})", Location(file=where),
-                         hint="convert it to UTF-8, or leave it out") from None
+        raise MadslError(
+            f"{where}: not UTF-8 text (byte 0x{(held + block)[err.start]:02x} at offset {start + err.start:,})",
+            Location(file=where),
+            hint="convert it to UTF-8, or leave it out",
+        ) from None
 
 
 def _bundled(name: str) -> Document:
@@ -217,11 +250,17 @@ def _bundled(name: str) -> Document:
     try:
         data = gzip.decompress(path.read_bytes())
     except (OSError, EOFError, zlib.error) as err:
-        raise MadslError(f"{path}: the bundled corpus {name} cannot be read ({err})", Location(file=str(path)),
-                         hint="reinstall madsl") from None
+        raise MadslError(
+            f"{path}: the bundled corpus {name} cannot be read ({err})",
+            Location(file=str(path)),
+            hint="reinstall madsl",
+        ) from None
     if hashlib.sha256(data).hexdigest() != corpus.sha256:
-        raise MadslError(f"{path}: the bundled corpus {name} is not the text madsl ships (its sha256 differs)",
-                         Location(file=str(path)), hint="reinstall madsl")
+        raise MadslError(
+            f"{path}: the bundled corpus {name} is not the text madsl ships (its sha256 differs)",
+            Location(file=str(path)),
+            hint="reinstall madsl",
+        )
     return Document(name, str(path), len(data), data)
 
 
@@ -242,5 +281,4 @@ class SourceDigest:
         self._sha.update(data)
 
     def record(self) -> dict:
-        return {"name": self.name, "documents": self.documents, "bytes": self.bytes,
-                "sha256": self._sha.hexdigest()}
+        return {"name": self.name, "documents": self.documents, "bytes": self.bytes, "sha256": self._sha.hexdigest()}

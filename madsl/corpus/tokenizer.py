@@ -12,6 +12,7 @@ input as much as the text: a normalizer that makes a piece more than MAX_EXPANSI
 (a Replace of one character by a thousand reached 4.9 GB on 60 KB of text) is refused before
 the piece is encoded, by normalizing it NORMALIZE_SPAN characters at a time.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,24 +49,32 @@ class FileTokenizer:
         try:
             from tokenizers import Tokenizer
         except ModuleNotFoundError:
-            raise MadslError(f"{shown}: reading a tokenizer file needs the `tokenizers` library, which is not "
-                             "installed", where, hint="pip install 'madsl[torch]' (or pip install tokenizers)") \
-                from None
+            raise MadslError(
+                f"{shown}: reading a tokenizer file needs the `tokenizers` library, which is not installed",
+                where,
+                hint="pip install 'madsl[torch]' (or pip install tokenizers)",
+            ) from None
         try:
             with open(path, "rb") as f:
                 data = f.read(MAX_TOKENIZER_BYTES + 1)
             if len(data) > MAX_TOKENIZER_BYTES:
-                raise MadslError(f"{shown}: larger than {MAX_TOKENIZER_BYTES >> 20} MiB, not a tokenizer file",
-                                 where, expected="a Hugging Face tokenizer.json")
+                raise MadslError(
+                    f"{shown}: larger than {MAX_TOKENIZER_BYTES >> 20} MiB, not a tokenizer file",
+                    where,
+                    expected="a Hugging Face tokenizer.json",
+                )
             self._tokenizer: Any = Tokenizer.from_str(data.decode("utf-8"))
         except OSError as err:
             raise MadslError(f"{shown}: cannot be read ({err.strerror or err})", where) from None
         except MadslError:
             raise
         except Exception as err:  # the library's parse errors are plain Exceptions; UnicodeDecodeError too
-            raise MadslError(f"{shown}: not a tokenizer file the `tokenizers` library reads "
-                             f"({str(err).splitlines()[0][:200] if str(err) else type(err).__name__})", where,
-                             expected="a Hugging Face tokenizer.json") from None
+            raise MadslError(
+                f"{shown}: not a tokenizer file the `tokenizers` library reads "
+                f"({str(err).splitlines()[0][:200] if str(err) else type(err).__name__})",
+                where,
+                expected="a Hugging Face tokenizer.json",
+            ) from None
         vocabulary = self._tokenizer.get_vocab(with_added_tokens=True)
         if not vocabulary:
             raise MadslError(f"{shown}: the tokenizer has an empty vocabulary", where)
@@ -80,11 +89,16 @@ class FileTokenizer:
         encoded = self._tokenizer.encode(text, add_special_tokens=False)
         ids = np.asarray(encoded.ids, dtype=np.int64)
         if len(ids) > MAX_TOKENS_PER_CHAR * len(text) + 16:
-            raise MadslError(f"{self.shown}: encoding {where} gave {len(ids):,} tokens for {len(text):,} characters",
-                             Location(file=self.shown), hint="the tokenizer expands text; use another tokenizer")
+            raise MadslError(
+                f"{self.shown}: encoding {where} gave {len(ids):,} tokens for {len(text):,} characters",
+                Location(file=self.shown),
+                hint="the tokenizer expands text; use another tokenizer",
+            )
         if ids.size and int(ids.max()) >= self.vocab_size:  # a tokenizer whose model and vocabulary disagree
-            raise MadslError(f"{self.shown}: encoding {where} gave id {int(ids.max())}, outside its vocabulary "
-                             f"of {self.vocab_size}", Location(file=self.shown))
+            raise MadslError(
+                f"{self.shown}: encoding {where} gave id {int(ids.max())}, outside its vocabulary of {self.vocab_size}",
+                Location(file=self.shown),
+            )
         spans = np.asarray(encoded.offsets, dtype=np.int64).reshape(-1, 2)
         return ids, spans[:, 0], spans[:, 1]
 
@@ -97,7 +111,7 @@ class FileTokenizer:
         if pre is None:
             return True
         begin = max(0, at - CUT_WINDOW)
-        words = [span for _, span in pre.pre_tokenize_str(text[begin:at + CUT_WINDOW])]
+        words = [span for _, span in pre.pre_tokenize_str(text[begin : at + CUT_WINDOW])]
         if any(start < at - begin < end for start, end in words):
             return False
         before = [span for _, span in pre.pre_tokenize_str(text[begin:at])]
@@ -108,16 +122,19 @@ class FileTokenizer:
         if normalizer is None:
             return
         for start in range(0, len(text), NORMALIZE_SPAN):
-            span = text[start:start + NORMALIZE_SPAN]
+            span = text[start : start + NORMALIZE_SPAN]
             size = len(normalizer.normalize_str(span))
             if size > MAX_EXPANSION * len(span) + 64:
-                raise MadslError(f"{self.shown}: its normalizer turns {len(span):,} characters of {where} into "
-                                 f"{size:,}, more than {MAX_EXPANSION} times as many", Location(file=self.shown),
-                                 hint="a normalizer that expands text this much is not one for training text")
+                raise MadslError(
+                    f"{self.shown}: its normalizer turns {len(span):,} characters of {where} into "
+                    f"{size:,}, more than {MAX_EXPANSION} times as many",
+                    Location(file=self.shown),
+                    hint="a normalizer that expands text this much is not one for training text",
+                )
 
 
 def load_tokenizer(tokenizer: str | os.PathLike) -> ByteTokenizer | FileTokenizer:
-    """"bytes", or the tokenizer.json at the path `tokenizer`; a MadslError names it as it was
+    """ "bytes", or the tokenizer.json at the path `tokenizer`; a MadslError names it as it was
     written: empty, a URL (nothing is downloaded), missing or not a regular file."""
     shown = os.fspath(tokenizer)
     if shown == BYTES:
@@ -125,11 +142,19 @@ def load_tokenizer(tokenizer: str | os.PathLike) -> ByteTokenizer | FileTokenize
     path = require_path(shown, option("tokenizer"))
     expected = '"bytes" or a Hugging Face tokenizer.json file'
     if _URL.match(shown):
-        raise MadslError(f"{option('tokenizer')} {shown}: a URL, not a tokenizer file (nothing is downloaded)",
-                         Location(file=shown), expected=expected,
-                         hint="download the tokenizer.json and name the local file")
+        raise MadslError(
+            f"{option('tokenizer')} {shown}: a URL, not a tokenizer file (nothing is downloaded)",
+            Location(file=shown),
+            expected=expected,
+            hint="download the tokenizer.json and name the local file",
+        )
     if not path.is_file():
-        what = "not a regular file" if path.exists() else \
-            "a symbolic link that leads nowhere (dangling, or a loop)" if path.is_symlink() else "no such tokenizer file"
+        what = (
+            "not a regular file"
+            if path.exists()
+            else "a symbolic link that leads nowhere (dangling, or a loop)"
+            if path.is_symlink()
+            else "no such tokenizer file"
+        )
         raise MadslError(f"{shown}: {what}", Location(file=shown), expected=expected)
     return FileTokenizer(path, shown)

@@ -22,13 +22,14 @@ What the accounting then counts is madsl's layers at the spec's parameters (`lay
 (`M2.heads`, where it is not expand x dim) are given there; the command refuses a pattern
 given Mamba-2 sizes without their width (madsl/cli/convert.py).
 """
+
 from __future__ import annotations
 
 import unicodedata
 from typing import Any
 
-from madsl.lang import topology as topo
 from madsl.errors import Location, MadslError
+from madsl.lang import topology as topo
 
 SEQUENCE = {"M": "mamba", "*": "attention"}
 CHANNEL = {"-": "mlp", "E": "moe"}
@@ -38,8 +39,12 @@ PRIMITIVE_CHARACTER = {"mamba": "M", "mamba2": "M", "attention": "*", "mlp": "-"
 
 
 def _error(pattern: str, index: int, message: str, hint: str | None = None) -> MadslError:
-    return MadslError(message, Location(None, 1, index + 1, pattern, 1), hint=hint,
-                      expected="M (Mamba), * (attention), - (MLP), E (MoE)")
+    return MadslError(
+        message,
+        Location(None, 1, index + 1, pattern, 1),
+        hint=hint,
+        expected="M (Mamba), * (attention), - (MLP), E (MoE)",
+    )
 
 
 def describe_character(char: str) -> str:
@@ -75,9 +80,13 @@ def megatron_blocks(pattern: str, symbols: dict[str, str] | None = None) -> list
                 blocks.append(f"{mixer}-{topo.NO_CHANNEL}")
                 i += 1
         elif char in CHANNEL:
-            raise _error(pattern, i, f"layer {i + 1} ({char!r}) is an MLP with no Mamba or attention layer "
-                                     "before it; a madsl block is a sequence mixer and then its channel mixer",
-                         hint="madsl can express an MLP only right after a sequence layer (M- or *-)")
+            raise _error(
+                pattern,
+                i,
+                f"layer {i + 1} ({char!r}) is an MLP with no Mamba or attention layer "
+                "before it; a madsl block is a sequence mixer and then its channel mixer",
+                hint="madsl can express an MLP only right after a sequence layer (M- or *-)",
+            )
         else:
             raise _error(pattern, i, f"unknown layer character {describe_character(char)} at position {i + 1}")
     return blocks
@@ -123,7 +132,9 @@ def to_megatron_pattern(spec: Any) -> str:
                 continue
             primitive = node["primitive"].name
             if primitive not in PRIMITIVE_CHARACTER:
-                raise MadslError(f"{spec.name}: {node['layer'].symbol} ({primitive}) has no Megatron layer character",
-                                 expected="mamba, mamba2, attention, mlp, swiglu or moe layers")
+                raise MadslError(
+                    f"{spec.name}: {node['layer'].symbol} ({primitive}) has no Megatron layer character",
+                    expected="mamba, mamba2, attention, mlp, swiglu or moe layers",
+                )
             out.append(PRIMITIVE_CHARACTER[primitive])
     return "".join(out)

@@ -7,6 +7,7 @@ the per-member logsumexp views of that loop, H100 fp32). Under vmap the members 
 folded into the batch axis instead, (members, batch, heads, L, hd) -> (members * batch,
 heads, L, hd): one SDPA call for all members, forward and backward.
 """
+
 from __future__ import annotations
 
 import torch.nn.functional as F
@@ -15,8 +16,14 @@ from torch import Tensor
 from madsl.kernels import member_fold
 
 
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None,
-                                 is_causal: bool = False, scale: float | None = None) -> Tensor:
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
     """torch's SDPA (q (B, heads, L, hd), k and v (B, heads, S, hd)), one call for all members under vmap.
     `attn_mask` (L, S) must be the same for every member (a causal or banded mask is)."""
     if member_fold.active():
@@ -28,8 +35,16 @@ class _SDPAFold:
     call = staticmethod(scaled_dot_product_attention)
 
     @staticmethod
-    def fold(members: int, in_dims: tuple, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None,
-             is_causal: bool, scale: float | None) -> tuple[Tensor, int]:
+    def fold(
+        members: int,
+        in_dims: tuple,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        scale: float | None,
+    ) -> tuple[Tensor, int]:
         member_fold.unbatched("scaled_dot_product_attention", in_dims, [3])
         q, k, v = (member_fold.into_batch(x, d, members) for x, d in zip((q, k, v), in_dims))
         y = scaled_dot_product_attention(q, k, v, attn_mask, is_causal, scale)

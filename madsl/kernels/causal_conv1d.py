@@ -3,6 +3,7 @@ a member fold (`madsl.kernels.member_fold`): under vmap the members of a stacked
 fold into the channels, x (members, batch, channels, L) -> (batch, members * channels, L)
 with the members' weights and biases concatenated, and the kernel runs once for all.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -24,8 +25,9 @@ class _ConvFold:
     call = staticmethod(causal_conv1d_silu)
 
     @staticmethod
-    def fold(members: int, in_dims: tuple, kernel: Callable, x: Tensor, weight: Tensor,
-             bias: Tensor | None) -> tuple[Tensor, int]:
+    def fold(
+        members: int, in_dims: tuple, kernel: Callable, x: Tensor, weight: Tensor, bias: Tensor | None
+    ) -> tuple[Tensor, int]:
         x = member_fold.member_first(x, in_dims[1], members)  # (members, batch, channels, L)
         x = x.transpose(0, 1).reshape(x.shape[1], -1, x.shape[3]).contiguous()
         weight = member_fold.member_first(weight, in_dims[2], members).flatten(0, 1)

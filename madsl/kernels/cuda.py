@@ -18,6 +18,7 @@ Each getter returns the function, or None when the library does not import; on a
 CUDA tensor the layers then fall back to madsl's pure-PyTorch GPU paths (chunked
 scans), after one warning per library that names the extra.
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,8 +31,12 @@ EXTRA_HINT = "pip install 'madsl[cuda]'"
 @functools.lru_cache(maxsize=None)
 def warn_missing(library: str, fallback: str) -> None:
     """One warning per (library, fallback) per process."""
-    warnings.warn(f"{library} is not installed or does not import; on CUDA, madsl uses {fallback} "
-                  f"instead (slower). Install the CUDA extra: {EXTRA_HINT}", RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        f"{library} is not installed or does not import; on CUDA, madsl uses {fallback} "
+        f"instead (slower). Install the CUDA extra: {EXTRA_HINT}",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def _load(module: str, names: tuple[str, ...]) -> tuple[Callable, ...] | None:
@@ -111,9 +116,14 @@ def fla_op(module: str, name: str, fallback: str) -> Callable | None:
 
 def library_status() -> str:
     """Which libraries of the extra import here, a line each (the GPU check scripts print it)."""
-    return "\n".join(f"{name:24s} {'imports' if ops else 'MISSING'}"
-                     for name, ops in (("mamba-ssm", mamba_ssm_ops()), ("causal-conv1d", causal_conv1d_ops()),
-                                       ("flash-linear-attention", fla_gla_ops())))
+    return "\n".join(
+        f"{name:24s} {'imports' if ops else 'MISSING'}"
+        for name, ops in (
+            ("mamba-ssm", mamba_ssm_ops()),
+            ("causal-conv1d", causal_conv1d_ops()),
+            ("flash-linear-attention", fla_gla_ops()),
+        )
+    )
 
 
 if __name__ == "__main__":  # python -m madsl.kernels.cuda

@@ -23,6 +23,7 @@ keeps Hyena's convolutions in full precision) and cast back; float64 stays float
 
 `short_causal_conv` is the few-tap depthwise convolution on the projections.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -86,7 +87,7 @@ def toeplitz_causal_conv(u: Tensor, h: Tensor, skip: Tensor | None = None) -> Te
     out_dtype = u.dtype
     with full_precision(u):
         u, h, skip, seq_len = _prepare(u, h, skip)
-        channel_shape = u.shape[u.dim() - h.dim():-1]  # the dims of u that h's channel dims address
+        channel_shape = u.shape[u.dim() - h.dim() : -1]  # the dims of u that h's channel dims address
         h = h.expand(*channel_shape, seq_len).reshape(-1, seq_len)  # (C, L)
         channels = h.shape[0]
         # (C, N, L) @ (C, L, L)^T: the channel is the matmul batch, everything else its rows. One explicit
@@ -103,7 +104,7 @@ def direct_causal_conv(u: Tensor, h: Tensor, skip: Tensor | None = None) -> Tens
     u, h, skip, seq_len = _prepare(u, h, skip)
     y = torch.zeros_like(u * h[..., :1])
     for lag in range(seq_len):
-        y[..., lag:] += h[..., lag:lag + 1] * u[..., :seq_len - lag]
+        y[..., lag:] += h[..., lag : lag + 1] * u[..., : seq_len - lag]
     return _add_skip(y, u, skip).to(out_dtype)
 
 

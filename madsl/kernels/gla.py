@@ -26,6 +26,7 @@ below -2.2 per step at chunk 64, a gate logit below about -35), the chunk is hal
 until none does (down to 1, the recurrence itself): exact for any gates, and free
 for ordinary ones. The carried state only ever sees factors <= 1.
 """
+
 from __future__ import annotations
 
 import functools
@@ -43,10 +44,12 @@ from madsl.kernels.member_fold import folds_into_batch
 def _full_precision(fn):
     """The recurrences run in the inputs' dtype with autocast off: under a bf16 autocast the
     matmuls would otherwise round the carried state and the cumulative gates to bf16."""
+
     @functools.wraps(fn)
     def wrapped(q: Tensor, *args, **kwargs):
         with torch.autocast(device_type=q.device.type, enabled=False):
             return fn(q, *args, **kwargs)
+
     return wrapped
 
 
@@ -62,12 +65,12 @@ def gla_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, log_decay_t: Tensor, state: 
 
 
 @_full_precision
-def gla_recurrent(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
-                  initial_state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def gla_recurrent(
+    q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, initial_state: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """The sequential recurrence, token by token (reference; O(L) Python steps)."""
     batch, heads, length, key_dim = q.shape
-    state = (initial_state if initial_state is not None
-             else q.new_zeros(batch, heads, key_dim, v.shape[-1]))
+    state = initial_state if initial_state is not None else q.new_zeros(batch, heads, key_dim, v.shape[-1])
     outputs = []
     for t in range(length):
         o_t, state = gla_step(q[:, :, t], k[:, :, t], v[:, :, t], log_decay[:, :, t], state)
@@ -105,29 +108,46 @@ def _largest_safe_chunk(log_decay: Tensor, chunk: int) -> int:
     return chunk
 
 
+def _in_chunks(chunk: int, *xs: Tensor) -> tuple[Tensor, ...]:
+    """(.., length, d) -> (.., n_chunks, chunk, d), zero-padded to whole chunks. Padding: k = v = 0
+    adds nothing to the state, g = 0 does not decay it, so outputs and the final state are those
+    of the unpadded sequence."""
+    length = xs[0].shape[-2]
+    padded = -(-length // chunk) * chunk
+    if padded != length:
+        xs = tuple(F.pad(x, (0, 0, 0, padded - length)) for x in xs)
+    return tuple(x.unflatten(-2, (padded // chunk, chunk)) for x in xs)
+
+
 @folds_into_batch  # under vmap one call for all members (its chunk choice reads the data)
 @_full_precision
-def gla_chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
-                initial_state: Tensor | None = None,
-                chunk_size: int | None = None) -> tuple[Tensor, Tensor]:
+def gla_chunked(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    log_decay: Tensor,
+    initial_state: Tensor | None = None,
+    chunk_size: int | None = None,
+) -> tuple[Tensor, Tensor]:
     """Chunked parallel form; equal to `gla_recurrent` up to rounding, for any gate values.
     `chunk_size` None: `default_chunk_size`. Sequences shorter than a chunk use one chunk."""
     if q.dtype in (torch.float16, torch.bfloat16):  # cumulative gates need float32's mantissa
-        out, final_state = gla_chunked(q.float(), k.float(), v.float(), log_decay.float(),
-                                       None if initial_state is None else initial_state.float(), chunk_size)
+        out, final_state = gla_chunked(
+            q.float(),
+            k.float(),
+            v.float(),
+            log_decay.float(),
+            None if initial_state is None else initial_state.float(),
+            chunk_size,
+        )
         return out.to(v.dtype), final_state.to(v.dtype)
     batch, heads, length, key_dim = q.shape
     value_dim = v.shape[-1]
     chunk = min(chunk_size or default_chunk_size(key_dim, value_dim), length)
     chunk = _largest_safe_chunk(log_decay, chunk)
-    padded = -(-length // chunk) * chunk
-    if padded != length:
-        # Padding: k = v = 0 adds nothing to the state, g = 0 does not decay it,
-        # so outputs and the final state are those of the unpadded sequence.
-        pad = (0, 0, 0, padded - length)
-        q, k, v, log_decay = (F.pad(x, pad) for x in (q, k, v, log_decay))
-    n_chunks = padded // chunk
-    q, k, v, log_decay = (x.unflatten(-2, (n_chunks, chunk)) for x in (q, k, v, log_decay))
+    q, k, v, log_decay = _in_chunks(chunk, q, k, v, log_decay)
+    n_chunks = q.shape[-3]
+    padded = n_chunks * chunk
 
     b = log_decay.cumsum(dim=-2)  # cumulative log gate within each chunk, non-increasing
     b_last = b[..., -1:, :]
@@ -149,8 +169,7 @@ def gla_chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
     if n_chunks == 1 and initial_state is None:
         final_state = chunk_updates[:, :, 0]  # nothing carried in: skip reading out a zero state
     else:
-        state = (initial_state if initial_state is not None
-                 else q.new_zeros(batch, heads, key_dim, value_dim))
+        state = initial_state if initial_state is not None else q.new_zeros(batch, heads, key_dim, value_dim)
         states_before = []
         # unbind, not indexing: one backward node for all chunks (each index's backward
         # would write a full-size zero gradient, quadratic in the number of chunks).
@@ -176,8 +195,9 @@ def fla_applies(x: Tensor) -> bool:
     return x.is_cuda and x.dtype != torch.float64 and fla_chunk_gla() is not None
 
 
-def fla_operands(keys: list[Tensor | None], values: list[Tensor | None],
-                 floats: list[Tensor | None] = ()) -> tuple[list, list, list, int]:
+def fla_operands(
+    keys: list[Tensor | None], values: list[Tensor | None], floats: list[Tensor | None] = ()
+) -> tuple[list, list, list, int]:
     """Tensors as fla's chunk kernels take them, and the value width to cut the output back to.
     - keys (q, k, and GLA's per-key gates: last axis the key width) and values (last axis the
       value width) in one dtype: the kernels' dots take operands of one type, and under autocast
@@ -200,16 +220,19 @@ def fla_operands(keys: list[Tensor | None], values: list[Tensor | None],
     sixteen_bits = dtype in (torch.float16, torch.bfloat16)
 
     def pad(xs: list, cast: bool) -> list:  # tensors of one width (the key or the value width)
-        return [None if x is None else F.pad(x.to(dtype) if cast else x, (0, x.shape[-1] % 2 if sixteen_bits else 0))
-                for x in xs]
+        return [
+            None if x is None else F.pad(x.to(dtype) if cast else x, (0, x.shape[-1] % 2 if sixteen_bits else 0))
+            for x in xs
+        ]
 
     value_width = next(x.shape[-1] for x in values if x is not None)
     return pad(keys, True), pad(values, True), pad(list(floats), False), value_width
 
 
 @folds_into_batch  # fla's kernels have no vmap rule
-def gla_fla_chunk(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor,
-                  initial_state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+def gla_fla_chunk(
+    q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, initial_state: Tensor | None = None
+) -> tuple[Tensor, Tensor | None]:
     """fla's Triton chunk kernel on CUDA tensors (same layout and semantics as above).
     fla takes (batch, L, heads, dim); versions that still have `head_first` (whose default
     changed over time) get head_first=False explicitly. q is already scaled: scale=1.

@@ -32,6 +32,7 @@ kernels (`chunk_simple_gla`, `chunk_delta_rule`, `chunk_gated_delta_rule`) on CU
 `cuda` extra is installed, the chunked forms here everywhere else (the CPU, float64, and CUDA
 without the extra, after a one-time warning naming it).
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,14 +49,19 @@ from madsl.kernels.member_fold import folds_into_batch
 def full_precision(fn):
     """Run in the inputs' dtype with autocast off (bf16 autocast would round the carried state and
     the cumulative decays); half-precision inputs are computed in float32 and cast back."""
+
     @functools.wraps(fn)
     def wrapped(q: Tensor, *args, **kwargs):
         with torch.autocast(device_type=q.device.type, enabled=False):
             if q.dtype in (torch.float16, torch.bfloat16):
-                lift = lambda t: t.float() if isinstance(t, Tensor) and t.is_floating_point() else t
+
+                def lift(t):
+                    return t.float() if isinstance(t, Tensor) and t.is_floating_point() else t
+
                 out, state = fn(lift(q), *(lift(a) for a in args), **{k: lift(v) for k, v in kwargs.items()})
                 return out.to(q.dtype), state
             return fn(q, *args, **kwargs)
+
     return wrapped
 
 
@@ -85,9 +91,11 @@ def _decay_within(log_decay: Tensor) -> tuple[Tensor, Tensor]:
 
 # ---- decayed linear attention ---------------------------------------------------------------------
 
+
 @full_precision
-def decay_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, log_decay_t: Tensor | None,
-               state: Tensor) -> tuple[Tensor, Tensor]:
+def decay_step(
+    q_t: Tensor, k_t: Tensor, v_t: Tensor, log_decay_t: Tensor | None, state: Tensor
+) -> tuple[Tensor, Tensor]:
     """One token: q_t, k_t (batch, heads, key_dim); v_t (batch, heads, value_dim); log_decay_t
     (batch, heads) or None. Returns (o_t, new state)."""
     decayed = state if log_decay_t is None else log_decay_t.exp()[..., None, None] * state
@@ -96,21 +104,24 @@ def decay_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, log_decay_t: Tensor | None
 
 
 @full_precision
-def decay_recurrent(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None,
-                    initial_state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def decay_recurrent(
+    q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None, initial_state: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """The sequential recurrence, token by token (the reference)."""
     state = initial_state if initial_state is not None else q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
     outputs = []
     for t in range(q.shape[2]):
-        o_t, state = decay_step(q[:, :, t], k[:, :, t], v[:, :, t],
-                                None if log_decay is None else log_decay[:, :, t], state)
+        o_t, state = decay_step(
+            q[:, :, t], k[:, :, t], v[:, :, t], None if log_decay is None else log_decay[:, :, t], state
+        )
         outputs.append(o_t)
     return torch.stack(outputs, dim=2), state
 
 
 @full_precision
-def decay_chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None,
-                  initial_state: Tensor | None = None, chunk_size: int = 64) -> tuple[Tensor, Tensor]:
+def decay_chunked(
+    q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None, initial_state: Tensor | None = None, chunk_size: int = 64
+) -> tuple[Tensor, Tensor]:
     """Chunked parallel form of `decay_recurrent` (equal up to rounding, for any decay)."""
     batch, heads, length, key_dim = q.shape
     value_dim = v.shape[-1]
@@ -133,9 +144,11 @@ def decay_chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None,
 
 # ---- the delta rule -------------------------------------------------------------------------------
 
+
 @full_precision
-def delta_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, beta_t: Tensor, log_decay_t: Tensor | None,
-               state: Tensor) -> tuple[Tensor, Tensor]:
+def delta_step(
+    q_t: Tensor, k_t: Tensor, v_t: Tensor, beta_t: Tensor, log_decay_t: Tensor | None, state: Tensor
+) -> tuple[Tensor, Tensor]:
     """One token of the (gated) delta rule: beta_t (batch, heads); the rest as `decay_step`."""
     if log_decay_t is not None:
         state = log_decay_t.exp()[..., None, None] * state
@@ -146,21 +159,30 @@ def delta_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, beta_t: Tensor, log_decay_
 
 
 @full_precision
-def delta_recurrent(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor | None,
-                    initial_state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def delta_recurrent(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor | None, initial_state: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """The sequential delta rule, token by token (the reference)."""
     state = initial_state if initial_state is not None else q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
     outputs = []
     for t in range(q.shape[2]):
-        o_t, state = delta_step(q[:, :, t], k[:, :, t], v[:, :, t], beta[:, :, t],
-                                None if log_decay is None else log_decay[:, :, t], state)
+        o_t, state = delta_step(
+            q[:, :, t], k[:, :, t], v[:, :, t], beta[:, :, t], None if log_decay is None else log_decay[:, :, t], state
+        )
         outputs.append(o_t)
     return torch.stack(outputs, dim=2), state
 
 
 @full_precision
-def delta_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor | None,
-                  initial_state: Tensor | None = None, chunk_size: int = 64) -> tuple[Tensor, Tensor]:
+def delta_chunked(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    log_decay: Tensor | None,
+    initial_state: Tensor | None = None,
+    chunk_size: int = 64,
+) -> tuple[Tensor, Tensor]:
     """Chunked (WY) form of `delta_recurrent` (see the module docstring)."""
     batch, heads, length, key_dim = q.shape
     value_dim = v.shape[-1]
@@ -184,8 +206,13 @@ def delta_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tens
     outputs = []
     # unbind, not indexing: one backward node per tensor (an index's backward writes a full-size gradient)
     for u_v_n, w_n, q_n, scores_n, decay_n, k_n in zip(
-            u_v.unbind(2), w.unbind(2), q_decayed.unbind(2), scores.unbind(2),
-            b_last.exp().unsqueeze(-1).unbind(2), k_to_end.transpose(-1, -2).unbind(2)):
+        u_v.unbind(2),
+        w.unbind(2),
+        q_decayed.unbind(2),
+        scores.unbind(2),
+        b_last.exp().unsqueeze(-1).unbind(2),
+        k_to_end.transpose(-1, -2).unbind(2),
+    ):
         u = u_v_n - w_n @ state
         outputs.append(q_n @ state + scores_n @ u)
         state = decay_n * state + k_n @ u
@@ -219,8 +246,9 @@ def decay_parallel(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None, ch
 
 
 @folds_into_batch
-def delta_parallel(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor | None,
-                   chunk_size: int = 64) -> Tensor:
+def delta_parallel(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor | None, chunk_size: int = 64
+) -> Tensor:
     """o of `delta_recurrent` from a zero state: fla's `chunk_gated_delta_rule` (with a decay) or
     `chunk_delta_rule` on CUDA when installed (k already L2-normalised, q as given: scale 1), else
     `delta_chunked`."""
@@ -230,8 +258,7 @@ def delta_parallel(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Ten
             # it, and with a zero log decay it is the same recurrence
             log_decay = q.new_zeros(q.shape[:-1])
         name = "chunk_delta_rule" if log_decay is None else "chunk_gated_delta_rule"
-        kernel = cuda.fla_op("delta_rule" if log_decay is None else "gated_delta_rule", name,
-                             "madsl's chunked WY form")
+        kernel = cuda.fla_op("delta_rule" if log_decay is None else "gated_delta_rule", name, "madsl's chunked WY form")
         if kernel is not None:
             (q_, k_), [v_], _, value_width = fla_operands([q, k], [v])
             q_, k_, v_, beta_, g = _heads_second(q_, k_, v_, beta.to(q_.dtype), log_decay)

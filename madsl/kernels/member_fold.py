@@ -30,6 +30,7 @@ its own: the decorator `folds_into_batch` folds the members into that axis. `act
 reads torch's private `torch._C._are_functorch_transforms_active` (what torch's own
 autograd.Function dispatch reads); tests/test_member_fold.py fails if it stops working.
 """
+
 from __future__ import annotations
 
 import functools
@@ -70,8 +71,7 @@ def unbatched(name: str, in_dims: Sequence[int | None], positions: Sequence[int]
     """Refuse a member axis on arguments the fold cannot move (the op takes them once for all)."""
     for i in positions:
         if in_dims[i] is not None:
-            raise NotImplementedError(f"{name} under vmap: argument {i} differs per member, "
-                                      f"which this op cannot fold")
+            raise NotImplementedError(f"{name} under vmap: argument {i} differs per member, which this op cannot fold")
 
 
 def folds_into_batch(fn: Callable) -> Callable:
@@ -93,8 +93,10 @@ def folds_into_batch(fn: Callable) -> Callable:
         args = [into_batch(a, d, members) if isinstance(a, Tensor) else a for a, d in zip(args, in_dims)]
         out = op(*args)
         if isinstance(out, tuple):
-            return (tuple(None if o is None else out_of_batch(o, members) for o in out),
-                    tuple(None if o is None else 0 for o in out))
+            return (
+                tuple(None if o is None else out_of_batch(o, members) for o in out),
+                tuple(None if o is None else 0 for o in out),
+            )
         return out_of_batch(out, members), 0
 
     fold = type(f"{fn.__name__}_fold", (), {"call": staticmethod(op), "fold": staticmethod(fold_members)})
@@ -119,8 +121,10 @@ class _Folded(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Tensor) -> tuple:
         if active():
-            raise NotImplementedError("madsl's folded kernels support torch.func.vmap with ordinary autograd "
-                                      "(as grid-batched training uses them), not torch.func.grad/vjp")
+            raise NotImplementedError(
+                "madsl's folded kernels support torch.func.vmap with ordinary autograd "
+                "(as grid-batched training uses them), not torch.func.grad/vjp"
+            )
         saved = iter(ctx.saved_tensors)
         args = [next(saved) if is_tensor else c for is_tensor, c in zip(ctx.layout, ctx.constants)]
         wanted = [i for i, a in enumerate(args) if isinstance(a, Tensor) and ctx.needs_input_grad[i + 1]]
@@ -130,8 +134,13 @@ class _Folded(torch.autograd.Function):
             outputs = ctx.fold.call(*args)
             outputs = outputs if isinstance(outputs, tuple) else (outputs,)
             pairs = [(o, g) for o, g in zip(outputs, grads) if o is not None and g is not None and o.requires_grad]
-            found = torch.autograd.grad([o for o, _ in pairs], [args[i] for i in wanted],
-                                        [g for _, g in pairs], allow_unused=True) if pairs else [None] * len(wanted)
+            found = (
+                torch.autograd.grad(
+                    [o for o, _ in pairs], [args[i] for i in wanted], [g for _, g in pairs], allow_unused=True
+                )
+                if pairs
+                else [None] * len(wanted)
+            )
         result: list[Tensor | None] = [None] * len(args)
         for i, grad in zip(wanted, found):
             result[i] = grad

@@ -23,6 +23,7 @@ for float64 inputs): cheap on a GPU at MAD's sizes (batch 128 x L 128 x 256 x 4 
 elements), which is why it is not the CPU path (madsl's fused CPU scan never
 allocates it).
 """
+
 from __future__ import annotations
 
 import math
@@ -61,8 +62,9 @@ def _largest_safe_chunk(delta: Tensor, A: Tensor, chunk: int) -> int:
     return chunk
 
 
-def _chunked_states(u_t: Tensor, delta_t: Tensor, A: Tensor, B_t: Tensor, chunk: int, last_state: bool
-                    ) -> tuple[Tensor, Tensor]:
+def _chunked_states(
+    u_t: Tensor, delta_t: Tensor, A: Tensor, B_t: Tensor, chunk: int, last_state: bool
+) -> tuple[Tensor, Tensor]:
     """Every state h_t (batch, L, d_inner, d_state) of the recurrence, and the state the carry across
     chunks ends with (h_L where `last_state`; otherwise the state before the last chunk). u_t, delta_t
     (batch, L, d_inner) time before channels, delta_t after bias and softplus; B_t (batch, L, groups,
@@ -74,8 +76,10 @@ def _chunked_states(u_t: Tensor, delta_t: Tensor, A: Tensor, B_t: Tensor, chunk:
     n_chunks = padded // chunk
     # Padding: delta = 0 neither decays nor adds (b = delta u B = 0), so the states of
     # the real steps and the last state are those of the unpadded sequence.
-    delta_c, u_c, B_c = (F.pad(x, (0, 0) * (x.dim() - 2) + (0, padded - length)).unflatten(1, (n_chunks, chunk))
-                         for x in (delta_t, u_t, B_t))
+    delta_c, u_c, B_c = (
+        F.pad(x, (0, 0) * (x.dim() - 2) + (0, padded - length)).unflatten(1, (n_chunks, chunk))
+        for x in (delta_t, u_t, B_t)
+    )
 
     # (batch, n_chunks, chunk, d_inner, d_state)
     log_decay = delta_c.cumsum(2).unsqueeze(-1) * A  # S_t, non-increasing in t
@@ -97,25 +101,36 @@ def _chunked_states(u_t: Tensor, delta_t: Tensor, A: Tensor, B_t: Tensor, chunk:
     return states.flatten(1, 2)[:, :length], h
 
 
-def selective_scan_chunked(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
-                           D: Tensor | None = None, z: Tensor | None = None,
-                           delta_bias: Tensor | None = None, delta_softplus: bool = False,
-                           return_last_state: bool = False, chunk_size: int | None = None):
+def selective_scan_chunked(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    chunk_size: int | None = None,
+):
     """The chunked parallel scan; see the module docstring. Shapes as mamba-ssm:
     u, delta, z (batch, d_inner, L); A (d_inner, d_state); B, C (batch, d_state, L) or
     (batch, groups, d_state, L) (channel d reads group d // (d_inner / groups));
     D, delta_bias (d_inner,). With `return_last_state`: (out, h_L (batch, d_inner,
     d_state)), no gradient through h_L. `chunk_size` caps the chunk (default 128)."""
     if A.is_complex() or B.dim() not in (3, 4) or C.dim() != B.dim():
-        raise NotImplementedError("selective_scan_chunked: real A and B, C of shape (batch, d_state, L) or "
-                                  "(batch, groups, d_state, L) only")
+        raise NotImplementedError(
+            "selective_scan_chunked: real A and B, C of shape (batch, d_state, L) or (batch, groups, d_state, L) only"
+        )
     dtype_in = u.dtype
     cdtype = _compute_dtype(dtype_in)
     with torch.autocast(device_type=u.device.type, enabled=False):
         # Time before channels: (batch, L, d_inner) and (batch, L, groups, d_state).
         u_t, delta_t = (x.to(cdtype).transpose(1, 2) for x in (u, delta))
-        B_t, C_t = (x.to(cdtype).movedim(-1, 1) if x.dim() == 4 else x.to(cdtype).transpose(1, 2).unsqueeze(2)
-                    for x in (B, C))
+        B_t, C_t = (
+            x.to(cdtype).movedim(-1, 1) if x.dim() == 4 else x.to(cdtype).transpose(1, 2).unsqueeze(2) for x in (B, C)
+        )
         groups = B_t.shape[2]
         A = A.to(cdtype)
         if delta_bias is not None:

@@ -2,19 +2,28 @@
 fused CPU scan (`selective_scan`) and the chunked scan (`selective_scan_chunked`) are tested and
 benchmarked against. Not for training: autograd keeps every step's state, and every step costs
 several ops."""
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from madsl.kernels.selective_scan import _compute_dtype, _grouped
+from madsl.kernels.selective_scan_cpu import _compute_dtype, _grouped
 
 
-def selective_scan_reference(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
-                             D: Tensor | None = None, z: Tensor | None = None,
-                             delta_bias: Tensor | None = None, delta_softplus: bool = False,
-                             return_last_state: bool = False):
+def selective_scan_reference(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+):
     """The recurrence of the module docstring of `selective_scan`, step by step; arguments and
     result as `selective_scan_cpu` (B, C (batch, d_state, L) or grouped (batch, groups, d_state, L))."""
     dtype_in = u.dtype

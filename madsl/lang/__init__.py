@@ -10,9 +10,10 @@ and stdlib data lie), madsl.primitives (each primitive's hyperparameters and acc
     stdlib.py       the layer library (stdlib/*.yaml): primitives, their defaults, the symbols
     topology/       topology strings <-> plain data: nodes, transform (the Lark transformer),
                     parse, expand, printer (the canonical form); its __init__ is the public face
-    spec/           spec files -> Spec: files (`extends:`, SourceMap), keys (the top-level keys,
-                    the budget section), symbols (the symbol table), spec (Spec: the canonical
-                    form, identity, identity_text, hash), build (load_spec, spec_from_data, ...)
+    spec/           spec files -> Spec: named (the read policy), files (`extends:`, SourceMap),
+                    keys (the top-level keys, the budget section), symbols (the symbol table),
+                    spec (Spec: the canonical form, identity, identity_text, hash), build
+                    (load_spec, spec_from_data, ...)
 
 `madsl.topology` and `madsl.spec` are the public faces of topology/ and spec/ at their first
 addresses; madsl/__init__.py exports Spec, load_spec and spec_from_topology.

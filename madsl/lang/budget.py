@@ -4,6 +4,7 @@ A budget value is exact (`4096`), with a tolerance (`4096 ± 0%`, `500k ± 10%`,
 `1.2M +- 50k`), one-sided (`<= 5M`, `>= 1M`), or a mapping `{min: .., max: ..}`.
 Quantities take the suffixes k (10^3), M (10^6), G or B (10^9) and T (10^12).
 """
+
 from __future__ import annotations
 
 import math
@@ -112,8 +113,9 @@ def parse_bound(value: Any) -> Bound:
                 inclusive = "<=" if "<" in op or op == "≤" else ">="
                 raise BudgetError(f"a one-sided budget is written '{inclusive} X' (inclusive), got {_shown(value)}")
             if not rest.strip():
-                raise BudgetError(f"expected a number after '{op}', such as '{op} 4096' or '{op} 1.2M', "
-                                  f"got {_shown(value)}")
+                raise BudgetError(
+                    f"expected a number after '{op}', such as '{op} 4096' or '{op} 1.2M', got {_shown(value)}"
+                )
             limit = parse_quantity(rest)
             return Bound(-math.inf, limit, text) if op.startswith("<") else Bound(limit, math.inf, text)
         tolerance = _TOLERANCE.match(value)
@@ -138,8 +140,9 @@ class Violation:
     bound: Bound
 
     def message(self) -> str:
-        return (f"{self.quantity} = {_fmt(self.actual)} is outside its budget {self.bound.text!s} "
-                f"({self.bound.describe()})")
+        return (
+            f"{self.quantity} = {_fmt(self.actual)} is outside its budget {self.bound.text!s} ({self.bound.describe()})"
+        )
 
 
 def check(totals: dict[str, float], budget: dict[str, Bound]) -> list[Violation]:

@@ -6,6 +6,7 @@ accounting and gives every hyperparameter's default with its provenance;
 by these files alone: adding a primitive means adding a file under
 madsl/primitives/ and madsl/layers/ and an entry here.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -45,8 +46,9 @@ def primitives() -> dict[str, PrimitiveEntry]:
         missing = set(cls.fields()) - set(entry["defaults"])
         extra = set(entry["defaults"]) - set(cls.fields())
         if missing or extra:  # the stdlib and the code must agree; a packaging bug, not user input
-            raise RuntimeError(f"stdlib/primitives.yaml: {name}: missing defaults {sorted(missing)}, "
-                               f"unknown {sorted(extra)}")
+            raise RuntimeError(
+                f"stdlib/primitives.yaml: {name}: missing defaults {sorted(missing)}, unknown {sorted(extra)}"
+            )
         out[name] = PrimitiveEntry(name, cls, _width_relative(entry["defaults"]), entry.get("source", ""))
     return out
 
@@ -62,8 +64,10 @@ def primitive(name: str, dim: int, **params: Any) -> Primitive:
 @cache
 def symbols() -> dict[str, SymbolEntry]:
     data = yaml.safe_load((stdlib_dir() / "symbols.yaml").read_text(encoding="utf-8"))
-    return {sym: SymbolEntry(sym, e["primitive"], _width_relative(e.get("params") or {}), e.get("source", ""))
-            for sym, e in data.items()}
+    return {
+        sym: SymbolEntry(sym, e["primitive"], _width_relative(e.get("params") or {}), e.get("source", ""))
+        for sym, e in data.items()
+    }
 
 
 def _width_relative(values: dict[str, Any]) -> dict[str, Any]:

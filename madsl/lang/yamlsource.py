@@ -7,6 +7,7 @@ constructed into plain data. Duplicate keys are an error (PyYAML would silently
 keep the last one). `Located.position` maps a position inside a string value
 (quoted, or a `|`/`>` block scalar) back to the file's line and column.
 """
+
 from __future__ import annotations
 
 import math
@@ -84,27 +85,36 @@ def _loc(file: str, text_lines: list[str], mark: yaml.Mark, end: yaml.Mark | Non
     return Location(file, line, mark.column + 1, src, length)
 
 
+def _read(path: Path | str, file: str) -> str:
+    """A spec file's text: at most MAX_SPEC_BYTES of UTF-8; else a MadslError that says why not."""
+    try:
+        with open(path, "rb") as f:  # read at most one byte past the limit (a spec may be /dev/zero)
+            raw = f.read(MAX_SPEC_BYTES + 1)
+        if len(raw) > MAX_SPEC_BYTES:
+            raise MadslError(
+                f"{file} is larger than {MAX_SPEC_BYTES // 1024} KiB; a spec is at most that long",
+                Location(file),
+                hint="is this a spec file?",
+            )
+        return raw.decode("utf-8")
+    except FileNotFoundError:
+        raise MadslError(f"no such spec file: {file}", hint="check the path") from None
+    except UnicodeDecodeError:
+        raise MadslError(f"{file} is not UTF-8 text", Location(file), hint="a spec is a YAML text file") from None
+    except IsADirectoryError:
+        raise MadslError(
+            f"{file} is a directory", Location(file), hint=f"give the spec files in it: {file}/*.mad"
+        ) from None
+    except PermissionError:
+        raise MadslError(f"cannot read {file}: permission denied", Location(file)) from None
+    except OSError as err:  # a path under a file, a name too long, an I/O error, ...
+        raise MadslError(f"cannot read {file}: {err.strerror or err}", Location(file)) from None
+
+
 def load(path: Path | str, text: str | None = None) -> Located:
     file = str(path)
     if text is None:
-        try:
-            with open(path, "rb") as f:  # read at most one byte past the limit (a spec may be /dev/zero)
-                raw = f.read(MAX_SPEC_BYTES + 1)
-            if len(raw) > MAX_SPEC_BYTES:
-                raise MadslError(f"{file} is larger than {MAX_SPEC_BYTES // 1024} KiB; a spec is at most that long",
-                                 Location(file), hint="is this a spec file?")
-            text = raw.decode("utf-8")
-        except FileNotFoundError:
-            raise MadslError(f"no such spec file: {file}", hint="check the path") from None
-        except UnicodeDecodeError:
-            raise MadslError(f"{file} is not UTF-8 text", Location(file), hint="a spec is a YAML text file") from None
-        except IsADirectoryError:
-            raise MadslError(f"{file} is a directory", Location(file), hint=f"give the spec files in it: {file}/*.mad") \
-                from None
-        except PermissionError:
-            raise MadslError(f"cannot read {file}: permission denied", Location(file)) from None
-        except OSError as err:  # a path under a file, a name too long, an I/O error, ...
-            raise MadslError(f"cannot read {file}: {err.strerror or err}", Location(file)) from None
+        text = _read(path, file)
     lines = text.splitlines()
     try:
         _check_shape(text)
@@ -137,9 +147,11 @@ def load(path: Path | str, text: str | None = None) -> Located:
         column = position - (before.rfind("\n") + 1) + 1
         source = text.split("\n")[line - 1]
         char = text[position] if position < len(text) else chr(err.character)
-        raise MadslError(f"invalid YAML: the character {char!r} is not allowed in a YAML file",
-                         Location(file, line, column, source), hint="remove it, or write it as an escape in a "
-                         "double-quoted string (\"\\x07\")") from None
+        raise MadslError(
+            f"invalid YAML: the character {char!r} is not allowed in a YAML file",
+            Location(file, line, column, source),
+            hint='remove it, or write it as an escape in a double-quoted string ("\\x07")',
+        ) from None
     except yaml.YAMLError as err:
         raise MadslError(f"invalid YAML: {err}", Location(file)) from None
     return located
@@ -163,15 +175,23 @@ class _Loader(yaml.SafeLoader):
         except ValueError:  # past Python's 4,300-digit limit
             value = None
         if value is None or abs(value) > MAX_INTEGER:
-            raise yaml.constructor.ConstructorError(None, None, f"the integer {_short(node.value)} is too large; "
-                                                    f"integers are at most {MAX_INTEGER:,} in size", node.start_mark)
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"the integer {_short(node.value)} is too large; integers are at most {MAX_INTEGER:,} in size",
+                node.start_mark,
+            )
         return value
 
     def construct_yaml_float(self, node):
         value = super().construct_yaml_float(node)
         if not math.isfinite(value):
-            raise yaml.constructor.ConstructorError(None, None, f"{_short(node.value)} is not a finite number; "
-                                                    "non-finite numbers are not allowed", node.start_mark)
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"{_short(node.value)} is not a finite number; non-finite numbers are not allowed",
+                node.start_mark,
+            )
         return value
 
 
@@ -193,8 +213,12 @@ def _check_shape(text: str) -> None:
     for event in yaml.parse(text, Loader=_Loader):
         if isinstance(event, yaml.AliasEvent):
             if any(anchor == event.anchor for anchor, _ in open_):
-                raise yaml.MarkedYAMLError(None, None, f"the alias *{event.anchor} is inside the value it names "
-                                           "(a value cannot contain itself)", event.start_mark)
+                raise yaml.MarkedYAMLError(
+                    None,
+                    None,
+                    f"the alias *{event.anchor} is inside the value it names (a value cannot contain itself)",
+                    event.start_mark,
+                )
             values += expanded.get(event.anchor, 1)  # an undefined alias: the composer reports it
         elif isinstance(event, (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             values += 1
@@ -203,16 +227,21 @@ def _check_shape(text: str) -> None:
                     expanded[event.anchor] = 1
             else:
                 if len(open_) >= MAX_DEPTH:
-                    raise yaml.MarkedYAMLError(None, None, f"lists and mappings are nested more than {MAX_DEPTH} "
-                                               "deep", event.start_mark)
+                    raise yaml.MarkedYAMLError(
+                        None, None, f"lists and mappings are nested more than {MAX_DEPTH} deep", event.start_mark
+                    )
                 open_.append((event.anchor, values - 1))
         elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
             anchor, before = open_.pop()
             if anchor:
                 expanded[anchor] = values - before
         if values > MAX_VALUES:
-            raise yaml.MarkedYAMLError(None, None, f"the document holds more than {MAX_VALUES:,} values "
-                                       "(aliases counted as the values they stand for)", event.start_mark)
+            raise yaml.MarkedYAMLError(
+                None,
+                None,
+                f"the document holds more than {MAX_VALUES:,} values (aliases counted as the values they stand for)",
+                event.start_mark,
+            )
 
 
 def _walk(node: yaml.Node, path: KeyPath, out: Located, lines: list[str], loader: yaml.SafeLoader) -> None:
@@ -227,13 +256,17 @@ def _walk(node: yaml.Node, path: KeyPath, out: Located, lines: list[str], loader
                 raise MadslError("a key must be a plain value (a name or a number), not a list or mapping", where)
             key = loader.construct_object(key_node)
             if not isinstance(key, (str, int, float, type(None))):  # e.g. `!!set a:` or a date
-                raise MadslError(f"a key must be a name or a number, not {type(key).__name__} {_short(str(key))}",
-                                 where)
+                raise MadslError(
+                    f"a key must be a name or a number, not {type(key).__name__} {_short(str(key))}", where
+                )
             if key in seen:
                 if merged:  # a key this mapping (or an earlier merge) already sets wins, as YAML says
                     continue
-                raise MadslError(f"duplicate key {key!r}", where,
-                                 hint=f"it was already set on line {seen[key].start_mark.line + 1}; keep one")
+                raise MadslError(
+                    f"duplicate key {key!r}",
+                    where,
+                    hint=f"it was already set on line {seen[key].start_mark.line + 1}; keep one",
+                )
             seen[key] = key_node
             out.key_locs[path + (key,)] = where
             _walk(value_node, path + (key,), out, lines, loader)
@@ -262,7 +295,11 @@ def _pairs(node: yaml.MappingNode):
         if any(key_node.tag == _MERGE for key_node, _ in source.value):
             # PyYAML merges a merged mapping's own merges wrongly (its keys lose to the ones it
             # merged): refuse rather than read something else than what is written
-            raise yaml.MarkedYAMLError(None, None, "this << merges a mapping that itself uses <<; merges inside "
-                                       "merges are not supported", merge_key.start_mark)
+            raise yaml.MarkedYAMLError(
+                None,
+                None,
+                "this << merges a mapping that itself uses <<; merges inside merges are not supported",
+                merge_key.start_mark,
+            )
         for key_node, value_node in source.value:
             yield key_node, value_node, True

@@ -30,6 +30,7 @@ Init (as the MAD reference, whose attention is flash-attn's MHA inside a languag
 model that zeroes every Linear bias): PyTorch's default Linear init for the weights
 (kaiming-uniform, bound 1/sqrt(fan_in)), biases zero.
 """
+
 from __future__ import annotations
 
 import torch
@@ -94,13 +95,17 @@ class Attention(nn.Module):
         under autocast the rotated q, k must keep v's dtype, since SDPA under vmap (stacked
         grid training) does not cast its inputs as autocast does."""
         cache = self._rotary_cache
-        if (cache is None or cache[0].shape[0] < length or cache[0].device != like.device
-                or cache[0].dtype != like.dtype):
+        if (
+            cache is None
+            or cache[0].shape[0] < length
+            or cache[0].device != like.device
+            or cache[0].dtype != like.dtype
+        ):
             # Round the length up so that step mode does not rebuild the table every token.
             size = max(256, 1 << (length - 1).bit_length())
             precision = torch.float64 if like.dtype == torch.float64 else torch.float32
             exponents = torch.arange(0, self.rotary_dim, 2, device=like.device, dtype=precision) / self.rotary_dim
-            inv_freq = self.rotary_base ** -exponents
+            inv_freq = self.rotary_base**-exponents
             angles = torch.outer(torch.arange(size, device=like.device, dtype=precision), inv_freq)
             angles = torch.cat((angles, angles), dim=-1)  # rotate-half pairs channel i with i + rotary_dim/2
             cache = (angles.cos().to(like.dtype), angles.sin().to(like.dtype))
@@ -121,7 +126,9 @@ class Attention(nn.Module):
             q, k = _apply_rotary(q, cos, sin), _apply_rotary(k, cos, sin)
         keys, values = _repeat_heads(k, self.groups), _repeat_heads(v, self.groups)
         if self.window is None or self.window >= length:
-            y = scaled_dot_product_attention(q, keys, values, is_causal=True, scale=self.scale)  # (B, heads, L, head_dim)
+            y = scaled_dot_product_attention(
+                q, keys, values, is_causal=True, scale=self.scale
+            )  # (B, heads, L, head_dim)
         else:
             back = torch.arange(length, device=x.device)
             back = back[:, None] - back[None, :]  # query position - key position
@@ -131,7 +138,7 @@ class Attention(nn.Module):
         pos = torch.full((batch,), length, dtype=torch.long, device=x.device)
         if self.window is not None and length > self.window:
             # the ring buffer `step` keeps: position p in slot p % window
-            k, v = (torch.roll(t[:, :, -self.window:], length % self.window, dims=2) for t in (k, v))
+            k, v = (torch.roll(t[:, :, -self.window :], length % self.window, dims=2) for t in (k, v))
         return y, {"k": k, "v": v, "pos": pos}
 
     def _project(self, heads: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -147,8 +154,7 @@ class Attention(nn.Module):
         dtype = dtype if dtype is not None else self.out.weight.dtype
         device = device if device is not None else self.out.weight.device
         empty = torch.zeros(batch, self.kv_heads, 0, self.head_dim, device=device, dtype=dtype)
-        return {"k": empty, "v": empty.clone(),
-                "pos": torch.zeros(batch, dtype=torch.long, device=device)}
+        return {"k": empty, "v": empty.clone(), "pos": torch.zeros(batch, dtype=torch.long, device=device)}
 
     def step(self, x_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         batch = x_t.shape[0]
@@ -170,7 +176,8 @@ class Attention(nn.Module):
             keys = state["k"].scatter(2, slot, k.to(state["k"].dtype))
             values = state["v"].scatter(2, slot, v.to(state["v"].dtype))
         # The new token attends to every cached one: no mask (is_causal would align top-left).
-        y = F.scaled_dot_product_attention(q, _repeat_heads(keys, self.groups),
-                                           _repeat_heads(values, self.groups), scale=self.scale)  # (B, heads, 1, head_dim)
+        y = F.scaled_dot_product_attention(
+            q, _repeat_heads(keys, self.groups), _repeat_heads(values, self.groups), scale=self.scale
+        )  # (B, heads, 1, head_dim)
         out = self.out(y.reshape(batch, self.heads * self.head_dim))
         return out, {"k": keys, "v": values, "pos": pos + 1}

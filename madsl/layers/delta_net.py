@@ -15,6 +15,7 @@ and "conv" (batch, channels, d_conv - 1).
 Init: PyTorch's default Linear init; A_log = log U(1, 16) and dt_bias the inverse softplus of
 dt ~ logU(0.001, 0.1), as fla's GatedDeltaNet (after Mamba-2); norm weight one.
 """
+
 from __future__ import annotations
 
 import math
@@ -66,7 +67,7 @@ class DeltaNet(nn.Module):
         lead = x.shape[:-1]
         key_width = self.heads * self.key_dim
         q, k, v = qkv.split((key_width, key_width, self.heads * self.value_dim), dim=-1)
-        q = F.normalize(q.view(*lead, self.heads, self.key_dim), dim=-1) * self.key_dim ** -0.5
+        q = F.normalize(q.view(*lead, self.heads, self.key_dim), dim=-1) * self.key_dim**-0.5
         k = F.normalize(k.view(*lead, self.heads, self.key_dim), dim=-1)
         v = v.view(*lead, self.heads, self.value_dim)
         beta = torch.sigmoid(self.b_proj(x))
@@ -89,9 +90,18 @@ class DeltaNet(nn.Module):
         qkv = self._qkv(x)
         qkv = self.conv(qkv) if self.conv is not None else F.silu(qkv)
         q, k, v, beta, log_decay = self._mix_inputs(x, qkv)
-        head_first = lambda t: None if t is None else t.transpose(1, 2)
-        o = delta_parallel(head_first(q), head_first(k), head_first(v), head_first(beta),
-                           head_first(log_decay), chunk_size=self.chunk_size)
+
+        def head_first(t):
+            return None if t is None else t.transpose(1, 2)
+
+        o = delta_parallel(
+            head_first(q),
+            head_first(k),
+            head_first(v),
+            head_first(beta),
+            head_first(log_decay),
+            chunk_size=self.chunk_size,
+        )
         return self._readout(o.transpose(1, 2), x)
 
     # ---- recurrent (inference) form ---------------------------------------------------------------

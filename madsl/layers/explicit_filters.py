@@ -2,6 +2,7 @@
 a finite state) and `fno` (its spectrum on the lowest frequencies, stepped with a cache of past
 inputs).
 """
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,15 @@ import torch
 from torch import Tensor, nn
 
 from madsl.kernels.fftconv import full_precision
-from madsl.layers.filter_base import (ALL_CHANNELS, FullPrecisionFilter, cached_step, device_and_dtype, empty_cache,
-                                      fit_length, over_extra)
+from madsl.layers.filter_base import (
+    ALL_CHANNELS,
+    FullPrecisionFilter,
+    cached_step,
+    device_and_dtype,
+    empty_cache,
+    fit_length,
+    over_extra,
+)
 
 
 class Conv1dFilter(FullPrecisionFilter):
@@ -42,8 +50,9 @@ class Conv1dFilter(FullPrecisionFilter):
         device, dtype = device_and_dtype(self.weight, device, dtype)
         return {"fixed": torch.zeros(batch, self.channels, *extra, self.filter_size - 1, device=device, dtype=dtype)}
 
-    def step(self, u_t: Tensor, state: dict[str, Tensor], channels: slice = ALL_CHANNELS, taps: Tensor | None = None
-             ) -> tuple[Tensor, dict[str, Tensor]]:
+    def step(
+        self, u_t: Tensor, state: dict[str, Tensor], channels: slice = ALL_CHANNELS, taps: Tensor | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """state {"fixed": (B, c, *extra, filter_size - 1)}, oldest input first."""
         window = torch.cat([state["fixed"], u_t.unsqueeze(-1)], dim=-1)
         y = (window * over_extra(self.weight[channels].flip(-1), u_t.dim() - 2)).sum(-1)
@@ -89,7 +98,8 @@ class FNOFilter(FullPrecisionFilter):
     def init_state(self, batch: int, device=None, dtype=None, extra: tuple[int, ...] = ()) -> dict[str, Tensor]:
         return empty_cache(self.channels, batch, extra, *device_and_dtype(self.weight_real, device, dtype))
 
-    def step(self, u_t: Tensor, state: dict[str, Tensor], channels: slice = ALL_CHANNELS,
-             taps: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    def step(
+        self, u_t: Tensor, state: dict[str, Tensor], channels: slice = ALL_CHANNELS, taps: Tensor | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         taps = self(state["cache"].shape[-1] + 1) if taps is None else taps
         return cached_step(u_t, state, channels, taps, None, keep=self.filter_length - 1)

@@ -3,6 +3,7 @@ full precision when the model is cast to half, and the helpers of the step (infe
 per-channel tensor broadcast over a state's extra dims, the cached step of the filters without a
 finite state, and the defaults of `init_state`.
 """
+
 from __future__ import annotations
 
 import torch
@@ -41,8 +42,7 @@ def over_extra(p: Tensor, extra: int) -> Tensor:
 
 def device_and_dtype(reference: Tensor, device, dtype) -> tuple[torch.device, torch.dtype]:
     """`init_state`'s device and dtype: those asked for, else those of the filter's `reference` parameter."""
-    return (device if device is not None else reference.device,
-            dtype if dtype is not None else reference.dtype)
+    return (device if device is not None else reference.device, dtype if dtype is not None else reference.dtype)
 
 
 def fit_length(h: Tensor, seq_len: int) -> Tensor:
@@ -50,8 +50,9 @@ def fit_length(h: Tensor, seq_len: int) -> Tensor:
     return h[..., :seq_len] if h.shape[-1] >= seq_len else F.pad(h, (0, seq_len - h.shape[-1]))
 
 
-def cached_step(u_t: Tensor, state: dict[str, Tensor], channels: slice, taps: Tensor,
-                skip: Tensor | None, keep: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+def cached_step(
+    u_t: Tensor, state: dict[str, Tensor], channels: slice, taps: Tensor, skip: Tensor | None, keep: int | None = None
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Step of a filter without finite state: append u_t to the cache of past inputs and convolve
     it with the first taps; keep at most `keep` past inputs (a filter of keep + 1 taps)."""
     extra = u_t.dim() - 2
@@ -61,11 +62,13 @@ def cached_step(u_t: Tensor, state: dict[str, Tensor], channels: slice, taps: Te
     if skip is not None:
         y = y + over_extra(skip[channels], extra) * u_t
     if keep is not None:
-        cache = cache[..., max(steps - keep, 0):]
+        cache = cache[..., max(steps - keep, 0) :]
     return y, {"fixed": state["fixed"], "cache": cache}
 
 
 def empty_cache(channels: int, batch: int, extra: tuple[int, ...], device, dtype) -> dict[str, Tensor]:
     """The state of a filter without finite state before the first step: no past inputs."""
-    return {"fixed": torch.zeros(batch, 0, device=device, dtype=dtype),  # no recurrent state
-            "cache": torch.zeros(batch, channels, *extra, 0, device=device, dtype=dtype)}
+    return {
+        "fixed": torch.zeros(batch, 0, device=device, dtype=dtype),  # no recurrent state
+        "cache": torch.zeros(batch, channels, *extra, 0, device=device, dtype=dtype),
+    }

@@ -29,6 +29,7 @@ cast, the cached step):
     explicit_filters.py   conv1d (taps, finite state), fno (a spectrum, cached)
     implicit_filters.py   ckconv, hyena: an MLP of the time coordinate (cached)
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -52,9 +53,13 @@ FILTER_MODULES: dict[str, Callable[..., nn.Module]] = {
     "conv1d": lambda channels, sizes: Conv1dFilter(channels, sizes["filter_size"]),
     "fno": lambda channels, sizes: FNOFilter(channels, sizes["filter_modes"], sizes["filter_length"]),
     "ckconv": lambda channels, sizes: CKConvFilter(channels, sizes["filter_order"], sizes["filter_length"]),
-    "hyena": lambda channels, sizes: HyenaFilter(channels, sizes["filter_order"], sizes["filter_emb_dim"],
-                                                 reference_length=sizes["filter_length"],
-                                                 learned_features=sizes["filter_emb_learned"]),
+    "hyena": lambda channels, sizes: HyenaFilter(
+        channels,
+        sizes["filter_order"],
+        sizes["filter_emb_dim"],
+        reference_length=sizes["filter_length"],
+        learned_features=sizes["filter_emb_learned"],
+    ),
 }
 
 

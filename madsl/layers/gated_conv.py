@@ -7,6 +7,7 @@ the last d_conv - 1 gated inputs B * x of every channel: state {"conv": (batch, 
 
 Init: PyTorch's default for the three (as Hugging Face's Lfm2ShortConv before its model's init).
 """
+
 from __future__ import annotations
 
 import torch
@@ -34,8 +35,11 @@ class GatedConv(nn.Module):
 
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
         weight = self.out_proj.weight
-        return {"conv": torch.zeros(batch, self.dim, self.taps - 1, device=device or weight.device,
-                                    dtype=dtype or weight.dtype)}
+        return {
+            "conv": torch.zeros(
+                batch, self.dim, self.taps - 1, device=device or weight.device, dtype=dtype or weight.dtype
+            )
+        }
 
     def step(self, u_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         B, C, x = self.in_proj(u_t).chunk(3, dim=-1)

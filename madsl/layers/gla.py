@@ -17,6 +17,7 @@ Init (as the GLA reference implementation that the MAD reference code uses):
 xavier_uniform with gain 2^-2.5 for every projection weight, the forget gate's bias
 zero (so alpha starts near exp(log(1/2)/16) = 0.957), RMSNorm weight one.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -25,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from madsl.primitives.gla import GatedLinearAttention as GLAPrimitive
 from madsl.kernels.gla import fla_applies, gla_chunked, gla_fla_chunk, gla_recurrent, gla_step
+from madsl.primitives.gla import GatedLinearAttention as GLAPrimitive
 
 Kernel = Literal["auto", "chunked", "recurrent", "fla"]
 
@@ -43,7 +44,7 @@ class GatedLinearAttention(nn.Module):
         self.value_dim = p.dv
         self.gate_normalizer = float(p.gate_normalizer)
         self.output_gate = output_gate
-        self.scale = self.key_dim ** -0.5
+        self.scale = self.key_dim**-0.5
         self.kernel: Kernel = "auto"
         self.chunk_size: int | None = None  # chunked kernel; None: default_chunk_size(key_dim, value_dim)
 
@@ -52,8 +53,9 @@ class GatedLinearAttention(nn.Module):
         self.k_proj = nn.Linear(dim, key_width, bias=False)
         self.v_proj = nn.Linear(dim, value_width, bias=False)
         self.g_proj = nn.Linear(dim, value_width, bias=False) if output_gate else None
-        self.gk_proj = nn.Sequential(nn.Linear(dim, gate_low_rank, bias=False),
-                                     nn.Linear(gate_low_rank, key_width, bias=True))
+        self.gk_proj = nn.Sequential(
+            nn.Linear(dim, gate_low_rank, bias=False), nn.Linear(gate_low_rank, key_width, bias=True)
+        )
         self.g_norm = nn.RMSNorm(self.value_dim, eps=1e-5)
         self.o_proj = nn.Linear(value_width, dim, bias=False)
         self.reset_parameters()
@@ -61,7 +63,7 @@ class GatedLinearAttention(nn.Module):
     def reset_parameters(self) -> None:
         for module in self.modules():
             if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight, gain=2 ** -2.5)
+                nn.init.xavier_uniform_(module.weight, gain=2**-2.5)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
         nn.init.ones_(self.g_norm.weight)

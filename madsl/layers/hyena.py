@@ -24,6 +24,7 @@ State for `step`: "conv" (B, (N+1)*I/G, short_filter-1), the last in_proj output
 numbers at width 128 (s4d, rational, conv1d: their own "fixed" state, see the filters);
 fno, ckconv, hyena: "fixed" empty and "cache" (B, (N-1)*I, t), the past filter inputs.
 """
+
 from __future__ import annotations
 
 import torch
@@ -70,8 +71,12 @@ class Hyena(nn.Module):
         skip = self.long_filter.skip
         for o in range(self.order - 1):
             group = self._group(o)
-            v = causal_conv(v * gates[self.order - 1 - o], taps[group],
-                            None if skip is None else skip[group], method=self.conv_method)
+            v = causal_conv(
+                v * gates[self.order - 1 - o],
+                taps[group],
+                None if skip is None else skip[group],
+                method=self.conv_method,
+            )
         return self.out_proj((v * gates[0]).transpose(1, 2))
 
     # ---- recurrent (inference) form ---------------------------------------------------------------
@@ -79,8 +84,7 @@ class Hyena(nn.Module):
         device = device if device is not None else self.in_proj.weight.device
         dtype = dtype if dtype is not None else self.in_proj.weight.dtype
         state = self.long_filter.init_state(batch, device, dtype)
-        state["conv"] = torch.zeros(batch, self.in_proj.out_features, self.short_filter - 1,
-                                    device=device, dtype=dtype)
+        state["conv"] = torch.zeros(batch, self.in_proj.out_features, self.short_filter - 1, device=device, dtype=dtype)
         return state
 
     def step(self, u_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
@@ -101,7 +105,9 @@ class Hyena(nn.Module):
             part = {key: value[:, group] if key in channel_keys else value for key, value in filter_state.items()}
             v, part = self.long_filter.step(v * gates[self.order - 1 - o], part, group, taps=taps)
             parts.append(part)
-        new_state = {key: torch.cat([part[key] for part in parts], dim=1) if key in channel_keys else parts[-1][key]
-                     for key in filter_state}
+        new_state = {
+            key: torch.cat([part[key] for part in parts], dim=1) if key in channel_keys else parts[-1][key]
+            for key in filter_state
+        }
         new_state["conv"] = window[..., 1:]
         return self.out_proj(v * gates[0]), new_state

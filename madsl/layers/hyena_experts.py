@@ -26,6 +26,7 @@ short_filter-1); modal: "fixed" complex (B, dim, filter_states) = 2048 at width 
 all experts' states, since which experts are active depends on the input; the other
 filter families carry their own state (madsl.layers.filters), as in Hyena.
 """
+
 from __future__ import annotations
 
 import torch

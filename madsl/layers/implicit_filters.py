@@ -2,6 +2,7 @@
 SIREN of the time alone) and `hyena` (the Hyena paper's filter: positional features, sine
 activations and a decay window). Neither has a finite state: step mode keeps every past input.
 """
+
 from __future__ import annotations
 
 import math
@@ -76,8 +77,9 @@ class CKConvFilter(FullPrecisionFilter):
     def init_state(self, batch: int, device=None, dtype=None, extra: tuple[int, ...] = ()) -> dict[str, Tensor]:
         return empty_cache(self.channels, batch, extra, *device_and_dtype(self.mlp_in.weight, device, dtype))
 
-    def step(self, u_t: Tensor, state: dict[str, Tensor], channels: slice = ALL_CHANNELS,
-             taps: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    def step(
+        self, u_t: Tensor, state: dict[str, Tensor], channels: slice = ALL_CHANNELS, taps: Tensor | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         taps = self(state["cache"].shape[-1] + 1) if taps is None else taps
         return cached_step(u_t, state, channels, taps, None)
 
@@ -122,9 +124,18 @@ class HyenaFilter(FullPrecisionFilter):
 
     channel_keys = ("cache",)  # state entries whose axis 1 is the filter channel
 
-    def __init__(self, channels: int, filter_order: int, filter_emb_dim: int,
-                 reference_length: int = 1024, learned_features: bool = False, sine_frequency: float = 1.0,
-                 fast_decay_pct: float = 0.3, slow_decay_pct: float = 1.5, decay_target: float = 1e-2):
+    def __init__(
+        self,
+        channels: int,
+        filter_order: int,
+        filter_emb_dim: int,
+        reference_length: int = 1024,
+        learned_features: bool = False,
+        sine_frequency: float = 1.0,
+        fast_decay_pct: float = 0.3,
+        slow_decay_pct: float = 1.5,
+        decay_target: float = 1e-2,
+    ):
         super().__init__()
         self.channels = channels
         self.filter_emb_dim = filter_emb_dim
@@ -136,7 +147,7 @@ class HyenaFilter(FullPrecisionFilter):
         self.skip = nn.Parameter(torch.randn(channels))
         slowest, fastest = math.log(decay_target) / slow_decay_pct, math.log(decay_target) / fast_decay_pct
         self.register_buffer("decay", torch.linspace(slowest, fastest, channels).abs(), persistent=False)
-        self.features_table = (nn.Parameter(self.features(reference_length)[0]) if learned_features else None)
+        self.features_table = nn.Parameter(self.features(reference_length)[0]) if learned_features else None
         for parameter in self.parameters():  # safari trains the implicit filter without weight decay
             parameter._no_weight_decay = True
 
@@ -154,7 +165,7 @@ class HyenaFilter(FullPrecisionFilter):
         with full_precision(weight):
             z, t_norm = self.features(seq_len, weight.device, weight.dtype)
             if self.features_table is not None:  # learned for the first reference_length positions
-                z = torch.cat([self.features_table[:seq_len].to(z.dtype), z[self.reference_length:]])
+                z = torch.cat([self.features_table[:seq_len].to(z.dtype), z[self.reference_length :]])
             a = self.sin(self.mlp_in(z))
             for layer in self.mlp_hidden:
                 a = self.sin(layer(a))
@@ -165,8 +176,9 @@ class HyenaFilter(FullPrecisionFilter):
     def init_state(self, batch: int, device=None, dtype=None, extra: tuple[int, ...] = ()) -> dict[str, Tensor]:
         return empty_cache(self.channels, batch, extra, *device_and_dtype(self.skip, device, dtype))
 
-    def step(self, u_t: Tensor, state: dict[str, Tensor], channels: slice = ALL_CHANNELS,
-             taps: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    def step(
+        self, u_t: Tensor, state: dict[str, Tensor], channels: slice = ALL_CHANNELS, taps: Tensor | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """u_t (B, c, *extra); state {"cache": (B, c, *extra, t)}; `taps` may pass forward(t + 1)
         computed once for all channel groups of a step. y_t = sum_s h[t - s] u_s + skip * u_t."""
         taps = self(state["cache"].shape[-1] + 1) if taps is None else taps

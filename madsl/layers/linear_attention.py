@@ -12,6 +12,7 @@ recurrence.
 
 Init: PyTorch's default Linear init (as the MAD reference).
 """
+
 from __future__ import annotations
 
 import torch
@@ -84,8 +85,11 @@ class LinearAttention(nn.Module):
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
         weight = self.out_proj.weight
         columns = self.value_dim + (1 if self.normalize else 0)
-        return {"fixed": torch.zeros(batch, self.heads, self.key_dim, columns,
-                                     device=device or weight.device, dtype=dtype or weight.dtype)}
+        return {
+            "fixed": torch.zeros(
+                batch, self.heads, self.key_dim, columns, device=device or weight.device, dtype=dtype or weight.dtype
+            )
+        }
 
     def step(self, x_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         q, k, v = self._project(x_t)

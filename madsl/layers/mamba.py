@@ -12,6 +12,7 @@ dicts move between the two. Kernels, by device (`madsl.kernels`):
 
 Nothing here imports mamba-ssm, causal-conv1d or triton eagerly.
 """
+
 from __future__ import annotations
 
 import math
@@ -77,16 +78,16 @@ class Mamba(nn.Module):
         self.dt_rank = p.rank
 
         self.in_proj = nn.Linear(dim, 2 * self.d_inner, bias=p.bias)
-        self.conv1d = nn.Conv1d(self.d_inner, self.d_inner, kernel_size=d_conv, groups=self.d_inner,
-                                padding=d_conv - 1, bias=p.conv_bias)
+        self.conv1d = nn.Conv1d(
+            self.d_inner, self.d_inner, kernel_size=d_conv, groups=self.d_inner, padding=d_conv - 1, bias=p.conv_bias
+        )
         self.x_proj = nn.Linear(self.d_inner, self.dt_rank + 2 * d_state, bias=False)
         self.dt_proj = nn.Linear(self.dt_rank, self.d_inner, bias=True)
 
         # dt_proj keeps the variance of dt at initialisation; its bias sets dt's range.
-        dt_init_std = self.dt_rank ** -0.5 * self.DT_SCALE
+        dt_init_std = self.dt_rank**-0.5 * self.DT_SCALE
         nn.init.uniform_(self.dt_proj.weight, -dt_init_std, dt_init_std)
-        log_dt = (torch.rand(self.d_inner)
-                  * (math.log(self.DT_MAX) - math.log(self.DT_MIN)) + math.log(self.DT_MIN))
+        log_dt = torch.rand(self.d_inner) * (math.log(self.DT_MAX) - math.log(self.DT_MIN)) + math.log(self.DT_MIN)
         dt = torch.exp(log_dt).clamp(min=self.DT_INIT_FLOOR)
         inverse_softplus_dt = dt + torch.log(-torch.expm1(-dt))  # softplus(this) == dt
         with torch.no_grad():
@@ -124,14 +125,22 @@ class Mamba(nn.Module):
         A = -torch.exp(_at_least_fp32(self.A_log))
         # The scan takes mamba-ssm's (batch, channels, L); transposed views of
         # (batch, L, channels) tensors are what the CPU scan reads without copies.
-        y = selective_scan(x_conv.transpose(1, 2), dt.transpose(1, 2), A,
-                           B.transpose(1, 2), C.transpose(1, 2), _at_least_fp32(self.D),
-                           z=z.transpose(1, 2), delta_bias=_at_least_fp32(self.dt_proj.bias),
-                           delta_softplus=True, return_last_state=last_state)
+        y = selective_scan(
+            x_conv.transpose(1, 2),
+            dt.transpose(1, 2),
+            A,
+            B.transpose(1, 2),
+            C.transpose(1, 2),
+            _at_least_fp32(self.D),
+            z=z.transpose(1, 2),
+            delta_bias=_at_least_fp32(self.dt_proj.bias),
+            delta_softplus=True,
+            return_last_state=last_state,
+        )
         if not last_state:
             return self.out_proj(y.transpose(1, 2).to(x.dtype))
         y, h = y
-        window = F.pad(x_in.transpose(1, 2), (self.d_conv - 1, 0))[..., x_in.shape[1]:]  # last d_conv-1 inputs
+        window = F.pad(x_in.transpose(1, 2), (self.d_conv - 1, 0))[..., x_in.shape[1] :]  # last d_conv-1 inputs
         return self.out_proj(y.transpose(1, 2).to(x.dtype)), {"fixed": h.to(x.dtype), "conv": window}
 
     def _cuda_kernels(self, x: Tensor):
@@ -146,10 +155,21 @@ class Mamba(nn.Module):
         None = input-dependent; A, D and dt's bias in float32. Returns (batch, L, dim)."""
         xz = self.in_proj(x).transpose(1, 2)
         A = -torch.exp(_at_least_fp32(self.A_log))
-        return mamba_inner_fn(xz, self.conv1d.weight, self.conv1d.bias, self.x_proj.weight,
-                              self.dt_proj.weight, self.out_proj.weight, self.out_proj.bias,
-                              A, None, None, _at_least_fp32(self.D),
-                              delta_bias=_at_least_fp32(self.dt_proj.bias), delta_softplus=True)
+        return mamba_inner_fn(
+            xz,
+            self.conv1d.weight,
+            self.conv1d.bias,
+            self.x_proj.weight,
+            self.dt_proj.weight,
+            self.out_proj.weight,
+            self.out_proj.bias,
+            A,
+            None,
+            None,
+            _at_least_fp32(self.D),
+            delta_bias=_at_least_fp32(self.dt_proj.bias),
+            delta_softplus=True,
+        )
 
     def _cuda_conv(self, x: Tensor):
         """causal-conv1d's `causal_conv1d_fn` where it applies (as `_cuda_kernels`)."""
@@ -165,8 +185,9 @@ class Mamba(nn.Module):
         multiply-adds in place, a custom Function: no faster)."""
         conv_fn = self._cuda_conv(x)
         if conv_fn is not None:  # under vmap: one call for all members (madsl.kernels.causal_conv1d)
-            out = causal_conv1d_silu(conv_fn, x.transpose(1, 2).contiguous(), self.conv1d.weight[:, 0, :],
-                                     self.conv1d.bias)
+            out = causal_conv1d_silu(
+                conv_fn, x.transpose(1, 2).contiguous(), self.conv1d.weight[:, 0, :], self.conv1d.bias
+            )
             return out.transpose(1, 2)
         length = x.shape[1]
         out = depthwise_conv1d(self.conv1d, x.transpose(1, 2).contiguous())[..., :length]
@@ -176,8 +197,10 @@ class Mamba(nn.Module):
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
         device = device if device is not None else self.out_proj.weight.device
         dtype = dtype if dtype is not None else self.out_proj.weight.dtype
-        return {"fixed": torch.zeros(batch, self.d_inner, self.d_state, device=device, dtype=dtype),
-                "conv": torch.zeros(batch, self.d_inner, self.d_conv - 1, device=device, dtype=dtype)}
+        return {
+            "fixed": torch.zeros(batch, self.d_inner, self.d_state, device=device, dtype=dtype),
+            "conv": torch.zeros(batch, self.d_inner, self.d_conv - 1, device=device, dtype=dtype),
+        }
 
     def step(self, x_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         """One token: x_t (batch, dim) -> (y_t (batch, dim), new state). The input state

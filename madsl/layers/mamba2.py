@@ -13,6 +13,7 @@ Init (as mamba-ssm's Mamba2): PyTorch's default init for in_proj, conv and out_p
 log U(1, 16); dt_bias the inverse softplus of dt ~ logU(0.001, 0.1) (floor 1e-4); D and the
 norm weight one.
 """
+
 from __future__ import annotations
 
 import math
@@ -83,17 +84,27 @@ class Mamba2(nn.Module):
     def forward(self, u: Tensor) -> Tensor:
         z, xBC, dt = self._split(self.in_proj(u))
         x, B, C, dt, log_decay = self._ssm_inputs(self.conv(xBC), dt)
-        head_first = lambda t: t.transpose(1, 2)
-        y = decay_parallel(head_first(C), head_first(B), head_first(x * dt.unsqueeze(-1)),
-                           head_first(log_decay), chunk_size=self.chunk_size)
+
+        def head_first(t):
+            return t.transpose(1, 2)
+
+        y = decay_parallel(
+            head_first(C),
+            head_first(B),
+            head_first(x * dt.unsqueeze(-1)),
+            head_first(log_decay),
+            chunk_size=self.chunk_size,
+        )
         return self._output(y.transpose(1, 2), x, z)
 
     # ---- recurrent (inference) form ---------------------------------------------------------------
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
         weight = self.out_proj.weight
         device, dtype = device or weight.device, dtype or weight.dtype
-        return {"fixed": torch.zeros(batch, self.heads, self.d_state, self.head_dim, device=device, dtype=dtype),
-                "conv": self.conv.init_state(batch, device, dtype)}
+        return {
+            "fixed": torch.zeros(batch, self.heads, self.d_state, self.head_dim, device=device, dtype=dtype),
+            "conv": self.conv.init_state(batch, device, dtype),
+        }
 
     def step(self, u_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         z, xBC, dt = self._split(self.in_proj(u_t))

@@ -4,6 +4,7 @@
 
 Init: PyTorch's default Linear init (as the MAD reference), biases zero.
 """
+
 from __future__ import annotations
 
 import torch.nn.functional as F

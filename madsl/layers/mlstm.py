@@ -13,6 +13,7 @@ head_dim + 1) = [C | n], and the stabiliser "fixed.stabilizer" (batch, heads), s
 Init (as xLSTM's mLSTMCell): the forget gate's bias linspace(3, 6) over heads, the input gate's
 bias N(0, 0.1), both gates' weights zero; PyTorch's default for the projections; norm weight one.
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,8 +39,9 @@ def mlstm_parallel(q: Tensor, k: Tensor, v: Tensor, log_input: Tensor, log_forge
 
 
 @full_precision
-def mlstm_step(q: Tensor, k: Tensor, v: Tensor, log_input: Tensor, log_forget: Tensor,
-               memory: Tensor, stabilizer: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+def mlstm_step(
+    q: Tensor, k: Tensor, v: Tensor, log_input: Tensor, log_forget: Tensor, memory: Tensor, stabilizer: Tensor
+) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """One token: q, k, v (batch, heads, head_dim); gates (batch, heads); memory [C | n]
     (batch, heads, head_dim, head_dim + 1); stabilizer (batch, heads)."""
     m = torch.maximum(log_forget + stabilizer, log_input)
@@ -75,7 +77,11 @@ class MLSTM(nn.Module):
     def _project(self, x: Tensor) -> tuple[Tensor, ...]:
         lead = x.shape[:-1]
         shape = (*lead, self.heads, self.head_dim)
-        q, k, v = self.q_proj(x).view(shape), self.k_proj(x).view(shape) * self.head_dim ** -0.5, self.v_proj(x).view(shape)
+        q, k, v = (
+            self.q_proj(x).view(shape),
+            self.k_proj(x).view(shape) * self.head_dim**-0.5,
+            self.v_proj(x).view(shape),
+        )
         return q, k, v, self.igate(x), F.logsigmoid(self.fgate(x))
 
     def _readout(self, h: Tensor, x: Tensor) -> Tensor:
@@ -88,15 +94,22 @@ class MLSTM(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         q, k, v, log_input, log_forget = self._project(x)
-        h, _ = mlstm_parallel(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                              log_input.transpose(1, 2), log_forget.transpose(1, 2))
+        h, _ = mlstm_parallel(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            log_input.transpose(1, 2),
+            log_forget.transpose(1, 2),
+        )
         return self._readout(h.transpose(1, 2), x)
 
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
         weight = self.out_proj.weight
         device, dtype = device or weight.device, dtype or weight.dtype
-        return {"fixed": torch.zeros(batch, self.heads, self.head_dim, self.head_dim + 1, device=device, dtype=dtype),
-                "fixed.stabilizer": torch.full((batch, self.heads), float("-inf"), device=device, dtype=dtype)}
+        return {
+            "fixed": torch.zeros(batch, self.heads, self.head_dim, self.head_dim + 1, device=device, dtype=dtype),
+            "fixed.stabilizer": torch.full((batch, self.heads), float("-inf"), device=device, dtype=dtype),
+        }
 
     def step(self, x_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         q, k, v, log_input, log_forget = self._project(x_t)

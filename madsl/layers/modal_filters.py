@@ -2,6 +2,7 @@
 `modal` (parametrized directly by discrete poles and residues) and `s4d` (S4D's continuous-time
 A, dt, C and a skip). Both are diagonal linear recurrences: step mode keeps a finite complex state.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,7 @@ from madsl.kernels.fftconv import full_precision
 from madsl.layers.filter_base import ALL_CHANNELS, FullPrecisionFilter, complex_dtype, device_and_dtype, over_extra
 
 
-def _damped_mode_taps(rate: Tensor, angle: Tensor, residue_real: Tensor, residue_imag: Tensor,
-                      seq_len: int) -> Tensor:
+def _damped_mode_taps(rate: Tensor, angle: Tensor, residue_real: Tensor, residue_imag: Tensor, seq_len: int) -> Tensor:
     """h[c, t] = Re(sum_n R[c, n] * lambda[c, n]^t) with lambda = exp(-rate + i*angle), for t < seq_len.
 
     Split t = a*block + b: h[a*block + b] = Re(sum_n (R_n lambda_n^(a*block)) lambda_n^b), one
@@ -95,17 +95,22 @@ class ModalFilter(FullPrecisionFilter):
 
     def forward(self, seq_len: int) -> Tensor:
         with full_precision(self.log_rate):
-            return _damped_mode_taps(torch.exp(self.log_rate), self.angle, self.residue_real,
-                                     self.residue_imag, seq_len)
+            return _damped_mode_taps(
+                torch.exp(self.log_rate), self.angle, self.residue_real, self.residue_imag, seq_len
+            )
 
     # ---- recurrent form ---------------------------------------------------------------------------
     def init_state(self, batch: int, device=None, dtype=None, extra: tuple[int, ...] = ()) -> dict[str, Tensor]:
         device, dtype = device_and_dtype(self.log_rate, device, dtype)
-        return {"fixed": torch.zeros(batch, self.channels, *extra, self.filter_states, device=device,
-                                     dtype=complex_dtype(dtype))}
+        return {
+            "fixed": torch.zeros(
+                batch, self.channels, *extra, self.filter_states, device=device, dtype=complex_dtype(dtype)
+            )
+        }
 
-    def step(self, u_t: Tensor, state: dict[str, Tensor], channels: slice = ALL_CHANNELS, taps: Tensor | None = None
-             ) -> tuple[Tensor, dict[str, Tensor]]:
+    def step(
+        self, u_t: Tensor, state: dict[str, Tensor], channels: slice = ALL_CHANNELS, taps: Tensor | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """u_t (B, c, *extra) for the channels selected by `channels`; state {"fixed": (B, c, *extra,
         filter_states)}. (`taps` is unused: the interface is shared with the cached filters.)"""
         extra = u_t.dim() - 2
@@ -168,11 +173,15 @@ class S4DFilter(FullPrecisionFilter):
 
     def init_state(self, batch: int, device=None, dtype=None, extra: tuple[int, ...] = ()) -> dict[str, Tensor]:
         device, dtype = device_and_dtype(self.log_dt, device, dtype)
-        return {"fixed": torch.zeros(batch, self.channels, *extra, self.filter_states, device=device,
-                                     dtype=complex_dtype(dtype))}
+        return {
+            "fixed": torch.zeros(
+                batch, self.channels, *extra, self.filter_states, device=device, dtype=complex_dtype(dtype)
+            )
+        }
 
-    def step(self, u_t: Tensor, state: dict[str, Tensor], channels: slice = ALL_CHANNELS, taps: Tensor | None = None
-             ) -> tuple[Tensor, dict[str, Tensor]]:
+    def step(
+        self, u_t: Tensor, state: dict[str, Tensor], channels: slice = ALL_CHANNELS, taps: Tensor | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         extra = u_t.dim() - 2
         rate, angle, residue = self._discrete()
         pole = torch.exp(torch.complex(-rate, angle))

@@ -34,6 +34,7 @@ which is aux_loss_weight at perfect balance. Stored in `self.aux_loss` each forw
 Init: what nn.Linear does, per expert: router kaiming-uniform (bound 1/sqrt(dim));
 expert weights uniform with bound 1/sqrt(fan_in) (dim for gate/up, down's inputs for down).
 """
+
 from __future__ import annotations
 
 import math
@@ -89,8 +90,13 @@ class MoE(nn.Module):
         self.aux_loss: Tensor | None = None
         self.reset_parameters()
         # built after the routed experts' init, so that a MoE without one draws the same weights
-        self.shared = (None if not p.shared_width else _PlainMlp(dim, p.shared_width, self.activation) if not p.gated
-                       else SwiGLU(SwiGLUPrimitive(dim=dim, inner=p.shared_width, multiple_of=1, bias=False)))
+        self.shared = (
+            None
+            if not p.shared_width
+            else _PlainMlp(dim, p.shared_width, self.activation)
+            if not p.gated
+            else SwiGLU(SwiGLUPrimitive(dim=dim, inner=p.shared_width, multiple_of=1, bias=False))
+        )
         # (SwiGLU's multiple_of is read only where inner is null)
 
     def reset_parameters(self) -> None:
@@ -127,7 +133,8 @@ class MoE(nn.Module):
         probs = logits.float().softmax(dim=-1).mean(dim=0)  # P_e
         flat = top_experts.flatten()  # index_add_, not bincount: no host sync per step
         counts = torch.zeros(self.experts, dtype=torch.long, device=flat.device).index_add(
-            0, flat, torch.ones_like(flat))  # out of place: vmap cannot add members' counts into one tensor
+            0, flat, torch.ones_like(flat)
+        )  # out of place: vmap cannot add members' counts into one tensor
         fractions = counts.to(probs.dtype) / top_experts.numel()  # f_e (no gradient: counts)
         return self.aux_loss_weight * self.experts * (fractions * probs).sum()
 
@@ -165,7 +172,7 @@ class MoE(nn.Module):
         for expert, count in enumerate(counts):
             if count == 0:
                 continue
-            chunk = sorted_inputs[start:start + count]
+            chunk = sorted_inputs[start : start + count]
             hidden = self._hidden(*((chunk @ w[expert]) for w in (self.w_gate, self.w_up) if w is not None))
             outputs.append(hidden @ self.w_down[expert])
             start += count

@@ -29,6 +29,7 @@ heads, each with the head's head_dim x head_dim outer-product channels
 hyena: "fixed" empty and "cache" (B, heads, head_dim, head_dim, t), the past outer
 products (the accounting's kv_cache); the other families alike.
 """
+
 from __future__ import annotations
 
 import torch
@@ -121,8 +122,7 @@ class MultiHeadHyena(nn.Module):
         dtype = dtype if dtype is not None else self.in_proj.weight.dtype
         # every head's filter runs over the head's head_dim x head_dim outer-product channels
         state = self.long_filter.init_state(batch, device, dtype, extra=(self.head_dim, self.head_dim))
-        state["conv"] = torch.zeros(batch, self.in_proj.out_features, self.short_filter - 1, device=device,
-                                    dtype=dtype)
+        state["conv"] = torch.zeros(batch, self.in_proj.out_features, self.short_filter - 1, device=device, dtype=dtype)
         return state
 
     def step(self, u_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:

@@ -1,6 +1,7 @@
 """The `rational` long filter: a rational transfer function per channel (Hyena's TransferFunc,
 RTF), its taps by FFT (state-free) and its step by the recurrence that realises it exactly.
 """
+
 from __future__ import annotations
 
 import torch
@@ -68,7 +69,7 @@ class RationalFilter(FullPrecisionFilter):
         a = torch.ones_like(k[:, :1])
         for m in range(self.filter_states):
             padded = F.pad(a, (0, 1))
-            a = padded + k[:, m:m + 1] * padded.flip(-1)
+            a = padded + k[:, m : m + 1] * padded.flip(-1)
         return a
 
     def _companion(self, a: Tensor) -> Tensor:
@@ -106,8 +107,9 @@ class RationalFilter(FullPrecisionFilter):
         before_last = torch.linalg.matrix_power(companion, self.filter_length - 1)
         identity = torch.eye(self.filter_states, dtype=torch.float64, device=a.device)
         # c (I - A^M) = b: the aliased kernel of b is the exact impulse response of c
-        c = torch.linalg.solve((identity - before_last @ companion).transpose(-1, -2),
-                               self.numerator.double().unsqueeze(-1)).squeeze(-1)
+        c = torch.linalg.solve(
+            (identity - before_last @ companion).transpose(-1, -2), self.numerator.double().unsqueeze(-1)
+        ).squeeze(-1)
         # the aliased kernel's tap 0 is sum_{j>=1} h_b[jM] = c A^(M-1) e_0 (= the realisation's
         # tap at M): part of the direct term
         direct = self.skip.double() + (c.unsqueeze(-2) @ before_last)[:, 0, 0]
@@ -117,8 +119,9 @@ class RationalFilter(FullPrecisionFilter):
         device, dtype = device_and_dtype(self.numerator, device, dtype)
         return {"fixed": torch.zeros(batch, self.channels, *extra, self.filter_states, device=device, dtype=dtype)}
 
-    def step(self, u_t: Tensor, state: dict[str, Tensor], channels: slice = ALL_CHANNELS, taps: Tensor | None = None
-             ) -> tuple[Tensor, dict[str, Tensor]]:
+    def step(
+        self, u_t: Tensor, state: dict[str, Tensor], channels: slice = ALL_CHANNELS, taps: Tensor | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """state {"fixed": (B, c, *extra, n)} = (w_{t-1}, ..., w_{t-n})."""
         extra = u_t.dim() - 2
         a, c, direct = (part[channels].to(u_t.dtype) for part in self.realisation())

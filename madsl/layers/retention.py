@@ -11,6 +11,7 @@ and "pos" (batch,) int64, the next token's position (for the rotary embedding).
 
 Init: PyTorch's default Linear init; norm weight one.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,7 +42,7 @@ class Retention(nn.Module):
         self.g_norm = nn.RMSNorm(p.value_dim, eps=1e-5)
         self.o_proj = nn.Linear(p.value_width, p.dim, bias=False)
         # the fixed decays: log(1 - 2^(-5 - h)), a buffer (not a parameter, not saved)
-        log_gamma = [math.log1p(-2.0 ** (-5 - h)) for h in range(p.heads)]
+        log_gamma = [math.log1p(-(2.0 ** (-5 - h))) for h in range(p.heads)]
         self.register_buffer("log_gamma", torch.tensor(log_gamma, dtype=torch.float64), persistent=False)
 
     def _project(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -50,7 +51,7 @@ class Retention(nn.Module):
         k = self.k_proj(x).view(*lead, self.heads, self.key_dim)
         if self.rotary:
             q, k = rotate(q, positions, ROTARY_BASE), rotate(k, positions, ROTARY_BASE)
-        return q * self.key_dim ** -0.5, k, self.v_proj(x).view(*lead, self.heads, self.value_dim)
+        return q * self.key_dim**-0.5, k, self.v_proj(x).view(*lead, self.heads, self.value_dim)
 
     def _readout(self, o: Tensor, x: Tensor) -> Tensor:
         o = self.g_norm(o.to(self.g_norm.weight.dtype))
@@ -69,8 +70,10 @@ class Retention(nn.Module):
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
         weight = self.o_proj.weight
         device, dtype = device or weight.device, dtype or weight.dtype
-        return {"fixed": torch.zeros(batch, self.heads, self.key_dim, self.value_dim, device=device, dtype=dtype),
-                "pos": torch.zeros(batch, dtype=torch.long, device=device)}
+        return {
+            "fixed": torch.zeros(batch, self.heads, self.key_dim, self.value_dim, device=device, dtype=dtype),
+            "pos": torch.zeros(batch, dtype=torch.long, device=device),
+        }
 
     def step(self, x_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         q, k, v = self._project(x_t, state["pos"])

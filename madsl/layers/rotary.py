@@ -1,6 +1,7 @@
 """Rotary position embeddings at given positions (rotate-half convention, GPT-NeoX / Llama), for
 the recurrent layers that rotate q and k (retention): positions come from the caller, so the
 parallel form and step mode rotate a token alike."""
+
 from __future__ import annotations
 
 import torch

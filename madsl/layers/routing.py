@@ -1,4 +1,5 @@
 """Routing weights of the mixture-of-experts layers (`MoE`, `He`) from their router's logits."""
+
 from __future__ import annotations
 
 import torch

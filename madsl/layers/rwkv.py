@@ -20,6 +20,7 @@ Init: the reference's for a single layer (layer_id 0 of n_layer 1): maa = 1 - (i
 w), 1 - (i / dim)^0.5 (r, g); time_decay -6 + 5 (n / (A - 1))^0.7; bonus ((n + 1) % 3 - 1) * 0.1;
 the low-rank maps U(-1e-4, 1e-4); PyTorch's default Linear init; ln_x weight one, bias zero.
 """
+
 from __future__ import annotations
 
 import torch
@@ -79,7 +80,10 @@ class RWKV(nn.Module):
         else:
             mixed = {c: x + d * self.maa[c] for c in "kvrg"}
             decay = self.time_decay.expand(*x.shape[:-1], -1)
-        heads = lambda t: t.unflatten(-1, (self.heads, self.head_dim))
+
+        def heads(t):
+            return t.unflatten(-1, (self.heads, self.head_dim))
+
         r, k, v = heads(self.receptance(mixed["r"])), heads(self.key(mixed["k"])), heads(self.value(mixed["v"]))
         log_w = heads(-decay.float().exp() if decay.dtype != torch.float64 else -decay.exp())
         return r, k, v, log_w, F.silu(self.gate(mixed["g"]))
@@ -97,8 +101,11 @@ class RWKV(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         r, k, v, log_w, g = self._inputs(x, _previous(x))
+
         # gla's state after token t is S_{t-1} when it reads k, v and log w one token late
-        late = lambda t: F.pad(t, (0, 0, 0, 0, 1, -1)).transpose(1, 2)
+        def late(t):
+            return F.pad(t, (0, 0, 0, 0, 1, -1)).transpose(1, 2)
+
         wkv = gla.gla_fla_chunk if gla.fla_applies(x) else gla.gla_chunked  # fla's kernel on CUDA, where installed
         o, _ = wkv(r.transpose(1, 2), late(k), late(v), late(log_w))
         o = o.transpose(1, 2).to(v.dtype) + self._bonus(r, k, v)
@@ -107,8 +114,10 @@ class RWKV(nn.Module):
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
         weight = self.output.weight
         device, dtype = device or weight.device, dtype or weight.dtype
-        return {"fixed": torch.zeros(batch, self.heads, self.head_dim, self.head_dim, device=device, dtype=dtype),
-                "conv": torch.zeros(batch, self.output.out_features, device=device, dtype=dtype)}
+        return {
+            "fixed": torch.zeros(batch, self.heads, self.head_dim, self.head_dim, device=device, dtype=dtype),
+            "conv": torch.zeros(batch, self.output.out_features, device=device, dtype=dtype),
+        }
 
     def step(self, x_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         r, k, v, log_w, g = self._inputs(x_t, state["conv"])
@@ -142,8 +151,9 @@ class RWKVChannel(nn.Module):
 
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
         weight = self.value.weight
-        return {"conv": torch.zeros(batch, weight.shape[0], device=device or weight.device,
-                                    dtype=dtype or weight.dtype)}
+        return {
+            "conv": torch.zeros(batch, weight.shape[0], device=device or weight.device, dtype=dtype or weight.dtype)
+        }
 
     def step(self, x_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         return self._mix(x_t, state["conv"]), {"conv": x_t}

@@ -5,6 +5,7 @@ Parallel form: a grouped Conv1d padded on the left. Step form: the last taps - 1
 every channel are the state, (batch, channels, taps - 1), which the accounting counts as
 conv_state. `taps` 1 is a per-channel scale with no state.
 """
+
 from __future__ import annotations
 
 import torch
@@ -34,8 +35,9 @@ class ShortConv(nn.Module):
 
     def init_state(self, batch: int, device=None, dtype=None) -> Tensor:
         weight = self.conv.weight
-        return torch.zeros(batch, self.channels, self.taps - 1, device=device or weight.device,
-                           dtype=dtype or weight.dtype)
+        return torch.zeros(
+            batch, self.channels, self.taps - 1, device=device or weight.device, dtype=dtype or weight.dtype
+        )
 
     def step(self, x_t: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """x_t (batch, channels), state (batch, channels, taps - 1) -> (SiLU(conv) at t, new state)."""

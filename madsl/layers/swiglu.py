@@ -6,6 +6,7 @@ Init (as the MAD reference's SwiGLU inside its language model, which zeroes ever
 Linear bias): PyTorch's default Linear init for the weights (kaiming-uniform, bound
 1/sqrt(fan_in)), biases zero.
 """
+
 from __future__ import annotations
 
 import torch.nn.functional as F

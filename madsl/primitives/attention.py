@@ -30,6 +30,7 @@ with D replaced by heads*head_dim where the inner width differs from the model w
 and the key/value projections 2 x 2LD * kv_heads*head_dim; with a window, the L^2
 (query, key) pairs become L * min(L, window).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -60,19 +61,29 @@ class Attention(Heads, Primitive):
     def validate(self) -> None:
         positive(self, "heads", "head_dim", "window", "kv_heads")
         if self.scale is not None and not 0 < self.scale < float("inf"):
-            raise ConfigError("scale", f"attention: scale must be a positive number, got {self.scale}",
-                              "null: 1 / sqrt(head_dim); 1.0: no scaling (GPT-Neo)")
+            raise ConfigError(
+                "scale",
+                f"attention: scale must be a positive number, got {self.scale}",
+                "null: 1 / sqrt(head_dim); 1.0: no scaling (GPT-Neo)",
+            )
         if self.rotary_base <= 0:
             raise ConfigError("rotary_base", "attention: rotary_base must be positive")
         if self.head_dim is None:
             divides(self, "heads", self.heads, self.dim, "dim")
         if not 0 < self.rotary_fraction <= 1:
-            raise ConfigError("rotary_fraction", f"attention: rotary_fraction must be in (0, 1], got "
-                                                 f"{self.rotary_fraction}", "1.0: rotary on the whole head")
+            raise ConfigError(
+                "rotary_fraction",
+                f"attention: rotary_fraction must be in (0, 1], got {self.rotary_fraction}",
+                "1.0: rotary on the whole head",
+            )
         if self.rotary and (self.rotary_dim % 2 or self.rotary_dim == 0):
-            raise ConfigError("head_dim", f"attention: rotary embeddings need an even number of rotated channels, "
-                                          f"got {self.rotary_dim} (rotary_fraction {self.rotary_fraction} of head_dim "
-                                          f"{self.inner_head_dim})", "set rotary=false or an even head_dim")
+            raise ConfigError(
+                "head_dim",
+                f"attention: rotary embeddings need an even number of rotated channels, "
+                f"got {self.rotary_dim} (rotary_fraction {self.rotary_fraction} of head_dim "
+                f"{self.inner_head_dim})",
+                "set rotary=false or an even head_dim",
+            )
         if self.kv_heads is not None:
             divides(self, "kv_heads", self.kv_heads, self.heads, "heads")
 
@@ -113,9 +124,9 @@ class Attention(Heads, Primitive):
         return 2 * self.kv_inner * self.attended(seq_len)
 
     def flops(self, seq_len: int) -> int:
-        L, D, I, K = seq_len, self.dim, self.inner, self.kv_inner
+        L, D, inner, K = seq_len, self.dim, self.inner, self.kv_inner
         pairs = L * self.attended(L)
-        return 2 * L * D * (I + 2 * K) + 4 * pairs * I + 2 * L * I * D + self.non_matmul_flops(L)
+        return 2 * L * D * (inner + 2 * K) + 4 * pairs * inner + 2 * L * inner * D + self.non_matmul_flops(L)
 
     def non_matmul_flops(self, seq_len: int) -> int:
         """The softmax, 2 H L^2 (the L^2 pairs: L * min(L, window) with a window)."""

@@ -7,6 +7,7 @@ This module and the primitives built on it never import torch: `madsl check`,
 a second. The torch side of each primitive lives in `madsl/layers/<name>.py`
 and is imported only by `Primitive.build()`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,9 +56,12 @@ class WidthRelative:
     def resolve(self, key: str, dim: int) -> int:
         value, remainder = divmod(self.multiplier * dim, self.divisor)
         if remainder or value < 1:
-            raise ConfigError(key, f"{key} defaults to {self} (the paper's size at width 128, scaled), "
-                                   f"which is not a whole number at width {dim}",
-                              f"set {key} explicitly, or use a width divisible by {self.divisor}")
+            raise ConfigError(
+                key,
+                f"{key} defaults to {self} (the paper's size at width 128, scaled), "
+                f"which is not a whole number at width {dim}",
+                f"set {key} explicitly, or use a width divisible by {self.divisor}",
+            )
         return value
 
     def __str__(self) -> str:
@@ -131,9 +135,11 @@ class Primitive:
                 import difflib
 
                 close = difflib.get_close_matches(key, list(fields), n=1)
-                raise ConfigError(key, f"{cls.name} has no parameter {key!r}",
-                                  f"did you mean {close[0]!r}?" if close else
-                                  f"parameters of {cls.name}: {', '.join(fields)}")
+                raise ConfigError(
+                    key,
+                    f"{cls.name} has no parameter {key!r}",
+                    f"did you mean {close[0]!r}?" if close else f"parameters of {cls.name}: {', '.join(fields)}",
+                )
         missing = [k for k in fields if k not in config]
         if missing:
             raise ConfigError(missing[0], f"{cls.name} needs a value for {missing[0]!r}")
@@ -153,8 +159,7 @@ class Primitive:
         """The hyperparameters that hold `seq_len` (resolved by `at_length`)."""
         # read past any __getattribute__ of a subclass: this check is no use of the value by a
         # module (tests/test_contract.py records which fields a module's constructor reads)
-        return tuple(name for name in _length_fields(type(self))
-                     if object.__getattribute__(self, name) == SEQ_LEN)
+        return tuple(name for name in _length_fields(type(self)) if object.__getattribute__(self, name) == SEQ_LEN)
 
     def at_length(self, seq_len: int) -> "Primitive":
         """This primitive as built for sequences of `seq_len` tokens: every hyperparameter written
@@ -169,9 +174,12 @@ class Primitive:
     def _resolved(self) -> None:
         names = self.length_relative()
         if names:
-            raise ConfigError(names[0], f"{self.name}: {names[0]} is seq_len, the length the layer is built "
-                                        "for: resolve it first (Primitive.at_length(L); the plan and "
-                                        "madsl.compile do so at their sequence length)")
+            raise ConfigError(
+                names[0],
+                f"{self.name}: {names[0]} is seq_len, the length the layer is built "
+                "for: resolve it first (Primitive.at_length(L); the plan and "
+                "madsl.compile do so at their sequence length)",
+            )
 
     def derived(self) -> dict[str, Any]:
         """The sizes derived from the hyperparameters (the class's properties: e.g. attention's
@@ -220,8 +228,14 @@ class Primitive:
 
     def cost(self, seq_len: int) -> Cost:
         self._resolved()
-        return Cost(params=self.params(), active_params=self.active_params(), fixed_state=self.fixed_state(),
-                    conv_state=self.conv_state(), kv_cache=self.kv_cache(seq_len), flops=self.flops(seq_len))
+        return Cost(
+            params=self.params(),
+            active_params=self.active_params(),
+            fixed_state=self.fixed_state(),
+            conv_state=self.conv_state(),
+            kv_cache=self.kv_cache(seq_len),
+            flops=self.flops(seq_len),
+        )
 
     # --- torch side -----------------------------------------------------------------
     def build(self):  # -> torch.nn.Module
@@ -259,9 +273,11 @@ def positive(prim: Primitive, *keys: str) -> None:
 
 def divides(prim: Primitive, key: str, value: int, total: int, what: str) -> None:
     if total % value:
-        raise ConfigError(key, f"{prim.name}: {key}={value} does not divide {what}={total}",
-                          f"choose {key} among the divisors of {total}: "
-                          f"{', '.join(str(d) for d in _divisors(total))}")
+        raise ConfigError(
+            key,
+            f"{prim.name}: {key}={value} does not divide {what}={total}",
+            f"choose {key} among the divisors of {total}: {', '.join(str(d) for d in _divisors(total))}",
+        )
 
 
 def log2(n: int) -> float:
@@ -287,8 +303,10 @@ def _coerce(prim_name: str, key: str, annotation: Any, value: Any) -> Any:
             except ConfigError as err:
                 errors.append(err)
         if SeqLen in non_none and int in non_none:  # an integer or the word seq_len
-            raise ConfigError(key, f"{prim_name}: {key} must be an int or {SEQ_LEN} (the length the layer is "
-                                   f"built for), got {value!r}")
+            raise ConfigError(
+                key,
+                f"{prim_name}: {key} must be an int or {SEQ_LEN} (the length the layer is built for), got {value!r}",
+            )
         raise errors[0]
     if origin is Literal:
         if value in options:
@@ -296,8 +314,11 @@ def _coerce(prim_name: str, key: str, annotation: Any, value: Any) -> Any:
         import difflib
 
         close = difflib.get_close_matches(str(value), [str(o) for o in options], n=1)
-        raise ConfigError(key, f"{prim_name}: {key} must be one of {', '.join(map(str, options))}; got {value!r}",
-                          f"did you mean {close[0]!r}?" if close else None)
+        raise ConfigError(
+            key,
+            f"{prim_name}: {key} must be one of {', '.join(map(str, options))}; got {value!r}",
+            f"did you mean {close[0]!r}?" if close else None,
+        )
     if annotation is bool:
         if isinstance(value, bool):
             return value
@@ -320,9 +341,13 @@ def _coerce(prim_name: str, key: str, annotation: Any, value: Any) -> Any:
 def _length_fields(cls: type) -> tuple[str, ...]:
     """The fields of a primitive class that admit `seq_len` (annotated `int | SeqLen`)."""
     hints = typing.get_type_hints(cls)
-    return tuple(f.name for f in dataclasses.fields(cls)
-                 if any(typing.get_origin(o) is Literal and SEQ_LEN in typing.get_args(o)
-                        for o in typing.get_args(hints[f.name])))
+    return tuple(
+        f.name
+        for f in dataclasses.fields(cls)
+        if any(
+            typing.get_origin(o) is Literal and SEQ_LEN in typing.get_args(o) for o in typing.get_args(hints[f.name])
+        )
+    )
 
 
 def _article(word: str) -> str:

@@ -25,6 +25,7 @@ FLOPs (recurrent form): projections 2LD(2HK + HV + H [+ H gate] [+ HV output gat
 2L(2HK + HV)d_conv, delta rule 6LHKV (S^T k, the rank-one update, the readout) [+ LHKV decay],
 out 2LHVD.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -83,8 +84,12 @@ class DeltaNet(Primitive):
     def flops(self, seq_len: int) -> int:
         L, D, H, K, V = seq_len, self.dim, self.heads, self.key_dim, self.value_dim
         projected = H * (2 * K + V) + H + (H if self.gated else 0) + (H * V if self.output_gate else 0)
-        return (2 * L * D * projected + 2 * L * self.conv_channels * self.d_conv + self.non_matmul_flops(L)
-                + 2 * L * H * V * D)
+        return (
+            2 * L * D * projected
+            + 2 * L * self.conv_channels * self.d_conv
+            + self.non_matmul_flops(L)
+            + 2 * L * H * V * D
+        )
 
     def non_matmul_flops(self, seq_len: int) -> int:
         """The delta rule (S^T k, rank-one update, readout) and the decay where gated."""

@@ -66,6 +66,7 @@ for the state-space filters (each tap is a sum or recursion over the states), S 
 filter_order for the MLP filters, 0 for conv1d (the taps are the parameters); fno pays
 one inverse real FFT of size M per channel and sequence, 2.5 * M * log2(M).
 """
+
 from __future__ import annotations
 
 import math
@@ -94,12 +95,12 @@ class LongFilterPrimitive(Primitive):
     filter_emb_learned: bool
     bias: bool
 
+
 FILTERS = ("modal", "s4d", "rational", "conv1d", "fno", "ckconv", "hyena")
 
 # The hyperparameters of the Hyena-family primitives that size the long filter (positive integers),
 # and all those that configure it (filter_config).
-FILTER_FIELDS = ("filter_states", "filter_order", "filter_emb_dim", "filter_size", "filter_modes",
-                 "filter_length")
+FILTER_FIELDS = ("filter_states", "filter_order", "filter_emb_dim", "filter_size", "filter_modes", "filter_length")
 FILTER_OPTIONS = FILTER_FIELDS + ("filter_emb_learned",)
 
 
@@ -128,44 +129,70 @@ def _mlp(inputs: int, width: int, outputs: int, out_bias: bool) -> int:
 
 
 def _modal(channels: int, n: int) -> FilterCost:
-    return FilterCost(params=4 * channels * n, fixed_state=channels * n, dynamic_per_token=0,
-                      featurization_flops_per_token=n * channels)
+    return FilterCost(
+        params=4 * channels * n,
+        fixed_state=channels * n,
+        dynamic_per_token=0,
+        featurization_flops_per_token=n * channels,
+    )
 
 
 def _s4d(channels: int, n: int) -> FilterCost:
     # per mode: log(-Re A), Im A, Re C, Im C; per channel: log dt and the skip D
-    return FilterCost(params=channels * (4 * n + 2), fixed_state=channels * n, dynamic_per_token=0,
-                      featurization_flops_per_token=n * channels)
+    return FilterCost(
+        params=channels * (4 * n + 2),
+        fixed_state=channels * n,
+        dynamic_per_token=0,
+        featurization_flops_per_token=n * channels,
+    )
 
 
 def _rational(channels: int, n: int) -> FilterCost:
     # denominator (n, through its reflection coefficients), numerator (n), skip h0
-    return FilterCost(params=channels * (2 * n + 1), fixed_state=channels * n, dynamic_per_token=0,
-                      featurization_flops_per_token=n * channels)
+    return FilterCost(
+        params=channels * (2 * n + 1),
+        fixed_state=channels * n,
+        dynamic_per_token=0,
+        featurization_flops_per_token=n * channels,
+    )
 
 
 def _conv1d(channels: int, taps: int) -> FilterCost:
-    return FilterCost(params=channels * taps, fixed_state=channels * (taps - 1), dynamic_per_token=0,
-                      featurization_flops_per_token=0)
+    return FilterCost(
+        params=channels * taps, fixed_state=channels * (taps - 1), dynamic_per_token=0, featurization_flops_per_token=0
+    )
 
 
 def _fno(channels: int, modes: int, length: int) -> FilterCost:
     inverse_fft = round(2.5 * length * math.log2(max(length, 2))) * channels
-    return FilterCost(params=2 * channels * modes, fixed_state=0, dynamic_per_token=channels,
-                      featurization_flops_per_token=0, dynamic_cap=length - 1,
-                      featurization_flops_per_sequence=inverse_fft)
+    return FilterCost(
+        params=2 * channels * modes,
+        fixed_state=0,
+        dynamic_per_token=channels,
+        featurization_flops_per_token=0,
+        dynamic_cap=length - 1,
+        featurization_flops_per_sequence=inverse_fft,
+    )
 
 
 def _ckconv(channels: int, width: int) -> FilterCost:
-    return FilterCost(params=_mlp(1, width, channels, out_bias=True), fixed_state=0,
-                      dynamic_per_token=channels, featurization_flops_per_token=width * channels)
+    return FilterCost(
+        params=_mlp(1, width, channels, out_bias=True),
+        fixed_state=0,
+        dynamic_per_token=channels,
+        featurization_flops_per_token=width * channels,
+    )
 
 
 def _hyena(channels: int, width: int, emb: int, length: int, emb_learned: bool) -> FilterCost:
     sine_freq, skip = width, channels  # one learned frequency per hidden unit; a skip per channel
     features = length * emb if emb_learned else 0  # the positional features as parameters (MAD reference)
-    return FilterCost(params=_mlp(emb, width, channels, out_bias=False) + sine_freq + skip + features,
-                      fixed_state=0, dynamic_per_token=channels, featurization_flops_per_token=width * channels)
+    return FilterCost(
+        params=_mlp(emb, width, channels, out_bias=False) + sine_freq + skip + features,
+        fixed_state=0,
+        dynamic_per_token=channels,
+        featurization_flops_per_token=width * channels,
+    )
 
 
 # Each family's cost function and the filter sizes it reads, in order.
@@ -206,24 +233,34 @@ def validate_filter(prim: Any) -> None:
             raise ConfigError(key, f"{prim.name}: {key} must be positive, got {value}")
     kind = prim.filter
     if prim.filter_emb_learned and kind != "hyena":
-        raise ConfigError("filter_emb_learned", f"{prim.name}: filter_emb_learned applies to filter=hyena only "
-                                                f"(the implicit filter's positional features), not filter={kind}",
-                          "set filter: hyena, or leave filter_emb_learned false")
+        raise ConfigError(
+            "filter_emb_learned",
+            f"{prim.name}: filter_emb_learned applies to filter=hyena only "
+            f"(the implicit filter's positional features), not filter={kind}",
+            "set filter: hyena, or leave filter_emb_learned false",
+        )
     if kind == "hyena" and (prim.filter_emb_dim < 3 or prim.filter_emb_dim % 2 == 0):
-        raise ConfigError("filter_emb_dim", f"{prim.name}: filter_emb_dim must be odd and >= 3 "
-                                            "(time plus sine/cosine pairs)")
+        raise ConfigError(
+            "filter_emb_dim", f"{prim.name}: filter_emb_dim must be odd and >= 3 (time plus sine/cosine pairs)"
+        )
     length = prim.filter_length
     if length == SEQ_LEN:  # the checks below read the number: made at the length the layer is built for
         return
     if kind in ("hyena", "ckconv", "fno") and length < 2:
-        raise ConfigError("filter_length", f"{prim.name}: filter_length must be at least 2 for filter={kind}, "
-                                           f"got {length}")
+        raise ConfigError(
+            "filter_length", f"{prim.name}: filter_length must be at least 2 for filter={kind}, got {length}"
+        )
     if kind == "rational" and length <= prim.filter_states:
-        raise ConfigError("filter_length", f"{prim.name}: filter_length={length} must exceed the "
-                                           f"order filter_states={prim.filter_states} (the rational filter's "
-                                           "truncation length)")
+        raise ConfigError(
+            "filter_length",
+            f"{prim.name}: filter_length={length} must exceed the "
+            f"order filter_states={prim.filter_states} (the rational filter's "
+            "truncation length)",
+        )
     if kind == "fno" and prim.filter_modes > length // 2 + 1:
-        raise ConfigError("filter_modes",
-                          f"{prim.name}: filter_modes={prim.filter_modes} exceeds the {length // 2 + 1} "
-                          f"frequencies of a spectrum of resolution filter_length={length}",
-                          f"use filter_modes <= {length // 2 + 1} or a longer filter_length")
+        raise ConfigError(
+            "filter_modes",
+            f"{prim.name}: filter_modes={prim.filter_modes} exceeds the {length // 2 + 1} "
+            f"frequencies of a spectrum of resolution filter_length={length}",
+            f"use filter_modes <= {length // 2 + 1} or a longer filter_length",
+        )

@@ -17,6 +17,7 @@ State: no fixed state; the conv keeps the last d_conv - 1 gated inputs B * x of 
 reported as conv_state.
 FLOPs: in_proj 6 L D^2, conv 2 L D d_conv, out_proj 2 L D^2; the two gates 2 L D (elementwise).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -17,6 +17,7 @@ FLOPs (not in MAD App. C.4; recurrent form of the GLA paper): projections
 2 L D (2 H dk + 2 H dv), gate 2 L (D r + r H dk), state update and readout
 4 L H dk dv, out 2 L H dv D.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -64,8 +65,12 @@ class GatedLinearAttention(Primitive):
     def flops(self, seq_len: int) -> int:
         L, D, H, K, V, r = seq_len, self.dim, self.heads, self.dk, self.dv, self.gate_low_rank
         g = H * V if self.output_gate else 0
-        return (2 * L * D * (2 * H * K + H * V + g) + 2 * L * (D * r + r * H * K)
-                + self.non_matmul_flops(L) + 2 * L * H * V * D)
+        return (
+            2 * L * D * (2 * H * K + H * V + g)
+            + 2 * L * (D * r + r * H * K)
+            + self.non_matmul_flops(L)
+            + 2 * L * H * V * D
+        )
 
     def non_matmul_flops(self, seq_len: int) -> int:
         """The recurrence: state update and readout, 4 L H dk dv."""

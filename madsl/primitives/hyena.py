@@ -28,6 +28,7 @@ generalised to order N, inner width I and G projection groups: a projection to
 (N+1)I/G, (N+1)I short-conv channels, (N-1) FFT convolutions and N gates of I
 channels, out layer 2LID.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,8 +52,9 @@ class Hyena(LongFilterPrimitive):
     def validate(self) -> None:
         positive(self, "short_filter", "inner_factor", "proj_groups")
         if self.order < 2:
-            raise ConfigError("order", f"hyena: order must be at least 2, got {self.order}",
-                              "order 2 is the Hyena of the MAD paper")
+            raise ConfigError(
+                "order", f"hyena: order must be at least 2, got {self.order}", "order 2 is the Hyena of the MAD paper"
+            )
         divides(self, "proj_groups", self.proj_groups, self.width, "(order+1)*inner_factor*dim")
         validate_filter(self)
 
@@ -80,10 +82,10 @@ class Hyena(LongFilterPrimitive):
         return filter_cost(self.filter, self.filter_channels, **filter_config(self))
 
     def params(self) -> int:
-        D, I, P, W = self.dim, self.inner, self.proj_width, self.width
+        D, inner, P, W = self.dim, self.inner, self.proj_width, self.width
         in_proj = D * P + (P if self.bias else 0)
         short_conv = W * self.short_filter + (W if self.bias else 0)
-        out_proj = I * D + (D if self.bias else 0)
+        out_proj = inner * D + (D if self.bias else 0)
         return in_proj + short_conv + self._filter().params + out_proj
 
     def fixed_state(self) -> int:
@@ -96,14 +98,14 @@ class Hyena(LongFilterPrimitive):
         return self._filter().dynamic_state(seq_len)
 
     def flops(self, seq_len: int) -> int:
-        L, D, I = seq_len, self.dim, self.inner
+        L, D, inner = seq_len, self.dim, self.inner
         projections = 2 * L * D * self.proj_width
         short_convs = 2 * self.short_filter * L * self.width
-        return projections + short_convs + self.non_matmul_flops(L) + 2 * L * I * D
+        return projections + short_convs + self.non_matmul_flops(L) + 2 * L * inner * D
 
     def non_matmul_flops(self, seq_len: int) -> int:
         """Featurization, the N-1 FFT convolutions and the N gates."""
-        L, I, N = seq_len, self.inner, self.order
+        L, inner, N = seq_len, self.inner, self.order
         featurization = self._filter().featurization_flops(L)
-        conv_and_gates = round(10 * L * log2(L) * I * (N - 1)) + 2 * L * I * N
+        conv_and_gates = round(10 * L * log2(L) * inner * (N - 1)) + 2 * L * inner * N
         return featurization + conv_and_gates

@@ -35,6 +35,7 @@ routing): an unweighted expert's channels reach the output only through its weig
 FLOPs: App. C.4.8 (router L D A, projections 6LD^2, convs 18LD, featurization
 S L D_moh G, convolution and gates 10 L log2(L) D_moh G + 4 L D_moh G, out 2 L D_moh D).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -65,11 +66,13 @@ class HyenaExperts(LongFilterPrimitive):
         if self.active > self.experts:
             raise ConfigError("active", f"hyena_experts: active={self.active} exceeds experts={self.experts}")
         if self.experts * self.expert_width != self.dim:
-            raise ConfigError("expert_width",
-                              f"hyena_experts: experts*expert_width = {self.experts * self.expert_width} "
-                              f"must equal dim = {self.dim}",
-                              f"with {self.experts} experts use expert_width={self.dim // self.experts}"
-                              if self.dim % self.experts == 0 else None)
+            raise ConfigError(
+                "expert_width",
+                f"hyena_experts: experts*expert_width = {self.experts * self.expert_width} must equal dim = {self.dim}",
+                f"with {self.experts} experts use expert_width={self.dim // self.experts}"
+                if self.dim % self.experts == 0
+                else None,
+            )
 
     def _filter(self):
         return filter_cost(self.filter, self.dim, **filter_config(self))
@@ -90,8 +93,9 @@ class HyenaExperts(LongFilterPrimitive):
     def active_params(self) -> int:
         unread = (self.experts - self.weighted_experts) * self.expert_width  # channels of unweighted experts
         per_channel_proj = 3 * (self.dim + self.short_filter + (2 if self.bias else 0))  # in_proj and short_conv
-        filter_unread = self._filter().params - filter_cost(self.filter, self.dim - unread,
-                                                            **filter_config(self)).params
+        filter_unread = (
+            self._filter().params - filter_cost(self.filter, self.dim - unread, **filter_config(self)).params
+        )
         return self.params() - unread * per_channel_proj - filter_unread
 
     def fixed_state(self) -> int:
@@ -105,8 +109,13 @@ class HyenaExperts(LongFilterPrimitive):
 
     def flops(self, seq_len: int) -> int:
         L, D, W = seq_len, self.dim, self.expert_width
-        return (L * D * self.experts + 6 * L * D * D + 2 * self.short_filter * L * 3 * D
-                + self.non_matmul_flops(L) + 2 * L * W * D)
+        return (
+            L * D * self.experts
+            + 6 * L * D * D
+            + 2 * self.short_filter * L * 3 * D
+            + self.non_matmul_flops(L)
+            + 2 * L * W * D
+        )
 
     def non_matmul_flops(self, seq_len: int) -> int:
         """Featurization, convolutions and gates of the weighted experts."""

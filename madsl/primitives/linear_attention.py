@@ -22,6 +22,7 @@ State: heads * key_dim * value_dim, plus the normaliser z (heads * key_dim) when
 FLOPs (recurrent form): projections 2LD(2 eK D + eV D), feature maps 8LHK^2 (Hadamard),
 state update and readout 4LHK(V + 1), out 2L eV D D.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -73,8 +74,12 @@ class LinearAttention(Primitive):
     def flops(self, seq_len: int) -> int:
         L, D, H, K = seq_len, self.dim, self.heads, self.key_dim
         feature = 8 * L * H * K * K if self.feature_map == "elementwise_product" else 0
-        return (2 * L * D * (2 * self.expand_k * D + self.expand_v * D) + feature
-                + self.non_matmul_flops(L) + 2 * L * self.expand_v * D * D)
+        return (
+            2 * L * D * (2 * self.expand_k * D + self.expand_v * D)
+            + feature
+            + self.non_matmul_flops(L)
+            + 2 * L * self.expand_v * D * D
+        )
 
     def non_matmul_flops(self, seq_len: int) -> int:
         """State update and readout, 4 L H K (V + 1 with the normaliser); the feature maps are matmuls."""

@@ -18,6 +18,7 @@ FLOPs: MAD paper App. C.4.5 (projections 4LD^2E, featurization 2LDE(D_dt + 2S) +
 (2 FLOPs per tap, channel and token, as every other short conv here; the paper prints
 6LDE, the count for 3 taps, though its Mamba's conv has d_conv = 4, App. C.2).
 """
+
 from __future__ import annotations
 
 import math
@@ -67,8 +68,14 @@ class Mamba(Primitive):
 
     def flops(self, seq_len: int) -> int:
         L, D, E, R, S = seq_len, self.dim, self.expand, self.rank, self.d_state
-        return (4 * L * D * D * E + 2 * self.d_conv * L * D * E + 2 * L * D * E * (R + 2 * S)
-                + 2 * L * D * E * R + self.non_matmul_flops(L) + 2 * L * D * D * E)
+        return (
+            4 * L * D * D * E
+            + 2 * self.d_conv * L * D * E
+            + 2 * L * D * E * (R + 2 * S)
+            + 2 * L * D * E * R
+            + self.non_matmul_flops(L)
+            + 2 * L * D * D * E
+        )
 
     def non_matmul_flops(self, seq_len: int) -> int:
         """The associative scan, 2 L D E S."""

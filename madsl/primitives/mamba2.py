@@ -27,6 +27,7 @@ State: heads * head_dim * d_state = E * N (256 * 128 = 32768 at the default); th
 FLOPs (recurrent form): in_proj 2LD(2E + 2GN + H), conv 2L(E + 2GN) d_conv, the scan 5LEN
 (decay, the rank-one update, readout), skip and gate 4LE, the norm 3LE, out 2LED.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -85,7 +86,7 @@ class Mamba2(Primitive):
         return self.conv_channels * (self.d_conv - 1)
 
     def flops(self, seq_len: int) -> int:
-        L, D, E, N, C = seq_len, self.dim, self.d_inner, self.d_state, self.conv_channels
+        L, D, E, C = seq_len, self.dim, self.d_inner, self.conv_channels
         return 2 * L * D * (E + C + self.n_heads) + 2 * L * C * self.d_conv + self.non_matmul_flops(L) + 2 * L * E * D
 
     def non_matmul_flops(self, seq_len: int) -> int:

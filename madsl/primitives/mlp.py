@@ -8,6 +8,7 @@ mad/model/layers/mlp.py): inner null = 4 * dim, no bias.
 Parameters: 2 * dim * inner (+ inner + dim with bias). No state.
 FLOPs: 4 * L * dim * inner (two matmuls); the activation is not counted, as for SwiGLU (App. C.4.1).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

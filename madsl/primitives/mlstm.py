@@ -23,6 +23,7 @@ from token to token, so all three count.
 FLOPs (recurrent form): projections 2LD(4 H hd + 2H), memory update and readout 6LH hd^2
 (decay, outer product, readout), normaliser 6LH hd, out 2LH hd D.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,8 +44,8 @@ class MLSTM(Heads, Primitive):
         self.validate_heads()
 
     def params(self) -> int:
-        D, H, I = self.dim, self.heads, self.inner
-        return 4 * D * I + 2 * (D * H + H) + I + I * D
+        D, H, inner = self.dim, self.heads, self.inner
+        return 4 * D * inner + 2 * (D * H + H) + inner + inner * D
 
     def fixed_state(self) -> int:
         hd = self.inner_head_dim

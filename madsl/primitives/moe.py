@@ -17,8 +17,8 @@ down(act(up x)), with `activation: relu2` (squared ReLU) Nemotron-H's experts
 (NVIDIA-Nemotron-3's mixture of experts); the GLU experts have three.
 
 Parameters: router dim*experts (+ experts), gate and up projections
-2*experts*dim*expert_width (gated: false, the up projections alone), down projections experts*expert_width*dim (dense_down:
-experts*expert_width*dim*experts). The reference's MoeMlp also holds `gates`
+2*experts*dim*expert_width (gated: false, the up projections alone), down projections
+experts*expert_width*dim (dense_down: experts*expert_width*dim*experts). The reference's MoeMlp also holds `gates`
 (experts x expert_width) that its forward never reads: not a parameter here.
 Active parameters (what one token's output reads): the router, the shared expert and the
 G chosen experts (G: `active`; all experts under leaky routing, where every expert keeps
@@ -32,6 +32,7 @@ FLOPs: App. C.4.7 as printed there: router L D A, up projections 4 L D D_moe A
 reads all experts' hidden units: 2 L D A D_moe G); the shared expert as SwiGLU, 6 L D D_shared.
 Not gated: the up projections 2 L D D_moe A, the shared expert 4 L D D_shared.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -62,8 +63,11 @@ class MoE(Primitive):
     def validate(self) -> None:
         positive(self, "experts", "expert_width", "active")
         if self.active > self.experts:
-            raise ConfigError("active", f"moe: active={self.active} exceeds experts={self.experts}",
-                              "active experts are chosen among the experts")
+            raise ConfigError(
+                "active",
+                f"moe: active={self.active} exceeds experts={self.experts}",
+                "active experts are chosen among the experts",
+            )
         if self.aux_loss_weight < 0:
             raise ConfigError("aux_loss_weight", "moe: aux_loss_weight must be >= 0")
         if self.shared_width < 0:
@@ -99,9 +103,13 @@ class MoE(Primitive):
 
     def flops(self, seq_len: int) -> int:
         L, D, n = seq_len, self.dim, self.input_matrices
-        return (L * D * self.experts + 2 * n * L * D * self.expert_width * self.experts
-                + 2 * L * D * self.down_inputs * self.weighted_experts + 2 * (n + 1) * L * D * self.shared_width
-                + self.non_matmul_flops(L))
+        return (
+            L * D * self.experts
+            + 2 * n * L * D * self.expert_width * self.experts
+            + 2 * L * D * self.down_inputs * self.weighted_experts
+            + 2 * (n + 1) * L * D * self.shared_width
+            + self.non_matmul_flops(L)
+        )
 
     def non_matmul_flops(self, seq_len: int) -> int:
         return 0  # router and experts are matmuls; routing, activations and weighting are not counted

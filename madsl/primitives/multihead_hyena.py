@@ -22,6 +22,7 @@ state: the last short_filter-1 outputs of in_proj, 3*dim/G*(short_filter-1).
 FLOPs: MAD paper App. C.4.3 (projections 6LD^2, convs 18LD, featurization S L H,
 convolution and gates 10 L log2(L) D^2/H + 4 L D^2/H, out layer 2LD^2).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -18,6 +18,7 @@ integer per sequence, bookkeeping for the rotary embedding, as attention's).
 FLOPs (recurrent form): projections 2LD(2 expand_k D + expand_v D [+ expand_v D]),
 retention 5LHKV (decay, update, readout), out 2L expand_v D D.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,8 +43,11 @@ class Retention(Primitive):
         divides(self, "heads", self.heads, self.key_width, "expand_k * dim")
         divides(self, "heads", self.heads, self.value_width, "expand_v * dim")
         if self.rotary and self.key_dim % 2:
-            raise ConfigError("heads", f"retention: rotary embeddings need an even key dimension per head, "
-                                       f"got {self.key_dim}", "set rotary=false or fewer heads")
+            raise ConfigError(
+                "heads",
+                f"retention: rotary embeddings need an even key dimension per head, got {self.key_dim}",
+                "set rotary=false or fewer heads",
+            )
 
     @property
     def key_width(self) -> int:

@@ -23,6 +23,7 @@ the previous input, D numbers, reported as conv_state (it is a 2-tap convolution
 FLOPs (recurrent form): projections 2LD * 4A + out 2LAD, WKV 5LA head_dim (decay, update,
 readout, bonus), token shift 8LD; RWKV-6 adds 20 L D mix_rank + 2L decay_rank (D + A).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

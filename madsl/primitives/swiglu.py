@@ -7,6 +7,7 @@ then up to a multiple of `multiple_of` (16): 352 at width 128, 3 x 128 x 352 = 1
 parameters. `multiple_of` is read only where inner is null.
 FLOPs: App. C.4.1, GLU 6 L D D_glu.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -34,6 +34,7 @@ Its rooms, one concern each, bottom first: a room imports only the rooms above i
 
 Importing this package is cheap; torch is imported when a run starts.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence

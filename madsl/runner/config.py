@@ -10,6 +10,7 @@ builds it from keywords (`EvalConfig.from_keywords`), and the command line from 
 Either way each name is checked against its declaration: an unknown name is a TypeError that
 lists the known ones, a bad value a MadslError naming the setting as its caller wrote it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,13 +48,20 @@ class EvalConfig:
             elif key in OPTIONS_BY_NAME:
                 execution[key] = value
             else:
-                raise TypeError(f"evaluate() got an unknown argument {name!r}; the settings are "
-                                + ", ".join(SETTINGS_BY_KEY) + "; the execution options are " + ", ".join(OPTIONS_BY_NAME))
+                raise TypeError(
+                    f"evaluate() got an unknown argument {name!r}; the settings are "
+                    + ", ".join(SETTINGS_BY_KEY)
+                    + "; the execution options are "
+                    + ", ".join(OPTIONS_BY_NAME)
+                )
         return cls(settings=settings, execution=Execution(**execution))
 
     def replace(self, **keywords: Any) -> "EvalConfig":
         """This configuration with some settings or options given anew."""
         other = EvalConfig.from_keywords(**keywords)
-        given = {f.name: getattr(other.execution, f.name) for f in dataclasses.fields(Execution)
-                 if f.name in {ALIASES.get(k, k) for k in keywords}}
+        given = {
+            f.name: getattr(other.execution, f.name)
+            for f in dataclasses.fields(Execution)
+            if f.name in {ALIASES.get(k, k) for k in keywords}
+        }
         return EvalConfig({**self.settings, **other.settings}, dataclasses.replace(self.execution, **given))

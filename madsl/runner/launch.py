@@ -11,6 +11,7 @@ plan their jobs, then run them here.
 
 Prints nothing.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,16 @@ from typing import Any, Callable, Sequence
 
 from madsl.errors import MadslError, option
 from madsl.runner.execute.coordinator import Outcome, Reporter, run_jobs
-from madsl.runner.execute.devices import (check_workers_and_device, default_batch_grid, executor_for, place_devices,
-                                          planned_device, ray_device, ray_options, resolve_cuda_graphs)
+from madsl.runner.execute.devices import (
+    check_workers_and_device,
+    default_batch_grid,
+    executor_for,
+    place_devices,
+    planned_device,
+    ray_device,
+    ray_options,
+    resolve_cuda_graphs,
+)
 from madsl.runner.execute.jobs import Job
 from madsl.runner.execute.local import Executor
 from madsl.runner.store.database import check_database
@@ -63,17 +72,23 @@ def place(execution: Any, *, stacked: bool = True) -> Placement:
     ray = ray_options(execution.executor, execution.address, execution.cpus_per_run, execution.gpus_per_run)
     check_workers_and_device(execution.workers, execution.device, on_this_machine=ray is None)
     if ray is not None and execution.device == "cuda" and not ray.gpus_per_run:
-        raise MadslError(f"{option('device')} cuda on Ray: the runs hold no GPU",
-                         hint=f"give them one: {option('gpus_per_run')} 1 (or a fraction, e.g. 0.25)")
+        raise MadslError(
+            f"{option('device')} cuda on Ray: the runs hold no GPU",
+            hint=f"give them one: {option('gpus_per_run')} 1 (or a fraction, e.g. 0.25)",
+        )
     batch_grid = cuda_graphs = False
     if stacked:
         if ray is not None and execution.batch_grid:
-            raise MadslError(f"{option('batch_grid')} runs with the local executors only: Ray runs each run as its "
-                             f"own task", hint=f"drop {option('batch_grid')}, or use {option('executor')} local")
-        batch_grid = ray is None and (default_batch_grid(execution.device) if execution.batch_grid is None
-                                      else execution.batch_grid)
-        cuda_graphs = resolve_cuda_graphs(execution.cuda_graphs, ray is not None, planned_device(execution.device),
-                                          batch_grid)
+            raise MadslError(
+                f"{option('batch_grid')} runs with the local executors only: Ray runs each run as its own task",
+                hint=f"drop {option('batch_grid')}, or use {option('executor')} local",
+            )
+        batch_grid = ray is None and (
+            default_batch_grid(execution.device) if execution.batch_grid is None else execution.batch_grid
+        )
+        cuda_graphs = resolve_cuda_graphs(
+            execution.cuda_graphs, ray is not None, planned_device(execution.device), batch_grid
+        )
     _check_keep_and_checkpoints(execution)
     # on Ray, Ray places runs; a pretraining run trains on the device named
     devices = place_devices(execution.device, execution.devices) if ray is None and stacked else None
@@ -88,10 +103,13 @@ def _check_keep_and_checkpoints(execution: Any) -> None:
 
         safetensors_torch(f"{option('keep')} best")
     every = execution.checkpoint_every
-    if every is not None and (isinstance(every, bool) or not isinstance(every, (int, float))
-                              or not math.isfinite(every) or every < 0):
-        raise MadslError(f"{option('checkpoint_every')}: expected a non-negative number of seconds, got {every!r}",
-                         hint="how often a run writes its checkpoint, e.g. 60; 0: after every epoch")
+    if every is not None and (
+        isinstance(every, bool) or not isinstance(every, (int, float)) or not math.isfinite(every) or every < 0
+    ):
+        raise MadslError(
+            f"{option('checkpoint_every')}: expected a non-negative number of seconds, got {every!r}",
+            hint="how often a run writes its checkpoint, e.g. 60; 0: after every epoch",
+        )
 
 
 def run_precision(name: str, where: Placement) -> str:
@@ -105,9 +123,16 @@ def run_precision(name: str, where: Placement) -> str:
     return resolve_precision(name, where.runs_on)
 
 
-def run(jobs: Sequence[Job], execution: Any, *, reporter: Reporter | None = None,
-        stop: Callable[[], bool] | None = None, register: Callable[[Any], None] | None = None,
-        placement: Placement | None = None, skip_solved_at: float | None = None) -> Outcome:
+def run(
+    jobs: Sequence[Job],
+    execution: Any,
+    *,
+    reporter: Reporter | None = None,
+    stop: Callable[[], bool] | None = None,
+    register: Callable[[Any], None] | None = None,
+    placement: Placement | None = None,
+    skip_solved_at: float | None = None,
+) -> Outcome:
     """Run `jobs` (Jobs, or grid groups of them) under `execution` (an Execution of
     madsl.runner.execute.options): the results database is checked, the runs placed (`placement`,
     or `place(execution)`), the store created (only now: bad input leaves none behind), `register(store)`
@@ -118,21 +143,25 @@ def run(jobs: Sequence[Job], execution: Any, *, reporter: Reporter | None = None
     this accuracy. A database that cannot be written is a MadslError; what was recorded stays."""
     check_store(execution)
     where = placement if placement is not None else place(execution)
-    runner = execution.executor if isinstance(execution.executor, Executor) else executor_for(execution.workers,
-                                                                                              where.ray)
+    runner = (
+        execution.executor if isinstance(execution.executor, Executor) else executor_for(execution.workers, where.ray)
+    )
     from madsl.runner.store.results import Store
 
     store = Store(execution.db)
     try:
         if register is not None:
             register(store)
-        return run_jobs(store, list(jobs), runner, reporter, skip_solved_at=skip_solved_at,
-                        stop_requested=stop or (lambda: False))
+        return run_jobs(
+            store, list(jobs), runner, reporter, skip_solved_at=skip_solved_at, stop_requested=stop or (lambda: False)
+        )
     except sqlite3.OperationalError as err:
         # every write is a transaction: what was recorded stays, and the runs in flight stay
         # claimed by this (now ended) process, so the same command resumes them from their checkpoints
-        raise MadslError(f"the results database {execution.db} could not be written: {err}",
-                         hint="free disk space (or fix the file system) and rerun the same command: finished "
-                              "runs are kept and the others resume") from None
+        raise MadslError(
+            f"the results database {execution.db} could not be written: {err}",
+            hint="free disk space (or fix the file system) and rerun the same command: finished "
+            "runs are kept and the others resume",
+        ) from None
     finally:
         store.close()

@@ -8,6 +8,7 @@ A study's runs share the results store, executors and resume of `madsl eval`: ea
 the task "pretrain" whose identity is its sized spec, the data's content hash, the budget and the
 recipe, filed under the label `scale:<study name>`. Prints nothing (progress goes to `reporter`).
 """
+
 from __future__ import annotations
 
 import math
@@ -43,8 +44,13 @@ class StudyPlan:
 
     def identity(self, run: ScaleRun) -> RunIdentity:
         info = self.tokens.info
-        setting = {"data": info.hash, "vocab": info.vocab_size, "budget": run.budget,
-                   "arch": run.arch, "size": run.size}
+        setting = {
+            "data": info.hash,
+            "vocab": info.vocab_size,
+            "budget": run.budget,
+            "arch": run.arch,
+            "size": run.size,
+        }
         train = {**run.settings.identity(), "wd": run.settings.wd, "epochs": len(run.settings.evaluation_steps())}
         return RunIdentity(run.spec.hash, PRETRAIN_TASK, setting, train, madsl_version())
 
@@ -64,13 +70,18 @@ def _data_dir(study: Study, files_dir: Path) -> Path:
     home = study.path.parent
     named = given if given.is_absolute() else home / given
     if not given.is_absolute() and not inside(named, home):
-        raise MadslError(f"data: {study.data} leads out of the study's folder {home.resolve()} (to "
-                         f"{named.resolve()}), not read", where,
-                         hint="name a token folder elsewhere by its absolute path")
+        raise MadslError(
+            f"data: {study.data} leads out of the study's folder {home.resolve()} (to {named.resolve()}), not read",
+            where,
+            hint="name a token folder elsewhere by its absolute path",
+        )
     path = named.resolve()
     if not path.is_dir():
-        raise MadslError(f"data: no token folder at {study.data} (looked in {path})", where,
-                         hint="prepare one with `madsl data prepare TEXT... -o DIR`, or name bundled:tinyshakespeare")
+        raise MadslError(
+            f"data: no token folder at {study.data} (looked in {path})",
+            where,
+            hint="prepare one with `madsl data prepare TEXT... -o DIR`, or name bundled:tinyshakespeare",
+        )
     return path
 
 
@@ -80,21 +91,27 @@ def _check_windows(study: Study, tokens: Any, runs: list[ScaleRun]) -> None:
     longest = max(r.settings.seq_len + 1 for r in runs)
     for split in ("train", "val"):
         if tokens.info.tokens(split) < longest:
-            raise MadslError(f"data: the {split} split holds {tokens.info.tokens(split):,} tokens, fewer than one "
-                             f"window of {longest:,}", study_location(study, "data"),
-                             hint="use more text, or a shorter seq_len")
+            raise MadslError(
+                f"data: the {split} split holds {tokens.info.tokens(split):,} tokens, fewer than one "
+                f"window of {longest:,}",
+                study_location(study, "data"),
+                hint="use more text, or a shorter seq_len",
+            )
     if "eval_tokens" in study.recipe:
         windows = (tokens.info.tokens("val") - 1) // study.seq_len
         if study.recipe["eval_tokens"] // study.seq_len > windows:
-            raise MadslError(f"eval_tokens {study.recipe['eval_tokens']:,} is more than the validation split holds: "
-                             f"{windows:,} windows of {study.seq_len:,} ({windows * study.seq_len:,} tokens)",
-                             study_location(study, "recipe", "eval_tokens"),
-                             hint=f"at most {windows * study.seq_len:,}, or leave it out (the split's first "
-                                  f"{DEFAULT_EVAL_TOKENS:,} tokens, as many as it holds)")
+            raise MadslError(
+                f"eval_tokens {study.recipe['eval_tokens']:,} is more than the validation split holds: "
+                f"{windows:,} windows of {study.seq_len:,} ({windows * study.seq_len:,} tokens)",
+                study_location(study, "recipe", "eval_tokens"),
+                hint=f"at most {windows * study.seq_len:,}, or leave it out (the split's first "
+                f"{DEFAULT_EVAL_TOKENS:,} tokens, as many as it holds)",
+            )
 
 
-def plan_study_file(path: str | os.PathLike, db: str | os.PathLike = DEFAULT_DB,
-                    precision: str | None = None) -> StudyPlan:
+def plan_study_file(
+    path: str | os.PathLike, db: str | os.PathLike = DEFAULT_DB, precision: str | None = None
+) -> StudyPlan:
     """Read the study, open (or prepare) its data, plan and identify every run; nothing trains.
     `precision` (fp32 or bf16) replaces the recipe's."""
     from madsl.corpus import open_tokens
@@ -147,9 +164,14 @@ def _run_seconds(plan: StudyPlan, device: str, remeasure: bool = False) -> tuple
     return seconds, rates.describe(sorted(families))
 
 
-def study_cost(plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB, workers: int = 1,
-               flops_per_second: float | None = None, device: str = "auto",
-               measure_rate: bool = False) -> dict[str, Any]:
+def study_cost(
+    plan: StudyPlan,
+    db: str | os.PathLike = DEFAULT_DB,
+    workers: int = 1,
+    flops_per_second: float | None = None,
+    device: str = "auto",
+    measure_rate: bool = False,
+) -> dict[str, Any]:
     """The grid with each run's parameters, tokens, FLOPs, state and estimated hours: at
     `flops_per_second` where given (e.g. a GPU's sustained rate), else at this machine's cached
     per-family training rates on `device` (an evaluation is a forward pass: FORWARD_SHARE of a
@@ -167,16 +189,37 @@ def study_cost(plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB, workers: int
     rows = []
     for run, run_id, run_seconds in zip(plan.runs, plan.run_ids, seconds):
         row = stored.get(run_id)
-        rows.append({"run_id": run_id, "arch": run.arch, "budget": run.budget, "size": run.size,
-                     "dim": run.spec.dim, "params": run.params, "state": run.state, "tokens": run.tokens,
-                     "steps": run.settings.steps, "batch_size": run.settings.batch_size, "lr": run.settings.lr,
-                     "flops": run.flops, "hours": None if run_seconds is None else run_seconds / 3600,
-                     "status": row["status"] if row is not None else "new"})
+        rows.append(
+            {
+                "run_id": run_id,
+                "arch": run.arch,
+                "budget": run.budget,
+                "size": run.size,
+                "dim": run.spec.dim,
+                "params": run.params,
+                "state": run.state,
+                "tokens": run.tokens,
+                "steps": run.settings.steps,
+                "batch_size": run.settings.batch_size,
+                "lr": run.settings.lr,
+                "flops": run.flops,
+                "hours": None if run_seconds is None else run_seconds / 3600,
+                "status": row["status"] if row is not None else "new",
+            }
+        )
     pending = [r for r in rows if r["status"] != "done"]
     hours = sum(r["hours"] or 0.0 for r in pending)
-    return {"study": plan.study.name, "data": str(plan.data_dir), "runs": rows, "done": len(rows) - len(pending),
-            "flops": sum(r["flops"] for r in rows), "rate_source": source, "workers": workers,
-            "hours": hours, "wall_hours": hours / max(1, workers)}
+    return {
+        "study": plan.study.name,
+        "data": str(plan.data_dir),
+        "runs": rows,
+        "done": len(rows) - len(pending),
+        "flops": sum(r["flops"] for r in rows),
+        "rate_source": source,
+        "workers": workers,
+        "hours": hours,
+        "wall_hours": hours / max(1, workers),
+    }
 
 
 def _jobs(plan: StudyPlan, db: str | os.PathLike, device: str, checkpoint_every: float | None) -> list[Any]:
@@ -184,12 +227,21 @@ def _jobs(plan: StudyPlan, db: str | os.PathLike, device: str, checkpoint_every:
     from madsl.runner.store.files import StoreFiles
 
     files = StoreFiles(db)
-    return [PretrainJob(run_id=run_id, spec=run.spec, settings=run.settings, data_dir=str(plan.data_dir),
-                        checkpoint_path=str(files.checkpoint_path(run_id)), data_dtype=plan.study.data_dtype,
-                        data_vocab=plan.study.data_vocab, device=device,
-                        label=f"{run.arch} {run.size} @ {run.budget:.2g}",
-                        checkpoint_every_s=checkpoint_every)
-            for run, run_id in zip(plan.runs, plan.run_ids)]
+    return [
+        PretrainJob(
+            run_id=run_id,
+            spec=run.spec,
+            settings=run.settings,
+            data_dir=str(plan.data_dir),
+            checkpoint_path=str(files.checkpoint_path(run_id)),
+            data_dtype=plan.study.data_dtype,
+            data_vocab=plan.study.data_vocab,
+            device=device,
+            label=f"{run.arch} {run.size} @ {run.budget:.2g}",
+            checkpoint_every_s=checkpoint_every,
+        )
+        for run, run_id in zip(plan.runs, plan.run_ids)
+    ]
 
 
 def _register(store: Any, plan: StudyPlan) -> None:
@@ -200,9 +252,34 @@ def _register(store: Any, plan: StudyPlan) -> None:
     store.add_runs([(plan.identity(run), run.spec.name) for run in plan.runs], plan.label)
 
 
-def scale(path: str | os.PathLike, execution: Any = None, *, reporter: Any = None,
-          stop: Callable[[], bool] | None = None, flops_per_second: float | None = None,
-          precision: str | None = None, **options: Any) -> dict:
+def _check_options(execution: Any, flops_per_second: float | None) -> None:
+    """What a study's runs cannot do, and a training rate that is no rate: refused before any work."""
+    if flops_per_second is not None and (
+        isinstance(flops_per_second, bool)
+        or not isinstance(flops_per_second, (int, float))
+        or not MIN_RATE <= flops_per_second < math.inf
+    ):
+        raise MadslError(
+            f"{option('flops_per_second')} {flops_per_second!r}: expected a finite training rate of at "
+            f"least {MIN_RATE:g} FLOP/s",
+            hint="e.g. 3e14 for a GPU's sustained bf16 rate",
+        )
+    if execution.keep not in (None, "none"):
+        raise MadslError(f"{option('keep')}: a pretraining run keeps no weights")
+    if execution.batch_grid:
+        raise MadslError(f"{option('batch_grid')}: pretraining runs train one at a time (their shapes differ)")
+
+
+def scale(
+    path: str | os.PathLike,
+    execution: Any = None,
+    *,
+    reporter: Any = None,
+    stop: Callable[[], bool] | None = None,
+    flops_per_second: float | None = None,
+    precision: str | None = None,
+    **options: Any,
+) -> dict:
     """Train a study's runs (those not done yet); `execution`: an Execution of
     madsl.runner.execute.options (db, workers, device, executor, address, cpus_per_run, gpus_per_run,
     checkpoint_every, dry_run), or the same as keywords. `precision`: fp32, bf16 or auto in place of
@@ -214,37 +291,43 @@ def scale(path: str | os.PathLike, execution: Any = None, *, reporter: Any = Non
     from madsl.runner.launch import check_store, place, run, run_precision
 
     execution = execution if execution is not None else Execution(**options)
-    if flops_per_second is not None and (isinstance(flops_per_second, bool) or
-                                         not isinstance(flops_per_second, (int, float)) or
-                                         not MIN_RATE <= flops_per_second < math.inf):
-        raise MadslError(f"{option('flops_per_second')} {flops_per_second!r}: expected a finite training rate of at "
-                         f"least {MIN_RATE:g} FLOP/s", hint="e.g. 3e14 for a GPU's sustained bf16 rate")
-    if execution.keep not in (None, "none"):
-        raise MadslError(f"{option('keep')}: a pretraining run keeps no weights")
-    if execution.batch_grid:
-        raise MadslError(f"{option('batch_grid')}: pretraining runs train one at a time (their shapes differ)")
+    _check_options(execution, flops_per_second)
     check_store(execution)
     where = place(execution, stacked=False)
     if precision not in (None, *PRECISIONS):
-        raise MadslError(f"{option('precision')} must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}, "
-                         f"got {precision!r}")
+        raise MadslError(
+            f"{option('precision')} must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}, got {precision!r}"
+        )
     plan = plan_study_file(path, execution.db, None if precision is None else run_precision(precision, where))
     if execution.dry_run or (reporter is not None and reporter.shows_plan):
-        cost = study_cost(plan, execution.db, execution.workers if where.ray is None else 1, flops_per_second,
-                          execution.device, bool(execution.measure_rate))
+        cost = study_cost(
+            plan,
+            execution.db,
+            execution.workers if where.ray is None else 1,
+            flops_per_second,
+            execution.device,
+            bool(execution.measure_rate),
+        )
         if execution.dry_run:
             return {"db": str(execution.db), "plan": cost}
         reporter.plan(cost, [])
     jobs = _jobs(plan, execution.db, execution.device, execution.checkpoint_every)
-    outcome = run(jobs, execution, reporter=reporter, stop=stop, register=lambda store: _register(store, plan),
-                  placement=where)
-    return {"db": str(execution.db), "study": plan.study.name, "runs": len(jobs), "done": len(outcome.done),
-            "already_done": len(outcome.already_done), "failed": dict(outcome.failed),
-            "interrupted": len(outcome.interrupted), "complete": outcome.complete}
+    outcome = run(
+        jobs, execution, reporter=reporter, stop=stop, register=lambda store: _register(store, plan), placement=where
+    )
+    return {
+        "db": str(execution.db),
+        "study": plan.study.name,
+        "runs": len(jobs),
+        "done": len(outcome.done),
+        "already_done": len(outcome.already_done),
+        "failed": dict(outcome.failed),
+        "interrupted": len(outcome.interrupted),
+        "complete": outcome.complete,
+    }
 
 
-def study_points(plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB,
-                 problems: list[str] | None = None) -> list[Any]:
+def study_points(plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB, problems: list[str] | None = None) -> list[Any]:
     """The finished runs of a study as IsoFLOP points (madsl.scaling.fits.ScalePoint): the final
     validation loss of each, with its parameters, tokens and total state. The database is
     untrusted input: a finished run whose loss is not a positive finite number (text, bytes,
@@ -261,11 +344,21 @@ def study_points(plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB,
         why = _bad_loss(loss)
         if why is not None:
             if problems is not None:
-                problems.append(f"results database {db}: run {run_id} ({run.arch} {run.size} @ {run.budget:.3g} "
-                                f"FLOPs) is done with a final loss of {_shown(loss)}, {why}; left out")
+                problems.append(
+                    f"results database {db}: run {run_id} ({run.arch} {run.size} @ {run.budget:.3g} "
+                    f"FLOPs) is done with a final loss of {_shown(loss)}, {why}; left out"
+                )
             continue
-        points.append(ScalePoint(arch=run.arch, budget=run.budget, params=float(run.params),
-                                 tokens=float(run.tokens), loss=float(loss), state=float(run.state)))
+        points.append(
+            ScalePoint(
+                arch=run.arch,
+                budget=run.budget,
+                params=float(run.params),
+                tokens=float(run.tokens),
+                loss=float(loss),
+                state=float(run.state),
+            )
+        )
     return points
 
 

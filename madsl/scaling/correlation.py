@@ -6,6 +6,7 @@
 
 numpy, and scipy's rankdata for the ranks (imported when used).
 """
+
 from __future__ import annotations
 
 import math
@@ -22,6 +23,7 @@ from madsl.scaling.fits import IsoFlopFit
 class Correlation:
     """MAD score against compute-optimal perplexity across architectures, with bootstrap intervals
     (resampling architectures; resamples where a correlation is undefined are skipped)."""
+
     archs: tuple[str, ...]
     scores: tuple[float, ...]
     perplexities: tuple[float, ...]
@@ -41,8 +43,10 @@ def compute_optimal_perplexities(fits: Iterable[IsoFlopFit], budget: float) -> d
     found = {fit.arch: math.exp(fit.optimal_loss) for fit in fits if fit.budget == budget}
     if not found:
         budgets = sorted({fit.budget for fit in fits})
-        raise MadslError(f"no IsoFLOP fit at {budget:.3g} FLOPs",
-                         expected="one of " + ", ".join(f"{b:.3g}" for b in budgets) if budgets else None)
+        raise MadslError(
+            f"no IsoFLOP fit at {budget:.3g} FLOPs",
+            expected="one of " + ", ".join(f"{b:.3g}" for b in budgets) if budgets else None,
+        )
     return found
 
 
@@ -55,8 +59,9 @@ def _correlations(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return np.clip(np.sum(dx * dy, axis=1) / np.where(defined, scale, 1.0), -1.0, 1.0), defined
 
 
-def _bootstrapped(x: np.ndarray, y: np.ndarray, rows: np.ndarray, level: float, ranked: bool
-                  ) -> tuple[float, tuple[float, float], np.ndarray]:
+def _bootstrapped(
+    x: np.ndarray, y: np.ndarray, rows: np.ndarray, level: float, ranked: bool
+) -> tuple[float, tuple[float, float], np.ndarray]:
     """Pearson's r of x and y (of their ranks if `ranked`: Spearman's rho, ties sharing their mean
     rank), its percentile interval over the resamples `rows` (one resample a row of indices), and
     which resamples it is defined for."""
@@ -68,26 +73,39 @@ def _bootstrapped(x: np.ndarray, y: np.ndarray, rows: np.ndarray, level: float, 
     (estimate,), _ = _correlations(prepare(x[None]), prepare(y[None]))
     samples, defined = _correlations(prepare(x[rows]), prepare(y[rows]))
     tail = 50 * (1 - level)
-    interval = tuple(float(v) for v in np.percentile(samples[defined], [tail, 100 - tail])) \
-        if defined.any() else (math.nan, math.nan)
+    interval = (
+        tuple(float(v) for v in np.percentile(samples[defined], [tail, 100 - tail]))
+        if defined.any()
+        else (math.nan, math.nan)
+    )
     return float(estimate), interval, defined
 
 
-def correlate_mad(scores: Mapping[str, float], perplexities: Mapping[str, float], *,
-                  budget: float | None = None, resamples: int = 1000, seed: int = 0,
-                  level: float = 0.95) -> Correlation:
+def correlate_mad(
+    scores: Mapping[str, float],
+    perplexities: Mapping[str, float],
+    *,
+    budget: float | None = None,
+    resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> Correlation:
     """Pearson and Spearman correlation of per-architecture MAD scores with compute-optimal
     perplexities, with `level` percentile intervals from `resamples` seeded bootstrap resamples of
     the architectures (a resample where a correlation is undefined, all one value, is skipped).
     Spearman's rho is Pearson's r of the ranks (ties share their mean rank)."""
     if set(scores) != set(perplexities):
         odd = sorted(set(scores) ^ set(perplexities))
-        raise MadslError(f"MAD scores and perplexities name different architectures: {', '.join(odd)}",
-                         hint="pass both for the same architectures")
+        raise MadslError(
+            f"MAD scores and perplexities name different architectures: {', '.join(odd)}",
+            hint="pass both for the same architectures",
+        )
     archs = tuple(sorted(scores))
     if len(archs) < 3:
-        raise MadslError(f"a correlation across architectures needs at least 3, got {len(archs)}",
-                         hint="score and scale more architectures")
+        raise MadslError(
+            f"a correlation across architectures needs at least 3, got {len(archs)}",
+            hint="score and scale more architectures",
+        )
     if resamples < 1 or not 0 < level < 1:
         raise MadslError(f"bootstrap needs resamples >= 1 and 0 < level < 1, not {resamples} and {level}")
     try:
@@ -98,12 +116,22 @@ def correlate_mad(scores: Mapping[str, float], perplexities: Mapping[str, float]
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
         raise MadslError("MAD scores and perplexities must be finite numbers")
     if np.ptp(x) == 0 or np.ptp(y) == 0:
-        raise MadslError("every architecture has the same MAD score or the same perplexity: "
-                         "there is no correlation to measure")
+        raise MadslError(
+            "every architecture has the same MAD score or the same perplexity: there is no correlation to measure"
+        )
     rows = np.random.default_rng(seed).integers(0, len(archs), size=(resamples, len(archs)))
     pearson, pearson_interval, defined = _bootstrapped(x, y, rows, level, ranked=False)
     spearman, spearman_interval, _ = _bootstrapped(x, y, rows, level, ranked=True)
-    return Correlation(archs=archs, scores=tuple(map(float, x)), perplexities=tuple(map(float, y)),
-                       pearson=pearson, pearson_interval=pearson_interval, spearman=spearman,
-                       spearman_interval=spearman_interval, level=level, resamples=resamples,
-                       skipped=int(resamples - defined.sum()), budget=budget)
+    return Correlation(
+        archs=archs,
+        scores=tuple(map(float, x)),
+        perplexities=tuple(map(float, y)),
+        pearson=pearson,
+        pearson_interval=pearson_interval,
+        spearman=spearman,
+        spearman_interval=spearman_interval,
+        level=level,
+        resamples=resamples,
+        skipped=int(resamples - defined.sum()),
+        budget=budget,
+    )

@@ -13,6 +13,7 @@ the format the suffix names (.png, .pdf, .svg) through a temporary file, and ret
 matplotlib is imported when a figure is drawn, on the Agg backend. An optimum outside the sizes
 measured (an extrapolation) is drawn hollow.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,10 @@ def _pyplot(path: str | os.PathLike) -> tuple[object, Path]:
 
     path = Path(path)
     if path.suffix.lower() not in FIGURE_SUFFIXES:
-        raise MadslError(f"{path}: cannot write a {path.suffix or 'suffix-less'} figure",
-                         expected="a file ending in " + ", ".join(FIGURE_SUFFIXES))
+        raise MadslError(
+            f"{path}: cannot write a {path.suffix or 'suffix-less'} figure",
+            expected="a file ending in " + ", ".join(FIGURE_SUFFIXES),
+        )
     return pyplot("a scaling figure"), path
 
 
@@ -67,8 +70,9 @@ def _budget_colours(plt, budgets: Iterable[float]) -> dict[float, object]:
 def _panels(plt, count: int, width: float = 4.6, height: float = 3.6):
     columns = min(3, count)
     rows = math.ceil(count / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows + 0.5), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(width * columns, height * rows + 0.5), squeeze=False, layout="constrained"
+    )
     for ax in axes.ravel()[count:]:
         ax.set_visible(False)
     return fig, list(axes.ravel()[:count])
@@ -76,8 +80,17 @@ def _panels(plt, count: int, width: float = 4.6, height: float = 3.6):
 
 def _optimum_marker(ax, x: float, y: float, colour, bracketed: bool, marker: str = "*", size: float = 14) -> None:
     """An optimum: filled where it lies within the sizes measured, hollow where it is extrapolated."""
-    ax.plot([x], [y], marker=marker, markersize=size, linestyle="none", markeredgecolor=colour,
-            markerfacecolor=colour if bracketed else "none", markeredgewidth=1.4, zorder=4)
+    ax.plot(
+        [x],
+        [y],
+        marker=marker,
+        markersize=size,
+        linestyle="none",
+        markeredgecolor=colour,
+        markerfacecolor=colour if bracketed else "none",
+        markeredgewidth=1.4,
+        zorder=4,
+    )
 
 
 EXTRAPOLATED_SPAN = 3.0  # how far beyond the sizes measured an IsoFLOP panel draws a curve
@@ -115,8 +128,15 @@ def plot_isoflops(fits: Sequence[IsoFlopFit], path: str | os.PathLike) -> Path:
     handles = [plt.Line2D([], [], color=colour, marker="o", markersize=4) for colour in colours.values()]
     handles.append(plt.Line2D([], [], marker="*", markersize=10, color="grey", linestyle="none"))
     labels = [f"{_flops(budget)} FLOPs" for budget in colours] + ["optimum N* (hollow: extrapolated)"]
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 5), fontsize=8,
-               title="IsoFLOP budget", title_fontsize=8)
+    fig.legend(
+        handles,
+        labels,
+        loc="outside lower center",
+        ncol=min(len(labels), 5),
+        fontsize=8,
+        title="IsoFLOP budget",
+        title_fontsize=8,
+    )
     return _save(plt, fig, path)
 
 
@@ -139,8 +159,9 @@ def plot_frontier(frontiers: Mapping[str, Frontier] | Sequence[Frontier], path: 
         budgets = np.array([fit.budget for fit in frontier.optima])
         line = np.logspace(math.log10(budgets.min()), math.log10(budgets.max()), 50)
         for ax, law, symbol, values in (
-                (left, frontier.params, "a", [fit.optimal_params for fit in frontier.optima]),
-                (right, frontier.tokens, "b", [fit.optimal_tokens for fit in frontier.optima])):
+            (left, frontier.params, "a", [fit.optimal_params for fit in frontier.optima]),
+            (right, frontier.tokens, "b", [fit.optimal_tokens for fit in frontier.optima]),
+        ):
             ax.plot(line, law(line), color=colour, linewidth=1.3, label=_law_label(frontier.arch, law, symbol))
             for fit, value in zip(frontier.optima, values):
                 _optimum_marker(ax, fit.budget, value, colour, fit.bracketed, marker="o", size=7)
@@ -164,8 +185,10 @@ def plot_state_optimal(optima: Sequence[StateOptimum], path: str | os.PathLike) 
     plt, path = _pyplot(path)
     budgets = sorted({o.budget for o in optima})
     if len(budgets) > len(BUDGET_MARKERS):
-        raise MadslError(f"{len(budgets)} budgets: the state-optimal figure has markers for {len(BUDGET_MARKERS)}",
-                         hint="plot a subset of the budgets")
+        raise MadslError(
+            f"{len(budgets)} budgets: the state-optimal figure has markers for {len(BUDGET_MARKERS)}",
+            hint="plot a subset of the budgets",
+        )
     markers = dict(zip(budgets, BUDGET_MARKERS))
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     for i, arch in enumerate(sorted({o.arch for o in optima})):
@@ -173,13 +196,21 @@ def plot_state_optimal(optima: Sequence[StateOptimum], path: str | os.PathLike) 
         mine = sorted((o for o in optima if o.arch == arch), key=lambda o: o.budget)
         ax.plot([o.state for o in mine], [o.loss for o in mine], color=colour, linewidth=1, label=arch)
         for o in mine:
-            ax.plot([o.state], [o.loss], marker=markers[o.budget], color=colour, linestyle="none",
-                    markerfacecolor=colour if o.bracketed else "none", markersize=7)
+            ax.plot(
+                [o.state],
+                [o.loss],
+                marker=markers[o.budget],
+                color=colour,
+                linestyle="none",
+                markerfacecolor=colour if o.bracketed else "none",
+                markersize=7,
+            )
     first = ax.legend(fontsize=7, title="architecture", title_fontsize=7, loc="upper right")
     ax.add_artist(first)
     handles = [plt.Line2D([], [], marker=markers[b], color="grey", linestyle="none") for b in budgets]
-    ax.legend(handles, [f"{_flops(b)} FLOPs" for b in budgets], fontsize=7, title="budget",
-              title_fontsize=7, loc="lower left")
+    ax.legend(
+        handles, [f"{_flops(b)} FLOPs" for b in budgets], fontsize=7, title="budget", title_fontsize=7, loc="lower left"
+    )
     ax.set_xscale("log")
     ax.set_xlabel("total state at N* (elements: fixed state + KV cache)")
     ax.set_ylabel("compute-optimal " + LOSS_LABEL)
@@ -204,9 +235,12 @@ def plot_correlation(correlation: Correlation, path: str | os.PathLike) -> Path:
     def stat(value: float, interval: tuple[float, float]) -> str:
         return f"{value:.2f} [{interval[0]:.2f}, {interval[1]:.2f}]"
 
-    ax.set_title(f"Pearson r = {stat(correlation.pearson, correlation.pearson_interval)}, "
-                 f"Spearman ρ = {stat(correlation.spearman, correlation.spearman_interval)}\n"
-                 f"[{round(100 * correlation.level)}% bootstrap intervals over the architectures]", fontsize=9)
+    ax.set_title(
+        f"Pearson r = {stat(correlation.pearson, correlation.pearson_interval)}, "
+        f"Spearman ρ = {stat(correlation.spearman, correlation.spearman_interval)}\n"
+        f"[{round(100 * correlation.level)}% bootstrap intervals over the architectures]",
+        fontsize=9,
+    )
     ax.set_xlabel("MAD score (mean accuracy over the tasks)")
     at = f" at {_flops(correlation.budget)} FLOPs" if correlation.budget is not None else ""
     ax.set_ylabel("compute-optimal perplexity" + at)

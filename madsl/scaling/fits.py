@@ -12,6 +12,7 @@ L(N, D) = E + A/N^α + B/D^β, madsl.scaling.correlation sets MAD scores against
 compute-optimal perplexities, madsl.scaling.figures draws them all. Bad input (too few
 sizes, a curve without a minimum, mismatched architectures) is a MadslError, never a guess.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,6 +38,7 @@ class ScalePoint:
     group by its exact value); `params` N as the study counts them; `tokens` D; `loss` the final
     validation loss in nats/token; `state` the total state in elements (fixed state + KV cache at
     the training length), needed only for the state-optimal view."""
+
     arch: str
     budget: float
     params: float
@@ -58,6 +60,7 @@ class ScalePoint:
 @dataclass(frozen=True)
 class IsoFlopFit:
     """The parabola loss = a·x² + b·x + c (x = log10 N) through one IsoFLOP group, and its minimum."""
+
     arch: str
     budget: float
     coefficients: tuple[float, float, float]  # a, b, c
@@ -76,6 +79,7 @@ class IsoFlopFit:
 class PowerLaw:
     """y = coefficient · C^exponent, a least-squares line in log10-log10 space; `interval` is the
     bootstrap percentile interval of the exponent (NaN when every resample was skipped)."""
+
     exponent: float
     coefficient: float
     interval: tuple[float, float]
@@ -87,6 +91,7 @@ class PowerLaw:
 @dataclass(frozen=True)
 class Frontier:
     """One architecture's compute-optimal frontier: N*(C) ∝ C^a (`params`), D*(C) ∝ C^b (`tokens`)."""
+
     arch: str
     optima: tuple[IsoFlopFit, ...]  # one per budget, by budget
     params: PowerLaw
@@ -104,6 +109,7 @@ class Frontier:
 @dataclass(frozen=True)
 class StateOptimum:
     """An architecture's compute-optimal point at one budget, with the total state of a model of that size."""
+
     arch: str
     budget: float
     params: float  # N*(C)
@@ -113,6 +119,7 @@ class StateOptimum:
 
 
 # --- approach 2: IsoFLOP parabolas ---------------------------------------------------------
+
 
 def _group(points: Iterable[ScalePoint]) -> dict[tuple[str, float], list[ScalePoint]]:
     groups: dict[tuple[str, float], list[ScalePoint]] = defaultdict(list)
@@ -128,7 +135,7 @@ def _parabolas(x: np.ndarray, y: np.ndarray, center: float) -> tuple[np.ndarray,
     the coefficients (rows × 3) and whether each row is fit (>= 3 distinct x). Normal equations
     in centred x, so that thousands of bootstrap rows solve at once."""
     u = x - center
-    powers = np.stack([np.sum(u ** k, axis=1) for k in range(5)], axis=1)
+    powers = np.stack([np.sum(u**k, axis=1) for k in range(5)], axis=1)
     gram = np.stack([powers[:, [4, 3, 2]], powers[:, [3, 2, 1]], powers[:, [2, 1, 0]]], axis=1)
     moments = np.stack([np.sum(y * u * u, axis=1), np.sum(y * u, axis=1), np.sum(y, axis=1)], axis=1)
     sizes = 1 + np.sum(np.diff(np.sort(x, axis=1), axis=1) > 0, axis=1)
@@ -152,29 +159,37 @@ def fit_isoflop(points: Sequence[ScalePoint]) -> IsoFlopFit:
     in log10 N and its minimum. Fewer than 3 sizes, or a curve that opens downwards, is a MadslError."""
     groups = _group(points)
     if len(groups) != 1:
-        raise MadslError(f"fit_isoflop takes one IsoFLOP group; these points hold {len(groups)}",
-                         hint="fit_isoflops(points) fits every (arch, budget) group")
+        raise MadslError(
+            f"fit_isoflop takes one IsoFLOP group; these points hold {len(groups)}",
+            hint="fit_isoflops(points) fits every (arch, budget) group",
+        )
     (arch, budget), group = next(iter(groups.items()))
     where = f"the IsoFLOP curve of {arch} at {budget:.3g} FLOPs"
     log_n = np.log10([p.params for p in group])
     loss = np.array([p.loss for p in group])
     sizes = len(np.unique(log_n))
     if sizes < 3:
-        raise MadslError(f"{where} has {sizes} model size{'s' * (sizes != 1)}: a parabola needs at least 3",
-                         hint=MORE_SIZES)
+        raise MadslError(
+            f"{where} has {sizes} model size{'s' * (sizes != 1)}: a parabola needs at least 3", hint=MORE_SIZES
+        )
     center = float(np.mean(log_n))
     coefficients, _ = _parabolas(log_n[None], loss[None], center)
     a, b, c = coefficients[0]
     if a <= 0:
-        raise MadslError(f"{where} has no minimum: the fitted parabola opens downwards (a = {a:.3g})",
-                         hint=MORE_SIZES)
+        raise MadslError(f"{where} has no minimum: the fitted parabola opens downwards (a = {a:.3g})", hint=MORE_SIZES)
     x_opt = center - b / (2 * a)
     log_d = np.log10([p.tokens for p in group])
-    coefficients = (float(a), float(b - 2 * a * center), float(c - b * center + a * center ** 2))
-    return IsoFlopFit(arch=arch, budget=budget, coefficients=coefficients, optimal_params=float(10 ** x_opt),
-                      optimal_tokens=float(10 ** _interpolate(x_opt, log_n, log_d)),
-                      optimal_loss=float(c - b * b / (4 * a)),
-                      bracketed=bool(log_n[0] <= x_opt <= log_n[-1]), points=tuple(group))
+    coefficients = (float(a), float(b - 2 * a * center), float(c - b * center + a * center**2))
+    return IsoFlopFit(
+        arch=arch,
+        budget=budget,
+        coefficients=coefficients,
+        optimal_params=float(10**x_opt),
+        optimal_tokens=float(10 ** _interpolate(x_opt, log_n, log_d)),
+        optimal_loss=float(c - b * b / (4 * a)),
+        bracketed=bool(log_n[0] <= x_opt <= log_n[-1]),
+        points=tuple(group),
+    )
 
 
 def fit_isoflops(points: Iterable[ScalePoint]) -> list[IsoFlopFit]:
@@ -184,6 +199,7 @@ def fit_isoflops(points: Iterable[ScalePoint]) -> list[IsoFlopFit]:
 
 # --- the frontier: N*(C), D*(C) power laws, bootstrapped ---------------------------------------
 
+
 def _slopes(log_c: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Least-squares lines y = slope·log_c + intercept, one per row of y."""
     dc = log_c - log_c.mean()
@@ -191,7 +207,9 @@ def _slopes(log_c: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return slope, y.mean(axis=-1) - slope * log_c.mean()
 
 
-def _bootstrap_optima(fit: IsoFlopFit, rng: np.random.Generator, resamples: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _bootstrap_optima(
+    fit: IsoFlopFit, rng: np.random.Generator, resamples: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """log10 N* and log10 D* of `resamples` resamples (with replacement) of the group's points, and
     which resamples have a minimum. D* is read off all the group's points: the N → D map is the
     sweep's design, not a noisy measurement."""
@@ -207,19 +225,24 @@ def _bootstrap_optima(fit: IsoFlopFit, rng: np.random.Generator, resamples: int)
     return x_opt, _interpolate(x_opt, log_n, log_d), ok
 
 
-def fit_frontier(points: Iterable[ScalePoint], *, resamples: int = 1000, seed: int = 0,
-                 level: float = 0.95) -> Frontier:
+def fit_frontier(
+    points: Iterable[ScalePoint], *, resamples: int = 1000, seed: int = 0, level: float = 0.95
+) -> Frontier:
     """N*(C) ∝ C^a and D*(C) ∝ C^b for one architecture, least squares in log-log over its budgets'
     optima, with `level` percentile intervals from `resamples` seeded bootstrap resamples (each
     budget's points resampled with replacement, every parabola refit)."""
     optima = fit_isoflops(points)
     archs = sorted({fit.arch for fit in optima})
     if len(archs) != 1:
-        raise MadslError(f"fit_frontier takes one architecture; these points hold {len(archs)}: {', '.join(archs)}",
-                         hint="fit_frontiers(points) fits each architecture's frontier")
+        raise MadslError(
+            f"fit_frontier takes one architecture; these points hold {len(archs)}: {', '.join(archs)}",
+            hint="fit_frontiers(points) fits each architecture's frontier",
+        )
     if len(optima) < 2:
-        raise MadslError(f"the frontier of {archs[0]} needs at least 2 IsoFLOP budgets, it has {len(optima)}",
-                         hint="train the architecture at more compute budgets")
+        raise MadslError(
+            f"the frontier of {archs[0]} needs at least 2 IsoFLOP budgets, it has {len(optima)}",
+            hint="train the architecture at more compute budgets",
+        )
     if resamples < 1 or not 0 < level < 1:
         raise MadslError(f"bootstrap needs resamples >= 1 and 0 < level < 1, not {resamples} and {level}")
     log_c = np.log10([fit.budget for fit in optima])
@@ -231,15 +254,24 @@ def fit_frontier(points: Iterable[ScalePoint], *, resamples: int = 1000, seed: i
         slope, intercept = _slopes(log_c, np.log10(values))
         samples, _ = _slopes(log_c, np.stack([d[column] for d in drawn], axis=1)[ok])
         tail = 50 * (1 - level)
-        interval = tuple(float(v) for v in np.percentile(samples, [tail, 100 - tail])) if ok.any() \
-            else (math.nan, math.nan)
-        laws.append(PowerLaw(exponent=float(slope), coefficient=float(10 ** intercept), interval=interval))
-    return Frontier(arch=archs[0], optima=tuple(optima), params=laws[0], tokens=laws[1], level=level,
-                    resamples=resamples, skipped=int(resamples - ok.sum()))
+        interval = (
+            tuple(float(v) for v in np.percentile(samples, [tail, 100 - tail])) if ok.any() else (math.nan, math.nan)
+        )
+        laws.append(PowerLaw(exponent=float(slope), coefficient=float(10**intercept), interval=interval))
+    return Frontier(
+        arch=archs[0],
+        optima=tuple(optima),
+        params=laws[0],
+        tokens=laws[1],
+        level=level,
+        resamples=resamples,
+        skipped=int(resamples - ok.sum()),
+    )
 
 
-def fit_frontiers(points: Iterable[ScalePoint], *, resamples: int = 1000, seed: int = 0,
-                  level: float = 0.95) -> dict[str, Frontier]:
+def fit_frontiers(
+    points: Iterable[ScalePoint], *, resamples: int = 1000, seed: int = 0, level: float = 0.95
+) -> dict[str, Frontier]:
     """fit_frontier for each architecture, by name (each with the same seed)."""
     by_arch: dict[str, list[ScalePoint]] = defaultdict(list)
     for point in points:
@@ -250,6 +282,7 @@ def fit_frontiers(points: Iterable[ScalePoint], *, resamples: int = 1000, seed: 
 
 
 # --- the state-optimal view (Fig. 4.3, right) ----------------------------------------------------
+
 
 def state_optima(points: Iterable[ScalePoint], *, method: str = "interpolate") -> list[StateOptimum]:
     """Per arch and budget, the compute-optimal loss and the total state of a model of size N*(C).
@@ -265,9 +298,11 @@ def state_optima(points: Iterable[ScalePoint], *, method: str = "interpolate") -
     for arch, group in by_arch.items():
         missing = sum(p.state is None or p.state <= 0 for p in group)
         if missing:
-            raise MadslError(f"{missing} of the {len(group)} points of {arch} have no state (None or 0): "
-                             "the state-optimal view takes its logarithm",
-                             hint="give every ScalePoint its total state (fixed state + KV cache)")
+            raise MadslError(
+                f"{missing} of the {len(group)} points of {arch} have no state (None or 0): "
+                "the state-optimal view takes its logarithm",
+                hint="give every ScalePoint its total state (fixed state + KV cache)",
+            )
     optima = []
     for fit in fit_isoflops(points):
         log_n = np.log10([p.params for p in by_arch[fit.arch]])
@@ -277,7 +312,14 @@ def state_optima(points: Iterable[ScalePoint], *, method: str = "interpolate") -
             state = 10 ** log_state[int(np.argmin(np.abs(log_n - x_opt)))]
         else:
             state = 10 ** _interpolate(x_opt, log_n, log_state)
-        optima.append(StateOptimum(arch=fit.arch, budget=fit.budget, params=fit.optimal_params,
-                                   loss=fit.optimal_loss, state=float(state), bracketed=fit.bracketed))
+        optima.append(
+            StateOptimum(
+                arch=fit.arch,
+                budget=fit.budget,
+                params=fit.optimal_params,
+                loss=fit.optimal_loss,
+                state=float(state),
+                bracketed=fit.bracketed,
+            )
+        )
     return optima
-

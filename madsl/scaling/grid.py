@@ -10,6 +10,7 @@ accounting's total (embeddings included, tied once, as the paper's Table C.2 cou
 total state is the fixed state plus the KV cache at the training length (the paper's Fig. 4.3).
 Torch-free.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,8 +53,9 @@ def sized_spec(spec: Any, dim: int, repeat: int, vocab: int, seq_len: int, name:
 
     data = {k: v for k, v in spec.data.items() if k not in ("budget", "extends", "eval")}
     topology = spec.topology_text.strip()
-    data.update(name=name, dim=dim, vocab=vocab, seq_len=seq_len,
-                topology=topology if repeat == 1 else f"({topology})x{repeat}")
+    data.update(
+        name=name, dim=dim, vocab=vocab, seq_len=seq_len, topology=topology if repeat == 1 else f"({topology})x{repeat}"
+    )
     return spec_from_data(data)
 
 
@@ -90,8 +92,13 @@ def _settings(study: Study, group: BudgetGroup, params: int, flops_per_token: fl
     lr = recipe.pop("lr", "paper")
     tokens_per_step = group.batch_size * study.seq_len
     steps = steps_for_budget(group.flops, flops_per_token, tokens_per_step, where)
-    return PretrainSettings(seq_len=study.seq_len, batch_size=group.batch_size, steps=steps,
-                            lr=paper_learning_rate(params) if lr == "paper" else float(lr), **recipe)
+    return PretrainSettings(
+        seq_len=study.seq_len,
+        batch_size=group.batch_size,
+        steps=steps,
+        lr=paper_learning_rate(params) if lr == "paper" else float(lr),
+        **recipe,
+    )
 
 
 def _sized(study: Study, arch: str, size: Size, vocab: int) -> tuple[Any, dict[str, int]]:
@@ -124,12 +131,23 @@ def plan_study(study: Study, vocab: int) -> list[ScaleRun]:
                 name = f"{arch}-{size.label()}"
                 flops_per_token = train_flops_per_token(totals["flops"], study.seq_len)
                 try:
-                    settings = _settings(study, group, totals["params"], flops_per_token,
-                                         f"{name} at budget {group.flops:.3g}: ")
+                    settings = _settings(
+                        study, group, totals["params"], flops_per_token, f"{name} at budget {group.flops:.3g}: "
+                    )
                 except MadslError as err:
                     if err.location.file is None:
                         err.location = study_location(study, *(group.where or ("budgets",)))
                     raise
-                runs.append(ScaleRun(arch, group.flops, size.label(), sized, totals["params"],
-                                     totals["fixed_state"] + totals["kv_cache"], flops_per_token, settings))
+                runs.append(
+                    ScaleRun(
+                        arch,
+                        group.flops,
+                        size.label(),
+                        sized,
+                        totals["params"],
+                        totals["fixed_state"] + totals["kv_cache"],
+                        flops_per_token,
+                        settings,
+                    )
+                )
     return runs

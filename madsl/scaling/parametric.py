@@ -9,6 +9,7 @@ fitted as Hoffmann et al. (2022) fit it and Besiroglu et al. (2024) replicated i
 Its ParametricFit gives E, A, B, α, β and the allocation exponents they imply, a = β/(α+β) in
 N* ∝ C^a and b = α/(α+β) in D* ∝ C^b. numpy, and scipy when a fit runs.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -36,6 +37,7 @@ TOLERANCES = {"ftol": 1e-15, "gtol": 1e-12, "maxiter": 2000}
 @dataclass(frozen=True)
 class ParametricFit:
     """L(N, D) = E + A/N^alpha + B/D^beta, fitted by Huber loss on log-loss residuals."""
+
     E: float
     A: float
     B: float
@@ -56,11 +58,14 @@ class ParametricFit:
         return self.alpha / (self.alpha + self.beta)
 
     def predict(self, params: float | np.ndarray, tokens: float | np.ndarray) -> float | np.ndarray:
-        return self.E + self.A / np.asarray(params, float) ** self.alpha + self.B / np.asarray(tokens, float) ** self.beta
+        return (
+            self.E + self.A / np.asarray(params, float) ** self.alpha + self.B / np.asarray(tokens, float) ** self.beta
+        )
 
 
-def _huber_objective(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_loss: np.ndarray,
-                     delta: float) -> tuple[float, np.ndarray]:
+def _huber_objective(
+    theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_loss: np.ndarray, delta: float
+) -> tuple[float, np.ndarray]:
     """The summed Huber loss of log L − logsumexp(a − α log N, b − β log D, e), and its gradient
     in theta = (a, b, e, α, β)."""
     a, b, e, alpha, beta = theta
@@ -71,10 +76,17 @@ def _huber_objective(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, lo
     weights /= total  # d(predicted log L)/d(term): the softmax of the terms
     residual = log_loss - (top + np.log(total))
     small = np.abs(residual) <= delta
-    value = np.sum(np.where(small, 0.5 * residual ** 2, delta * (np.abs(residual) - 0.5 * delta)))
+    value = np.sum(np.where(small, 0.5 * residual**2, delta * (np.abs(residual) - 0.5 * delta)))
     slope = np.where(small, residual, delta * np.sign(residual))  # d huber / d residual
-    gradient = np.array([-slope @ weights[0], -slope @ weights[1], -slope @ weights[2],
-                         (slope * weights[0]) @ log_n, (slope * weights[1]) @ log_d])
+    gradient = np.array(
+        [
+            -slope @ weights[0],
+            -slope @ weights[1],
+            -slope @ weights[2],
+            (slope * weights[0]) @ log_n,
+            (slope * weights[1]) @ log_d,
+        ]
+    )
     return float(value), gradient
 
 
@@ -125,8 +137,9 @@ def parametric_starts(full: bool = False) -> np.ndarray:
     return np.stack([m.ravel() for m in mesh], axis=1)
 
 
-def fit_parametric(points: Iterable[ScalePoint], *, starts: np.ndarray | None = None,
-                   delta: float = HUBER_DELTA) -> ParametricFit:
+def fit_parametric(
+    points: Iterable[ScalePoint], *, starts: np.ndarray | None = None, delta: float = HUBER_DELTA
+) -> ParametricFit:
     """Approach 3 for one architecture: L(N, D) = E + A/N^α + B/D^β as Hoffmann et al. fit it,
     minimising the summed Huber loss (`delta`) of log L − logsumexp(a − α log N, b − β log D, e)
     (A = e^a, B = e^b, E = e^e) with L-BFGS-B from every row (a, b, e, α, β) of `starts`
@@ -144,8 +157,12 @@ def fit_parametric(points: Iterable[ScalePoint], *, starts: np.ndarray | None = 
     starts = parametric_starts() if starts is None else np.atleast_2d(np.asarray(starts, dtype=float))
     if starts.shape[1:] != (5,) or len(starts) == 0:
         raise MadslError(f"starting points must be rows of (a, b, e, alpha, beta), not shape {starts.shape}")
-    data = (np.log([p.params for p in points]), np.log([p.tokens for p in points]),
-            np.log([p.loss for p in points]), delta)
+    data = (
+        np.log([p.params for p in points]),
+        np.log([p.tokens for p in points]),
+        np.log([p.loss for p in points]),
+        delta,
+    )
     best = None
     with _blas_on_one_thread():
         for start in starts:
@@ -155,7 +172,13 @@ def fit_parametric(points: Iterable[ScalePoint], *, starts: np.ndarray | None = 
     if best is None:
         raise MadslError("the parametric fit failed from every starting point (the objective is not finite)")
     a, b, e, alpha, beta = (float(v) for v in best.x)
-    return ParametricFit(E=math.exp(e), A=math.exp(a), B=math.exp(b), alpha=alpha, beta=beta,
-                         objective=float(best.fun), points=len(points), starts=len(starts))
-
-
+    return ParametricFit(
+        E=math.exp(e),
+        A=math.exp(a),
+        B=math.exp(b),
+        alpha=alpha,
+        beta=beta,
+        objective=float(best.fun),
+        points=len(points),
+        starts=len(starts),
+    )

@@ -6,6 +6,7 @@ What cannot be fitted is said, not hidden: an IsoFLOP group whose curve has no m
 architecture with too few budgets for a frontier, too few architectures with MAD scores for a
 correlation, each lands in `StudyReport.problems` with the reason, and the rest is fitted.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,17 +62,20 @@ def _correlation(report: StudyReport, budget: float | None, resamples: int, seed
 
     fitted_budgets = sorted({f.budget for f in report.isoflops if f.arch in report.mad_scores})
     if budget is None:  # the largest budget where every scored architecture has an optimum
-        complete = [b for b in fitted_budgets
-                    if {f.arch for f in report.isoflops if f.budget == b} >= set(report.mad_scores)]
+        complete = [
+            b for b in fitted_budgets if {f.arch for f in report.isoflops if f.budget == b} >= set(report.mad_scores)
+        ]
         budget = complete[-1] if complete else (fitted_budgets[-1] if fitted_budgets else None)
     if budget is None:
         report.problems.append("MAD correlation: no architecture has both a MAD score and an IsoFLOP optimum")
         return
     perplexities = compute_optimal_perplexities([f for f in report.isoflops if f.arch in report.mad_scores], budget)
     scores = {a: s for a, s in report.mad_scores.items() if a in perplexities}
-    report.correlation = _try(report, f"MAD correlation at {budget:.3g} FLOPs",
-                              lambda: correlate_mad(scores, perplexities, budget=budget, resamples=resamples,
-                                                    seed=seed))
+    report.correlation = _try(
+        report,
+        f"MAD correlation at {budget:.3g} FLOPs",
+        lambda: correlate_mad(scores, perplexities, budget=budget, resamples=resamples, seed=seed),
+    )
 
 
 def check_report_inputs(db: str | os.PathLike, mad_db: str | os.PathLike | None = None) -> None:
@@ -86,15 +90,47 @@ def check_report_inputs(db: str | os.PathLike, mad_db: str | os.PathLike | None 
         check_database(mad_db, create=False)
 
 
-def study_report(study_path: str | os.PathLike, db: str | os.PathLike = DEFAULT_DB, *,
-                 mad_db: str | os.PathLike | None = None, budget: float | None = None, resamples: int = 1000,
-                 seed: int = 0) -> StudyReport:
+def _fit_architectures(
+    report: StudyReport, points: list, fitted: set[tuple[str, float]], resamples: int, seed: int
+) -> None:
+    """Each architecture's frontier (from its optima inside the sizes trained, `fitted`) and its
+    parametric fit, into `report` (a fit that fails: a problem of the report)."""
+    from madsl.scaling import fits
+    from madsl.scaling.parametric import fit_parametric
+
+    for arch in sorted({p.arch for p in points}):
+        usable = [p for p in points if p.arch == arch and (arch, p.budget) in fitted]
+        budgets = len({p.budget for p in usable})
+        if budgets < 2:
+            report.problems.append(
+                f"{arch} frontier: needs optima inside the sizes at 2 budgets or more, has {budgets}"
+            )
+        else:
+            frontier = _try(
+                report, f"{arch} frontier", lambda u=usable: fits.fit_frontier(u, resamples=resamples, seed=seed)
+            )
+            if frontier is not None:
+                report.frontiers[arch] = frontier
+        mine = [p for p in points if p.arch == arch]
+        parametric = _try(report, f"{arch} parametric fit", lambda m=mine: fit_parametric(m))
+        if parametric is not None:
+            report.parametric[arch] = parametric
+
+
+def study_report(
+    study_path: str | os.PathLike,
+    db: str | os.PathLike = DEFAULT_DB,
+    *,
+    mad_db: str | os.PathLike | None = None,
+    budget: float | None = None,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> StudyReport:
     """Fit a study's finished runs in `db`; MAD scores are read from `mad_db` (default: `db`).
     A finished run whose stored loss is no loss (text, 0, infinite, ...) is left out and named
     in `problems` (madsl.scaling.api.study_points)."""
     from madsl.scaling import fits
     from madsl.scaling.api import plan_study_file, study_points
-    from madsl.scaling.parametric import fit_parametric
 
     check_report_inputs(db, mad_db)
     plan = plan_study_file(study_path, db)
@@ -117,48 +153,46 @@ def study_report(study_path: str | os.PathLike, db: str | os.PathLike = DEFAULT_
     fitted = {(f.arch, f.budget) for f in report.isoflops if f.bracketed}
     for f in report.isoflops:
         if not f.bracketed:
-            report.problems.append(f"{f.arch} at {f.budget:.3g} FLOPs: the optimum {f.optimal_params:.3g} lies "
-                                   "outside the sizes trained; left out of the frontier and the state-optimal "
-                                   "view (add sizes on that side)")
-    for arch in sorted({p.arch for p in points}):
-        usable = [p for p in points if p.arch == arch and (arch, p.budget) in fitted]
-        budgets = len({p.budget for p in usable})
-        if budgets < 2:
-            report.problems.append(f"{arch} frontier: needs optima inside the sizes at 2 budgets or more, has "
-                                   f"{budgets}")
-        else:
-            frontier = _try(report, f"{arch} frontier",
-                            lambda u=usable: fits.fit_frontier(u, resamples=resamples, seed=seed))
-            if frontier is not None:
-                report.frontiers[arch] = frontier
-        mine = [p for p in points if p.arch == arch]
-        parametric = _try(report, f"{arch} parametric fit", lambda m=mine: fit_parametric(m))
-        if parametric is not None:
-            report.parametric[arch] = parametric
+            report.problems.append(
+                f"{f.arch} at {f.budget:.3g} FLOPs: the optimum {f.optimal_params:.3g} lies "
+                "outside the sizes trained; left out of the frontier and the state-optimal "
+                "view (add sizes on that side)"
+            )
+    _fit_architectures(report, points, fitted, resamples, seed)
     usable = [p for p in points if (p.arch, p.budget) in fitted]
     report.state = (_try(report, "state-optimal view", lambda: fits.state_optima(usable)) or []) if usable else []
     report.mad_scores = _mad_scores(plan, mad_db or db)
     if len(report.mad_scores) >= 3:
         _correlation(report, budget, resamples, seed)
     else:
-        report.problems.append(f"MAD correlation: {len(report.mad_scores)} of the study's architectures have a MAD "
-                               "score in the results database (needs 3): score them with `madsl eval` on the "
-                               "same spec files and --db")
+        report.problems.append(
+            f"MAD correlation: {len(report.mad_scores)} of the study's architectures have a MAD "
+            "score in the results database (needs 3): score them with `madsl eval` on the "
+            "same spec files and --db"
+        )
     return report
 
 
 def report_records(report: StudyReport) -> dict[str, Any]:
     """Everything in the report as plain data (the json format)."""
+
     def plain(value: Any) -> Any:
         return asdict(value) if value is not None and hasattr(value, "__dataclass_fields__") else value
 
-    return {"study": report.study, "runs_done": len(report.points), "runs_total": report.runs_total,
-            "points": [plain(p) for p in report.points], "isoflops": [plain(f) for f in report.isoflops],
-            "frontiers": {a: plain(f) for a, f in report.frontiers.items()},
-            "parametric": {a: plain(f) for a, f in report.parametric.items()},
-            "state_optimal": [plain(s) for s in report.state], "mad_scores": report.mad_scores,
-            "correlation": plain(report.correlation), "bits_per_byte": report.bits_per_byte,
-            "problems": report.problems}
+    return {
+        "study": report.study,
+        "runs_done": len(report.points),
+        "runs_total": report.runs_total,
+        "points": [plain(p) for p in report.points],
+        "isoflops": [plain(f) for f in report.isoflops],
+        "frontiers": {a: plain(f) for a, f in report.frontiers.items()},
+        "parametric": {a: plain(f) for a, f in report.parametric.items()},
+        "state_optimal": [plain(s) for s in report.state],
+        "mad_scores": report.mad_scores,
+        "correlation": plain(report.correlation),
+        "bits_per_byte": report.bits_per_byte,
+        "problems": report.problems,
+    }
 
 
 def report_rows(report: StudyReport) -> list[dict[str, Any]]:
@@ -167,11 +201,20 @@ def report_rows(report: StudyReport) -> list[dict[str, Any]]:
     rows = []
     for p in sorted(report.points, key=lambda p: (p.arch, p.budget, p.params)):
         fit = optimum.get((p.arch, p.budget))
-        rows.append({"arch": p.arch, "budget": p.budget, "params": p.params, "tokens": p.tokens, "loss": p.loss,
-                     "perplexity": perplexity(p.loss), "state": p.state,
-                     "optimal_params": fit.optimal_params if fit else None,
-                     "optimal_loss": fit.optimal_loss if fit else None,
-                     "mad_score": report.mad_scores.get(p.arch)})
+        rows.append(
+            {
+                "arch": p.arch,
+                "budget": p.budget,
+                "params": p.params,
+                "tokens": p.tokens,
+                "loss": p.loss,
+                "perplexity": perplexity(p.loss),
+                "state": p.state,
+                "optimal_params": fit.optimal_params if fit else None,
+                "optimal_loss": fit.optimal_loss if fit else None,
+                "mad_score": report.mad_scores.get(p.arch),
+            }
+        )
     return rows
 
 
@@ -190,18 +233,25 @@ def _ppl(loss: float, width: int) -> str:
 
 def render_report(report: StudyReport) -> str:
     """The report as text: optima per group, exponents, parametric fits, state, correlation, problems."""
-    lines = [f"study {report.study}: {len(report.points)} of {report.runs_total} runs done", "",
-             "IsoFLOP optima (approach 2)",
-             f"  {'arch':<18} {'budget':>8} {'N*':>10} {'D*':>11} {'loss*':>7} {'ppl*':>7}  bracketed"]
+    lines = [
+        f"study {report.study}: {len(report.points)} of {report.runs_total} runs done",
+        "",
+        "IsoFLOP optima (approach 2)",
+        f"  {'arch':<18} {'budget':>8} {'N*':>10} {'D*':>11} {'loss*':>7} {'ppl*':>7}  bracketed",
+    ]
     for f in report.isoflops:
-        lines.append(f"  {f.arch:<18} {f.budget:>8.3g} {f.optimal_params:>10.3g} {f.optimal_tokens:>11.3g} "
-                     f"{f.optimal_loss:>7.4f} {_ppl(f.optimal_loss, 7)}  {'yes' if f.bracketed else 'NO'}")
+        lines.append(
+            f"  {f.arch:<18} {f.budget:>8.3g} {f.optimal_params:>10.3g} {f.optimal_tokens:>11.3g} "
+            f"{f.optimal_loss:>7.4f} {_ppl(f.optimal_loss, 7)}  {'yes' if f.bracketed else 'NO'}"
+        )
     if report.frontiers:
         lines += ["", "Frontiers: N* ∝ C^a, D* ∝ C^b (95 % bootstrap intervals)"]
         for arch, f in report.frontiers.items():
-            lines.append(f"  {arch:<18} a = {f.params.exponent:.3f} [{f.params.interval[0]:.3f}, "
-                         f"{f.params.interval[1]:.3f}]   b = {f.tokens.exponent:.3f} [{f.tokens.interval[0]:.3f}, "
-                         f"{f.tokens.interval[1]:.3f}]")
+            lines.append(
+                f"  {arch:<18} a = {f.params.exponent:.3f} [{f.params.interval[0]:.3f}, "
+                f"{f.params.interval[1]:.3f}]   b = {f.tokens.exponent:.3f} [{f.tokens.interval[0]:.3f}, "
+                f"{f.tokens.interval[1]:.3f}]"
+            )
     if report.parametric:
         lines += ["", "Parametric fits: L(N, D) = E + A/N^α + B/D^β (approach 3)"]
         for arch, f in report.parametric.items():
@@ -212,9 +262,12 @@ def render_report(report: StudyReport) -> str:
             lines.append(f"  {s.arch:<18} {s.budget:>8.3g}  state {s.state:>10.4g}  loss* {s.loss:.4f}")
     if report.correlation is not None:
         c = report.correlation
-        lines += ["", f"MAD score vs compute-optimal perplexity at {c.budget:.3g} FLOPs ({len(c.archs)} architectures)",
-                  f"  Pearson r {c.pearson:.3f} [{c.pearson_interval[0]:.3f}, {c.pearson_interval[1]:.3f}]   "
-                  f"Spearman ρ {c.spearman:.3f} [{c.spearman_interval[0]:.3f}, {c.spearman_interval[1]:.3f}]"]
+        lines += [
+            "",
+            f"MAD score vs compute-optimal perplexity at {c.budget:.3g} FLOPs ({len(c.archs)} architectures)",
+            f"  Pearson r {c.pearson:.3f} [{c.pearson_interval[0]:.3f}, {c.pearson_interval[1]:.3f}]   "
+            f"Spearman ρ {c.spearman:.3f} [{c.spearman_interval[0]:.3f}, {c.spearman_interval[1]:.3f}]",
+        ]
         for arch, score, ppl in zip(c.archs, c.scores, c.perplexities):
             lines.append(f"  {arch:<18} MAD {score:.3f}  ppl* {ppl:.3f}")
     if report.problems:
@@ -230,8 +283,13 @@ def check_figures_folder(folder: str | os.PathLike, force: bool = True) -> Path:
     not a file, writable, a figure's name there a regular file; other entries only with `force`."""
     from madsl.outputs import check_output_dir
 
-    return check_output_dir(folder, option("plot"), lambda name: name in FIGURES, force=force,
-                            writes="the study's figures (" + ", ".join(FIGURES) + ")")
+    return check_output_dir(
+        folder,
+        option("plot"),
+        lambda name: name in FIGURES,
+        force=force,
+        writes="the study's figures (" + ", ".join(FIGURES) + ")",
+    )
 
 
 def write_figures(report: StudyReport, folder: str | os.PathLike) -> list[Path]:

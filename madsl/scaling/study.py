@@ -20,6 +20,7 @@ name (madsl.paths.safe_file_name). Sizes and budgets remember where they are wri
 found when planning (a width a layer cannot take, a budget below one step) points at them.
 Torch-free.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,16 +29,38 @@ from pathlib import Path
 from typing import Any
 
 from madsl.errors import Location, MadslError, did_you_mean
+from madsl.lang.yamlsource import Located, load
 from madsl.paths import safe_file_name
 from madsl.runner.common.choices import MAX_SEED, TRAIN_PRECISIONS  # (torch-free: the study reader stays light)
-from madsl.lang.yamlsource import Located, load
 
-STUDY_KEYS = ("name", "description", "data", "data_dtype", "data_vocab", "seq_len", "architectures", "budgets",
-              "sizes", "recipe")
+STUDY_KEYS = (
+    "name",
+    "description",
+    "data",
+    "data_dtype",
+    "data_vocab",
+    "seq_len",
+    "architectures",
+    "budgets",
+    "sizes",
+    "recipe",
+)
 SIZE_KEYS = ("dim", "repeat", "params", "dim_step")
 BUDGET_KEYS = ("batch_size", "sizes")
-RECIPE_KEYS = ("lr", "batch_size", "wd", "beta1", "beta2", "warmup", "min_lr_ratio", "grad_clip", "eval_every",
-               "eval_tokens", "seed", "precision")
+RECIPE_KEYS = (
+    "lr",
+    "batch_size",
+    "wd",
+    "beta1",
+    "beta2",
+    "warmup",
+    "min_lr_ratio",
+    "grad_clip",
+    "eval_every",
+    "eval_tokens",
+    "seed",
+    "precision",
+)
 MAX_RUNS = 10_000  # a study is a grid of runs someone trains; more is a typo
 MAX_BUDGET = 1e30  # FLOPs; the largest training runs to date spend ~1e26: more is a typo (and overflows hours)
 TOKEN_DTYPES = ("uint16", "uint32")  # madsl.corpus.info.DTYPES (not imported: the study reader stays light)
@@ -90,8 +113,9 @@ class _Reader:
     def __init__(self, located: Located):
         self.located = located
 
-    def fail(self, path: tuple, message: str, hint: str | None = None, expected: str | None = None,
-             at_key: bool = False) -> MadslError:
+    def fail(
+        self, path: tuple, message: str, hint: str | None = None, expected: str | None = None, at_key: bool = False
+    ) -> MadslError:
         where = self.located.key(path) if at_key else self.located.value(path)
         return MadslError(message, where, hint=hint, expected=expected)
 
@@ -100,8 +124,13 @@ class _Reader:
             raise self.fail(path, f"{what} must be a mapping, got {type(value).__name__}")
         for key in value:
             if key not in allowed:
-                raise self.fail(path + (key,), f"unknown key {key!r} in {what}", at_key=True,
-                                hint=did_you_mean(str(key), allowed), expected=", ".join(allowed))
+                raise self.fail(
+                    path + (key,),
+                    f"unknown key {key!r} in {what}",
+                    at_key=True,
+                    hint=did_you_mean(str(key), allowed),
+                    expected=", ".join(allowed),
+                )
         return value
 
     def number(self, value: Any, path: tuple, what: str, *, integer: bool = False, low: float = 0.0) -> float:
@@ -112,10 +141,13 @@ class _Reader:
                 number = float(value.replace("_", ""))
             except ValueError:
                 number = None
-        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) \
-                or number <= low:
-            raise self.fail(path, f"{what} must be a {'whole ' if integer else ''}number above {low:g}, "
-                                  f"got {value!r}")
+        if (
+            isinstance(number, bool)
+            or not isinstance(number, (int, float))
+            or not math.isfinite(number)
+            or number <= low
+        ):
+            raise self.fail(path, f"{what} must be a {'whole ' if integer else ''}number above {low:g}, got {value!r}")
         if integer:
             if number != int(number):
                 raise self.fail(path, f"{what} must be a whole number, got {value!r}")
@@ -131,22 +163,33 @@ class _Reader:
 def _size(reader: _Reader, value: Any, path: tuple) -> Size:
     item = reader.mapping(value, path, SIZE_KEYS, "a size")
     if ("dim" in item) == ("params" in item):
-        raise reader.fail(path, "a size gives either `dim` (a width) or `params` (a parameter target), "
-                                f"not {'both' if 'dim' in item else 'neither'}",
-                          hint="e.g. {dim: 64, repeat: 2} or {params: 2e5, repeat: 2}")
+        raise reader.fail(
+            path,
+            "a size gives either `dim` (a width) or `params` (a parameter target), "
+            f"not {'both' if 'dim' in item else 'neither'}",
+            hint="e.g. {dim: 64, repeat: 2} or {params: 2e5, repeat: 2}",
+        )
     repeat = reader.number(item.get("repeat", 1), path + ("repeat",), "repeat", integer=True)
     step = reader.number(item.get("dim_step", 16), path + ("dim_step",), "dim_step", integer=True)
     if "dim" in item:
-        return Size(repeat=repeat, dim=reader.number(item["dim"], path + ("dim",), "dim", integer=True), dim_step=step,
-                    where=path)
-    return Size(repeat=repeat, params=reader.number(item["params"], path + ("params",), "params"), dim_step=step,
-                where=path)
+        return Size(
+            repeat=repeat,
+            dim=reader.number(item["dim"], path + ("dim",), "dim", integer=True),
+            dim_step=step,
+            where=path,
+        )
+    return Size(
+        repeat=repeat, params=reader.number(item["params"], path + ("params",), "params"), dim_step=step, where=path
+    )
 
 
 def _sizes(reader: _Reader, value: Any, path: tuple) -> tuple[Size, ...]:
     if not isinstance(value, list) or not value:
-        raise reader.fail(path, "sizes must be a non-empty list of sizes",
-                          hint="an IsoFLOP curve needs at least 3 sizes around its minimum")
+        raise reader.fail(
+            path,
+            "sizes must be a non-empty list of sizes",
+            hint="an IsoFLOP curve needs at least 3 sizes around its minimum",
+        )
     sizes = tuple(_size(reader, item, path + (i,)) for i, item in enumerate(value))
     labels = [s.label() for s in sizes]
     for i, label in enumerate(labels):
@@ -163,8 +206,12 @@ def _budget(reader: _Reader, value: Any, path: tuple, at_key: bool = False) -> f
             err.location = reader.located.key(path)
         raise
     if flops > MAX_BUDGET:
-        raise reader.fail(path, f"a budget of {flops:.3g} FLOPs is more than {MAX_BUDGET:.0e}", at_key=at_key,
-                          hint="budgets are training FLOPs, e.g. 1e12; the largest runs to date spend about 1e26")
+        raise reader.fail(
+            path,
+            f"a budget of {flops:.3g} FLOPs is more than {MAX_BUDGET:.0e}",
+            at_key=at_key,
+            hint="budgets are training FLOPs, e.g. 1e12; the largest runs to date spend about 1e26",
+        )
     return flops
 
 
@@ -178,8 +225,10 @@ def _budgets(reader: _Reader, data: dict, batch_size: int) -> list[BudgetGroup]:
         if shared is None:
             raise reader.fail((), "a study whose budgets are a list needs `sizes:`", at_key=True)
         sizes = _sizes(reader, shared, ("sizes",))
-        groups = [BudgetGroup(_budget(reader, v, ("budgets", i)), sizes, batch_size, ("budgets", i))
-                  for i, v in enumerate(value)]
+        groups = [
+            BudgetGroup(_budget(reader, v, ("budgets", i)), sizes, batch_size, ("budgets", i))
+            for i, v in enumerate(value)
+        ]
     elif isinstance(value, dict) and value:
         groups = []
         for key, item in value.items():
@@ -187,14 +236,19 @@ def _budgets(reader: _Reader, data: dict, batch_size: int) -> list[BudgetGroup]:
             item = reader.mapping(item if item is not None else {}, path, BUDGET_KEYS, f"budget {key}")
             if "sizes" not in item and shared is None:
                 raise reader.fail(path, f"budget {key} has no sizes (and the study no `sizes:`)")
-            sizes = _sizes(reader, item["sizes"], path + ("sizes",)) if "sizes" in item else \
-                _sizes(reader, shared, ("sizes",))
-            batch = reader.number(item.get("batch_size", batch_size), path + ("batch_size",), "batch_size",
-                                  integer=True)
+            sizes = (
+                _sizes(reader, item["sizes"], path + ("sizes",))
+                if "sizes" in item
+                else _sizes(reader, shared, ("sizes",))
+            )
+            batch = reader.number(
+                item.get("batch_size", batch_size), path + ("batch_size",), "batch_size", integer=True
+            )
             groups.append(BudgetGroup(_budget(reader, key, path, at_key=True), sizes, batch, path))
     else:
-        raise reader.fail(("budgets",), "budgets must be a list of FLOP budgets or a mapping of them to "
-                                        "{batch_size, sizes}")
+        raise reader.fail(
+            ("budgets",), "budgets must be a list of FLOP budgets or a mapping of them to {batch_size, sizes}"
+        )
     seen = [g.flops for g in groups]
     if len(set(seen)) != len(seen):
         raise reader.fail(("budgets",), "a budget is listed twice")
@@ -209,12 +263,16 @@ def _name(reader: _Reader, value: Any, path: tuple, what: str, at_key: bool = Fa
 
 def _architectures(reader: _Reader, data: dict, path: Path) -> tuple[dict[str, Any], dict[str, str]]:
     from madsl.lang.spec import load_spec
-    from madsl.lang.spec.files import resolve_named
+    from madsl.lang.spec.named import resolve_named
 
     value = data.get("architectures")
     if not isinstance(value, dict) or not value:
-        raise reader.fail(("architectures",), "a study needs `architectures:`, a mapping of names to spec files",
-                          at_key="architectures" not in data, hint="e.g. transformer: bundled:scaling/transformer")
+        raise reader.fail(
+            ("architectures",),
+            "a study needs `architectures:`, a mapping of names to spec files",
+            at_key="architectures" not in data,
+            hint="e.g. transformer: bundled:scaling/transformer",
+        )
     specs, paths = {}, {}
     for name, ref in value.items():
         where = reader.located.value(("architectures", name))
@@ -243,23 +301,31 @@ def _recipe(reader: _Reader, data: dict, seq_len: int) -> tuple[dict[str, Any], 
             if recipe[key] >= 1:
                 raise reader.fail(("recipe", key), f"{key} must be below 1, got {recipe[key]}")
     if "eval_tokens" in recipe:
-        recipe["eval_tokens"] = reader.number(recipe["eval_tokens"], ("recipe", "eval_tokens"), "eval_tokens",
-                                              integer=True)
+        recipe["eval_tokens"] = reader.number(
+            recipe["eval_tokens"], ("recipe", "eval_tokens"), "eval_tokens", integer=True
+        )
     eval_tokens = recipe.get("eval_tokens", DEFAULT_EVAL_TOKENS)
     if eval_tokens < seq_len:  # else the first evaluation fails, after the training before it
         given = "eval_tokens" in recipe
-        raise reader.fail(("recipe", "eval_tokens") if given else ("seq_len",),
-                          f"eval_tokens {eval_tokens:,}{'' if given else ' (the default)'} is fewer than one window "
-                          f"of seq_len {seq_len:,}", hint="set recipe: {eval_tokens: N} to at least seq_len")
+        raise reader.fail(
+            ("recipe", "eval_tokens") if given else ("seq_len",),
+            f"eval_tokens {eval_tokens:,}{'' if given else ' (the default)'} is fewer than one window "
+            f"of seq_len {seq_len:,}",
+            hint="set recipe: {eval_tokens: N} to at least seq_len",
+        )
     if "lr" in recipe and recipe["lr"] != "paper":
         try:
             recipe["lr"] = reader.number(recipe["lr"], ("recipe", "lr"), "lr")
         except MadslError:
-            raise reader.fail(("recipe", "lr"), f"lr must be a number above 0 or `paper`, got {recipe['lr']!r}",
-                              hint="paper: Table C.2's learning rate for the model's size") from None
+            raise reader.fail(
+                ("recipe", "lr"),
+                f"lr must be a number above 0 or `paper`, got {recipe['lr']!r}",
+                hint="paper: Table C.2's learning rate for the model's size",
+            ) from None
     if recipe.get("precision", "fp32") not in TRAIN_PRECISIONS:
-        raise reader.fail(("recipe", "precision"), f"precision must be {' or '.join(TRAIN_PRECISIONS)}, "
-                                                   f"got {recipe['precision']!r}")
+        raise reader.fail(
+            ("recipe", "precision"), f"precision must be {' or '.join(TRAIN_PRECISIONS)}, got {recipe['precision']!r}"
+        )
     return recipe, batch_size
 
 
@@ -274,8 +340,9 @@ def _optional_text(reader: _Reader, data: dict, key: str) -> str | None:
 def _data_dtype(reader: _Reader, data: dict) -> str | None:
     dtype = _optional_text(reader, data, "data_dtype")
     if dtype is not None and dtype not in TOKEN_DTYPES:
-        raise reader.fail(("data_dtype",), f"data_dtype {dtype!r} is not a token file dtype",
-                          expected=" or ".join(TOKEN_DTYPES))
+        raise reader.fail(
+            ("data_dtype",), f"data_dtype {dtype!r} is not a token file dtype", expected=" or ".join(TOKEN_DTYPES)
+        )
     return dtype
 
 
@@ -283,9 +350,10 @@ def load_study(path: str | Path) -> Study:
     """Read and check a study file (its specs loaded); raises a located MadslError."""
     path = Path(path)
     if not path.is_file():
-        raise MadslError(f"no such study file: {path}" if not path.exists() else f"{path} is not a file",
-                         hint="a study file is YAML: name, data, seq_len, architectures, budgets, sizes, recipe "
-                              "(docs/scaling.md)")
+        raise MadslError(
+            f"no such study file: {path}" if not path.exists() else f"{path} is not a file",
+            hint="a study file is YAML: name, data, seq_len, architectures, budgets, sizes, recipe (docs/scaling.md)",
+        )
     located = load(path)
     reader = _Reader(located)
     data = reader.mapping(located.data if located.data is not None else {}, (), STUDY_KEYS, "a study file")
@@ -297,12 +365,22 @@ def load_study(path: str | Path) -> Study:
     recipe, batch_size = _recipe(reader, data, seq_len)
     specs, spec_paths = _architectures(reader, data, path)
     study = Study(
-        name=name, path=path, data=reader.text(data["data"], ("data",), "data"), seq_len=seq_len,
-        architectures=specs, spec_paths=spec_paths, budgets=_budgets(reader, data, batch_size), recipe=recipe,
+        name=name,
+        path=path,
+        data=reader.text(data["data"], ("data",), "data"),
+        seq_len=seq_len,
+        architectures=specs,
+        spec_paths=spec_paths,
+        budgets=_budgets(reader, data, batch_size),
+        recipe=recipe,
         data_dtype=_data_dtype(reader, data),
-        data_vocab=(reader.number(data["data_vocab"], ("data_vocab",), "data_vocab", integer=True)
-                    if "data_vocab" in data else None),
-        description=_optional_text(reader, data, "description") or "")
+        data_vocab=(
+            reader.number(data["data_vocab"], ("data_vocab",), "data_vocab", integer=True)
+            if "data_vocab" in data
+            else None
+        ),
+        description=_optional_text(reader, data, "description") or "",
+    )
     runs = len(specs) * sum(len(g.sizes) for g in study.budgets)
     if runs > MAX_RUNS:
         raise reader.fail(("budgets",), f"the study has {runs:,} runs; at most {MAX_RUNS:,}")

@@ -11,7 +11,8 @@ Its modules, one concern each (data flows down the list; nothing here imports th
     nsga2.py          non-dominated sorting, crowding distance, tournaments, survivors
     algorithms.py     NSGA-II, regularized evolution, random search: proposing and selecting
     evaluation.py     scoring batches through madsl.runner.api.evaluate
-    state.py          the saved state a search resumes from
+    state.py          the saved state a search resumes from; state_check.py the one gate it passes
+                      (state_values.py: the checks of its values)
     loop.py           run_search and plan_search (the dry run)
     record.py         the front, the lineage, the JSON record, the .mad files; figures.py: the figures
 """

@@ -15,6 +15,7 @@ A child is kept only if it builds, meets the budget and is new (its identity not
 up to TRIES breedings per child. Where every try gives a candidate already proposed, the child is
 that candidate again, scored from the store and never retrained (a `duplicate`).
 """
+
 from __future__ import annotations
 
 import math
@@ -67,8 +68,14 @@ def objective_vector(search: SearchFile, state: SearchState, spec_hash: str) -> 
 
 
 def proposal(candidate: Candidate, genome: Genome, parents: list[str], operator: str, duplicate: bool) -> dict:
-    return {"id": candidate.spec_hash, "genome": genome.to_data(), "parents": parents, "operator": operator,
-            "duplicate": duplicate, "candidate": candidate}
+    return {
+        "id": candidate.spec_hash,
+        "genome": genome.to_data(),
+        "parents": parents,
+        "operator": operator,
+        "duplicate": duplicate,
+        "candidate": candidate,
+    }
 
 
 def make_child(ctx: Breeding, breed: Callable[[], Bred]) -> dict | None:
@@ -111,10 +118,12 @@ def initial_population(ctx: Breeding) -> list[dict]:
             out.append(proposal(built, genome, [], "random", duplicate=False))
             if len(out) == algorithm.population:
                 return out
-    raise MadslError(f"algorithm.population: {algorithm.population} distinct candidates are asked for, and {limit:,} "
-                     f"draws from the space found {len(out)} within the budget",
-                     ctx.search.where("algorithm", "population"), hint="lower the population, or widen the space or "
-                                                                       "the budget")
+    raise MadslError(
+        f"algorithm.population: {algorithm.population} distinct candidates are asked for, and {limit:,} "
+        f"draws from the space found {len(out)} within the budget",
+        ctx.search.where("algorithm", "population"),
+        hint="lower the population, or widen the space or the budget",
+    )
 
 
 def _none_feasible(search: SearchFile, rejections: list[Rejection]) -> MadslError:
@@ -122,12 +131,18 @@ def _none_feasible(search: SearchFile, rejections: list[Rejection]) -> MadslErro
     example = (over or rejections)[0]
     if over:  # located at the bound most of them break
         broken = Counter(q for r in over for q in r.quantities).most_common(1)[0][0]
-        return MadslError(f"no candidate meets the budget: none of the {len(rejections)} candidates drawn from the "
-                          f"space does (e.g. {example.topology}: {example.message})", search.where("budget", broken),
-                          hint="widen the budget, name a free parameter under budget.fit, or narrow the space")
-    return MadslError(f"no candidate of the space is valid: none of the {len(rejections)} drawn is "
-                      f"(e.g. {example.topology}: {example.message})", search.where("space"),
-                      hint="check space.hyperparameters against the layers' rules")
+        return MadslError(
+            f"no candidate meets the budget: none of the {len(rejections)} candidates drawn from the "
+            f"space does (e.g. {example.topology}: {example.message})",
+            search.where("budget", broken),
+            hint="widen the budget, name a free parameter under budget.fit, or narrow the space",
+        )
+    return MadslError(
+        f"no candidate of the space is valid: none of the {len(rejections)} drawn is "
+        f"(e.g. {example.topology}: {example.message})",
+        search.where("space"),
+        hint="check space.hyperparameters against the layers' rules",
+    )
 
 
 def random_children(ctx: Breeding, count: int) -> list[dict]:
@@ -181,9 +196,12 @@ def _children(ctx: Breeding, count: int, breed: Callable[[], Bred]) -> list[dict
         if child is None:  # every try rejected: a fresh draw from the space instead
             child = make_child(ctx, lambda: (random_genome(ctx.search.space, ctx.rng), [], "random"))
         if child is None:
-            raise MadslError("no candidate within the budget could be proposed: every one of "
-                             f"{2 * TRIES} tries was over budget or invalid", ctx.search.where("budget"),
-                             hint="widen the budget or the space")
+            raise MadslError(
+                "no candidate within the budget could be proposed: every one of "
+                f"{2 * TRIES} tries was over budget or invalid",
+                ctx.search.where("budget"),
+                hint="widen the budget or the space",
+            )
         out.append(child)
     return out
 

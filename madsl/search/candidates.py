@@ -8,19 +8,20 @@ madsl.fit.fitted, over the free parameters of the symbols it uses), accounted (m
 held to the budget. Its identity is its spec's hash (`Spec.hash`, what the runner files runs under):
 two genomes that build one model are one candidate, scored once.
 """
+
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from madsl.lang.budget import check
 from madsl.errors import MadslError
 from madsl.fit import fitted
 from madsl.graph import account
+from madsl.lang.budget import check
+from madsl.lang.spec import Spec, spec_from_data
 from madsl.search.config import SearchFile
 from madsl.search.genome import Genome
-from madsl.lang.spec import Spec, spec_from_data
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,12 @@ class CandidateBuilder:
             return Rejection("invalid", "; ".join(e.message for e in err.diagnostics), text)
         violations = check(totals, spec.budget)
         if violations:
-            return Rejection("over budget", "; ".join(v.message() for v in violations), spec.canonical(),
-                             tuple(v.quantity for v in violations))
+            return Rejection(
+                "over budget",
+                "; ".join(v.message() for v in violations),
+                spec.canonical(),
+                tuple(v.quantity for v in violations),
+            )
         solved = dict(solution.values) if solution is not None else {}
         final = _solved(data, solved)
         final_spec = spec_from_data(final) if solved else spec  # unsolved, `final` is `data`: parsed once
@@ -78,12 +83,12 @@ class CandidateBuilder:
         name = f"{self.search.name}-{spec_hash[:8]}"
         canonical = final_spec.canonical()
         final["name"], final["topology"] = name, canonical
-        return Candidate(spec_hash, name, canonical, final, dict(totals), solved,
-                         replace(final_spec, name=name))
+        return Candidate(spec_hash, name, canonical, final, dict(totals), solved, replace(final_spec, name=name))
 
 
-def candidate_data(search: SearchFile, text: str, params: tuple[tuple[str, Any], ...] | dict[str, Any]
-                   ) -> dict[str, Any]:
+def candidate_data(
+    search: SearchFile, text: str, params: tuple[tuple[str, Any], ...] | dict[str, Any]
+) -> dict[str, Any]:
     """A candidate's spec data before solving: the search's shared fields, the topology `text`, the
     hyperparameters `params` under layers:, the budget without fit:."""
     data = copy.deepcopy(search.spec_data)
@@ -106,4 +111,3 @@ def _solved(data: dict[str, Any], solved: dict[str, int]) -> dict[str, Any]:
         symbol, _, param = name.partition(".")
         out.setdefault("layers", {}).setdefault(symbol, {})[param] = value
     return out
-

@@ -3,6 +3,7 @@ named hyperparameters), the objectives (`Objectives`), the algorithm (`Algorithm
 fields every candidate shares (`SearchFile.spec_data`: width, layers, budget). Made by
 madsl.search.reading.load_search; nothing here reads a file.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -142,8 +143,14 @@ class SearchFile:
     def fingerprint(self) -> str:
         """What decides the candidates and their scores, hashed: a saved search state belongs
         to the search file it was made from (the description aside)."""
-        data = {"name": self.name, "spec": self.spec_data, "free": self.free, "space": _plain(self.space),
-                "objectives": _plain(self.objectives), "algorithm": _plain(self.algorithm)}
+        data = {
+            "name": self.name,
+            "spec": self.spec_data,
+            "free": self.free,
+            "space": _plain(self.space),
+            "objectives": _plain(self.objectives),
+            "algorithm": _plain(self.algorithm),
+        }
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -3,6 +3,7 @@
 again; its stop: runs checkpoint and go back to pending). A candidate's score is its MAD score
 on the search's tasks, counted only where every task has one.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,9 +28,15 @@ class RunnerEvaluator:
     `stop` is polled as `madsl eval` polls it; `model_factory` and `task_registry` replace
     madsl.compile and madsl's tasks, as in `evaluate`."""
 
-    def __init__(self, config: EvalConfig, *, reporter: Callable[[], Any] | None = None,
-                 stop: Callable[[], bool] | None = None, model_factory: Callable[[Any], Any] | None = None,
-                 task_registry: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        config: EvalConfig,
+        *,
+        reporter: Callable[[], Any] | None = None,
+        stop: Callable[[], bool] | None = None,
+        model_factory: Callable[[Any], Any] | None = None,
+        task_registry: Mapping[str, Any] | None = None,
+    ):
         self.config, self.reporter, self.stop = config, reporter, stop
         self.model_factory, self.task_registry = model_factory, task_registry
         self.tasks: tuple[str, ...] = ()
@@ -40,8 +47,13 @@ class RunnerEvaluator:
         from madsl.runner.plan.evaluation import cli_overrides, plan_spec
 
         registry = dict(self.task_registry) if self.task_registry is not None else None
-        plan = plan_spec(spec, None, cli_overrides(**self.config.settings), registry,
-                         list(registry) if registry is not None else None)
+        plan = plan_spec(
+            spec,
+            None,
+            cli_overrides(**self.config.settings),
+            registry,
+            list(registry) if registry is not None else None,
+        )
         self.tasks = tuple(dict.fromkeys(run.task for run in plan.runs))
         return self.tasks
 
@@ -51,10 +63,20 @@ class RunnerEvaluator:
         reporter = self.reporter() if self.reporter is not None else None
         context = reporter if hasattr(reporter, "__enter__") else contextlib.nullcontext()
         with context:
-            summary = evaluate(list(specs), self.config, reporter=reporter, stop=self.stop,
-                               model_factory=self.model_factory, task_registry=self.task_registry)
-        outcome = BatchOutcome(failed=dict(summary["failed"]), interrupted=bool(summary["interrupted"]),
-                               trained=summary["done"], reused=summary["already_done"])
+            summary = evaluate(
+                list(specs),
+                self.config,
+                reporter=reporter,
+                stop=self.stop,
+                model_factory=self.model_factory,
+                task_registry=self.task_registry,
+            )
+        outcome = BatchOutcome(
+            failed=dict(summary["failed"]),
+            interrupted=bool(summary["interrupted"]),
+            trained=summary["done"],
+            reused=summary["already_done"],
+        )
         for row in summary["scores"]:
             tasks = {t: s for t, s in row["tasks"].items()}
             complete = all(tasks.get(t) is not None for t in self.tasks)
@@ -65,5 +87,9 @@ class RunnerEvaluator:
         """What evaluating `specs` would cost (madsl.runner.plan.cost), without training."""
         from madsl.runner.api import evaluate
 
-        return evaluate(list(specs), self.config.replace(dry_run=True), model_factory=self.model_factory,
-                        task_registry=self.task_registry)["plan"]
+        return evaluate(
+            list(specs),
+            self.config.replace(dry_run=True),
+            model_factory=self.model_factory,
+            task_registry=self.task_registry,
+        )["plan"]

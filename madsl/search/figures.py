@@ -2,6 +2,7 @@
 accounted total (state or parameters), every scored candidate shown; and each generation's best
 and median score, with the best so far.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,14 +21,25 @@ def plot_front(search: SearchFile, state: SearchState, path: str | os.PathLike, 
     best = front(search, state)
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     try:
-        ax.scatter([c["totals"][x] for c in scored], [c["score"] for c in scored], s=18, color="0.65",
-                   label=f"candidates ({len(scored)})")
+        ax.scatter(
+            [c["totals"][x] for c in scored],
+            [c["score"] for c in scored],
+            s=18,
+            color="0.65",
+            label=f"candidates ({len(scored)})",
+        )
         ordered = sorted(best, key=lambda c: c["totals"][x])
-        ax.plot([c["totals"][x] for c in ordered], [c["score"] for c in ordered], marker="o", color="tab:red",
-                label=f"Pareto front ({', '.join(search.objectives.names)})")
+        ax.plot(
+            [c["totals"][x] for c in ordered],
+            [c["score"] for c in ordered],
+            marker="o",
+            color="tab:red",
+            label=f"Pareto front ({', '.join(search.objectives.names)})",
+        )
         for c in ordered:
-            ax.annotate(c["topology"], (c["totals"][x], c["score"]), fontsize=7, xytext=(4, 3),
-                        textcoords="offset points")
+            ax.annotate(
+                c["topology"], (c["totals"][x], c["score"]), fontsize=7, xytext=(4, 3), textcoords="offset points"
+            )
         ax.set_xlabel(x.replace("_", " "))
         ax.set_ylabel("MAD score")
         ax.set_title(f"{search.name}: {search.algorithm.name}, seed {search.algorithm.seed}")
@@ -47,10 +59,22 @@ def plot_generations(search: SearchFile, state: SearchState, path: str | os.Path
     try:
         generations = [h["generation"] for h in history]
         ax.plot(generations, [h["best_so_far"] for h in history], color="tab:red", label="best so far")
-        ax.plot(generations, [h["best"] for h in history], marker="o", linestyle="none", color="tab:blue",
-                label="generation's best")
-        ax.plot(generations, [h["median"] for h in history], marker="s", linestyle="--", color="tab:gray",
-                label="generation's median")
+        ax.plot(
+            generations,
+            [h["best"] for h in history],
+            marker="o",
+            linestyle="none",
+            color="tab:blue",
+            label="generation's best",
+        )
+        ax.plot(
+            generations,
+            [h["median"] for h in history],
+            marker="s",
+            linestyle="--",
+            color="tab:gray",
+            label="generation's median",
+        )
         from matplotlib.ticker import MaxNLocator
 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -9,6 +9,7 @@ candidate's topology as nodes, which madsl.lang.topology prints in canonical for
 (madsl.search.operators) work on these nodes, never on strings. A genome is stored in the search
 state as plain data (`to_data` / `from_data`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -60,13 +61,21 @@ class Genome:
         return Genome(self.shape, self.unit, self.count, tuple(sorted(params.items())))
 
     def to_data(self) -> dict[str, Any]:
-        return {"shape": self.shape, "count": self.count, "params": dict(self.params),
-                "unit": [block_data(b) for b in self.unit]}
+        return {
+            "shape": self.shape,
+            "count": self.count,
+            "params": dict(self.params),
+            "unit": [block_data(b) for b in self.unit],
+        }
 
 
 def from_data(data: dict[str, Any]) -> Genome:
-    return Genome(data["shape"], tuple(make_block(b["mixers"], b["channel"]) for b in data["unit"]),
-                  int(data["count"]), tuple(sorted(data["params"].items())))
+    return Genome(
+        data["shape"],
+        tuple(make_block(b["mixers"], b["channel"]) for b in data["unit"]),
+        int(data["count"]),
+        tuple(sorted(data["params"].items())),
+    )
 
 
 def mixers_of(block: topo.Block) -> tuple[str, ...]:

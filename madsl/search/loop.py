@@ -8,6 +8,7 @@ the batch goes through madsl.runner.api.evaluate with the search file's settings
 execution options. The state (madsl.search.state) is saved after each proposal and each recorded
 batch: rerunning the same search resumes it, and the same seed gives the same candidates.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from madsl.errors import MadslError
+from madsl.lang.spec import Spec, spec_from_data
 from madsl.paths import require_path
 from madsl.runner.config import EvalConfig
 from madsl.search.algorithms import PROPOSERS, Breeding, initial_population, next_population
@@ -27,7 +29,6 @@ from madsl.search.config import SearchFile
 from madsl.search.evaluation import BatchOutcome, RunnerEvaluator
 from madsl.search.state import SearchState, json_ready, save_state, state_path_for
 from madsl.search.state_check import load_state
-from madsl.lang.spec import Spec, spec_from_data
 
 
 @dataclass
@@ -52,8 +53,10 @@ class Observer:
 def search_config(search: SearchFile, config: EvalConfig | None) -> EvalConfig:
     """The search file's evaluation settings with the caller's execution options."""
     if config is not None and config.settings:
-        raise MadslError("a search trains what its file says: give the evaluation settings under objectives.score",
-                         hint="the command line sets only how runs execute (--db, --workers, --executor, ...)")
+        raise MadslError(
+            "a search trains what its file says: give the evaluation settings under objectives.score",
+            hint="the command line sets only how runs execute (--db, --workers, --executor, ...)",
+        )
     execution = config.execution if config is not None else EvalConfig().execution
     return EvalConfig(settings=dict(search.objectives.settings), execution=execution)
 
@@ -64,8 +67,10 @@ def _rng(seed: int, saved: dict[str, Any] | None) -> np.random.Generator:
         try:
             rng.bit_generator.state = saved
         except (TypeError, ValueError, KeyError) as err:
-            raise MadslError(f"the search state's generator state is damaged: {err}",
-                             hint="remove the state file, or rerun with --restart") from None
+            raise MadslError(
+                f"the search state's generator state is damaged: {err}",
+                hint="remove the state file, or rerun with --restart",
+            ) from None
     return rng
 
 
@@ -79,9 +84,17 @@ def _register(state: SearchState, batch: list[dict], generation: int) -> None:
             continue
         candidate = item["candidate"]
         state.candidates[item["id"]] = {
-            "id": item["id"], "name": candidate.name, "topology": candidate.topology, **entry,
-            "totals": candidate.totals, "solved": candidate.solved, "spec": candidate.spec_data,
-            "status": "pending", "score": None, "tasks": {}}
+            "id": item["id"],
+            "name": candidate.name,
+            "topology": candidate.topology,
+            **entry,
+            "totals": candidate.totals,
+            "solved": candidate.solved,
+            "spec": candidate.spec_data,
+            "status": "pending",
+            "score": None,
+            "tasks": {},
+        }
     state.pending = [{k: v for k, v in item.items() if k != "candidate"} for item in batch]
 
 
@@ -97,8 +110,11 @@ def _preflight(search: SearchFile, evaluator: Any, spec: Any) -> None:
     try:
         evaluator.check(spec)
     except MadslError as err:  # at the setting the message names (tasks, set, ...), else at score:
-        named = [key for key in search.objectives.settings
-                 if re.search(rf"\b({re.escape(key)}|{re.escape(key.rstrip('s'))})\b", err.message)]
+        named = [
+            key
+            for key in search.objectives.settings
+            if re.search(rf"\b({re.escape(key)}|{re.escape(key.rstrip('s'))})\b", err.message)
+        ]
         where = search.where("objectives", "score", *named[:1])
         raise MadslError(f"objectives.score: {err.message}", where, expected=err.expected, hint=err.hint) from None
 
@@ -106,8 +122,9 @@ def _preflight(search: SearchFile, evaluator: Any, spec: Any) -> None:
 def _evaluate(search: SearchFile, state: SearchState, evaluator: Any, loaded: dict[str, Spec]) -> BatchOutcome:
     """Score the pending batch's new candidates (those without a result yet; duplicates are not sent).
     `loaded`: specs the state check loaded from the state (the same data, not parsed again)."""
-    todo = list(dict.fromkeys(item["id"] for item in state.pending
-                              if state.candidates[item["id"]]["status"] == "pending"))
+    todo = list(
+        dict.fromkeys(item["id"] for item in state.pending if state.candidates[item["id"]]["status"] == "pending")
+    )
     if not todo:
         return BatchOutcome()
     specs = [loaded.get(spec_hash) or spec_from_data(state.candidates[spec_hash]["spec"]) for spec_hash in todo]
@@ -131,10 +148,21 @@ def _located(search: SearchFile, state: SearchState, err: MadslError) -> MadslEr
     if hypers:  # at the one hyperparameter searched, else at them all
         where = ("space", "hyperparameters") + ((hypers[0].name,) if len(hypers) == 1 else ())
     size = "does not fit" in err.message  # the runner's memory check: the one refusal of a model's size
-    hint = ("bound the candidates' size under budget: (e.g. params: <= N) so that such a candidate is rejected "
-            "before it trains, or narrow " + ".".join(where[:2])) if size else err.hint
-    return MadslError(f"candidate {record['name']} ({record['topology']}{'; ' + values if values else ''}) cannot be "
-                      f"trained: {err.message}", search.where(*where), expected=err.expected, hint=hint)
+    hint = (
+        (
+            "bound the candidates' size under budget: (e.g. params: <= N) so that such a candidate is rejected "
+            "before it trains, or narrow " + ".".join(where[:2])
+        )
+        if size
+        else err.hint
+    )
+    return MadslError(
+        f"candidate {record['name']} ({record['topology']}{'; ' + values if values else ''}) cannot be "
+        f"trained: {err.message}",
+        search.where(*where),
+        expected=err.expected,
+        hint=hint,
+    )
 
 
 def _record(search: SearchFile, state: SearchState, outcome: BatchOutcome) -> dict:
@@ -145,15 +173,23 @@ def _record(search: SearchFile, state: SearchState, outcome: BatchOutcome) -> di
         if record["status"] != "pending":
             continue
         result = json_ready(outcome.results.get(item["id"], {"score": None, "tasks": {}}))  # NaN: no score
-        record.update(score=result["score"], tasks=result["tasks"],
-                      status="scored" if result["score"] is not None else "failed")
+        record.update(
+            score=result["score"], tasks=result["tasks"], status="scored" if result["score"] is not None else "failed"
+        )
     scores = [state.candidates[i["id"]]["score"] for i in batch if state.candidates[i["id"]]["score"] is not None]
     every = [c["score"] for c in state.candidates.values() if c.get("score") is not None]
-    entry = {"generation": state.generation, "proposed": len(batch),
-             "new": sum(not i["duplicate"] for i in batch), "duplicates": sum(i["duplicate"] for i in batch),
-             "failed": sum(state.candidates[i["id"]]["status"] == "failed" for i in batch),
-             "best": max(scores) if scores else None, "median": statistics.median(scores) if scores else None,
-             "best_so_far": max(every) if every else None, "trained": outcome.trained, "reused": outcome.reused}
+    entry = {
+        "generation": state.generation,
+        "proposed": len(batch),
+        "new": sum(not i["duplicate"] for i in batch),
+        "duplicates": sum(i["duplicate"] for i in batch),
+        "failed": sum(state.candidates[i["id"]]["status"] == "failed" for i in batch),
+        "best": max(scores) if scores else None,
+        "median": statistics.median(scores) if scores else None,
+        "best_so_far": max(every) if every else None,
+        "trained": outcome.trained,
+        "reused": outcome.reused,
+    }
     state.population = next_population(search, state, batch)
     state.history.append(entry)
     state.pending = None
@@ -162,8 +198,13 @@ def _record(search: SearchFile, state: SearchState, outcome: BatchOutcome) -> di
     return entry
 
 
-def _start(search: SearchFile, builder: CandidateBuilder, evaluator: Any, fingerprint: str,
-           specs: dict[str, Spec] | None = None) -> tuple[SearchState, np.random.Generator]:
+def _start(
+    search: SearchFile,
+    builder: CandidateBuilder,
+    evaluator: Any,
+    fingerprint: str,
+    specs: dict[str, Spec] | None = None,
+) -> tuple[SearchState, np.random.Generator]:
     """A new state with the initial population proposed (nothing saved yet); `specs` gets each
     candidate's spec as built (for a plan: not for training, which loads the spec it saved)."""
     state = SearchState(fingerprint=fingerprint)
@@ -183,9 +224,16 @@ def _state_path(search: SearchFile, config: EvalConfig, state_path: str | Path |
     return require_path(state_path, "the search state (--state)")
 
 
-def run_search(search: SearchFile, config: EvalConfig | None = None, *, state_path: str | Path | None = None,
-               restart: bool = False, evaluator: Any = None, observer: Observer | None = None,
-               **evaluator_options: Any) -> SearchResult:
+def run_search(
+    search: SearchFile,
+    config: EvalConfig | None = None,
+    *,
+    state_path: str | Path | None = None,
+    restart: bool = False,
+    evaluator: Any = None,
+    observer: Observer | None = None,
+    **evaluator_options: Any,
+) -> SearchResult:
     """Run (or resume) a search to its last generation, or until its evaluation is interrupted.
     `evaluator_options` (reporter, stop, model_factory, task_registry) go to RunnerEvaluator."""
     if evaluator is not None and evaluator_options:
@@ -226,8 +274,15 @@ def run_search(search: SearchFile, config: EvalConfig | None = None, *, state_pa
     return result
 
 
-def plan_search(search: SearchFile, config: EvalConfig | None = None, *, state_path: str | Path | None = None,
-                restart: bool = False, evaluator: Any = None, **evaluator_options: Any) -> dict[str, Any]:
+def plan_search(
+    search: SearchFile,
+    config: EvalConfig | None = None,
+    *,
+    state_path: str | Path | None = None,
+    restart: bool = False,
+    evaluator: Any = None,
+    **evaluator_options: Any,
+) -> dict[str, Any]:
     """A dry run: the batch the search would evaluate next (the initial population of a new search) and
     its cost (madsl.runner.plan.cost), with the whole search's estimated from it. Nothing is saved or trained."""
     config = search_config(search, config)
@@ -254,14 +309,30 @@ def plan_search(search: SearchFile, config: EvalConfig | None = None, *, state_p
     return _plan(search, state, path, batch, cost, len(plan_specs))
 
 
-def _plan(search: SearchFile, state: SearchState, path: Path, batch: list[dict], cost: dict | None, count: int
-          ) -> dict[str, Any]:
+def _plan(
+    search: SearchFile, state: SearchState, path: Path, batch: list[dict], cost: dict | None, count: int
+) -> dict[str, Any]:
     remaining = search.algorithm.evaluations - len(state.scored())
     per = cost["run_seconds"] / count if cost and cost.get("run_seconds") is not None else None
-    return {"search": search.name, "state": str(path), "complete": state.complete, "generation": state.generation,
-            "generations": search.algorithm.generations, "evaluations": search.algorithm.evaluations,
-            "evaluated": len(state.scored()), "remaining": remaining,
-            "batch": [{"name": state.candidates[i["id"]]["name"], "topology": state.candidates[i["id"]]["topology"],
-                       "totals": state.candidates[i["id"]]["totals"], "duplicate": i["duplicate"]} for i in batch],
-            "plan": cost, "estimated_run_seconds": None if per is None else per * remaining,
-            "rejected": dict(state.counts)}
+    return {
+        "search": search.name,
+        "state": str(path),
+        "complete": state.complete,
+        "generation": state.generation,
+        "generations": search.algorithm.generations,
+        "evaluations": search.algorithm.evaluations,
+        "evaluated": len(state.scored()),
+        "remaining": remaining,
+        "batch": [
+            {
+                "name": state.candidates[i["id"]]["name"],
+                "topology": state.candidates[i["id"]]["topology"],
+                "totals": state.candidates[i["id"]]["totals"],
+                "duplicate": i["duplicate"],
+            }
+            for i in batch
+        ],
+        "plan": cost,
+        "estimated_run_seconds": None if per is None else per * remaining,
+        "rejected": dict(state.counts),
+    }

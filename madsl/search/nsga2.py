@@ -4,6 +4,7 @@ distance, the crowded-comparison tournament and the survivors of a generation.
 Every objective here is minimised: a maximised one (the MAD score) is passed negated. A candidate
 without a score (its runs failed) is passed as +inf in it, so it is dominated by every scored one.
 """
+
 from __future__ import annotations
 
 import math
@@ -95,6 +96,6 @@ def survivors(points: Sequence[Vector], size: int) -> list[int]:
             kept.extend(front)
             continue
         distance = crowding_distance(points, front)
-        kept.extend(sorted(front, key=lambda i: (-distance[i], i))[:size - len(kept)])
+        kept.extend(sorted(front, key=lambda i: (-distance[i], i))[: size - len(kept)])
         break
     return kept

@@ -17,6 +17,7 @@ Each operator returns a new genome, or None where it does not apply (no block to
 at the end of the range): `mutate` then tries another. A result is always within the space's
 shapes and block range; whether it is new, valid and within budget is for the candidate builder.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -33,7 +34,7 @@ def _within(genome: Genome, space: Space) -> Genome | None:
 
 
 def _replace_block(genome: Genome, index: int, block: topo.Block) -> Genome:
-    unit = genome.unit[:index] + (block,) + genome.unit[index + 1:]
+    unit = genome.unit[:index] + (block,) + genome.unit[index + 1 :]
     return Genome(genome.shape, unit, genome.count, genome.params)
 
 
@@ -67,20 +68,21 @@ def delete(genome: Genome, space: Space, rng: Any) -> Genome | None:
     if len(genome.unit) < 2:
         return None
     at = int(rng.integers(len(genome.unit)))
-    return _within(Genome(genome.shape, genome.unit[:at] + genome.unit[at + 1:], genome.count, genome.params), space)
+    return _within(Genome(genome.shape, genome.unit[:at] + genome.unit[at + 1 :], genome.count, genome.params), space)
 
 
 def repeat(genome: Genome, space: Space, rng: Any) -> Genome | None:
     step = 1 if rng.random() < 0.5 else -1
     if genome.shape != "sequence":
-        return _within(Genome(genome.shape, genome.unit, genome.count + step, genome.params), space) or \
-            _within(Genome(genome.shape, genome.unit, genome.count - step, genome.params), space)
+        return _within(Genome(genome.shape, genome.unit, genome.count + step, genome.params), space) or _within(
+            Genome(genome.shape, genome.unit, genome.count - step, genome.params), space
+        )
     at = int(rng.integers(len(genome.unit)))
     unit = genome.unit
     repeated = at + 1 < len(unit) and unit[at + 1] == unit[at]
     if step < 0 and repeated:  # 2H -> H
-        return _within(Genome("sequence", unit[:at] + unit[at + 1:], 1, genome.params), space)
-    return _within(Genome("sequence", unit[:at + 1] + unit[at:], 1, genome.params), space)  # H -> 2H
+        return _within(Genome("sequence", unit[:at] + unit[at + 1 :], 1, genome.params), space)
+    return _within(Genome("sequence", unit[: at + 1] + unit[at:], 1, genome.params), space)  # H -> 2H
 
 
 def channel(genome: Genome, space: Space, rng: Any) -> Genome | None:
@@ -132,8 +134,14 @@ def reshape(genome: Genome, space: Space, rng: Any) -> Genome | None:
 
 
 MUTATIONS: dict[str, Callable[[Genome, Space, Any], Genome | None]] = {
-    "primitive": primitive, "insert": insert, "delete": delete, "repeat": repeat, "channel": channel,
-    "hyperparameter": hyperparameter, "parallel": parallel, "reshape": reshape,
+    "primitive": primitive,
+    "insert": insert,
+    "delete": delete,
+    "repeat": repeat,
+    "channel": channel,
+    "hyperparameter": hyperparameter,
+    "parallel": parallel,
+    "reshape": reshape,
 }
 
 
@@ -152,17 +160,16 @@ def crossover(first: Genome, second: Genome, space: Space, rng: Any) -> Genome |
     """Cut-and-splice: the first parent's blocks up to a cut, the second's from another cut on
     (their units, where both parents are motifs or both striped: the shape and count are the
     first's); each hyperparameter from either parent. None where no cut gives a child in range."""
-    params = {name: (value if rng.random() < 0.5 else dict(second.params).get(name, value))
-              for name, value in first.params}
+    params = {
+        name: (value if rng.random() < 0.5 else dict(second.params).get(name, value)) for name, value in first.params
+    }
     same = first.shape == second.shape and first.shape in ("motif", "striped")
     left, right = (first.unit, second.unit) if same else (first.blocks(), second.blocks())
     shape, count = (first.shape, first.count) if same else ("sequence", 1)
     for _ in range(CUTS_TRIED):
         cut_left = int(rng.integers(1, len(left) + 1))
         cut_right = int(rng.integers(0, len(right)))
-        child = _within(Genome(shape, left[:cut_left] + right[cut_right:], count, tuple(sorted(params.items()))),
-                        space)
+        child = _within(Genome(shape, left[:cut_left] + right[cut_right:], count, tuple(sorted(params.items()))), space)
         if child is not None:
             return child
     return None
-

@@ -11,16 +11,17 @@ shapes, and the ranges of named hyperparameters; every error located in the file
         mA.heads: [8, 16]                  # choices
         H.order: {min: 2, max: 3}          # an integer range, both ends included
 """
+
 from __future__ import annotations
 
 import typing
 from typing import Any
 
-from madsl.lang import stdlib
 from madsl.errors import MadslError, did_you_mean
-from madsl.search.config import SHAPES, Hyperparameter, Space
+from madsl.lang import stdlib
 from madsl.lang.topology.nodes import NO_CHANNEL
 from madsl.lang.yamlsource import Located
+from madsl.search.config import SHAPES, Hyperparameter, Space
 
 SPACE_KEYS = ("sequence_mixers", "channel_mixers", "blocks", "shapes", "hyperparameters")
 MAX_SEARCH_BLOCKS = 256  # blocks of a candidate (a sweep's variant holds at most 384 layers); each is trained
@@ -30,19 +31,32 @@ def read_space(located: Located, symbols: dict[str, Any], default_channel: str |
     """The space section, checked against the symbol table `symbols` (stdlib + the file's layers:)."""
     section = located.data.get("space")
     if not isinstance(section, dict):
-        raise MadslError("space: expected a mapping with sequence_mixers, channel_mixers, blocks, shapes",
-                         located.value(("space",)), hint="space: {sequence_mixers: [H, mA], blocks: {min: 2, max: 4}}")
+        raise MadslError(
+            "space: expected a mapping with sequence_mixers, channel_mixers, blocks, shapes",
+            located.value(("space",)),
+            hint="space: {sequence_mixers: [H, mA], blocks: {min: 2, max: 4}}",
+        )
     for key in section:
         if key not in SPACE_KEYS:
-            raise MadslError(f"unknown key {key!r} in space:", located.key(("space", key)),
-                             expected=", ".join(SPACE_KEYS), hint=did_you_mean(str(key), SPACE_KEYS))
+            raise MadslError(
+                f"unknown key {key!r} in space:",
+                located.key(("space", key)),
+                expected=", ".join(SPACE_KEYS),
+                hint=did_you_mean(str(key), SPACE_KEYS),
+            )
     if "sequence_mixers" not in section:
-        raise MadslError("space: needs sequence_mixers (the sequence mixers the search may use)",
-                         located.key(("space",)), hint="sequence_mixers: [H, mA, Mb]")
+        raise MadslError(
+            "space: needs sequence_mixers (the sequence mixers the search may use)",
+            located.key(("space",)),
+            hint="sequence_mixers: [H, mA, Mb]",
+        )
     mixers = _symbols(located, symbols, "sequence_mixers", roles=("sequence", "both"))
     if not mixers:
-        raise MadslError("the space is empty: sequence_mixers lists no sequence mixer",
-                         located.value(("space", "sequence_mixers")), hint="list at least one, e.g. [H, mA]")
+        raise MadslError(
+            "the space is empty: sequence_mixers lists no sequence mixer",
+            located.value(("space", "sequence_mixers")),
+            hint="list at least one, e.g. [H, mA]",
+        )
     if "channel_mixers" in section:
         channels = _symbols(located, symbols, "channel_mixers", roles=("channel",), none_allowed=True)
     else:
@@ -50,8 +64,11 @@ def read_space(located: Located, symbols: dict[str, Any], default_channel: str |
     both = tuple(m for m in mixers if symbols[m].role() == "both")
     if not channels and len(both) < len(mixers):
         where = located.value(("space", "channel_mixers")) if "channel_mixers" in section else located.key(("space",))
-        raise MadslError("the space is empty: no channel mixer for the sequence mixers that need one", where,
-                         hint="list channel_mixers, e.g. [Sg, MoE] (or none)")
+        raise MadslError(
+            "the space is empty: no channel mixer for the sequence mixers that need one",
+            where,
+            hint="list channel_mixers, e.g. [Sg, MoE] (or none)",
+        )
     low, high = _blocks(located, section.get("blocks"))
     shapes, parallel = _shapes(located, section.get("shapes", ["sequence"]), low, high, len(mixers))
     named = set(mixers) | (set(channels) - {NO_CHANNEL})  # the symbols a hyperparameter may belong to
@@ -59,8 +76,9 @@ def read_space(located: Located, symbols: dict[str, Any], default_channel: str |
     return Space(mixers, channels, both, low, high, shapes, parallel, hyper)
 
 
-def _symbols(located: Located, symbols: dict[str, Any], key: str, roles: tuple[str, ...],
-             none_allowed: bool = False) -> tuple[str, ...]:
+def _symbols(
+    located: Located, symbols: dict[str, Any], key: str, roles: tuple[str, ...], none_allowed: bool = False
+) -> tuple[str, ...]:
     value = located.data["space"][key]
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list):
@@ -73,15 +91,21 @@ def _symbols(located: Located, symbols: dict[str, Any], key: str, roles: tuple[s
             symbol_role = "channel"
         elif not isinstance(name, str) or name not in symbols:
             wanted = sorted(s for s, d in symbols.items() if d.role() in roles)
-            raise MadslError(f"space.{key}: unknown layer {name!r}", at,
-                             expected=f"a {kind} mixer: " + ", ".join(wanted),
-                             hint=did_you_mean(str(name), wanted) or "define it under layers: with primitive: or base:")
+            raise MadslError(
+                f"space.{key}: unknown layer {name!r}",
+                at,
+                expected=f"a {kind} mixer: " + ", ".join(wanted),
+                hint=did_you_mean(str(name), wanted) or "define it under layers: with primitive: or base:",
+            )
         else:
             symbol_role = symbols[name].role()
         if symbol_role not in roles:
             home = "channel_mixers" if symbol_role == "channel" else "sequence_mixers"
-            raise MadslError(f"space.{key}: {name} is a {symbol_role} mixer, not a {kind} mixer", at,
-                             hint=f"list it under space.{home}")
+            raise MadslError(
+                f"space.{key}: {name} is a {symbol_role} mixer, not a {kind} mixer",
+                at,
+                hint=f"list it under space.{home}",
+            )
         if name in out:
             raise MadslError(f"space.{key}: {name} is given twice", at, hint="list each symbol once")
         out.append(name)
@@ -91,8 +115,11 @@ def _symbols(located: Located, symbols: dict[str, Any], key: str, roles: tuple[s
 def _blocks(located: Located, value: Any) -> tuple[int, int]:
     where = located.value(("space", "blocks"))
     if value is None:
-        raise MadslError("space: needs blocks (how many blocks a candidate has)", located.key(("space",)),
-                         hint="blocks: {min: 2, max: 4}, or blocks: 2")
+        raise MadslError(
+            "space: needs blocks (how many blocks a candidate has)",
+            located.key(("space",)),
+            hint="blocks: {min: 2, max: 4}, or blocks: 2",
+        )
     if isinstance(value, dict):
         unknown = [k for k in value if k not in ("min", "max")]
         if unknown or "min" not in value or "max" not in value:
@@ -103,8 +130,9 @@ def _blocks(located: Located, value: Any) -> tuple[int, int]:
     for number, key in ((low, "min"), (high, "max")):
         at = located.value(("space", "blocks", key)) if isinstance(value, dict) else where
         if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= MAX_SEARCH_BLOCKS:
-            raise MadslError(f"space.blocks: expected a number of blocks from 1 to {MAX_SEARCH_BLOCKS}, got {number!r}",
-                             at)
+            raise MadslError(
+                f"space.blocks: expected a number of blocks from 1 to {MAX_SEARCH_BLOCKS}, got {number!r}", at
+            )
     if low > high:
         raise MadslError(f"the space is empty: blocks.min {low} is larger than blocks.max {high}", where)
     return low, high
@@ -119,42 +147,61 @@ def _shapes(located: Located, value: Any, low: int, high: int, mixers: int) -> t
     for index, shape in enumerate(items):
         at = located.value(("space", "shapes", index)) if not isinstance(value, str) else where
         if shape not in SHAPES:
-            raise MadslError(f"space.shapes: unknown shape {shape!r}", at, expected=", ".join(SHAPES),
-                             hint=did_you_mean(str(shape), SHAPES))
+            raise MadslError(
+                f"space.shapes: unknown shape {shape!r}",
+                at,
+                expected=", ".join(SHAPES),
+                hint=did_you_mean(str(shape), SHAPES),
+            )
         if shape in items[:index]:
             raise MadslError(f"space.shapes: {shape} is given twice", at, hint="list each shape once")
         if shape == "parallel" and mixers < 2:
             raise MadslError("space.shapes: parallel blocks need two sequence mixers, and the space has one", at)
         if shape != "parallel" and not probe.sizes(shape):
             need = "at least 3 blocks (a period of 2 and more)" if shape == "striped" else "at least 2 blocks"
-            raise MadslError(f"space.shapes: a {shape} needs {need}, and blocks.max is {high}", at,
-                             hint="raise blocks.max, or drop the shape")
+            raise MadslError(
+                f"space.shapes: a {shape} needs {need}, and blocks.max is {high}",
+                at,
+                hint="raise blocks.max, or drop the shape",
+            )
     structural = tuple(s for s in items if s != "parallel")
     if not structural:
-        raise MadslError("space.shapes: parallel is a kind of block; list a shape too (sequence, striped, motif)",
-                         where)
+        raise MadslError(
+            "space.shapes: parallel is a kind of block; list a shape too (sequence, striped, motif)", where
+        )
     return structural, "parallel" in items
 
 
-def _hyperparameters(located: Located, section: Any, allowed: set[str], symbols: dict[str, Any]
-                     ) -> tuple[Hyperparameter, ...]:
+def _hyperparameters(
+    located: Located, section: Any, allowed: set[str], symbols: dict[str, Any]
+) -> tuple[Hyperparameter, ...]:
     if section is None:
         return ()
     if not isinstance(section, dict):
-        raise MadslError("space.hyperparameters: expected a mapping of SYMBOL.param to values",
-                         located.value(("space", "hyperparameters")), hint="hyperparameters: {mA.heads: [8, 16]}")
+        raise MadslError(
+            "space.hyperparameters: expected a mapping of SYMBOL.param to values",
+            located.value(("space", "hyperparameters")),
+            hint="hyperparameters: {mA.heads: [8, 16]}",
+        )
     out = []
     for name, value in section.items():
         at_key = located.key(("space", "hyperparameters", name))
         symbol, _, param = str(name).partition(".")
         if not param or symbol not in allowed:
-            raise MadslError(f"space.hyperparameters: {name!r} is not SYMBOL.param of a symbol of the space", at_key,
-                             expected="a mixer of the space: " + ", ".join(sorted(allowed)),
-                             hint=did_you_mean(symbol, allowed))
+            raise MadslError(
+                f"space.hyperparameters: {name!r} is not SYMBOL.param of a symbol of the space",
+                at_key,
+                expected="a mixer of the space: " + ", ".join(sorted(allowed)),
+                hint=did_you_mean(symbol, allowed),
+            )
         fields = stdlib.primitives()[symbols[symbol].primitive].cls.fields()
         if param not in fields:
-            raise MadslError(f"space.hyperparameters: {symbol} ({symbols[symbol].primitive}) has no parameter "
-                             f"{param!r}", at_key, expected=", ".join(fields), hint=did_you_mean(param, fields))
+            raise MadslError(
+                f"space.hyperparameters: {symbol} ({symbols[symbol].primitive}) has no parameter {param!r}",
+                at_key,
+                expected=", ".join(fields),
+                hint=did_you_mean(param, fields),
+            )
         out.append(_values(located, str(name), symbol, param, value, fields[param]))
     return tuple(out)
 
@@ -163,32 +210,46 @@ def _values(located: Located, name: str, symbol: str, param: str, value: Any, an
     path = ("space", "hyperparameters", name)
     if isinstance(value, list):
         if not value:
-            raise MadslError(f"space.hyperparameters.{name}: the list is empty", located.value(path),
-                             expected="at least one value")
+            raise MadslError(
+                f"space.hyperparameters.{name}: the list is empty", located.value(path), expected="at least one value"
+            )
         seen = set()  # (type, value): 1, 1.0 and true are three values; a set keeps a long list linear
         for index, item in enumerate(value):
             if isinstance(item, (list, dict)):
-                raise MadslError(f"space.hyperparameters.{name}: expected a value, got {item!r}",
-                                 located.value(path + (index,)))
+                raise MadslError(
+                    f"space.hyperparameters.{name}: expected a value, got {item!r}", located.value(path + (index,))
+                )
             if (type(item), item) in seen:
-                raise MadslError(f"space.hyperparameters.{name}: {item!r} is given twice",
-                                 located.value(path + (index,)), hint="list each value once")
+                raise MadslError(
+                    f"space.hyperparameters.{name}: {item!r} is given twice",
+                    located.value(path + (index,)),
+                    hint="list each value once",
+                )
             seen.add((type(item), item))
         return Hyperparameter(name, symbol, param, choices=tuple(value))
     if not isinstance(value, dict) or set(value) != {"min", "max"}:
-        raise MadslError(f"space.hyperparameters.{name}: expected a list of values or {{min: N, max: M}}, "
-                         f"got {value!r}", located.value(path),
-                         hint=f"{name}: [4, 8, 16], or {name}: {{min: 2, max: 8}}")
+        raise MadslError(
+            f"space.hyperparameters.{name}: expected a list of values or {{min: N, max: M}}, got {value!r}",
+            located.value(path),
+            hint=f"{name}: [4, 8, 16], or {name}: {{min: 2, max: 8}}",
+        )
     options = typing.get_args(annotation) or (annotation,)
     for key in ("min", "max"):
         number = value[key]
         if isinstance(number, bool) or not isinstance(number, int):
-            raise MadslError(f"space.hyperparameters.{name}.{key}: a range is of integers, got {number!r}",
-                             located.value(path + (key,)), hint="list the values instead: [0.5, 1.0]")
+            raise MadslError(
+                f"space.hyperparameters.{name}.{key}: a range is of integers, got {number!r}",
+                located.value(path + (key,)),
+                hint="list the values instead: [0.5, 1.0]",
+            )
     if int not in options:
-        raise MadslError(f"space.hyperparameters.{name}: {param} is not an integer parameter; list its values",
-                         located.value(path), hint=f"{name}: [...]")
+        raise MadslError(
+            f"space.hyperparameters.{name}: {param} is not an integer parameter; list its values",
+            located.value(path),
+            hint=f"{name}: [...]",
+        )
     if value["min"] > value["max"]:
-        raise MadslError(f"space.hyperparameters.{name}: min {value['min']} is larger than max {value['max']}",
-                         located.value(path))
+        raise MadslError(
+            f"space.hyperparameters.{name}: min {value['min']} is larger than max {value['max']}", located.value(path)
+        )
     return Hyperparameter(name, symbol, param, low=value["min"], high=value["max"])

@@ -2,6 +2,7 @@
 candidate (as data, text and JSON), and the best topologies as `.mad` spec files ready for
 `madsl eval --protocol paper`. The figures are madsl.search.figures.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,12 @@ from typing import Any, Sequence
 
 import yaml
 
+from madsl.lang.spec.files import SPEC_KEYS
 from madsl.paths import file_in
 from madsl.search.algorithms import objective_vector
 from madsl.search.config import SearchFile
 from madsl.search.nsga2 import non_dominated_sort
 from madsl.search.state import SearchState, json_ready
-from madsl.lang.spec.files import SPEC_KEYS
 
 
 def front(search: SearchFile, state: SearchState) -> list[dict[str, Any]]:
@@ -35,13 +36,26 @@ def lineage(state: SearchState) -> list[dict[str, Any]]:
     names = {spec_hash: record["name"] for spec_hash, record in state.candidates.items()}
     out = []
     for record in state.candidates.values():
-        again = [{**entry, "parents": [names.get(p, p) for p in entry["parents"]]}
-                 for entry in record.get("proposed_again", [])]
-        out.append({"name": record["name"], "spec_hash": record["id"], "generation": record["generation"],
-                    "parents": [names.get(p, p) for p in record["parents"]], "operator": record["operator"],
-                    "status": record["status"], "score": record["score"], "tasks": record["tasks"],
-                    "topology": record["topology"], "totals": record["totals"], "solved": record["solved"],
-                    "proposed_again": again})
+        again = [
+            {**entry, "parents": [names.get(p, p) for p in entry["parents"]]}
+            for entry in record.get("proposed_again", [])
+        ]
+        out.append(
+            {
+                "name": record["name"],
+                "spec_hash": record["id"],
+                "generation": record["generation"],
+                "parents": [names.get(p, p) for p in record["parents"]],
+                "operator": record["operator"],
+                "status": record["status"],
+                "score": record["score"],
+                "tasks": record["tasks"],
+                "topology": record["topology"],
+                "totals": record["totals"],
+                "solved": record["solved"],
+                "proposed_again": again,
+            }
+        )
     return out
 
 
@@ -50,26 +64,49 @@ def record(result: Any, written: Sequence[str] = ()) -> dict[str, Any]:
     None (json.dumps(..., allow_nan=False) takes it)."""
     search, state = result.search, result.state
     algorithm = search.algorithm
-    return json_ready({
-        "search": search.name, "file": search.path, "state": str(result.state_path),
-        "algorithm": {"name": algorithm.name, "population": algorithm.population, "generations": algorithm.generations,
-                      "offspring": algorithm.offspring, "seed": algorithm.seed, "evaluations": algorithm.evaluations},
-        "objectives": {"score": dict(search.objectives.settings), "minimize": list(search.objectives.minimize)},
-        "complete": state.complete, "interrupted": result.interrupted, "generation": state.generation,
-        "counts": {**state.counts, "candidates": len(state.candidates), "scored": len(state.scored()),
-                   "runs_trained": result.trained, "runs_reused": result.reused},
-        "failed": dict(result.failed),
-        "front": [_summary(c) for c in front(search, state)],
-        "generations": list(state.history),
-        "lineage": lineage(state),
-        "written": list(written),
-    })
+    return json_ready(
+        {
+            "search": search.name,
+            "file": search.path,
+            "state": str(result.state_path),
+            "algorithm": {
+                "name": algorithm.name,
+                "population": algorithm.population,
+                "generations": algorithm.generations,
+                "offspring": algorithm.offspring,
+                "seed": algorithm.seed,
+                "evaluations": algorithm.evaluations,
+            },
+            "objectives": {"score": dict(search.objectives.settings), "minimize": list(search.objectives.minimize)},
+            "complete": state.complete,
+            "interrupted": result.interrupted,
+            "generation": state.generation,
+            "counts": {
+                **state.counts,
+                "candidates": len(state.candidates),
+                "scored": len(state.scored()),
+                "runs_trained": result.trained,
+                "runs_reused": result.reused,
+            },
+            "failed": dict(result.failed),
+            "front": [_summary(c) for c in front(search, state)],
+            "generations": list(state.history),
+            "lineage": lineage(state),
+            "written": list(written),
+        }
+    )
 
 
 def _summary(candidate: dict[str, Any]) -> dict[str, Any]:
-    return {"name": candidate["name"], "spec_hash": candidate["id"], "score": candidate["score"],
-            "tasks": candidate["tasks"], "topology": candidate["topology"], "totals": candidate["totals"],
-            "generation": candidate["generation"]}
+    return {
+        "name": candidate["name"],
+        "spec_hash": candidate["id"],
+        "score": candidate["score"],
+        "tasks": candidate["tasks"],
+        "topology": candidate["topology"],
+        "totals": candidate["totals"],
+        "generation": candidate["generation"],
+    }
 
 
 def render_text(search: SearchFile, state: SearchState) -> str:
@@ -77,24 +114,51 @@ def render_text(search: SearchFile, state: SearchState) -> str:
     lines = [f"Pareto front of {search.name} ({', '.join(search.objectives.names)}):"]
     quantities = list(dict.fromkeys(list(search.objectives.minimize) + ["params", "fixed_state", "kv_cache"]))
     header = ["score", *quantities, "gen", "name", "topology"]
-    rows = [[f"{c['score']:.4f}", *(f"{c['totals'][q]:,}" for q in quantities), str(c["generation"]), c["name"],
-             c["topology"]] for c in front(search, state)]
+    rows = [
+        [
+            f"{c['score']:.4f}",
+            *(f"{c['totals'][q]:,}" for q in quantities),
+            str(c["generation"]),
+            c["name"],
+            c["topology"],
+        ]
+        for c in front(search, state)
+    ]
     lines += _table(header, rows) if rows else ["  (no candidate scored yet)"]
     lines.append("")
     lines.append("Generations:")
-    shown = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
-    rows = [[str(h["generation"]), str(h["proposed"]), str(h["new"]), str(h["duplicates"]), str(h["failed"]),
-             shown(h["best"]), shown(h["median"]), shown(h["best_so_far"])] for h in state.history]
+
+    def shown(x):
+        return "-" if x is None else f"{x:.4f}"
+
+    rows = [
+        [
+            str(h["generation"]),
+            str(h["proposed"]),
+            str(h["new"]),
+            str(h["duplicates"]),
+            str(h["failed"]),
+            shown(h["best"]),
+            shown(h["median"]),
+            shown(h["best_so_far"]),
+        ]
+        for h in state.history
+    ]
     lines += _table(["gen", "proposed", "new", "duplicates", "failed", "best", "median", "best so far"], rows)
     counts = state.counts
-    lines.append(f"\n{len(state.candidates)} candidates proposed; rejected before training: {counts['over_budget']} "
-                 f"over budget, {counts['invalid']} invalid; {counts['duplicates']} duplicates scored from the store")
+    lines.append(
+        f"\n{len(state.candidates)} candidates proposed; rejected before training: {counts['over_budget']} "
+        f"over budget, {counts['invalid']} invalid; {counts['duplicates']} duplicates scored from the store"
+    )
     return "\n".join(lines) + "\n"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i]) for i in range(len(header))]
-    fmt = lambda cells: "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+
+    def fmt(cells):
+        return "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
     return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
 
 
@@ -102,11 +166,13 @@ def spec_text(search: SearchFile, candidate: dict[str, Any]) -> str:
     """A candidate as a .mad spec file: its spec (solved values under layers:, its budget without
     fit:), with a comment saying where it comes from and what it scored."""
     tasks = ", ".join(f"{t} {s:.4f}" for t, s in candidate["tasks"].items() if s is not None)
-    header = (f"# found by `madsl search {search.path}` ({search.algorithm.name}, seed {search.algorithm.seed}), "
-              f"generation {candidate['generation']}\n"
-              f"# score {candidate['score']:.4f} ({tasks}) under objectives.score "
-              f"{json.dumps(search.objectives.settings)}\n"
-              f"# evaluate it: madsl eval {candidate['name']}.mad --protocol paper\n")
+    header = (
+        f"# found by `madsl search {search.path}` ({search.algorithm.name}, seed {search.algorithm.seed}), "
+        f"generation {candidate['generation']}\n"
+        f"# score {candidate['score']:.4f} ({tasks}) under objectives.score "
+        f"{json.dumps(search.objectives.settings)}\n"
+        f"# evaluate it: madsl eval {candidate['name']}.mad --protocol paper\n"
+    )
     data = {**candidate["spec"], "description": f"found by madsl search {search.name}"}
     order = sorted(data, key=lambda k: SPEC_KEYS.index(k) if k in SPEC_KEYS else len(SPEC_KEYS))
     return header + yaml.safe_dump({k: data[k] for k in order}, sort_keys=False, allow_unicode=True)

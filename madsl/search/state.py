@@ -18,6 +18,7 @@ another search file, is refused (exit status 2) and left as it is; one of this s
 madsl.search.state_check (every field, every candidate's identity and accounting) before any of
 it is used, or is refused whole.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,10 @@ from madsl.paths import require_path, safe_file_name
 FORMAT = "madsl-search-state"
 VERSION = 1
 MAX_STATE_BYTES = 256 * 1024 * 1024  # a state of a thousand generations is a few MB; more is not one
-RESTART = ("remove the file, or rerun with --restart to start over (finished runs stay in the results database "
-           "and are not trained again), or give --state elsewhere")
+RESTART = (
+    "remove the file, or rerun with --restart to start over (finished runs stay in the results database "
+    "and are not trained again), or give --state elsewhere"
+)
 
 
 @dataclass
@@ -77,15 +80,18 @@ def save_state(path: Path, state: SearchState) -> None:
     """Write the state atomically and durably (madsl.outputs.write_text_atomic)."""
     from madsl.outputs import write_text_atomic
 
-    text = json.dumps(json_ready({"format": FORMAT, "version": VERSION, **asdict(state)}),
-                      allow_nan=False)  # candidates in the order proposed
+    text = json.dumps(
+        json_ready({"format": FORMAT, "version": VERSION, **asdict(state)}), allow_nan=False
+    )  # candidates in the order proposed
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, text)
     except OSError as err:
-        raise MadslError(f"the search state {path} could not be written: {err.strerror or err}", Location(str(path)),
-                         hint="free disk space or fix the folder, then rerun: the search resumes from its last "
-                              "saved step") from None
+        raise MadslError(
+            f"the search state {path} could not be written: {err.strerror or err}",
+            Location(str(path)),
+            hint="free disk space or fix the folder, then rerun: the search resumes from its last saved step",
+        ) from None
 
 
 def _no_constant(word: str) -> None:
@@ -103,16 +109,23 @@ def read_state(path: Path, fingerprint: str) -> dict[str, Any] | None:
         what = "a symbolic link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
         raise MadslError(f"the search state {path} is {what}", where, hint="give --state a file's path")
     if path.stat().st_size > MAX_STATE_BYTES:
-        raise MadslError(f"the search state {path} is larger than a search state can be "
-                         f"({MAX_STATE_BYTES // 2**20} MiB)", where, hint=RESTART)
+        raise MadslError(
+            f"the search state {path} is larger than a search state can be ({MAX_STATE_BYTES // 2**20} MiB)",
+            where,
+            hint=RESTART,
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         raise MadslError(f"the search state {path} cannot be read: {err}", where, hint=RESTART) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
-        raise MadslError(f"{path} is not a search state of this madsl (format {FORMAT} version {VERSION})", where,
-                         hint=RESTART)
+        raise MadslError(
+            f"{path} is not a search state of this madsl (format {FORMAT} version {VERSION})", where, hint=RESTART
+        )
     if data.get("fingerprint") != fingerprint:
-        raise MadslError(f"the search state {path} belongs to another search (the search file changed since it "
-                         "was saved)", where, hint=RESTART)
+        raise MadslError(
+            f"the search state {path} belongs to another search (the search file changed since it was saved)",
+            where,
+            hint=RESTART,
+        )
     return data

@@ -5,6 +5,7 @@ registry is built from that list alone, so adding a task is adding a module
 name here. `mad_lab` defines `VARIANTS`: the MAD tasks as the reference
 implementation generates them (`get_task(name, conventions="mad-lab")`).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -13,15 +14,28 @@ import importlib
 from madsl.tasks.base import IGNORE, Task, TaskData
 
 _MODULES = (
-    "recall", "fuzzy_recall", "selective_copying", "compression", "memorization",  # MAD
-    "induction_heads", "associative_recall", "majority", "counting", "icl_linear", "arithmetic",
+    "recall",
+    "fuzzy_recall",
+    "selective_copying",
+    "compression",
+    "memorization",  # MAD
+    "induction_heads",
+    "associative_recall",
+    "majority",
+    "counting",
+    "icl_linear",
+    "arithmetic",
     "mqar",
 )
 
 # The six MAD tasks in the paper's order (§3.1).
 MAD_TASKS = (
-    "in-context-recall", "fuzzy-in-context-recall", "noisy-in-context-recall",
-    "selective-copying", "compression", "memorization",
+    "in-context-recall",
+    "fuzzy-in-context-recall",
+    "noisy-in-context-recall",
+    "selective-copying",
+    "compression",
+    "memorization",
 )
 
 
@@ -37,8 +51,9 @@ def _collect(module_names: tuple[str, ...]) -> dict[str, Task]:
 
 TASKS: dict[str, Task] = _collect(_MODULES)
 # (task name, conventions) -> the task generated as those conventions have it
-VARIANTS: dict[tuple[str, str], Task] = {(t.name, t.conventions): t
-                                         for t in importlib.import_module(f"{__name__}.mad_lab").VARIANTS}
+VARIANTS: dict[tuple[str, str], Task] = {
+    (t.name, t.conventions): t for t in importlib.import_module(f"{__name__}.mad_lab").VARIANTS
+}
 
 
 def get_task(name: str, conventions: str = "madsl") -> Task:

@@ -14,6 +14,7 @@ training samples (its Table A.1) are our choice. At 2 digits there are only
 
 Layout: digits 0..9 (token id = digit), '+' 10, '=' 11.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,8 +42,9 @@ class Arithmetic(SampledTask):
     def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
         return 2 * s["num_digits"] * math.log2(10)
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         vocab, d = self.vocab(s), s["num_digits"]
         a = rng.integers(0, 10, (num, d))
         b = rng.integers(0, 10, (num, d))
@@ -52,8 +54,9 @@ class Arithmetic(SampledTask):
             carry, total[:, i + 1] = np.divmod(a[:, i] + b[:, i] + carry, 10)
         total[:, 0] = carry
 
-        stream = np.concatenate([a, np.full((num, 1), vocab.token("plus")), b,
-                                 np.full((num, 1), vocab.token("equals")), total], axis=1)
+        stream = np.concatenate(
+            [a, np.full((num, 1), vocab.token("plus")), b, np.full((num, 1), vocab.token("equals")), total], axis=1
+        )
         inputs, targets = stream[:, :-1], stream[:, 1:].copy()
         targets[:, : 2 * d + 1] = IGNORE  # only the digits of the sum are scored
         return Rows(np.ascontiguousarray(inputs), targets)

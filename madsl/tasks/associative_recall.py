@@ -15,6 +15,7 @@ test-set size: 200 here (10% of its 2000 training samples, like MAD's 1280/12800
 
 Layout: keys [0, V/2), values [V/2, V), separator V, with V = vocab_size.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,8 +50,9 @@ class AssociativeRecall(SampledTask):
     def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
         return (s["seq_len"] - 2) // 2 * math.log2(s["vocab_size"] // 2)
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         vocab = self.vocab(s)
         num_keys, num_pairs = s["vocab_size"] // 2, (s["seq_len"] - 2) // 2
         rows = np.arange(num)

@@ -4,6 +4,7 @@ A task is a named, seeded data generator plus the facts the runner needs to
 train and score a model on it (vocabulary size, which positions are scored,
 which output head it needs). Tasks never import torch: data is numpy.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -55,8 +56,9 @@ class Task:
         """The baseline with `overrides` applied; unknown knobs are an error."""
         unknown = sorted(set(overrides) - set(self.baseline))
         if unknown:
-            raise KeyError(f"task {self.name!r} has no setting {unknown[0]!r}; "
-                           f"settings: {', '.join(sorted(self.baseline))}")
+            raise KeyError(
+                f"task {self.name!r} has no setting {unknown[0]!r}; settings: {', '.join(sorted(self.baseline))}"
+            )
         return {**self.baseline, **overrides}
 
     def sweep_settings(self) -> list[dict[str, Any]]:

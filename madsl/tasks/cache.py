@@ -15,6 +15,7 @@ A file that fails any check (truncated, damaged, planted) is deleted with a Runt
 generated again. A symbolic link (the file, or the folder when the caller names it) is refused
 with a MadslError and left as it is, as is anything else that is not a regular file.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,16 +50,18 @@ def cache_key(task_name: str, settings: Mapping[str, Any], split: Split, seed: i
     return hashlib.sha256(json.dumps(identity, default=_json_default).encode()).hexdigest()
 
 
-def cache_path(task: Task, settings: Mapping[str, Any], split: Split, seed: int,
-               cache_dir: str | os.PathLike | None = None) -> Path:
+def cache_path(
+    task: Task, settings: Mapping[str, Any], split: Split, seed: int, cache_dir: str | os.PathLike | None = None
+) -> Path:
     full = task.settings(**settings)  # baseline-filled: equal settings share one file
     conventions = getattr(task, "conventions", "madsl")
     key = cache_key(task.name if conventions == "madsl" else f"{task.name}@{conventions}", full, split, seed)
     return Path(cache_dir or default_cache_dir()) / f"{task.name}-{split}-{key[:24]}.npz"
 
 
-def load_or_generate(task: Task, settings: Mapping[str, Any], split: Split, seed: int,
-                     cache_dir: str | os.PathLike | None = None) -> TaskData:
+def load_or_generate(
+    task: Task, settings: Mapping[str, Any], split: Split, seed: int, cache_dir: str | os.PathLike | None = None
+) -> TaskData:
     """The split from the cache if present and valid for its setting, else generated and stored.
 
     A cached file that cannot be read or does not hold what the setting generates is deleted
@@ -71,8 +74,10 @@ def load_or_generate(task: Task, settings: Mapping[str, Any], split: Split, seed
         try:
             return _read_checked(path, task, settings, split, seed)
         except _NotRegular:
-            raise MadslError(f"{path} is not a regular file: madsl does not read it as its data cache "
-                             "(it was left as it is; remove it and rerun)") from None
+            raise MadslError(
+                f"{path} is not a regular file: madsl does not read it as its data cache "
+                "(it was left as it is; remove it and rerun)"
+            ) from None
         except Exception as err:  # noqa: BLE001 - whatever is wrong with the file, it is generated again
             _refuse_links(path, folder=cache_dir is not None)  # one planted since: refused, not replaced
             _discard(path, err)
@@ -80,8 +85,12 @@ def load_or_generate(task: Task, settings: Mapping[str, Any], split: Split, seed
     try:
         _write_atomic(path, data)
     except OSError as err:
-        warnings.warn(f"{path}: the generated data could not be cached ({_os_words(err)}); it is generated "
-                      "again when next needed", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"{path}: the generated data could not be cached ({_os_words(err)}); it is generated "
+            "again when next needed",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return data
 
 
@@ -92,8 +101,10 @@ class _NotRegular(Exception):
 def _refuse_links(path: Path, folder: bool) -> None:
     for link in ([path.parent] if folder else []) + [path]:
         if os.path.islink(link):
-            raise MadslError(f"{link} is a symbolic link: madsl does not follow links inside its data cache "
-                             "(it and what it points to were left as they are; remove the link and rerun)")
+            raise MadslError(
+                f"{link} is a symbolic link: madsl does not follow links inside its data cache "
+                "(it and what it points to were left as they are; remove the link and rerun)"
+            )
 
 
 def _discard(path: Path, err: BaseException) -> None:
@@ -109,8 +120,12 @@ def _discard(path: Path, err: BaseException) -> None:
         deleted = "gone"
     except OSError as unlink_err:
         deleted = f"not deleted ({_os_words(unlink_err)})"
-    warnings.warn(f"{path}: not a valid cached split of its setting ({type(err).__name__}: {reason}); "
-                  f"{deleted}, and generated again", RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        f"{path}: not a valid cached split of its setting ({type(err).__name__}: {reason}); "
+        f"{deleted}, and generated again",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def _os_words(err: OSError) -> str:
@@ -135,8 +150,9 @@ def _write_atomic(path: Path, data: TaskData) -> None:
         else:
             plain[key] = value
     arrays["meta.json"] = np.array(json.dumps(plain, default=_json_default))
-    arrays["dtypes.json"] = np.array(json.dumps({k: str(v.dtype) for k, v in
-                                                 {"inputs": data.inputs, "targets": data.targets}.items()}))
+    arrays["dtypes.json"] = np.array(
+        json.dumps({k: str(v.dtype) for k, v in {"inputs": data.inputs, "targets": data.targets}.items()})
+    )
     save_npz_atomic(path, arrays)
 
 
@@ -157,7 +173,7 @@ def _read(path: Path) -> TaskData:
         meta: dict[str, Any] = json.loads(str(npz["meta.json"]))
         for name in npz.files:
             if name.startswith("meta.") and name != "meta.json":
-                meta[name[len("meta."):]] = npz[name]
+                meta[name[len("meta.") :]] = npz[name]
         return TaskData(npz["inputs"].astype(dtypes["inputs"]), npz["targets"].astype(dtypes["targets"]), meta)
 
 
@@ -167,8 +183,7 @@ PROBE_ROWS = 2  # rows of the generation whose arrays say what the setting's arr
 MAX_JSON_CHARS = 1 << 20  # meta.json, dtypes.json: a few hundred characters as madsl writes them
 JSON_KEYS = ("meta.json", "dtypes.json")
 DATA_KEYS = ("inputs", "targets")
-PLAIN_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "float16", "float32", "float64",
-                "bool")
+PLAIN_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "float16", "float32", "float64", "bool")
 
 
 class CacheFileError(ValueError):
@@ -193,8 +208,11 @@ def _read_checked(path: Path, task: Task, settings: Mapping[str, Any], split: Sp
             meta = _json(npz["meta.json"], "meta.json")
             _check_json(dtypes, meta, probe)
             arrays = {name: npz[name] for name in headers if name not in JSON_KEYS}
-    data = TaskData(arrays.pop("inputs").astype(dtypes["inputs"]), arrays.pop("targets").astype(dtypes["targets"]),
-                    {**meta, **{name[len("meta."):]: array for name, array in arrays.items()}})
+    data = TaskData(
+        arrays.pop("inputs").astype(dtypes["inputs"]),
+        arrays.pop("targets").astype(dtypes["targets"]),
+        {**meta, **{name[len("meta.") :]: array for name, array in arrays.items()}},
+    )
     _check_values(data, task, full)
     return data
 
@@ -204,8 +222,9 @@ def _probe(task: Task, full: Mapping[str, Any], split: Split, seed: int) -> Task
     if not {"num_train_examples", "num_test_examples"} <= set(full):
         return None
     try:
-        return task.generate(task.settings(**{**full, "num_train_examples": PROBE_ROWS,
-                                              "num_test_examples": PROBE_ROWS}), split, seed)
+        return task.generate(
+            task.settings(**{**full, "num_train_examples": PROBE_ROWS, "num_test_examples": PROBE_ROWS}), split, seed
+        )
     except Exception:  # noqa: BLE001 - a task that cannot make so few rows: the contract's checks only
         return None
 
@@ -267,9 +286,13 @@ def _check_headers(headers: dict, probe: TaskData | None, rows: int | None) -> N
             raise CacheFileError(f"{name}: {shape} of {dtype}, expected {(n, *want.shape[1:])} of {want.dtype}")
     for name in extra:
         shape, dtype = headers[name]
-        want = probe.meta[name[len("meta."):]]
-        if dtype != want.dtype or len(shape) != want.ndim or shape[1:] != want.shape[1:] or \
-                (shape and shape[0] not in (want.shape[0], n)):
+        want = probe.meta[name[len("meta.") :]]
+        if (
+            dtype != want.dtype
+            or len(shape) != want.ndim
+            or shape[1:] != want.shape[1:]
+            or (shape and shape[0] not in (want.shape[0], n))
+        ):
             raise CacheFileError(f"{name}: {shape} of {dtype}, expected {want.shape} of {want.dtype}")
 
 
@@ -284,16 +307,20 @@ def _json(array: np.ndarray, name: str) -> Any:
 
 
 def _check_json(dtypes: Any, meta: Any, probe: TaskData | None) -> None:
-    if not isinstance(dtypes, dict) or set(dtypes) != set(DATA_KEYS) or \
-            any(not isinstance(v, str) or v not in PLAIN_DTYPES for v in dtypes.values()):
+    if (
+        not isinstance(dtypes, dict)
+        or set(dtypes) != set(DATA_KEYS)
+        or any(not isinstance(v, str) or v not in PLAIN_DTYPES for v in dtypes.values())
+    ):
         raise CacheFileError(f"dtypes.json is not a dtype per array: {str(dtypes)[:100]}")
     if not isinstance(meta, dict):
         raise CacheFileError("meta.json is not an object")
     if probe is None:
         return
     if dtypes != {"inputs": str(probe.inputs.dtype), "targets": str(probe.targets.dtype)}:
-        raise CacheFileError(f"dtypes.json says {dtypes}; the setting generates "
-                             f"{probe.inputs.dtype} and {probe.targets.dtype}")
+        raise CacheFileError(
+            f"dtypes.json says {dtypes}; the setting generates {probe.inputs.dtype} and {probe.targets.dtype}"
+        )
     plain = {k: v for k, v in probe.meta.items() if not isinstance(v, np.ndarray)}
     plain = json.loads(json.dumps(plain, default=_json_default))  # as it is stored
     if set(meta) != set(plain):
@@ -302,8 +329,10 @@ def _check_json(dtypes: Any, meta: Any, probe: TaskData | None) -> None:
         if type(meta[key]) is not type(want):
             raise CacheFileError(f"meta.json: {key} is a {type(meta[key]).__name__}, expected a {type(want).__name__}")
     if "compression_position" in plain and meta["compression_position"] != plain["compression_position"]:
-        raise CacheFileError(f"meta.json: compression_position {meta['compression_position']!r}, "
-                             f"expected {plain['compression_position']!r}")
+        raise CacheFileError(
+            f"meta.json: compression_position {meta['compression_position']!r}, "
+            f"expected {plain['compression_position']!r}"
+        )
 
 
 def _check_values(data: TaskData, task: Task, full: Mapping[str, Any]) -> None:

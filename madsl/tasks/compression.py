@@ -9,6 +9,7 @@ The head is "compression"; targets are the (N, seq_len - 1) tokens to recover
 
 Layout: tokens [0, V), compression token V, with V = vocab_size.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,11 @@ class Compression(SampledTask):
     head = "compression"
     source = "MAD paper §3.1.5, App. B.1.5, B.2"
     baseline = {"vocab_size": 16, "seq_len": 32, "num_train_examples": 12_800, "num_test_examples": 1_280}
-    sweep = {"seq_len": (32, 64, 128, 256), "vocab_size": (16, 32, 64, 128),
-             "num_train_examples": (12_800, 6_400, 3_200, 1_600, 800)}
+    sweep = {
+        "seq_len": (32, 64, 128, 256),
+        "vocab_size": (16, 32, 64, 128),
+        "num_train_examples": (12_800, 6_400, 3_200, 1_600, 800),
+    }
 
     def vocab(self, s: Mapping[str, Any]) -> Vocab:
         return Vocab.of(tokens=s["vocab_size"], compress=1)
@@ -42,8 +46,9 @@ class Compression(SampledTask):
     def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
         return (s["seq_len"] - 1) * math.log2(s["vocab_size"])
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         tokens = rng.integers(0, s["vocab_size"], (num, s["seq_len"] - 1))
         inputs = np.empty((num, s["seq_len"]), dtype=np.int64)
         inputs[:, :-1] = tokens

@@ -11,6 +11,7 @@ associative recall.
 
 Layout: tokens [0, V), query marker V, with V = vocab_size.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,8 +45,9 @@ class Counting(SampledTask):
     def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
         return (s["seq_len"] - 1) * math.log2(s["vocab_size"])
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         inputs = rng.integers(0, s["vocab_size"], (num, s["seq_len"]))
         inputs[:, -2] = self.vocab(s).token("count")
         counts = (inputs[:, :-2] == inputs[:, -1:]).sum(axis=1)

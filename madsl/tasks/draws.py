@@ -1,11 +1,13 @@
 """Vectorized building blocks the generators share (no per-sample Python loops)."""
+
 from __future__ import annotations
 
 import numpy as np
 
 
-def distinct_tokens(rng: np.random.Generator, vocab: int, shape: tuple[int, ...], k: int,
-                    dtype: type = np.int64) -> np.ndarray:
+def distinct_tokens(
+    rng: np.random.Generator, vocab: int, shape: tuple[int, ...], k: int, dtype: type = np.int64
+) -> np.ndarray:
     """`k` distinct ids from range(vocab) for every entry of `shape` -> shape + (k,).
 
     Uniform over ordered k-tuples without repetition (what itertools.permutations

@@ -18,6 +18,7 @@ the tokens of values whose key occurred earlier in the sequence.
 
 Layout: keys [0, V/2), values [V/2, V), pad V, with V = vocab_size.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,14 @@ from madsl.tasks.vocab import Vocab
 class FuzzyInContextRecall(SampledTask):
     name = "fuzzy-in-context-recall"
     source = "MAD paper §3.1.2, App. B.1.2, B.2"
-    baseline = {"vocab_size": 16, "seq_len": 128, "max_key_len": 3, "max_value_len": 3,
-                "num_train_examples": 12_800, "num_test_examples": 1_280}
+    baseline = {
+        "vocab_size": 16,
+        "seq_len": 128,
+        "max_key_len": 3,
+        "max_value_len": 3,
+        "num_train_examples": 12_800,
+        "num_test_examples": 1_280,
+    }
     sweep = {"seq_len": SEQ_LENS, "num_train_examples": TRAIN_SIZES, "vocab_size": VOCAB_SIZES}
 
     def vocab(self, s: Mapping[str, Any]) -> Vocab:
@@ -48,13 +55,18 @@ class FuzzyInContextRecall(SampledTask):
         self.require(v % 2 == 0, f"vocab_size must be even (split equally into keys and values), got {v}")
         a = self.require_int(s, "max_key_len", 1)
         b = self.require_int(s, "max_value_len", 1)
-        self.require(v // 2 >= max(a, b), f"vocab_size={v} gives {v // 2} key and value tokens, too few for "
-                                          f"keys/values of {max(a, b)} distinct tokens")
+        self.require(
+            v // 2 >= max(a, b),
+            f"vocab_size={v} gives {v // 2} key and value tokens, too few for "
+            f"keys/values of {max(a, b)} distinct tokens",
+        )
         self.require((v // 2 + 1) ** a < 2**62, f"max_key_len={a} is too long to encode keys as integers")
         seq_len = self.require_int(s, "seq_len", 1)
-        self.require(seq_len + 1 >= 2 * (a + b),
-                     f"seq_len must be >= {2 * (a + b) - 1} to fit a pair and its repeat of up to {a + b} "
-                     f"tokens each, got {seq_len}")
+        self.require(
+            seq_len + 1 >= 2 * (a + b),
+            f"seq_len must be >= {2 * (a + b) - 1} to fit a pair and its repeat of up to {a + b} "
+            f"tokens each, got {seq_len}",
+        )
 
     def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
         # a test row holds at least this many whole pairs before the probe, each key a uniform
@@ -64,8 +76,9 @@ class FuzzyInContextRecall(SampledTask):
         pairs = (s["seq_len"] + 1 - pair) // pair
         return pairs * sum(math.log2(num_keys - i) for i in range(a))
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         stream = s["seq_len"] + 1
         min_key_len = s["max_key_len"] if split == "test" else 1
         max_pairs = stream // (min_key_len + 1) + 1  # enough pairs to overfill the stream
@@ -79,8 +92,9 @@ class FuzzyInContextRecall(SampledTask):
             targets[~scored[:, 1:]] = IGNORE
         return Rows(np.ascontiguousarray(inputs), targets)
 
-    def _streams(self, s: Mapping[str, Any], num: int, min_key_len: int, max_pairs: int,
-                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def _streams(
+        self, s: Mapping[str, Any], num: int, min_key_len: int, max_pairs: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
         """`num` token streams of seq_len + 1 tokens, and where the scored value tokens are."""
         vocab = self.vocab(s)
         a, b = s["max_key_len"], s["max_value_len"]

@@ -14,6 +14,7 @@ vocab_size() is 1, a placeholder: there are no tokens to embed.
 Hyena varies only the dimension (values not given): input_dim 4 .. 32 here,
 with 64 examples before the query, so w is determined even at 32 dimensions.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -47,8 +48,9 @@ class ICLLinear(SampledTask):
     def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
         return float("inf")  # continuous: two draws never coincide
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         seq_len, dim = s["seq_len"], s["input_dim"]
         num_x = (seq_len + 1) // 2
         weights = rng.standard_normal((num, dim), dtype=np.float32)

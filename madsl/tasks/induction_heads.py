@@ -17,6 +17,7 @@ multiples of 1/256), hence num_test_examples=256.
 
 Layout: tokens [0, V), trigger V, with V = vocab_size.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,9 @@ class InductionHeads(SampledTask):
     def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
         return (s["seq_len"] - 2) * math.log2(s["vocab_size"])
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         seq_len, trigger = s["seq_len"], self.vocab(s).token("trigger")
         inputs = np.empty((num, seq_len), dtype=np.int64)
         targets = np.empty((num, seq_len), dtype=np.int64)

@@ -23,6 +23,7 @@ compression            vocab_size counts the compression token (V-1 data tokens)
 memorization           vocab_size counts the insert token: (V-1)//2 keys, the other values,
                        each key mapped to its own value (one value is never used).
 """
+
 from __future__ import annotations
 
 import math
@@ -52,8 +53,10 @@ class MadLabRecall:
     def check_knobs(self, s: Mapping[str, Any]) -> None:
         super().check_knobs(s)  # type: ignore[misc]
         seq_len = s["seq_len"]
-        self.require(seq_len % 2 == 0 and seq_len >= 4,  # type: ignore[attr-defined]
-                     f"seq_len must be even and >= 4 (two-token slots, the last one a repeated key), got {seq_len}")
+        self.require(
+            seq_len % 2 == 0 and seq_len >= 4,  # type: ignore[attr-defined]
+            f"seq_len must be even and >= 4 (two-token slots, the last one a repeated key), got {seq_len}",
+        )
 
     def noise_share(self, s: Mapping[str, Any]) -> float:
         return float(s.get("frac_noise", 0.0))
@@ -66,8 +69,9 @@ class MadLabRecall:
         slots = s["seq_len"] // 2 - 1
         return (slots - 1) * -math.log2(likeliest_slot)  # (one slot left out: the never-noise one may be it)
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         vocab = self.vocab(s)  # type: ignore[attr-defined]
         num_keys, slots = s["vocab_size"] // 2, s["seq_len"] // 2 - 1  # the last slot is the probe
         frac = self.noise_share(s)
@@ -138,12 +142,16 @@ class MadLabFuzzyInContextRecall(FuzzyInContextRecall):
         a = self.require_int(s, "max_key_len", 1)
         b = self.require_int(s, "max_value_len", 1)
         vocab = self.vocab(s)
-        self.require(vocab.block("keys").size >= a and vocab.block("values").size >= b,
-                     f"vocab_size={v} gives {vocab.block('keys').size} key and {vocab.block('values').size} value "
-                     f"tokens (the pad token counts), too few for keys of {a} and values of {b} distinct tokens")
+        self.require(
+            vocab.block("keys").size >= a and vocab.block("values").size >= b,
+            f"vocab_size={v} gives {vocab.block('keys').size} key and {vocab.block('values').size} value "
+            f"tokens (the pad token counts), too few for keys of {a} and values of {b} distinct tokens",
+        )
         seq_len = self.require_int(s, "seq_len", 1)
-        self.require(seq_len > 2 * (a + b), f"seq_len must be > {2 * (a + b)} (room for the probe pair before "
-                                            f"and at the end), got {seq_len}")
+        self.require(
+            seq_len > 2 * (a + b),
+            f"seq_len must be > {2 * (a + b)} (room for the probe pair before and at the end), got {seq_len}",
+        )
 
     def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
         # test rows: at least this many pairs besides the probe, each key an ordered draw of max_key_len tokens
@@ -152,8 +160,9 @@ class MadLabFuzzyInContextRecall(FuzzyInContextRecall):
         pairs = max(0, (s["seq_len"] - 2 * pair) // pair - 1)
         return pairs * sum(math.log2(keys - i) for i in range(a))
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         vocab = self.vocab(s)
         stream = s["seq_len"] + 1
         tokens = np.full((num, stream), vocab.token("pad"), dtype=np.int64)
@@ -161,8 +170,8 @@ class MadLabFuzzyInContextRecall(FuzzyInContextRecall):
         draw = random.Random(int(rng.integers(0, 2**63)))  # seeded from the split's stream: deterministic
         for row in range(num):
             row_tokens, row_scored = self._row(s, split, vocab, draw)
-            tokens[row, stream - len(row_tokens):] = row_tokens  # left-padded, as the reference pads
-            scored[row, stream - len(row_tokens):] = row_scored
+            tokens[row, stream - len(row_tokens) :] = row_tokens  # left-padded, as the reference pads
+            scored[row, stream - len(row_tokens) :] = row_scored
         inputs, targets = tokens[:, :-1], tokens[:, 1:].copy()
         if split == "test":
             targets[~scored[:, 1:]] = IGNORE
@@ -218,15 +227,18 @@ class MadLabSelectiveCopying(SelectiveCopying):
         self.require_int(s, "vocab_size", 3)
         seq_len = self.require_int(s, "seq_len", 4)
         copies = self.require_int(s, "num_tokens_to_copy", 1)
-        self.require(seq_len > 2 * copies + 1,
-                     f"num_tokens_to_copy={copies} does not fit in seq_len={seq_len}: the data tokens, the copy "
-                     f"token and as many blanks after it need more than 2 * {copies} + 1 = {2 * copies + 1}")
+        self.require(
+            seq_len > 2 * copies + 1,
+            f"num_tokens_to_copy={copies} does not fit in seq_len={seq_len}: the data tokens, the copy "
+            f"token and as many blanks after it need more than 2 * {copies} + 1 = {2 * copies + 1}",
+        )
 
     def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
         return s["num_tokens_to_copy"] * math.log2(s["vocab_size"] - 2)
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         vocab = self.vocab(s)
         seq_len, copies = s["seq_len"], s["num_tokens_to_copy"]
         blanks = seq_len - 2 * copies - 1  # blanks among the data tokens
@@ -238,7 +250,7 @@ class MadLabSelectiveCopying(SelectiveCopying):
         np.put_along_axis(inputs, at, data, axis=1)
         inputs[:, seq_len - copies - 1] = vocab.token("copy")
         targets = np.full((num, seq_len), IGNORE, dtype=np.int64)
-        targets[:, seq_len - copies:] = data  # at the blanks after the copy token, in order
+        targets[:, seq_len - copies :] = data  # at the blanks after the copy token, in order
         return Rows(inputs, targets)
 
 
@@ -255,8 +267,9 @@ class MadLabCompression(Compression):
     def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
         return (s["seq_len"] - 1) * math.log2(s["vocab_size"] - 1)
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         inputs = np.empty((num, s["seq_len"]), dtype=np.int64)
         inputs[:, :-1] = rng.integers(0, s["vocab_size"] - 1, (num, s["seq_len"] - 1))
         inputs[:, -1] = self.vocab(s).token("compress")
@@ -276,5 +289,11 @@ class MadLabMemorization(Memorization):
         self.require(seq_len % 2 == 0, f"seq_len must be even (pairs of key and insert token), got {seq_len}")
 
 
-VARIANTS = (MadLabInContextRecall(), MadLabNoisyInContextRecall(), MadLabFuzzyInContextRecall(),
-            MadLabSelectiveCopying(), MadLabCompression(), MadLabMemorization())
+VARIANTS = (
+    MadLabInContextRecall(),
+    MadLabNoisyInContextRecall(),
+    MadLabFuzzyInContextRecall(),
+    MadLabSelectiveCopying(),
+    MadLabCompression(),
+    MadLabMemorization(),
+)

@@ -13,6 +13,7 @@ associative recall. Uniform tokens make the margin of the winner small
 
 Layout: tokens [0, V), query V, with V = vocab_size.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,8 +56,9 @@ class Majority(SampledTask):
         # halved: a generous allowance for redrawing tied sequences (which makes the rest likelier)
         return (s["seq_len"] - 1) * math.log2(s["vocab_size"]) / 2
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         body = rng.integers(0, s["vocab_size"], (num, s["seq_len"] - 1))
         for _ in range(MAX_TIE_REDRAWS):
             counts = token_counts(body, s["vocab_size"])
@@ -65,8 +67,10 @@ class Majority(SampledTask):
                 break
             body[tied] = rng.integers(0, s["vocab_size"], (int(tied.sum()), body.shape[1]))
         else:
-            raise ValueError(f"task {self.name!r}: seq_len={s['seq_len']} and vocab_size={s['vocab_size']} "
-                             f"rarely give a unique majority; use a longer sequence")
+            raise ValueError(
+                f"task {self.name!r}: seq_len={s['seq_len']} and vocab_size={s['vocab_size']} "
+                f"rarely give a unique majority; use a longer sequence"
+            )
         inputs = np.empty((num, s["seq_len"]), dtype=np.int64)
         inputs[:, :-1] = body
         inputs[:, -1] = self.vocab(s).token("query")

@@ -10,6 +10,7 @@ The dictionary is in `meta["facts"]` (facts[k] = value id of key k).
 
 Layout: keys [0, V/2), values [V/2, V), insert V, with V = vocab_size.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,8 +58,9 @@ class Memorization(SampledTask):
     def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
         return s["seq_len"] // 2 * math.log2(self.vocab(s).block("keys").size)
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         keys = rng.integers(0, self.vocab(s).block("keys").size, (num, s["seq_len"] // 2))
         inputs = np.empty((num, s["seq_len"]), dtype=np.int64)
         inputs[:, 0::2] = keys

@@ -24,6 +24,7 @@ of pairs, a key's later pairs are the queries, and a small vocabulary (16) is th
 the pairs are given once, queried many times, far apart, among noise tokens, over a large
 vocabulary (8192), so a model must store num_kv_pairs associations at once (docs/tasks.md).
 """
+
 from __future__ import annotations
 
 import math
@@ -55,8 +56,15 @@ def power_law_slots(rng: np.random.Generator, num: int, space: int, k: int, powe
 class MultiQueryAssociativeRecall(SampledTask):
     name = "mqar"
     source = "Arora et al. 2023 (Zoology) §4; HazyResearch/zoology multiquery_ar and its MQAR configs"
-    baseline = {"vocab_size": 8192, "seq_len": 256, "num_kv_pairs": 16, "power_a": 0.01,
-                "random_non_queries": True, "num_train_examples": 20_000, "num_test_examples": 1_000}
+    baseline = {
+        "vocab_size": 8192,
+        "seq_len": 256,
+        "num_kv_pairs": 16,
+        "power_a": 0.01,
+        "random_non_queries": True,
+        "num_train_examples": 20_000,
+        "num_test_examples": 1_000,
+    }
     sweep = {"seq_len": SEQ_LENS, "num_kv_pairs": NUM_KV_PAIRS}
 
     def vocab(self, s: Mapping[str, Any]) -> Vocab:
@@ -68,15 +76,24 @@ class MultiQueryAssociativeRecall(SampledTask):
         seq_len = self.require_int(s, "seq_len", 4)
         pairs = self.require_int(s, "num_kv_pairs", 1)
         self.require(seq_len % 2 == 0, f"seq_len must be even (pairs, then query slots), got {seq_len}")
-        self.require(4 * pairs <= seq_len, f"seq_len must be at least 4 x num_kv_pairs (the pairs, then a "
-                                           f"query slot per pair), got seq_len {seq_len} with {pairs} pairs")
-        self.require(pairs <= vocab // 2 - 1, f"num_kv_pairs must be at most vocab_size / 2 - 1 = "
-                                              f"{vocab // 2 - 1} (keys are distinct), got {pairs}")
+        self.require(
+            4 * pairs <= seq_len,
+            f"seq_len must be at least 4 x num_kv_pairs (the pairs, then a "
+            f"query slot per pair), got seq_len {seq_len} with {pairs} pairs",
+        )
+        self.require(
+            pairs <= vocab // 2 - 1,
+            f"num_kv_pairs must be at most vocab_size / 2 - 1 = {vocab // 2 - 1} (keys are distinct), got {pairs}",
+        )
         power_a = s["power_a"]
-        self.require(isinstance(power_a, (int, float)) and not isinstance(power_a, bool) and 0 < power_a <= 1,
-                     f"power_a must be a number in (0, 1] (1: uniform slots), got {power_a!r}")
-        self.require(isinstance(s["random_non_queries"], bool),
-                     f"random_non_queries must be true or false, got {s['random_non_queries']!r}")
+        self.require(
+            isinstance(power_a, (int, float)) and not isinstance(power_a, bool) and 0 < power_a <= 1,
+            f"power_a must be a number in (0, 1] (1: uniform slots), got {power_a!r}",
+        )
+        self.require(
+            isinstance(s["random_non_queries"], bool),
+            f"random_non_queries must be true or false, got {s['random_non_queries']!r}",
+        )
 
     def describe(self, s: Mapping[str, Any]) -> dict[str, Any]:
         return {"query_slots": (s["seq_len"] - 2 * s["num_kv_pairs"]) // 2}
@@ -88,8 +105,9 @@ class MultiQueryAssociativeRecall(SampledTask):
         values = sum(math.log2(s["vocab_size"] - half - i) for i in range(pairs))
         return keys + values
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         vocab = self.vocab(s)
         seq_len, pairs = s["seq_len"], s["num_kv_pairs"]
         keys = vocab.start("keys") + distinct_tokens(rng, vocab.block("keys").size, (num,), pairs)

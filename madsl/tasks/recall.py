@@ -16,6 +16,7 @@ IGNORE.
 Layout: keys [0, V/2), values [V/2, V), noise [V, V + noise_vocab_size),
 where V = vocab_size counts keys and values as the paper does.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,8 +64,9 @@ class InContextRecall(SampledTask):
         pairs, _ = self._layout(s)
         return (pairs - 1) * math.log2(s["vocab_size"] // 2)
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         vocab = self.vocab(s)
         num_keys = s["vocab_size"] // 2
         num_pairs, num_noise = self._layout(s)
@@ -101,15 +103,22 @@ class InContextRecall(SampledTask):
 class NoisyInContextRecall(InContextRecall):
     name = "noisy-in-context-recall"
     source = "MAD paper §3.1.3, App. B.1.3, B.2"
-    baseline = {"vocab_size": 16, "seq_len": 128, "noise_vocab_size": 16, "frac_noise": 0.2,
-                "num_train_examples": 12_800, "num_test_examples": 1_280}
+    baseline = {
+        "vocab_size": 16,
+        "seq_len": 128,
+        "noise_vocab_size": 16,
+        "frac_noise": 0.2,
+        "num_train_examples": 12_800,
+        "num_test_examples": 1_280,
+    }
     sweep = {**InContextRecall.sweep, "frac_noise": (0.2, 0.4, 0.6, 0.8)}
 
     def check_knobs(self, s: Mapping[str, Any]) -> None:
         super().check_knobs(s)
         frac = s["frac_noise"]
-        self.require(isinstance(frac, (int, float)) and 0 <= frac < 1,
-                     f"frac_noise must be a share in [0, 1), got {frac!r}")
+        self.require(
+            isinstance(frac, (int, float)) and 0 <= frac < 1, f"frac_noise must be a share in [0, 1), got {frac!r}"
+        )
         noise_vocab = self.require_int(s, "noise_vocab_size", 0)
         self.require(noise_vocab > 0 or frac == 0, "noise_vocab_size must be >= 1 when frac_noise > 0")
         pairs, _ = self._layout(s)

@@ -13,6 +13,7 @@ and a lower bound on how random one row is (`min_entropy_bits`). From that:
   < 2**-40. That keeps e.g. induction heads at length 2**20 from having to
   build a train set of that length just to compare against it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,7 +53,9 @@ def row_hashes(rows: np.ndarray) -> np.ndarray:
     """
     flat = np.ascontiguousarray(rows).reshape(len(rows), -1)
     bits = flat.view(f"u{flat.dtype.itemsize}").astype(np.uint64)
-    weights = np.random.default_rng(0x5EED).integers(1, 2**63, flat.shape[1], dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    weights = np.random.default_rng(0x5EED).integers(1, 2**63, flat.shape[1], dtype=np.uint64) * np.uint64(
+        2
+    ) + np.uint64(1)
     return (bits * weights).sum(axis=1, dtype=np.uint64)
 
 
@@ -105,8 +108,14 @@ class SampledTask(Task):
         """State both splits share (drawn from `shared_rng`); passed to `sample`, stored in meta."""
         return {}
 
-    def sample(self, settings: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self,
+        settings: Mapping[str, Any],
+        split: Split,
+        num: int,
+        rng: np.random.Generator,
+        shared: Mapping[str, np.ndarray],
+    ) -> Rows:
         raise NotImplementedError
 
     def min_entropy_bits(self, settings: Mapping[str, Any]) -> float:
@@ -142,14 +151,21 @@ class SampledTask(Task):
         if split == "test" and overlap_log2 >= NEGLIGIBLE_OVERLAP_LOG2:
             resampled = self._redraw_overlap(s, seed, rows, shared)
 
-        meta: dict[str, Any] = {"task": self.name, "split": split, "seed": int(seed), "settings": s,
-                                "num_resampled": resampled, **self.describe(s), **shared, **rows.extras}
+        meta: dict[str, Any] = {
+            "task": self.name,
+            "split": split,
+            "seed": int(seed),
+            "settings": s,
+            "num_resampled": resampled,
+            **self.describe(s),
+            **shared,
+            **rows.extras,
+        }
         if self.input_dim(s) == 0:
             meta["vocab"] = self.vocab(s).layout()
         return TaskData(rows.inputs, rows.targets, meta)
 
-    def _redraw_overlap(self, s: Mapping[str, Any], seed: int, rows: Rows,
-                        shared: Mapping[str, np.ndarray]) -> int:
+    def _redraw_overlap(self, s: Mapping[str, Any], seed: int, rows: Rows, shared: Mapping[str, np.ndarray]) -> int:
         """Redraw test rows whose inputs occur in the train set; returns how many were redrawn."""
         train = self.sample(s, "train", s["num_train_examples"], split_rng(self.name, seed, "train"), shared)
         train_hashes = row_hashes(train.inputs)
@@ -164,4 +180,5 @@ class SampledTask(Task):
         raise ValueError(
             f"task {self.name!r}: cannot draw {len(rows.inputs)} test sequences disjoint from the "
             f"{s['num_train_examples']} train sequences in {MAX_RESAMPLE_ROUNDS} rounds; this setting "
-            f"has too few distinct sequences (raise seq_len/vocab_size or lower the split sizes)")
+            f"has too few distinct sequences (raise seq_len/vocab_size or lower the split sizes)"
+        )

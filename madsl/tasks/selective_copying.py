@@ -12,6 +12,7 @@ Layout: data [0, V), blank V, insert V + 1, with V = vocab_size (the data
 tokens the paper counts; the Mamba variant's 14 + blank + insert makes the 16
 tokens that paper counts).
 """
+
 from __future__ import annotations
 
 import math
@@ -28,10 +29,19 @@ from madsl.tasks.vocab import Vocab
 class SelectiveCopying(SampledTask):
     name = "selective-copying"
     source = "MAD paper §3.1.4, App. B.1.4, B.2"
-    baseline = {"vocab_size": 16, "seq_len": 256, "num_tokens_to_copy": 16,
-                "num_train_examples": 12_800, "num_test_examples": 1_280}
-    sweep = {"seq_len": (256, 512, 1024), "num_train_examples": (12_800, 6_400, 3_200, 1_600, 800),
-             "vocab_size": (16, 32, 64, 128), "num_tokens_to_copy": (16, 32, 64, 96)}
+    baseline = {
+        "vocab_size": 16,
+        "seq_len": 256,
+        "num_tokens_to_copy": 16,
+        "num_train_examples": 12_800,
+        "num_test_examples": 1_280,
+    }
+    sweep = {
+        "seq_len": (256, 512, 1024),
+        "num_train_examples": (12_800, 6_400, 3_200, 1_600, 800),
+        "vocab_size": (16, 32, 64, 128),
+        "num_tokens_to_copy": (16, 32, 64, 96),
+    }
 
     def vocab(self, s: Mapping[str, Any]) -> Vocab:
         return Vocab.of(data=s["vocab_size"], blank=1, insert=1)
@@ -40,16 +50,19 @@ class SelectiveCopying(SampledTask):
         self.require_int(s, "vocab_size", 1)
         seq_len = self.require_int(s, "seq_len", 2)
         copies = self.require_int(s, "num_tokens_to_copy", 1)
-        self.require(2 * copies <= seq_len,
-                     f"num_tokens_to_copy={copies} does not fit in seq_len={seq_len}: the data tokens and "
-                     f"as many insert tokens need 2 * {copies} = {2 * copies} positions")
+        self.require(
+            2 * copies <= seq_len,
+            f"num_tokens_to_copy={copies} does not fit in seq_len={seq_len}: the data tokens and "
+            f"as many insert tokens need 2 * {copies} = {2 * copies} positions",
+        )
 
     def min_entropy_bits(self, s: Mapping[str, Any]) -> float:
         copies = s["num_tokens_to_copy"]
         return copies * math.log2(s["vocab_size"]) + log2_binomial(s["seq_len"] - copies, copies)
 
-    def sample(self, s: Mapping[str, Any], split: Split, num: int,
-               rng: np.random.Generator, shared: Mapping[str, np.ndarray]) -> Rows:
+    def sample(
+        self, s: Mapping[str, Any], split: Split, num: int, rng: np.random.Generator, shared: Mapping[str, np.ndarray]
+    ) -> Rows:
         vocab = self.vocab(s)
         seq_len, copies = s["seq_len"], s["num_tokens_to_copy"]
         region = seq_len - copies  # where data tokens and blanks go
@@ -74,8 +87,13 @@ class SelectiveCopyingLong(SelectiveCopying):
 
     name = "selective-copying-long"
     source = "Mamba paper App. E.1 (Selective Copying)"
-    baseline = {"vocab_size": 14, "seq_len": 4096, "num_tokens_to_copy": 16,
-                "num_train_examples": 2_048, "num_test_examples": 256}
+    baseline = {
+        "vocab_size": 14,
+        "seq_len": 4096,
+        "num_tokens_to_copy": 16,
+        "num_train_examples": 2_048,
+        "num_test_examples": 256,
+    }
     sweep = {}
 
 

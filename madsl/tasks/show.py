@@ -1,4 +1,5 @@
 """Print one generated sequence in readable form (for docs, debugging and the CLI)."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -9,8 +10,9 @@ from madsl.tasks.base import Split, Task, TaskData
 from madsl.tasks.sampling import SampledTask
 
 
-def example(task: Task, settings: Mapping[str, Any] | None = None, split: Split = "test",
-            seed: int = 0, row: int = 0) -> str:
+def example(
+    task: Task, settings: Mapping[str, Any] | None = None, split: Split = "test", seed: int = 0, row: int = 0
+) -> str:
     """Inputs and targets of one row; token ids print via the task's vocabulary, IGNORE as '.'."""
     s = task.settings(**(settings or {}))
     return render_row(task, s, task.generate(s, split, seed), row)
@@ -23,7 +25,9 @@ def render_row(task: Task, settings: Mapping[str, Any], data: TaskData, row: int
     if task.head == "regress":
         lines = [f"{'pos':>4} {'input':<{8 * task.input_dim(s)}} target"]
         for pos, (vector, target) in enumerate(zip(inputs, targets)):
-            lines.append(f"{pos:>4} " + "".join(f"{v:8.2f}" for v in vector) + ("" if np.isnan(target) else f"   {target:.2f}"))
+            lines.append(
+                f"{pos:>4} " + "".join(f"{v:8.2f}" for v in vector) + ("" if np.isnan(target) else f"   {target:.2f}")
+            )
         return "\n".join(lines)
     assert isinstance(task, SampledTask)
     vocab = task.vocab(s)

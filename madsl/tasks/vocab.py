@@ -5,6 +5,7 @@ values, data, digits), then noise, then one-token special blocks (pad, insert,
 blank, separator, ...). `Vocab` records that layout once, so generators, docs,
 tests and the example printer all read the same ids.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

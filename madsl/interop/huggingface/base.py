@@ -7,15 +7,16 @@ data; its `write(spec)` gives the config.json fields that describe the spec's st
 with the reason where the family cannot express it. Every size madsl accounts is read from the
 config or refused; none is guessed.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from madsl.interop.megatron import compact
 from madsl.errors import MadslError
 from madsl.graph import build_graph
 from madsl.interop.huggingface.config import Config
+from madsl.interop.megatron import compact
 from madsl.structure import PARALLEL, SETTINGS, plan_blocks, refuse_beyond_stack
 
 
@@ -37,17 +38,32 @@ class Family:
 
 # ---- the layer settings several families write alike --------------------------------------------------
 
-def attention(cfg: Config, head_dim: int, *, rotary: bool, rotary_base: float | None = None,
-              rotary_fraction: float = 1.0, bias_key: str | None = "attention_bias",
-              qk_norm: bool = False) -> dict[str, Any]:
+
+def attention(
+    cfg: Config,
+    head_dim: int,
+    *,
+    rotary: bool,
+    rotary_base: float | None = None,
+    rotary_fraction: float = 1.0,
+    bias_key: str | None = "attention_bias",
+    qk_norm: bool = False,
+) -> dict[str, Any]:
     """Attention's settings: heads, key/value heads (grouped-query attention), head width, rotary."""
     heads = cfg.count("num_attention_heads")
     kv_heads = cfg.count("num_key_value_heads")
     if heads % kv_heads:
-        raise cfg.error("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads={heads}",
-                        "grouped-query attention shares each key/value head among heads / kv_heads query heads")
-    params: dict[str, Any] = {"heads": heads, "head_dim": head_dim, "rotary": rotary,
-                              "bias": cfg.flag(bias_key, False) if bias_key else False}
+        raise cfg.error(
+            "num_key_value_heads",
+            f"{kv_heads} does not divide num_attention_heads={heads}",
+            "grouped-query attention shares each key/value head among heads / kv_heads query heads",
+        )
+    params: dict[str, Any] = {
+        "heads": heads,
+        "head_dim": head_dim,
+        "rotary": rotary,
+        "bias": cfg.flag(bias_key, False) if bias_key else False,
+    }
     if kv_heads != heads:
         params["kv_heads"] = kv_heads
     if rotary and rotary_base is not None:
@@ -66,8 +82,11 @@ def head_dim(cfg: Config, dim: int, *keys: str) -> int:
             return cfg.count(key)
     heads = cfg.count("num_attention_heads")
     if dim % heads:
-        raise cfg.error("num_attention_heads", f"{heads} does not divide hidden_size={dim}",
-                        f"state the head width ({' or '.join(keys) or 'head_dim'})")
+        raise cfg.error(
+            "num_attention_heads",
+            f"{heads} does not divide hidden_size={dim}",
+            f"state the head width ({' or '.join(keys) or 'head_dim'})",
+        )
     return dim // heads
 
 
@@ -80,12 +99,14 @@ def rope(cfg: Config, theta: float, fraction: float = 1.0) -> tuple[float, float
     if section is not None:
         kind = section.word("rope_type", default="default")
         if kind != "default":
-            raise section.error("rope_type", f'"{kind}" rotary scaling: madsl\'s rotary has none',
-                                "convert a config with rope_type default")
+            raise section.error(
+                "rope_type",
+                f'"{kind}" rotary scaling: madsl\'s rotary has none',
+                "convert a config with rope_type default",
+            )
     scaling = cfg.section("rope_scaling")
     if scaling is not None and scaling.data.get("rope_type", scaling.data.get("type")) != "default":
-        raise cfg.error("rope_scaling", "scaled rotary embeddings: madsl's rotary has no scaling",
-                        "rope_scaling: null")
+        raise cfg.error("rope_scaling", "scaled rotary embeddings: madsl's rotary has no scaling", "rope_scaling: null")
     theta = source.number("rope_theta", theta, positive=True)
     fraction = source.number("partial_rotary_factor", fraction, positive=True)
     if fraction > 1:
@@ -109,35 +130,61 @@ def mamba2(cfg: Config, dim: int, keys: dict[str, str], *, width: int | None) ->
             raise cfg.error(keys["heads"], f"{n_heads} heads do not divide the Mamba width {width}")
         per_head = width // n_heads
     else:
-        per_head = cfg.count(keys["head_dim"], hint='a positive integer, or "auto" (the width / heads)'
-                             if width is not None else None)
+        per_head = cfg.count(
+            keys["head_dim"], hint='a positive integer, or "auto" (the width / heads)' if width is not None else None
+        )
     if width is not None and n_heads * per_head != width:
-        raise cfg.error(keys["heads"], f"{n_heads} heads x {per_head} = {n_heads * per_head} channels, but the "
-                                       f"Mamba layers are {width} wide", "heads x head width is the Mamba width")
-    return {"d_state": cfg.count(keys["state"]), "d_conv": cfg.count(keys["conv"]), "expand": factor,
-            "head_dim": per_head, "heads": n_heads, "groups": cfg.count(keys["groups"]),
-            "bias": cfg.flag(keys["bias"], False), "conv_bias": cfg.flag(keys["conv_bias"], True)}
+        raise cfg.error(
+            keys["heads"],
+            f"{n_heads} heads x {per_head} = {n_heads * per_head} channels, but the Mamba layers are {width} wide",
+            "heads x head width is the Mamba width",
+        )
+    return {
+        "d_state": cfg.count(keys["state"]),
+        "d_conv": cfg.count(keys["conv"]),
+        "expand": factor,
+        "head_dim": per_head,
+        "heads": n_heads,
+        "groups": cfg.count(keys["groups"]),
+        "bias": cfg.flag(keys["bias"], False),
+        "conv_bias": cfg.flag(keys["conv_bias"], True),
+    }
 
 
-def spec_data(cfg: Config, name: str, family: Family, dim: int, blocks: list[str],
-              layers: dict[str, dict[str, Any]], *, tied: bool | None = None, note: str = "") -> dict[str, Any]:
+def spec_data(
+    cfg: Config,
+    name: str,
+    family: Family,
+    dim: int,
+    blocks: list[str],
+    layers: dict[str, dict[str, Any]],
+    *,
+    tied: bool | None = None,
+    note: str = "",
+) -> dict[str, Any]:
     """The spec's data: only the symbols the stack uses get settings (madsl refuses the others)."""
     used = {part.strip("[] ") for block in blocks for group in block.split("-") for part in group.split("|")}
     source = f" ({Path(cfg.path).name})" if not cfg.path.startswith("<") else ""
-    return {"name": name,
-            "description": f"converted from {_article(family.title)} {family.title} config.json{source}{note}",
-            "dim": dim, "vocab": cfg.count("vocab_size"),
-            "tie_embeddings": tied if tied is not None else cfg.flag("tie_word_embeddings", family.tied_by_default),
-            "norm": "rms", "channel_mixer": "none", "topology": compact(blocks),
-            "layers": {symbol: params for symbol, params in layers.items() if symbol in used}}
+    return {
+        "name": name,
+        "description": f"converted from {_article(family.title)} {family.title} config.json{source}{note}",
+        "dim": dim,
+        "vocab": cfg.count("vocab_size"),
+        "tie_embeddings": tied if tied is not None else cfg.flag("tie_word_embeddings", family.tied_by_default),
+        "norm": "rms",
+        "channel_mixer": "none",
+        "topology": compact(blocks),
+        "layers": {symbol: params for symbol, params in layers.items() if symbol in used},
+    }
 
 
 def _article(title: str) -> str:
-    """"an" before a vowel sound: a vowel, or an acronym's letter named with one (an LFM2)."""
+    """ "an" before a vowel sound: a vowel, or an acronym's letter named with one (an LFM2)."""
     return "an" if title[0] in "AEIOU" or title[:2].isupper() and title[0] in "FHLMNRSX" else "a"
 
 
 # ---- the other direction: a spec's stack, one setting per layer kind -----------------------------------
+
 
 class Stack:
     """A spec as the families write it, read from its plan: per block, the sequence mixers'
@@ -158,8 +205,12 @@ class Stack:
         plan = build_graph(spec)
         refuse_beyond_stack(plan, f"{family.title} config.json", allow=allow)
         self.blocks: list[tuple[tuple[Any, ...], Any]] = [
-            (tuple(node["primitive"] for node in block.mixers),
-             None if block.channel is None else block.channel["primitive"]) for block in plan_blocks(plan)]
+            (
+                tuple(node["primitive"] for node in block.mixers),
+                None if block.channel is None else block.channel["primitive"],
+            )
+            for block in plan_blocks(plan)
+        ]
         self.layers = [(mixers[0], channel) for mixers, channel in self.blocks]
         self.kinds: dict[str, Any] = {}
         for mixers, channel in self.blocks:
@@ -171,8 +222,10 @@ class Stack:
         seen = self.kinds.setdefault(prim.name, prim)
         if seen != prim:
             changed = [k for k, v in prim.config().items() if seen.config()[k] != v]
-            raise MadslError(f"{self.spec.name}: two {prim.name} layers differ in {', '.join(changed)}; "
-                             f"a {self.family.title} config.json has one setting per layer kind")
+            raise MadslError(
+                f"{self.spec.name}: two {prim.name} layers differ in {', '.join(changed)}; "
+                f"a {self.family.title} config.json has one setting per layer kind"
+            )
 
     def refuse_kinds(self, allowed: set[str], what: str) -> None:
         for name in self.kinds:
@@ -186,32 +239,47 @@ class Stack:
         return [i for i, prims in enumerate(self.layers) if prims[role] is not None and prims[role].name == name]
 
     def common(self, model_type: str) -> dict[str, Any]:
-        return {"model_type": model_type, "architectures": [self.family.architecture],
-                "hidden_size": self.spec.dim, "num_hidden_layers": len(self.blocks),
-                "vocab_size": self.spec.vocab, "tie_word_embeddings": self.spec.tie_embeddings}
+        return {
+            "model_type": model_type,
+            "architectures": [self.family.architecture],
+            "hidden_size": self.spec.dim,
+            "num_hidden_layers": len(self.blocks),
+            "vocab_size": self.spec.vocab,
+            "tie_word_embeddings": self.spec.tie_embeddings,
+        }
 
     def attention(self, *, rotary: bool | None) -> dict[str, Any]:
         a = self.kinds.get("attention")
         if a is None:
             return {}
         if a.window is not None:
-            raise MadslError(f"{self.spec.name}: sliding-window attention (window={a.window}) is not written "
-                             f"to a {self.family.title} config.json", hint="window: null")
+            raise MadslError(
+                f"{self.spec.name}: sliding-window attention (window={a.window}) is not written "
+                f"to a {self.family.title} config.json",
+                hint="window: null",
+            )
         if rotary is not None and a.rotary != rotary:
-            raise MadslError(f"{self.spec.name}: {self.family.title}'s attention "
-                             f"{'uses' if rotary else 'has no'} rotary position embeddings",
-                             hint=f"set rotary: {str(rotary).lower()} on the attention layers")
+            raise MadslError(
+                f"{self.spec.name}: {self.family.title}'s attention "
+                f"{'uses' if rotary else 'has no'} rotary position embeddings",
+                hint=f"set rotary: {str(rotary).lower()} on the attention layers",
+            )
         if a.scale is not None or a.out_bias and not a.bias:
-            self.refuse(f"{self.family.title}'s attention scales by 1 / sqrt(head_dim) and has a bias on every "
-                        "projection or none", "scale: null, out_bias: false")
+            self.refuse(
+                f"{self.family.title}'s attention scales by 1 / sqrt(head_dim) and has a bias on every "
+                "projection or none",
+                "scale: null, out_bias: false",
+            )
         return {"num_attention_heads": a.heads, "num_key_value_heads": a.key_value_heads}
 
     def mamba2(self, *, norm: bool = True) -> Any:
         """The spec's Mamba-2 (or None), refused where its norm is not the family's."""
         m = self.kinds.get("mamba2")
         if m is not None and m.norm != norm:
-            self.refuse(f"{self.family.title}'s Mamba-2 layers {'have' if norm else 'have no'} the gated RMSNorm",
-                        f"set norm: {str(norm).lower()} on the M2 layers")
+            self.refuse(
+                f"{self.family.title}'s Mamba-2 layers {'have' if norm else 'have no'} the gated RMSNorm",
+                f"set norm: {str(norm).lower()} on the M2 layers",
+            )
         return m
 
 

@@ -3,6 +3,7 @@ bounded before anything is built, then every value a family reads checked (type,
 and located by its JSON key (`Config`), with no line of a file that is not JSON ever shown. The
 families that turn a config into a spec are in families.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,11 +12,10 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
-from madsl.lang import topology as topo
-from madsl.interop.megatron import describe_character
 from madsl.errors import Location, MadslError
+from madsl.interop.megatron import describe_character
+from madsl.lang import topology as topo
 from madsl.lang.yamlsource import MAX_DEPTH, MAX_INTEGER, MAX_SPEC_BYTES
-
 
 _REQUIRED = object()  # a key the config.json must state
 
@@ -38,19 +38,33 @@ class Config:
         text = _read_text(file)
         too_deep = _too_deep(text)
         if too_deep is not None:
-            raise MadslError(f"lists and objects are nested more than {MAX_DEPTH} deep",
-                             _position(file, text, too_deep), hint="a config.json is a flat object of settings")
+            raise MadslError(
+                f"lists and objects are nested more than {MAX_DEPTH} deep",
+                _position(file, text, too_deep),
+                hint="a config.json is a flat object of settings",
+            )
         try:
-            data = json.loads(text, parse_int=_integer, parse_float=_Number, parse_constant=_Refused.constant,
-                              object_pairs_hook=_object)
+            data = json.loads(
+                text,
+                parse_int=_integer,
+                parse_float=_Number,
+                parse_constant=_Refused.constant,
+                object_pairs_hook=_object,
+            )
         except json.JSONDecodeError as err:  # the position only: never a line of a file that is not JSON
-            raise MadslError(f"not valid JSON: {err.msg}", Location(file, err.lineno, err.colno),
-                             expected="a config.json (one JSON object)") from None
+            raise MadslError(
+                f"not valid JSON: {err.msg}",
+                Location(file, err.lineno, err.colno),
+                expected="a config.json (one JSON object)",
+            ) from None
         except RecursionError:  # _too_deep bounds the nesting; this is the backstop
             raise MadslError(f"lists and objects are nested more than {MAX_DEPTH} deep", Location(file)) from None
         if not isinstance(data, dict):
-            raise MadslError(f"a config.json holds one JSON object, not {_kind(data)}", Location(file, 1, 1),
-                             expected="{\"model_type\": ..., ...}")
+            raise MadslError(
+                f"a config.json holds one JSON object, not {_kind(data)}",
+                Location(file, 1, 1),
+                expected='{"model_type": ..., ...}',
+            )
         cfg = cls(data, text, file)
         first = next(_refused(data, ()), None)
         if first is not None:
@@ -78,9 +92,10 @@ class Config:
             return Location(self.path)
         line_start = self.text.rfind("\n", 0, start) + 1
         line_end = self.text.find("\n", start)
-        line = self.text[line_start:line_end if line_end >= 0 else len(self.text)]
-        return Location(self.path, self.text.count("\n", 0, start) + 1, start - line_start + 1, line,
-                        len(json.dumps(key)))
+        line = self.text[line_start : line_end if line_end >= 0 else len(self.text)]
+        return Location(
+            self.path, self.text.count("\n", 0, start) + 1, start - line_start + 1, line, len(json.dumps(key))
+        )
 
     def error(self, key: str, message: str, hint: str | None = None, index: int | None = None) -> MadslError:
         path = (key,) if index is None else (key, index)
@@ -101,26 +116,37 @@ class Config:
         if key in self.data:
             return self.data[key]
         if default is _REQUIRED:
-            raise MadslError(f"missing key {json.dumps(key)}", Location(self.path),
-                             hint=f"a {self.family_name()} config.json states {json.dumps(key)}")
+            raise MadslError(
+                f"missing key {json.dumps(key)}",
+                Location(self.path),
+                hint=f"a {self.family_name()} config.json states {json.dumps(key)}",
+            )
         return default
 
-    def count(self, key: str, minimum: int = 1, maximum: int = MAX_INTEGER, default: Any = _REQUIRED,
-              hint: str | None = None) -> int:
+    def count(
+        self, key: str, minimum: int = 1, maximum: int = MAX_INTEGER, default: Any = _REQUIRED, hint: str | None = None
+    ) -> int:
         """An integer (not a bool, not a float such as 32.0 or 1e12) from `minimum` to `maximum`."""
         value = self._raw(key, default)
         if type(value) is not int or not minimum <= value <= maximum:
-            what = (f"a positive integer at most {maximum:,}" if minimum == 1
-                    else f"an integer from {minimum:,} to {maximum:,}")
-            raise self.error(key, f"expected {what}, got {_shown(value)}",
-                             hint or _integer_hint(value, minimum, maximum))
+            what = (
+                f"a positive integer at most {maximum:,}"
+                if minimum == 1
+                else f"an integer from {minimum:,} to {maximum:,}"
+            )
+            raise self.error(
+                key, f"expected {what}, got {_shown(value)}", hint or _integer_hint(value, minimum, maximum)
+            )
         return value
 
     def layers(self, key: str, per_block: int = 1) -> int:
         """A layer count: checked against madsl's limit on blocks before any list of layers is built."""
-        return self.count(key, maximum=per_block * topo.MAX_BLOCKS,
-                          hint=f"madsl accounts stacks of at most {topo.MAX_BLOCKS:,} blocks"
-                               + (f" ({per_block} layers each)" if per_block > 1 else ""))
+        return self.count(
+            key,
+            maximum=per_block * topo.MAX_BLOCKS,
+            hint=f"madsl accounts stacks of at most {topo.MAX_BLOCKS:,} blocks"
+            + (f" ({per_block} layers each)" if per_block > 1 else ""),
+        )
 
     def flag(self, key: str, default: Any = _REQUIRED) -> bool:
         value = self._raw(key, default)
@@ -131,20 +157,26 @@ class Config:
     def number(self, key: str, default: float, *, positive: bool) -> float:
         """A finite number (an integer or a float, not a bool), positive or at least 0."""
         value = self._raw(key, default)
-        finite = (type(value) in (float, _Number) and math.isfinite(value)
-                  or type(value) is int and abs(value) <= MAX_INTEGER)
+        finite = (
+            type(value) in (float, _Number) and math.isfinite(value) or type(value) is int and abs(value) <= MAX_INTEGER
+        )
         if not finite or value < 0 or positive and value == 0:
-            raise self.error(key, f"expected a {'positive' if positive else 'non-negative'} finite number, got "
-                                  f"{_shown(value)}", "a JSON number such as 0.001 or 1e4 (NaN and Infinity are "
-                                                      "not finite, true and \"1\" are not numbers)")
+            raise self.error(
+                key,
+                f"expected a {'positive' if positive else 'non-negative'} finite number, got {_shown(value)}",
+                'a JSON number such as 0.001 or 1e4 (NaN and Infinity are not finite, true and "1" are not numbers)',
+            )
         return float(value)
 
     def word(self, key: str, choices: Any = None, default: Any = _REQUIRED) -> str:
         """A string; one of `choices` where they are given."""
         value = self._raw(key, default)
         if type(value) is not str:
-            raise self.error(key, f"expected a string, got {_shown(value)}",
-                             f"one of {_one_of(choices)}" if choices is not None else "a JSON string, in double quotes")
+            raise self.error(
+                key,
+                f"expected a string, got {_shown(value)}",
+                f"one of {_one_of(choices)}" if choices is not None else "a JSON string, in double quotes",
+            )
         if choices is not None and value not in choices:
             raise self.error(key, f"expected {_one_of(choices)}, got {_shown(value)}", _look_alike(value))
         return value
@@ -153,24 +185,36 @@ class Config:
         """A list of strings, each one of `choices` (Granite's layer_types)."""
         value = self._raw(key, _REQUIRED)
         if type(value) is not list:
-            raise self.error(key, f"expected a list of strings, got {_shown(value)}",
-                             f"one per layer, each {_one_of(choices)}")
+            raise self.error(
+                key, f"expected a list of strings, got {_shown(value)}", f"one per layer, each {_one_of(choices)}"
+            )
         for i, item in enumerate(value):
             if type(item) is not str or item not in choices:
-                raise self.error(key, f"layer {i + 1} is {_shown(item)}; each layer is {_one_of(choices)}",
-                                 _look_alike(item) if type(item) is str else None, index=i)
+                raise self.error(
+                    key,
+                    f"layer {i + 1} is {_shown(item)}; each layer is {_one_of(choices)}",
+                    _look_alike(item) if type(item) is str else None,
+                    index=i,
+                )
         return value
 
     def integers(self, key: str, maximum: int) -> list[int]:
         """A list of distinct integers from 0 to maximum - 1 (Bamba's attn_layer_indices)."""
         value = self._raw(key, _REQUIRED)
         if type(value) is not list:
-            raise self.error(key, f"expected a list of layer indices, got {_shown(value)}",
-                             f"integers from 0 to {maximum - 1}, e.g. [9, 18, 27]")
+            raise self.error(
+                key,
+                f"expected a list of layer indices, got {_shown(value)}",
+                f"integers from 0 to {maximum - 1}, e.g. [9, 18, 27]",
+            )
         for i, item in enumerate(value):
             if type(item) is not int or not 0 <= item < maximum:
-                raise self.error(key, f"entry {i + 1} is {_shown(item)}, not a layer index from 0 to {maximum - 1}",
-                                 "num_hidden_layers bounds the indices", index=i)
+                raise self.error(
+                    key,
+                    f"entry {i + 1} is {_shown(item)}, not a layer index from 0 to {maximum - 1}",
+                    "num_hidden_layers bounds the indices",
+                    index=i,
+                )
             if item in value[:i]:
                 raise self.error(key, f"layer {item} is listed twice", "list each layer once", index=i)
         return value
@@ -192,9 +236,12 @@ class Config:
         value = self.word(key)
         for i, char in enumerate(value):
             if char not in alphabet:
-                raise self.error(key, f"character {i + 1} is {describe_character(char)}, not a layer character",
-                                 f"each character is one of {' '.join(alphabet)}" +
-                                 (" (a look-alike of an ASCII letter?)" if not char.isascii() else ""))
+                raise self.error(
+                    key,
+                    f"character {i + 1} is {describe_character(char)}, not a layer character",
+                    f"each character is one of {' '.join(alphabet)}"
+                    + (" (a look-alike of an ASCII letter?)" if not char.isascii() else ""),
+                )
         return value
 
 
@@ -215,15 +262,21 @@ def _read_text(file: str) -> str:
     except OSError as err:
         raise MadslError(f"cannot read {file}: {err.strerror or type(err).__name__}", Location(file)) from None
     if len(raw) > MAX_CONFIG_BYTES:
-        raise MadslError(f"{file} is larger than {MAX_CONFIG_BYTES // 1024} KiB; a config.json is at most that long",
-                         Location(file), hint="is this a config.json?")
+        raise MadslError(
+            f"{file} is larger than {MAX_CONFIG_BYTES // 1024} KiB; a config.json is at most that long",
+            Location(file),
+            hint="is this a config.json?",
+        )
     try:
         if b"\0" in raw:  # UTF-16 without a byte-order mark decodes as "UTF-8" with a NUL in every other byte
             raise UnicodeError
         return raw.decode("utf-8-sig")
     except UnicodeError:
-        raise MadslError(f"{file} is not UTF-8 JSON", Location(file),
-                         hint="a config.json is UTF-8 text (save it as UTF-8, not UTF-16)") from None
+        raise MadslError(
+            f"{file} is not UTF-8 JSON",
+            Location(file),
+            hint="a config.json is UTF-8 text (save it as UTF-8, not UTF-16)",
+        ) from None
 
 
 def _too_deep(text: str) -> int | None:
@@ -310,16 +363,16 @@ def _top_level_keys(text: str) -> dict[str, int]:
     space = re.compile(r"[ \t\n\r]*")
     try:
         pos = space.match(text, 0).end()
-        if text[pos:pos + 1] != "{":
+        if text[pos : pos + 1] != "{":
             return {}
         pos = space.match(text, pos + 1).end()
-        while text[pos:pos + 1] == '"':
+        while text[pos : pos + 1] == '"':
             key, end = json.decoder.scanstring(text, pos + 1)
             found[key] = pos
             pos = space.match(text, end).end() + 1  # past the colon
             _, pos = decoder.raw_decode(text, space.match(text, pos).end())
             pos = space.match(text, pos).end()
-            if text[pos:pos + 1] != ",":
+            if text[pos : pos + 1] != ",":
                 break
             pos = space.match(text, pos + 1).end()
     except (ValueError, RecursionError):
@@ -329,10 +382,12 @@ def _top_level_keys(text: str) -> dict[str, int]:
 
 # ---- how values and keys are shown in errors ----
 
+
 def _key_text(path: tuple) -> str:
     """A key path as JSON writes it: "layer_types"[3], "rope_parameters"."rope_theta"."""
-    return "".join(f"[{part}]" if isinstance(part, int) else ("." if i else "") + json.dumps(part)
-                   for i, part in enumerate(path))
+    return "".join(
+        f"[{part}]" if isinstance(part, int) else ("." if i else "") + json.dumps(part) for i, part in enumerate(path)
+    )
 
 
 def _short(text: str) -> str:

@@ -10,16 +10,24 @@ The µP multipliers (embedding, attention in and out, key, SSM in and out, the S
 multipliers, the MLP's, lm_head) scale activations and carry no parameter, state or FLOP: they
 are not read (docs/convert.md).
 """
+
 from __future__ import annotations
 
 from typing import Any
 
-from madsl.interop.huggingface.config import Config
 from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, mamba2, rope, spec_data
+from madsl.interop.huggingface.config import Config
 
-FALCON_MAMBA2 = {"heads": "mamba_n_heads", "head_dim": "mamba_d_head", "state": "mamba_d_state",
-                 "groups": "mamba_n_groups", "conv": "mamba_d_conv", "expand": "mamba_expand",
-                 "bias": "mamba_proj_bias", "conv_bias": "mamba_conv_bias"}
+FALCON_MAMBA2 = {
+    "heads": "mamba_n_heads",
+    "head_dim": "mamba_d_head",
+    "state": "mamba_d_state",
+    "groups": "mamba_n_groups",
+    "conv": "mamba_d_conv",
+    "expand": "mamba_expand",
+    "bias": "mamba_proj_bias",
+    "conv_bias": "mamba_conv_bias",
+}
 BLOCK = "[A | M2]-Sg"
 
 
@@ -29,15 +37,27 @@ class FalconH1(Family):
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
         dim, n = cfg.count("hidden_size"), cfg.layers("num_hidden_layers")
         if cfg.data.get("attn_layer_indices") is not None:
-            raise cfg.error("attn_layer_indices", "attention in some layers only: every Falcon-H1 layer madsl "
-                                                  "converts runs attention beside Mamba-2", "attn_layer_indices: null")
+            raise cfg.error(
+                "attn_layer_indices",
+                "attention in some layers only: every Falcon-H1 layer madsl converts runs attention beside Mamba-2",
+                "attn_layer_indices: null",
+            )
         theta, fraction = rope(cfg, 1e11)
-        return spec_data(cfg, name, self, dim, [BLOCK] * n, {
-            "A": attention(cfg, head_dim(cfg, dim, "head_dim"), rotary=True, rotary_base=theta,
-                           rotary_fraction=fraction),
-            "M2": _mamba(cfg, dim),
-            "Sg": {"inner": cfg.count("intermediate_size"), "bias": cfg.flag("mlp_bias", False)},
-        }, note="; its muP multipliers scale activations and are not read")
+        return spec_data(
+            cfg,
+            name,
+            self,
+            dim,
+            [BLOCK] * n,
+            {
+                "A": attention(
+                    cfg, head_dim(cfg, dim, "head_dim"), rotary=True, rotary_base=theta, rotary_fraction=fraction
+                ),
+                "M2": _mamba(cfg, dim),
+                "Sg": {"inner": cfg.count("intermediate_size"), "bias": cfg.flag("mlp_bias", False)},
+            },
+            note="; its muP multipliers scale activations and are not read",
+        )
 
     def write(self, spec: Any) -> dict[str, Any]:
         stack = Stack(spec, self, parallel=True)
@@ -50,15 +70,33 @@ class FalconH1(Family):
         a, mlp = stack.kinds["attention"], stack.kinds["swiglu"]
         if a.qk_norm:
             stack.refuse("Falcon-H1's attention has no query-key norm")
-        out.update({"head_dim": a.inner_head_dim, "attention_bias": a.bias, "rope_theta": a.rotary_base,
-                    "attn_layer_indices": None})
+        out.update(
+            {
+                "head_dim": a.inner_head_dim,
+                "attention_bias": a.bias,
+                "rope_theta": a.rotary_base,
+                "attn_layer_indices": None,
+            }
+        )
         if a.rotary_fraction != 1.0:
             out["partial_rotary_factor"] = a.rotary_fraction
         m = stack.kinds["mamba2"]
-        out.update({"mamba_d_ssm": m.d_inner, "mamba_n_heads": m.n_heads, "mamba_d_head": m.head_dim,
-                    "mamba_d_state": m.d_state, "mamba_n_groups": m.groups, "mamba_d_conv": m.d_conv,
-                    "mamba_expand": m.expand, "mamba_proj_bias": m.bias, "projectors_bias": m.bias,
-                    "mamba_conv_bias": m.conv_bias, "mamba_rms_norm": m.norm, "mamba_norm_before_gate": False})
+        out.update(
+            {
+                "mamba_d_ssm": m.d_inner,
+                "mamba_n_heads": m.n_heads,
+                "mamba_d_head": m.head_dim,
+                "mamba_d_state": m.d_state,
+                "mamba_n_groups": m.groups,
+                "mamba_d_conv": m.d_conv,
+                "mamba_expand": m.expand,
+                "mamba_proj_bias": m.bias,
+                "projectors_bias": m.bias,
+                "mamba_conv_bias": m.conv_bias,
+                "mamba_rms_norm": m.norm,
+                "mamba_norm_before_gate": False,
+            }
+        )
         out.update({"intermediate_size": mlp.inner, "mlp_bias": mlp.bias})
         return out
 
@@ -73,10 +111,16 @@ def _mamba(cfg: Config, dim: int) -> dict[str, Any]:
         width = cfg.count("mamba_d_ssm", default=1024)
     params = mamba2(cfg, dim, FALCON_MAMBA2, width=width)
     if cfg.flag("projectors_bias", False) != params["bias"]:
-        raise cfg.error("projectors_bias", "differs from mamba_proj_bias: madsl's Mamba-2 has one bias switch for "
-                                           "its input and output projections", "make the two agree")
+        raise cfg.error(
+            "projectors_bias",
+            "differs from mamba_proj_bias: madsl's Mamba-2 has one bias switch for its input and output projections",
+            "make the two agree",
+        )
     params["norm"] = cfg.flag("mamba_rms_norm", False)
     if params["norm"] and cfg.flag("mamba_norm_before_gate", True):
-        raise cfg.error("mamba_norm_before_gate", "true: the RMSNorm before the gate; madsl's Mamba-2 normalises "
-                                                  "after it", "mamba_norm_before_gate: false")
+        raise cfg.error(
+            "mamba_norm_before_gate",
+            "true: the RMSNorm before the gate; madsl's Mamba-2 normalises after it",
+            "mamba_norm_before_gate: false",
+        )
     return params

@@ -20,38 +20,50 @@ cannot state exactly (REFUSED) are refused by name with the part it lacks, never
 Fields that do not change what madsl accounts (token ids, dropout, initialisation, multipliers,
 dtype) are not read; what madsl counts differently is listed in docs/convert.md.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
 from madsl.errors import MadslError
-from madsl.interop.huggingface.config import Config, _look_alike, _shown
 from madsl.interop.huggingface.base import Family
+from madsl.interop.huggingface.config import Config, _look_alike, _shown
 from madsl.interop.huggingface.falcon_h1 import FalconH1
 from madsl.interop.huggingface.ibm import Bamba, GraniteHybrid
 from madsl.interop.huggingface.jamba import Jamba
 from madsl.interop.huggingface.lfm2 import Lfm2
 from madsl.interop.huggingface.nemotron import NemotronH
 
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (Jamba(), NemotronH(), GraniteHybrid(), Bamba(), FalconH1(),
-                                                         Lfm2())}
+FAMILIES: dict[str, Family] = {
+    f.model_type: f for f in (Jamba(), NemotronH(), GraniteHybrid(), Bamba(), FalconH1(), Lfm2())
+}
 Config.family_titles = {name: f.title for name, f in FAMILIES.items()}
 
-_ZAMBA = ("its shared transformer blocks read the hidden state concatenated with the original embeddings "
-          "(2 x hidden_size wide), and each use has an output projection (and LoRA adapters) of its own; madsl's "
-          "shared layers (`#tag`) are one module used as it is, on the residual stream")
-_GATED_DELTANET = ("its gated DeltaNet has more value heads than key heads (linear_num_value_heads over "
-                   "linear_num_key_heads), its attention an output gate and its mixture of experts a gate on the "
-                   "shared expert; madsl's DeltaNet (GDN) has one head count, its attention no output gate")
+_ZAMBA = (
+    "its shared transformer blocks read the hidden state concatenated with the original embeddings "
+    "(2 x hidden_size wide), and each use has an output projection (and LoRA adapters) of its own; madsl's "
+    "shared layers (`#tag`) are one module used as it is, on the residual stream"
+)
+_GATED_DELTANET = (
+    "its gated DeltaNet has more value heads than key heads (linear_num_value_heads over "
+    "linear_num_key_heads), its attention an output gate and its mixture of experts a gate on the "
+    "shared expert; madsl's DeltaNet (GDN) has one head count, its attention no output gate"
+)
 # hybrid families madsl does not convert, and the part it lacks for each: refused by name
 REFUSED = {
-    "zamba2": ("Zamba2", _ZAMBA), "zamba": ("Zamba", _ZAMBA),
-    "qwen3_next": ("Qwen3-Next", _GATED_DELTANET), "qwen3_5": ("Qwen3.5", _GATED_DELTANET),
-    "qwen3_5_text": ("Qwen3.5", _GATED_DELTANET), "qwen3_5_moe": ("Qwen3.5 MoE", _GATED_DELTANET),
+    "zamba2": ("Zamba2", _ZAMBA),
+    "zamba": ("Zamba", _ZAMBA),
+    "qwen3_next": ("Qwen3-Next", _GATED_DELTANET),
+    "qwen3_5": ("Qwen3.5", _GATED_DELTANET),
+    "qwen3_5_text": ("Qwen3.5", _GATED_DELTANET),
+    "qwen3_5_moe": ("Qwen3.5 MoE", _GATED_DELTANET),
     "qwen3_5_moe_text": ("Qwen3.5 MoE", _GATED_DELTANET),
-    "lfm2_moe": ("LFM2-MoE", "its router adds a learned expert bias and its first layers are dense; madsl converts "
-                             "the dense LFM2 (model_type lfm2)"),
+    "lfm2_moe": (
+        "LFM2-MoE",
+        "its router adds a learned expert bias and its first layers are dense; madsl converts "
+        "the dense LFM2 (model_type lfm2)",
+    ),
 }
 
 
@@ -64,8 +76,9 @@ def family(model_type: str, cfg: Config | None = None) -> Family:
         message = f"madsl does not convert {title} ({_shown(model_type)}) configs: {reason}"
     expected = "model_type " + ", ".join(FAMILIES)
     if cfg is not None:
-        raise MadslError(f'"model_type": {message}', cfg.where("model_type"), expected=expected,
-                         hint=_look_alike(model_type))
+        raise MadslError(
+            f'"model_type": {message}', cfg.where("model_type"), expected=expected, hint=_look_alike(model_type)
+        )
     raise MadslError(message, expected=expected)
 
 

@@ -9,17 +9,25 @@ with Bamba's Mamba mixer (width expand x hidden_size = mamba_n_heads x mamba_d_h
                       layer followed by a SwiGLU MLP of intermediate_size; rotary attention on half
                       of each head (partial_rotary_factor 0.5)
 """
+
 from __future__ import annotations
 
 from typing import Any
 
-from madsl.interop.huggingface.config import Config
 from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, mamba2, rope, spec_data
+from madsl.interop.huggingface.config import Config
 
 # Bamba's and Granite's Mamba-2 keys (madsl.interop.huggingface.base.MAMBA2_KEYS -> config keys)
-IBM_MAMBA2 = {"heads": "mamba_n_heads", "head_dim": "mamba_d_head", "state": "mamba_d_state",
-              "groups": "mamba_n_groups", "conv": "mamba_d_conv", "expand": "mamba_expand",
-              "bias": "mamba_proj_bias", "conv_bias": "mamba_conv_bias"}
+IBM_MAMBA2 = {
+    "heads": "mamba_n_heads",
+    "head_dim": "mamba_d_head",
+    "state": "mamba_d_state",
+    "groups": "mamba_n_groups",
+    "conv": "mamba_d_conv",
+    "expand": "mamba_expand",
+    "bias": "mamba_proj_bias",
+    "conv_bias": "mamba_conv_bias",
+}
 
 
 def _mamba(cfg: Config, dim: int) -> dict[str, Any]:
@@ -31,24 +39,40 @@ def _write_mamba(stack: Stack) -> dict[str, Any]:
     if m is None:
         return {}
     if m.d_inner != m.expand * stack.spec.dim:
-        stack.refuse(f"{stack.family.title}'s Mamba layers are mamba_expand x hidden_size wide; the M2 layers are "
-                     f"{m.n_heads} heads x {m.head_dim} = {m.d_inner}", "drop M2.heads, or set it to expand x dim / head_dim")
-    return {"mamba_n_heads": m.n_heads, "mamba_d_head": m.head_dim, "mamba_d_state": m.d_state,
-            "mamba_n_groups": m.groups, "mamba_d_conv": m.d_conv, "mamba_expand": m.expand,
-            "mamba_proj_bias": m.bias, "mamba_conv_bias": m.conv_bias}
+        stack.refuse(
+            f"{stack.family.title}'s Mamba layers are mamba_expand x hidden_size wide; the M2 layers are "
+            f"{m.n_heads} heads x {m.head_dim} = {m.d_inner}",
+            "drop M2.heads, or set it to expand x dim / head_dim",
+        )
+    return {
+        "mamba_n_heads": m.n_heads,
+        "mamba_d_head": m.head_dim,
+        "mamba_d_state": m.d_state,
+        "mamba_n_groups": m.groups,
+        "mamba_d_conv": m.d_conv,
+        "mamba_expand": m.expand,
+        "mamba_proj_bias": m.bias,
+        "mamba_conv_bias": m.conv_bias,
+    }
 
 
 def _one_channel_mixer(stack: Stack, what: str) -> str:
     channels = {None if c is None else c.name for _, c in stack.layers}
     if len(channels) != 1 or None in channels:
-        stack.refuse(f"every {stack.family.title} layer has the same channel mixer ({what}); the spec has "
-                     f"{sorted(map(str, channels))}")
+        stack.refuse(
+            f"every {stack.family.title} layer has the same channel mixer ({what}); the spec has "
+            f"{sorted(map(str, channels))}"
+        )
     return channels.pop()
 
 
 class GraniteHybrid(Family):
-    model_type, title, architecture, tied_by_default = ("granitemoehybrid", "Granite 4.0 hybrid",
-                                                        "GraniteMoeHybridForCausalLM", False)
+    model_type, title, architecture, tied_by_default = (
+        "granitemoehybrid",
+        "Granite 4.0 hybrid",
+        "GraniteMoeHybridForCausalLM",
+        False,
+    )
     KINDS = {"mamba": "M2", "attention": "A"}
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
@@ -62,8 +86,12 @@ class GraniteHybrid(Family):
         blocks = [f"{self.KINDS[kind]}-{channel}" for kind in kinds]
         position = cfg.word("position_embedding_type", ("nope", "rope"), "nope")
         layers: dict[str, dict[str, Any]] = {
-            "A": attention(cfg, head_dim(cfg, dim), rotary=position == "rope",
-                           rotary_base=cfg.number("rope_theta", 10000.0, positive=True)),
+            "A": attention(
+                cfg,
+                head_dim(cfg, dim),
+                rotary=position == "rope",
+                rotary_base=cfg.number("rope_theta", 10000.0, positive=True),
+            ),
             "Sg": {"inner": shared},
         }
         if "mamba" in kinds:
@@ -72,16 +100,22 @@ class GraniteHybrid(Family):
             active = cfg.count("num_experts_per_tok")
             if active > experts:
                 raise cfg.error("num_experts_per_tok", f"{active} exceeds num_local_experts={experts}")
-            layers["MoE"] = {"experts": experts, "expert_width": cfg.count("intermediate_size"), "active": active,
-                             "shared_width": shared,
-                             "aux_loss_weight": cfg.number("router_aux_loss_coef", 0.0, positive=False)}
+            layers["MoE"] = {
+                "experts": experts,
+                "expert_width": cfg.count("intermediate_size"),
+                "active": active,
+                "shared_width": shared,
+                "aux_loss_weight": cfg.number("router_aux_loss_coef", 0.0, positive=False),
+            }
         return spec_data(cfg, name, self, dim, blocks, layers)
 
     def write(self, spec: Any) -> dict[str, Any]:
         stack = Stack(spec, self)
-        stack.refuse_kinds({"mamba2", "attention", "swiglu", "moe"},
-                           "Mamba-2 (M2) or attention, then a SwiGLU (Sg) or a mixture of experts with a shared "
-                           "expert (MoE{shared_width>0}) in every layer")
+        stack.refuse_kinds(
+            {"mamba2", "attention", "swiglu", "moe"},
+            "Mamba-2 (M2) or attention, then a SwiGLU (Sg) or a mixture of experts with a shared "
+            "expert (MoE{shared_width>0}) in every layer",
+        )
         _one_channel_mixer(stack, "a SwiGLU, or a mixture of experts with a shared expert")
         out = stack.common(self.model_type)
         out["layer_types"] = [{"mamba2": "mamba", "attention": "attention"}[m.name] for m, _ in stack.layers]
@@ -89,19 +123,30 @@ class GraniteHybrid(Family):
         out.update(stack.attention(rotary=None))
         if a is not None:
             if a.inner_head_dim * a.heads != spec.dim or a.qk_norm or a.rotary_fraction != 1.0:
-                stack.refuse("Granite's attention heads are hidden_size / heads wide, rotary on the whole head, "
-                             "with no query-key norm")
+                stack.refuse(
+                    "Granite's attention heads are hidden_size / heads wide, rotary on the whole head, "
+                    "with no query-key norm"
+                )
             out.update({"attention_bias": a.bias, "position_embedding_type": "rope" if a.rotary else "nope"})
             if a.rotary:
                 out["rope_theta"] = a.rotary_base
         out.update(_write_mamba(stack))
         if moe is not None:
             if not moe.shared_width or not moe.gated or moe.activation != "silu" or moe.router_bias:
-                stack.refuse("Granite 4.0's mixture of experts always has a shared expert, SwiGLU experts and a "
-                             "router without bias", "set MoE.shared_width")
-            out.update({"num_local_experts": moe.experts, "num_experts_per_tok": moe.active,
-                        "intermediate_size": moe.expert_width, "shared_intermediate_size": moe.shared_width,
-                        "router_aux_loss_coef": moe.aux_loss_weight})
+                stack.refuse(
+                    "Granite 4.0's mixture of experts always has a shared expert, SwiGLU experts and a "
+                    "router without bias",
+                    "set MoE.shared_width",
+                )
+            out.update(
+                {
+                    "num_local_experts": moe.experts,
+                    "num_experts_per_tok": moe.active,
+                    "intermediate_size": moe.expert_width,
+                    "shared_intermediate_size": moe.shared_width,
+                    "router_aux_loss_coef": moe.aux_loss_weight,
+                }
+            )
         else:
             if mlp.bias:
                 stack.refuse("Granite's shared MLP has no bias")
@@ -118,8 +163,9 @@ class Bamba(Family):
         blocks = ["A-Sg" if i in at else "M2-Sg" for i in range(n)]
         theta, fraction = rope(cfg, 10000.0, 0.5)  # Bamba rotates half of each head
         layers: dict[str, dict[str, Any]] = {
-            "A": attention(cfg, head_dim(cfg, dim, "head_dim"), rotary=True, rotary_base=theta,
-                           rotary_fraction=fraction),
+            "A": attention(
+                cfg, head_dim(cfg, dim, "head_dim"), rotary=True, rotary_base=theta, rotary_fraction=fraction
+            ),
             "Sg": {"inner": cfg.count("intermediate_size"), "bias": cfg.flag("mlp_bias", False)},
         }
         if len(at) < n:
@@ -137,8 +183,14 @@ class Bamba(Family):
         if a is not None:
             if a.qk_norm:
                 stack.refuse("Bamba's attention has no query-key norm")
-            out.update({"head_dim": a.inner_head_dim, "attention_bias": a.bias, "rope_theta": a.rotary_base,
-                        "partial_rotary_factor": a.rotary_fraction})
+            out.update(
+                {
+                    "head_dim": a.inner_head_dim,
+                    "attention_bias": a.bias,
+                    "rope_theta": a.rotary_base,
+                    "partial_rotary_factor": a.rotary_fraction,
+                }
+            )
         out.update(_write_mamba(stack))
         out.update({"intermediate_size": mlp.inner, "mlp_bias": mlp.bias})
         return out

@@ -3,13 +3,14 @@ i % attn_layer_period == attn_layer_offset, else Mamba-1; a mixture of experts w
 i % expert_layer_period == expert_layer_offset (and num_experts > 1), else a SwiGLU MLP.
 What madsl counts differently (Jamba's inner layernorms of the Mamba layers) is in docs/convert.md.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 from madsl.errors import MadslError
-from madsl.interop.huggingface.config import Config
 from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, period, spec_data
+from madsl.interop.huggingface.config import Config
 
 
 class Jamba(Family):
@@ -31,43 +32,68 @@ class Jamba(Family):
             mixer = "A" if i % periods["attn"][0] == periods["attn"][1] else "Mb"
             routed = experts > 1 and i % periods["expert"][0] == periods["expert"][1]
             blocks.append(f"{mixer}-{'MoE' if routed else 'Sg'}")
-        dt_rank = (-(-dim // 16) if cfg.data.get("mamba_dt_rank") == "auto"  # ceil(hidden_size / 16)
-                   else cfg.count("mamba_dt_rank", hint='a positive integer, or "auto" (hidden_size / 16)'))
+        dt_rank = (
+            -(-dim // 16)
+            if cfg.data.get("mamba_dt_rank") == "auto"  # ceil(hidden_size / 16)
+            else cfg.count("mamba_dt_rank", hint='a positive integer, or "auto" (hidden_size / 16)')
+        )
         inner = cfg.count("intermediate_size")
         layers = {
-            "Mb": {"d_state": cfg.count("mamba_d_state"), "d_conv": cfg.count("mamba_d_conv"),
-                   "expand": cfg.count("mamba_expand"), "dt_rank": dt_rank,
-                   "bias": cfg.flag("mamba_proj_bias"), "conv_bias": cfg.flag("mamba_conv_bias")},
+            "Mb": {
+                "d_state": cfg.count("mamba_d_state"),
+                "d_conv": cfg.count("mamba_d_conv"),
+                "expand": cfg.count("mamba_expand"),
+                "dt_rank": dt_rank,
+                "bias": cfg.flag("mamba_proj_bias"),
+                "conv_bias": cfg.flag("mamba_conv_bias"),
+            },
             # Jamba's attention has no position embedding: the Mamba layers carry positions
             "A": attention(cfg, head_dim(cfg, dim), rotary=False),
             "Sg": {"inner": inner},
-            "MoE": {"experts": experts, "expert_width": inner, "active": active,
-                    "aux_loss_weight": cfg.number("router_aux_loss_coef", 0.001, positive=False)},
+            "MoE": {
+                "experts": experts,
+                "expert_width": inner,
+                "active": active,
+                "aux_loss_weight": cfg.number("router_aux_loss_coef", 0.001, positive=False),
+            },
         }
         return spec_data(cfg, name, self, dim, blocks, layers)
 
     def write(self, spec: Any) -> dict[str, Any]:
         stack = Stack(spec, self)
-        stack.refuse_kinds({"mamba", "attention", "swiglu", "moe"},
-                           "Mamba-1 (Mb) or attention, then a SwiGLU (Sg) or a mixture of experts (MoE)")
+        stack.refuse_kinds(
+            {"mamba", "attention", "swiglu", "moe"},
+            "Mamba-1 (Mb) or attention, then a SwiGLU (Sg) or a mixture of experts (MoE)",
+        )
         if any(channel is None for _, channel in stack.layers):
-            raise MadslError(f"{spec.name}: every Jamba layer has an MLP or a mixture of experts",
-                             hint="give every block a channel mixer (Sg or MoE)")
+            raise MadslError(
+                f"{spec.name}: every Jamba layer has an MLP or a mixture of experts",
+                hint="give every block a channel mixer (Sg or MoE)",
+            )
         n = len(stack.layers)
         out = stack.common(self.model_type)
         out.update(stack.attention(rotary=False))
         for kind, role, name in (("attn", 0, "attention"), ("expert", 1, "moe")):
             found = period(stack.positions(role, name), n)
             if found is None:
-                raise MadslError(f"{spec.name}: the {name} layers at {stack.positions(role, name)} are not every "
-                                 f"k-th layer; Jamba places them by {kind}_layer_period and {kind}_layer_offset")
+                raise MadslError(
+                    f"{spec.name}: the {name} layers at {stack.positions(role, name)} are not every "
+                    f"k-th layer; Jamba places them by {kind}_layer_period and {kind}_layer_offset"
+                )
             out[f"{kind}_layer_period"], out[f"{kind}_layer_offset"] = found
         out.update(_channel_fields(stack))
         mamba = stack.kinds.get("mamba")
         if mamba is not None:
-            out.update({"mamba_d_state": mamba.d_state, "mamba_d_conv": mamba.d_conv, "mamba_expand": mamba.expand,
-                        "mamba_dt_rank": mamba.rank, "mamba_proj_bias": mamba.bias,
-                        "mamba_conv_bias": mamba.conv_bias})
+            out.update(
+                {
+                    "mamba_d_state": mamba.d_state,
+                    "mamba_d_conv": mamba.d_conv,
+                    "mamba_expand": mamba.expand,
+                    "mamba_dt_rank": mamba.rank,
+                    "mamba_proj_bias": mamba.bias,
+                    "mamba_conv_bias": mamba.conv_bias,
+                }
+            )
         a = stack.kinds.get("attention")
         if a is not None and (a.inner_head_dim * a.heads != spec.dim or a.bias or a.qk_norm):
             stack.refuse("Jamba's attention is hidden_size / heads wide per head, without bias or query-key norm")
@@ -80,13 +106,17 @@ def _channel_fields(stack: Stack) -> dict[str, Any]:
     if moe is not None and (moe.shared_width or not moe.gated or moe.activation != "silu"):
         stack.refuse("Jamba's experts are SwiGLUs, with no shared expert")
     if moe is not None and mlp is not None and moe.expert_width != mlp.inner:
-        stack.refuse(f"Jamba's experts and MLPs share intermediate_size; MoE.expert_width={moe.expert_width}, "
-                     f"Sg.inner={mlp.inner}")
+        stack.refuse(
+            f"Jamba's experts and MLPs share intermediate_size; MoE.expert_width={moe.expert_width}, "
+            f"Sg.inner={mlp.inner}"
+        )
     if mlp is not None and mlp.bias:
         stack.refuse("Jamba's MLPs have no bias")
-    out = {"intermediate_size": mlp.inner if mlp is not None else moe.expert_width,
-           "num_experts": moe.experts if moe is not None else 1,
-           "num_experts_per_tok": moe.active if moe is not None else 1}
+    out = {
+        "intermediate_size": mlp.inner if mlp is not None else moe.expert_width,
+        "num_experts": moe.experts if moe is not None else 1,
+        "num_experts_per_tok": moe.active if moe is not None else 1,
+    }
     if moe is not None:
         out["router_aux_loss_coef"] = moe.aux_loss_weight
     return out

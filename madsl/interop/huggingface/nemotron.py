@@ -13,25 +13,34 @@ wide (Nemotron-Nano-9B-v2: 128 x 80 on a 4480-wide model), whatever `expand` say
 the experts are squared-ReLU MLPs of two matrices (Mlp{activation: relu2}, MoE{gated: false}), the
 experts with a shared expert of moe_shared_expert_intermediate_size beside them.
 """
+
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from madsl.errors import Location, MadslError
+from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, mamba2, spec_data
+from madsl.interop.huggingface.config import Config
 from madsl.interop.megatron import megatron_blocks
 from madsl.lang.topology import MAX_BLOCKS
-from madsl.errors import Location, MadslError
-from madsl.interop.huggingface.config import Config
-from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, mamba2, spec_data
 
 # layers_block_type's words (and their names before transformers 5) -> the pattern's characters
-BLOCK_TYPES = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*",
-               "mlp": "-", "moe": "E"}
-NEMOTRON_MAMBA2 = {"heads": "mamba_num_heads", "head_dim": "mamba_head_dim", "state": "ssm_state_size",
-                   "groups": "n_groups", "conv": "conv_kernel", "expand": "expand", "bias": "use_bias",
-                   "conv_bias": "use_conv_bias"}
-ROUTING_NOTE = ("; its router scores experts with a sigmoid and picks them with a correction bias (DeepSeek-V3's), "
-                "madsl's MoE by a softmax over the top-k logits: the same parameters, state and FLOPs")
+BLOCK_TYPES = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
+NEMOTRON_MAMBA2 = {
+    "heads": "mamba_num_heads",
+    "head_dim": "mamba_head_dim",
+    "state": "ssm_state_size",
+    "groups": "n_groups",
+    "conv": "conv_kernel",
+    "expand": "expand",
+    "bias": "use_bias",
+    "conv_bias": "use_conv_bias",
+}
+ROUTING_NOTE = (
+    "; its router scores experts with a sigmoid and picks them with a correction bias (DeepSeek-V3's), "
+    "madsl's MoE by a softmax over the top-k logits: the same parameters, state and FLOPs"
+)
 
 
 class NemotronH(Family):
@@ -53,8 +62,11 @@ class NemotronH(Family):
         if "*" in pattern:  # NoPE: Nemotron-H's attention has no position embedding
             layers["A"] = attention(cfg, head_dim(cfg, dim, "attention_head_dim", "head_dim"), rotary=False)
         if "-" in pattern:
-            layers["Mlp"] = {"inner": cfg.count("intermediate_size"), "bias": cfg.flag("mlp_bias", False),
-                             "activation": activation}
+            layers["Mlp"] = {
+                "inner": cfg.count("intermediate_size"),
+                "bias": cfg.flag("mlp_bias", False),
+                "activation": activation,
+            }
         if "E" in pattern:
             layers["MoE"] = _experts(cfg, activation)
         return spec_data(cfg, name, self, dim, blocks, layers, note=ROUTING_NOTE if "E" in pattern else "")
@@ -63,8 +75,10 @@ class NemotronH(Family):
         from madsl.interop.megatron import to_megatron_pattern
 
         stack = Stack(spec, self)
-        stack.refuse_kinds({"mamba2", "attention", "mlp", "moe"},
-                           "Mamba-2 (M2) or attention, then an MLP (Mlp), a mixture of experts (MoE) or none")
+        stack.refuse_kinds(
+            {"mamba2", "attention", "mlp", "moe"},
+            "Mamba-2 (M2) or attention, then an MLP (Mlp), a mixture of experts (MoE) or none",
+        )
         out = stack.common(self.model_type)
         out["hybrid_override_pattern"] = pattern = to_megatron_pattern(spec)
         out["num_hidden_layers"] = len(pattern)  # Megatron layers: a sequence layer and an MLP are two
@@ -75,9 +89,18 @@ class NemotronH(Family):
                 stack.refuse("Nemotron-H's attention has no query-key norm")
             out.update({"head_dim": a.inner_head_dim, "attention_bias": a.bias})
         if m is not None:
-            out.update({"mamba_num_heads": m.n_heads, "mamba_head_dim": m.head_dim, "ssm_state_size": m.d_state,
-                        "n_groups": m.groups, "conv_kernel": m.d_conv, "expand": m.expand, "use_bias": m.bias,
-                        "use_conv_bias": m.conv_bias})
+            out.update(
+                {
+                    "mamba_num_heads": m.n_heads,
+                    "mamba_head_dim": m.head_dim,
+                    "ssm_state_size": m.d_state,
+                    "n_groups": m.groups,
+                    "conv_kernel": m.d_conv,
+                    "expand": m.expand,
+                    "use_bias": m.bias,
+                    "use_conv_bias": m.conv_bias,
+                }
+            )
         names = {v: k for k, v in self.ACTIVATIONS.items()}
         if mlp is not None:
             out.update({"intermediate_size": mlp.width, "mlp_bias": mlp.bias, "mlp_hidden_act": names[mlp.activation]})
@@ -92,23 +115,30 @@ def _layer_pattern(cfg: Config) -> tuple[str, str]:
     (layers_block_type makes it optional), must count the same layers."""
     has_pattern, has_list = "hybrid_override_pattern" in cfg.data, "layers_block_type" in cfg.data
     if not has_pattern and not has_list:
-        raise MadslError('no layer stack: a Nemotron-H config.json states "hybrid_override_pattern" (one '
-                         'character per layer) or "layers_block_type" (a list of layer kinds)', Location(cfg.path),
-                         hint='e.g. "layers_block_type": ["mamba", "moe", "attention", "mlp", ...]')
+        raise MadslError(
+            'no layer stack: a Nemotron-H config.json states "hybrid_override_pattern" (one '
+            'character per layer) or "layers_block_type" (a list of layer kinds)',
+            Location(cfg.path),
+            hint='e.g. "layers_block_type": ["mamba", "moe", "attention", "mlp", ...]',
+        )
     n = cfg.layers("num_hidden_layers", per_block=2) if has_pattern or "num_hidden_layers" in cfg.data else None
     key = "hybrid_override_pattern" if has_pattern else "layers_block_type"
     pattern = cfg.pattern(key, "M*-E") if has_pattern else ""
     if has_list:
         from_list = "".join(BLOCK_TYPES[kind] for kind in cfg.words("layers_block_type", BLOCK_TYPES))
         if has_pattern and from_list != pattern:
-            raise cfg.error("layers_block_type", f"says {_short(from_list)} where hybrid_override_pattern says "
-                                                 f"{_short(pattern)}", "keep one of the two, or make them agree")
+            raise cfg.error(
+                "layers_block_type",
+                f"says {_short(from_list)} where hybrid_override_pattern says {_short(pattern)}",
+                "keep one of the two, or make them agree",
+            )
         pattern = from_list
     if n is not None and len(pattern) != n:
         raise cfg.error(key, f"{len(pattern)} layers, but num_hidden_layers is {n}")
     if not 0 < len(pattern) <= 2 * MAX_BLOCKS:  # before any block is built
-        raise cfg.error(key, f"{len(pattern):,} layers; madsl accounts stacks of 1 to {MAX_BLOCKS:,} blocks "
-                             "(2 layers each)")
+        raise cfg.error(
+            key, f"{len(pattern):,} layers; madsl accounts stacks of 1 to {MAX_BLOCKS:,} blocks (2 layers each)"
+        )
     return pattern, key
 
 
@@ -132,23 +162,38 @@ def _located(cfg: Config, key: str, pattern: str, err: MadslError) -> MadslError
 def _experts(cfg: Config, activation: str) -> dict[str, Any]:
     """Nemotron-H's mixture of experts: squared-ReLU MLP experts (two matrices) and a shared expert."""
     if cfg.data.get("moe_latent_size") is not None:
-        raise cfg.error("moe_latent_size", "a latent mixture of experts (NVIDIA-Nemotron-3-Super's: the experts "
-                                           "work in a projected space): madsl's MoE has no latent projection",
-                        "madsl converts Nemotron-H mixtures of experts without moe_latent_size")
+        raise cfg.error(
+            "moe_latent_size",
+            "a latent mixture of experts (NVIDIA-Nemotron-3-Super's: the experts "
+            "work in a projected space): madsl's MoE has no latent projection",
+            "madsl converts Nemotron-H mixtures of experts without moe_latent_size",
+        )
     experts, active = cfg.count("n_routed_experts"), cfg.count("num_experts_per_tok")
     if active > experts:
         raise cfg.error("num_experts_per_tok", f"{active} exceeds n_routed_experts={experts}")
-    return {"experts": experts, "expert_width": cfg.count("moe_intermediate_size"), "active": active,
-            "shared_width": cfg.count("moe_shared_expert_intermediate_size"), "gated": False,
-            "activation": activation}
+    return {
+        "experts": experts,
+        "expert_width": cfg.count("moe_intermediate_size"),
+        "active": active,
+        "shared_width": cfg.count("moe_shared_expert_intermediate_size"),
+        "gated": False,
+        "activation": activation,
+    }
 
 
 def _write_experts(stack: Stack, moe: Any, mlp: Any, names: dict[str, str]) -> dict[str, Any]:
     if moe.gated or not moe.shared_width or moe.router_bias or moe.dense_down or moe.leaky_routing:
-        stack.refuse("Nemotron-H's experts are MLPs of two matrices (MoE gated: false) with a shared expert "
-                     "(shared_width > 0) and a router without bias", "gated: false, shared_width: N")
+        stack.refuse(
+            "Nemotron-H's experts are MLPs of two matrices (MoE gated: false) with a shared expert "
+            "(shared_width > 0) and a router without bias",
+            "gated: false, shared_width: N",
+        )
     if moe.activation not in names or mlp is not None and mlp.activation != moe.activation:
         stack.refuse("Nemotron-H's MLPs and experts share one activation, relu2 or gelu (mlp_hidden_act)")
-    return {"n_routed_experts": moe.experts, "moe_intermediate_size": moe.expert_width,
-            "num_experts_per_tok": moe.active, "moe_shared_expert_intermediate_size": moe.shared_width,
-            "mlp_hidden_act": names[moe.activation]}
+    return {
+        "n_routed_experts": moe.experts,
+        "moe_intermediate_size": moe.expert_width,
+        "num_experts_per_tok": moe.active,
+        "moe_shared_expert_intermediate_size": moe.shared_width,
+        "mlp_hidden_act": names[moe.activation],
+    }

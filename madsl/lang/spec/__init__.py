@@ -7,8 +7,9 @@
 
 One module per concern (data flows down the list):
 
-    files.py     spec files -> one merged mapping (`extends:`, the read policy of a named file)
-                 and SourceMap (where each value is written)
+    named.py     the read policy of a named file (`extends:`, a sweep's `specs:`)
+    files.py     spec files -> one merged mapping (`extends:`) and SourceMap (where each value
+                 is written)
     keys.py      the top-level keys, their types and choices; the budget section
     symbols.py   the symbol table: stdlib symbols + the spec's `layers:`
     spec.py      Spec: channel_for, primitive_for, the canonical form, identity, identity_text,
@@ -16,10 +17,19 @@ One module per concern (data flows down the list):
     build.py     load_spec, spec_with, spec_from_data, spec_from_topology: the above put
                  together, every independent error collected
 """
+
 from __future__ import annotations
 
 from madsl.lang.spec.build import load_spec, spec_from_data, spec_from_topology, spec_with
 from madsl.lang.spec.spec import DEFAULT_SEQ_LEN, Spec, create_primitive, resolve_channels
 
-__all__ = ["DEFAULT_SEQ_LEN", "Spec", "create_primitive", "load_spec", "resolve_channels", "spec_from_data",
-           "spec_from_topology", "spec_with"]
+__all__ = [
+    "DEFAULT_SEQ_LEN",
+    "Spec",
+    "create_primitive",
+    "load_spec",
+    "resolve_channels",
+    "spec_from_data",
+    "spec_from_topology",
+    "spec_with",
+]

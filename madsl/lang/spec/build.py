@@ -9,6 +9,7 @@ Every independent error is collected and raised together (`_build`): the top-lev
 (keys.py), the symbol table (symbols.py), the channel mixer, the topology and every layer it
 uses, the unused `layers:` entries and the free parameters of `budget.fit`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,9 +49,16 @@ def spec_from_data(data: dict[str, Any]) -> Spec:
     return _build(dict(data), None, None)
 
 
-def spec_from_topology(text: str, *, dim: int = 128, vocab: int | None = None,
-                       seq_len: int = DEFAULT_SEQ_LEN, name: str = "topology",
-                       channel_mixer: str | None = "Sg", layers: dict | None = None) -> Spec:
+def spec_from_topology(
+    text: str,
+    *,
+    dim: int = 128,
+    vocab: int | None = None,
+    seq_len: int = DEFAULT_SEQ_LEN,
+    name: str = "topology",
+    channel_mixer: str | None = "Sg",
+    layers: dict | None = None,
+) -> Spec:
     """A spec made of a topology string and the stdlib defaults (`madsl compile -t`)."""
     data = {"name": name, "dim": dim, "topology": text, "seq_len": seq_len, "channel_mixer": channel_mixer}
     if vocab is not None:
@@ -86,8 +94,9 @@ def _build(data: dict, source_map: SourceMap | None, path: Path | None) -> Spec:
     return spec
 
 
-def _spec_before_topology(data: dict, unusable: set[str], symbols: dict[str, SymbolDef], path: Path | None,
-                          source_map: SourceMap | None) -> Spec:
+def _spec_before_topology(
+    data: dict, unusable: set[str], symbols: dict[str, SymbolDef], path: Path | None, source_map: SourceMap | None
+) -> Spec:
     """The spec's model-wide settings; its topology is not parsed yet (topology_text None: unusable)."""
 
     def usable(key: str, default: Any) -> Any:
@@ -96,12 +105,23 @@ def _spec_before_topology(data: dict, unusable: set[str], symbols: dict[str, Sym
         return data.get(key, default) if key not in unusable else default
 
     text = data.get("topology") if "topology" not in unusable else None
-    spec = Spec(name=str(data.get("name")), dim=data.get("dim"), topology_text=text, topology=(), symbols=symbols,
-                channel_mixer=usable("channel_mixer", "Sg"), vocab=usable("vocab", None),
-                seq_len=usable("seq_len", DEFAULT_SEQ_LEN), norm=usable("norm", "rms"),
-                tie_embeddings=usable("tie_embeddings", True), description=usable("description", ""),
-                eval=dict(usable("eval", None) or {}), path=path, data=dict(data),
-                source_map=source_map)
+    spec = Spec(
+        name=str(data.get("name")),
+        dim=data.get("dim"),
+        topology_text=text,
+        topology=(),
+        symbols=symbols,
+        channel_mixer=usable("channel_mixer", "Sg"),
+        vocab=usable("vocab", None),
+        seq_len=usable("seq_len", DEFAULT_SEQ_LEN),
+        norm=usable("norm", "rms"),
+        tie_embeddings=usable("tie_embeddings", True),
+        description=usable("description", ""),
+        eval=dict(usable("eval", None) or {}),
+        path=path,
+        data=dict(data),
+        source_map=source_map,
+    )
     # the model-wide options added later, where their values are usable (else their defaults)
     if "positions" not in unusable:
         spec.positions = data.get("positions", "none")
@@ -161,27 +181,39 @@ def _check_channel_mixer(spec: Spec, broken: set[str], at: Locator) -> None:
     if mixer is None or mixer in broken:
         return
     if mixer not in symbols:
-        raise MadslError(f"unknown channel mixer {mixer!r}", at.value("channel_mixer"),
-                         hint=did_you_mean(mixer, symbols) or "use a channel mixer symbol or none")
+        raise MadslError(
+            f"unknown channel mixer {mixer!r}",
+            at.value("channel_mixer"),
+            hint=did_you_mean(mixer, symbols) or "use a channel mixer symbol or none",
+        )
     if symbols[mixer].role() != "channel":
-        raise MadslError(f"channel_mixer {mixer!r} is a {symbols[mixer].role()} mixer, not a channel mixer",
-                         at.value("channel_mixer"),
-                         hint="channel mixers: " + ", ".join(s for s, d in symbols.items() if d.role() == "channel"))
+        raise MadslError(
+            f"channel_mixer {mixer!r} is a {symbols[mixer].role()} mixer, not a channel mixer",
+            at.value("channel_mixer"),
+            hint="channel mixers: " + ", ".join(s for s, d in symbols.items() if d.role() == "channel"),
+        )
 
 
 def _check_no_channel(spec: Spec, layer: topo.Layer) -> None:
     """`-none` is the absence of a channel mixer: nothing to parametrise or tag."""
     if layer.override_spans:
         key, key_span, _ = layer.override_spans[0]
-        raise spec.topology_error(MadslError(f"none (no channel mixer) takes no parameters, got {key!r}",
-                                             hint="remove the {...} after none"), key_span)
+        raise spec.topology_error(
+            MadslError(f"none (no channel mixer) takes no parameters, got {key!r}", hint="remove the {...} after none"),
+            key_span,
+        )
     if layer.overrides:
-        raise spec.topology_error(MadslError("none (no channel mixer) takes no parameters",
-                                             hint="remove the {...} after none"), layer.span)
+        raise spec.topology_error(
+            MadslError("none (no channel mixer) takes no parameters", hint="remove the {...} after none"), layer.span
+        )
     if layer.tag:
-        raise spec.topology_error(MadslError(f"none (no channel mixer) takes no tag, got #{layer.tag}",
-                                             hint="tags name layers with weights to share; none has none"),
-                                  layer.span)
+        raise spec.topology_error(
+            MadslError(
+                f"none (no channel mixer) takes no tag, got #{layer.tag}",
+                hint="tags name layers with weights to share; none has none",
+            ),
+            layer.span,
+        )
 
 
 def _check_unused_symbols(spec: Spec, layers: dict, broken: set[str], at: Locator, errors: Collector) -> None:
@@ -197,6 +229,12 @@ def _check_unused_symbols(spec: Spec, layers: dict, broken: set[str], at: Locato
             create_primitive(stdlib.primitives()[definition.primitive], spec.dim, dict(definition.params))
         except ConfigError as err:
             where = definition.where.get(err.key) or at.key("layers", symbol)
-            errors.add(MadslError(f"layers.{symbol}: {err.message}", where,
-                                  hint=err.hint or f"{symbol} is not used by the topology, but every symbol "
-                                                   f"under layers: must be valid at dim {spec.dim}"))
+            errors.add(
+                MadslError(
+                    f"layers.{symbol}: {err.message}",
+                    where,
+                    hint=err.hint
+                    or f"{symbol} is not used by the topology, but every symbol "
+                    f"under layers: must be valid at dim {spec.dim}",
+                )
+            )

@@ -23,28 +23,47 @@ Every key is checked; unknown keys are errors, never ignored:
     budget: {QUANTITY: BOUND, seq_len: int}   see madsl/lang/budget.py
     eval: {...}                     settings for `madsl eval` (checked by the runner)
 """
+
 from __future__ import annotations
 
 import difflib
 from typing import Any
 
-from madsl.lang import budget as budgets
 from madsl.errors import Collector, MadslError, did_you_mean
+from madsl.lang import budget as budgets
 from madsl.lang.spec.files import SPEC_KEYS, Locator
 
 TYPES: dict[str, tuple[type, ...]] = {
-    "name": (str,), "description": (str,), "extends": (str,), "dim": (int,), "vocab": (int,),
-    "seq_len": (int,), "topology": (str,), "channel_mixer": (str, type(None)), "norm": (str,),
-    "tie_embeddings": (bool,), "positions": (str,), "embedding_std": (float, int), "linear_std": (float, int, type(None)),
+    "name": (str,),
+    "description": (str,),
+    "extends": (str,),
+    "dim": (int,),
+    "vocab": (int,),
+    "seq_len": (int,),
+    "topology": (str,),
+    "channel_mixer": (str, type(None)),
+    "norm": (str,),
+    "tie_embeddings": (bool,),
+    "positions": (str,),
+    "embedding_std": (float, int),
+    "linear_std": (float, int, type(None)),
     "final_norm": (bool,),
-    "layers": (dict,), "budget": (dict,), "eval": (dict,),
+    "layers": (dict,),
+    "budget": (dict,),
+    "eval": (dict,),
 }
 assert tuple(TYPES) == SPEC_KEYS, "madsl.lang.spec.files.SPEC_KEYS names the keys of TYPES"
 REQUIRED = ("name", "dim", "topology")
 CHOICES = {"norm": ("rms", "layer"), "positions": ("none", "learned")}
 POSITIVE = ("dim", "vocab", "seq_len", "embedding_std", "linear_std")
-_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "a mapping",
-               type(None): "none", float: "a number"}
+_TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    bool: "true or false",
+    dict: "a mapping",
+    type(None): "none",
+    float: "a number",
+}
 
 
 def check_top_level(data: dict[str, Any], at: Locator, errors: Collector, *, from_file: bool) -> set[str]:
@@ -59,41 +78,66 @@ def check_top_level(data: dict[str, Any], at: Locator, errors: Collector, *, fro
     misspelled: set[str] = set()  # known keys that an unknown key is near: 'topolgy' is 'topology'
     for key in data:
         if key not in TYPES:
-            error(key, MadslError(f"unknown key {key!r}", at.key(key),
-                                  expected="one of " + ", ".join(TYPES), hint=did_you_mean(str(key), TYPES)))
+            error(
+                key,
+                MadslError(
+                    f"unknown key {key!r}",
+                    at.key(key),
+                    expected="one of " + ", ".join(TYPES),
+                    hint=did_you_mean(str(key), TYPES),
+                ),
+            )
             misspelled |= set(difflib.get_close_matches(str(key), TYPES, n=1, cutoff=0.5))
     for key in REQUIRED:
         if key not in data:
             unusable.add(key)
             if key in misspelled:  # the unknown key's error already says what to write
                 continue
-            error(key, MadslError(f"missing required key {key!r}", at.key(),
-                                  hint=f"add `{key}: ...` to the spec" + (" (or to the spec it extends)"
-                                                                         if from_file else "")))
+            error(
+                key,
+                MadslError(
+                    f"missing required key {key!r}",
+                    at.key(),
+                    hint=f"add `{key}: ...` to the spec" + (" (or to the spec it extends)" if from_file else ""),
+                ),
+            )
     for key, value in data.items():
-        allowed = TYPES.get(key)
-        if allowed is None:
-            continue
-        # YAML's true/false are Python bools, and bool is an int: an integer key must not take them
-        if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
-            hint = None
-            if key == "topology" and isinstance(value, (list, dict)):
-                hint = "YAML reads [...] and {...} as lists and mappings: quote the topology, e.g. topology: '[H | mA]'"
-            error(key, MadslError(f"{key} must be {' or '.join(_TYPE_NAMES[t] for t in allowed)}, got {value!r}",
-                                  at.value(key), hint=hint))
-        elif key in CHOICES and value not in CHOICES[key]:
-            error(key, MadslError(f"{key} must be one of {', '.join(CHOICES[key])}, got {value!r}", at.value(key),
-                                  hint=did_you_mean(str(value), CHOICES[key])))
-        elif key in POSITIVE and value is not None and not 0 < value < float("inf"):
-            kind = "integer" if float not in TYPES[key] else "number"
-            error(key, MadslError(f"{key} must be a positive {kind}, got {value}", at.value(key)))
-        elif key == "name" and not value.strip():
-            error(key, MadslError("name must not be empty", at.value("name")))
+        problem = _value_problem(key, value, at) if key in TYPES else None
+        if problem is not None:
+            error(key, problem)
     return unusable
 
 
-def parse_budget(section: dict[str, Any], at: Locator, errors: Collector
-                 ) -> tuple[dict[str, budgets.Bound], int | None, list[str]]:
+def _value_problem(key: str, value: Any, at: Locator) -> MadslError | None:
+    """What is wrong with a known key's value: its type, its choice or its range (None: nothing)."""
+    allowed = TYPES[key]
+    # YAML's true/false are Python bools, and bool is an int: an integer key must not take them
+    if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
+        hint = None
+        if key == "topology" and isinstance(value, (list, dict)):
+            hint = "YAML reads [...] and {...} as lists and mappings: quote the topology, e.g. topology: '[H | mA]'"
+        return MadslError(
+            f"{key} must be {' or '.join(_TYPE_NAMES[t] for t in allowed)}, got {value!r}",
+            at.value(key),
+            hint=hint,
+        )
+    if key in CHOICES and value not in CHOICES[key]:
+        return MadslError(
+            f"{key} must be one of {', '.join(CHOICES[key])}, got {value!r}",
+            at.value(key),
+            hint=did_you_mean(str(value), CHOICES[key]),
+        )
+    if key in POSITIVE and value is not None and not 0 < value < float("inf"):
+        kind = "integer" if float not in TYPES[key] else "number"
+        return MadslError(f"{key} must be a positive {kind}, got {value}", at.value(key))
+    if key == "name" and not value.strip():
+        return MadslError("name must not be empty", at.value("name"))
+    return None
+
+
+def parse_budget(
+    section: dict[str, Any], at: Locator, errors: Collector
+) -> tuple[dict[str, budgets.Bound], int | None, list[str]]:
     """The `budget:` section -> bounds by quantity, the sequence length they are checked at,
     and the free parameters (`fit: [H.filter_states]`) that `madsl fit` may set to meet them.
     Each key is checked on its own; a bad one goes to `errors` and is left out."""
@@ -106,27 +150,39 @@ def parse_budget(section: dict[str, Any], at: Locator, errors: Collector
                 fit = _fit_items(value, at)
             elif key == "seq_len":
                 if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                    raise MadslError(f"budget.seq_len must be a positive integer, got {value!r}",
-                                     at.value("budget", key))
+                    raise MadslError(
+                        f"budget.seq_len must be a positive integer, got {value!r}", at.value("budget", key)
+                    )
                 seq_len = value
             elif key not in budgets.QUANTITIES:
-                raise MadslError(f"unknown budget {key!r}", at.key("budget", key),
-                                 expected="one of " + ", ".join(budgets.QUANTITIES + ("seq_len", "fit")),
-                                 hint=did_you_mean(str(key), budgets.QUANTITIES + ("fit",)))
+                raise MadslError(
+                    f"unknown budget {key!r}",
+                    at.key("budget", key),
+                    expected="one of " + ", ".join(budgets.QUANTITIES + ("seq_len", "fit")),
+                    hint=did_you_mean(str(key), budgets.QUANTITIES + ("fit",)),
+                )
             else:
                 try:
                     bounds[key] = budgets.parse_bound(value)
                 except budgets.BudgetError as err:
                     raise MadslError(f"budget.{key}: {err}", at.value("budget", key)) from None
     if "fit" in section and not any(q in section for q in budgets.QUANTITIES):
-        errors.add(MadslError("budget.fit needs a budget to fit to", at.key("budget", "fit"),
-                              hint="add a bound such as fixed_state: 4096 next to fit:"))
+        errors.add(
+            MadslError(
+                "budget.fit needs a budget to fit to",
+                at.key("budget", "fit"),
+                hint="add a bound such as fixed_state: 4096 next to fit:",
+            )
+        )
     return bounds, seq_len, fit
 
 
 def _fit_items(value: Any, at: Locator) -> list[str]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not items or not all(isinstance(i, str) for i in items):
-        raise MadslError(f"budget.fit must list free parameters, got {value!r}", at.value("budget", "fit"),
-                         expected="SYMBOL.param names such as [H.filter_states]")
+        raise MadslError(
+            f"budget.fit must list free parameters, got {value!r}",
+            at.value("budget", "fit"),
+            expected="SYMBOL.param names such as [H.filter_states]",
+        )
     return list(items)

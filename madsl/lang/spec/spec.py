@@ -5,12 +5,12 @@ occurrence are; `Spec.canonical()` prints the one form of its model; `Spec.ident
 determines that model, as plain data, `Spec.identity_text` that data as canonical JSON and
 `Spec.hash` its SHA-256 (the spec's part of every run id). Specs are made by build.py.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import typing
-
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -67,8 +67,9 @@ class Spec:
         """The symbols the model is built from: every layer written in the topology plus
         the default channel mixer where a block falls back to it."""
         used = {layer.symbol for layer in topo.layers(self.topology)}
-        used |= {channel.symbol for block in topo.blocks(self.topology)
-                 if (channel := self.channel_for(block)) is not None}
+        used |= {
+            channel.symbol for block in topo.blocks(self.topology) if (channel := self.channel_for(block)) is not None
+        }
         return sorted(used & set(self.symbols))
 
     def identity(self) -> dict[str, Any]:
@@ -76,12 +77,20 @@ class Spec:
         canonical topology, the model-wide settings and the resolved parameters of every
         symbol used. Name, description, budgets and eval section are not part of it, so a
         renamed or re-budgeted spec keeps its identity (and a results store its runs)."""
-        return {"canonical": self.canonical(), "dim": self.dim, "vocab": self.vocab, "norm": self.norm,
-                "tie_embeddings": self.tie_embeddings, "channel_mixer": self.channel_mixer,
-                "layers": {s: {"primitive": self.symbols[s].primitive, "params": _identity_params(self.symbols[s], self.dim)}
-                           for s in self.symbols_used()},
-                # model-wide options added later: named only off their defaults (existing identities hold)
-                **{key: value for key, value, default in self.model_options() if value != default}}
+        return {
+            "canonical": self.canonical(),
+            "dim": self.dim,
+            "vocab": self.vocab,
+            "norm": self.norm,
+            "tie_embeddings": self.tie_embeddings,
+            "channel_mixer": self.channel_mixer,
+            "layers": {
+                s: {"primitive": self.symbols[s].primitive, "params": _identity_params(self.symbols[s], self.dim)}
+                for s in self.symbols_used()
+            },
+            # model-wide options added later: named only off their defaults (existing identities hold)
+            **{key: value for key, value, default in self.model_options() if value != default},
+        }
 
     @property
     def identity_text(self) -> str:
@@ -97,8 +106,12 @@ class Spec:
 
     def model_options(self) -> list[tuple[str, Any, Any]]:
         """(key, value, default) of the model-wide options that came after the first stored runs."""
-        return [("positions", self.positions, "none"), ("embedding_std", self.embedding_std, 0.02),
-                ("linear_std", self.linear_std, None), ("final_norm", self.final_norm, True)]
+        return [
+            ("positions", self.positions, "none"),
+            ("embedding_std", self.embedding_std, 0.02),
+            ("linear_std", self.linear_std, None),
+            ("final_norm", self.final_norm, True),
+        ]
 
     def topology_error(self, err: MadslError, span: topo.Span | None) -> MadslError:
         """`err`, which happened at `span` inside the topology string, located in the spec file."""
@@ -122,31 +135,45 @@ class Spec:
         integer hyperparameters (what `madsl fit` can search over)."""
         symbol, _, param = item.partition(".")
         if not param:
-            raise MadslError(f"a free parameter is written SYMBOL.param, got {item!r}",
-                             hint="for example H.filter_states or Sg.inner")
+            raise MadslError(
+                f"a free parameter is written SYMBOL.param, got {item!r}",
+                hint="for example H.filter_states or Sg.inner",
+            )
         used = self.symbols_used()
         if symbol not in used:
-            raise MadslError(f"{item}: the topology does not use {symbol!r}",
-                             expected="a symbol of the topology: " + ", ".join(used),
-                             hint=did_you_mean(symbol, used))
+            raise MadslError(
+                f"{item}: the topology does not use {symbol!r}",
+                expected="a symbol of the topology: " + ", ".join(used),
+                hint=did_you_mean(symbol, used),
+            )
         fields = stdlib.primitives()[self.symbols[symbol].primitive].cls.fields()
         integers = [k for k, t in fields.items() if t is int or int in typing.get_args(t)]
         if param not in fields:
-            raise MadslError(f"{item}: {symbol} ({self.symbols[symbol].primitive}) has no parameter {param!r}",
-                             expected="one of " + ", ".join(integers), hint=did_you_mean(param, integers))
+            raise MadslError(
+                f"{item}: {symbol} ({self.symbols[symbol].primitive}) has no parameter {param!r}",
+                expected="one of " + ", ".join(integers),
+                hint=did_you_mean(param, integers),
+            )
         if param not in integers:
-            raise MadslError(f"{item}: only integer parameters can be solved for, and {param} is not one",
-                             expected="one of " + ", ".join(integers))
+            raise MadslError(
+                f"{item}: only integer parameters can be solved for, and {param} is not one",
+                expected="one of " + ", ".join(integers),
+            )
         return symbol, param
 
     def definition_for(self, layer: topo.Layer) -> SymbolDef:
         """What the symbol of a layer occurrence means; an unknown symbol is an error at it."""
         definition = self.symbols.get(layer.symbol)
         if definition is None:
-            raise self.topology_error(MadslError(
-                f"unknown layer {layer.symbol!r}", expected="a layer symbol: " + ", ".join(sorted(self.symbols)),
-                hint=did_you_mean(layer.symbol, self.symbols) or
-                "define it under `layers:` with `primitive:` or `base:`"), layer.span)
+            raise self.topology_error(
+                MadslError(
+                    f"unknown layer {layer.symbol!r}",
+                    expected="a layer symbol: " + ", ".join(sorted(self.symbols)),
+                    hint=did_you_mean(layer.symbol, self.symbols)
+                    or "define it under `layers:` with `primitive:` or `base:`",
+                ),
+                layer.span,
+            )
         return definition
 
     def check_override_keys(self, layer: topo.Layer) -> None:
@@ -158,8 +185,11 @@ class Spec:
         unknown = Collector()
         for key, _ in layer.overrides:
             if key not in defaults:
-                err = MadslError(f"{layer.symbol} ({definition.primitive}) has no parameter {key!r}",
-                                 expected="one of " + ", ".join(defaults), hint=did_you_mean(key, defaults))
+                err = MadslError(
+                    f"{layer.symbol} ({definition.primitive}) has no parameter {key!r}",
+                    expected="one of " + ", ".join(defaults),
+                    hint=did_you_mean(key, defaults),
+                )
                 unknown.add(self.topology_error(err, key_spans.get(key, layer.span)))
         unknown.raise_any()
 
@@ -175,8 +205,9 @@ class Spec:
         except ConfigError as err:
             message = f"{layer.symbol}: {err.message}"
             if err.key in dict(layer.overrides):
-                raise self.topology_error(MadslError(message, hint=err.hint),
-                                          value_spans.get(err.key, layer.span)) from None
+                raise self.topology_error(
+                    MadslError(message, hint=err.hint), value_spans.get(err.key, layer.span)
+                ) from None
             if err.key in definition.where:
                 raise MadslError(message, definition.where[err.key], hint=err.hint) from None
             raise self.topology_error(MadslError(message, hint=err.hint), layer.span) from None
@@ -195,8 +226,11 @@ def resolve_channels(spec: Spec) -> topo.Topology:
 
     def fix(block: topo.Block) -> topo.Block:
         mixer = block.mixer
-        mixer = topo.Parallel(tuple(map(bare, mixer.branches)), mixer.span) if isinstance(mixer, topo.Parallel) \
+        mixer = (
+            topo.Parallel(tuple(map(bare, mixer.branches)), mixer.span)
+            if isinstance(mixer, topo.Parallel)
             else bare(mixer)
+        )
         channel = bare(block.channel) if block.channel is not None else None
         if channel is not None and not channel.overrides and not channel.tag:
             # written as what the block would get anyway (`H-Sg` under Sg, `Mb-none`): elide it
@@ -220,8 +254,11 @@ def _without_restated(spec: Spec, layer: topo.Layer) -> topo.Layer:
         own = create_primitive(entry, spec.dim, dict(definition.params)).config()
     except ConfigError:  # the symbol alone is invalid here (only its overrides make it valid)
         own = definition.params
-    kept = tuple((k, _as_read(v, resolved[k])) for k, v in layer.overrides
-                 if not (type(resolved[k]) is type(own.get(k)) and resolved[k] == own.get(k)))
+    kept = tuple(
+        (k, _as_read(v, resolved[k]))
+        for k, v in layer.overrides
+        if not (type(resolved[k]) is type(own.get(k)) and resolved[k] == own.get(k))
+    )
     if len(kept) == len(layer.overrides) and all(type(k[1]) is type(o[1]) for k, o in zip(kept, layer.overrides)):
         return layer  # (== alone would take 2 for 2.0)
     return topo.Layer(layer.symbol, kept, layer.tag, layer.span)
@@ -241,8 +278,11 @@ def _identity_params(definition: "SymbolDef", dim: int) -> dict[str, Any]:
     value at `dim` (what they were before they scaled), and without the parameters its
     primitive added later (`Primitive.identity_omits`) while they are at their stdlib default."""
     entry = stdlib.primitives()[definition.primitive]
-    params = {k: v.resolve(k, dim) if isinstance(v, WidthRelative) else v for k, v in definition.params.items()
-              if not (k in entry.cls.identity_omits and v == entry.defaults.get(k))}
+    params = {
+        k: v.resolve(k, dim) if isinstance(v, WidthRelative) else v
+        for k, v in definition.params.items()
+        if not (k in entry.cls.identity_omits and v == entry.defaults.get(k))
+    }
     try:
         read = create_primitive(entry, dim, dict(definition.params)).config()
     except ConfigError:  # only the topology's overrides make the symbol valid: as written
@@ -258,10 +298,17 @@ def create_primitive(entry: Any, dim: int, config: dict[str, Any]) -> Primitive:
     100-digit integer that no canonical form could parse back."""
     fields = entry.cls.fields()
     for key, value in config.items():
-        if isinstance(value, float) and value.is_integer() and abs(value) > topo.MAX_INTEGER \
-                and _integer_only(fields.get(key)):
-            raise ConfigError(key, f"{entry.cls.name}: {key} must be an integer of at most {topo.MAX_INTEGER:,} "
-                                   f"in size, got {value!r}", hint="integers are 64-bit, as written out in full")
+        if (
+            isinstance(value, float)
+            and value.is_integer()
+            and abs(value) > topo.MAX_INTEGER
+            and _integer_only(fields.get(key))
+        ):
+            raise ConfigError(
+                key,
+                f"{entry.cls.name}: {key} must be an integer of at most {topo.MAX_INTEGER:,} in size, got {value!r}",
+                hint="integers are 64-bit, as written out in full",
+            )
     return entry.cls.create(dim, config)
 
 

@@ -22,24 +22,71 @@ This package is the topology language's one public face (`from madsl.lang import
     expand.py      size, expand, is_forked, blocks, layers, map_blocks
     printer.py     layer_text, block_text, expanded_text, canonical
 """
+
 from __future__ import annotations
 
 from .expand import blocks, expand, is_forked, layers, map_blocks, size
-from .nodes import (BRANCH_ATTRIBUTES, GROUP_ATTRIBUTES, GROUP_DEFAULTS, MAX_BLOCKS, MAX_CHARS, MAX_INTEGER,
-                    MAX_NESTING, NO_CHANNEL, POSITIVE_NUMBER, Block, Fork, Group, Layer, Node, Parallel, Repeat,
-                    Settings, Span, Topology, Value)
+from .nodes import (
+    BRANCH_ATTRIBUTES,
+    GROUP_ATTRIBUTES,
+    GROUP_DEFAULTS,
+    MAX_BLOCKS,
+    MAX_CHARS,
+    MAX_INTEGER,
+    MAX_NESTING,
+    NO_CHANNEL,
+    POSITIVE_NUMBER,
+    Block,
+    Fork,
+    Group,
+    Layer,
+    Node,
+    Parallel,
+    Repeat,
+    Settings,
+    Span,
+    Topology,
+    Value,
+)
 from .parse import TopologySyntaxError, locate, parse
 from .printer import block_text, canonical, expanded_text, layer_text
 
 __all__ = [
     # the data
-    "Block", "Fork", "Group", "Layer", "Node", "Parallel", "Repeat", "Settings", "Span", "Topology", "Value",
-    "BRANCH_ATTRIBUTES", "GROUP_ATTRIBUTES", "GROUP_DEFAULTS", "NO_CHANNEL", "POSITIVE_NUMBER",
-    "MAX_BLOCKS", "MAX_CHARS", "MAX_INTEGER", "MAX_NESTING",
+    "Block",
+    "Fork",
+    "Group",
+    "Layer",
+    "Node",
+    "Parallel",
+    "Repeat",
+    "Settings",
+    "Span",
+    "Topology",
+    "Value",
+    "BRANCH_ATTRIBUTES",
+    "GROUP_ATTRIBUTES",
+    "GROUP_DEFAULTS",
+    "NO_CHANNEL",
+    "POSITIVE_NUMBER",
+    "MAX_BLOCKS",
+    "MAX_CHARS",
+    "MAX_INTEGER",
+    "MAX_NESTING",
     # string -> data
-    "TopologySyntaxError", "locate", "parse",
+    "TopologySyntaxError",
+    "locate",
+    "parse",
     # walking it
-    "blocks", "expand", "is_forked", "layers", "map_blocks", "size",
+    "blocks",
+    "expand",
+    "is_forked",
+    "layers",
+    "map_blocks",
+    "size",
     # data -> string
-    "block_text", "canonical", "expanded_text", "layer_text",
+    "block_text",
+    "canonical",
+    "expanded_text",
+    "layer_text",
 ]

@@ -1,6 +1,7 @@
 """Walking a topology: its size, its expansion (repeats unrolled, groups without attributes
 flattened: the architecture's one true shape), its blocks and its layers.
 """
+
 from __future__ import annotations
 
 from typing import Iterator

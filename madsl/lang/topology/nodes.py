@@ -4,6 +4,7 @@ language knows, with their values; and the limits on a topology's size.
 
 Nothing here knows what a symbol means; the spec layer resolves symbols.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -2,6 +2,7 @@
 form, and the canonical form, one normal form per architecture, so that two spellings of the same
 architecture print, and compare, equal. Every value prints as the parser reads it back.
 """
+
 from __future__ import annotations
 
 import math

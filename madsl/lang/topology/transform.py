@@ -3,6 +3,7 @@ data of nodes.py, checking on the way what the grammar cannot (counts and number
 the limits, group attributes and their values, a setting written twice, control characters in a
 quoted value). `parse` (parse.py) runs it.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,23 @@ from typing import Any
 import lark
 
 from madsl.errors import did_you_mean
-from madsl.lang.topology.nodes import (BRANCH_ATTRIBUTES, GROUP_ATTRIBUTES, GROUP_DEFAULTS, MAX_BLOCKS, MAX_INTEGER,
-                             POSITIVE_NUMBER, Block, Fork, Group, Layer, Parallel, Repeat, Settings, Span, Value)
+from madsl.lang.topology.nodes import (
+    BRANCH_ATTRIBUTES,
+    GROUP_ATTRIBUTES,
+    GROUP_DEFAULTS,
+    MAX_BLOCKS,
+    MAX_INTEGER,
+    POSITIVE_NUMBER,
+    Block,
+    Fork,
+    Group,
+    Layer,
+    Parallel,
+    Repeat,
+    Settings,
+    Span,
+    Value,
+)
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -69,8 +85,10 @@ class TreeToData(lark.Transformer):
         for key, value, key_span, value_span in attrs:
             _check_group_attribute(key, value, key_span, value_span, branches=len(sequences))
         # a number attribute is a float however written (linear_std=1 is linear_std=1.0: one group)
-        attrs = tuple((k, float(v), *spans) if GROUP_ATTRIBUTES.get(k) == POSITIVE_NUMBER else (k, v, *spans)
-                      for k, v, *spans in attrs)
+        attrs = tuple(
+            (k, float(v), *spans) if GROUP_ATTRIBUTES.get(k) == POSITIVE_NUMBER else (k, v, *spans)
+            for k, v, *spans in attrs
+        )
         attrs = tuple(a for a in attrs if GROUP_DEFAULTS.get(a[0], object()) != a[1])
         body = sequences[0] if len(sequences) == 1 else (Fork(tuple(sequences)),)
         group = Group(body, _settings(attrs, meta), _span(meta))
@@ -95,8 +113,13 @@ class TreeToData(lark.Transformer):
                 tag = child
             else:
                 overrides = child[1]
-        return Layer(str(symbol_tok), _settings(overrides, meta), tag, token_span(symbol_tok),
-                     tuple((k, ks, vs) for k, _, ks, vs in overrides))
+        return Layer(
+            str(symbol_tok),
+            _settings(overrides, meta),
+            tag,
+            token_span(symbol_tok),
+            tuple((k, ks, vs) for k, _, ks, vs in overrides),
+        )
 
     def tag(self, meta, children):
         return str(children[0])
@@ -113,36 +136,59 @@ class TreeToData(lark.Transformer):
 
     def word(self, meta, children):
         text = str(children[0])
-        value: Value = {"true": True, "false": False, "null": None}.get(text.lower(), text) \
-            if text.lower() in ("true", "false", "null") else text
+        value: Value = (
+            {"true": True, "false": False, "null": None}.get(text.lower(), text)
+            if text.lower() in ("true", "false", "null")
+            else text
+        )
         return value, token_span(children[0])
 
     def string(self, meta, children):
         text = str(children[0])[1:-1]
         if _CONTROL.search(text):
-            raise TransformError("a quoted value cannot contain control characters (newlines, tabs, ...)",
-                                 token_span(children[0]), hint="write the value on one line")
+            raise TransformError(
+                "a quoted value cannot contain control characters (newlines, tabs, ...)",
+                token_span(children[0]),
+                hint="write the value on one line",
+            )
         return text, token_span(children[0])
 
 
 def _check_group_attribute(key: str, value: Value, key_span: Span, value_span: Span, *, branches: int) -> None:
     allowed = GROUP_ATTRIBUTES.get(key)
     if allowed is None:
-        raise TransformError(f"unknown group attribute {key!r}", key_span, expected=", ".join(GROUP_ATTRIBUTES),
-                             hint=did_you_mean(key, GROUP_ATTRIBUTES))
+        raise TransformError(
+            f"unknown group attribute {key!r}",
+            key_span,
+            expected=", ".join(GROUP_ATTRIBUTES),
+            hint=did_you_mean(key, GROUP_ATTRIBUTES),
+        )
     if allowed == POSITIVE_NUMBER:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise TransformError(f"{key} must be a positive number, got {value!r}", value_span,
-                                 expected=POSITIVE_NUMBER, hint=f"for example {key}=0.02")
+            raise TransformError(
+                f"{key} must be a positive number, got {value!r}",
+                value_span,
+                expected=POSITIVE_NUMBER,
+                hint=f"for example {key}=0.02",
+            )
     elif value not in allowed:
-        raise TransformError(f"{key} must be one of {', '.join(allowed)}, got {value!r}", value_span,
-                             hint=did_you_mean(str(value), allowed))
+        raise TransformError(
+            f"{key} must be one of {', '.join(allowed)}, got {value!r}",
+            value_span,
+            hint=did_you_mean(str(value), allowed),
+        )
     if key in BRANCH_ATTRIBUTES and branches == 1:
-        raise TransformError(f"{key} applies to a group of branches, and this group has one", key_span,
-                             hint=f"separate the branches with '|': (Ag:Al | 2Mb){{{key}={value}}}")
+        raise TransformError(
+            f"{key} applies to a group of branches, and this group has one",
+            key_span,
+            hint=f"separate the branches with '|': (Ag:Al | 2Mb){{{key}={value}}}",
+        )
     if value == "gated_soft" and branches != 2:  # its two gates are one number a and 1 - a
-        raise TransformError(f"{key}=gated_soft joins exactly two branches, and this group has {branches}",
-                             value_span, hint="use gated for more branches")
+        raise TransformError(
+            f"{key}=gated_soft joins exactly two branches, and this group has {branches}",
+            value_span,
+            hint="use gated for more branches",
+        )
 
 
 def _settings(raw: tuple, meta: Any) -> Settings:
@@ -158,12 +204,18 @@ def _count(tok: lark.Token) -> int:
     digits = str(tok).lstrip("0")
     if len(digits) > len(str(MAX_BLOCKS)) or int(digits or 0) > MAX_BLOCKS:
         shown = digits if len(digits) <= 20 else f"{digits[:8]}... ({len(digits):,} digits)"
-        raise TransformError(f"a count of {shown} is beyond the limit of {MAX_BLOCKS:,} blocks", token_span(tok),
-                             hint="check the repeat counts")
+        raise TransformError(
+            f"a count of {shown} is beyond the limit of {MAX_BLOCKS:,} blocks",
+            token_span(tok),
+            hint="check the repeat counts",
+        )
     value = int(digits or 0)
     if value < 1:
-        raise TransformError(f"a count must be at least 1, got {value}", token_span(tok),
-                             hint="leave the layer or group out instead of repeating it 0 times")
+        raise TransformError(
+            f"a count must be at least 1, got {value}",
+            token_span(tok),
+            hint="leave the layer or group out instead of repeating it 0 times",
+        )
     return value
 
 
@@ -174,16 +226,25 @@ def _number(tok: lark.Token) -> int | float:
     if any(c in text for c in ".eE"):
         value = float(text)
         if not math.isfinite(value):
-            raise TransformError(f"{shortened(text)} is out of range", token_span(tok),
-                                 expected="a finite number (at most about 1.8e308)")
+            raise TransformError(
+                f"{shortened(text)} is out of range",
+                token_span(tok),
+                expected="a finite number (at most about 1.8e308)",
+            )
         if value == 0 and any(c in "123456789" for c in mantissa):
-            raise TransformError(f"{shortened(text)} is too small to represent; it would read as 0",
-                                 token_span(tok), expected="a number at least about 2.2e-308 in size, or 0")
+            raise TransformError(
+                f"{shortened(text)} is too small to represent; it would read as 0",
+                token_span(tok),
+                expected="a number at least about 2.2e-308 in size, or 0",
+            )
         return value
     digits = text.lstrip("+-").lstrip("0")
     if len(digits) > len(str(MAX_INTEGER)) or int(digits or 0) > MAX_INTEGER:
-        raise TransformError(f"the integer {shortened(text)} is too large", token_span(tok),
-                             expected=f"an integer of at most {MAX_INTEGER:,} in size")
+        raise TransformError(
+            f"the integer {shortened(text)} is too large",
+            token_span(tok),
+            expected=f"an integer of at most {MAX_INTEGER:,} in size",
+        )
     return int(text)
 
 

@@ -23,6 +23,7 @@ function once on clones of its arguments (real tensors: nothing of the caller's 
 Compiled and eager steps agree to rounding, not bit for bit: inductor reorders and fuses
 floating-point work (tests/test_compiled_step.py, benchmarks/compiled_step.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,11 @@ def requested() -> bool:
     if value not in ("", "0", "1"):
         from madsl.errors import MadslError
 
-        raise MadslError(f"{ENV}={value!r}: expected 1 (compile the stacked step) or 0", expected="1 or 0",
-                         hint=f"unset {ENV} to train eagerly (the default)")
+        raise MadslError(
+            f"{ENV}={value!r}: expected 1 (compile the stacked step) or 0",
+            expected="1 or 0",
+            hint=f"unset {ENV} to train eagerly (the default)",
+        )
     return value == "1"
 
 
@@ -73,6 +77,7 @@ def _extension_kernels_refused() -> Iterator[None]:
                 what = ".".join(str(a) for a in args[:2]) or name  # fla_op(module, name, ...)
                 raise NotCompiled(f"{what}, a kernel of the cuda extra, cannot be traced by make_fx")
             return kernel
+
         return get
 
     for name, getter in originals.items():
@@ -87,19 +92,20 @@ def _extension_kernels_refused() -> Iterator[None]:
 def compile_inplace(function: Callable[..., None], tensors: tuple[torch.Tensor, ...]) -> Callable[..., None]:
     """`function(*tensors)` (which updates some of its arguments in place and returns
     nothing) traced into aten ops and compiled by inductor, for arguments like these."""
-    from torch._inductor.compile_fx import compile_fx
-    from torch.fx.experimental.proxy_tensor import make_fx
-
     from torch._guards import TracingContext, tracing
+    from torch._inductor.compile_fx import compile_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     with _extension_kernels_refused():
         graph = make_fx(function, tracing_mode="real")(*(t.clone() for t in tensors))
     ops = sum(node.op == "call_function" for node in graph.graph.nodes)
     if ops > MAX_TRACED_OPS:
-        raise NotCompiled(f"it traces into {ops} ops (over {MAX_TRACED_OPS}: a recurrence unrolled step by step), "
-                          f"which inductor would take many minutes to compile")
+        raise NotCompiled(
+            f"it traces into {ops} ops (over {MAX_TRACED_OPS}: a recurrence unrolled step by step), "
+            f"which inductor would take many minutes to compile"
+        )
     # static shapes, but a shape environment as dynamo gives inductor: without one inductor
     # bypasses its on-disk graph cache ("No shape env") and lowers every group's step anew
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())

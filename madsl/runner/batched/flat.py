@@ -6,6 +6,7 @@ backward add into gradients that live as long as the stack, as a CUDA graph need
 Apart from the stack, which updates these tensors, because this is only their layout: where
 each parameter's (members, *shape) block lies, and which member each element belongs to.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,15 +26,17 @@ class _Flat:
         self.group, self.names, self.shapes = group, names, shapes
         self.sizes = [math.prod(shape) for shape in shapes]
         # blocks: "param", "exp_avg", "exp_avg_sq" -> per parameter, its (members, *shape) stack
-        self.param, self.exp_avg, self.exp_avg_sq = (torch.cat([b.reshape(-1) for b in blocks[key]])
-                                                     for key in ("param", "exp_avg", "exp_avg_sq"))
+        self.param, self.exp_avg, self.exp_avg_sq = (
+            torch.cat([b.reshape(-1) for b in blocks[key]]) for key in ("param", "exp_avg", "exp_avg_sq")
+        )
         self.members = blocks["param"][0].shape[0]
         self._derived()
 
     def _derived(self) -> None:
         self.grad = torch.zeros_like(self.param)
-        self.member_of = torch.cat([torch.arange(self.members, device=self.param.device).repeat_interleave(size)
-                                    for size in self.sizes])
+        self.member_of = torch.cat(
+            [torch.arange(self.members, device=self.param.device).repeat_interleave(size) for size in self.sizes]
+        )
 
     def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """Each parameter's (members, *shape) view of a flat tensor."""

@@ -26,6 +26,7 @@ order (bitwise equal results on the same device); what it saves is the per-run s
 (process, data, compile of the spec). Stacked, results agree to fp32 rounding.
 docs/gpu.md has the measurements behind the choice.
 """
+
 from __future__ import annotations
 
 import os
@@ -119,8 +120,9 @@ def execute_group(group: GroupJob, emit: Callable[[Event], None], should_stop: C
         _fail_unfinished(group, members, err, emit)
 
 
-def _train_group(group: GroupJob, members: list[Member], emit: Callable[[Event], None],
-                 should_stop: Callable[[], bool]) -> None:
+def _train_group(
+    group: GroupJob, members: list[Member], emit: Callable[[Event], None], should_stop: Callable[[], bool]
+) -> None:
     """Open every member (into `members`), then train them: those resumed after their training
     was over end first, then the rest as stacks where they can, then in lockstep, one epoch of
     each member still training per round."""
@@ -136,16 +138,18 @@ def _train_group(group: GroupJob, members: list[Member], emit: Callable[[Event],
             _advance_alone(group, members, member, device, emit)
     together = [m for m in members if not m.done]
     if group.stack and _stackable(together, group.graphs):
-        _train_in_stacks(group, together, members, device, emit, should_stop,
-                         lambda member: _open_member(member, device, emit))
+        _train_in_stacks(
+            group, together, members, device, emit, should_stop, lambda member: _open_member(member, device, emit)
+        )
     while any(not m.done for m in members):  # lockstep: one epoch of each member in turn
         for member in members:
             if not member.done:  # not finished, failed, or stopped by a sibling that solved the setting
                 _advance_alone(group, members, member, device, emit)
 
 
-def _open_members(group: GroupJob, members: list[Member], device, emit: Callable[[Event], None],
-                  should_stop: Callable[[], bool]) -> None:
+def _open_members(
+    group: GroupJob, members: list[Member], device, emit: Callable[[Event], None], should_stop: Callable[[], bool]
+) -> None:
     """Report every member started, then open each (its data read once per seed, shared with
     the members that read the same); a member that cannot open fails alone."""
     from madsl.runner.train.state import RunData
@@ -171,9 +175,16 @@ def _open_member(member: Member, device, emit: Callable[[Event], None]) -> None:
     from madsl.runner.train.metrics import RunResult
     from madsl.runner.train.state import Checkpointer, open_run
 
-    opened = open_run(member.job.train, member.inputs.build_model, device,
-                      member.inputs.train_data.inputs.shape[0], member.inputs.num_classes,
-                      Path(member.job.checkpoint_path), member.hooks.keep_best, member.job.run_id)
+    opened = open_run(
+        member.job.train,
+        member.inputs.build_model,
+        device,
+        member.inputs.train_data.inputs.shape[0],
+        member.inputs.num_classes,
+        Path(member.job.checkpoint_path),
+        member.hooks.keep_best,
+        member.job.run_id,
+    )
     if isinstance(opened, RunResult):
         _finish(member, opened.to_dict(), device, emit)
         return
@@ -182,8 +193,9 @@ def _open_member(member: Member, device, emit: Callable[[Event], None]) -> None:
     member.state.model.train()
 
 
-def _advance_alone(group: GroupJob, members: list[Member], member: Member, device,
-                   emit: Callable[[Event], None]) -> None:
+def _advance_alone(
+    group: GroupJob, members: list[Member], member: Member, device, emit: Callable[[Event], None]
+) -> None:
     """One epoch of the member, alone (or its length evaluations and result); a member that
     fails fails alone, and one that ends may end its siblings (`_check_solved`)."""
     from madsl.runner.train.loop import RunInterrupted
@@ -202,8 +214,11 @@ def _advance_alone(group: GroupJob, members: list[Member], member: Member, devic
 def _fail(member: Member, err: BaseException, emit: Callable[[Event], None]) -> None:
     """The member failed with `err` (called while it is handled: the event holds its traceback)."""
     member.done = True
-    emit(Event("failed", member.job.run_id, {"error": f"{type(err).__name__}: {err}",
-                                             "traceback": traceback.format_exc()}))
+    emit(
+        Event(
+            "failed", member.job.run_id, {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+        )
+    )
 
 
 def _stop_members(members: list[Member], err: BaseException, emit: Callable[[Event], None]) -> None:
@@ -223,13 +238,15 @@ def _stop_members(members: list[Member], err: BaseException, emit: Callable[[Eve
         emit(Event("interrupted", member.job.run_id, {"message": str(err)}))
 
 
-def _fail_unfinished(group: GroupJob, members: list[Member], err: BaseException,
-                     emit: Callable[[Event], None]) -> None:
+def _fail_unfinished(group: GroupJob, members: list[Member], err: BaseException, emit: Callable[[Event], None]) -> None:
     """The group failed with `err` (called while it is handled): every member not yet ended fails with it."""
     for job in group.members:
         if not any(m.job is job and m.done for m in members):
-            emit(Event("failed", job.run_id, {"error": f"{type(err).__name__}: {err}",
-                                              "traceback": traceback.format_exc()}))
+            emit(
+                Event(
+                    "failed", job.run_id, {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+                )
+            )
 
 
 def _stackable(members: list[Member], graphs: bool) -> bool:
@@ -238,14 +255,24 @@ def _stackable(members: list[Member], graphs: bool) -> bool:
     from madsl.runner.batched.stacked import batchable
 
     at_once = len({(m.state.epoch, m.state.step, m.state.steps_per_epoch) for m in members}) == 1
-    return (len(members) >= (1 if graphs else 2) and at_once
-            and not any(m.state.finished for m in members)  # each has training left
-            and stacks_settings(members[0].job) and batchable([m.state.model for m in members]))
+    return (
+        len(members) >= (1 if graphs else 2)
+        and at_once
+        and not any(m.state.finished for m in members)  # each has training left
+        and stacks_settings(members[0].job)
+        and batchable([m.state.model for m in members])
+    )
 
 
-def _train_in_stacks(group: GroupJob, together: list[Member], members: list[Member], device,
-                     emit: Callable[[Event], None], should_stop: Callable[[], bool],
-                     reopen: Callable[[Member], None]) -> None:
+def _train_in_stacks(
+    group: GroupJob,
+    together: list[Member],
+    members: list[Member],
+    device,
+    emit: Callable[[Event], None],
+    should_stop: Callable[[], bool],
+    reopen: Callable[[Member], None],
+) -> None:
     """Train `together` as one stack (`_train_stacked`). Where the device runs out of memory,
     free it, reopen the stack's members from their checkpoints (a member's state is only
     consistent there: the stack holds its weights between them) and train them in two stacks
@@ -274,14 +301,27 @@ def _train_in_stacks(group: GroupJob, together: list[Member], members: list[Memb
                 continue
             from_checkpoint = Path(member.job.checkpoint_path).exists()
             reopen(member)
-            emit(Event("retried", member.job.run_id, {
-                "from_checkpoint": from_checkpoint,
-                "reason": f"out of memory stacked with {len(stack) - 1} other run(s) ({reason}): "
-                          + (f"in stacks of {half}" if len(stack) > 1 else "on its own")}))
+            emit(
+                Event(
+                    "retried",
+                    member.job.run_id,
+                    {
+                        "from_checkpoint": from_checkpoint,
+                        "reason": f"out of memory stacked with {len(stack) - 1} other run(s) ({reason}): "
+                        + (f"in stacks of {half}" if len(stack) > 1 else "on its own"),
+                    },
+                )
+            )
 
 
-def _train_stacked(group: GroupJob, together: list[Member], members: list[Member], device,
-                   emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
+def _train_stacked(
+    group: GroupJob,
+    together: list[Member],
+    members: list[Member],
+    device,
+    emit: Callable[[Event], None],
+    should_stop: Callable[[], bool],
+) -> None:
     """Train `together` as one stacked model while at least two of them are left; each epoch
     ends per member (evaluation, best epoch, checkpoint, event), finished members leave the
     stack, and a last one trains on alone (lockstep, exactly as its run), except with CUDA
@@ -300,9 +340,16 @@ def _train_stacked(group: GroupJob, together: list[Member], members: list[Member
                 member.checkpointer.save(member.state)
 
     while len(active) >= (1 if group.graphs else 2):
-        train_stacked_epoch(stack, [m.data for m in active], [m.hooks for m in active], checkpoint,
-                            lambda: any(m.checkpointer.due() for m in active), should_stop, RunInterrupted,
-                            _epoch_order)
+        train_stacked_epoch(
+            stack,
+            [m.data for m in active],
+            [m.hooks for m in active],
+            checkpoint,
+            lambda: any(m.checkpointer.due() for m in active),
+            should_stop,
+            RunInterrupted,
+            _epoch_order,
+        )
         started = time.monotonic()
         evaluations = stack.evaluate([m.data for m in active])  # every member's, in one forward per batch
         ended = []
@@ -332,8 +379,11 @@ def _shared_data(members: list[Member], member: Member, device, run_data_type) -
     for other in members:
         if other is member:
             break
-        if other.data is not None and other.inputs.train_data is member.inputs.train_data \
-                and other.inputs.test_data is member.inputs.test_data:
+        if (
+            other.data is not None
+            and other.inputs.train_data is member.inputs.train_data
+            and other.inputs.test_data is member.inputs.test_data
+        ):
             return other.data
     return run_data_type.from_tasks(member.inputs.train_data, member.inputs.test_data, device)
 
@@ -350,8 +400,9 @@ def _advance(member: Member, device, emit: Callable[[Event], None]) -> None:
         hooks.on_epoch(metrics)
     if state.finished:
         if state.settings.eval_lengths:
-            evaluate_lengths(state, member.inputs.length_data, member.inputs.tokens_per_batch, device, hooks,
-                             member.checkpointer)
+            evaluate_lengths(
+                state, member.inputs.length_data, member.inputs.tokens_per_batch, device, hooks, member.checkpointer
+            )
         result = state.result()
         member.checkpointer.save(state, result)
         _finish(member, result.to_dict(), device, emit)
@@ -362,8 +413,13 @@ def _finish(member: Member, result: dict, device, emit: Callable[[Event], None])
     member.state = member.data = None  # a finished member holds no memory
     import torch
 
-    emit(Event("finished", member.job.run_id, {"result": result, "device": str(device),
-                                               "build": member.inputs.build, "threads": torch.get_num_threads()}))
+    emit(
+        Event(
+            "finished",
+            member.job.run_id,
+            {"result": result, "device": str(device), "build": member.inputs.build, "threads": torch.get_num_threads()},
+        )
+    )
 
 
 def _check_solved(group: GroupJob, members: list[Member], emit: Callable[[Event], None]) -> None:
@@ -371,8 +427,11 @@ def _check_solved(group: GroupJob, members: list[Member], emit: Callable[[Event]
     `solved_sibling` reads it: the best epoch's accuracy), the members of its seed still training stop."""
     if group.skip_solved_at is None:
         return
-    solvers = {m.job.train.seed: m.job.run_id for m in members if m.result is not None
-               and (m.result["best"].get("eval_macro_acc") or 0.0) >= group.skip_solved_at}
+    solvers = {
+        m.job.train.seed: m.job.run_id
+        for m in members
+        if m.result is not None and (m.result["best"].get("eval_macro_acc") or 0.0) >= group.skip_solved_at
+    }
     for member in members:
         if not member.done and member.job.train.seed in solvers:
             member.done, member.state, member.data = True, None, None

@@ -6,6 +6,7 @@ jobs and placed on its devices (`group_jobs`), stacked where the device calls fo
 Apart from a group's execution (`madsl.runner.batched.grid`) because this runs when the
 plan's work is handed out (`madsl.runner.plan.evaluation`'s `work`), before anything trains.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -26,8 +27,12 @@ def group_key(job: RunJob, model_key: Hashable) -> tuple:
     return model_key, job.task.name, canonical_json(dict(job.setting)), canonical_json(train), job.data_dir
 
 
-def group_jobs(jobs: Sequence[tuple[Hashable, RunJob]], skip_solved_at: float | None = None,
-               placement: Sequence[str] | None = None, cuda_graphs: bool = False) -> list[RunJob | GroupJob]:
+def group_jobs(
+    jobs: Sequence[tuple[Hashable, RunJob]],
+    skip_solved_at: float | None = None,
+    placement: Sequence[str] | None = None,
+    cuda_graphs: bool = False,
+) -> list[RunJob | GroupJob]:
     """(model key, job) pairs -> runs and groups, in the order of each group's first run.
     A group's members move to its device (placement: round-robin over groups)."""
     groups: dict[tuple, list[RunJob]] = {}
@@ -43,8 +48,17 @@ def group_jobs(jobs: Sequence[tuple[Hashable, RunJob]], skip_solved_at: float | 
         first = members[0]
         runs = f"{len(members)} runs" if len(members) > 1 else "stacked"
         label = first.label.rsplit(" · lr ", 1)[0] + f" · {runs}"
-        out.append(GroupJob(run_id="group-" + first.run_id, members=members, device=device, label=label,
-                            skip_solved_at=skip_solved_at, stack=stacks_on(device), graphs=cuda_graphs))
+        out.append(
+            GroupJob(
+                run_id="group-" + first.run_id,
+                members=members,
+                device=device,
+                label=label,
+                skip_solved_at=skip_solved_at,
+                stack=stacks_on(device),
+                graphs=cuda_graphs,
+            )
+        )
     return out
 
 

@@ -11,6 +11,7 @@ captured once warm and replayed: one launch instead of hundreds, which is where 
 width-128 model's time goes on a GPU. Apart from the stack because none of this knows what
 the work computes.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -72,8 +73,9 @@ class _Replayed:
 
     WARMUP = GRAPH_WARMUP
 
-    def __init__(self, compute: Callable[[torch.Tensor, torch.Tensor, bool], None], device: torch.device,
-                 graphs: bool, what: str):
+    def __init__(
+        self, compute: Callable[[torch.Tensor, torch.Tensor, bool], None], device: torch.device, graphs: bool, what: str
+    ):
         self.compute, self.device, self.what = compute, device, what
         self.graphs = graphs and device.type == "cuda"
         self.shapes: dict[tuple, _Buffers] = {}  # an epoch's smaller last batch has its own
@@ -81,8 +83,10 @@ class _Replayed:
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> None:
         key = (tuple(x.shape), x.dtype, tuple(y.shape), y.dtype)
         if key not in self.shapes:
-            self.shapes[key] = _Buffers(torch.empty(x.shape, dtype=x.dtype, device=x.device),
-                                        torch.empty(y.shape, dtype=y.dtype, device=y.device))
+            self.shapes[key] = _Buffers(
+                torch.empty(x.shape, dtype=x.dtype, device=x.device),
+                torch.empty(y.shape, dtype=y.dtype, device=y.device),
+            )
         buffers = self.shapes[key]
         buffers.inputs.copy_(x)
         buffers.targets.copy_(y)
@@ -109,9 +113,12 @@ class _Replayed:
                 self.compute(buffers.inputs, buffers.targets, False)  # autocast's cast cache must not outlive it
         except Exception as err:  # noqa: BLE001 - any capture failure: run on without graphs
             first_line = str(err).splitlines()[0] if str(err) else ""
-            warnings.warn(f"CUDA graphs off for this group's {self.what}: it cannot be captured "
-                          f"({type(err).__name__}: {first_line}); it runs on without them",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"CUDA graphs off for this group's {self.what}: it cannot be captured "
+                f"({type(err).__name__}: {first_line}); it runs on without them",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             self.graphs = False
             torch.cuda.synchronize()
             return

@@ -30,6 +30,7 @@ tensors per optimizer group (`madsl.runner.batched.flat`). With `compiled`
 (`madsl.runner.batched.compile`), which a CUDA graph then replays the same way. An epoch of
 the stack: `madsl.runner.batched.stacked_epoch`.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,8 +64,7 @@ def batchable(models: Sequence[torch.nn.Module]) -> bool:
     every layer declaring `stacks`."""
     first = models[0]
     shapes = [{k: (v.shape, v.requires_grad) for k, v in m.named_parameters()} for m in models]
-    return (getattr(first, "kind", None) == "classes" and _batches(first)
-            and all(s == shapes[0] for s in shapes))
+    return getattr(first, "kind", None) == "classes" and _batches(first) and all(s == shapes[0] for s in shapes)
 
 
 class StackedMembers:
@@ -95,10 +95,16 @@ class StackedMembers:
         models = [dict(s.model.named_parameters()) for s in self.states]
         # the optimizer group of each parameter (build_optimizer: decayed or not); members share the layout
         by_id = {id(p): name for name, p in models[0].items()}
-        self.group_of = {by_id[id(p)]: index for index, group in enumerate(self.states[0].optimizer.param_groups)
-                         for p in group["params"]}
-        self.frozen = {name: torch.stack([m[name].detach() for m in models]).clone()
-                       for name in self.names if name not in self.trainable}
+        self.group_of = {
+            by_id[id(p)]: index
+            for index, group in enumerate(self.states[0].optimizer.param_groups)
+            for p in group["params"]
+        }
+        self.frozen = {
+            name: torch.stack([m[name].detach() for m in models]).clone()
+            for name in self.names
+            if name not in self.trainable
+        }
         steps = set()
         moments: dict[str, list[dict]] = {}
         for name in self.trainable:
@@ -112,14 +118,26 @@ class StackedMembers:
             layout.setdefault((self.group_of[name], models[0][name].dtype), []).append(name)
         self.flats = []
         for (group, _), names in layout.items():
+
             def stacks(member_tensor: Callable[[int, str], torch.Tensor]) -> list[torch.Tensor]:
                 return [torch.stack([member_tensor(i, name).detach() for i in range(len(models))]) for name in names]
 
-            self.flats.append(_Flat(group, names, [tuple(models[0][name].shape) for name in names], {
-                "param": stacks(lambda i, name: models[i][name]),
-                "exp_avg": stacks(lambda i, name: moments[name][i].get("exp_avg", torch.zeros_like(models[i][name]))),
-                "exp_avg_sq": stacks(lambda i, name: moments[name][i].get("exp_avg_sq",
-                                                                          torch.zeros_like(models[i][name])))}))
+            self.flats.append(
+                _Flat(
+                    group,
+                    names,
+                    [tuple(models[0][name].shape) for name in names],
+                    {
+                        "param": stacks(lambda i, name: models[i][name]),
+                        "exp_avg": stacks(
+                            lambda i, name: moments[name][i].get("exp_avg", torch.zeros_like(models[i][name]))
+                        ),
+                        "exp_avg_sq": stacks(
+                            lambda i, name: moments[name][i].get("exp_avg_sq", torch.zeros_like(models[i][name]))
+                        ),
+                    },
+                )
+            )
         self._restart()
 
     def _restart(self) -> None:
@@ -133,9 +151,12 @@ class StackedMembers:
             self.exp_avg_sq.update(flat.views(flat.exp_avg_sq))
         device = next(iter(self.params.values())).device
         # each member's weight decay per optimizer group (0 for biases, norms, ... under madsl's conventions)
-        self.decay = [torch.tensor([s.optimizer.param_groups[g]["weight_decay"] for s in self.states],
-                                   dtype=torch.float32, device=device)
-                      for g in range(len(self.states[0].optimizer.param_groups))]
+        self.decay = [
+            torch.tensor(
+                [s.optimizer.param_groups[g]["weight_decay"] for s in self.states], dtype=torch.float32, device=device
+            )
+            for g in range(len(self.states[0].optimizer.param_groups))
+        ]
         # the members' learning rates, then AdamW's two bias corrections: uploaded before each step
         self.hyper = torch.zeros(len(self.states) + 2, dtype=torch.float32, device=device)
         self._upload_hyper = _Upload(self.hyper)
@@ -160,8 +181,11 @@ class StackedMembers:
                         p = params[name]
                         state.optimizer.state[p] = {
                             "step": torch.tensor(float(self.step_count), dtype=torch.float32, device=p.device)
-                            if _fused(state.optimizer) else torch.tensor(float(self.step_count)),
-                            "exp_avg": self.exp_avg[name][i].clone(), "exp_avg_sq": self.exp_avg_sq[name][i].clone()}
+                            if _fused(state.optimizer)
+                            else torch.tensor(float(self.step_count)),
+                            "exp_avg": self.exp_avg[name][i].clone(),
+                            "exp_avg_sq": self.exp_avg_sq[name][i].clone(),
+                        }
                 if self.train_sums is not None:  # the epoch's sums so far are the stack's
                     state.train_metrics.load_state_dict({key: sums[i] for key, sums in self.train_sums.items()})
 
@@ -169,8 +193,9 @@ class StackedMembers:
         """Continue each member's train-metric sums (a resumed epoch's, or the zeros of a new
         one) in the stack: one chain of additions, as unbatched, so resuming changes no digit."""
         members = [s.train_metrics for s in self.states]
-        sums = {key: torch.stack([getattr(m, key).to(self.hyper.device) for m in members])
-                for key in MetricAccumulator.SUMS}
+        sums = {
+            key: torch.stack([getattr(m, key).to(self.hyper.device) for m in members]) for key in MetricAccumulator.SUMS
+        }
         if self.train_sums is None:
             self.train_sums = sums
         else:
@@ -194,7 +219,7 @@ class StackedMembers:
         self.step_count += 1
         lrs = [s.optimizer.param_groups[0]["lr"] for s in self.states]  # the schedule sets every group's lr
         beta1, beta2 = self.betas
-        self._upload_hyper(lrs + [1 - beta1 ** self.step_count, math.sqrt(1 - beta2 ** self.step_count)])
+        self._upload_hyper(lrs + [1 - beta1**self.step_count, math.sqrt(1 - beta2**self.step_count)])
         self._train_step(x, y)
 
     def _member_forward(self, cache: bool) -> Callable:
@@ -227,8 +252,15 @@ class StackedMembers:
         for flat in self.flats:
             self._adamw_update(flat, self.hyper, flat.param, flat.grad, flat.exp_avg, flat.exp_avg_sq)
 
-    def _adamw_update(self, flat: _Flat, hyper: torch.Tensor, param: torch.Tensor, grad: torch.Tensor,
-                      exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor) -> None:
+    def _adamw_update(
+        self,
+        flat: _Flat,
+        hyper: torch.Tensor,
+        param: torch.Tensor,
+        grad: torch.Tensor,
+        exp_avg: torch.Tensor,
+        exp_avg_sq: torch.Tensor,
+    ) -> None:
         """One flat group's update, in place (the flat's own tensors, or a compiled step's arguments)."""
         beta1, beta2 = self.betas
         members = len(self.states)
@@ -242,8 +274,9 @@ class StackedMembers:
         param.sub_(step_size.index_select(0, flat.member_of) * exp_avg / denom)
 
     @torch.no_grad()
-    def _add_sums(self, sums: dict[str, torch.Tensor], outputs: torch.Tensor, targets: torch.Tensor,
-                  loss_sums: torch.Tensor) -> None:
+    def _add_sums(
+        self, sums: dict[str, torch.Tensor], outputs: torch.Tensor, targets: torch.Tensor, loss_sums: torch.Tensor
+    ) -> None:
         """Add one batch of every member to metric sums (in place: a captured step adds into them)."""
         for key, value in metric_increments(*self.metrics, outputs, targets, loss_sums).items():
             sums[key].add_(value)
@@ -257,8 +290,10 @@ class StackedMembers:
         test_y = [data.test_y for data in datas]
         members, batch = len(self.states), eval_batch_size(self.settings)
         if self.eval_sums is None:
-            self.eval_sums = {key: torch.stack([getattr(MetricAccumulator(*self.metrics), key)] * members)
-                              .to(self.hyper.device) for key in MetricAccumulator.SUMS}
+            self.eval_sums = {
+                key: torch.stack([getattr(MetricAccumulator(*self.metrics), key)] * members).to(self.hyper.device)
+                for key in MetricAccumulator.SUMS
+            }
         for sums in self.eval_sums.values():
             sums.zero_()  # in place: a captured evaluation adds into these tensors
         was_training = self.template.training
@@ -297,11 +332,12 @@ class StackedMembers:
         flats, keys = len(self.flats), sorted(MetricAccumulator.SUMS)
 
         def step(*tensors: torch.Tensor) -> None:
-            params, exp_avgs, exp_avg_sqs = (tensors[i * flats:(i + 1) * flats] for i in range(3))
-            hyper, inputs, targets, *sums = tensors[3 * flats:]
+            params, exp_avgs, exp_avg_sqs = (tensors[i * flats : (i + 1) * flats] for i in range(3))
+            hyper, inputs, targets, *sums = tensors[3 * flats :]
             leaves = [p.detach().requires_grad_() for p in params]
-            losses, outputs, loss_sums = torch.func.vmap(self._member_forward(False))(self._weights(leaves),
-                                                                                      inputs, targets)
+            losses, outputs, loss_sums = torch.func.vmap(self._member_forward(False))(
+                self._weights(leaves), inputs, targets
+            )
             _forget_aux_losses(self.template)
             grads = torch.autograd.grad(losses.sum(), leaves)
             with torch.no_grad():
@@ -312,9 +348,15 @@ class StackedMembers:
         compiled = stacked_compile.CompiledInPlace(step, "training step")
 
         def compute(inputs: torch.Tensor, targets: torch.Tensor, cache: bool) -> None:
-            if not compiled(*(f.param for f in self.flats), *(f.exp_avg for f in self.flats),
-                            *(f.exp_avg_sq for f in self.flats), self.hyper, inputs, targets,
-                            *(self.train_sums[key] for key in keys)):
+            if not compiled(
+                *(f.param for f in self.flats),
+                *(f.exp_avg for f in self.flats),
+                *(f.exp_avg_sq for f in self.flats),
+                self.hyper,
+                inputs,
+                targets,
+                *(self.train_sums[key] for key in keys),
+            ):
                 self._train_compute(inputs, targets, cache)
 
         return compute
@@ -326,8 +368,9 @@ class StackedMembers:
         def batch(*tensors: torch.Tensor) -> None:
             params, (inputs, targets, *sums) = tensors[:flats], tensors[flats:]
             with torch.no_grad():
-                _, outputs, loss_sums = torch.func.vmap(self._member_forward(False))(self._weights(params),
-                                                                                     inputs, targets)
+                _, outputs, loss_sums = torch.func.vmap(self._member_forward(False))(
+                    self._weights(params), inputs, targets
+                )
                 _forget_aux_losses(self.template)
                 self._add_sums(dict(zip(keys, sums)), outputs, targets, loss_sums)
 

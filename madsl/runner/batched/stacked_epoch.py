@@ -5,6 +5,7 @@ Apart from the stack because the stack is the members' arithmetic (one step, one
 evaluation), and this is the epoch's bookkeeping around it, which a grid group
 (`madsl.runner.batched.grid`) drives between its per-member epoch ends.
 """
+
 from __future__ import annotations
 
 import time
@@ -27,10 +28,16 @@ def schedulers_without_steps() -> Iterator[None]:
         yield
 
 
-def train_stacked_epoch(stack: StackedMembers, datas: Sequence[Any], hooks: Sequence[Any],
-                        checkpoint: Callable[[], None], checkpoint_due: Callable[[], bool],
-                        should_stop: Callable[[], bool], interrupted: type,
-                        epoch_order: Callable[[int, int, int], torch.Tensor]) -> None:
+def train_stacked_epoch(
+    stack: StackedMembers,
+    datas: Sequence[Any],
+    hooks: Sequence[Any],
+    checkpoint: Callable[[], None],
+    checkpoint_due: Callable[[], bool],
+    should_stop: Callable[[], bool],
+    interrupted: type,
+    epoch_order: Callable[[int, int, int], torch.Tensor],
+) -> None:
     """Train the rest of the members' (common) epoch from their (common) step, as
     train.train_epoch does for one run: scheduler steps, train metrics and progress per
     member; `checkpoint()` (after writing the members back) when due mid-epoch and on a
@@ -67,8 +74,10 @@ def train_stacked_epoch(stack: StackedMembers, datas: Sequence[Any], hooks: Sequ
             window = slice(states[0].step * batch_size, (states[0].step + 1) * batch_size)
             rows = {key: order[window] for key, order in orders.items()}
             rows = [rows[(id(data), state.settings.seed)] for data, state in zip(datas, states)]
-            stack.step(_member_batch([data.train_x for data in datas], rows),
-                       _member_batch([data.train_y for data in datas], rows))
+            stack.step(
+                _member_batch([data.train_x for data in datas], rows),
+                _member_batch([data.train_y for data in datas], rows),
+            )
             for state, member_hooks in zip(states, hooks):
                 if per_step_schedule:  # the member's cosine schedule, on its own optimizer's groups
                     state.scheduler.step()

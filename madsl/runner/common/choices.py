@@ -2,6 +2,7 @@
 evaluation settings (madsl.runner.plan.settings), training (madsl.runner.train), the study
 files of madsl.scaling and the search files of madsl.search read them from this module.
 """
+
 from __future__ import annotations
 
 # training seeds every generator with a run's seed (torch's take at most 64 bits, the per-epoch

@@ -1,6 +1,7 @@
 """Who owns a run and whether that process lives: the owner tag a claim records (host:pid),
 and the checks that let a run whose process died be taken over (the results store) and a
 checkpoint's temporary file of a dead writer be cleared (training)."""
+
 from __future__ import annotations
 
 import os

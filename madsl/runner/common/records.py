@@ -6,6 +6,7 @@ Here, below every room, because the plan makes them, training reads them, and th
 jobs carry them (madsl.runner.plan.runs builds them; madsl.runner.plan.settings declares the
 setting each field comes from).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,7 +41,17 @@ class TrainSettings:
 
 # the options added after runs were first stored: a run's identity names each only when off its
 # default above, the value every run made before the option existed had (so older run ids stay valid)
-IDENTITY_OPTIONS = ("precision", "conventions", "optimizer", "schedule", "metric", "stop_acc", "patience",
-                    "min_delta", "lm_head")
-IDENTITY_DEFAULTS: Mapping[str, Any] = {f.name: f.default for f in dataclasses.fields(TrainSettings)
-                                        if f.name in IDENTITY_OPTIONS}
+IDENTITY_OPTIONS = (
+    "precision",
+    "conventions",
+    "optimizer",
+    "schedule",
+    "metric",
+    "stop_acc",
+    "patience",
+    "min_delta",
+    "lm_head",
+)
+IDENTITY_DEFAULTS: Mapping[str, Any] = {
+    f.name: f.default for f in dataclasses.fields(TrainSettings) if f.name in IDENTITY_OPTIONS
+}

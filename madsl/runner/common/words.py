@@ -2,6 +2,7 @@
 the ValueError argparse turns into a usage error. Shared by the option tables of what runs train
 (madsl.runner.plan.settings) and how they execute (madsl.runner.execute.options).
 """
+
 from __future__ import annotations
 
 import math
@@ -66,14 +67,16 @@ def lengths_text(text: str) -> list[int]:
         try:
             first, last = int(low), int(high) if dots else int(low)
         except ValueError:
-            raise ValueError(f"expected lengths such as 64,128,256 or a range of powers of two such as 64..1048576, "
-                             f"got {text!r}") from None
+            raise ValueError(
+                f"expected lengths such as 64,128,256 or a range of powers of two such as 64..1048576, got {text!r}"
+            ) from None
         if first <= 0 or last <= 0:
             raise ValueError(f"expected positive lengths, got {text!r}")
         if dots:
             if first & (first - 1) or last & (last - 1) or last < first:
-                raise ValueError(f"a range {part!r} runs over powers of two: both ends powers of two, the first "
-                                 "not larger")
+                raise ValueError(
+                    f"a range {part!r} runs over powers of two: both ends powers of two, the first not larger"
+                )
             values += [1 << e for e in range(first.bit_length() - 1, last.bit_length())]
         else:
             values.append(first)

@@ -2,6 +2,7 @@
 writes what their events report, and tells a `Reporter`. Interrupted runs go back to pending,
 so the next evaluation resumes them; a run another live process holds is waited for.
 """
+
 from __future__ import annotations
 
 import collections
@@ -13,9 +14,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from madsl.errors import MadslError
-from madsl.runner.store.files import discard_checkpoint
 from madsl.runner.execute.jobs import Event, RunJob, is_group, run_ids
 from madsl.runner.execute.local import Executor
+from madsl.runner.store.files import discard_checkpoint
 
 HEARTBEAT_EVERY_S = 30.0
 
@@ -60,9 +61,15 @@ class Outcome:
         return not self.failed and not self.interrupted
 
 
-def run_jobs(store, jobs: list[RunJob], executor: Executor, reporter: Reporter | None = None,
-             skip_solved_at: float | None = None, stop_requested: Callable[[], bool] = lambda: False,
-             wait_poll_s: float = 2.0) -> Outcome:
+def run_jobs(
+    store,
+    jobs: list[RunJob],
+    executor: Executor,
+    reporter: Reporter | None = None,
+    skip_solved_at: float | None = None,
+    stop_requested: Callable[[], bool] = lambda: False,
+    wait_poll_s: float = 2.0,
+) -> Outcome:
     """Claim, execute and record `jobs` (already registered in `store`).
 
     skip_solved_at: skip a job when a done run of the same setting (other lr/wd)
@@ -76,9 +83,16 @@ class Coordinator:
     """The one writer of the store during a sweep: it claims runs, hands them to an executor
     and records what the executor's events report."""
 
-    def __init__(self, store, jobs: list[RunJob], executor: Executor, reporter: Reporter | None = None,
-                 skip_solved_at: float | None = None, stop_requested: Callable[[], bool] = lambda: False,
-                 wait_poll_s: float = 2.0):
+    def __init__(
+        self,
+        store,
+        jobs: list[RunJob],
+        executor: Executor,
+        reporter: Reporter | None = None,
+        skip_solved_at: float | None = None,
+        stop_requested: Callable[[], bool] = lambda: False,
+        wait_poll_s: float = 2.0,
+    ):
         from madsl.runner.common.process import owner_tag
 
         self.store, self.executor, self.reporter = store, executor, reporter or Reporter()
@@ -94,8 +108,9 @@ class Coordinator:
         self.by_id = {run.run_id: run for run in runs}
         self.stopping = False
         self.last_heartbeat = time.monotonic()
-        self.initially_done = {r.run_id for r in runs
-                               if (row := store.run(r.run_id)) is not None and row["status"] == "done"}
+        self.initially_done = {
+            r.run_id for r in runs if (row := store.run(r.run_id)) is not None and row["status"] == "done"
+        }
 
     def run(self) -> Outcome:
         self.reporter.planned(len(self.by_id), len(self.initially_done))
@@ -170,8 +185,11 @@ class Coordinator:
         if job.run_id in self.initially_done:
             outcome.already_done.append(job.run_id)
             return False
-        if self.skip_solved_at is not None and (sibling := store.solved_sibling(job.run_id, self.skip_solved_at)) \
-                and store.mark_skipped(job.run_id, f"solved by {sibling}"):  # else done, or running elsewhere
+        if (
+            self.skip_solved_at is not None
+            and (sibling := store.solved_sibling(job.run_id, self.skip_solved_at))
+            and store.mark_skipped(job.run_id, f"solved by {sibling}")
+        ):  # else done, or running elsewhere
             discard_checkpoint(job.checkpoint_path)  # of a dead process's attempt
             outcome.skipped.append(job.run_id)
             self.reporter.ended(job, "skipped", "setting solved at another lr/wd")
@@ -213,8 +231,7 @@ class Coordinator:
         if "reason" in data:
             self.reporter.message(f"retrying {job.label} from {where}: {data['reason']}")
         else:
-            self.reporter.message(f"retrying {job.label} (attempt {data['attempt']}, its node was lost) "
-                                  f"from {where}")
+            self.reporter.message(f"retrying {job.label} (attempt {data['attempt']}, its node was lost) from {where}")
 
     def _on_length(self, job: RunJob, data: dict) -> None:
         self.store.heartbeat([job.run_id], self.owner)
@@ -242,9 +259,16 @@ class Coordinator:
 
         spec = getattr(job.model_factory, "spec", None)
         try:
-            kept = keep_best(job.run_id, Path(job.checkpoint_path), self.store.files_dir,
-                             getattr(spec, "data", None), data.get("build") or {}, data["result"],
-                             getattr(job.task, "name", str(job.task)), dict(job.setting))
+            kept = keep_best(
+                job.run_id,
+                Path(job.checkpoint_path),
+                self.store.files_dir,
+                getattr(spec, "data", None),
+                data.get("build") or {},
+                data["result"],
+                getattr(job.task, "name", str(job.task)),
+                dict(job.setting),
+            )
         except MadslError as err:  # a link planted under models/, a full disk: the run stays done, unkept
             self.reporter.message(f"{job.label}: its best weights were not kept: {err.message}")
             self.outcome.unkept[job.run_id] = err.message
@@ -258,8 +282,10 @@ class Coordinator:
         leaves the checkpoint to it and waits for it, as for any run another live process runs."""
         self.active.pop(job.run_id, None)
         self.waiting.append(job)
-        self.reporter.message(f"{job.label}: another process took this run over while this one's heartbeat "
-                              f"was stale; waiting for its result")
+        self.reporter.message(
+            f"{job.label}: another process took this run over while this one's heartbeat "
+            f"was stale; waiting for its result"
+        )
 
     def _on_failed(self, job: RunJob, data: dict) -> None:
         self.store.release(job.run_id, "failed", data.get("traceback") or data["error"], self.owner)

@@ -1,6 +1,7 @@
 """Where runs train: the devices of this machine runs are placed on, grid batching and CUDA
 graphs by device, and the executor that runs them (local processes or Ray).
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -34,15 +35,21 @@ def resolve_cuda_graphs(cuda_graphs: bool | None, on_ray: bool, device: str, bat
 def _check_cuda_graphs(on_ray: bool, device: str, batch_grid: bool) -> None:
     """CUDA graphs replay grid-batched (stacked) training on a CUDA device of this machine."""
     if on_ray:
-        raise MadslError(f"{option('cuda_graphs')} runs with the local executors only: Ray runs each run as its own task",
-                         hint=f"drop {option('cuda_graphs')}, or use {option('executor')} local")
+        raise MadslError(
+            f"{option('cuda_graphs')} runs with the local executors only: Ray runs each run as its own task",
+            hint=f"drop {option('cuda_graphs')}, or use {option('executor')} local",
+        )
     if not device.startswith("cuda"):
-        raise MadslError(f"{option('cuda_graphs')} needs a CUDA device; the runs are planned on {device}",
-                         hint=f"run on a GPU ({option('device')} cuda), or drop {option('cuda_graphs')}")
+        raise MadslError(
+            f"{option('cuda_graphs')} needs a CUDA device; the runs are planned on {device}",
+            hint=f"run on a GPU ({option('device')} cuda), or drop {option('cuda_graphs')}",
+        )
     if not batch_grid:
-        raise MadslError(f"{option('cuda_graphs')} replays grid-batched training: it needs grid batching",
-                         hint=f"turn grid batching ({option('batch_grid')}) back on (the default on CUDA), or drop "
-                              f"{option('cuda_graphs')}")
+        raise MadslError(
+            f"{option('cuda_graphs')} replays grid-batched training: it needs grid batching",
+            hint=f"turn grid batching ({option('batch_grid')}) back on (the default on CUDA), or drop "
+            f"{option('cuda_graphs')}",
+        )
 
 
 def default_batch_grid(device: str) -> bool:
@@ -69,9 +76,11 @@ def place_devices(device: str, devices: Sequence[str] | None) -> list[str] | Non
         if kind != "cuda" or not index.isdigit():
             raise MadslError(f"{option('devices')}: unknown device {name!r}", expected="cpu or cuda:N, comma-separated")
         if int(index) >= torch.cuda.device_count():
-            raise MadslError(f"{option('devices')}: {name} does not exist on this machine "
-                             f"({torch.cuda.device_count()} CUDA device(s) visible)",
-                             hint="see nvidia-smi, or CUDA_VISIBLE_DEVICES")
+            raise MadslError(
+                f"{option('devices')}: {name} does not exist on this machine "
+                f"({torch.cuda.device_count()} CUDA device(s) visible)",
+                hint="see nvidia-smi, or CUDA_VISIBLE_DEVICES",
+            )
     return list(devices)
 
 
@@ -83,16 +92,18 @@ def ray_device(options: Any) -> str:
     return "cuda" if options.gpus_per_run else "cpu"
 
 
-def ray_options(executor: Executor | str | None, address: str | None, cpus_per_run: float,
-                gpus_per_run: float) -> Any:
+def ray_options(executor: Executor | str | None, address: str | None, cpus_per_run: float, gpus_per_run: float) -> Any:
     """RayOptions when the runs go to Ray (checked now, before anything is planned), else None."""
     if executor is None or isinstance(executor, Executor) or executor == "local":
         return None
     if executor != "ray":
         from madsl.errors import did_you_mean
 
-        raise MadslError(f"unknown executor {executor!r}", expected=" or ".join(EXECUTORS),
-                         hint=did_you_mean(str(executor), EXECUTORS))
+        raise MadslError(
+            f"unknown executor {executor!r}",
+            expected=" or ".join(EXECUTORS),
+            hint=did_you_mean(str(executor), EXECUTORS),
+        )
     from madsl.runner.execute.ray import RayOptions, import_ray
 
     options = RayOptions(address=address, cpus_per_run=float(cpus_per_run), gpus_per_run=float(gpus_per_run))
@@ -120,4 +131,6 @@ def check_workers_and_device(workers: int, device: str, on_this_machine: bool = 
         import torch
 
         if not torch.cuda.is_available():
-            raise MadslError(f"{option('device')} cuda: no CUDA device is available", hint=f"use {option('device')} auto or cpu")
+            raise MadslError(
+                f"{option('device')} cuda: no CUDA device is available", hint=f"use {option('device')} auto or cpu"
+            )

@@ -3,6 +3,7 @@ reports back (`Event`), and how a worker trains a run (`execute_job`, with its d
 `job_inputs`). Nothing here touches the results store; a grid group (madsl.runner.batched.grid) and
 a pretraining run (madsl.runner.pretrain.job) are jobs too, and madsl.runner.launch.run runs them all.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
 from madsl.runner.common.records import TrainSettings
-
 
 PROGRESS_EVERY_S = 0.5
 TERMINAL = ("finished", "failed", "interrupted", "skipped")  # the events that end a run
@@ -115,24 +115,41 @@ def job_inputs(job: RunJob, load: Callable[..., Any] = load_split) -> JobInputs:
         backbone = job.model_factory(vocab_size=vocab_size, max_seq_len=seq_len, num_classes=out, seed=seed)
         if job.train.freeze:  # hybrid fine-tuning: some layers keep their weights
             backbone.freeze(list(job.train.freeze))
-        return TaskModel(backbone, head, num_classes=num_classes,
-                         target_len=int(train_data.targets.shape[1]) if head == "compression" else None,
-                         input_dim=input_dim,
-                         compression_position=int(dict(train_data.meta).get("compression_position", -1)),
-                         conventions=job.train.conventions, lm_head=job.train.lm_head)
+        return TaskModel(
+            backbone,
+            head,
+            num_classes=num_classes,
+            target_len=int(train_data.targets.shape[1]) if head == "compression" else None,
+            input_dim=input_dim,
+            compression_position=int(dict(train_data.meta).get("compression_position", -1)),
+            conventions=job.train.conventions,
+            lm_head=job.train.lm_head,
+        )
 
     def length_data(length: int):
         return load(task, {**setting, "seq_len": length}, "test", seed, job.data_dir)
 
-    build = {"vocab_size": vocab_size, "max_seq_len": seq_len, "num_classes": max(num_classes, 1),
-             "backbone_num_classes": (num_classes if head in ("lm", "classify") and num_classes != vocab_size
-                                      else None),
-             "head": head, "input_dim": input_dim,
-             "target_len": int(train_data.targets.shape[1]) if head == "compression" else None,
-             "compression_position": int(dict(train_data.meta).get("compression_position", -1)),
-             "conventions": job.train.conventions, "lm_head": job.train.lm_head}
-    return JobInputs(train_data, test_data, max(num_classes, 1), build_model, length_data,
-                     job.train.batch_size * max(int(train_data.inputs.shape[1]), 1), build)
+    build = {
+        "vocab_size": vocab_size,
+        "max_seq_len": seq_len,
+        "num_classes": max(num_classes, 1),
+        "backbone_num_classes": (num_classes if head in ("lm", "classify") and num_classes != vocab_size else None),
+        "head": head,
+        "input_dim": input_dim,
+        "target_len": int(train_data.targets.shape[1]) if head == "compression" else None,
+        "compression_position": int(dict(train_data.meta).get("compression_position", -1)),
+        "conventions": job.train.conventions,
+        "lm_head": job.train.lm_head,
+    }
+    return JobInputs(
+        train_data,
+        test_data,
+        max(num_classes, 1),
+        build_model,
+        length_data,
+        job.train.batch_size * max(int(train_data.inputs.shape[1]), 1),
+        build,
+    )
 
 
 def job_hooks(job: RunJob, emit: Callable[[Event], None], should_stop: Callable[[], bool]):
@@ -154,8 +171,14 @@ def job_hooks(job: RunJob, emit: Callable[[Event], None], should_stop: Callable[
         emit(Event("length", job.run_id, {"length": length, "index": index, "count": count}))
 
     every = {} if job.checkpoint_every_s is None else {"checkpoint_every_s": job.checkpoint_every_s}
-    return TrainHooks(on_epoch=on_epoch, on_progress=on_progress, should_stop=should_stop, on_length=on_length,
-                      keep_best=job.keep_best, **every)
+    return TrainHooks(
+        on_epoch=on_epoch,
+        on_progress=on_progress,
+        should_stop=should_stop,
+        on_length=on_length,
+        keep_best=job.keep_best,
+        **every,
+    )
 
 
 def execute_job(job: Job, emit: Callable[[Event], None], should_stop: Callable[[], bool]) -> None:
@@ -170,17 +193,26 @@ def train_job(job: RunJob, emit: Callable[[Event], None], should_stop: Callable[
 
     def train(device: Any) -> tuple[Any, dict]:
         inputs = job_inputs(job)
-        result = train_run(job.train, inputs.build_model, inputs.train_data, inputs.test_data,
-                           num_classes=inputs.num_classes, device=device, checkpoint_path=Path(job.checkpoint_path),
-                           hooks=job_hooks(job, emit, should_stop), length_data=inputs.length_data,
-                           run_id=job.run_id)
+        result = train_run(
+            job.train,
+            inputs.build_model,
+            inputs.train_data,
+            inputs.test_data,
+            num_classes=inputs.num_classes,
+            device=device,
+            checkpoint_path=Path(job.checkpoint_path),
+            hooks=job_hooks(job, emit, should_stop),
+            length_data=inputs.length_data,
+            run_id=job.run_id,
+        )
         return result, {"build": inputs.build}
 
     report_run(job.run_id, job.device, emit, train)
 
 
-def report_run(run_id: str, device_name: str, emit: Callable[[Event], None],
-               train: Callable[[Any], tuple[Any, dict]]) -> None:
+def report_run(
+    run_id: str, device_name: str, emit: Callable[[Event], None], train: Callable[[Any], tuple[Any, dict]]
+) -> None:
     """Train one run with `train(device)` -> (its RunResult, more of the finished event's data) and
     report it: started, then finished, interrupted (a stop: its checkpoint holds it) or failed. Never raises."""
     import torch
@@ -192,8 +224,13 @@ def report_run(run_id: str, device_name: str, emit: Callable[[Event], None],
         device = resolve_device(device_name)
         emit(Event("started", run_id, {"pid": os.getpid(), "device": str(device)}))
         result, more = train(device)
-        emit(Event("finished", run_id, {"result": result.to_dict(), "device": str(device), **more,
-                                        "threads": torch.get_num_threads()}))
+        emit(
+            Event(
+                "finished",
+                run_id,
+                {"result": result.to_dict(), "device": str(device), **more, "threads": torch.get_num_threads()},
+            )
+        )
     except RunInterrupted as err:
         emit(Event("interrupted", run_id, {"message": str(err)}))
     except BaseException as err:  # noqa: BLE001 - report, never take the executor down

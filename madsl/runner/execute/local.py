@@ -9,6 +9,7 @@ it likes (madsl.runner.execute.ray does so on Ray).
 
 Stopping (Ctrl-C): `request_stop` asks running jobs to checkpoint and report "interrupted".
 """
+
 from __future__ import annotations
 
 import collections
@@ -23,8 +24,8 @@ from abc import ABC, abstractmethod
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-
 from madsl.runner.execute.jobs import TERMINAL, Event, RunJob, execute_job, run_ids
+
 SILENT_GRACE_S = 30.0  # a finished worker job's events must arrive within this
 
 
@@ -82,8 +83,12 @@ class ThreadExecutor(Executor):
             import torch
 
             torch.set_num_threads(self.threads)
-        self._worker = threading.Thread(target=execute_job, args=(job, self._events.put, self._stop.is_set),
-                                        name=f"madsl-run-{job.run_id[:8]}", daemon=True)
+        self._worker = threading.Thread(
+            target=execute_job,
+            args=(job, self._events.put, self._stop.is_set),
+            name=f"madsl-run-{job.run_id[:8]}",
+            daemon=True,
+        )
         self._worker.start()
 
     def poll(self, timeout: float) -> list[Event]:
@@ -93,8 +98,10 @@ class ThreadExecutor(Executor):
             self._worker = None
             if self._stop.is_set():
                 while self._pending:
-                    events += [Event("interrupted", run_id, {"message": "not started"})
-                               for run_id in run_ids(self._pending.popleft())]
+                    events += [
+                        Event("interrupted", run_id, {"message": "not started"})
+                        for run_id in run_ids(self._pending.popleft())
+                    ]
             self._start_next()
         return events
 
@@ -143,8 +150,11 @@ class ProcessExecutor(Executor):
 
     def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
         return concurrent.futures.ProcessPoolExecutor(
-            max_workers=self.slots, mp_context=self._context, initializer=_worker_init,
-            initargs=(self._events, self._stop, self.threads_per_worker))
+            max_workers=self.slots,
+            mp_context=self._context,
+            initializer=_worker_init,
+            initargs=(self._events, self._stop, self.threads_per_worker),
+        )
 
     def submit(self, job: RunJob) -> None:
         try:
@@ -173,13 +183,17 @@ class ProcessExecutor(Executor):
             elif future.exception() is not None:  # the worker process died (killed, out of memory)
                 del self._futures[future]
                 err = future.exception()
-                events += [Event("failed", run_id, {"error": f"worker died: {type(err).__name__}: {err}",
-                                                    "traceback": ""}) for run_id in silent]
+                events += [
+                    Event("failed", run_id, {"error": f"worker died: {type(err).__name__}: {err}", "traceback": ""})
+                    for run_id in silent
+                ]
             elif now - self._silent_since.setdefault(ids[0], now) > SILENT_GRACE_S:
                 # the job returned but its last events never arrived (the queue's feeder is async)
                 del self._futures[future]
-                events += [Event("failed", run_id, {"error": "worker ended without reporting a result",
-                                                    "traceback": ""}) for run_id in silent]
+                events += [
+                    Event("failed", run_id, {"error": "worker ended without reporting a result", "traceback": ""})
+                    for run_id in silent
+                ]
         return events
 
     def request_stop(self) -> None:

@@ -8,6 +8,7 @@ this table come the `eval` command's options (madsl/cli/evaluate.py) and `Execut
 record of them that `madsl.evaluate` takes (madsl.runner.config). What the runs train is the other
 table, madsl.runner.plan.settings.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,40 +42,114 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("db", DEFAULT_DB, f"results database (default: {DEFAULT_DB})", "--db"),
     Option("workers", 1, "runs in parallel (local processes; default 1)", "--workers", text=positive_int_text),
-    Option("device", "auto", "where runs train (default: auto, CUDA when available)", "--device",
-           {"choices": ("auto", "cpu", "cuda")}),
-    Option("devices", None, "place runs on these devices round-robin, e.g. cuda:0,cuda:1 (default on CUDA: every "
-           "visible GPU)", "--devices", {"metavar": "DEV,DEV"}, text=device_list_text),
-    Option("executor", "local", "local: --workers processes of this machine (default); ray: a Ray cluster "
-           "(needs madsl[ray])", "--executor", {"metavar": "local|ray"}, group="cluster"),
-    Option("address", None, "the Ray cluster to use (default: start a local Ray instance sized to this machine)",
-           "--address", {"metavar": "auto|HOST:PORT"}, group="cluster"),
-    Option("cpus_per_run", 1.0, "CPUs each run holds on Ray (default: 1)", "--cpus-per-run", {"metavar": "N"},
-           text=positive_text, group="cluster"),
-    Option("gpus_per_run", 0.0, "GPUs each run holds on Ray; fractions share a GPU, e.g. 0.25 (default: 0)",
-           "--gpus-per-run", {"metavar": "F"}, text=non_negative_text, group="cluster"),
-    Option("batch_grid", None, "train the runs of a setting that differ only in lr, weight decay or seed together, "
-           "in one job (each stored as its own run, results as unbatched; default: on for CUDA, off on the CPU)",
-           "--batch-grid", {"action": "boolean"}),
-    Option("cuda_graphs", None, "train every run stacked (grid groups; a run alone as a stack of one) and replay "
-           "each training step and evaluation batch as a CUDA graph: one launch each (CUDA with grid batching only; "
-           "a step that cannot be captured runs on without; default: on where grid batching is on a CUDA device)",
-           "--cuda-graphs", {"action": "boolean"}),
-    Option("keep", "none", "best: keep each run's best weights in the results folder, for `madsl export RUN_ID`",
-           "--keep", {"choices": ("none", "best")}),
-    Option("checkpoint_every", None, "how often a run writes its checkpoint, at an epoch's end or inside a long one "
-           "(default 60: a crash loses at most a minute of training; 0: after every epoch)", "--checkpoint-every",
-           {"metavar": "SECONDS"}, text=non_negative_text),
-    Option("dry_run", False, "print the plan and exit: runs (in all, done, pending), training tokens, FLOPs, "
-           "estimated time (the FLOPs at this machine's measured training rate); with --format json",
-           "--dry-run", {"action": "store_true"}),
-    Option("measure_rate", False, "measure this machine's training rate again for the plan's time estimate (it is "
-           "measured once per device and thread count, and cached)", "--measure-rate", {"action": "store_true"}),
+    Option(
+        "device",
+        "auto",
+        "where runs train (default: auto, CUDA when available)",
+        "--device",
+        {"choices": ("auto", "cpu", "cuda")},
+    ),
+    Option(
+        "devices",
+        None,
+        "place runs on these devices round-robin, e.g. cuda:0,cuda:1 (default on CUDA: every visible GPU)",
+        "--devices",
+        {"metavar": "DEV,DEV"},
+        text=device_list_text,
+    ),
+    Option(
+        "executor",
+        "local",
+        "local: --workers processes of this machine (default); ray: a Ray cluster (needs madsl[ray])",
+        "--executor",
+        {"metavar": "local|ray"},
+        group="cluster",
+    ),
+    Option(
+        "address",
+        None,
+        "the Ray cluster to use (default: start a local Ray instance sized to this machine)",
+        "--address",
+        {"metavar": "auto|HOST:PORT"},
+        group="cluster",
+    ),
+    Option(
+        "cpus_per_run",
+        1.0,
+        "CPUs each run holds on Ray (default: 1)",
+        "--cpus-per-run",
+        {"metavar": "N"},
+        text=positive_text,
+        group="cluster",
+    ),
+    Option(
+        "gpus_per_run",
+        0.0,
+        "GPUs each run holds on Ray; fractions share a GPU, e.g. 0.25 (default: 0)",
+        "--gpus-per-run",
+        {"metavar": "F"},
+        text=non_negative_text,
+        group="cluster",
+    ),
+    Option(
+        "batch_grid",
+        None,
+        "train the runs of a setting that differ only in lr, weight decay or seed together, "
+        "in one job (each stored as its own run, results as unbatched; default: on for CUDA, off on the CPU)",
+        "--batch-grid",
+        {"action": "boolean"},
+    ),
+    Option(
+        "cuda_graphs",
+        None,
+        "train every run stacked (grid groups; a run alone as a stack of one) and replay "
+        "each training step and evaluation batch as a CUDA graph: one launch each (CUDA with grid batching only; "
+        "a step that cannot be captured runs on without; default: on where grid batching is on a CUDA device)",
+        "--cuda-graphs",
+        {"action": "boolean"},
+    ),
+    Option(
+        "keep",
+        "none",
+        "best: keep each run's best weights in the results folder, for `madsl export RUN_ID`",
+        "--keep",
+        {"choices": ("none", "best")},
+    ),
+    Option(
+        "checkpoint_every",
+        None,
+        "how often a run writes its checkpoint, at an epoch's end or inside a long one "
+        "(default 60: a crash loses at most a minute of training; 0: after every epoch)",
+        "--checkpoint-every",
+        {"metavar": "SECONDS"},
+        text=non_negative_text,
+    ),
+    Option(
+        "dry_run",
+        False,
+        "print the plan and exit: runs (in all, done, pending), training tokens, FLOPs, "
+        "estimated time (the FLOPs at this machine's measured training rate); with --format json",
+        "--dry-run",
+        {"action": "store_true"},
+    ),
+    Option(
+        "measure_rate",
+        False,
+        "measure this machine's training rate again for the plan's time estimate (it is "
+        "measured once per device and thread count, and cached)",
+        "--measure-rate",
+        {"action": "store_true"},
+    ),
 )
 BY_NAME: Mapping[str, Option] = {option.name: option for option in OPTIONS}
 
 # The options as one frozen record; `executor` may also hold an Executor object (Python only).
 Execution = dataclasses.make_dataclass(
-    "Execution", [(option.name, Any, field(default=option.default)) for option in OPTIONS], frozen=True,
-    namespace={"__module__": __name__,
-               "__doc__": "How an evaluation's runs execute (madsl.runner.execute.options); changes no result."})
+    "Execution",
+    [(option.name, Any, field(default=option.default)) for option in OPTIONS],
+    frozen=True,
+    namespace={
+        "__module__": __name__,
+        "__doc__": "How an evaluation's runs execute (madsl.runner.execute.options); changes no result.",
+    },
+)

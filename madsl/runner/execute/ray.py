@@ -23,6 +23,7 @@ Faults:
     Ctrl-C           `request_stop` raises the hub's stop flag; running tasks
                      checkpoint and report "interrupted", queued ones do not start.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,28 +61,31 @@ class RayOptions:
         if not (self.cpus_per_run > 0 and math.isfinite(self.cpus_per_run)):
             raise MadslError(f"{option('cpus_per_run')} must be a positive number, got {self.cpus_per_run:g}")
         if not (self.gpus_per_run >= 0 and math.isfinite(self.gpus_per_run)):
-            raise MadslError(f"{option('gpus_per_run')} must be zero or a positive number (fractions share a GPU), "
-                             f"got {self.gpus_per_run:g}")
+            raise MadslError(
+                f"{option('gpus_per_run')} must be zero or a positive number (fractions share a GPU), "
+                f"got {self.gpus_per_run:g}"
+            )
 
 
 def import_ray():
     try:
         import ray
     except ImportError:
-        raise MadslError(f"{option('executor')} ray needs Ray, which is not installed",
-                         hint=f"install it with: {INSTALL}") from None
+        raise MadslError(
+            f"{option('executor')} ray needs Ray, which is not installed", hint=f"install it with: {INSTALL}"
+        ) from None
     return ray
 
 
 # --- connecting ----------------------------------------------------------------------------
+
 
 def connect(address: str | None) -> bool:
     """Connect this process to Ray; returns True when it started a local instance (to shut down)."""
     ray = import_ray()
     if ray.is_initialized():
         return False
-    options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False,
-                               "include_dashboard": False}
+    options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False, "include_dashboard": False}
     if address is None:
         ray.init(address="local", **options)  # sized to this machine: every core, every GPU
         return True
@@ -90,7 +94,9 @@ def connect(address: str | None) -> bool:
     try:
         ray.init(address=resolved, **options)
     except (ConnectionError, RuntimeError, ValueError) as err:
-        raise MadslError(f"{option('address')} {address}: cannot connect to a Ray cluster at {resolved}: {err}") from None
+        raise MadslError(
+            f"{option('address')} {address}: cannot connect to a Ray cluster at {resolved}: {err}"
+        ) from None
     return False
 
 
@@ -104,9 +110,11 @@ def _resolve_address(address: str) -> str:
     try:
         return canonicalize_bootstrap_address_or_die(address)
     except (ConnectionError, ValueError) as err:
-        raise MadslError(f"{option('address')} {address}: {err}",
-                         hint=f"start a cluster with `ray start --head`, or give {option('address')} HOST:PORT; "
-                              f"without {option('address')} a local Ray instance is started") from None
+        raise MadslError(
+            f"{option('address')} {address}: {err}",
+            hint=f"start a cluster with `ray start --head`, or give {option('address')} HOST:PORT; "
+            f"without {option('address')} a local Ray instance is started",
+        ) from None
 
 
 def _probe(resolved: str, address: str) -> None:
@@ -117,12 +125,14 @@ def _probe(resolved: str, address: str) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as err:
-        raise MadslError(f"{option('address')} {address}: no Ray cluster answers at {resolved} ({err})",
-                         hint="is the head node up (`ray status` on it) and its GCS port reachable "
-                              "from here?") from None
+        raise MadslError(
+            f"{option('address')} {address}: no Ray cluster answers at {resolved} ({err})",
+            hint="is the head node up (`ray status` on it) and its GCS port reachable from here?",
+        ) from None
 
 
 # --- the hub: events and checkpoints, on the driver's node -----------------------------------
+
 
 class EventHub:
     """A Ray actor: workers put events and checkpoints, the driver drains them.
@@ -237,6 +247,7 @@ def run_on_ray(job: RunJob, hub: Any, threads: int) -> None:
 
 # --- the executor --------------------------------------------------------------------------
 
+
 class RayExecutor(Executor):
     """Runs each job as a Ray task holding `cpus_per_run` CPUs and `gpus_per_run` GPUs."""
 
@@ -250,8 +261,11 @@ class RayExecutor(Executor):
         here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
         self.hub = ray.remote(EventHub).options(num_cpus=0, scheduling_strategy=here).remote()
         self.task = ray.remote(run_on_ray).options(
-            num_cpus=options.cpus_per_run, num_gpus=options.gpus_per_run, max_retries=NODE_RETRIES,
-            retry_exceptions=False)  # execute_job reports its own errors; only lost nodes are retried
+            num_cpus=options.cpus_per_run,
+            num_gpus=options.gpus_per_run,
+            max_retries=NODE_RETRIES,
+            retry_exceptions=False,
+        )  # execute_job reports its own errors; only lost nodes are retried
         self.threads = max(1, int(options.cpus_per_run))
         self.running: dict[Any, RunJob] = {}  # task ref -> its job
         self.jobs: dict[str, RunJob] = {}  # run id -> its job, for every job submitted

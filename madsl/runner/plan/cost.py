@@ -17,6 +17,7 @@
 The estimate is an upper bound where runs stop early (a protocol's early stop once a
 run is solved). Wall time divides the run-seconds over the runs that execute at once.
 """
+
 from __future__ import annotations
 
 import math
@@ -84,8 +85,12 @@ class Shapes:
             here = self.accounting(spec, seq_len, vocab)
             if (id(spec), seq_len) not in self.sized:
                 self.sized[(id(spec), seq_len)] = length_sized(spec, here, seq_len, vocab)
-            self.shapes[key] = Shape(here.totals["flops"], here.totals["params"], self.sized[(id(spec), seq_len)],
-                                     tuple((row.primitive, float(row.flops)) for row in here.layers))
+            self.shapes[key] = Shape(
+                here.totals["flops"],
+                here.totals["params"],
+                self.sized[(id(spec), seq_len)],
+                tuple((row.primitive, float(row.flops)) for row in here.layers),
+            )
         return self.shapes[key]
 
 
@@ -98,8 +103,12 @@ def length_sized(spec: Any, here: Any, seq_len: int, vocab: int) -> dict[str, in
     if not written:  # no field holds the length: none can follow it (and nothing to account again)
         return {}
     longer = account(spec, seq_len=seq_len + 1, vocab=vocab)
-    return {f"{row.symbol}.{name}": value for row, moved in zip(here.layers, longer.layers)
-            for name, value in row.config.items() if value == seq_len and moved.config.get(name) == seq_len + 1}
+    return {
+        f"{row.symbol}.{name}": value
+        for row, moved in zip(here.layers, longer.layers)
+        for name, value in row.config.items()
+        if value == seq_len and moved.config.get(name) == seq_len + 1
+    }
 
 
 def run_shape(job: Any) -> tuple[int, int, int, int, int]:
@@ -107,13 +116,24 @@ def run_shape(job: Any) -> tuple[int, int, int, int, int]:
     the training examples (a larger one trains on all of them at once, and is costed so)."""
     settings = dict(job.setting)
     train_examples = int(settings.get("num_train_examples", 0))
-    return (int(settings.get("seq_len", 1)), int(job.task.vocab_size(settings)), train_examples,
-            int(settings.get("num_test_examples", 0)), min(int(job.train.batch_size), max(train_examples, 1)))
+    return (
+        int(settings.get("seq_len", 1)),
+        int(job.task.vocab_size(settings)),
+        train_examples,
+        int(settings.get("num_test_examples", 0)),
+        min(int(job.train.batch_size), max(train_examples, 1)),
+    )
 
 
-def estimate(jobs: Sequence[Any], done: set[str], rates: "RateBook | None" = None, work: Sequence[Any] = (),
-             threads: int | None = None, progress: Progress | None = None,
-             shapes: Shapes | None = None) -> list[RunCost]:
+def estimate(
+    jobs: Sequence[Any],
+    done: set[str],
+    rates: "RateBook | None" = None,
+    work: Sequence[Any] = (),
+    threads: int | None = None,
+    progress: Progress | None = None,
+    shapes: Shapes | None = None,
+) -> list[RunCost]:
     """The cost of every pending job (done ones cost nothing). `rates`: a
     madsl.runner.plan.rate.RateBook to time them with (None: tokens and FLOPs only); `work`: the
     units the executor runs (RunJobs and GroupJobs), so that a stacked group's runs share its
@@ -129,16 +149,34 @@ def estimate(jobs: Sequence[Any], done: set[str], rates: "RateBook | None" = Non
         shape = shapes.of(spec, seq_len, vocab) if spec is not None else None
         layers.append(shape.layers if shape is not None else None)
         flops = None if shape is None else TRAIN_FORWARDS * float(shape.flops) * n_train * job.train.epochs
-        costs.append(RunCost(job.run_id, getattr(spec, "name", job.label.split(" · ")[0]), job.task.name,
-                             job.train.epochs * n_train * seq_len, flops, None, seq_len,
-                             None if shape is None else shape.params, {} if shape is None else shape.sized))
+        costs.append(
+            RunCost(
+                job.run_id,
+                getattr(spec, "name", job.label.split(" · ")[0]),
+                job.task.name,
+                job.train.epochs * n_train * seq_len,
+                flops,
+                None,
+                seq_len,
+                None if shape is None else shape.params,
+                {} if shape is None else shape.sized,
+            )
+        )
     if rates is not None:
         _time(pending, costs, layers, sizes, done, rates, work, threads)
     return costs
 
 
-def _time(pending: Sequence[Any], costs: list[RunCost], layers: list, sizes: list, done: set[str], rates: "RateBook",
-          work: Sequence[Any], threads: int | None) -> None:
+def _time(
+    pending: Sequence[Any],
+    costs: list[RunCost],
+    layers: list,
+    sizes: list,
+    done: set[str],
+    rates: "RateBook",
+    work: Sequence[Any],
+    threads: int | None,
+) -> None:
     """Each pending run's seconds, at the rates of the device it trains on (`layers`: each run's
     Shape.layers, None without a spec; `sizes`: each run's run_shape)."""
     from madsl.runner.batched.grid import stacks_settings
@@ -155,13 +193,26 @@ def _time(pending: Sequence[Any], costs: list[RunCost], layers: list, sizes: lis
         group = stacked_in.get(job.run_id)
         together = members[id(group)] if group is not None else 1
         eval_rows = min(max(job.train.batch_size, EVAL_BATCH), max(n_test, 1))  # an evaluation batch's
-        cost.seconds = run_seconds(book, model, length, (math.ceil(n_train / batch), batch),
-                                   (math.ceil(n_test / eval_rows) if n_test else 0, eval_rows),
-                                   job.train.epochs, together)
+        cost.seconds = run_seconds(
+            book,
+            model,
+            length,
+            (math.ceil(n_train / batch), batch),
+            (math.ceil(n_test / eval_rows) if n_test else 0, eval_rows),
+            job.train.epochs,
+            together,
+        )
 
 
-def run_seconds(rates: Any, layers: Sequence[tuple[str, float]], length: int, train: tuple[int, int],
-                evaluation: tuple[int, int], repeats: int = 1, together: int = 1) -> float | None:
+def run_seconds(
+    rates: Any,
+    layers: Sequence[tuple[str, float]],
+    length: int,
+    train: tuple[int, int],
+    evaluation: tuple[int, int],
+    repeats: int = 1,
+    together: int = 1,
+) -> float | None:
     """The step-time estimate of a run (a MAD run's, a pretraining run's: the one estimator): its
     `train` (steps, rows of each) training steps and `evaluation` (batches, rows of each) forward
     passes, each a FORWARD_SHARE of a step, over sequences of `length` tokens, `repeats` times (a
@@ -209,9 +260,10 @@ def device_rates(families: dict[str, set[str]], rates: "RateBook", threads: int 
 
             if not is_out_of_memory(err):
                 raise
-            raise MadslError(f"{device}: ran out of memory while the plan measured this device's training rate "
-                             f"({_first_line(err)})", hint="free the device (other processes may hold its memory) "
-                                                           "and plan again") from None
+            raise MadslError(
+                f"{device}: ran out of memory while the plan measured this device's training rate ({_first_line(err)})",
+                hint="free the device (other processes may hold its memory) and plan again",
+            ) from None
     rates.save()
     return out
 
@@ -220,17 +272,26 @@ def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
 
 
-def summarize_cost(total_runs: int, done: int, costs: list[RunCost], at_once: int | None,
-                   executor: str, rates: list[dict] | None = None) -> dict:
+def summarize_cost(
+    total_runs: int,
+    done: int,
+    costs: list[RunCost],
+    at_once: int | None,
+    executor: str,
+    rates: list[dict] | None = None,
+) -> dict:
     """The plan as JSON: counts, tokens, FLOPs, run-seconds and wall time, per spec and in all;
     `rates`: where the time's rates come from (madsl.runner.plan.rate.RateBook.describe)."""
     per_spec: dict[str, dict] = {}
     for cost in costs:
-        row = per_spec.setdefault(cost.spec, {"pending": 0, "tokens": 0, "flops": 0.0, "seconds": 0.0,
-                                              "params_by_length": {}, "sized_by_length": {}})
+        row = per_spec.setdefault(
+            cost.spec,
+            {"pending": 0, "tokens": 0, "flops": 0.0, "seconds": 0.0, "params_by_length": {}, "sized_by_length": {}},
+        )
         if cost.params is not None:  # per sequence length: the smallest vocabulary's model (the baseline's)
-            row["params_by_length"][cost.seq_len] = min(cost.params, row["params_by_length"].get(cost.seq_len,
-                                                                                                 cost.params))
+            row["params_by_length"][cost.seq_len] = min(
+                cost.params, row["params_by_length"].get(cost.seq_len, cost.params)
+            )
         for name, value in cost.sized.items():
             row["sized_by_length"].setdefault(name, {})[cost.seq_len] = value
         row["pending"] += 1
@@ -239,14 +300,25 @@ def summarize_cost(total_runs: int, done: int, costs: list[RunCost], at_once: in
         row["seconds"] = None if row["seconds"] is None or cost.seconds is None else row["seconds"] + cost.seconds
     run_seconds = None if any(c.seconds is None for c in costs) else sum(c.seconds for c in costs)
     flops = None if any(c.flops is None for c in costs) else sum(c.flops for c in costs)
-    return {"runs": total_runs, "done": done, "pending": len(costs), "tokens": sum(c.tokens for c in costs),
-            "flops": flops, "run_seconds": run_seconds, "executor": executor, "runs_at_once": at_once,
-            "wall_seconds": None if run_seconds is None or not at_once else run_seconds / at_once,
-            "rates": list(rates or []), "per_spec": per_spec, "per_run": [{**vars(c), "sized": dict(c.sized)} for c in costs]}
+    return {
+        "runs": total_runs,
+        "done": done,
+        "pending": len(costs),
+        "tokens": sum(c.tokens for c in costs),
+        "flops": flops,
+        "run_seconds": run_seconds,
+        "executor": executor,
+        "runs_at_once": at_once,
+        "wall_seconds": None if run_seconds is None or not at_once else run_seconds / at_once,
+        "rates": list(rates or []),
+        "per_spec": per_spec,
+        "per_run": [{**vars(c), "sized": dict(c.sized)} for c in costs],
+    }
 
 
 def render_cost(plan: dict) -> str:
     """The plan in a few lines, for the terminal."""
+
     def big(x):
         if x is None:
             return "?"
@@ -262,23 +334,33 @@ def render_cost(plan: dict) -> str:
             return f"{s:.0f} s"
         return f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h" if s < 360000 else f"{s / 3600:,.0f} h"
 
-    lines = [f"plan: {plan['runs']} runs, {plan['done']} done, {plan['pending']} pending; "
-             f"{big(plan['tokens'])} training tokens, {big(plan['flops'])} FLOPs (forward + backward)"]
+    lines = [
+        f"plan: {plan['runs']} runs, {plan['done']} done, {plan['pending']} pending; "
+        f"{big(plan['tokens'])} training tokens, {big(plan['flops'])} FLOPs (forward + backward)"
+    ]
     for name, row in plan["per_spec"].items():
-        lines.append(f"  {name}: {row['pending']} pending runs, {big(row['tokens'])} tokens, {big(row['flops'])} FLOPs, "
-                     f"~{duration(row['seconds'])} of run time")
+        lines.append(
+            f"  {name}: {row['pending']} pending runs, {big(row['tokens'])} tokens, {big(row['flops'])} FLOPs, "
+            f"~{duration(row['seconds'])} of run time"
+        )
         for field_name, by_length in row.get("sized_by_length", {}).items():  # layers built for each length
-            lines.append(f"    {field_name} follows the sequence length: " + ", ".join(
-                f"{value:,} at {length:,}" for length, value in sorted(by_length.items())) + "; parameters (smallest "
-                "vocabulary) " + ", ".join(
-                f"{row['params_by_length'][length]:,}" for length in sorted(by_length)))
+            lines.append(
+                f"    {field_name} follows the sequence length: "
+                + ", ".join(f"{value:,} at {length:,}" for length, value in sorted(by_length.items()))
+                + "; parameters (smallest "
+                "vocabulary) " + ", ".join(f"{row['params_by_length'][length]:,}" for length in sorted(by_length))
+            )
     if plan["wall_seconds"] is not None:
-        lines.append(f"estimated wall time: ~{duration(plan['wall_seconds'])} ({duration(plan['run_seconds'])} of runs, "
-                     f"{plan['runs_at_once']} at once on the {plan['executor']} executor; an upper bound where runs "
-                     "stop early)")
+        lines.append(
+            f"estimated wall time: ~{duration(plan['wall_seconds'])} ({duration(plan['run_seconds'])} of runs, "
+            f"{plan['runs_at_once']} at once on the {plan['executor']} executor; an upper bound where runs "
+            "stop early)"
+        )
     elif plan["run_seconds"] is not None:
-        lines.append(f"estimated run time: ~{duration(plan['run_seconds'])} in all, divided over the runs the "
-                     f"{plan['executor']} executor holds at once")
+        lines.append(
+            f"estimated run time: ~{duration(plan['run_seconds'])} in all, divided over the runs the "
+            f"{plan['executor']} executor holds at once"
+        )
     return "\n".join(lines + [line for rate in plan.get("rates", []) for line in rate_lines(rate)]) + "\n"
 
 
@@ -296,16 +378,24 @@ def rate_lines(rate: dict) -> list[str]:
             threads += f" ({rate['threads_speedup']:.2g}x one)"
     when = _when(rate["measured"])
     if rate["measured_now"] and set(rate["measured_now"]) >= {*rate["families"], "rest"}:
-        source = f"measured now (load {_load(rate['load'])}), cached in {rate['cache']}" if rate["cache"] \
+        source = (
+            f"measured now (load {_load(rate['load'])}), cached in {rate['cache']}"
+            if rate["cache"]
             else f"measured now (load {_load(rate['load'])})"
+        )
     else:
-        source = f"cached rates measured {when} under load {_load(rate['load'])}" + \
-            (f" ({', '.join(rate['measured_now'])} measured now)" if rate["measured_now"] else "")
-    lines = [f"time: from the FLOPs at this machine's training rate ({rate['device']}{threads}): {source}; "
-             f"{option('measure_rate')} measures it again"]
+        source = f"cached rates measured {when} under load {_load(rate['load'])}" + (
+            f" ({', '.join(rate['measured_now'])} measured now)" if rate["measured_now"] else ""
+        )
+    lines = [
+        f"time: from the FLOPs at this machine's training rate ({rate['device']}{threads}): {source}; "
+        f"{option('measure_rate')} measures it again"
+    ]
     if rate.get("threads_speedup_assumed"):
-        lines.append("  the threads' speedup is taken as 1 (the cores were busy when it was to be measured): the "
-                     "estimate errs long")
+        lines.append(
+            "  the threads' speedup is taken as 1 (the cores were busy when it was to be measured): the "
+            "estimate errs long"
+        )
     lines += [f"  no rate for {family} ({why}): its runs are not timed" for family, why in rate["failed"].items()]
     return lines
 

@@ -2,6 +2,7 @@
 the runs each makes (`plan_spec`), every run's identity and job (`plan_evaluation`); all checked
 before anything runs or torch is imported.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,6 +31,7 @@ DEFAULT_PROTOCOL = "quick"
 
 # --- specs and models ----------------------------------------------------------------------
 
+
 @dataclass
 class CompiledSpecFactory:
     """Builds the model of a spec with `madsl.compile`. It pickles with its Spec, so a worker on
@@ -41,8 +43,9 @@ class CompiledSpecFactory:
     def __call__(self, vocab_size: int, max_seq_len: int, num_classes: int | None = None, seed: int = 0):
         from madsl.compiler import compile_spec
 
-        return compile_spec(self.spec, vocab_size=vocab_size, max_seq_len=max_seq_len, num_classes=num_classes,
-                             seed=seed)
+        return compile_spec(
+            self.spec, vocab_size=vocab_size, max_seq_len=max_seq_len, num_classes=num_classes, seed=seed
+        )
 
 
 def load_specs(items: Sequence[Any], notes: list[str] | None = None) -> list[tuple[Any, str | None]]:
@@ -59,8 +62,10 @@ def load_specs(items: Sequence[Any], notes: list[str] | None = None) -> list[tup
             if not Path(item).exists():
                 raise MadslError(f"no such spec file: {item}")
             if Path(item).resolve() in files:  # e.g. a glob and a name that overlap
-                raise MadslError(f"the spec {item} is given twice (as {files[Path(item).resolve()]} before)",
-                                 hint="list each spec once")
+                raise MadslError(
+                    f"the spec {item} is given twice (as {files[Path(item).resolve()]} before)",
+                    hint="list each spec once",
+                )
             files[Path(item).resolve()] = item
             spec, path = load_spec(item), str(item)
         else:
@@ -77,7 +82,7 @@ def tasks_by_name(registry: Mapping[str, Any] | None) -> tuple[dict[str, Any], l
     """name -> Task, and the names `all` stands for."""
     if registry is not None:
         return dict(registry), list(registry)
-    from madsl.tasks import MAD_TASKS, get_task, TASKS
+    from madsl.tasks import MAD_TASKS, TASKS, get_task
 
     return {name: get_task(name) for name in TASKS}, list(MAD_TASKS)
 
@@ -89,8 +94,12 @@ def _task_for_run(registry: Mapping[str, Any], run) -> Any:
     return with_conventions(registry[run.task], run.train.conventions)
 
 
-def _check_settings(registry: Mapping[str, Any], plan, lengths_where: Location | None = None,
-                    set_where: Mapping[str, Location] | None = None) -> None:
+def _check_settings(
+    registry: Mapping[str, Any],
+    plan,
+    lengths_where: Location | None = None,
+    set_where: Mapping[str, Location] | None = None,
+) -> None:
     """Let each task reject bad settings now (exit 2) rather than fail its runs later. A rejection
     that names one knob of a spec's `eval.set` (`set_where`: knob -> where its value is written)
     is reported there."""
@@ -106,36 +115,49 @@ def _check_settings(registry: Mapping[str, Any], plan, lengths_where: Location |
         except (ValueError, KeyError) as err:
             message = str(err.args[0]) if err.args else str(err)
             conventions = f" (conventions {run.train.conventions})" if run.train.conventions != "madsl" else ""
-            named = [where for knob, where in (set_where or {}).items()
-                     if re.search(rf"\b{re.escape(knob.rpartition('.')[2])}\b", message)]
-            raise MadslError(f"bad setting for {run.task}{conventions}: {message}",
-                             named[0] if len(named) == 1 else None,
-                             hint="check your --set / eval.set values") from None
+            named = [
+                where
+                for knob, where in (set_where or {}).items()
+                if re.search(rf"\b{re.escape(knob.rpartition('.')[2])}\b", message)
+            ]
+            raise MadslError(
+                f"bad setting for {run.task}{conventions}: {message}",
+                named[0] if len(named) == 1 else None,
+                hint="check your --set / eval.set values",
+            ) from None
         _check_eval_lengths(task, run.settings, run.train.eval_lengths, lengths_where)
 
 
-def _check_eval_lengths(task: Any, settings: Mapping[str, Any], lengths: Sequence[int],
-                        where: Location | None = None) -> None:
+def _check_eval_lengths(
+    task: Any, settings: Mapping[str, Any], lengths: Sequence[int], where: Location | None = None
+) -> None:
     """Length extrapolation changes a task's seq_len: the task must have one, and each length
     must be a valid setting of it (a bad length would otherwise only show as "error" rows)."""
     if not lengths:
         return
     if "seq_len" not in task.baseline:
-        raise MadslError(f"{option('eval_lengths')} / eval.eval_lengths: task {task.name!r} has no seq_len setting "
-                         "to evaluate at other lengths", where,
-                         expected="tasks whose length is their seq_len setting",
-                         hint=f"leave {task.name} out (--task NAME) or drop the evaluation lengths")
+        raise MadslError(
+            f"{option('eval_lengths')} / eval.eval_lengths: task {task.name!r} has no seq_len setting "
+            "to evaluate at other lengths",
+            where,
+            expected="tasks whose length is their seq_len setting",
+            hint=f"leave {task.name} out (--task NAME) or drop the evaluation lengths",
+        )
     for length in lengths:
         try:
             task.check(task.settings(**{**settings, "seq_len": length}))
         except (ValueError, KeyError) as err:
             message = str(err.args[0]) if err.args else str(err)
-            raise MadslError(f"{option('eval_lengths')} / eval.eval_lengths: length {length} is not a valid "
-                             f"{task.name} setting: {message}", where) from None
+            raise MadslError(
+                f"{option('eval_lengths')} / eval.eval_lengths: length {length} is not a valid "
+                f"{task.name} setting: {message}",
+                where,
+            ) from None
 
 
-def _setting_label(baseline: Mapping[str, Any], setting: Mapping[str, Any], task_baseline: Mapping[str, Any],
-                   protocol: str) -> str:
+def _setting_label(
+    baseline: Mapping[str, Any], setting: Mapping[str, Any], task_baseline: Mapping[str, Any], protocol: str
+) -> str:
     """What a run's setting changes from its protocol's baseline; unchanged: "baseline" where
     that is the task's baseline, else the protocol's own (smoke, quick: a smaller budget)."""
     changed = [f"{k}={v}" for k, v in setting.items() if baseline.get(k) != v]
@@ -146,26 +168,36 @@ def _setting_label(baseline: Mapping[str, Any], setting: Mapping[str, Any], task
 
 # --- one spec's runs ------------------------------------------------------------------------
 
+
 def _check_freeze(spec: Any, names: Sequence[str], path: Any, location: Any = None) -> None:
     """Every name to freeze must name layers of the spec: a symbol used in its topology, a #tag, or embedding."""
     if not names:
         return
-    from madsl.lang import topology as topo
     from madsl.errors import did_you_mean
+    from madsl.lang import topology as topo
 
-    written = {layer.symbol for layer in topo.layers(spec.topology)} | \
-              {f"#{layer.tag}" for layer in topo.layers(spec.topology) if layer.tag}
+    written = {layer.symbol for layer in topo.layers(spec.topology)} | {
+        f"#{layer.tag}" for layer in topo.layers(spec.topology) if layer.tag
+    }
     if spec.channel_mixer:
         written.add(spec.channel_mixer)
     for name in names:
         if name != "embedding" and name not in written:
-            raise MadslError(f"{path or spec.name}: nothing named {name!r} to freeze", location,
-                             expected="a symbol of the topology, a #tag or embedding: "
-                                      + ", ".join(sorted(written | {"embedding"})),
-                             hint=did_you_mean(name, written | {"embedding"}))
+            raise MadslError(
+                f"{path or spec.name}: nothing named {name!r} to freeze",
+                location,
+                expected="a symbol of the topology, a #tag or embedding: " + ", ".join(sorted(written | {"embedding"})),
+                hint=did_you_mean(name, written | {"embedding"}),
+            )
 
-def plan_spec(spec: Any, path: str | None, cli: Overrides | None = None,
-              registry: Mapping[str, Any] | None = None, all_tasks: Sequence[str] | None = None):
+
+def plan_spec(
+    spec: Any,
+    path: str | None,
+    cli: Overrides | None = None,
+    registry: Mapping[str, Any] | None = None,
+    all_tasks: Sequence[str] | None = None,
+):
     """The runs `madsl eval` would make of one spec: its `eval:` section under the command
     line's overrides `cli`, on the default protocol. Bad keys, values and task names raise
     located MadslErrors, so this also validates a spec's eval section without running it."""
@@ -173,8 +205,7 @@ def plan_spec(spec: Any, path: str | None, cli: Overrides | None = None,
         registry, all_tasks = tasks_by_name(None)
     cli = cli or Overrides()
     where = SpecEvalWhere(getattr(spec, "source_map", None), path)
-    from_spec = overrides_from_spec_eval(getattr(spec, "eval", None), path, where.source_map,
-                                         task_names=list(registry))
+    from_spec = overrides_from_spec_eval(getattr(spec, "eval", None), path, where.source_map, task_names=list(registry))
     merged = cli.over(from_spec.over(Overrides(protocol=DEFAULT_PROTOCOL)))
     task_objs = [registry[n] for n in resolve_task_names(merged.tasks, all_tasks, registry)]
     # unknown knobs and type errors, reported where they were written
@@ -187,8 +218,11 @@ def plan_spec(spec: Any, path: str | None, cli: Overrides | None = None,
     lengths_where = None  # where the evaluation lengths were written, when in the spec
     if cli.eval_lengths is None and from_spec.eval_lengths is not None and getattr(spec, "source_map", None):
         lengths_where = spec.source_map.value(("eval", "eval_lengths"))
-    set_where = {knob: where.value("set", knob) for knob in from_spec.settings  # the spec's knobs the CLI keeps
-                 if not any(key.rpartition(".")[2] == knob.rpartition(".")[2] for key in cli.settings)}
+    set_where = {
+        knob: where.value("set", knob)
+        for knob in from_spec.settings  # the spec's knobs the CLI keeps
+        if not any(key.rpartition(".")[2] == knob.rpartition(".")[2] for key in cli.settings)
+    }
     _check_settings(registry, plan, lengths_where, set_where)
     _check_learned_positions(spec, plan, path)
     return plan
@@ -202,11 +236,17 @@ def _check_learned_positions(spec: Any, plan: Any, path: str | None) -> None:
     for run in plan.runs:
         longest = max([int(run.settings.get("seq_len", 0)), *run.train.eval_lengths])
         if longest > spec.seq_len:
-            at = spec.source_map.value(("seq_len",)) if getattr(spec, "source_map", None) and "seq_len" in spec.data \
+            at = (
+                spec.source_map.value(("seq_len",))
+                if getattr(spec, "source_map", None) and "seq_len" in spec.data
                 else Location(file=path)
-            raise MadslError(f"{spec.name}: {run.task} runs at length {longest}, past the {spec.seq_len} learned "
-                             f"positions of this model (positions: learned)", at,
-                             hint=f"set seq_len: {longest} or more in the spec")
+            )
+            raise MadslError(
+                f"{spec.name}: {run.task} runs at length {longest}, past the {spec.seq_len} learned "
+                f"positions of this model (positions: learned)",
+                at,
+                hint=f"set seq_len: {longest} or more in the spec",
+            )
 
 
 def cli_overrides(**values: Any) -> Overrides:
@@ -217,8 +257,10 @@ def cli_overrides(**values: Any) -> Overrides:
         values["set"] = values.pop("settings")
     unknown = sorted(set(values) - set(SETTINGS_BY_KEY))
     if unknown:
-        raise TypeError(f"cli_overrides() got unknown setting(s) {', '.join(unknown)}; the settings are "
-                        + ", ".join(SETTINGS_BY_KEY))
+        raise TypeError(
+            f"cli_overrides() got unknown setting(s) {', '.join(unknown)}; the settings are "
+            + ", ".join(SETTINGS_BY_KEY)
+        )
     out = Overrides()
     for key, value in values.items():
         setting = SETTINGS_BY_KEY[key]
@@ -248,8 +290,9 @@ class EvaluationPlan:
             return self.jobs
         from madsl.runner.batched.grouping import group_jobs
 
-        return group_jobs([(self.spec_of[job.run_id], job) for job in self.jobs], self.skip_solved_at, placement,
-                          cuda_graphs)
+        return group_jobs(
+            [(self.spec_of[job.run_id], job) for job in self.jobs], self.skip_solved_at, placement, cuda_graphs
+        )
 
     def register(self, store: Store) -> None:
         for spec_row in self.specs:
@@ -258,10 +301,16 @@ class EvaluationPlan:
             store.add_runs(identities, protocol_name)
 
 
-def plan_evaluation(store: StoreFiles, specs: Sequence[tuple[Any, str | None]], cli: Overrides,
-                    task_registry: Mapping[str, Any] | None = None,
-                    model_factory: Callable[[Any], Any] | None = None, device: str = "auto",
-                    placement: Sequence[str] | None = None, runs_on: str | None = None) -> EvaluationPlan:
+def plan_evaluation(
+    store: StoreFiles,
+    specs: Sequence[tuple[Any, str | None]],
+    cli: Overrides,
+    task_registry: Mapping[str, Any] | None = None,
+    model_factory: Callable[[Any], Any] | None = None,
+    device: str = "auto",
+    placement: Sequence[str] | None = None,
+    runs_on: str | None = None,
+) -> EvaluationPlan:
     """Every run of every spec (validated, with its job), without writing to the store.
     runs_on: the device kind the runs will train on, when not this machine's (Ray workers)."""
     runs_on = runs_on or planned_device(device)
@@ -279,21 +328,33 @@ def plan_evaluation(store: StoreFiles, specs: Sequence[tuple[Any, str | None]], 
         identities: dict[str, list[tuple[RunIdentity, str]]] = {}  # label -> its runs
         for run in spec_plan.runs:
             train = dataclasses.replace(run.train, precision=resolve_precision(run.train.precision, runs_on))
-            identity = RunIdentity(spec_hash, run.task, dict(run.settings), train_config_identity(vars(train)),
-                                   madsl_version())
+            identity = RunIdentity(
+                spec_hash, run.task, dict(run.settings), train_config_identity(vars(train)), madsl_version()
+            )
             identities.setdefault(run.label, []).append((identity, spec.name))
             task = _task_for_run(registry, run)
             baseline = budgeted_baseline(task, spec_plan.protocol)
             setting_label = _setting_label(baseline, run.settings, task.baseline, spec_plan.protocol.name)
-            label = (f"{spec.name} · {run.task} · {setting_label} · "
-                     f"lr {run.train.lr:g} wd {run.train.wd:g}" + (f" · seed {run.train.seed}"
-                                                                  if run.train.seed else "") +
-                     (f" · {run.train.conventions}" if run.train.conventions != "madsl" else ""))
+            label = (
+                f"{spec.name} · {run.task} · {setting_label} · "
+                f"lr {run.train.lr:g} wd {run.train.wd:g}"
+                + (f" · seed {run.train.seed}" if run.train.seed else "")
+                + (f" · {run.train.conventions}" if run.train.conventions != "madsl" else "")
+            )
             plan.spec_of[identity.run_id] = spec_hash
-            jobs.append(RunJob(run_id=identity.run_id, task=task, setting=dict(run.settings), train=train,
-                               model_factory=factory, checkpoint_path=str(store.checkpoint_path(identity.run_id)),
-                               data_dir=str(store.data_dir),
-                               device=placement[len(jobs) % len(placement)] if placement else device, label=label))
+            jobs.append(
+                RunJob(
+                    run_id=identity.run_id,
+                    task=task,
+                    setting=dict(run.settings),
+                    train=train,
+                    model_factory=factory,
+                    checkpoint_path=str(store.checkpoint_path(identity.run_id)),
+                    data_dir=str(store.data_dir),
+                    device=placement[len(jobs) % len(placement)] if placement else device,
+                    label=label,
+                )
+            )
         plan.runs.extend((runs, label) for label, runs in identities.items())
     # the same run can be asked for twice (two specs with the same model): run it once
     plan.jobs = list({job.run_id: job for job in jobs}.values())

@@ -23,6 +23,7 @@ costs nothing to check: no model is built. Runs on Ray go to machines this one c
 and are not checked. The runs that pass may still run out of memory (the bound leaves out
 most activations); those fail as runs, with the error recorded (exit 3).
 """
+
 from __future__ import annotations
 
 import os
@@ -131,8 +132,11 @@ def check_fits(work: Sequence[Any], shapes: "Shapes | None" = None) -> None:
         where, available = device_memory(getattr(unit, "device", first.device))
         if available is None or needed <= available:
             continue
-        knobs = ", ".join(f"{k}={v}" for k, v in settings.items()
-                          if k in ("seq_len", "vocab_size", "num_train_examples", "num_test_examples"))
+        knobs = ", ".join(
+            f"{k}={v}"
+            for k, v in settings.items()
+            if k in ("seq_len", "vocab_size", "num_train_examples", "num_test_examples")
+        )
         runs = f"{len(members)} runs trained together need" if len(members) > 1 else "a run needs"
         detail = ", ".join(f"{name} {size_text(size)}" for name, size in parts.items() if size)
         raise MadslError(
@@ -140,4 +144,5 @@ def check_fits(work: Sequence[Any], shapes: "Shapes | None" = None) -> None:
             f"{runs} at least {size_text(needed)} ({params:,} parameters a run; {detail}), "
             f"and {where} has {size_text(available)}",
             hint=f"lower the settings that size it ({option('settings_overrides')} vocab_size, seq_len, "
-                 f"num_train_examples; {option('batch_size')}), or train where there is more memory")
+            f"num_train_examples; {option('batch_size')}), or train where there is more memory",
+        )

@@ -8,6 +8,7 @@ evaluation setting is declared in, once). Apart from the plan (`madsl.runner.pla
 because a spec's `eval:` section is checked on its own, long before anything is planned:
 `madsl check` runs `check_spec_eval` without tasks, torch or numpy.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +16,8 @@ from dataclasses import field
 from typing import Any, Mapping, Sequence
 
 from madsl.errors import Collector, Location, MadslError, did_you_mean
-from madsl.runner.plan.settings import BY_KEY, SETTINGS, SPEC_EVAL_KEYS, Where
+from madsl.runner.plan.setting_checks import Where
+from madsl.runner.plan.settings import BY_KEY, SETTINGS, SPEC_EVAL_KEYS
 from madsl.runner.plan.task_settings import apply_setting_overrides, check_setting_keys
 
 
@@ -37,8 +39,11 @@ class _Knobs:
 # Knobs a user sets on top of a protocol, one field a setting of madsl.runner.plan.settings (its
 # `field`); None / empty means "not set".
 Overrides = dataclasses.make_dataclass(
-    "Overrides", [(s.field, Any, field(default_factory=dict) if s.field == "settings" else field(default=None))
-                  for s in SETTINGS], bases=(_Knobs,), namespace={"__module__": __name__})
+    "Overrides",
+    [(s.field, Any, field(default_factory=dict) if s.field == "settings" else field(default=None)) for s in SETTINGS],
+    bases=(_Knobs,),
+    namespace={"__module__": __name__},
+)
 Overrides.__doc__ = "Knobs a user sets on top of a protocol (madsl.runner.plan.settings); None / empty: not set."
 
 
@@ -68,8 +73,12 @@ class SpecEvalWhere:
         return Where(lambda part, path: getattr(self, part)(key, *path))
 
 
-def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str | None = None,
-                             source_map: Any = None, task_names: Sequence[str] | None = None) -> Overrides:
+def overrides_from_spec_eval(
+    section: Mapping[str, Any] | None,
+    spec_file: str | None = None,
+    source_map: Any = None,
+    task_names: Sequence[str] | None = None,
+) -> Overrides:
     """The `eval:` section of a spec as Overrides. Unknown keys and bad values (types, ranges,
     protocol names, and task names when `task_names` is given) are errors, located at the key
     or value in the spec file when `source_map` (the Spec's) is given. Each key is a setting of
@@ -78,8 +87,12 @@ def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str |
     where = SpecEvalWhere(source_map, spec_file)
     for key in section:
         if key not in SPEC_EVAL_KEYS:
-            raise MadslError(f"eval: unknown key {key!r}", where.key(key), expected=", ".join(SPEC_EVAL_KEYS),
-                             hint=did_you_mean(str(key), SPEC_EVAL_KEYS))
+            raise MadslError(
+                f"eval: unknown key {key!r}",
+                where.key(key),
+                expected=", ".join(SPEC_EVAL_KEYS),
+                hint=did_you_mean(str(key), SPEC_EVAL_KEYS),
+            )
     if "tasks" in section and "task" in section:
         raise MadslError("eval: give either tasks: or task:, not both", where.key("task"))
     out = Overrides()
@@ -92,8 +105,12 @@ def overrides_from_spec_eval(section: Mapping[str, Any] | None, spec_file: str |
         for i, name in enumerate(out.tasks):
             if name not in known:
                 at = where.value(task_key, i) if isinstance(section[task_key], list) else where.value(task_key)
-                raise MadslError(f"eval.{task_key}: unknown task {name!r}", at, expected=", ".join(known),
-                                 hint=did_you_mean(name, known))
+                raise MadslError(
+                    f"eval.{task_key}: unknown task {name!r}",
+                    at,
+                    expected=", ".join(known),
+                    hint=did_you_mean(name, known),
+                )
     return out
 
 

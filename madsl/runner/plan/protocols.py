@@ -6,6 +6,7 @@ grid, a number of epochs and a few knobs. `madsl.runner.plan.runs.build_plan` tu
 protocol plus the user's overrides (`madsl.runner.plan.overrides`) into the concrete list
 of runs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -49,20 +50,34 @@ PROTOCOLS: dict[str, Protocol] = {
     "paper": Protocol(
         name="paper",
         description="MAD paper Table B.1: every setting of every difficulty sweep, lr x wd grid, 200 epochs, "
-                    "as the reference implementation runs it (conventions mad-lab)",
-        settings="sweep", lrs=PAPER_GRID_LR, wds=PAPER_GRID_WD, epochs=200, conventions="mad-lab"),
+        "as the reference implementation runs it (conventions mad-lab)",
+        settings="sweep",
+        lrs=PAPER_GRID_LR,
+        wds=PAPER_GRID_WD,
+        epochs=200,
+        conventions="mad-lab",
+    ),
     "baseline": Protocol(
         name="baseline",
         description="the baseline setting of each task, full lr x wd grid, 200 epochs (conventions mad-lab)",
-        settings="baseline", lrs=PAPER_GRID_LR, wds=PAPER_GRID_WD, epochs=200, conventions="mad-lab"),
+        settings="baseline",
+        lrs=PAPER_GRID_LR,
+        wds=PAPER_GRID_WD,
+        epochs=200,
+        conventions="mad-lab",
+    ),
     # Chosen from measurements on 2 CPU cores (docs/runner.md, "The quick protocol"): about
     # 320 optimizer steps of batch 32 per recall task (multi-head Hyena solves in-context
     # recall within 256), ~1.3M training tokens per long task, one grid point.
     "quick": Protocol(
         name="quick",
         description="baseline settings, reduced budget: ~10 minutes for one 4-layer width-128 "
-                    "architecture on 2 CPU cores",
-        settings="baseline", lrs=(1e-3,), wds=(0.0,), epochs=5, batch_size=32,
+        "architecture on 2 CPU cores",
+        settings="baseline",
+        lrs=(1e-3,),
+        wds=(0.0,),
+        epochs=5,
+        batch_size=32,
         task_settings={
             "*": {"num_test_examples": 512},
             "in-context-recall": {"num_train_examples": 2048},
@@ -72,20 +87,26 @@ PROTOCOLS: dict[str, Protocol] = {
             "compression": {"num_train_examples": 4096},
         },
         task_epochs={"compression": 6, "memorization": 32},
-        skip_solved=True),
+        skip_solved=True,
+    ),
     "smoke": Protocol(
         name="smoke",
         description="seconds: tiny data, 2 epochs; for tests",
-        settings="baseline", lrs=(1e-3,), wds=(0.0,), epochs=2,
+        settings="baseline",
+        lrs=(1e-3,),
+        wds=(0.0,),
+        epochs=2,
         task_settings={"*": {"num_train_examples": 64, "num_test_examples": 32}},
-        skip_solved=True),
+        skip_solved=True,
+    ),
 }
 
 
 def get_protocol(name: str) -> Protocol:
     if name not in PROTOCOLS:
-        raise MadslError(f"unknown protocol {name!r}", expected="one of " + ", ".join(PROTOCOLS),
-                         hint=did_you_mean(name, PROTOCOLS))
+        raise MadslError(
+            f"unknown protocol {name!r}", expected="one of " + ", ".join(PROTOCOLS), hint=did_you_mean(name, PROTOCOLS)
+        )
     return PROTOCOLS[name]
 
 

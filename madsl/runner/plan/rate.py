@@ -6,6 +6,7 @@ A cache that cannot be used is said in a warning on the logger "madsl.runner.pla
 `madsl` command prints it as `warning: ...`; a program sees it wherever it sends its logging),
 not through `warnings.warn`, which shows the user a line of madsl's source.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,12 @@ class RateBook:
             try:
                 self.data = read_cache(path)
             except ValueError as err:  # measured again, and rewritten by save() (a link, a folder: left alone)
-                log.warning("%s: not a usable rate cache (%s); it is set aside and this machine's training rates "
-                            "are measured again", path, err)
+                log.warning(
+                    "%s: not a usable rate cache (%s); it is set aside and this machine's training rates "
+                    "are measured again",
+                    path,
+                    err,
+                )
 
     @classmethod
     def default(cls, remeasure: bool = False, progress: Progress | None = None) -> "RateBook":
@@ -71,9 +76,10 @@ class RateBook:
 
     def describe(self) -> list[dict[str, Any]]:
         """Where the rates the plan used come from, a device at a time (DeviceRates.describe)."""
-        return [{**self.books[key].describe(sorted(families)), "cache": str(self.path) if self.path else None}
-                for key, families in self.used.items()] + \
-            [{"device": name, "unavailable": why} for name, why in self.unavailable.items()]
+        return [
+            {**self.books[key].describe(sorted(families)), "cache": str(self.path) if self.path else None}
+            for key, families in self.used.items()
+        ] + [{"device": name, "unavailable": why} for name, why in self.unavailable.items()]
 
     def save(self) -> None:
         if self.changed and self.path is not None:
@@ -103,9 +109,19 @@ def from_entry(name: str, threads: int, entry: dict[str, Any]) -> DeviceRates:
 
 
 def to_entry(book: DeviceRates) -> dict[str, Any]:
-    entry: dict[str, Any] = {"device": book.device, "threads": book.threads, "families": {
-        family: {"overhead_s": line.overhead_s, "flops_per_s": line.flops_per_s, "measured": line.measured,
-                 "load": line.load} for family, line in sorted(book.families.items())}}
+    entry: dict[str, Any] = {
+        "device": book.device,
+        "threads": book.threads,
+        "families": {
+            family: {
+                "overhead_s": line.overhead_s,
+                "flops_per_s": line.flops_per_s,
+                "measured": line.measured,
+                "load": line.load,
+            }
+            for family, line in sorted(book.families.items())
+        },
+    }
     for key, number in MEASURED.items():
         value = getattr(book, key)
         if value is not None:

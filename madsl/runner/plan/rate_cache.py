@@ -15,6 +15,7 @@ device on a GPU), not merely what a float holds: a cached 1 FLOP/s planned 2,230
 Writing is atomic (a new file moved into place); where the folder cannot be written, the next
 plan measures again.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from madsl.paths import cache_dir
 from madsl.oserrors import os_error_words
+from madsl.paths import cache_dir
 
 CACHE_NAME = "device-rates.json"
 FORMAT = 1  # the layout below; another is refused (and measured again)
@@ -55,8 +56,12 @@ def plausible_ranges(device: str, threads: int) -> dict[str, tuple[float, float]
     """Each number of a device's measurements -> the range a real measurement of that device (a
     name as rate_model.device_name makes it: "cpu: ..." or "cuda: ...") at `threads` lies in."""
     low, high = GPU_FLOPS if device.startswith("cuda") else (CPU_FLOPS_PER_CORE[0], CPU_FLOPS_PER_CORE[1] * threads)
-    return {"overhead_s": (0.0, MAX_OVERHEAD_S), "flops_per_s": (low, high),
-            "seconds_per_layer_token": (0.0, MAX_REST_S), "factor": (1.0, float(threads))}
+    return {
+        "overhead_s": (0.0, MAX_OVERHEAD_S),
+        "flops_per_s": (low, high),
+        "seconds_per_layer_token": (0.0, MAX_REST_S),
+        "factor": (1.0, float(threads)),
+    }
 
 
 def cache_path() -> Path:
@@ -71,8 +76,11 @@ def read_cache(path: Path) -> dict[str, Any]:
     try:
         fd = os.open(path, flags)
     except OSError as err:
-        raise ValueError("it is a symbolic link, which madsl does not follow" if path.is_symlink()
-                         else f"it cannot be read: {os_error_words(err)}") from None
+        raise ValueError(
+            "it is a symbolic link, which madsl does not follow"
+            if path.is_symlink()
+            else f"it cannot be read: {os_error_words(err)}"
+        ) from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):  # a folder (which fdopen refuses with IsADirectoryError), a FIFO, a device
         os.close(fd)
@@ -118,8 +126,9 @@ def check_device(device: Any, where: str) -> None:
     for name, measurement in families.items():
         if not _FAMILY.fullmatch(name):
             raise ValueError(f"{where}: {name[:70]!r} is not a layer family's name")
-        check_measurement(measurement, {key: ranges[key] for key in ("overhead_s", "flops_per_s")},
-                          f"{where}: {name}", kind)
+        check_measurement(
+            measurement, {key: ranges[key] for key in ("overhead_s", "flops_per_s")}, f"{where}: {name}", kind
+        )
     for name, number in MEASURED.items():
         if name in device:
             check_measurement(device[name], {number: ranges[number]}, f"{where}: {name}", kind)
@@ -135,8 +144,10 @@ def check_measurement(entry: Any, fields: dict[str, tuple[float, float]], where:
     for name, (low, high) in fields.items():
         value = entry[name]
         if not _number(value) or not low <= value <= high:
-            raise ValueError(f"{where}: {name} {_short(value)} is not a finite number in [{low:g}, {high:g}]"
-                             + (f" (what {kind} could measure)" if kind and _number(value) else ""))
+            raise ValueError(
+                f"{where}: {name} {_short(value)} is not a finite number in [{low:g}, {high:g}]"
+                + (f" (what {kind} could measure)" if kind and _number(value) else "")
+            )
     if entry["load"] is not None and (not _number(entry["load"]) or not 0 <= entry["load"] <= MAX_LOAD):
         raise ValueError(f"{where}: load {_short(entry['load'])} is not null or a finite number in [0, {MAX_LOAD:g}]")
     measured = entry["measured"]

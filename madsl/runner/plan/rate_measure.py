@@ -2,6 +2,7 @@
 family's line, the rest of a model, the threads' speedup. Imports torch; called only where a rate
 is missing from the cache or asked for again (`--measure-rate`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -11,9 +12,23 @@ from typing import Any, Callable, Iterator
 
 from madsl.runner.common.choices import TRAIN_FORWARDS
 from madsl.runner.plan.rate_cache import MAX_REST_S, plausible_ranges
-from madsl.runner.plan.rate_model import (BATCHES, RATE_LENGTH, RATE_WIDTH, REFERENCE_TOPOLOGY, REFERENCE_VOCAB,
-                                          SPEEDUP_STEPS, TIMED_STEPS, DeviceRates, Line, Measured, Progress, clock,
-                                          cores_free, load_average, now)
+from madsl.runner.plan.rate_model import (
+    BATCHES,
+    RATE_LENGTH,
+    RATE_WIDTH,
+    REFERENCE_TOPOLOGY,
+    REFERENCE_VOCAB,
+    SPEEDUP_STEPS,
+    TIMED_STEPS,
+    DeviceRates,
+    Line,
+    Measured,
+    Progress,
+    clock,
+    cores_free,
+    load_average,
+    now,
+)
 
 
 def layer_flops(account: Any) -> list[tuple[str, float]]:
@@ -27,8 +42,11 @@ def measure_into(book: DeviceRates, device: Any, families: list[str], progress: 
     from madsl.lang.spec import spec_from_topology
 
     reference = spec_from_topology(REFERENCE_TOPOLOGY, dim=RATE_WIDTH)
-    reference_families = [] if book.rest is not None else \
-        [f for f in dict.fromkeys(f for f, _ in _reference_layers(reference)) if f not in book.families]
+    reference_families = (
+        []
+        if book.rest is not None
+        else [f for f in dict.fromkeys(f for f, _ in _reference_layers(reference)) if f not in book.families]
+    )
     todo = list(dict.fromkeys([*families, *reference_families]))
     total = len(todo) + (book.rest is None)
     with _torch_threads(device, 1):
@@ -53,8 +71,11 @@ def measure_into(book: DeviceRates, device: Any, families: list[str], progress: 
     if model_seconds is not None and device.type == "cpu" and book.threads > 1:
         load = load_average()
         # busy cores make the speedup read low (or take long to read): 1 then, an upper bound of the time
-        book.threads_speedup = measure_speedup(reference, device, book.threads, model_seconds) \
-            if cores_free(load, book.threads) else Measured(1.0, now(), load)
+        book.threads_speedup = (
+            measure_speedup(reference, device, book.threads, model_seconds)
+            if cores_free(load, book.threads)
+            else Measured(1.0, now(), load)
+        )
         book.measured_now.add("threads_speedup")
     _release(device)
 

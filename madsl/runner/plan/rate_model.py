@@ -22,6 +22,7 @@ make it read low): it is measured only where the load average leaves T cores fre
 wall-clock time with the device synchronized. What a run does beyond its steps (data generation,
 building the model) is not in the rate.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,10 @@ TIMED_STEPS = 3  # timed steps a point after the warm-up; the fastest counts
 SPEEDUP_STEPS = 3  # wall-clock steps on T threads: the fastest counts
 REFERENCE_TOPOLOGY = "A-Sg:A-Sg"
 REFERENCE_VOCAB = 16
-HOW = (f"forward + backward of each layer family at width {RATE_WIDTH}, length {RATE_LENGTH}, two batch sizes; "
-       f"an AdamW step of a {REFERENCE_TOPOLOGY} model for the rest of a model, a layer and a token")
+HOW = (
+    f"forward + backward of each layer family at width {RATE_WIDTH}, length {RATE_LENGTH}, two batch sizes; "
+    f"an AdamW step of a {REFERENCE_TOPOLOGY} model for the rest of a model, a layer and a token"
+)
 
 Progress = Callable[[str, int, int], None]  # (what, done, total)
 
@@ -84,15 +87,18 @@ class DeviceRates:
     measured_now: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)  # family -> why it has no rate
 
-    def step_seconds(self, layers: Sequence[tuple[str, float]], rows: int, length: int,
-                     members: int = 1) -> float | None:
+    def step_seconds(
+        self, layers: Sequence[tuple[str, float]], rows: int, length: int, members: int = 1
+    ) -> float | None:
         """Seconds of a training step of `members` models trained stacked, each on `rows`
         sequences of `length` tokens, whose layers are (family, forward FLOPs of one sequence);
         None where a family has no rate. Stacked members share each layer's overhead (one
         launch for all)."""
         if any(family not in self.families for family, _ in layers):
             return None
-        seconds = sum(self.families[family].seconds(TRAIN_FORWARDS * flops * rows * members) for family, flops in layers)
+        seconds = sum(
+            self.families[family].seconds(TRAIN_FORWARDS * flops * rows * members) for family, flops in layers
+        )
         if self.rest is not None:
             seconds += self.rest.value * len(layers) * rows * length * members
         return seconds / (self.threads_speedup.value if self.threads_speedup is not None else 1.0)
@@ -102,17 +108,25 @@ class DeviceRates:
         used = [self.families[f] for f in families if f in self.families]
         used += [m for m in (self.rest, self.threads_speedup) if m is not None]
         oldest = min(used, key=lambda m: m.measured, default=None)
-        return {"device": self.device, "threads": self.threads, "how": HOW,
-                "measured_now": sorted(self.measured_now & {*families, "rest", "threads_speedup"}),
-                "measured": oldest.measured if oldest else None, "load": oldest.load if oldest else None,
-                "threads_speedup": self.threads_speedup.value if self.threads_speedup else None,
-                # taken as 1, not measured: the cores were busy then
-                "threads_speedup_assumed": self.threads_speedup is not None and
-                not cores_free(self.threads_speedup.load, self.threads),
-                "rest_s_per_layer_token": self.rest.value if self.rest else None,
-                "families": {f: {"flops_per_s": self.families[f].flops_per_s, "overhead_s": self.families[f].overhead_s}
-                             for f in families if f in self.families},
-                "failed": {f: why for f, why in self.failed.items() if f in families}}
+        return {
+            "device": self.device,
+            "threads": self.threads,
+            "how": HOW,
+            "measured_now": sorted(self.measured_now & {*families, "rest", "threads_speedup"}),
+            "measured": oldest.measured if oldest else None,
+            "load": oldest.load if oldest else None,
+            "threads_speedup": self.threads_speedup.value if self.threads_speedup else None,
+            # taken as 1, not measured: the cores were busy then
+            "threads_speedup_assumed": self.threads_speedup is not None
+            and not cores_free(self.threads_speedup.load, self.threads),
+            "rest_s_per_layer_token": self.rest.value if self.rest else None,
+            "families": {
+                f: {"flops_per_s": self.families[f].flops_per_s, "overhead_s": self.families[f].overhead_s}
+                for f in families
+                if f in self.families
+            },
+            "failed": {f: why for f, why in self.failed.items() if f in families},
+        }
 
 
 def device_name(device: Any) -> str:

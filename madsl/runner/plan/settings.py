@@ -11,7 +11,8 @@ options. Its declaration carries everything about it:
     flag        its option of `madsl eval` (None: not on the command line), with the argparse
                 arguments that read it (`cli`: action, metavar, choices; `text` parses one word)
     check       a value as written in a spec, a sweep file or a Python call -> the checked value,
-                a MadslError located where the value is written otherwise
+                a MadslError located where the value is written otherwise (the general checks:
+                madsl.runner.plan.setting_checks)
     many        whether it takes several values (a list in YAML, a repeated flag)
     in_sweep    whether a sweep file's `train:` may set it
     identity_default  the value every run made before the setting existed had: a run's identity
@@ -28,6 +29,7 @@ tests/test_docs.py). A new setting is one entry here and the code that uses it.
 How runs execute (workers, devices, executor, grid batching, CUDA graphs, checkpoints, kept
 models) changes no result and is not here: those are arguments of `evaluate`.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,11 +37,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from madsl.errors import Location, MadslError, did_you_mean, option
-from madsl.runner.common.choices import LM_HEADS, MAX_SEED, METRICS, OPTIMIZERS, PRECISIONS, SCHEDULES  # noqa: F401
+from madsl.errors import MadslError, did_you_mean, option
+from madsl.runner.common.choices import LM_HEADS, MAX_SEED, METRICS, OPTIMIZERS, PRECISIONS, SCHEDULES
 from madsl.runner.common.records import IDENTITY_DEFAULTS as RECORDED_DEFAULTS
-from madsl.runner.common.words import (finite_text, lengths_text, non_negative_text, positive_int_text,  # noqa: F401
-                                       positive_text, seed_text)
+from madsl.runner.common.words import (
+    finite_text,
+    lengths_text,
+    non_negative_text,
+    positive_int_text,
+    positive_text,  # noqa: F401 - madsl.cli.arguments reads it here
+    seed_text,
+)
+from madsl.runner.plan.setting_checks import Where, as_number, choice, names, numbers
 
 # the choices of the training options (madsl.runner.train.options says what each does), the
 # precisions and the largest seed are defined once, in madsl.runner.common.choices; a setting's
@@ -51,28 +60,6 @@ PROTOCOL_NAMES = ("smoke", "quick", "baseline", "paper")
 CONVENTIONS = ("mad-lab", "madsl")
 
 ALWAYS = object()  # identity_default of a setting every run's identity names (lr, epochs, ...)
-
-
-class Where:
-    """Where the parts of a setting's value are written, for located errors: `value(*path)` is
-    the location of the value at `path` below the setting's key (an item of a list: its index);
-    `key(*path)` that of a key. Without a source (a Python call), no location."""
-
-    def __init__(self, find: Callable[[str, tuple], Location | None] | None = None, file: str | None = None):
-        self._find, self.file = find, file
-
-    def value(self, *path: Any) -> Location | None:
-        return self._locate("value", path)
-
-    def key(self, *path: Any) -> Location | None:
-        return self._locate("key", path)
-
-    def _locate(self, part: str, path: tuple) -> Location | None:
-        if self._find is not None:
-            found = self._find(part, path)
-            if found is not None:
-                return found
-        return Location(file=self.file) if self.file else None
 
 
 @dataclass(frozen=True)
@@ -97,87 +84,15 @@ class Setting:
 
 # --- checks of values as written (spec eval:, sweep train:, Python calls) --------------------
 
-def _as_number(value: Any) -> Any:
-    """YAML 1.1 reads 1e-3 as a string: a string that is a number is that number."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    return value
-
-
-def numbers(kind: type, *, minimum: float, inclusive: bool, maximum: float = math.inf, single: bool = False,
-            unit: str = "", empty: bool = False) -> Callable[[Any, Where, str], Any]:
-    """A check: a number (or with `single` False a list of them) of `kind`, each finite, >= (or >)
-    `minimum` and <= `maximum`, no value twice; errors at the item. One value -> that value when
-    `single`, else a tuple; an empty list is an error unless `empty` (then: none)."""
-    wanted = ("a number" if kind is float else "an integer") + ("" if single else " or a list of them")
-
-    def check(value: Any, where: Where, source: str) -> Any:
-        items = value if isinstance(value, (list, tuple)) else [value]
-        if single and isinstance(value, (list, tuple)):
-            raise MadslError(f"{source}: expected {wanted}, got {value!r}", where.value())
-        if not items and not (empty and not single):
-            raise MadslError(f"{source}: the list is empty", where.value(), expected=wanted)
-        out: list = []
-        for index, item in enumerate(items):
-            at = where.value(index) if isinstance(value, (list, tuple)) else where.value()
-            if kind is float:
-                item = _as_number(item)
-            if isinstance(item, bool) or not isinstance(item, (int, float) if kind is float else int):
-                raise MadslError(f"{source}: expected {wanted}, got {item!r}", at)
-            item = kind(item)
-            if not math.isfinite(item):
-                raise MadslError(f"{source}: expected a finite number, got {item!r}", at)
-            if item < minimum or (item == minimum and not inclusive):
-                bound = f"at least {minimum:g}" if inclusive else f"greater than {minimum:g}"
-                raise MadslError(f"{source}: expected {'a number' if kind is float else 'an integer'} {bound}"
-                                 f"{unit}, got {item!r}", at)
-            if item > maximum:
-                raise MadslError(f"{source}: expected at most {maximum:,}{unit}, got {item!r}", at)
-            if item in out:  # planned once either way: a repeat is a slip, not a second run
-                raise MadslError(f"{source}: {item!r} is given twice", at, hint="list each value once")
-            out.append(item)
-        return out[0] if single else tuple(out)
-
-    return check
-
-
-def names(what: str, unique: bool = False) -> Callable[[Any, Where, str], tuple[str, ...]]:
-    """A check: a name or a list of names (non-empty strings; with `unique`, none twice); errors at
-    the item."""
-    def check(value: Any, where: Where, source: str) -> tuple[str, ...]:
-        items = value if isinstance(value, (list, tuple)) else [value]
-        if not items:
-            raise MadslError(f"{source}: the list is empty", where.value(), expected=what)
-        for index, name in enumerate(items):
-            at = where.value(index) if isinstance(value, (list, tuple)) else where.value()
-            if not isinstance(name, str) or not name:
-                raise MadslError(f"{source}: expected {what}, got {name!r}", at)
-            if unique and name in items[:index]:
-                raise MadslError(f"{source}: {name!r} is given twice", at, hint="give each value once")
-        return tuple(items)
-
-    return check
-
-
-def choice(options: tuple[str, ...], what: str, meaning: str = "") -> Callable[[Any, Where, str], str]:
-    """A check: one of `options` (`what` names the setting in messages, `meaning` says what each
-    option does where no option is near the value given)."""
-    def check(value: Any, where: Where, source: str) -> str:
-        if value not in options:
-            raise MadslError(f"{source}: unknown {what} {value!r}", where.value(), expected=" or ".join(options),
-                             hint=did_you_mean(str(value), options) or meaning or None)
-        return str(value)
-
-    return check
-
 
 def _protocol(value: Any, where: Where, source: str) -> str:
     if not isinstance(value, str) or value not in PROTOCOL_NAMES:
-        raise MadslError(f"{source}: unknown protocol {value!r}", where.value(),
-                         expected="one of " + ", ".join(PROTOCOL_NAMES), hint=did_you_mean(str(value), PROTOCOL_NAMES))
+        raise MadslError(
+            f"{source}: unknown protocol {value!r}",
+            where.value(),
+            expected="one of " + ", ".join(PROTOCOL_NAMES),
+            hint=did_you_mean(str(value), PROTOCOL_NAMES),
+        )
     return value
 
 
@@ -185,8 +100,11 @@ def _task_settings(value: Any, where: Where, source: str) -> dict[str, Any]:
     """Task settings (knob or task.knob -> value); the knobs are checked against the tasks when
     the plan is made."""
     if not isinstance(value, Mapping):
-        raise MadslError(f"{source}: expected a mapping of task settings (knob: value), got {value!r}",
-                         where.value(), hint="e.g. set: {seq_len: 256}")
+        raise MadslError(
+            f"{source}: expected a mapping of task settings (knob: value), got {value!r}",
+            where.value(),
+            hint="e.g. set: {seq_len: 256}",
+        )
     for knob, item in value.items():
         if not isinstance(knob, str) or not knob:
             raise MadslError(f"{source}: a setting name must be a string, got {knob!r}", where.key(knob))
@@ -196,25 +114,34 @@ def _task_settings(value: Any, where: Where, source: str) -> dict[str, Any]:
 
 
 def _accuracy(value: Any, where: Where, source: str) -> float:
-    value = _as_number(value)
+    value = as_number(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise MadslError(f"{source}: expected an accuracy in [0, 1), got {value!r}", where.value(),
-                         hint="training stops once the eval accuracy exceeds it, e.g. 0.99")
+        raise MadslError(
+            f"{source}: expected an accuracy in [0, 1), got {value!r}",
+            where.value(),
+            hint="training stops once the eval accuracy exceeds it, e.g. 0.99",
+        )
     return float(value)
 
 
 def _patience(value: Any, where: Where, source: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise MadslError(f"{source}: expected a number of epochs, at least 1, got {value!r}", where.value(),
-                         hint="training stops after this many epochs in a row without an eval-loss improvement")
+        raise MadslError(
+            f"{source}: expected a number of epochs, at least 1, got {value!r}",
+            where.value(),
+            hint="training stops after this many epochs in a row without an eval-loss improvement",
+        )
     return value
 
 
 def _min_delta(value: Any, where: Where, source: str) -> float:
-    value = _as_number(value)
+    value = as_number(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise MadslError(f"{source}: expected a non-negative number, got {value!r}", where.value(),
-                         hint="the eval-loss decrease that counts as an improvement, e.g. 0.001")
+        raise MadslError(
+            f"{source}: expected a non-negative number, got {value!r}",
+            where.value(),
+            hint="the eval-loss decrease that counts as an improvement, e.g. 0.001",
+        )
     return float(value)
 
 
@@ -227,86 +154,216 @@ _INT_OR_LIST = {"oneOf": [{"type": "integer"}, {"type": "array", "items": {"type
 _NAME_OR_LIST = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("protocol", "protocol", "the protocol: smoke (seconds), quick (~10 min per architecture on 2 CPU "
-            "cores), baseline (baseline settings, full grid, 200 epochs), paper (every setting; default: the "
-            "spec's eval.protocol, else quick)",
-            _protocol, flag="--protocol", cli={"choices": PROTOCOL_NAMES}, schema={"enum": list(PROTOCOL_NAMES)}),
-    Setting("tasks", "tasks", "a task name, or all (the six MAD tasks); repeatable (default: the spec's "
-            "eval.tasks, else all)",
-            names("task names"), flag="--task", cli={"action": "append", "metavar": "NAME"}, many=True,
-            schema=_NAME_OR_LIST),
-    Setting("settings", "set", "a task setting, e.g. seq_len=512, or TASK.KEY=VALUE for one task; repeatable",
-            _task_settings, flag="--set", cli={"action": "append", "metavar": "KEY=VALUE"},
-            schema={"type": "object"}),
-    Setting("lrs", "lr", "learning rate(s) instead of the grid's",
-            numbers(float, minimum=0, inclusive=False), flag="--lr", cli={"action": "append"},
-            text=non_negative_text, many=True, in_sweep=True, schema=_NUMBER_OR_LIST),
-    Setting("wds", "wd", "weight decay(s) instead of the grid's",
-            numbers(float, minimum=0, inclusive=True), flag="--wd", cli={"action": "append"},
-            text=non_negative_text, many=True, in_sweep=True, schema=_NUMBER_OR_LIST),
-    Setting("epochs", "epochs", "training epochs instead of the protocol's",
-            numbers(int, minimum=1, inclusive=True, single=True), flag="--epochs", text=positive_int_text,
-            in_sweep=True, schema={"type": "integer", "minimum": 1}),
-    Setting("batch_size", "batch_size", "batch size instead of the protocol's",
-            numbers(int, minimum=1, inclusive=True, single=True), flag="--batch-size", text=positive_int_text,
-            in_sweep=True, schema={"type": "integer", "minimum": 1}),
-    Setting("seeds", "seed", "seed(s) of data, init and order (0 to 2^32 - 1)",
-            numbers(int, minimum=0, inclusive=True, maximum=MAX_SEED), flag="--seed", cli={"action": "append"},
-            text=seed_text, many=True, in_sweep=True, schema=_INT_OR_LIST),
-    Setting("eval_lengths", "eval_lengths", "after training, also evaluate the best model at these sequence "
-            "lengths (LOW..HIGH: the powers of two from LOW to HIGH, e.g. 64..1048576)",
-            # (their range depends on the task: checked against it when the plan is made)
-            numbers(int, minimum=-math.inf, inclusive=True, empty=True), flag="--eval-lengths",
-            cli={"metavar": "L1,L2,...|LOW..HIGH"}, text=lengths_text, many=True, schema=_INT_OR_LIST),
-    Setting("freeze", "freeze", "do not train these layers: a symbol (Mb), a tag (#a) or embedding; repeatable",
-            names("layer names (symbols, #tags or embedding)", unique=True), flag="--freeze",
-            cli={"action": "append", "metavar": "NAME"}, many=True, schema=_NAME_OR_LIST),
-    Setting("precision", "precision", "fp32; bf16 (autocast, float32 master weights; exit 2 where the device has "
-            "no bf16); auto: bf16 on a CUDA device with bf16, else fp32 (default: the spec's eval.precision, "
-            "else fp32)",
-            choice(PRECISIONS, "precision", "bf16 trains in bfloat16 autocast with float32 master weights"),
-            flag="--precision", cli={"choices": PRECISIONS}, identity_default=RECORDED_DEFAULTS["precision"],
-            schema={"enum": list(PRECISIONS)}),
-    Setting("conventions", "conventions", "mad-lab: task layouts, vocabularies, optimizer, schedule, LM head and "
-            "accuracy as the reference implementation (athms/mad-lab) has them; madsl: the paper's text (default: "
-            "the spec's eval.conventions, else the protocol's: mad-lab for paper and baseline, madsl for quick "
-            "and smoke; docs/tasks.md)",
-            choice(CONVENTIONS, "conventions", "mad-lab: the reference implementation's; madsl: the paper's text"),
-            flag="--conventions", cli={"choices": CONVENTIONS}, identity_default=RECORDED_DEFAULTS["conventions"],
-            schema={"enum": list(CONVENTIONS)}),
-    Setting("optimizer", "optimizer", "adamw: decoupled weight decay, Table B.1's betas; adam: plain torch Adam "
-            "(betas 0.9, 0.999), weight decay coupled",
-            choice(OPTIMIZERS, "optimizer", "adamw: decoupled weight decay; adam: plain torch Adam, coupled weight decay"),
-            flag="--optimizer", cli={"choices": OPTIMIZERS}, identity_default=RECORDED_DEFAULTS["optimizer"],
-            schema={"enum": list(OPTIMIZERS)}),
-    Setting("schedule", "schedule", "cosine: decay to the protocol's min lr; constant: the learning rate "
-            "throughout",
-            choice(SCHEDULES, "schedule", "cosine: decay to min_lr; constant: the learning rate throughout"),
-            flag="--schedule", cli={"choices": SCHEDULES}, identity_default=RECORDED_DEFAULTS["schedule"],
-            schema={"enum": list(SCHEDULES)}),
-    Setting("metric", "metric", "the accuracy the stopping rule reads and runs are scored by: macro "
-            "(class-averaged, MAD's) or token (share of scored positions right)",
-            choice(METRICS, "metric", "macro: class-averaged accuracy; token: share of scored positions right"),
-            flag="--metric", cli={"choices": METRICS}, identity_default=RECORDED_DEFAULTS["metric"],
-            schema={"enum": list(METRICS)}),
-    Setting("stop_acc", "stop_acc", "stop once the eval accuracy exceeds X (default: the protocol's early stop)",
-            _accuracy, flag="--stop-acc", cli={"metavar": "X"}, text=finite_text,
-            identity_default=RECORDED_DEFAULTS["stop_acc"],
-            schema=_NUMBER),
-    Setting("patience", "patience", "stop after P epochs in a row without an eval-loss improvement of more than "
-            "--min-delta",
-            _patience, flag="--patience", cli={"metavar": "P"}, text=positive_int_text,
-            identity_default=RECORDED_DEFAULTS["patience"],
-            schema={"type": "integer", "minimum": 1}),
-    Setting("min_delta", "min_delta", "the eval-loss decrease that counts as an improvement (default 0)",
-            _min_delta, flag="--min-delta", cli={"metavar": "D"}, text=non_negative_text,
-            identity_default=RECORDED_DEFAULTS["min_delta"],
-            schema=_NUMBER),
-    Setting("lm_head", "lm_head", "conventions: the LM head the conventions give (mad-lab: untied, with a bias); "
-            "spec: the spec's own output layer (tied where the spec says so)",
-            choice(LM_HEADS, "lm_head", "conventions: the conventions' LM head; spec: the spec's own output layer"),
-            flag="--lm-head", cli={"choices": LM_HEADS}, identity_default=RECORDED_DEFAULTS["lm_head"],
-            schema={"enum": list(LM_HEADS)}),
+    Setting(
+        "protocol",
+        "protocol",
+        "the protocol: smoke (seconds), quick (~10 min per architecture on 2 CPU "
+        "cores), baseline (baseline settings, full grid, 200 epochs), paper (every setting; default: the "
+        "spec's eval.protocol, else quick)",
+        _protocol,
+        flag="--protocol",
+        cli={"choices": PROTOCOL_NAMES},
+        schema={"enum": list(PROTOCOL_NAMES)},
+    ),
+    Setting(
+        "tasks",
+        "tasks",
+        "a task name, or all (the six MAD tasks); repeatable (default: the spec's eval.tasks, else all)",
+        names("task names"),
+        flag="--task",
+        cli={"action": "append", "metavar": "NAME"},
+        many=True,
+        schema=_NAME_OR_LIST,
+    ),
+    Setting(
+        "settings",
+        "set",
+        "a task setting, e.g. seq_len=512, or TASK.KEY=VALUE for one task; repeatable",
+        _task_settings,
+        flag="--set",
+        cli={"action": "append", "metavar": "KEY=VALUE"},
+        schema={"type": "object"},
+    ),
+    Setting(
+        "lrs",
+        "lr",
+        "learning rate(s) instead of the grid's",
+        numbers(float, minimum=0, inclusive=False),
+        flag="--lr",
+        cli={"action": "append"},
+        text=non_negative_text,
+        many=True,
+        in_sweep=True,
+        schema=_NUMBER_OR_LIST,
+    ),
+    Setting(
+        "wds",
+        "wd",
+        "weight decay(s) instead of the grid's",
+        numbers(float, minimum=0, inclusive=True),
+        flag="--wd",
+        cli={"action": "append"},
+        text=non_negative_text,
+        many=True,
+        in_sweep=True,
+        schema=_NUMBER_OR_LIST,
+    ),
+    Setting(
+        "epochs",
+        "epochs",
+        "training epochs instead of the protocol's",
+        numbers(int, minimum=1, inclusive=True, single=True),
+        flag="--epochs",
+        text=positive_int_text,
+        in_sweep=True,
+        schema={"type": "integer", "minimum": 1},
+    ),
+    Setting(
+        "batch_size",
+        "batch_size",
+        "batch size instead of the protocol's",
+        numbers(int, minimum=1, inclusive=True, single=True),
+        flag="--batch-size",
+        text=positive_int_text,
+        in_sweep=True,
+        schema={"type": "integer", "minimum": 1},
+    ),
+    Setting(
+        "seeds",
+        "seed",
+        "seed(s) of data, init and order (0 to 2^32 - 1)",
+        numbers(int, minimum=0, inclusive=True, maximum=MAX_SEED),
+        flag="--seed",
+        cli={"action": "append"},
+        text=seed_text,
+        many=True,
+        in_sweep=True,
+        schema=_INT_OR_LIST,
+    ),
+    Setting(
+        "eval_lengths",
+        "eval_lengths",
+        "after training, also evaluate the best model at these sequence "
+        "lengths (LOW..HIGH: the powers of two from LOW to HIGH, e.g. 64..1048576)",
+        # (their range depends on the task: checked against it when the plan is made)
+        numbers(int, minimum=-math.inf, inclusive=True, empty=True),
+        flag="--eval-lengths",
+        cli={"metavar": "L1,L2,...|LOW..HIGH"},
+        text=lengths_text,
+        many=True,
+        schema=_INT_OR_LIST,
+    ),
+    Setting(
+        "freeze",
+        "freeze",
+        "do not train these layers: a symbol (Mb), a tag (#a) or embedding; repeatable",
+        names("layer names (symbols, #tags or embedding)", unique=True),
+        flag="--freeze",
+        cli={"action": "append", "metavar": "NAME"},
+        many=True,
+        schema=_NAME_OR_LIST,
+    ),
+    Setting(
+        "precision",
+        "precision",
+        "fp32; bf16 (autocast, float32 master weights; exit 2 where the device has "
+        "no bf16); auto: bf16 on a CUDA device with bf16, else fp32 (default: the spec's eval.precision, "
+        "else fp32)",
+        choice(PRECISIONS, "precision", "bf16 trains in bfloat16 autocast with float32 master weights"),
+        flag="--precision",
+        cli={"choices": PRECISIONS},
+        identity_default=RECORDED_DEFAULTS["precision"],
+        schema={"enum": list(PRECISIONS)},
+    ),
+    Setting(
+        "conventions",
+        "conventions",
+        "mad-lab: task layouts, vocabularies, optimizer, schedule, LM head and "
+        "accuracy as the reference implementation (athms/mad-lab) has them; madsl: the paper's text (default: "
+        "the spec's eval.conventions, else the protocol's: mad-lab for paper and baseline, madsl for quick "
+        "and smoke; docs/tasks.md)",
+        choice(CONVENTIONS, "conventions", "mad-lab: the reference implementation's; madsl: the paper's text"),
+        flag="--conventions",
+        cli={"choices": CONVENTIONS},
+        identity_default=RECORDED_DEFAULTS["conventions"],
+        schema={"enum": list(CONVENTIONS)},
+    ),
+    Setting(
+        "optimizer",
+        "optimizer",
+        "adamw: decoupled weight decay, Table B.1's betas; adam: plain torch Adam "
+        "(betas 0.9, 0.999), weight decay coupled",
+        choice(OPTIMIZERS, "optimizer", "adamw: decoupled weight decay; adam: plain torch Adam, coupled weight decay"),
+        flag="--optimizer",
+        cli={"choices": OPTIMIZERS},
+        identity_default=RECORDED_DEFAULTS["optimizer"],
+        schema={"enum": list(OPTIMIZERS)},
+    ),
+    Setting(
+        "schedule",
+        "schedule",
+        "cosine: decay to the protocol's min lr; constant: the learning rate throughout",
+        choice(SCHEDULES, "schedule", "cosine: decay to min_lr; constant: the learning rate throughout"),
+        flag="--schedule",
+        cli={"choices": SCHEDULES},
+        identity_default=RECORDED_DEFAULTS["schedule"],
+        schema={"enum": list(SCHEDULES)},
+    ),
+    Setting(
+        "metric",
+        "metric",
+        "the accuracy the stopping rule reads and runs are scored by: macro "
+        "(class-averaged, MAD's) or token (share of scored positions right)",
+        choice(METRICS, "metric", "macro: class-averaged accuracy; token: share of scored positions right"),
+        flag="--metric",
+        cli={"choices": METRICS},
+        identity_default=RECORDED_DEFAULTS["metric"],
+        schema={"enum": list(METRICS)},
+    ),
+    Setting(
+        "stop_acc",
+        "stop_acc",
+        "stop once the eval accuracy exceeds X (default: the protocol's early stop)",
+        _accuracy,
+        flag="--stop-acc",
+        cli={"metavar": "X"},
+        text=finite_text,
+        identity_default=RECORDED_DEFAULTS["stop_acc"],
+        schema=_NUMBER,
+    ),
+    Setting(
+        "patience",
+        "patience",
+        "stop after P epochs in a row without an eval-loss improvement of more than --min-delta",
+        _patience,
+        flag="--patience",
+        cli={"metavar": "P"},
+        text=positive_int_text,
+        identity_default=RECORDED_DEFAULTS["patience"],
+        schema={"type": "integer", "minimum": 1},
+    ),
+    Setting(
+        "min_delta",
+        "min_delta",
+        "the eval-loss decrease that counts as an improvement (default 0)",
+        _min_delta,
+        flag="--min-delta",
+        cli={"metavar": "D"},
+        text=non_negative_text,
+        identity_default=RECORDED_DEFAULTS["min_delta"],
+        schema=_NUMBER,
+    ),
+    Setting(
+        "lm_head",
+        "lm_head",
+        "conventions: the LM head the conventions give (mad-lab: untied, with a bias); "
+        "spec: the spec's own output layer (tied where the spec says so)",
+        choice(LM_HEADS, "lm_head", "conventions: the conventions' LM head; spec: the spec's own output layer"),
+        flag="--lm-head",
+        cli={"choices": LM_HEADS},
+        identity_default=RECORDED_DEFAULTS["lm_head"],
+        schema={"enum": list(LM_HEADS)},
+    ),
 )
 
 BY_FIELD: Mapping[str, Setting] = {s.field: s for s in SETTINGS}
@@ -315,11 +372,13 @@ BY_KEY: Mapping[str, Setting] = {s.key: s for s in SETTINGS}
 SPEC_EVAL_KEYS: tuple[str, ...] = (*(s.key for s in SETTINGS[:2]), "task", *(s.key for s in SETTINGS[2:]))
 SWEEP_TRAIN_KEYS: tuple[str, ...] = tuple(s.key for s in SETTINGS if s.in_sweep)
 # a run's identity names these only when off the value they had before they existed
-IDENTITY_DEFAULTS: Mapping[str, Any] = {s.field: s.identity_default for s in SETTINGS
-                                        if s.identity_default is not ALWAYS}
+IDENTITY_DEFAULTS: Mapping[str, Any] = {
+    s.field: s.identity_default for s in SETTINGS if s.identity_default is not ALWAYS
+}
 # the training options every run carries by name into its TrainSettings
-RUN_OPTIONS: tuple[str, ...] = tuple(s.field for s in SETTINGS if s.identity_default is not ALWAYS
-                                     and s.field not in ("precision", "conventions"))
+RUN_OPTIONS: tuple[str, ...] = tuple(
+    s.field for s in SETTINGS if s.identity_default is not ALWAYS and s.field not in ("precision", "conventions")
+)
 
 
 def check_value(setting: Setting, value: Any, where: Where | None = None, source: str | None = None) -> Any:
@@ -331,5 +390,9 @@ def eval_schema() -> dict[str, Any]:
     """The JSON Schema of a spec's `eval:` section."""
     properties = {s.key: {**s.schema, "description": s.help} for s in SETTINGS}
     properties["task"] = {**BY_FIELD["tasks"].schema, "description": "one task (an alias of tasks)"}
-    return {"type": "object", "description": "settings for `madsl eval` (docs/runner.md)",
-            "properties": properties, "additionalProperties": False}
+    return {
+        "type": "object",
+        "description": "settings for `madsl eval` (docs/runner.md)",
+        "properties": properties,
+        "additionalProperties": False,
+    }

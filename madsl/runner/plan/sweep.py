@@ -16,7 +16,7 @@ Errors point at the line and column of the sweep file, with did-you-mean for key
 field paths.
 
 Sweep files come from pull requests, and their errors land in CI logs. `specs:` entries
-follow the read policy of every file a spec names (madsl/lang/spec/files.py): a relative path
+follow the read policy of every file a spec names (madsl/lang/spec/named.py): a relative path
 or glob inside the sweep file's folder (or $MADSL_SPEC_ROOT), or `bundled:NAME`; anything
 else is refused at the entry before a file is read, and a named file that is not a spec is
 reported by name only. The work a sweep asks for is capped before it is done: its number of
@@ -24,6 +24,7 @@ variants is computed from its axes before one is built (`MAX_VARIANTS`), each va
 layers are counted before it is accounted (`MAX_VARIANT_LAYERS`), and the runs of its plan
 are counted before one is planned (`MAX_RUNS`, `check_planned_runs`).
 """
+
 from __future__ import annotations
 
 import copy
@@ -35,9 +36,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from madsl.errors import Location, MadslError, did_you_mean
-from madsl.runner.plan.settings import BY_KEY as SETTINGS_BY_KEY
-from madsl.runner.plan.settings import SWEEP_TRAIN_KEYS, Where
 from madsl.lang.yamlsource import Located, load
+from madsl.runner.plan.setting_checks import Where
+from madsl.runner.plan.settings import BY_KEY as SETTINGS_BY_KEY
+from madsl.runner.plan.settings import SWEEP_TRAIN_KEYS
 
 SWEEP_KEYS = ("specs", "protocol", "tasks", "vary", "train")
 TRAIN_KEYS = SWEEP_TRAIN_KEYS  # the settings a sweep file may set (madsl.runner.plan.settings)
@@ -90,22 +92,35 @@ def load_sweep(path: str | Path) -> Sweep:
     located = load(path)
     data = located.data
     if not isinstance(data, dict):
-        raise MadslError(f"{path}: a sweep file is a mapping with specs:, protocol:, tasks:, vary:, train:",
-                         Location(str(path), 1, 1, located.line(1)))
+        raise MadslError(
+            f"{path}: a sweep file is a mapping with specs:, protocol:, tasks:, vary:, train:",
+            Location(str(path), 1, 1, located.line(1)),
+        )
     for key in data:
         if key not in SWEEP_KEYS:
-            raise MadslError(f"unknown key {key!r} in a sweep file", located.key((key,)),
-                             expected=", ".join(SWEEP_KEYS), hint=did_you_mean(str(key), SWEEP_KEYS))
+            raise MadslError(
+                f"unknown key {key!r} in a sweep file",
+                located.key((key,)),
+                expected=", ".join(SWEEP_KEYS),
+                hint=did_you_mean(str(key), SWEEP_KEYS),
+            )
     if "specs" not in data:
-        raise MadslError("a sweep file needs specs: (spec files or globs)", located.key(()),
-                         hint="specs: [specs/paper/hyena-sg.mad]")
+        raise MadslError(
+            "a sweep file needs specs: (spec files or globs)", located.key(()), hint="specs: [specs/paper/hyena-sg.mad]"
+        )
     size_at = located.key(("vary",)) if data.get("vary") else located.key(("specs",))
     grid = _grid(located)
     _check_variant_count(None, grid, size_at)  # the axes alone, before a folder is searched
     spec_paths = _spec_paths(located)
     _check_variant_count(len(spec_paths), grid, size_at)  # before a spec is read
-    sweep = Sweep(path=str(path), variants=[], protocol=_protocol(located), tasks=_tasks(located),
-                  train=_train(located), where=size_at)
+    sweep = Sweep(
+        path=str(path),
+        variants=[],
+        protocol=_protocol(located),
+        tasks=_tasks(located),
+        train=_train(located),
+        where=size_at,
+    )
     for spec_path, where, ref in spec_paths:
         base = _load_named(spec_path, where, ref)
         for path_key, _ in grid:
@@ -122,10 +137,16 @@ def _check_variant_count(specs: int | None, grid: list[tuple[str, list[Any]]], w
     count = (specs or 1) * math.prod(len(values) for _, values in grid)
     if count > MAX_VARIANTS:
         axes = " x ".join(f"{len(values):,} {key}" for key, values in grid)
-        made = f"{count:,} variants ({specs:,} spec(s) x {axes or '1'})" if specs is not None else \
-            f"{count:,} variants of each spec ({axes})"
-        raise MadslError(f"the sweep makes {made}; a sweep makes at most {MAX_VARIANTS:,}", where,
-                         hint="vary fewer fields or values, or split the study into several sweep files")
+        made = (
+            f"{count:,} variants ({specs:,} spec(s) x {axes or '1'})"
+            if specs is not None
+            else f"{count:,} variants of each spec ({axes})"
+        )
+        raise MadslError(
+            f"the sweep makes {made}; a sweep makes at most {MAX_VARIANTS:,}",
+            where,
+            hint="vary fewer fields or values, or split the study into several sweep files",
+        )
 
 
 def _load_named(spec_path: Path, where: Location, ref: str) -> Any:
@@ -137,8 +158,11 @@ def _load_named(spec_path: Path, where: Location, ref: str) -> Any:
     try:
         return load_spec(shown, named=True)
     except NotASpec:
-        raise MadslError(f"specs: {shown}" + (f" (matched by {ref})" if str(shown) != ref else "")
-                         + " is not a spec", where, expected=NOT_A_SPEC_EXPECTED) from None
+        raise MadslError(
+            f"specs: {shown}" + (f" (matched by {ref})" if str(shown) != ref else "") + " is not a spec",
+            where,
+            expected=NOT_A_SPEC_EXPECTED,
+        ) from None
 
 
 def check_planned_runs(sweep: Sweep, cli: Any, variants: list[Variant]) -> int:
@@ -153,10 +177,13 @@ def check_planned_runs(sweep: Sweep, cli: Any, variants: list[Variant]) -> int:
             per_file[variant.path] = _runs_of(variant.spec, variant.path, cli)
         total += per_file[variant.path]
     if total > MAX_RUNS:
-        raise MadslError(f"{sweep.path}: the sweep plans {total:,} runs ({len(variants):,} variants); a plan holds at "
-                         f"most {MAX_RUNS:,}", sweep.where,
-                         hint="fewer variants, tasks or train: values (lr, wd, seed), or a protocol with fewer "
-                              "settings (baseline instead of paper)")
+        raise MadslError(
+            f"{sweep.path}: the sweep plans {total:,} runs ({len(variants):,} variants); a plan holds at "
+            f"most {MAX_RUNS:,}",
+            sweep.where,
+            hint="fewer variants, tasks or train: values (lr, wd, seed), or a protocol with fewer "
+            "settings (baseline instead of paper)",
+        )
     return total
 
 
@@ -177,22 +204,28 @@ def _runs_of(spec: Any, path: str, cli: Any) -> int:
 
 # --- the sections --------------------------------------------------------------------------
 
+
 def _spec_paths(located: Located) -> list[tuple[Path, Location, str]]:
     """Each spec file the `specs:` entries name (resolved, in order, once), with the entry that
     named it first and its text. Nothing is read: the read policy refuses at the entry."""
-    from madsl.lang.spec.files import resolve_named
+    from madsl.lang.spec.named import resolve_named
 
     specs = located.data["specs"]
     patterns = [specs] if isinstance(specs, str) else specs
     if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) and p.strip() for p in patterns):
-        raise MadslError("specs: expected a list of spec files or globs", located.value(("specs",)),
-                         hint="specs: [specs/paper/hyena-sg.mad, specs/paper/striped-*.mad]")
+        raise MadslError(
+            "specs: expected a list of spec files or globs",
+            located.value(("specs",)),
+            hint="specs: [specs/paper/hyena-sg.mad, specs/paper/striped-*.mad]",
+        )
     out: dict[Path, tuple[Path, Location, str]] = {}
     for index, pattern in enumerate(patterns):
         where = located.value(("specs", index)) if not isinstance(specs, str) else located.value(("specs",))
         for match in resolve_named(pattern, Path(located.file), where, key="specs", naming="sweep file", globs=True):
             out.setdefault(match, (match, where, pattern))
     return list(out.values())
+
+
 def _protocol(located: Located) -> str | None:
     if "protocol" not in located.data:
         return None
@@ -200,8 +233,12 @@ def _protocol(located: Located) -> str | None:
 
     value = located.data["protocol"]
     if value not in PROTOCOLS:
-        raise MadslError(f"unknown protocol {value!r}", located.value(("protocol",)),
-                         expected=", ".join(PROTOCOLS), hint=did_you_mean(str(value), PROTOCOLS))
+        raise MadslError(
+            f"unknown protocol {value!r}",
+            located.value(("protocol",)),
+            expected=", ".join(PROTOCOLS),
+            hint=did_you_mean(str(value), PROTOCOLS),
+        )
     return value
 
 
@@ -218,8 +255,9 @@ def _tasks(located: Located) -> list[str] | None:
     for index, name in enumerate(tasks):
         if name not in names:
             where = located.value(("tasks", index)) if not isinstance(value, str) else located.value(("tasks",))
-            raise MadslError(f"unknown task {name!r}", where, expected=", ".join(sorted(names)),
-                             hint=did_you_mean(name, names))
+            raise MadslError(
+                f"unknown task {name!r}", where, expected=", ".join(sorted(names)), hint=did_you_mean(name, names)
+            )
     return tasks
 
 
@@ -232,8 +270,12 @@ def _train(located: Located) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in section.items():
         if key not in TRAIN_KEYS:
-            raise MadslError(f"unknown key {key!r} in train:", located.key(("train", key)),
-                             expected=", ".join(TRAIN_KEYS), hint=did_you_mean(str(key), TRAIN_KEYS))
+            raise MadslError(
+                f"unknown key {key!r} in train:",
+                located.key(("train", key)),
+                expected=", ".join(TRAIN_KEYS),
+                hint=did_you_mean(str(key), TRAIN_KEYS),
+            )
         where = Where(lambda part, path, key=key: getattr(located, part)(("train", key, *path)))
         out[key] = SETTINGS_BY_KEY[key].check(value, where, f"train.{key}")
     return out
@@ -255,16 +297,24 @@ def _once(values: list[Any], name: str, where: Callable[[int], Location]) -> Non
 def _grid(located: Located) -> list[tuple[str, list[Any]]]:
     section = located.data.get("vary") or {}
     if not isinstance(section, dict):
-        raise MadslError("vary: expected a mapping of field paths to lists of values", located.value(("vary",)),
-                         hint="vary: {dim: [64, 128], layers.H.order: [2, 3]}")
+        raise MadslError(
+            "vary: expected a mapping of field paths to lists of values",
+            located.value(("vary",)),
+            hint="vary: {dim: [64, 128], layers.H.order: [2, 3]}",
+        )
     grid = []
     for key, values in section.items():
         if not isinstance(values, list):
-            raise MadslError(f"vary.{key}: expected a list of values", located.value(("vary", key)),
-                             hint=f"{key}: [{values!r}]")
+            raise MadslError(
+                f"vary.{key}: expected a list of values", located.value(("vary", key)), hint=f"{key}: [{values!r}]"
+            )
         if not values:  # an empty axis would make an empty grid: no variant at all
-            raise MadslError(f"vary.{key}: the list is empty", located.value(("vary", key)),
-                             expected="at least one value", hint=f"list the values to try, or drop vary.{key}")
+            raise MadslError(
+                f"vary.{key}: the list is empty",
+                located.value(("vary", key)),
+                expected="at least one value",
+                hint=f"list the values to try, or drop vary.{key}",
+            )
         _once(values, f"vary.{key}", lambda i, key=key: located.value(("vary", key, i)))
         grid.append((str(key), values))
     return grid
@@ -272,32 +322,46 @@ def _grid(located: Located) -> list[tuple[str, list[Any]]]:
 
 # --- variants --------------------------------------------------------------------------------
 
+
 def _check_field_path(spec: Any, key: str, located: Located) -> None:
     """`key` names a field of `spec`: a spec-wide field, or `layers.SYMBOL.PARAM` of a layer it uses."""
     where = located.key(("vary", key))
     parts = key.split(".")
     if parts[0] != "layers":
         if len(parts) != 1 or key not in SPEC_FIELDS:
-            candidates = list(SPEC_FIELDS) + [f"layers.{s}.{p}" for s in spec.symbols_used()
-                                               for p in spec.symbols[s].params]
-            raise MadslError(f"vary: {key!r} is not a field of spec {spec.name}", where,
-                             expected="a spec field (" + ", ".join(SPEC_FIELDS) + ") or layers.SYMBOL.PARAM",
-                             hint=did_you_mean(key, candidates))
+            candidates = list(SPEC_FIELDS) + [
+                f"layers.{s}.{p}" for s in spec.symbols_used() for p in spec.symbols[s].params
+            ]
+            raise MadslError(
+                f"vary: {key!r} is not a field of spec {spec.name}",
+                where,
+                expected="a spec field (" + ", ".join(SPEC_FIELDS) + ") or layers.SYMBOL.PARAM",
+                hint=did_you_mean(key, candidates),
+            )
         return
     used = spec.symbols_used()
     if len(parts) != 3:
-        raise MadslError(f"vary: {key!r}: a layer's field is written layers.SYMBOL.PARAM", where,
-                         hint=f"e.g. layers.{used[0]}.{next(iter(spec.symbols[used[0]].params), 'PARAM')}"
-                         if used else None)
+        raise MadslError(
+            f"vary: {key!r}: a layer's field is written layers.SYMBOL.PARAM",
+            where,
+            hint=f"e.g. layers.{used[0]}.{next(iter(spec.symbols[used[0]].params), 'PARAM')}" if used else None,
+        )
     symbol, param = parts[1], parts[2]
     if symbol not in used:
-        raise MadslError(f"vary: spec {spec.name} has no layer {symbol!r}", where,
-                         expected="a symbol its model uses: " + ", ".join(used), hint=did_you_mean(symbol, used))
+        raise MadslError(
+            f"vary: spec {spec.name} has no layer {symbol!r}",
+            where,
+            expected="a symbol its model uses: " + ", ".join(used),
+            hint=did_you_mean(symbol, used),
+        )
     params = list(spec.symbols[symbol].params)
     if param not in params:
-        raise MadslError(f"vary: layer {symbol} of spec {spec.name} ({spec.symbols[symbol].primitive}) has no "
-                         f"parameter {param!r}", where, expected=", ".join(params),
-                         hint=did_you_mean(param, params))
+        raise MadslError(
+            f"vary: layer {symbol} of spec {spec.name} ({spec.symbols[symbol].primitive}) has no parameter {param!r}",
+            where,
+            expected=", ".join(params),
+            hint=did_you_mean(param, params),
+        )
 
 
 def variant_name(name: str, varied: dict[str, Any]) -> str:
@@ -308,10 +372,16 @@ def variant_name(name: str, varied: dict[str, Any]) -> str:
     return f"{name}[{','.join(shown)}]"
 
 
-def _variant(base: Any, spec_path: str, varied: dict[str, Any], located: Located,
-             grid: list[tuple[str, list[Any]]], entry: Location) -> Variant:
-    from madsl.lang.budget import check
+def _variant(
+    base: Any,
+    spec_path: str,
+    varied: dict[str, Any],
+    located: Located,
+    grid: list[tuple[str, list[Any]]],
+    entry: Location,
+) -> Variant:
     from madsl.graph import account
+    from madsl.lang.budget import check
     from madsl.lang.spec import spec_with
 
     overrides: dict[str, Any] = {"name": variant_name(base.name, varied)}
@@ -336,9 +406,12 @@ def _variant(base: Any, spec_path: str, varied: dict[str, Any], located: Located
         if "topology" in varied:
             values = next(values for key, values in grid if key == "topology")
             where = located.value(("vary", "topology", values.index(varied["topology"])))
-        raise MadslError(f"variant {name}: its topology expands to {count:,} layers; a sweep's variant has at most "
-                         f"{MAX_VARIANT_LAYERS:,}", where,
-                         hint="every variant is trained on the MAD tasks: check the repeat counts")
+        raise MadslError(
+            f"variant {name}: its topology expands to {count:,} layers; a sweep's variant has at most "
+            f"{MAX_VARIANT_LAYERS:,}",
+            where,
+            hint="every variant is trained on the MAD tasks: check the repeat counts",
+        )
     try:
         account_ = account(spec, seq_len=spec.budget_seq_len)
     except MadslError as err:

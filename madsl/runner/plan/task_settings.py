@@ -6,6 +6,7 @@ Apart from the protocols and the plan because every surface that takes knobs rea
 here (the command line, a spec's `eval:` section, `madsl data`), and a protocol's own
 budget is applied the same way (`madsl.runner.plan.protocols.budgeted_baseline`).
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
@@ -50,8 +51,10 @@ def _check_value(task_name: str, knob: str, value: Any, baseline_value: Any, sou
         if isinstance(baseline_value, (list, tuple)) and isinstance(value, (list, tuple)):
             return expected(value)
     names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
-    raise MadslError(f"{source} {knob}={value!r}: {task_name}.{knob} must be "
-                     f"{names.get(expected, expected.__name__)}", hint=f"its baseline value is {baseline_value!r}")
+    raise MadslError(
+        f"{source} {knob}={value!r}: {task_name}.{knob} must be {names.get(expected, expected.__name__)}",
+        hint=f"its baseline value is {baseline_value!r}",
+    )
 
 
 def resolve_task_names(names: Iterable[str] | None, all_tasks: Sequence[str], known: Iterable[str]) -> list[str]:
@@ -65,13 +68,15 @@ def resolve_task_names(names: Iterable[str] | None, all_tasks: Sequence[str], kn
             if name not in out:
                 out.append(name)
         else:
-            raise MadslError(f"unknown task {name!r}", expected="all, " + ", ".join(known),
-                             hint=did_you_mean(name, [*known, "all"]))
+            raise MadslError(
+                f"unknown task {name!r}", expected="all, " + ", ".join(known), hint=did_you_mean(name, [*known, "all"])
+            )
     return out
 
 
-def apply_setting_overrides(task, settings: Mapping[str, Any], overrides: Mapping[str, Any],
-                            source: str) -> dict[str, Any]:
+def apply_setting_overrides(
+    task, settings: Mapping[str, Any], overrides: Mapping[str, Any], source: str
+) -> dict[str, Any]:
     """Apply `knob` / `task.knob` overrides that concern `task` (type-checked)."""
     out = dict(settings)
     for key, value in overrides.items():
@@ -90,10 +95,16 @@ def check_setting_keys(tasks: Sequence, overrides: Mapping[str, Any], source: st
         scoped = [t for t in tasks if t.name == scope] if scope else list(tasks)
         if scope and not scoped:
             names = [t.name for t in tasks]
-            raise MadslError(f"{source} {key}: task {scope!r} is not among the tasks evaluated",
-                             expected=", ".join(names), hint=did_you_mean(scope, names))
+            raise MadslError(
+                f"{source} {key}: task {scope!r} is not among the tasks evaluated",
+                expected=", ".join(names),
+                hint=did_you_mean(scope, names),
+            )
         knobs = sorted({k for t in scoped for k in t.baseline})
         if not any(knob in t.baseline for t in scoped):
             where = scope or ", ".join(t.name for t in scoped)
-            raise MadslError(f"{source} {key}: no setting {knob!r} in {where}",
-                             expected="one of " + ", ".join(knobs), hint=did_you_mean(knob, knobs))
+            raise MadslError(
+                f"{source} {key}: no setting {knob!r} in {where}",
+                expected="one of " + ", ".join(knobs),
+                hint=did_you_mean(knob, knobs),
+            )

@@ -4,6 +4,7 @@ same events as a MAD run (started, progress, an "epoch" per evaluation, finished
 coordinator, the results store, the local and Ray executors, resume after a kill and Ctrl-C work
 for it unchanged. Nothing here touches the results store.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ class TokenBatches:
     def eval_batches(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         x, y = self.windows[0], self.windows[1]
         for start in range(0, x.shape[0], self.settings.batch_size):
-            yield x[start:start + self.settings.batch_size], y[start:start + self.settings.batch_size]
+            yield x[start : start + self.settings.batch_size], y[start : start + self.settings.batch_size]
 
 
 def open_text(data_dir: str, dtype: str | None, vocab_size: int | None) -> Any:
@@ -63,8 +64,9 @@ class PretrainJob:
     def build_model(self, vocab_size: int) -> Callable[[], Any]:
         from madsl.compiler import compile_spec
 
-        return lambda: compile_spec(self.spec, vocab_size=vocab_size, max_seq_len=self.settings.seq_len,
-                                    seed=self.settings.seed)
+        return lambda: compile_spec(
+            self.spec, vocab_size=vocab_size, max_seq_len=self.settings.seq_len, seed=self.settings.seed
+        )
 
     def execute(self, emit: Callable[[Any], None], should_stop: Callable[[], bool]) -> None:
         from madsl.runner.execute.jobs import job_hooks, report_run  # a MAD run's events, the same way
@@ -72,9 +74,14 @@ class PretrainJob:
 
         def train(device: Any) -> tuple[Any, dict]:
             tokens = open_text(self.data_dir, self.data_dtype, self.data_vocab)
-            return pretrain_run(self.settings, self.build_model(tokens.info.vocab_size),
-                                TokenBatches(tokens, self.settings), device=device,
-                                checkpoint_path=Path(self.checkpoint_path),
-                                hooks=job_hooks(self, emit, should_stop), run_id=self.run_id), {}
+            return pretrain_run(
+                self.settings,
+                self.build_model(tokens.info.vocab_size),
+                TokenBatches(tokens, self.settings),
+                device=device,
+                checkpoint_path=Path(self.checkpoint_path),
+                hooks=job_hooks(self, emit, should_stop),
+                run_id=self.run_id,
+            ), {}
 
         report_run(self.run_id, self.device, emit, train)

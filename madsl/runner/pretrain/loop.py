@@ -16,6 +16,7 @@ checkpoint ends exactly where an uninterrupted one ends.
 
 This module knows nothing of the results store or of executors (`madsl.runner.pretrain.job`).
 """
+
 from __future__ import annotations
 
 import math
@@ -66,11 +67,21 @@ class PretrainState:
         return self.step >= self.settings.steps or self.diverged_epoch is not None
 
     def to_checkpoint(self, result: RunResult | None = None) -> dict[str, Any]:
-        return {"kind": KIND, "settings": self.settings.identity(), "run_id": self.run_id,
-                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "rng": rng_state(),
-                "step": self.step, "train_seconds": self.train_seconds, "loss_sum": self.loss_sum,
-                "loss_steps": self.loss_steps, "history": [asdict(h) for h in self.history],
-                "diverged_epoch": self.diverged_epoch, "result": result.to_dict() if result is not None else None}
+        return {
+            "kind": KIND,
+            "settings": self.settings.identity(),
+            "run_id": self.run_id,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": rng_state(),
+            "step": self.step,
+            "train_seconds": self.train_seconds,
+            "loss_sum": self.loss_sum,
+            "loss_steps": self.loss_steps,
+            "history": [asdict(h) for h in self.history],
+            "diverged_epoch": self.diverged_epoch,
+            "result": result.to_dict() if result is not None else None,
+        }
 
     def restore(self, saved: dict[str, Any]) -> None:
         self.model.load_state_dict(saved["model"])
@@ -86,20 +97,35 @@ class PretrainState:
         last = self.history[-1]
         finite = [h for h in self.history if math.isfinite(h.eval_loss)]
         best = finite[-1] if finite else last
-        return RunResult(epochs_done=len(self.history), best_epoch=best.epoch, best=best,
-                         max_eval_macro_acc=None, max_eval_acc=max((h.eval_acc or 0.0) for h in self.history),
-                         early_stopped=False, train_seconds=self.train_seconds, history=list(self.history),
-                         diverged_epoch=self.diverged_epoch)
+        return RunResult(
+            epochs_done=len(self.history),
+            best_epoch=best.epoch,
+            best=best,
+            max_eval_macro_acc=None,
+            max_eval_acc=max((h.eval_acc or 0.0) for h in self.history),
+            early_stopped=False,
+            train_seconds=self.train_seconds,
+            history=list(self.history),
+            diverged_epoch=self.diverged_epoch,
+        )
 
 
-def open_pretrain(settings: PretrainSettings, build_model: Callable[[], torch.nn.Module], device: torch.device,
-                  checkpoint_path: Path | None, run_id: str | None) -> PretrainState | RunResult:
+def open_pretrain(
+    settings: PretrainSettings,
+    build_model: Callable[[], torch.nn.Module],
+    device: torch.device,
+    checkpoint_path: Path | None,
+    run_id: str | None,
+) -> PretrainState | RunResult:
     """The run as its checkpoint left it (fresh when there is none), or its result when it had finished."""
     saved = load_checkpoint(checkpoint_path) if checkpoint_path is not None else None
     if saved is not None:
         if saved.get("kind") != KIND or saved.get("settings") != settings.identity():
-            raise CheckpointError(checkpoint_path, "is the checkpoint of another run (other settings)",
-                                  hint="remove it, or give this run another results folder")
+            raise CheckpointError(
+                checkpoint_path,
+                "is the checkpoint of another run (other settings)",
+                hint="remove it, or give this run another results folder",
+            )
         if run_id is not None and saved.get("run_id") not in (None, run_id):
             raise CheckpointError(checkpoint_path, f"is the checkpoint of run {saved.get('run_id')}, not {run_id}")
         if saved.get("result") is not None:
@@ -134,8 +160,12 @@ def train_step(state: PretrainState, x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def evaluate_text(model: torch.nn.Module, batches: Iterable[tuple[np.ndarray, np.ndarray]], device: torch.device,
-                  precision: str = "fp32") -> dict[str, float]:
+def evaluate_text(
+    model: torch.nn.Module,
+    batches: Iterable[tuple[np.ndarray, np.ndarray]],
+    device: torch.device,
+    precision: str = "fp32",
+) -> dict[str, float]:
     """Mean next-token loss (nats), perplexity and top-1 accuracy over the validation windows."""
     was_training = model.training
     model.eval()
@@ -157,10 +187,19 @@ def _record(state: PretrainState, data: TextBatches, device: torch.device, secon
     """Score the validation split now; the train loss is the mean since the last evaluation."""
     evaluation = evaluate_text(state.model, data.eval_batches(), device, state.settings.precision)
     train_loss = state.loss_sum / max(state.loss_steps, 1)
-    metrics = EpochMetrics(epoch=len(state.history) + 1, lr=state.settings.lr_at(state.step - 1), seconds=seconds,
-                           train_loss=train_loss, train_ppl=math.exp(min(train_loss, 50.0)), train_acc=None,
-                           train_macro_acc=None, eval_loss=evaluation["loss"], eval_ppl=evaluation["ppl"],
-                           eval_acc=evaluation["acc"], eval_macro_acc=None)
+    metrics = EpochMetrics(
+        epoch=len(state.history) + 1,
+        lr=state.settings.lr_at(state.step - 1),
+        seconds=seconds,
+        train_loss=train_loss,
+        train_ppl=math.exp(min(train_loss, 50.0)),
+        train_acc=None,
+        train_macro_acc=None,
+        eval_loss=evaluation["loss"],
+        eval_ppl=evaluation["ppl"],
+        eval_acc=evaluation["acc"],
+        eval_macro_acc=None,
+    )
     state.history.append(metrics)
     state.loss_sum, state.loss_steps = 0.0, 0
     if not (math.isfinite(train_loss) and math.isfinite(metrics.eval_loss)):
@@ -168,9 +207,16 @@ def _record(state: PretrainState, data: TextBatches, device: torch.device, secon
     return metrics
 
 
-def pretrain_run(settings: PretrainSettings, build_model: Callable[[], torch.nn.Module], data: TextBatches, *,
-                 device: torch.device | str = "cpu", checkpoint_path: Path | None = None,
-                 hooks: TrainHooks | None = None, run_id: str | None = None) -> RunResult:
+def pretrain_run(
+    settings: PretrainSettings,
+    build_model: Callable[[], torch.nn.Module],
+    data: TextBatches,
+    *,
+    device: torch.device | str = "cpu",
+    checkpoint_path: Path | None = None,
+    hooks: TrainHooks | None = None,
+    run_id: str | None = None,
+) -> RunResult:
     """Train one pretraining run to its budget (or raise RunInterrupted), resuming from `checkpoint_path`."""
     hooks = hooks or TrainHooks()
     device = torch.device(device) if isinstance(device, str) else device

@@ -10,12 +10,13 @@ token is three forward passes' worth (forward + backward) of the accounting's fo
 
 Torch-free: the plan (`madsl scale --dry-run`) uses it without building a model.
 """
+
 from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import asdict, dataclass
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any, overload
 
 from madsl.errors import MadslError
@@ -23,13 +24,43 @@ from madsl.runner.common.choices import TRAIN_FORWARDS  # forward + backward: th
 
 # MAD paper Table C.2: (parameters, learning rate) of its common settings, smallest first
 PAPER_LEARNING_RATES: tuple[tuple[float, float], ...] = (
-    (8e6, 9.77e-4), (22e6, 9.57e-4), (38e6, 9.36e-4), (54e6, 9.15e-4), (70e6, 8.95e-4), (102e6, 8.56e-4),
-    (118e6, 8.37e-4), (134e6, 8.18e-4), (150e6, 8.00e-4), (163e6, 7.75e-4), (175e6, 7.50e-4),
-    (196e6, 7.25e-4), (217e6, 7.00e-4), (251e6, 6.75e-4), (278e6, 6.50e-4), (306e6, 6.25e-4),
-    (350e6, 6.00e-4), (440e6, 5.66e-4), (536e6, 5.33e-4), (641e6, 5.00e-4), (756e6, 4.75e-4),
-    (881e6, 4.55e-4), (1010e6, 4.33e-4), (1160e6, 4.15e-4), (1200e6, 4.11e-4), (1300e6, 4.00e-4),
-    (1600e6, 3.84e-4), (1900e6, 3.67e-4), (2250e6, 3.47e-4), (2400e6, 3.39e-4), (2640e6, 3.25e-4),
-    (3100e6, 3.00e-4), (4200e6, 2.72e-4), (5200e6, 2.46e-4), (7000e6, 2.00e-4))
+    (8e6, 9.77e-4),
+    (22e6, 9.57e-4),
+    (38e6, 9.36e-4),
+    (54e6, 9.15e-4),
+    (70e6, 8.95e-4),
+    (102e6, 8.56e-4),
+    (118e6, 8.37e-4),
+    (134e6, 8.18e-4),
+    (150e6, 8.00e-4),
+    (163e6, 7.75e-4),
+    (175e6, 7.50e-4),
+    (196e6, 7.25e-4),
+    (217e6, 7.00e-4),
+    (251e6, 6.75e-4),
+    (278e6, 6.50e-4),
+    (306e6, 6.25e-4),
+    (350e6, 6.00e-4),
+    (440e6, 5.66e-4),
+    (536e6, 5.33e-4),
+    (641e6, 5.00e-4),
+    (756e6, 4.75e-4),
+    (881e6, 4.55e-4),
+    (1010e6, 4.33e-4),
+    (1160e6, 4.15e-4),
+    (1200e6, 4.11e-4),
+    (1300e6, 4.00e-4),
+    (1600e6, 3.84e-4),
+    (1900e6, 3.67e-4),
+    (2250e6, 3.47e-4),
+    (2400e6, 3.39e-4),
+    (2640e6, 3.25e-4),
+    (3100e6, 3.00e-4),
+    (4200e6, 2.72e-4),
+    (5200e6, 2.46e-4),
+    (7000e6, 2.00e-4),
+)
+
 
 def paper_learning_rate(params: float) -> float:
     """Table C.2's learning rate for a model of `params` parameters: linear interpolation between
@@ -156,10 +187,12 @@ def steps_for_budget(budget: float, flops_per_token: float, tokens_per_step: int
     step_flops = flops_per_token * tokens_per_step
     steps = int(budget // step_flops)
     if steps < 1:
-        raise MadslError(f"{where}a FLOP budget of {budget:.3g} is smaller than one training step "
-                         f"({step_flops:.3g} FLOPs: {tokens_per_step:,} tokens x {flops_per_token:.3g} FLOPs "
-                         f"per token)",
-                         hint="raise the budget, or take a smaller model, batch or sequence length")
+        raise MadslError(
+            f"{where}a FLOP budget of {budget:.3g} is smaller than one training step "
+            f"({step_flops:.3g} FLOPs: {tokens_per_step:,} tokens x {flops_per_token:.3g} FLOPs "
+            f"per token)",
+            hint="raise the budget, or take a smaller model, batch or sequence length",
+        )
     return steps
 
 

@@ -12,6 +12,7 @@ their hyphens (`fuzzy-in-` / `context-recall`, never cut), the board's runs and 
 left to the per-task table, a border-less box; a name is never ellipsized, a last resort
 folds it across lines.
 """
+
 from __future__ import annotations
 
 import io
@@ -29,8 +30,14 @@ def mad_task_order() -> list[str]:
 
         return list(MAD_TASKS)
     except ImportError:
-        return ["in-context-recall", "fuzzy-in-context-recall", "noisy-in-context-recall",
-                "selective-copying", "compression", "memorization"]
+        return [
+            "in-context-recall",
+            "fuzzy-in-context-recall",
+            "noisy-in-context-recall",
+            "selective-copying",
+            "compression",
+            "memorization",
+        ]
 
 
 def task_columns(scores: Sequence[SpecScore]) -> list[str]:
@@ -45,7 +52,7 @@ def aggregate_name(columns: Sequence[str]) -> str:
 
 
 def protocols_text(scores: Sequence[SpecScore]) -> str:
-    """", protocol quick" for titles; empty for scores not filed under a protocol (an eval's own summary)."""
+    """ ", protocol quick" for titles; empty for scores not filed under a protocol (an eval's own summary)."""
     names = sorted({s.protocol for s in scores if s.protocol})
     if not names:
         return ""
@@ -105,6 +112,7 @@ def _fmt_seconds(value: float | None) -> str:
 
 # --- fitting a table to the width ------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Layout:
     """How much a table gives up to fit: names broken after hyphens into lines of at most
@@ -116,8 +124,14 @@ class Layout:
     overflow: str = "ellipsis"  # the last resort: "fold" (split across lines, never "…")
 
 
-LAYOUTS = (Layout(), Layout(wrap=12), Layout(wrap=12, compact=True), Layout(wrap=12, lean=True, compact=True),
-           Layout(wrap=8, lean=True, compact=True), Layout(wrap=1, lean=True, compact=True))
+LAYOUTS = (
+    Layout(),
+    Layout(wrap=12),
+    Layout(wrap=12, compact=True),
+    Layout(wrap=12, lean=True, compact=True),
+    Layout(wrap=8, lean=True, compact=True),
+    Layout(wrap=1, lean=True, compact=True),
+)
 
 
 def hyphen_wrap(name: str, width: int | None) -> str:
@@ -171,16 +185,19 @@ def fitted(build: Callable[[Layout], object], width: int) -> str:
 
 # --- the tables ------------------------------------------------------------------------------
 
+
 def context_text(scores: Sequence[SpecScore]) -> str:
-    """", protocol quick, conventions madsl" for titles: what every row shares."""
+    """ ", protocol quick, conventions madsl" for titles: what every row shares."""
     conventions = shared_conventions(scores)
     return protocols_text(scores) + (f", conventions {conventions}" if conventions else "")
 
 
 def board_table(scores: Sequence[SpecScore], layout: Layout):
     columns = task_columns(scores)
-    board = _table(layout, f"MAD leaderboard{context_text(scores)} (class-averaged eval accuracy; "
-                           "best over lr x wd, mean over settings)")
+    board = _table(
+        layout,
+        f"MAD leaderboard{context_text(scores)} (class-averaged eval accuracy; best over lr x wd, mean over settings)",
+    )
     board.add_column("architecture", overflow=layout.overflow)
     for t in columns:
         board.add_column(_text(t, layout), justify="right", overflow=layout.overflow)
@@ -193,26 +210,46 @@ def board_table(scores: Sequence[SpecScore], layout: Layout):
         for t in columns:
             ts = s.tasks.get(t)
             cells.append("-" if ts is None else _fmt(ts.score, ts.metric) + ("" if ts.metric == "accuracy" else " mse"))
-        extra = [] if layout.lean else [_fmt_runs(s.runs_done, s.runs_total, s.runs_diverged),
-                                        _fmt_seconds(s.seconds_per_run)]
+        extra = (
+            []
+            if layout.lean
+            else [_fmt_runs(s.runs_done, s.runs_total, s.runs_diverged), _fmt_seconds(s.seconds_per_run)]
+        )
         board.add_row(_text(row_name(s, scores), layout), *cells, _fmt(s.score), *extra)
     return board
 
 
 def detail_table(scores: Sequence[SpecScore], layout: Layout):
-    detail = _table(layout, "per task (ceiling: the best score any model could reach on the test data, "
-                            "where the task has one)")
-    names = (("architecture", "left"), ("task", "left"), ("score", "right"), ("ceiling", "right"), ("settings", "right"), ("runs", "right"),
-             ("best lr", "right"), ("best wd", "right"), ("time per run", "right"))
+    detail = _table(
+        layout, "per task (ceiling: the best score any model could reach on the test data, where the task has one)"
+    )
+    names = (
+        ("architecture", "left"),
+        ("task", "left"),
+        ("score", "right"),
+        ("ceiling", "right"),
+        ("settings", "right"),
+        ("runs", "right"),
+        ("best lr", "right"),
+        ("best wd", "right"),
+        ("time per run", "right"),
+    )
     for name, justify in names:
         detail.add_column(name, justify=justify, overflow=layout.overflow)
     for s in scores:
         for i, t in enumerate(s.tasks.values()):  # the architecture named on its first row
-            detail.add_row(_text(row_name(s, scores) if i == 0 else "", layout), _text(t.task, layout), _fmt(t.score, t.metric), _fmt(t.ceiling), str(t.settings),
-                           _fmt_runs(t.runs_done, t.runs_total, t.runs_diverged),
-                           "-" if t.best_lr is None else f"{t.best_lr:g}",
-                           "-" if t.best_wd is None else f"{t.best_wd:g}", _fmt_seconds(t.seconds_per_run),
-                           end_section=i == len(s.tasks) - 1)
+            detail.add_row(
+                _text(row_name(s, scores) if i == 0 else "", layout),
+                _text(t.task, layout),
+                _fmt(t.score, t.metric),
+                _fmt(t.ceiling),
+                str(t.settings),
+                _fmt_runs(t.runs_done, t.runs_total, t.runs_diverged),
+                "-" if t.best_lr is None else f"{t.best_lr:g}",
+                "-" if t.best_wd is None else f"{t.best_wd:g}",
+                _fmt_seconds(t.seconds_per_run),
+                end_section=i == len(s.tasks) - 1,
+            )
     return detail
 
 
@@ -233,9 +270,12 @@ def _length_rows(scores: Sequence[SpecScore]) -> list:
     def key(ev: dict) -> str:
         return json.dumps(ev["setting"], sort_keys=True)
 
-    return [(s, t, json.loads(setting), [ev for ev in t.length_evals if key(ev) == setting])
-            for s in scores for t in s.tasks.values()
-            for setting in dict.fromkeys(key(ev) for ev in t.length_evals)]
+    return [
+        (s, t, json.loads(setting), [ev for ev in t.length_evals if key(ev) == setting])
+        for s in scores
+        for t in s.tasks.values()
+        for setting in dict.fromkeys(key(ev) for ev in t.length_evals)
+    ]
 
 
 def length_table(scores: Sequence[SpecScore], layout: Layout = Layout()):
@@ -245,8 +285,9 @@ def length_table(scores: Sequence[SpecScore], layout: Layout = Layout()):
     if not rows:
         return None
     lengths = sorted({ev["length"] for *_, evs in rows for ev in evs})
-    table = _table(layout, "length extrapolation (accuracy of the best model at each evaluation length; "
-                           "OOM = out of memory)")
+    table = _table(
+        layout, "length extrapolation (accuracy of the best model at each evaluation length; OOM = out of memory)"
+    )
     for name in ("architecture", "task", "trained at"):
         table.add_column(name, overflow=layout.overflow)
     for length in lengths:
@@ -254,9 +295,12 @@ def length_table(scores: Sequence[SpecScore], layout: Layout = Layout()):
     for s, t, setting, evs in rows:
         trained = setting.get("seq_len")
         by_length = {ev["length"]: ev for ev in evs}
-        table.add_row(_text(row_name(s, scores), layout), _text(t.task, layout),
-                      "-" if trained is None else str(trained),
-                      *(_length_cell(by_length[n]) if n in by_length else "" for n in lengths))
+        table.add_row(
+            _text(row_name(s, scores), layout),
+            _text(t.task, layout),
+            "-" if trained is None else str(trained),
+            *(_length_cell(by_length[n]) if n in by_length else "" for n in lengths),
+        )
     return table
 
 

@@ -1,20 +1,21 @@
 """`madsl report`: the leaderboard of a results database (text tables: madsl.runner.reports.leaderboard).
 
-    text   a table architectures x tasks with the MAD score (the protocol and the conventions
-           the runs followed, madsl.conventions, in its title), then per task: score, the
-           task's ceiling (the best score any model could reach, where the data bound it:
-           memorization), settings, runs (and how many diverged: loss NaN / inf), best lr / wd,
-           time per run; where runs were evaluated at other sequence lengths (--eval-lengths),
-           a length-extrapolation table; fitted to the terminal's width
-    json   a list of records: one per (spec, task) with `spec`, `task`, `score`, ...,
-           `length_evals` (the best run's accuracy per evaluation length, per setting),
-           and one per spec with `task: "MAD"` and `aggregate: true`
-    csv    the same records as rows (`length_evals` as JSON text, booleans as true / false)
-    rows   settings / runs: json or csv tables for analysis instead, one row per task setting
-           or per run, with the setting's knobs as columns (madsl.runner.reports.tables)
-    plot   a heatmap PNG like Fig. 3.7 of the MAD paper; plot_sweeps: per task, the score
-           against each difficulty knob (madsl.runner.reports.plots; both need matplotlib: madsl[plot])
+text   a table architectures x tasks with the MAD score (the protocol and the conventions
+       the runs followed, madsl.conventions, in its title), then per task: score, the
+       task's ceiling (the best score any model could reach, where the data bound it:
+       memorization), settings, runs (and how many diverged: loss NaN / inf), best lr / wd,
+       time per run; where runs were evaluated at other sequence lengths (--eval-lengths),
+       a length-extrapolation table; fitted to the terminal's width
+json   a list of records: one per (spec, task) with `spec`, `task`, `score`, ...,
+       `length_evals` (the best run's accuracy per evaluation length, per setting),
+       and one per spec with `task: "MAD"` and `aggregate: true`
+csv    the same records as rows (`length_evals` as JSON text, booleans as true / false)
+rows   settings / runs: json or csv tables for analysis instead, one row per task setting
+       or per run, with the setting's knobs as columns (madsl.runner.reports.tables)
+plot   a heatmap PNG like Fig. 3.7 of the MAD paper; plot_sweeps: per task, the score
+       against each difficulty knob (madsl.runner.reports.plots; both need matplotlib: madsl[plot])
 """
+
 from __future__ import annotations
 
 import csv
@@ -29,10 +30,17 @@ from typing import Any, Sequence
 
 from madsl.errors import MadslError, did_you_mean, option
 from madsl.outputs import check_output_dir, check_output_path, json_text, output_error
-from madsl.runner.reports.tables import csv_cell
-from madsl.runner.reports.leaderboard import (aggregate_name, context_text, display_names, mad_task_order, render_text,
-                                      row_name, task_columns)
+from madsl.runner.reports.leaderboard import (
+    aggregate_name,
+    context_text,
+    display_names,
+    mad_task_order,
+    render_text,
+    row_name,
+    task_columns,
+)
 from madsl.runner.reports.scores import SpecScore, spec_scores
+from madsl.runner.reports.tables import csv_cell
 from madsl.runner.store.results import Store
 
 log = logging.getLogger(__name__)
@@ -40,9 +48,25 @@ FORMATS = ("text", "json", "csv")
 ROWS = ("tasks", "settings", "runs")  # one record per (spec, task), per setting, per run
 PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp")
 AGGREGATE = "MAD"
-RECORD_FIELDS = ("spec", "protocol", "task", "aggregate", "score", "metric", "settings", "runs_done", "runs_total",
-                 "best_lr", "best_wd", "seconds_per_run", "spec_hash", "length_evals",
-                 "runs_diverged", "conventions", "ceiling")  # new fields go last: csv readers by position keep working
+RECORD_FIELDS = (
+    "spec",
+    "protocol",
+    "task",
+    "aggregate",
+    "score",
+    "metric",
+    "settings",
+    "runs_done",
+    "runs_total",
+    "best_lr",
+    "best_wd",
+    "seconds_per_run",
+    "spec_hash",
+    "length_evals",
+    "runs_diverged",
+    "conventions",
+    "ceiling",
+)  # new fields go last: csv readers by position keep working
 
 
 @dataclass
@@ -58,8 +82,21 @@ PRETRAIN_TASK = "pretrain"  # the task name of a pretraining run in the results 
 
 
 # the columns a report computes with: a number (or nothing) each, whatever a planted row holds
-NUMBER_COLUMNS = ("lr", "wd", "seed", "epochs", "batch_size", "train_seconds", "epochs_done", "best_epoch",
-                  "best_eval_loss", "best_eval_ppl", "best_eval_acc", "best_eval_token_acc", "max_eval_acc")
+NUMBER_COLUMNS = (
+    "lr",
+    "wd",
+    "seed",
+    "epochs",
+    "batch_size",
+    "train_seconds",
+    "epochs_done",
+    "best_epoch",
+    "best_eval_loss",
+    "best_eval_ppl",
+    "best_eval_acc",
+    "best_eval_token_acc",
+    "max_eval_acc",
+)
 ACCURACY_COLUMNS = ("best_eval_acc", "best_eval_token_acc", "max_eval_acc")
 JSON_COLUMNS = ("setting", "train_config")  # JSON objects
 
@@ -94,13 +131,22 @@ def _trusted(rows: list, db: str | os.PathLike) -> list:
             refused.append(f"run {row['run_id']!r}: {problem}")
     if refused:
         shown = "; ".join(refused[:3]) + (f"; and {len(refused) - 3} more" if len(refused) > 3 else "")
-        log.warning("results database %s: %d run(s) left out of the report, their stored results are not "
-                    "what madsl writes (%s)", db, len(refused), shown)
+        log.warning(
+            "results database %s: %d run(s) left out of the report, their stored results are not "
+            "what madsl writes (%s)",
+            db,
+            len(refused),
+            shown,
+        )
     return kept
 
 
-def load_runs(db: str | os.PathLike, protocol: str | None = None,
-              spec_hashes: Sequence[str] | None = None, run_ids: Sequence[str] | None = None) -> StoredRuns:
+def load_runs(
+    db: str | os.PathLike,
+    protocol: str | None = None,
+    spec_hashes: Sequence[str] | None = None,
+    run_ids: Sequence[str] | None = None,
+) -> StoredRuns:
     """The runs of a database (optionally only some protocols, specs or runs)."""
     if not Path(db).exists():
         raise MadslError(f"no results database at {db}", hint="run `madsl eval` first, or pass --db PATH")
@@ -125,8 +171,12 @@ def load_runs(db: str | os.PathLike, protocol: str | None = None,
     return StoredRuns(rows, labels, length_evals)
 
 
-def load_scores(db: str | os.PathLike, protocol: str | None = None,
-                spec_hashes: Sequence[str] | None = None, run_ids: Sequence[str] | None = None) -> list[SpecScore]:
+def load_scores(
+    db: str | os.PathLike,
+    protocol: str | None = None,
+    spec_hashes: Sequence[str] | None = None,
+    run_ids: Sequence[str] | None = None,
+) -> list[SpecScore]:
     """Scores of the specs in a database (optionally only some protocols, specs or runs)."""
     stored = load_runs(db, protocol, spec_hashes, run_ids)
     return spec_scores(stored.rows, stored.labels, mad_task_order(), stored.length_evals, ceiling=task_ceiling)
@@ -139,8 +189,11 @@ def check_protocol_label(name: str, stored: set[str], db: str | os.PathLike) -> 
     if name in PROTOCOLS or name in stored:
         return
     known = sorted(set(PROTOCOLS) | stored)
-    raise MadslError(f"{option('protocol')} {name}: no such protocol, and no runs in {db} are filed under it",
-                     expected=", ".join(known), hint=did_you_mean(name, known))
+    raise MadslError(
+        f"{option('protocol')} {name}: no such protocol, and no runs in {db} are filed under it",
+        expected=", ".join(known),
+        hint=did_you_mean(name, known),
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -167,14 +220,25 @@ def records(scores: Sequence[SpecScore]) -> list[dict]:
     for s in scores:
         for t in s.tasks.values():
             out.append({**{k: None for k in RECORD_FIELDS}, **t.record(), "aggregate": False})
-        out.append({**{k: None for k in RECORD_FIELDS},
-                    "spec": s.spec, "spec_hash": s.spec_hash, "protocol": s.protocol, "conventions": s.conventions,
-                    "task": AGGREGATE,
-                    "aggregate": True, "score": s.score, "metric": "accuracy",
-                    "settings": sum(t.settings for t in s.tasks.values()),
-                    "runs_done": s.runs_done, "runs_total": s.runs_total, "runs_diverged": s.runs_diverged,
-                    "seconds_per_run": s.seconds_per_run,
-                    "length_evals": []})
+        out.append(
+            {
+                **{k: None for k in RECORD_FIELDS},
+                "spec": s.spec,
+                "spec_hash": s.spec_hash,
+                "protocol": s.protocol,
+                "conventions": s.conventions,
+                "task": AGGREGATE,
+                "aggregate": True,
+                "score": s.score,
+                "metric": "accuracy",
+                "settings": sum(t.settings for t in s.tasks.values()),
+                "runs_done": s.runs_done,
+                "runs_total": s.runs_total,
+                "runs_diverged": s.runs_diverged,
+                "seconds_per_run": s.seconds_per_run,
+                "length_evals": [],
+            }
+        )
     return [{k: r[k] for k in RECORD_FIELDS} for r in out]
 
 
@@ -185,8 +249,10 @@ def render(scores: Sequence[SpecScore], fmt: str = "text") -> str:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(RECORD_FIELDS)
-        writer.writerows([json.dumps(r[k]) if k == "length_evals" else csv_cell(r[k]) for k in RECORD_FIELDS]
-                         for r in records(scores))
+        writer.writerows(
+            [json.dumps(r[k]) if k == "length_evals" else csv_cell(r[k]) for k in RECORD_FIELDS]
+            for r in records(scores)
+        )
         return buffer.getvalue()
     if fmt == "text":
         return render_text(scores)
@@ -210,9 +276,13 @@ def plot_heatmap(scores: Sequence[SpecScore], path: str | os.PathLike) -> Path:
             if ts is not None and ts.score is not None and ts.metric == "accuracy":
                 values[i, j] = ts.score
         values[i, -1] = np.nan if s.score is None else s.score
-    return heatmap([row_name(s, scores) for s in scores], [*columns, aggregate_name(columns)], values,
-                   f"MAD{context_text(scores)}: eval accuracy per task (best over lr x wd, mean over settings)",
-                   Path(path))
+    return heatmap(
+        [row_name(s, scores) for s in scores],
+        [*columns, aggregate_name(columns)],
+        values,
+        f"MAD{context_text(scores)}: eval accuracy per task (best over lr x wd, mean over settings)",
+        Path(path),
+    )
 
 
 def check_plot_dir(path: str | os.PathLike, force: bool = False) -> Path:
@@ -225,29 +295,47 @@ def check_plot_dir(path: str | os.PathLike, force: bool = False) -> Path:
     return check_output_dir(path, option("plot_sweeps"), figures.__contains__, force=force, writes="one PNG per task")
 
 
-def report_outputs(db: str | os.PathLike = "madsl-results.db", fmt: str = "text",
-                   plot: str | os.PathLike | None = None, protocol: str | None = None, rows: str = "tasks",
-                   plot_sweeps: str | os.PathLike | None = None,
-                   force: bool = False) -> tuple[str, list[Path], list[str]]:
-    """`report` and the files it wrote: (text, figures written, tasks without a sweep to plot).
-    `force`: write the sweep figures into a folder that holds other files too (left untouched)."""
+def _check_arguments(
+    fmt: str, rows: str, plot: str | os.PathLike | None, plot_sweeps: str | os.PathLike | None, force: bool
+) -> Path | None:
+    """`report_outputs`' arguments checked before any work, its outputs included; the sweep
+    figures' folder as checked (None: no sweep figures)."""
     if fmt not in FORMATS:
         raise MadslError(f"unknown report format {fmt!r}", expected=", ".join(FORMATS))
     if rows not in ROWS:
         raise MadslError(f"unknown report rows {rows!r}", expected=", ".join(ROWS))
     if rows != "tasks" and fmt == "text":
-        raise MadslError(f"{option('rows')} {rows} is a table for analysis: it needs {option('fmt')} json or csv",
-                         hint=f"madsl report --rows {rows} --format csv > {rows}.csv")
+        raise MadslError(
+            f"{option('rows')} {rows} is a table for analysis: it needs {option('fmt')} json or csv",
+            hint=f"madsl report --rows {rows} --format csv > {rows}.csv",
+        )
     if plot is not None:
         check_output_path(plot, option("plot"))  # before any work
         if Path(plot).suffix.lower() not in PLOT_SUFFIXES:
-            raise MadslError(f"{option('plot')} {plot}: matplotlib cannot write {Path(plot).suffix!r} images",
-                             expected="a file ending in " + ", ".join(PLOT_SUFFIXES))
+            raise MadslError(
+                f"{option('plot')} {plot}: matplotlib cannot write {Path(plot).suffix!r} images",
+                expected="a file ending in " + ", ".join(PLOT_SUFFIXES),
+            )
     if plot_sweeps is not None:
         from madsl.runner.reports.plots import pyplot
 
         plot_sweeps = check_plot_dir(plot_sweeps, force)
         pyplot(option("plot_sweeps"))
+    return plot_sweeps
+
+
+def report_outputs(
+    db: str | os.PathLike = "madsl-results.db",
+    fmt: str = "text",
+    plot: str | os.PathLike | None = None,
+    protocol: str | None = None,
+    rows: str = "tasks",
+    plot_sweeps: str | os.PathLike | None = None,
+    force: bool = False,
+) -> tuple[str, list[Path], list[str]]:
+    """`report` and the files it wrote: (text, figures written, tasks without a sweep to plot).
+    `force`: write the sweep figures into a folder that holds other files too (left untouched)."""
+    plot_sweeps = _check_arguments(fmt, rows, plot, plot_sweeps, force)
     stored = load_runs(db, protocol=protocol)
     scores = spec_scores(stored.rows, stored.labels, mad_task_order(), stored.length_evals, ceiling=task_ceiling)
     written: list[Path] = []
@@ -262,21 +350,31 @@ def report_outputs(db: str | os.PathLike = "madsl-results.db", fmt: str = "text"
         written += more
     if rows == "tasks":
         if fmt == "text" and protocol is not None and not stored.rows:  # the database may hold other runs
-            return (f"no runs in {db} are filed under protocol {protocol} yet "
-                    "(`madsl report` without --protocol shows every run)\n"), written, flat
+            return (
+                (
+                    f"no runs in {db} are filed under protocol {protocol} yet "
+                    "(`madsl report` without --protocol shows every run)\n"
+                ),
+                written,
+                flat,
+            )
         return render(scores, fmt), written, flat
     from madsl.runner.reports import tables as export
 
-    table = (export.run_rows(stored.rows, stored.labels, stored.length_evals, mad_task_order()) if rows == "runs"
-             else export.setting_rows(stored.rows, stored.labels, stored.length_evals, mad_task_order(),
-                                      ceiling=task_ceiling))
+    table = (
+        export.run_rows(stored.rows, stored.labels, stored.length_evals, mad_task_order())
+        if rows == "runs"
+        else export.setting_rows(
+            stored.rows, stored.labels, stored.length_evals, mad_task_order(), ceiling=task_ceiling
+        )
+    )
     return (export.as_json if fmt == "json" else export.as_csv)(rows, table), written, flat
 
 
 def plot_sweep_figures(stored: StoredRuns, out_dir: Path) -> tuple[list[Path], list[str]]:
     """Per task, the score against each knob its settings vary, one line per architecture."""
-    from madsl.runner.reports.tables import setting_rows
     from madsl.runner.reports.plots import sweep_figures
+    from madsl.runner.reports.tables import setting_rows
 
     table = setting_rows(stored.rows, stored.labels, stored.length_evals, mad_task_order())
     if not table:
@@ -284,22 +382,30 @@ def plot_sweep_figures(stored: StoredRuns, out_dir: Path) -> tuple[list[Path], l
     keys = [(r["spec"], r["spec_hash"], r["protocol"], r["conventions"]) for r in table]
     protocols = sorted({r["protocol"] for r in table if r["protocol"]})
     conventions = {r["conventions"] for r in table}
-    suffix = ((", protocol " if len(protocols) == 1 else ", protocols ") + ", ".join(protocols) if protocols else "") \
-        + (f", conventions {conventions.pop()}" if len(conventions) == 1 else "")
+    suffix = (
+        (", protocol " if len(protocols) == 1 else ", protocols ") + ", ".join(protocols) if protocols else ""
+    ) + (f", conventions {conventions.pop()}" if len(conventions) == 1 else "")
     try:
         written, flat = sweep_figures(table, display_names(keys), mad_task_order(), out_dir, suffix)
     except OSError as err:
         raise output_error(err, out_dir, option("plot_sweeps")) from None
     if not written:
-        raise MadslError(f"nothing to plot: no task's runs vary a setting (each of {', '.join(flat)} was "
-                         "evaluated at one setting only)",
-                         hint="evaluate a difficulty sweep: --protocol paper, a sweep file, or runs with "
-                              "other --set values")
+        raise MadslError(
+            f"nothing to plot: no task's runs vary a setting (each of {', '.join(flat)} was "
+            "evaluated at one setting only)",
+            hint="evaluate a difficulty sweep: --protocol paper, a sweep file, or runs with other --set values",
+        )
     return written, flat
 
 
-def report(db: str | os.PathLike = "madsl-results.db", fmt: str = "text", plot: str | os.PathLike | None = None,
-           protocol: str | None = None, rows: str = "tasks", plot_sweeps: str | os.PathLike | None = None) -> str:
+def report(
+    db: str | os.PathLike = "madsl-results.db",
+    fmt: str = "text",
+    plot: str | os.PathLike | None = None,
+    protocol: str | None = None,
+    rows: str = "tasks",
+    plot_sweeps: str | os.PathLike | None = None,
+) -> str:
     """The leaderboard of `db` as text, json or csv (rows: "tasks", the leaderboard's records;
     "settings" or "runs", tables for analysis, madsl.runner.reports.tables); with `plot`, also write a
     heatmap there; with `plot_sweeps`, a figure per task of its difficulty sweeps into that folder."""

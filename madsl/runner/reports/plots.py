@@ -8,6 +8,7 @@
 Every file is written atomically (a temporary file in the same folder, then renamed), so a
 failed or interrupted write leaves the previous file or none, never half a figure.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,7 @@ def save_atomic(fig, path: Path, **savefig_kwargs) -> Path:
     """fig.savefig(path) through a temporary file beside it: readers never see half an image."""
     path.parent.mkdir(parents=True, exist_ok=True)
     image_format = path.suffix.lstrip(".").lower() or "png"
-    return write_atomic(path, lambda tmp: fig.savefig(tmp, format=image_format, **savefig_kwargs),
-                        suffix=path.suffix)
+    return write_atomic(path, lambda tmp: fig.savefig(tmp, format=image_format, **savefig_kwargs), suffix=path.suffix)
 
 
 def heatmap(names: Sequence[str], columns: Sequence[str], values, title: str, path: Path) -> Path:
@@ -55,8 +55,15 @@ def heatmap(names: Sequence[str], columns: Sequence[str], values, title: str, pa
         ax.set_yticks(range(len(names)), list(names))
         for (i, j), value in np.ndenumerate(values):
             if not np.isnan(value):
-                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8,
-                        color="black" if value > 0.6 else "white")
+                ax.text(
+                    j,
+                    i,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="black" if value > 0.6 else "white",
+                )
         ax.axvline(len(columns) - 1.5, color="white", linewidth=2)
         fig.colorbar(image, ax=ax, label="accuracy")
         ax.set_title(title)
@@ -68,6 +75,7 @@ def heatmap(names: Sequence[str], columns: Sequence[str], values, title: str, pa
 
 # --- difficulty sweeps ---------------------------------------------------------------------
 
+
 def _numeric(values: Sequence[Any]) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
@@ -76,8 +84,9 @@ def _sort_key(value: Any) -> tuple:
     return (0, float(value), "") if _numeric([value]) else (1, 0.0, json.dumps(value, sort_keys=True))
 
 
-def sweep_series(rows: Sequence[Mapping[str, Any]], knob: str, name_of: Mapping[tuple, str]
-                 ) -> list[tuple[str, list[tuple[Any, float]]]]:
+def sweep_series(
+    rows: Sequence[Mapping[str, Any]], knob: str, name_of: Mapping[tuple, str]
+) -> list[tuple[str, list[tuple[Any, float]]]]:
     """The lines of one knob's panel: (label, [(knob value, score), ...]) for every architecture
     and every combination of the other knobs under which the knob takes two values or more
     (a one-knob-at-a-time sweep gives one line per architecture: the other knobs at baseline)."""
@@ -86,20 +95,29 @@ def sweep_series(rows: Sequence[Mapping[str, Any]], knob: str, name_of: Mapping[
     for r in rows:
         if column not in r:
             continue
-        others = json.dumps({k: v for k, v in r.items() if k.startswith(SETTING_PREFIX) and k != column},
-                            sort_keys=True)
+        others = json.dumps(
+            {k: v for k, v in r.items() if k.startswith(SETTING_PREFIX) and k != column}, sort_keys=True
+        )
         lines[(name_of[_architecture(r)], others)][json.dumps(r[column])] = (r[column], r["score"])
     kept = {key: points for key, points in lines.items() if len(points) >= 2}
     # where the other knobs differ between lines of one architecture (a grid), the label names them
     contexts: dict[str, list[dict]] = defaultdict(list)
     for name, others in kept:
         contexts[name].append(json.loads(others))
-    varying = {k for group in contexts.values() if len(group) > 1 for k in set().union(*group)
-               if len({json.dumps(d.get(k)) for d in group}) > 1}
+    varying = {
+        k
+        for group in contexts.values()
+        if len(group) > 1
+        for k in set().union(*group)
+        if len({json.dumps(d.get(k)) for d in group}) > 1
+    }
     out = []
     for (name, others), points in sorted(kept.items()):
-        extra = [f"{k[len(SETTING_PREFIX):]}={v:g}" if _numeric([v]) else f"{k[len(SETTING_PREFIX):]}={v}"
-                 for k, v in json.loads(others).items() if k in varying]
+        extra = [
+            f"{k[len(SETTING_PREFIX) :]}={v:g}" if _numeric([v]) else f"{k[len(SETTING_PREFIX) :]}={v}"
+            for k, v in json.loads(others).items()
+            if k in varying
+        ]
         label = name + (f" ({', '.join(extra)})" if extra else "")
         out.append((label, sorted(points.values(), key=lambda p: _sort_key(p[0]))))
     return out
@@ -113,8 +131,13 @@ def figure_file_name(task: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", task) + ".png"
 
 
-def sweep_figures(rows: Sequence[Mapping[str, Any]], name_of: Mapping[tuple, str], task_order: Sequence[str],
-                  out_dir: Path, title_suffix: str = "") -> tuple[list[Path], list[str]]:
+def sweep_figures(
+    rows: Sequence[Mapping[str, Any]],
+    name_of: Mapping[tuple, str],
+    task_order: Sequence[str],
+    out_dir: Path,
+    title_suffix: str = "",
+) -> tuple[list[Path], list[str]]:
     """One PNG per task in `out_dir` (setting rows of madsl.runner.reports.tables); returns the files
     written and the tasks left without a figure (no knob took two values for one architecture)."""
     plt = pyplot(option("plot_sweeps"))
@@ -126,13 +149,14 @@ def sweep_figures(rows: Sequence[Mapping[str, Any]], name_of: Mapping[tuple, str
     written, flat = [], []
     for task in sorted(by_task, key=lambda t: (order.get(t, len(order)), t)):
         task_rows = by_task[task]
-        knobs = sorted({k[len(SETTING_PREFIX):] for r in task_rows for k in r if k.startswith(SETTING_PREFIX)})
+        knobs = sorted({k[len(SETTING_PREFIX) :] for r in task_rows for k in r if k.startswith(SETTING_PREFIX)})
         panels = [(knob, series) for knob in knobs if (series := sweep_series(task_rows, knob, name_of))]
         if not panels:
             flat.append(task)
             continue
-        written.append(_task_figure(plt, task, task_rows[0]["metric"], panels, out_dir / figure_file_name(task),
-                                    title_suffix))
+        written.append(
+            _task_figure(plt, task, task_rows[0]["metric"], panels, out_dir / figure_file_name(task), title_suffix)
+        )
     return written, flat
 
 
@@ -163,10 +187,10 @@ def _task_figure(plt, task: str, metric: str, panels, path: Path, title_suffix: 
             ax.grid(alpha=0.3)
         handles, labels = axes[0][0].get_legend_handles_labels()
         for ax in axes[0][1:]:
-            for h, l in zip(*ax.get_legend_handles_labels()):
-                if l not in labels:
-                    handles.append(h)
-                    labels.append(l)
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                if label not in labels:
+                    handles.append(handle)
+                    labels.append(label)
         fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
         fig.suptitle(f"{task}: {metric} per setting (best over lr x wd, mean over seeds){title_suffix}")
         fig.tight_layout()

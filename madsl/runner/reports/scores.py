@@ -13,6 +13,7 @@ Regression tasks (head "regress") have no accuracy: their score is the eval MSE
 (lower is better; best over the grid = lowest), reported with metric "mse" and
 left out of the MAD score.
 """
+
 from __future__ import annotations
 
 import json
@@ -88,8 +89,11 @@ def run_conventions(row: Mapping[str, Any]) -> str:
     return _train_option(row, "conventions", "madsl")
 
 
-def _task_ceiling(ceiling: Callable[[str, str, Mapping[str, Any], int], float | None], ts: "TaskScore",
-                  rows: Sequence[Mapping[str, Any]]) -> float | None:
+def _task_ceiling(
+    ceiling: Callable[[str, str, Mapping[str, Any], int], float | None],
+    ts: "TaskScore",
+    rows: Sequence[Mapping[str, Any]],
+) -> float | None:
     per_setting = []
     for setting in ts.setting_scores:
         seeds = sorted({r["seed"] for r in rows if r["setting"] == setting and r["status"] == "done"})
@@ -152,12 +156,22 @@ def task_score(rows: Sequence[Mapping[str, Any]], spec_hash: str, spec: str, pro
     # The grid point that is best in most settings (ties: the first seen).
     best_lr, best_wd = Counter(best_grid_points).most_common(1)[0][0] if best_grid_points else (None, None)
     return TaskScore(
-        spec_hash=spec_hash, spec=spec, protocol=protocol, task=task,
+        spec_hash=spec_hash,
+        spec=spec,
+        protocol=protocol,
+        task=task,
         score=statistics.fmean(setting_scores.values()) if setting_scores else None,
-        metric="mse" if regression else "accuracy", settings=len(setting_scores), runs_done=len(done),
+        metric="mse" if regression else "accuracy",
+        settings=len(setting_scores),
+        runs_done=len(done),
         runs_total=len([r for r in rows if r["status"] != "skipped"]),
-        best_lr=best_lr, best_wd=best_wd, seconds_per_run=statistics.fmean(seconds) if seconds else None,
-        setting_scores=setting_scores, best_runs=best_runs, runs_diverged=sum(map(diverged, done)))
+        best_lr=best_lr,
+        best_wd=best_wd,
+        seconds_per_run=statistics.fmean(seconds) if seconds else None,
+        setting_scores=setting_scores,
+        best_runs=best_runs,
+        runs_diverged=sum(map(diverged, done)),
+    )
 
 
 def mad_score(task_scores: Iterable[TaskScore]) -> float | None:
@@ -165,8 +179,9 @@ def mad_score(task_scores: Iterable[TaskScore]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def group_runs(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence[str]] | None = None
-               ) -> dict[tuple[str, str, str], list]:
+def group_runs(
+    rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence[str]] | None = None
+) -> dict[tuple[str, str, str], list]:
     """(spec_hash, protocol, conventions) -> its runs: a run counts under each protocol that
     asked for it (labels: run_id -> protocols; none: protocol "")."""
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
@@ -176,11 +191,30 @@ def group_runs(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence[
     return groups
 
 
-def spec_scores(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence[str]] | None = None,
-                task_order: Sequence[str] = (),
-                length_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
-                ceiling: Callable[[str, str, Mapping[str, Any], int], float | None] | None = None
-                ) -> list[SpecScore]:
+def _best_length_evals(ts: TaskScore, length_evals: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """The length evaluations of a task score's best run at each setting, with the setting."""
+    return [
+        {
+            "setting": json.loads(setting),
+            "length": ev["length"],
+            "status": ev["status"],
+            "acc": ev["acc"],
+            "macro_acc": ev["macro_acc"],
+            "loss": ev["loss"],
+            "seconds": ev["seconds"],
+        }
+        for setting, run_id in ts.best_runs.items()
+        for ev in length_evals.get(run_id, ())
+    ]
+
+
+def spec_scores(
+    rows: Iterable[Mapping[str, Any]],
+    labels: Mapping[str, Sequence[str]] | None = None,
+    task_order: Sequence[str] = (),
+    length_evals: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    ceiling: Callable[[str, str, Mapping[str, Any], int], float | None] | None = None,
+) -> list[SpecScore]:
     """Scores of every (spec, protocol) in `rows`, best MAD score first.
 
     labels: run_id -> protocols that asked for it; a run counts in each of them.
@@ -198,23 +232,30 @@ def spec_scores(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, Sequence
         by_task: dict[str, list] = defaultdict(list)
         for r in group:
             by_task[r["task"]].append(r)
-        tasks = {t: task_score(by_task[t], spec_hash, names[spec_hash], protocol, t)
-                 for t in sorted(by_task, key=lambda t: (order.get(t, len(order)), t))}
+        tasks = {
+            t: task_score(by_task[t], spec_hash, names[spec_hash], protocol, t)
+            for t in sorted(by_task, key=lambda t: (order.get(t, len(order)), t))
+        }
         for ts in tasks.values():
             ts.conventions = conventions
             if ceiling is not None:
                 ts.ceiling = _task_ceiling(ceiling, ts, by_task[ts.task])
-            ts.length_evals = [{"setting": json.loads(setting), "length": ev["length"], "status": ev["status"],
-                                "acc": ev["acc"], "macro_acc": ev["macro_acc"], "loss": ev["loss"],
-                                "seconds": ev["seconds"]}
-                               for setting, run_id in ts.best_runs.items()
-                               for ev in (length_evals or {}).get(run_id, ())]
+            ts.length_evals = _best_length_evals(ts, length_evals or {})
         done = [r for r in group if r["status"] == "done"]
         seconds = [r["train_seconds"] for r in done if r["train_seconds"] is not None]
-        out.append(SpecScore(spec_hash=spec_hash, spec=names[spec_hash], protocol=protocol,
-                             score=mad_score(tasks.values()), tasks=tasks, runs_done=len(done),
-                             runs_total=len([r for r in group if r["status"] != "skipped"]),
-                             seconds_per_run=statistics.fmean(seconds) if seconds else None,
-                             runs_diverged=sum(map(diverged, done)), conventions=conventions))
+        out.append(
+            SpecScore(
+                spec_hash=spec_hash,
+                spec=names[spec_hash],
+                protocol=protocol,
+                score=mad_score(tasks.values()),
+                tasks=tasks,
+                runs_done=len(done),
+                runs_total=len([r for r in group if r["status"] != "skipped"]),
+                seconds_per_run=statistics.fmean(seconds) if seconds else None,
+                runs_diverged=sum(map(diverged, done)),
+                conventions=conventions,
+            )
+        )
     out.sort(key=lambda s: (s.score is None, -(s.score or 0.0), s.spec, s.protocol, s.conventions))
     return out

@@ -12,6 +12,7 @@ Apart from the store (`madsl.runner.store.results`) because a command refuses a 
 (a folder, another program's SQLite file, a newer schema) by reading at most the file's
 header and table list: nothing opened for writing, nothing changed.
 """
+
 from __future__ import annotations
 
 import os
@@ -94,11 +95,24 @@ CREATE TABLE IF NOT EXISTS run_labels (
 ADDED_RUN_COLUMNS = ("diverged_epoch", "threads")
 
 # table name -> its CREATE TABLE statement
-TABLES = {statement.split()[5]: statement for statement in (part.strip() for part in SCHEMA.split(";"))
-          if statement.startswith("CREATE TABLE")}
+TABLES = {
+    statement.split()[5]: statement
+    for statement in (part.strip() for part in SCHEMA.split(";"))
+    if statement.startswith("CREATE TABLE")
+}
 
-EPOCH_COLUMNS = ("lr", "seconds", "train_loss", "train_ppl", "train_acc", "train_macro_acc",
-                 "eval_loss", "eval_ppl", "eval_acc", "eval_macro_acc")
+EPOCH_COLUMNS = (
+    "lr",
+    "seconds",
+    "train_loss",
+    "train_ppl",
+    "train_acc",
+    "train_macro_acc",
+    "eval_loss",
+    "eval_ppl",
+    "eval_acc",
+    "eval_macro_acc",
+)
 
 
 class StoreError(MadslError):
@@ -177,11 +191,17 @@ def _check_madsl_schema(path: Path) -> None:
         return  # an empty SQLite database: nothing to take over
     if not set(MADSL_TABLES) <= tables or version is None:
         shown = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
-        raise StoreError(path, f"is an SQLite database of something else (tables: {shown})",
-                         hint="madsl leaves it untouched; pass another --db")
+        raise StoreError(
+            path,
+            f"is an SQLite database of something else (tables: {shown})",
+            hint="madsl leaves it untouched; pass another --db",
+        )
     if not str(version).isdigit():
         raise StoreError(path, f"has a schema_version that is not a number: {version!r}")
     if int(version) != SCHEMA_VERSION:
         newer = int(version) > SCHEMA_VERSION
-        raise StoreError(path, f"has schema version {version}; this madsl reads {SCHEMA_VERSION}",
-                         hint="it was written by a newer madsl: upgrade madsl to use it" if newer else None)
+        raise StoreError(
+            path,
+            f"has schema version {version}; this madsl reads {SCHEMA_VERSION}",
+            hint="it was written by a newer madsl: upgrade madsl to use it" if newer else None,
+        )

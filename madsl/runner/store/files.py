@@ -15,6 +15,7 @@ Apart from the database because planning needs the folder's paths without openin
 database (`StoreFiles`), and the checkpoints, the task data cache and the kept models share
 its rules.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,10 +39,12 @@ class LinkError(MadslError):
     """A symbolic link where madsl keeps its own files: refused, never followed, never deleted."""
 
     def __init__(self, path: Path):
-        super().__init__(f"{path} is a symbolic link: madsl does not follow links inside its results folder",
-                         Location(file=str(path)),
-                         hint="it and what it points to were left as they are; remove the link (or put a real "
-                              "folder or file in its place) and rerun")
+        super().__init__(
+            f"{path} is a symbolic link: madsl does not follow links inside its results folder",
+            Location(file=str(path)),
+            hint="it and what it points to were left as they are; remove the link (or put a real "
+            "folder or file in its place) and rerun",
+        )
         self.path = path
 
     def __str__(self) -> str:  # what a failed run records
@@ -70,8 +73,10 @@ def check_files_dir(files_dir: Path) -> str | None:
     for name in FILES_ENTRIES:
         entry = files_dir / name
         if entry.is_symlink():
-            return f"keeps {name} in {entry}, which is a symbolic link (madsl does not follow links inside " \
-                   "its results folder; it was left as it is)"
+            return (
+                f"keeps {name} in {entry}, which is a symbolic link (madsl does not follow links inside "
+                "its results folder; it was left as it is)"
+            )
         if name != "step-times.json" and entry.exists() and not entry.is_dir():
             return f"cannot keep its {name}: {entry} is not a directory"
     models = files_dir / "models"
@@ -81,8 +86,10 @@ def check_files_dir(files_dir: Path) -> str | None:
         except OSError as err:
             return f"cannot read {models}: {os_error_words(err)}"
         if linked:
-            return f"has a symbolic link among its kept models: {models / linked[0]} (madsl does not follow " \
-                   "links inside its results folder; it was left as it is)"
+            return (
+                f"has a symbolic link among its kept models: {models / linked[0]} (madsl does not follow "
+                "links inside its results folder; it was left as it is)"
+            )
     return None
 
 

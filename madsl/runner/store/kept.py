@@ -15,6 +15,7 @@ file format (madsl/model_file.py, which `madsl.compiler.save` writes too): nothi
 unpickles, and both files are read as untrusted input (checked before anything is allocated).
 Writing a kept model never follows (nor deletes) a symbolic link in the results folder.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,17 @@ from madsl.outputs import check_output_dir, move_into_place, output_error
 FORMAT = "madsl-run-model/1"
 # safetensors_torch is asked before a run trains, so that `--keep best` without safetensors is
 # refused up front, not after the training
-__all__ = ["CONFIG", "EXPORTED", "FORMAT", "WEIGHTS", "export", "keep_best", "load_run", "models_dir",
-           "safetensors_torch"]
+__all__ = [
+    "CONFIG",
+    "EXPORTED",
+    "FORMAT",
+    "WEIGHTS",
+    "export",
+    "keep_best",
+    "load_run",
+    "models_dir",
+    "safetensors_torch",
+]
 
 
 def models_dir(files_dir: str | os.PathLike) -> Path:
@@ -66,8 +76,16 @@ def _write_dir(directory: Path, weights: dict[str, Any], config: dict[str, Any])
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def keep_best(run_id: str, checkpoint_path: Path, files_dir: Path, spec_data: dict | None,
-              build: dict, result: dict, task: str, setting: dict) -> Path | None:
+def keep_best(
+    run_id: str,
+    checkpoint_path: Path,
+    files_dir: Path,
+    spec_data: dict | None,
+    build: dict,
+    result: dict,
+    task: str,
+    setting: dict,
+) -> Path | None:
     """Save the best weights of a finished run from its final checkpoint. Returns the folder,
     or None when the checkpoint holds no best weights (a run finished before --keep best was asked)."""
     from madsl.runner.train.checkpoint import load_checkpoint
@@ -76,18 +94,28 @@ def keep_best(run_id: str, checkpoint_path: Path, files_dir: Path, spec_data: di
     weights = saved.get("best_state") if saved else None
     if weights is None or spec_data is None:
         return None
-    config = {"format": FORMAT, "run_id": run_id, "spec": spec_data, "task": task, "setting": setting,
-              "build": build, "best_epoch": result.get("best_epoch"), "metrics": result.get("best")}
+    config = {
+        "format": FORMAT,
+        "run_id": run_id,
+        "spec": spec_data,
+        "task": task,
+        "setting": setting,
+        "build": build,
+        "best_epoch": result.get("best_epoch"),
+        "metrics": result.get("best"),
+    }
     from madsl.oserrors import os_error_words
 
     directory = models_dir(files_dir) / run_id
     try:
         _write_dir(directory, weights, config)
     except OSError as err:
-        raise MadslError(f"kept model {directory}: could not be written: {os_error_words(err)}"
-                         + (f" ({err.filename})" if err.filename else ""),
-                         hint="the run is recorded; free the space (or fix the folder) and evaluate it again "
-                              "with --keep best to keep its weights") from None
+        raise MadslError(
+            f"kept model {directory}: could not be written: {os_error_words(err)}"
+            + (f" ({err.filename})" if err.filename else ""),
+            hint="the run is recorded; free the space (or fix the folder) and evaluate it again "
+            "with --keep best to keep its weights",
+        ) from None
     return directory
 
 
@@ -100,22 +128,27 @@ def export(files_dir: Path, run_id: str, out: Path, *, force: bool = False) -> t
     folder `out` (symlinks resolved): its model.safetensors and config.json, each atomically.
     Nothing else in `out` is touched; a folder holding anything else is refused unless `force`."""
     if not RUN_ID_PREFIX.fullmatch(run_id):
-        raise MadslError(f"{run_id!r} is not a run id",
-                         expected="4 to 64 lowercase hexadecimal digits: a run id or a unique prefix of one",
-                         hint="`madsl report --format csv --rows runs` lists the run ids")
-    folder = check_output_dir(out, "-o", lambda name: name in EXPORTED, force=force,
-                              writes=f"{WEIGHTS} and {CONFIG}")
+        raise MadslError(
+            f"{run_id!r} is not a run id",
+            expected="4 to 64 lowercase hexadecimal digits: a run id or a unique prefix of one",
+            hint="`madsl report --format csv --rows runs` lists the run ids",
+        )
+    folder = check_output_dir(out, "-o", lambda name: name in EXPORTED, force=force, writes=f"{WEIGHTS} and {CONFIG}")
     kept = models_dir(files_dir)
     matches = sorted(p.name for p in kept.glob(f"{run_id}*") if (p / CONFIG).is_file()) if kept.is_dir() else []
     if not matches:
-        raise MadslError(f"no kept model for run {run_id!r}",
-                         hint="runs keep their best weights when evaluated with `madsl eval ... --keep best`")
+        raise MadslError(
+            f"no kept model for run {run_id!r}",
+            hint="runs keep their best weights when evaluated with `madsl eval ... --keep best`",
+        )
     if len(matches) > 1:
         raise MadslError(f"run id prefix {run_id!r} is ambiguous", expected="one of " + ", ".join(matches[:5]))
     source = kept / matches[0]
     if source.is_symlink() or any((source / name).is_symlink() for name in EXPORTED):
-        raise MadslError(f"{source}: a symbolic link in the results folder", hint="madsl never follows one there; "
-                         "remove it, or re-run the evaluation with --keep best")
+        raise MadslError(
+            f"{source}: a symbolic link in the results folder",
+            hint="madsl never follows one there; remove it, or re-run the evaluation with --keep best",
+        )
     config = _read_config(source)
     safetensors = safetensors_torch("madsl export")
     try:
@@ -131,8 +164,9 @@ def export(files_dir: Path, run_id: str, out: Path, *, force: bool = False) -> t
 
 
 def _reader(directory: Path) -> ModelReader:
-    return ModelReader(Path(directory), FORMAT, "an exported madsl model", "`madsl export`", "export the run again",
-                       "load_run")
+    return ModelReader(
+        Path(directory), FORMAT, "an exported madsl model", "`madsl export`", "export the run again", "load_run"
+    )
 
 
 def _read_config(directory: Path) -> dict:
@@ -149,8 +183,9 @@ def _check_config(config: dict, reader: ModelReader) -> None:
     for key, kind in (("setting", dict), ("metrics", dict), ("task", str), ("run_id", str)):
         value = config.get(key)
         if value is not None and not isinstance(value, kind):
-            raise reader.error(f"{key} must be a{'n object' if kind is dict else ' string'} (or absent), "
-                               f"got {shown(value)}")
+            raise reader.error(
+                f"{key} must be a{'n object' if kind is dict else ' string'} (or absent), got {shown(value)}"
+            )
     from madsl.conventions import CONVENTIONS
     from madsl.runner.train.heads import HEADS
     from madsl.runner.train.options import LM_HEADS
@@ -178,11 +213,23 @@ def _build_model(spec: Any, build: dict):
     from madsl.compiler import compile_spec
     from madsl.runner.train.heads import TaskModel
 
-    backbone = compile_spec(spec, vocab_size=build["vocab_size"], max_seq_len=build["max_seq_len"],
-                            num_classes=build["backbone_num_classes"], seed=0)
-    return TaskModel(backbone, build["head"], num_classes=build["num_classes"], target_len=build["target_len"],
-                     input_dim=build["input_dim"], compression_position=build["compression_position"],
-                     conventions=build["conventions"], lm_head=build.get("lm_head", "conventions"))
+    backbone = compile_spec(
+        spec,
+        vocab_size=build["vocab_size"],
+        max_seq_len=build["max_seq_len"],
+        num_classes=build["backbone_num_classes"],
+        seed=0,
+    )
+    return TaskModel(
+        backbone,
+        build["head"],
+        num_classes=build["num_classes"],
+        target_len=build["target_len"],
+        input_dim=build["input_dim"],
+        compression_position=build["compression_position"],
+        conventions=build["conventions"],
+        lm_head=build.get("lm_head", "conventions"),
+    )
 
 
 def load_run(directory: str | os.PathLike, *, device: str | None = None):

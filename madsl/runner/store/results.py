@@ -17,6 +17,7 @@ Every write is one transaction; only the coordinating process writes (workers
 report through events), so concurrency is limited to several `madsl eval`
 processes sharing a database, which claims make safe.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,10 +29,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
-from madsl.runner.store.database import (ADDED_RUN_COLUMNS, EPOCH_COLUMNS, SCHEMA, SCHEMA_VERSION, TABLES, StoreError,
-                                         check_database)
 from madsl.oserrors import os_error_words
 from madsl.runner.common.process import owner_is_dead, owner_tag, pid_alive  # noqa: F401 (also theirs from here)
+from madsl.runner.store.database import (
+    ADDED_RUN_COLUMNS,
+    EPOCH_COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    TABLES,
+    StoreError,
+    check_database,
+)
 from madsl.runner.store.files import StoreFiles
 
 DEFAULT_DB = "madsl-results.db"
@@ -75,8 +83,17 @@ class RunIdentity:
 
     @property
     def run_id(self) -> str:
-        return sha256(canonical_json({"spec": self.spec_hash, "task": self.task, "setting": self.setting,
-                                      "train": self.train_config, "madsl": self.madsl_version}))
+        return sha256(
+            canonical_json(
+                {
+                    "spec": self.spec_hash,
+                    "task": self.task,
+                    "setting": self.setting,
+                    "train": self.train_config,
+                    "madsl": self.madsl_version,
+                }
+            )
+        )
 
 
 class Store(StoreFiles):
@@ -86,8 +103,7 @@ class Store(StoreFiles):
     path that is not a madsl results database raises StoreError and is left untouched.
     """
 
-    def __init__(self, path: str | os.PathLike = DEFAULT_DB, stale_after_s: float = STALE_AFTER_S,
-                 create: bool = True):
+    def __init__(self, path: str | os.PathLike = DEFAULT_DB, stale_after_s: float = STALE_AFTER_S, create: bool = True):
         super().__init__(path)
         self.stale_after_s = stale_after_s
         check_database(self.path, create)
@@ -146,10 +162,12 @@ class Store(StoreFiles):
     # --- registering ------------------------------------------------------------------
     def add_spec(self, spec_hash: str, name: str, identity: str, path: str | None) -> None:
         with self.transaction() as c:
-            c.execute("INSERT INTO specs (spec_hash, name, identity, path, created) VALUES (?,?,?,?,?) "
-                      "ON CONFLICT(spec_hash) DO UPDATE SET name=excluded.name, "
-                      "path=COALESCE(excluded.path, specs.path)",
-                      (spec_hash, name, identity, path, time.time()))
+            c.execute(
+                "INSERT INTO specs (spec_hash, name, identity, path, created) VALUES (?,?,?,?,?) "
+                "ON CONFLICT(spec_hash) DO UPDATE SET name=excluded.name, "
+                "path=COALESCE(excluded.path, specs.path)",
+                (spec_hash, name, identity, path, time.time()),
+            )
 
     def add_runs(self, runs: Sequence[tuple[RunIdentity, str]], protocol: str) -> None:
         """Register runs (identity, spec name) as pending unless they exist; label them with the protocol."""
@@ -162,9 +180,23 @@ class Store(StoreFiles):
                     "INSERT OR IGNORE INTO runs (run_id, spec_hash, spec_name, task, setting, setting_hash, lr, wd, "
                     "epochs, batch_size, seed, train_config, madsl_version, status, created) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,'pending',?)",
-                    (identity.run_id, identity.spec_hash, spec_name, identity.task, setting, sha256(setting),
-                     tc["lr"], tc["wd"], tc["epochs"], tc["batch_size"], tc["seed"], canonical_json(tc),
-                     identity.madsl_version, now))
+                    (
+                        identity.run_id,
+                        identity.spec_hash,
+                        spec_name,
+                        identity.task,
+                        setting,
+                        sha256(setting),
+                        tc["lr"],
+                        tc["wd"],
+                        tc["epochs"],
+                        tc["batch_size"],
+                        tc["seed"],
+                        canonical_json(tc),
+                        identity.madsl_version,
+                        now,
+                    ),
+                )
                 c.execute("INSERT OR IGNORE INTO run_labels VALUES (?,?)", (identity.run_id, protocol))
 
     # --- claiming and status ----------------------------------------------------------
@@ -182,23 +214,30 @@ class Store(StoreFiles):
                 return None
             if status == "running" and not owner_is_dead(row["owner"], row["heartbeat"], self.stale_after_s, now):
                 return None
-            c.execute("UPDATE runs SET status='running', owner=?, heartbeat=?, attempts=attempts+1, "
-                      "started=COALESCE(started, ?), error=NULL WHERE run_id=?", (owner, now, now, run_id))
+            c.execute(
+                "UPDATE runs SET status='running', owner=?, heartbeat=?, attempts=attempts+1, "
+                "started=COALESCE(started, ?), error=NULL WHERE run_id=?",
+                (owner, now, now, run_id),
+            )
             return status
 
     def heartbeat(self, run_ids: Sequence[str], owner: str | None = None) -> None:
         owner = owner or owner_tag()
         with self.transaction() as c:
-            c.executemany("UPDATE runs SET heartbeat=? WHERE run_id=? AND owner=? AND status='running'",
-                          [(time.time(), r, owner) for r in run_ids])
+            c.executemany(
+                "UPDATE runs SET heartbeat=? WHERE run_id=? AND owner=? AND status='running'",
+                [(time.time(), r, owner) for r in run_ids],
+            )
 
-    def release(self, run_id: str, status: str = "pending", error: str | None = None,
-                owner: str | None = None) -> None:
+    def release(self, run_id: str, status: str = "pending", error: str | None = None, owner: str | None = None) -> None:
         """Give a claimed run back (interrupted -> pending, or failed with its error)."""
         owner = owner or owner_tag()
         with self.transaction() as c:
-            c.execute("UPDATE runs SET status=?, owner=NULL, heartbeat=NULL, error=? "
-                      "WHERE run_id=? AND owner=? AND status='running'", (status, error, run_id, owner))
+            c.execute(
+                "UPDATE runs SET status=?, owner=NULL, heartbeat=NULL, error=? "
+                "WHERE run_id=? AND owner=? AND status='running'",
+                (status, error, run_id, owner),
+            )
 
     def mark_skipped(self, run_id: str, reason: str) -> bool:
         """Skip a run that no live process runs (pending, failed, or a dead owner's); whether it is skipped."""
@@ -210,8 +249,10 @@ class Store(StoreFiles):
             if status == "running" and owner_is_dead(row["owner"], row["heartbeat"], self.stale_after_s, time.time()):
                 status = "pending"  # its process died: nobody will finish it
             if status in ("pending", "failed"):
-                c.execute("UPDATE runs SET status='skipped', owner=NULL, heartbeat=NULL, error=? WHERE run_id=?",
-                          (reason, run_id))
+                c.execute(
+                    "UPDATE runs SET status='skipped', owner=NULL, heartbeat=NULL, error=? WHERE run_id=?",
+                    (reason, run_id),
+                )
                 return True
             return status == "skipped"
 
@@ -233,12 +274,20 @@ class Store(StoreFiles):
 
     @staticmethod
     def _write_epoch(c: sqlite3.Connection, run_id: str, m: Mapping[str, Any]) -> None:
-        c.execute(f"INSERT OR REPLACE INTO epochs (run_id, epoch, {', '.join(EPOCH_COLUMNS)}) "
-                  f"VALUES (?, ?, {', '.join('?' * len(EPOCH_COLUMNS))})",
-                  (run_id, m["epoch"], *(m.get(k) for k in EPOCH_COLUMNS)))
+        c.execute(
+            f"INSERT OR REPLACE INTO epochs (run_id, epoch, {', '.join(EPOCH_COLUMNS)}) "
+            f"VALUES (?, ?, {', '.join('?' * len(EPOCH_COLUMNS))})",
+            (run_id, m["epoch"], *(m.get(k) for k in EPOCH_COLUMNS)),
+        )
 
-    def finish(self, run_id: str, result: Mapping[str, Any], device: str | None = None,
-               owner: str | None = None, threads: int | None = None) -> bool:
+    def finish(
+        self,
+        run_id: str,
+        result: Mapping[str, Any],
+        device: str | None = None,
+        owner: str | None = None,
+        threads: int | None = None,
+    ) -> bool:
         """One transaction: every epoch, the length evaluations, the best metrics, status done.
         With `owner`, only if that process still holds the run (see `_holds`); whether it was recorded."""
         best = result["best"]
@@ -249,21 +298,47 @@ class Store(StoreFiles):
                 self._write_epoch(c, run_id, m)
             # an attempt resumed from an older checkpoint can end sooner than the lost one that reported
             # further epochs (checkpoints are once a minute): the run's epochs are its result's
-            c.execute("DELETE FROM epochs WHERE run_id=? AND epoch>?",
-                      (run_id, max((int(m["epoch"]) for m in result["history"]), default=0)))
+            c.execute(
+                "DELETE FROM epochs WHERE run_id=? AND epoch>?",
+                (run_id, max((int(m["epoch"]) for m in result["history"]), default=0)),
+            )
             for ev in result.get("length_evals", []):
-                c.execute("INSERT OR REPLACE INTO length_evals VALUES (?,?,?,?,?,?,?,?,?)",
-                          (run_id, ev["length"], ev["status"], ev.get("seconds"), ev.get("loss"), ev.get("ppl"),
-                           ev.get("acc"), ev.get("macro_acc"), ev.get("error")))
+                c.execute(
+                    "INSERT OR REPLACE INTO length_evals VALUES (?,?,?,?,?,?,?,?,?)",
+                    (
+                        run_id,
+                        ev["length"],
+                        ev["status"],
+                        ev.get("seconds"),
+                        ev.get("loss"),
+                        ev.get("ppl"),
+                        ev.get("acc"),
+                        ev.get("macro_acc"),
+                        ev.get("error"),
+                    ),
+                )
             c.execute(
                 "UPDATE runs SET status='done', owner=NULL, heartbeat=NULL, finished=?, device=COALESCE(?, device), "
                 "train_seconds=?, epochs_done=?, best_epoch=?, best_eval_loss=?, best_eval_ppl=?, best_eval_acc=?, "
                 "best_eval_token_acc=?, max_eval_acc=?, early_stopped=?, diverged_epoch=?, threads=?, error=NULL "
                 "WHERE run_id=?",
-                (time.time(), device, result["train_seconds"], result["epochs_done"], result["best_epoch"],
-                 best["eval_loss"], best["eval_ppl"], best["eval_macro_acc"], best["eval_acc"],
-                 result["max_eval_macro_acc"], int(result["early_stopped"]), result.get("diverged_epoch"), threads,
-                 run_id))
+                (
+                    time.time(),
+                    device,
+                    result["train_seconds"],
+                    result["epochs_done"],
+                    result["best_epoch"],
+                    best["eval_loss"],
+                    best["eval_ppl"],
+                    best["eval_macro_acc"],
+                    best["eval_acc"],
+                    result["max_eval_macro_acc"],
+                    int(result["early_stopped"]),
+                    result.get("diverged_epoch"),
+                    threads,
+                    run_id,
+                ),
+            )
             return True
 
     # --- reading ----------------------------------------------------------------------
@@ -305,6 +380,15 @@ class Store(StoreFiles):
         hit = self.conn.execute(
             "SELECT run_id FROM runs WHERE spec_hash=? AND task=? AND setting_hash=? AND seed=? AND epochs=? "
             "AND batch_size=? AND status='done' AND best_eval_acc>=? AND run_id!=? LIMIT 1",
-            (row["spec_hash"], row["task"], row["setting_hash"], row["seed"], row["epochs"], row["batch_size"],
-             threshold, run_id)).fetchone()
+            (
+                row["spec_hash"],
+                row["task"],
+                row["setting_hash"],
+                row["seed"],
+                row["epochs"],
+                row["batch_size"],
+                threshold,
+                run_id,
+            ),
+        ).fetchone()
         return hit[0] if hit else None

@@ -15,6 +15,7 @@ write that fails says why in words, with the path: "no space left on device" (al
 where torch.save reports a full disk as "unexpected pos ..."), "permission denied",
 "not a directory".
 """
+
 from __future__ import annotations
 
 import errno
@@ -43,8 +44,11 @@ class CheckpointError(MadslError):
     """A file at a checkpoint path that is not a checkpoint this madsl can resume from."""
 
     def __init__(self, path: Path, problem: str, hint: str | None = None):
-        super().__init__(f"checkpoint {path} {problem}", Location(file=str(path)),
-                         hint=hint or "it was not loaded; delete it to start this run over")
+        super().__init__(
+            f"checkpoint {path} {problem}",
+            Location(file=str(path)),
+            hint=hint or "it was not loaded; delete it to start this run over",
+        )
         self.path = path
 
     def __str__(self) -> str:  # what a failed run records: the problem and what to do
@@ -57,12 +61,14 @@ class CheckpointWriteError(CheckpointError):
     def __init__(self, path: Path, err: OSError):
         words = os_error_words(err)
         where = f" ({err.filename})" if err.filename and str(err.filename) != str(path) else ""
-        hint = {errno.ENOSPC: "free disk space and rerun: the run resumes from its last checkpoint",
-                getattr(errno, "EDQUOT", -1): "free disk space and rerun: the run resumes from its last checkpoint",
-                errno.ENOTDIR: f"a file stands where the folder {path.parent} belongs (or above it): move it away",
-                errno.EACCES: f"make {path.parent} writable, or pass another --db",
-                errno.EPERM: f"make {path.parent} writable, or pass another --db",
-                errno.EROFS: "pass a --db on a writable file system"}.get(err.errno, "fix it and rerun")
+        hint = {
+            errno.ENOSPC: "free disk space and rerun: the run resumes from its last checkpoint",
+            getattr(errno, "EDQUOT", -1): "free disk space and rerun: the run resumes from its last checkpoint",
+            errno.ENOTDIR: f"a file stands where the folder {path.parent} belongs (or above it): move it away",
+            errno.EACCES: f"make {path.parent} writable, or pass another --db",
+            errno.EPERM: f"make {path.parent} writable, or pass another --db",
+            errno.EROFS: "pass a --db on a writable file system",
+        }.get(err.errno, "fix it and rerun")
         super().__init__(path, f"could not be written: {words}{where}", hint=hint)
         self.errno = err.errno
 
@@ -71,11 +77,15 @@ def _refuse_links(path: Path) -> None:
     """A symbolic link at the checkpoint or its folder: not madsl's, so neither followed nor deleted."""
     hint = "it and what it points to were left as they are; remove the link and rerun"
     if os.path.islink(path.parent):
-        raise CheckpointError(path, f"lies in {path.parent}, a symbolic link: madsl does not follow links "
-                                    "inside its results folder", hint=hint)
+        raise CheckpointError(
+            path,
+            f"lies in {path.parent}, a symbolic link: madsl does not follow links inside its results folder",
+            hint=hint,
+        )
     if os.path.islink(path):
-        raise CheckpointError(path, "is a symbolic link: madsl does not follow links inside its results folder",
-                              hint=hint)
+        raise CheckpointError(
+            path, "is a symbolic link: madsl does not follow links inside its results folder", hint=hint
+        )
 
 
 class _Sink:
@@ -113,8 +123,9 @@ def _disk_full(folder: Path, tmp: Path) -> OSError | None:
         fs = os.statvfs(folder)
     except OSError:
         return None
-    return OSError(errno.ENOSPC, "No space left on device", str(tmp)) \
-        if fs.f_bavail * fs.f_frsize < 1024 * 1024 else None
+    return (
+        OSError(errno.ENOSPC, "No space left on device", str(tmp)) if fs.f_bavail * fs.f_frsize < 1024 * 1024 else None
+    )
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
@@ -163,7 +174,7 @@ def _remove_stale_temporaries(path: Path) -> None:
     """
     prefix = f".{path.name}.{_HOST}."
     for tmp in path.parent.glob(f"{glob.escape(prefix)}*.tmp"):
-        pid = tmp.name[len(prefix):-len(".tmp")].split(".")[0]  # .<name>.<host>.<pid>[.<random>].tmp
+        pid = tmp.name[len(prefix) : -len(".tmp")].split(".")[0]  # .<name>.<host>.<pid>[.<random>].tmp
         if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)) and not tmp.is_symlink():
             tmp.unlink(missing_ok=True)
 
@@ -179,8 +190,11 @@ def load_checkpoint(path: Path) -> dict[str, Any] | None:
     except IsADirectoryError:
         raise CheckpointError(path, "is a directory, not a checkpoint") from None
     except OSError as err:
-        hint = (f"a file stands where the folder {path.parent} belongs (or above it): move it away"
-                if err.errno == errno.ENOTDIR else "fix it and rerun")
+        hint = (
+            f"a file stands where the folder {path.parent} belongs (or above it): move it away"
+            if err.errno == errno.ENOTDIR
+            else "fix it and rerun"
+        )
         raise CheckpointError(path, f"cannot be read: {os_error_words(err)}", hint=hint) from None
     try:
         with f, warnings.catch_warnings():
@@ -188,8 +202,11 @@ def load_checkpoint(path: Path) -> dict[str, Any] | None:
             data = torch.load(f, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         # never suggest weights_only=False, as torch's own message does: that is the hole
-        raise CheckpointError(path, "holds Python objects beyond tensors and plain data (unpickling it "
-                                    "could run code), or is a checkpoint of madsl before format 2") from None
+        raise CheckpointError(
+            path,
+            "holds Python objects beyond tensors and plain data (unpickling it "
+            "could run code), or is a checkpoint of madsl before format 2",
+        ) from None
     except Exception as err:  # noqa: BLE001 - truncated zip, garbage bytes, a directory, unreadable: all the same
         raise CheckpointError(path, f"is not a readable checkpoint ({type(err).__name__})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -209,8 +226,13 @@ def rng_state() -> dict[str, Any]:
     version, internal, gauss_next = random.getstate()
     state = {
         "torch": torch.get_rng_state(),
-        "numpy": {"bit_generator": str(name), "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
+        "numpy": {
+            "bit_generator": str(name),
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
         "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
     }
     if torch.cuda.is_available():
@@ -221,8 +243,15 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     numpy = state["numpy"]
-    np.random.set_state((numpy["bit_generator"], numpy["keys"].numpy().astype(np.uint32), numpy["pos"],
-                         numpy["has_gauss"], numpy["cached_gaussian"]))
+    np.random.set_state(
+        (
+            numpy["bit_generator"],
+            numpy["keys"].numpy().astype(np.uint32),
+            numpy["pos"],
+            numpy["has_gauss"],
+            numpy["cached_gaussian"],
+        )
+    )
     python = state["python"]
     random.setstate((python["version"], tuple(python["internal"]), python["gauss_next"]))
     if "cuda" in state and torch.cuda.is_available():

@@ -5,6 +5,7 @@ Apart from the loop because the plan's step measurements (`madsl.runner.plan.cos
 grid group that halves its stack when it runs out of memory (`madsl.runner.batched.grid`)
 need the same answers.
 """
+
 from __future__ import annotations
 
 import gc
@@ -34,5 +35,6 @@ def is_out_of_memory(err: BaseException) -> bool:
     if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
         return True
     text = str(err).lower()
-    return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate" in text
-                                              or "not enough memory" in text)
+    return isinstance(err, RuntimeError) and (
+        "out of memory" in text or "can't allocate" in text or "not enough memory" in text
+    )

@@ -23,6 +23,7 @@ bias), and for compression every Linear weight starts as N(0, 0.02), every bias 
 (the marked ones too: its AutoEncoder does not spare them) and the decoder's norms are
 RMSNorms, as mad-lab's LanguageModel / AutoEncoder build them.
 """
+
 from __future__ import annotations
 
 import math
@@ -59,13 +60,18 @@ def _init_linear(module: nn.Module, weights: bool = True, spare_marked: bool = T
 class CompressionDecoder(nn.Module):
     """Two-layer MLP decoder; input: the compression token's output + sin-cos position."""
 
-    def __init__(self, dim: int, num_classes: int, num_positions: int, token_position: int = -1,
-                 norm: type[nn.Module] = nn.LayerNorm):
+    def __init__(
+        self,
+        dim: int,
+        num_classes: int,
+        num_positions: int,
+        token_position: int = -1,
+        norm: type[nn.Module] = nn.LayerNorm,
+    ):
         super().__init__()
         self.token_position = token_position
         self.register_buffer("positions", sincos_position_embedding(num_positions, dim), persistent=False)
-        self.mlp = nn.Sequential(norm(dim), nn.Linear(dim, dim), nn.GELU(),
-                                 norm(dim), nn.Linear(dim, dim), nn.GELU())
+        self.mlp = nn.Sequential(norm(dim), nn.Linear(dim, dim), nn.GELU(), norm(dim), nn.Linear(dim, dim), nn.GELU())
         self.out = nn.Sequential(norm(dim), nn.Linear(dim, num_classes))
         _init_linear(self)
 
@@ -78,9 +84,18 @@ class CompressionDecoder(nn.Module):
 class TaskModel(nn.Module):
     """Backbone + head. `kind` is "classes" (cross-entropy) or "regression" (MSE)."""
 
-    def __init__(self, backbone: nn.Module, head: str, *, num_classes: int | None = None,
-                 target_len: int | None = None, input_dim: int = 0, compression_position: int = -1,
-                 conventions: str = "madsl", lm_head: str = "conventions"):
+    def __init__(
+        self,
+        backbone: nn.Module,
+        head: str,
+        *,
+        num_classes: int | None = None,
+        target_len: int | None = None,
+        input_dim: int = 0,
+        compression_position: int = -1,
+        conventions: str = "madsl",
+        lm_head: str = "conventions",
+    ):
         super().__init__()
         if head not in HEADS:
             raise ValueError(f"unknown head {head!r}; heads: {', '.join(HEADS)}")
@@ -97,8 +112,9 @@ class TaskModel(nn.Module):
                 backbone.head = None  # the spec's own head would sit unused
         if head == "compression":
             assert num_classes is not None and target_len is not None
-            self.decoder = CompressionDecoder(dim, num_classes, target_len, compression_position,
-                                              norm=nn.RMSNorm if mad_lab else nn.LayerNorm)
+            self.decoder = CompressionDecoder(
+                dim, num_classes, target_len, compression_position, norm=nn.RMSNorm if mad_lab else nn.LayerNorm
+            )
         elif head == "regress":
             assert input_dim > 0, "regress head needs real-valued inputs (input_dim > 0)"
             self.input_proj = nn.Linear(input_dim, dim)
@@ -110,7 +126,9 @@ class TaskModel(nn.Module):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.head == "lm":
-            return self.backbone(inputs) if self.lm_head is None else self.lm_head(self.backbone.features(tokens=inputs))
+            return (
+                self.backbone(inputs) if self.lm_head is None else self.lm_head(self.backbone.features(tokens=inputs))
+            )
         if self.head == "classify":
             return self.backbone(inputs)[:, -1]
         if self.head == "compression":

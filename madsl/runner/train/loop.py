@@ -26,6 +26,7 @@ where an uninterrupted run ends.
 
 This module knows nothing of the results store or of executors.
 """
+
 from __future__ import annotations
 
 import time
@@ -102,7 +103,7 @@ def train_epoch(state: RunState, data: RunData, hooks: TrainHooks, checkpointer:
             bank_time()
             checkpointer.save(state)
             raise RunInterrupted(f"stopped at epoch {state.epoch + 1}, step {state.step}")
-        index = order[state.step * settings.batch_size:(state.step + 1) * settings.batch_size]
+        index = order[state.step * settings.batch_size : (state.step + 1) * settings.batch_size]
         train_step(state, data.train_x[index], data.train_y[index])
         state.step += 1
         if hooks.on_progress is not None:
@@ -114,8 +115,9 @@ def train_epoch(state: RunState, data: RunData, hooks: TrainHooks, checkpointer:
     return epoch_metrics(state, data, started)
 
 
-def epoch_metrics(state: RunState, data: RunData, started: float,
-                  evaluation: Mapping[str, float | None] | None = None) -> EpochMetrics:
+def epoch_metrics(
+    state: RunState, data: RunData, started: float, evaluation: Mapping[str, float | None] | None = None
+) -> EpochMetrics:
     """Close the epoch's training: evaluate (unless `evaluation` is given: a stacked group's,
     madsl.runner.batched.stacked) and return its metrics; the time since `started` (not yet banked)
     counts towards the epoch and the run."""
@@ -125,19 +127,40 @@ def epoch_metrics(state: RunState, data: RunData, started: float,
         state.scheduler.step()  # once per epoch, after its last step
     train = state.train_metrics.compute()
     if evaluation is None:
-        evaluation = evaluate(state.model, data.test_x, data.test_y, eval_batch_size(settings), state.num_classes,
-                              settings.precision, mad_lab)
+        evaluation = evaluate(
+            state.model,
+            data.test_x,
+            data.test_y,
+            eval_batch_size(settings),
+            state.num_classes,
+            settings.precision,
+            mad_lab,
+        )
     elapsed = time.monotonic() - started
     state.train_seconds += elapsed
     return EpochMetrics(
-        epoch=state.epoch + 1, lr=state.scheduler.get_last_lr()[0], seconds=state.epoch_seconds + elapsed,
-        train_loss=train["loss"], train_ppl=train["ppl"], train_acc=train["acc"],
-        train_macro_acc=train["macro_acc"], eval_loss=evaluation["loss"], eval_ppl=evaluation["ppl"],
-        eval_acc=evaluation["acc"], eval_macro_acc=evaluation["macro_acc"])
+        epoch=state.epoch + 1,
+        lr=state.scheduler.get_last_lr()[0],
+        seconds=state.epoch_seconds + elapsed,
+        train_loss=train["loss"],
+        train_ppl=train["ppl"],
+        train_acc=train["acc"],
+        train_macro_acc=train["macro_acc"],
+        eval_loss=evaluation["loss"],
+        eval_ppl=evaluation["ppl"],
+        eval_acc=evaluation["acc"],
+        eval_macro_acc=evaluation["macro_acc"],
+    )
 
 
-def evaluate_lengths(state: RunState, length_data: Callable[[int], Any], tokens_per_batch: int,
-                     device: torch.device, hooks: TrainHooks, checkpointer: Checkpointer) -> None:
+def evaluate_lengths(
+    state: RunState,
+    length_data: Callable[[int], Any],
+    tokens_per_batch: int,
+    device: torch.device,
+    hooks: TrainHooks,
+    checkpointer: Checkpointer,
+) -> None:
     """Evaluate the best weights at each of settings.eval_lengths not yet done, appending to state.length_evals.
 
     One length at a time, each checkpointed: long lengths can take hours (attention is
@@ -149,17 +172,34 @@ def evaluate_lengths(state: RunState, length_data: Callable[[int], Any], tokens_
     for index in range(len(state.length_evals), len(lengths)):
         if hooks.should_stop is not None and hooks.should_stop():
             checkpointer.save(state)
-            raise RunInterrupted(f"stopped before evaluating at length {lengths[index]} "
-                                 f"({index} of {len(lengths)} lengths done)")
+            raise RunInterrupted(
+                f"stopped before evaluating at length {lengths[index]} ({index} of {len(lengths)} lengths done)"
+            )
         if hooks.on_length is not None:
             hooks.on_length(lengths[index], index, len(lengths))
-        state.length_evals.append(_evaluate_length(state.model, lengths[index], length_data, tokens_per_batch,
-                                                   state.num_classes, device, state.settings.precision))
+        state.length_evals.append(
+            _evaluate_length(
+                state.model,
+                lengths[index],
+                length_data,
+                tokens_per_batch,
+                state.num_classes,
+                device,
+                state.settings.precision,
+            )
+        )
         checkpointer.save(state)
 
 
-def _evaluate_length(model: TaskModel, length: int, length_data: Callable[[int], Any], tokens_per_batch: int,
-                     num_classes: int, device: torch.device, precision: str = "fp32") -> dict:
+def _evaluate_length(
+    model: TaskModel,
+    length: int,
+    length_data: Callable[[int], Any],
+    tokens_per_batch: int,
+    num_classes: int,
+    device: torch.device,
+    precision: str = "fp32",
+) -> dict:
     """Evaluate the best model at another sequence length; running out of memory is a result, not a crash."""
     started = time.monotonic()
     try:
@@ -176,10 +216,19 @@ def _evaluate_length(model: TaskModel, length: int, length_data: Callable[[int],
     return {"length": length, "status": status, "seconds": time.monotonic() - started, **metrics}
 
 
-def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], train_data, test_data, *,
-              num_classes: int, device: torch.device | str = "cpu", checkpoint_path: Path | None = None,
-              hooks: TrainHooks | None = None,
-              length_data: Callable[[int], Any] | None = None, run_id: str | None = None) -> RunResult:
+def train_run(
+    settings: TrainSettings,
+    build_model: Callable[[], TaskModel],
+    train_data,
+    test_data,
+    *,
+    num_classes: int,
+    device: torch.device | str = "cpu",
+    checkpoint_path: Path | None = None,
+    hooks: TrainHooks | None = None,
+    length_data: Callable[[int], Any] | None = None,
+    run_id: str | None = None,
+) -> RunResult:
     """Train one run to the end (or raise RunInterrupted), resuming from `checkpoint_path` if it exists.
 
     build_model: returns a fresh TaskModel; called after seeding, so its init is deterministic.
@@ -190,8 +239,9 @@ def train_run(settings: TrainSettings, build_model: Callable[[], TaskModel], tra
     hooks = hooks or TrainHooks()
     device = torch.device(device) if isinstance(device, str) else device
     checkpoint_path = Path(checkpoint_path) if checkpoint_path is not None else None
-    state = open_run(settings, build_model, device, train_data.inputs.shape[0], num_classes, checkpoint_path,
-                     hooks.keep_best, run_id)
+    state = open_run(
+        settings, build_model, device, train_data.inputs.shape[0], num_classes, checkpoint_path, hooks.keep_best, run_id
+    )
     if isinstance(state, RunResult):
         return state
     data = RunData.from_tasks(train_data, test_data, device)

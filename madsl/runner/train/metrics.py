@@ -11,6 +11,7 @@ that batch alone).
 Apart from the loop because a stacked group (`madsl.runner.batched.stacked`) adds into the
 same sums for all its members at once: one definition of every metric for both.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,18 @@ class MetricAccumulator:
     aggregates `on_epoch`); otherwise over the whole pass.
     """
 
-    SUMS = ("loss_sum", "count", "correct", "hits", "support", "predicted", "rows", "batch_loss", "batch_ppl",
-            "batch_macro")
+    SUMS = (
+        "loss_sum",
+        "count",
+        "correct",
+        "hits",
+        "support",
+        "predicted",
+        "rows",
+        "batch_loss",
+        "batch_ppl",
+        "batch_macro",
+    )
 
     def __init__(self, kind: str, num_classes: int, per_batch: bool = False):
         self.kind, self.num_classes, self.per_batch = kind, num_classes, per_batch
@@ -72,8 +83,9 @@ class MetricAccumulator:
     def update(self, outputs: torch.Tensor, targets: torch.Tensor, loss_sum: torch.Tensor) -> None:
         """Add one batch. No host sync: masks weigh the counts instead of selecting positions
         (a boolean index or a bincount makes a GPU wait for its result every step)."""
-        increments = metric_increments(self.kind, self.num_classes, self.per_batch, outputs.unsqueeze(0),
-                                       targets.unsqueeze(0), loss_sum.reshape(1))
+        increments = metric_increments(
+            self.kind, self.num_classes, self.per_batch, outputs.unsqueeze(0), targets.unsqueeze(0), loss_sum.reshape(1)
+        )
         self.add({key: value[0] for key, value in increments.items()})
 
     @torch.no_grad()
@@ -92,8 +104,12 @@ class MetricAccumulator:
             return {"loss": loss, "ppl": None, "acc": None, "macro_acc": None}
         if self.per_batch:
             rows = max(int(self.rows), 1)
-            return {"loss": float(self.batch_loss) / rows, "ppl": float(self.batch_ppl) / rows,
-                    "acc": int(self.correct) / count, "macro_acc": float(self.batch_macro) / rows}
+            return {
+                "loss": float(self.batch_loss) / rows,
+                "ppl": float(self.batch_ppl) / rows,
+                "acc": int(self.correct) / count,
+                "macro_acc": float(self.batch_macro) / rows,
+            }
         macro = float(_macro_accuracy(self.hits.cpu(), self.support.cpu(), self.predicted.cpu()))
         return {"loss": loss, "ppl": math.exp(min(loss, 700.0)), "acc": int(self.correct) / count, "macro_acc": macro}
 
@@ -105,8 +121,9 @@ class MetricAccumulator:
             setattr(self, key, value.clone())
 
 
-def metric_increments(kind: str, num_classes: int, per_batch: bool, outputs: torch.Tensor,
-                      targets: torch.Tensor, loss_sum: torch.Tensor) -> dict[str, torch.Tensor]:
+def metric_increments(
+    kind: str, num_classes: int, per_batch: bool, outputs: torch.Tensor, targets: torch.Tensor, loss_sum: torch.Tensor
+) -> dict[str, torch.Tensor]:
     """What one batch adds to each of MetricAccumulator's sums, for each member of a leading
     group axis (outputs (G, rows, ..., classes), targets (G, rows, ...), loss_sum (G,)): one
     definition for a run's batch (G = 1) and a stacked group's (`madsl.runner.batched.stacked`).
@@ -130,9 +147,12 @@ def metric_increments(kind: str, num_classes: int, per_batch: bool, outputs: tor
     if per_batch:
         rows = targets.shape[1]
         batch_loss = loss_sum.double() / scored_count.clamp(min=1)
-        increments.update(rows=torch.full_like(scored_count, rows), batch_loss=rows * batch_loss,
-                          batch_ppl=rows * torch.exp(batch_loss.clamp(max=700.0)),
-                          batch_macro=rows * _macro_accuracy(hits, support, predicted))
+        increments.update(
+            rows=torch.full_like(scored_count, rows),
+            batch_loss=rows * batch_loss,
+            batch_ppl=rows * torch.exp(batch_loss.clamp(max=700.0)),
+            batch_macro=rows * _macro_accuracy(hits, support, predicted),
+        )
     return increments
 
 
@@ -162,22 +182,30 @@ def _loss(model: TaskModel, outputs: torch.Tensor, targets: torch.Tensor) -> tup
         count = mask.sum()
     else:
         flat_targets = targets.reshape(-1)
-        total = F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]).float(), flat_targets,
-                                ignore_index=IGNORE, reduction="sum")
+        total = F.cross_entropy(
+            outputs.reshape(-1, outputs.shape[-1]).float(), flat_targets, ignore_index=IGNORE, reduction="sum"
+        )
         count = (flat_targets != IGNORE).sum()
     return total / count.clamp(min=1), total.detach()
 
 
 @torch.no_grad()
-def evaluate(model: TaskModel, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int,
-             num_classes: int, precision: str = "fp32", per_batch: bool = False) -> dict[str, float | None]:
+def evaluate(
+    model: TaskModel,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    batch_size: int,
+    num_classes: int,
+    precision: str = "fp32",
+    per_batch: bool = False,
+) -> dict[str, float | None]:
     """The model's loss and accuracies on (inputs, targets), in batches of `batch_size`, without
     gradients (its train / eval mode left as it was)."""
     was_training = model.training
     model.eval()
     acc = MetricAccumulator(model.kind, num_classes, per_batch)
     for start in range(0, inputs.shape[0], batch_size):
-        x, y = inputs[start:start + batch_size], targets[start:start + batch_size]
+        x, y = inputs[start : start + batch_size], targets[start : start + batch_size]
         with autocast(precision, x.device):
             outputs = model(x)
         _, loss_sum = _loss(model, outputs, y)

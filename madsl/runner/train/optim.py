@@ -10,6 +10,7 @@ Apart from the loop because a run's optimizer is also built to measure a step's 
 time before anything trains (`madsl.runner.plan.cost`), and a stacked group applies the
 optimizer's own parameter groups to its members (`madsl.runner.batched.stacked`).
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,9 +21,15 @@ from madsl.runner.common.records import TrainSettings
 BETAS = (0.9, 0.98)  # MAD paper Table B.1
 
 
-def build_optimizer(model: torch.nn.Module, lr: float, wd: float, device: torch.device,
-                    conventions: str = "madsl", optimizer: str = "adamw",
-                    betas: tuple[float, float] | None = None) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: torch.nn.Module,
+    lr: float,
+    wd: float,
+    device: torch.device,
+    conventions: str = "madsl",
+    optimizer: str = "adamw",
+    betas: tuple[float, float] | None = None,
+) -> torch.optim.Optimizer:
     """AdamW; weight decay on matrices only (no biases, norms, or `_no_weight_decay` tensors), betas
     of Table B.1. mad-lab: decay on every trained parameter, AdamW's default betas.
     optimizer "adam": torch.optim.Adam with its own defaults (betas (0.9, 0.999)) on the same groups,
@@ -45,13 +52,16 @@ def build_optimizer(model: torch.nn.Module, lr: float, wd: float, device: torch.
         return kind(groups, lr=lr, betas=betas)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, settings: TrainSettings,
-                    steps_per_epoch: int) -> torch.optim.lr_scheduler.LRScheduler:
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, settings: TrainSettings, steps_per_epoch: int
+) -> torch.optim.lr_scheduler.LRScheduler:
     """The learning-rate schedule: cosine to min_lr over the run (stepped per step; per epoch under
     mad-lab), or constant."""
     if settings.schedule == "constant":
         return torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=0)
     per_epoch = settings.conventions == MAD_LAB  # the reference steps its cosine once per epoch
     return torch.optim.lr_scheduler.CosineAnnealingLR(
-        optimizer, T_max=settings.epochs * (1 if per_epoch else steps_per_epoch),
-        eta_min=min(settings.min_lr, settings.lr))
+        optimizer,
+        T_max=settings.epochs * (1 if per_epoch else steps_per_epoch),
+        eta_min=min(settings.min_lr, settings.lr),
+    )

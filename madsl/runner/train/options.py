@@ -24,6 +24,7 @@ so the run ids of everything trained before the option existed stay valid. Each 
 declared, with its checks, in madsl.runner.plan.settings; its choices and identity default in
 madsl.runner.common.
 """
+
 from __future__ import annotations
 
 import math

@@ -13,6 +13,7 @@ from before precision existed stay valid).
 On CUDA every precision allows TF32 matmuls and convolutions (fp32 master weights,
 10-bit-mantissa products): the speed of tensor cores at the accuracy MAD needs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,8 +29,11 @@ if TYPE_CHECKING:
 
 def check_precision(name: str) -> str:
     if name not in PRECISIONS:
-        raise MadslError(f"unknown precision {name!r}", expected=", ".join(PRECISIONS),
-                         hint="bf16 trains in bfloat16 autocast with float32 master weights")
+        raise MadslError(
+            f"unknown precision {name!r}",
+            expected=", ".join(PRECISIONS),
+            hint="bf16 trains in bfloat16 autocast with float32 master weights",
+        )
     return name
 
 
@@ -50,8 +54,10 @@ def resolve_precision(name: str, device: "torch.device | str") -> str:
     if name == "auto":
         return "bf16" if device.type == "cuda" and device_supports_bf16(device) else "fp32"
     if name == "bf16" and not device_supports_bf16(device):  # a CUDA GPU before Ampere
-        raise MadslError(f"{option('precision')} bf16: device {device} does not support bfloat16",
-                         hint=f"use {option('precision')} fp32, or auto (bf16 only where the device has it)")
+        raise MadslError(
+            f"{option('precision')} bf16: device {device} does not support bfloat16",
+            hint=f"use {option('precision')} fp32, or auto (bf16 only where the device has it)",
+        )
     return name
 
 
@@ -75,4 +81,3 @@ def configure_device(device: "torch.device") -> None:
             torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-

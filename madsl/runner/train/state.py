@@ -11,6 +11,7 @@ Model init derives from the seed (`RunState.start` seeds every generator before 
 the model). Apart from the loop because a grid group (`madsl.runner.batched.grid`) opens,
 checkpoints and ends its members' runs itself, with the same state.
 """
+
 from __future__ import annotations
 
 import math
@@ -62,8 +63,12 @@ class RunData:
 
     @classmethod
     def from_tasks(cls, train_data, test_data, device: torch.device) -> "RunData":
-        return cls(_to_tensor(train_data.inputs, device), _to_tensor(train_data.targets, device),
-                   _to_tensor(test_data.inputs, device), _to_tensor(test_data.targets, device))
+        return cls(
+            _to_tensor(train_data.inputs, device),
+            _to_tensor(train_data.targets, device),
+            _to_tensor(test_data.inputs, device),
+            _to_tensor(test_data.targets, device),
+        )
 
 
 @dataclass
@@ -95,8 +100,14 @@ class RunState:
     run_id: str | None = None  # whose checkpoint this is (None: an anonymous run, as in the unit tests)
 
     @classmethod
-    def start(cls, settings: TrainSettings, build_model: Callable[[], TaskModel], device: torch.device,
-              num_train: int, num_classes: int) -> "RunState":
+    def start(
+        cls,
+        settings: TrainSettings,
+        build_model: Callable[[], TaskModel],
+        device: torch.device,
+        num_train: int,
+        num_classes: int,
+    ) -> "RunState":
         """A fresh run: seeded, so the model's init is deterministic."""
         _seed_everything(settings.seed)
         model = build_model().to(device)
@@ -104,13 +115,26 @@ class RunState:
         steps_per_epoch = math.ceil(num_train / settings.batch_size)
         per_epoch = settings.conventions == MAD_LAB  # the reference aggregates its metrics per batch
         scheduler = build_scheduler(optimizer, settings, steps_per_epoch)
-        return cls(settings, model, optimizer, scheduler, MetricAccumulator(model.kind, num_classes, per_epoch),
-                   steps_per_epoch, num_classes)
+        return cls(
+            settings,
+            model,
+            optimizer,
+            scheduler,
+            MetricAccumulator(model.kind, num_classes, per_epoch),
+            steps_per_epoch,
+            num_classes,
+        )
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: Mapping[str, Any], settings: TrainSettings,
-                        build_model: Callable[[], TaskModel], device: torch.device, num_train: int,
-                        num_classes: int) -> "RunState":
+    def from_checkpoint(
+        cls,
+        checkpoint: Mapping[str, Any],
+        settings: TrainSettings,
+        build_model: Callable[[], TaskModel],
+        device: torch.device,
+        num_train: int,
+        num_classes: int,
+    ) -> "RunState":
         """The run where `checkpoint` (from `to_checkpoint`) left it, RNG states included."""
         return cls.start(settings, build_model, device, num_train, num_classes).restore(checkpoint)
 
@@ -131,22 +155,37 @@ class RunState:
         set_rng_state(checkpoint["rng"])
         threads = checkpoint.get("threads")
         if threads is not None and threads != torch.get_num_threads():  # CPU sums split by thread count
-            warnings.warn(f"run {self.run_id or ''} resumes with {torch.get_num_threads()} torch thread(s); its "
-                          f"first {self.epoch} epoch(s) trained with {threads}: its results can differ in the last "
-                          "digits from a run trained with one thread count throughout", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"run {self.run_id or ''} resumes with {torch.get_num_threads()} torch thread(s); its "
+                f"first {self.epoch} epoch(s) trained with {threads}: its results can differ in the last "
+                "digits from a run trained with one thread count throughout",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return self
 
     def to_checkpoint(self, result: RunResult | None = None) -> dict:
         return {
             "settings": asdict(self.settings),
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "train_metrics": self.train_metrics.state_dict(),
-            "rng": rng_state(), "epoch": self.epoch, "step": self.step, "epoch_seconds": self.epoch_seconds,
-            "train_seconds": self.train_seconds, "history": [asdict(h) for h in self.history],
-            "best": asdict(self.best) if self.best else None, "best_state": self.best_state,
-            "finished": self.finished, "length_evals": self.length_evals, "diverged_epoch": self.diverged_epoch,
-            "run_id": self.run_id, "result": result.to_dict() if result is not None else None,
-            "threads": torch.get_num_threads()}
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "train_metrics": self.train_metrics.state_dict(),
+            "rng": rng_state(),
+            "epoch": self.epoch,
+            "step": self.step,
+            "epoch_seconds": self.epoch_seconds,
+            "train_seconds": self.train_seconds,
+            "history": [asdict(h) for h in self.history],
+            "best": asdict(self.best) if self.best else None,
+            "best_state": self.best_state,
+            "finished": self.finished,
+            "length_evals": self.length_evals,
+            "diverged_epoch": self.diverged_epoch,
+            "run_id": self.run_id,
+            "result": result.to_dict() if result is not None else None,
+            "threads": torch.get_num_threads(),
+        }
 
     def end_epoch(self, metrics: EpochMetrics) -> None:
         """Record a finished epoch: history, best so far, and whether training is over.
@@ -161,12 +200,19 @@ class RunState:
             self.best = metrics
             # weights not kept now are dropped, not left standing for this epoch: a resume may
             # switch --keep best on and off, and older weights must never pass for this epoch's
-            self.best_state = ({k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
-                               if self.settings.eval_lengths or self.keep_best else None)
+            self.best_state = (
+                {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+                if self.settings.eval_lengths or self.keep_best
+                else None
+            )
         self.epoch, self.step, self.epoch_seconds = self.epoch + 1, 0, 0.0
         self.train_metrics.reset()
-        self.finished = (self.solved(metrics) or self.stalled() or self.diverged_epoch is not None
-                         or self.epoch >= self.settings.epochs)
+        self.finished = (
+            self.solved(metrics)
+            or self.stalled()
+            or self.diverged_epoch is not None
+            or self.epoch >= self.settings.epochs
+        )
 
     def solved(self, metrics: EpochMetrics) -> bool:
         """The eval accuracy (settings.metric's) passed the stopping threshold: above stop_acc when set,
@@ -182,19 +228,27 @@ class RunState:
     def stalled(self) -> bool:
         """settings.patience epochs in a row without an eval-loss improvement of more than min_delta."""
         patience = self.settings.patience
-        return patience is not None and stale_epochs([h.eval_loss for h in self.history],
-                                                     self.settings.min_delta) >= patience
+        return (
+            patience is not None
+            and stale_epochs([h.eval_loss for h in self.history], self.settings.min_delta) >= patience
+        )
 
     def result(self) -> RunResult:
         assert self.best is not None
         accs = [h.eval_macro_acc for h in self.history if h.eval_macro_acc is not None]
         token_accs = [h.eval_acc for h in self.history if h.eval_acc is not None]
         return RunResult(
-            epochs_done=len(self.history), best_epoch=self.best.epoch, best=self.best,
-            max_eval_macro_acc=max(accs) if accs else None, max_eval_acc=max(token_accs) if token_accs else None,
+            epochs_done=len(self.history),
+            best_epoch=self.best.epoch,
+            best=self.best,
+            max_eval_macro_acc=max(accs) if accs else None,
+            max_eval_acc=max(token_accs) if token_accs else None,
             early_stopped=len(self.history) < self.settings.epochs and self.diverged_epoch is None,
             train_seconds=self.train_seconds,
-            history=self.history, length_evals=self.length_evals, diverged_epoch=self.diverged_epoch)
+            history=self.history,
+            length_evals=self.length_evals,
+            diverged_epoch=self.diverged_epoch,
+        )
 
 
 class Checkpointer:
@@ -223,9 +277,16 @@ class Checkpointer:
             self.save(state)
 
 
-def open_run(settings: TrainSettings, build_model: Callable[[], TaskModel], device: torch.device, num_train: int,
-             num_classes: int, checkpoint_path: Path | None, keep_best: bool = False,
-             run_id: str | None = None) -> "RunState | RunResult":
+def open_run(
+    settings: TrainSettings,
+    build_model: Callable[[], TaskModel],
+    device: torch.device,
+    num_train: int,
+    num_classes: int,
+    checkpoint_path: Path | None,
+    keep_best: bool = False,
+    run_id: str | None = None,
+) -> "RunState | RunResult":
     """The run as its checkpoint left it (fresh when there is none), or its result when it had finished
     and only the bookkeeping was lost. A checkpoint of another run is a CheckpointError: other training
     settings, or another run id (same settings, another model: two specs sharing a checkpoint path)."""
@@ -234,8 +295,9 @@ def open_run(settings: TrainSettings, build_model: Callable[[], TaskModel], devi
         if not same_settings(saved.get("settings"), settings):
             raise CheckpointError(checkpoint_path, "belongs to another run (other training settings)")
         if run_id is not None and saved.get("run_id") not in (None, run_id):
-            raise CheckpointError(checkpoint_path, f"belongs to another run ({str(saved['run_id'])[:16]}…, "
-                                                   f"not {run_id[:16]}…)")
+            raise CheckpointError(
+                checkpoint_path, f"belongs to another run ({str(saved['run_id'])[:16]}…, not {run_id[:16]}…)"
+            )
         if saved.get("result") is not None:  # finished, only the bookkeeping was lost
             try:
                 return RunResult.from_dict(saved["result"])
@@ -247,6 +309,7 @@ def open_run(settings: TrainSettings, build_model: Callable[[], TaskModel], devi
         try:
             state.restore(saved)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as err:
-            raise CheckpointError(checkpoint_path, f"does not hold this run's state ({type(err).__name__}: "
-                                                   f"{str(err)[:200]})") from None
+            raise CheckpointError(
+                checkpoint_path, f"does not hold this run's state ({type(err).__name__}: {str(err)[:200]})"
+            ) from None
     return state
