@@ -738,7 +738,7 @@ def test_a_stacked_step_is_the_same_device_work_every_step(tmp_path, monkeypatch
 
 
 class _FakeCuda:
-    """torch.cuda's stream and graph calls as `_Replayed` makes them, recorded on the CPU: a
+    """torch.cuda's stream and graph calls as `ReplayedStep` makes them, recorded on the CPU: a
     capture records which compute it holds (and runs nothing); a replay runs that compute."""
 
     def __init__(self, fail_capture: bool = False):
@@ -795,7 +795,7 @@ class _FakeCuda:
 
 @pytest.mark.parametrize("fail_capture", [False, True])
 def test_replayed_warms_up_each_shape_then_captures_once_and_replays(monkeypatch, fail_capture):
-    """`_Replayed`'s bookkeeping, with torch.cuda's stream and graph calls faked on the CPU: each
+    """`ReplayedStep`'s bookkeeping, with torch.cuda's stream and graph calls faked on the CPU: each
     batch shape runs WARMUP times eagerly on a side stream (autocast cache off), is then
     captured once and replayed from then on; a capture that fails warns once and every later
     call runs eagerly on the current stream, with no further capture."""
@@ -804,7 +804,7 @@ def test_replayed_warms_up_each_shape_then_captures_once_and_replays(monkeypatch
     fake = _FakeCuda(fail_capture)
     for name in ("CUDAGraph", "graph", "Stream", "stream", "current_stream", "synchronize"):
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
-    replayed = replay._Replayed(fake.compute, torch.device("cpu"), graphs=True, what="training step")
+    replayed = replay.ReplayedStep(fake.compute, torch.device("cpu"), graphs=True, what="training step")
     replayed.graphs = True  # as on a CUDA device
     full, last = torch.zeros(2, 8, 5, dtype=torch.long), torch.zeros(2, 3, 5, dtype=torch.long)
     if fail_capture:

@@ -18,7 +18,7 @@ import madsl
 from madsl.cli import main
 from madsl.runner.execute.jobs import load_split
 from madsl.runner.train.metrics import EVAL_BATCH, evaluate
-from madsl.runner.train.state import _to_tensor
+from madsl.runner.train.state import to_tensor
 from madsl.tasks import get_task
 
 torch.set_num_threads(1)
@@ -58,7 +58,7 @@ def test_keep_best_export_and_load_give_the_recorded_accuracy(tmp_path, capsys):
 
     task = get_task(config["task"])
     test = load_split(task, config["setting"], "test", 0, str(tmp_path / "results.files" / "data"))
-    x, y = _to_tensor(test.inputs, torch.device("cpu")), _to_tensor(test.targets, torch.device("cpu"))
+    x, y = to_tensor(test.inputs, torch.device("cpu")), to_tensor(test.targets, torch.device("cpu"))
     metrics = evaluate(model, x, y, max(8, EVAL_BATCH), config["build"]["num_classes"])
     assert metrics["macro_acc"] == pytest.approx(run["best_eval_acc"], abs=1e-9)
     assert metrics["loss"] == pytest.approx(config["metrics"]["eval_loss"], rel=1e-5)

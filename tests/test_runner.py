@@ -144,7 +144,7 @@ def test_the_per_step_bookkeeping_needs_no_host_sync(kind, per_batch):
     op that needs the values on the host (a boolean index, bincount, .item()) raises: on a GPU
     such an op stalls each step until the device catches up."""
     from madsl.runner.train.heads import TaskModel
-    from madsl.runner.train.metrics import _loss
+    from madsl.runner.train.metrics import task_loss
 
     outputs = torch.randn(4, 9, 8, device="meta")
     targets = (
@@ -152,7 +152,7 @@ def test_the_per_step_bookkeeping_needs_no_host_sync(kind, per_batch):
     )
     model = TaskModel.__new__(TaskModel)
     model.kind = kind
-    loss, loss_sum = _loss(model, outputs, targets)
+    loss, loss_sum = task_loss(model, outputs, targets)
     accumulator = MetricAccumulator(kind, 8, per_batch)
     accumulator.update(outputs, targets, loss_sum)
     assert loss.device.type == "meta" and accumulator.count.device.type == "meta"

@@ -137,7 +137,7 @@ def _specs_or_sweep(args, settings=None):
     return [variant.spec for variant in variants], sweep
 
 
-def _check_executor_options(args) -> None:
+def check_executor_options(args) -> None:
     """--address, --cpus-per-run and --gpus-per-run place runs on Ray, --workers and --devices on
     this machine: given to the other executor they would be ignored, so they are refused instead."""
     from madsl.errors import MadslError
@@ -173,7 +173,7 @@ def cmd_eval(args) -> int:
     from madsl.runner.execute.options import Execution
     from madsl.runner.plan.task_settings import parse_set_option
 
-    _check_executor_options(args)
+    check_executor_options(args)
     settings = dict(parse_set_option(text) for text in args.settings or ())
     specs, sweep = _specs_or_sweep(args, settings)
     config = EvalConfig(settings=command_settings(args, settings, sweep), execution=Execution(**execution_values(args)))

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
-from madsl.cli.evaluate import _check_executor_options, add_execution_options, execution_values
+from madsl.cli.evaluate import add_execution_options, check_executor_options, execution_values
 
 OUTPUT_FILES = ("front.png", "generations.png", "search.json")
 QUANTITIES = ("params", "fixed_state", "conv_state", "kv_cache", "flops")
@@ -107,7 +107,7 @@ def cmd_search(args) -> int:
     from madsl.search.loop import plan_search, run_search
     from madsl.search.reading import load_search
 
-    _check_executor_options(args)
+    check_executor_options(args)
     search = load_search(args.file)
     config = EvalConfig(execution=Execution(**execution_values(args)))
     if args.dry_run:

@@ -32,14 +32,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from madsl.kernels.precision import compute_dtype
+
 ConvMethod = Literal["auto", "fft", "toeplitz", "direct"]
 
 # Longest sequence for which "auto" uses the Toeplitz matmul instead of the FFT.
 TOEPLITZ_MAX_LEN = 128
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def full_precision(t: Tensor) -> torch.autocast:
@@ -52,7 +50,7 @@ def _prepare(u: Tensor, h: Tensor, skip: Tensor | None) -> tuple[Tensor, Tensor,
     seq_len = u.shape[-1]
     if h.shape[-1] < seq_len:
         raise ValueError(f"filter has {h.shape[-1]} taps, the input {seq_len} steps")
-    dtype = _compute_dtype(u.dtype)
+    dtype = compute_dtype(u.dtype)
     u = u.to(dtype)
     h = h[..., :seq_len].to(dtype)
     skip = skip.to(dtype) if skip is not None else None

@@ -32,12 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from madsl.kernels.precision import compute_dtype
+
 # Longest chunk; halved where the decay inside a chunk would overflow the factorisation.
 DEFAULT_CHUNK = 128
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _safe_exponent(dtype: torch.dtype) -> float:
@@ -124,7 +122,7 @@ def selective_scan_chunked(
             "selective_scan_chunked: real A and B, C of shape (batch, d_state, L) or (batch, groups, d_state, L) only"
         )
     dtype_in = u.dtype
-    cdtype = _compute_dtype(dtype_in)
+    cdtype = compute_dtype(dtype_in)
     with torch.autocast(device_type=u.device.type, enabled=False):
         # Time before channels: (batch, L, d_inner) and (batch, L, groups, d_state).
         u_t, delta_t = (x.to(cdtype).transpose(1, 2) for x in (u, delta))

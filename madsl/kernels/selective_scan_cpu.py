@@ -39,16 +39,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from madsl.kernels.precision import compute_dtype
+
 # State elements (batch * d_inner * d_state * steps) held per chunk buffer. 2^18 (1 MiB of
 # float32 per buffer, so the chunk's working set stays in cache) was the fastest of 2^17..2^20
 # for a 4-layer width-128 model at batch 32 x 128, 128 x 128 and 8 x 1024: 8-11% faster
 # training steps than 2^20 (benchmarks/selective_scan.py measures the scan itself).
 _CHUNK_ELEMENTS = 1 << 18
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    # Half types are scanned in float32, as selective_scan_ref does.
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _time_major(x: Tensor, dtype: torch.dtype) -> Tensor:
@@ -58,7 +55,7 @@ def _time_major(x: Tensor, dtype: torch.dtype) -> Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _grouped(BC: Tensor) -> Tensor:
+def grouped_bc(BC: Tensor) -> Tensor:
     """B or C as (batch, groups, d_state, L): one group where it is (batch, d_state, L)."""
     return BC.unsqueeze(1) if BC.dim() == 3 else BC
 
@@ -310,12 +307,12 @@ class SelectiveScanCPU(torch.autograd.Function):
         chunk_len: int | None,
     ):
         dtype_in = u.dtype
-        cdtype = _compute_dtype(dtype_in)
+        cdtype = compute_dtype(dtype_in)
         batch, d_inner, length = u.shape
-        groups, d_state = _grouped(B).shape[1:3]
+        groups, d_state = grouped_bc(B).shape[1:3]
         A_T = _A_T(A, groups, cdtype)
         u_t = _time_major(u, cdtype)
-        B_t, C_t = _time_major(_grouped(B), cdtype), _time_major(_grouped(C), cdtype)  # (L, batch, groups, d_state)
+        B_t, C_t = _time_major(grouped_bc(B), cdtype), _time_major(grouped_bc(C), cdtype)  # (L, batch, groups, d_state)
         z_t = _time_major(z, cdtype) if z is not None else None
         delta_pre = _new_time_major(length, batch, d_inner, like=u_t)  # delta + bias
         if delta_bias is not None:
@@ -350,14 +347,14 @@ class SelectiveScanCPU(torch.autograd.Function):
         u, delta_pre, delta_t, A, B, C, D, z, delta_bias, chunk_starts, y = ctx.saved_tensors
         delta_softplus, T, cdtype, delta_dtype = ctx.meta
         batch, d_inner, length = u.shape
-        groups, d_state = _grouped(B).shape[1:3]
+        groups, d_state = grouped_bc(B).shape[1:3]
         u_t = _time_major(u, cdtype)
         scan = _TimeMajorInputs(
             u_t,
             delta_t,
             delta_t * u_t,
-            _time_major(_grouped(B), cdtype),
-            _time_major(_grouped(C), cdtype),
+            _time_major(grouped_bc(B), cdtype),
+            _time_major(grouped_bc(C), cdtype),
             _A_T(A, groups, cdtype),
         )
         grad_y, grad_z_t = _gate_backward(_time_major(grad_out, cdtype), y, z, cdtype)

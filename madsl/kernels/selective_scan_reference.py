@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from madsl.kernels.selective_scan_cpu import _compute_dtype, _grouped
+from madsl.kernels.precision import compute_dtype
+from madsl.kernels.selective_scan_cpu import grouped_bc
 
 
 def selective_scan_reference(
@@ -27,7 +28,7 @@ def selective_scan_reference(
     """The recurrence of the module docstring of `selective_scan`, step by step; arguments and
     result as `selective_scan_cpu` (B, C (batch, d_state, L) or grouped (batch, groups, d_state, L))."""
     dtype_in = u.dtype
-    cdtype = _compute_dtype(dtype_in)
+    cdtype = compute_dtype(dtype_in)
     u, delta, A, B, C = (x.to(cdtype) for x in (u, delta, A, B, C))
     if delta_bias is not None:
         delta = delta + delta_bias.to(cdtype)[:, None]
@@ -35,7 +36,7 @@ def selective_scan_reference(
         delta = F.softplus(delta)
     batch, d_inner, length = u.shape
     # every channel's own B and C: (batch, d_inner, d_state, L)
-    B, C = (_grouped(x).repeat_interleave(d_inner // _grouped(x).shape[1], dim=1) for x in (B, C))
+    B, C = (grouped_bc(x).repeat_interleave(d_inner // grouped_bc(x).shape[1], dim=1) for x in (B, C))
     h = u.new_zeros(batch, d_inner, A.shape[1])
     ys = []
     for t in range(length):

@@ -135,7 +135,7 @@ class Config:
                 else f"an integer from {minimum:,} to {maximum:,}"
             )
             raise self.error(
-                key, f"expected {what}, got {_shown(value)}", hint or _integer_hint(value, minimum, maximum)
+                key, f"expected {what}, got {shown_value(value)}", hint or _integer_hint(value, minimum, maximum)
             )
         return value
 
@@ -151,7 +151,9 @@ class Config:
     def flag(self, key: str, default: Any = _REQUIRED) -> bool:
         value = self._raw(key, default)
         if type(value) is not bool:
-            raise self.error(key, f"expected true or false, got {_shown(value)}", "JSON's true and false, unquoted")
+            raise self.error(
+                key, f"expected true or false, got {shown_value(value)}", "JSON's true and false, unquoted"
+            )
         return value
 
     def number(self, key: str, default: float, *, positive: bool) -> float:
@@ -163,7 +165,7 @@ class Config:
         if not finite or value < 0 or positive and value == 0:
             raise self.error(
                 key,
-                f"expected a {'positive' if positive else 'non-negative'} finite number, got {_shown(value)}",
+                f"expected a {'positive' if positive else 'non-negative'} finite number, got {shown_value(value)}",
                 'a JSON number such as 0.001 or 1e4 (NaN and Infinity are not finite, true and "1" are not numbers)',
             )
         return float(value)
@@ -174,11 +176,11 @@ class Config:
         if type(value) is not str:
             raise self.error(
                 key,
-                f"expected a string, got {_shown(value)}",
+                f"expected a string, got {shown_value(value)}",
                 f"one of {_one_of(choices)}" if choices is not None else "a JSON string, in double quotes",
             )
         if choices is not None and value not in choices:
-            raise self.error(key, f"expected {_one_of(choices)}, got {_shown(value)}", _look_alike(value))
+            raise self.error(key, f"expected {_one_of(choices)}, got {shown_value(value)}", look_alike(value))
         return value
 
     def words(self, key: str, choices: Any) -> list[str]:
@@ -186,14 +188,14 @@ class Config:
         value = self._raw(key, _REQUIRED)
         if type(value) is not list:
             raise self.error(
-                key, f"expected a list of strings, got {_shown(value)}", f"one per layer, each {_one_of(choices)}"
+                key, f"expected a list of strings, got {shown_value(value)}", f"one per layer, each {_one_of(choices)}"
             )
         for i, item in enumerate(value):
             if type(item) is not str or item not in choices:
                 raise self.error(
                     key,
-                    f"layer {i + 1} is {_shown(item)}; each layer is {_one_of(choices)}",
-                    _look_alike(item) if type(item) is str else None,
+                    f"layer {i + 1} is {shown_value(item)}; each layer is {_one_of(choices)}",
+                    look_alike(item) if type(item) is str else None,
                     index=i,
                 )
         return value
@@ -204,14 +206,14 @@ class Config:
         if type(value) is not list:
             raise self.error(
                 key,
-                f"expected a list of layer indices, got {_shown(value)}",
+                f"expected a list of layer indices, got {shown_value(value)}",
                 f"integers from 0 to {maximum - 1}, e.g. [9, 18, 27]",
             )
         for i, item in enumerate(value):
             if type(item) is not int or not 0 <= item < maximum:
                 raise self.error(
                     key,
-                    f"entry {i + 1} is {_shown(item)}, not a layer index from 0 to {maximum - 1}",
+                    f"entry {i + 1} is {shown_value(item)}, not a layer index from 0 to {maximum - 1}",
                     "num_hidden_layers bounds the indices",
                     index=i,
                 )
@@ -226,7 +228,7 @@ class Config:
         if value is None:
             return None
         if type(value) is not dict:
-            raise self.error(key, f"expected an object, got {_shown(value)}", "a JSON object {...}, or null")
+            raise self.error(key, f"expected an object, got {shown_value(value)}", "a JSON object {...}, or null")
         nested = Config(value, "", self.path)
         nested.parent, nested.parent_key = self, key
         return nested
@@ -394,7 +396,7 @@ def _short(text: str) -> str:
     return text if len(text) <= 24 else f"{text[:12]}... ({len(text):,} characters)"
 
 
-def _shown(value: Any) -> str:
+def shown_value(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     if isinstance(value, int) and value.bit_length() > 64:  # repr of a huge int is slow, or refused
@@ -418,7 +420,7 @@ def _one_of(choices: Any) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
-def _look_alike(text: str) -> str | None:
+def look_alike(text: str) -> str | None:
     """A hint naming the first non-ASCII character of a string that should be an ASCII word."""
     for i, char in enumerate(text):
         if not char.isascii():

@@ -28,7 +28,7 @@ from typing import Any
 
 from madsl.errors import MadslError
 from madsl.interop.huggingface.base import Family
-from madsl.interop.huggingface.config import Config, _look_alike, _shown
+from madsl.interop.huggingface.config import Config, look_alike, shown_value
 from madsl.interop.huggingface.falcon_h1 import FalconH1
 from madsl.interop.huggingface.ibm import Bamba, GraniteHybrid
 from madsl.interop.huggingface.jamba import Jamba
@@ -70,14 +70,14 @@ REFUSED = {
 def family(model_type: str, cfg: Config | None = None) -> Family:
     if model_type in FAMILIES:
         return FAMILIES[model_type]
-    message = f"madsl converts no {_shown(model_type)} configs"
+    message = f"madsl converts no {shown_value(model_type)} configs"
     if model_type in REFUSED:
         title, reason = REFUSED[model_type]
-        message = f"madsl does not convert {title} ({_shown(model_type)}) configs: {reason}"
+        message = f"madsl does not convert {title} ({shown_value(model_type)}) configs: {reason}"
     expected = "model_type " + ", ".join(FAMILIES)
     if cfg is not None:
         raise MadslError(
-            f'"model_type": {message}', cfg.where("model_type"), expected=expected, hint=_look_alike(model_type)
+            f'"model_type": {message}', cfg.where("model_type"), expected=expected, hint=look_alike(model_type)
         )
     raise MadslError(message, expected=expected)
 

@@ -15,7 +15,7 @@ metric sums are recorded too. Inductor (`torch._inductor.compile_fx`) then compi
 graph: fused elementwise and reduction kernels, with matmuls, SDPA, convolutions and FFTs as
 calls to torch's own kernels. The traced function updates its tensor arguments in place
 (weights, Adam moments, metric sums), as the eager step does, so a compiled step can be
-replayed as a CUDA graph like an eager one (`replay._Replayed`).
+replayed as a CUDA graph like an eager one (`replay.ReplayedStep`).
 
 A compiled function is specialised to its arguments' shapes, dtypes and strides: one is
 compiled per batch shape (an epoch's smaller last batch has its own). Tracing runs the

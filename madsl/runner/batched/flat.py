@@ -1,4 +1,4 @@
-"""A stack's trainable parameters as flat tensors, one set per optimizer group (`_Flat`): what
+"""A stack's trainable parameters as flat tensors, one set per optimizer group (`FlatParameters`): what
 lets a stacked group's AdamW (`madsl.runner.batched.stacked`) be a few ops per group, and its
 backward add into gradients that live as long as the stack, as a CUDA graph needs
 (`madsl.runner.batched.replay`).
@@ -14,7 +14,7 @@ import math
 import torch
 
 
-class _Flat:
+class FlatParameters:
     """The stacked trainable parameters of one optimizer group (of one dtype) in one flat
     tensor each for the weights, their gradients and the two Adam moments: parameter after
     parameter, each a contiguous (members, *shape) block, which every parameter is a view of.

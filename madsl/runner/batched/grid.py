@@ -329,7 +329,7 @@ def _train_stacked(
     the one that trains longest)."""
     from madsl.runner.batched.stacked import StackedMembers
     from madsl.runner.batched.stacked_epoch import schedulers_without_steps, train_stacked_epoch
-    from madsl.runner.train.loop import RunInterrupted, _epoch_order, epoch_metrics
+    from madsl.runner.train.loop import RunInterrupted, epoch_metrics, epoch_order
 
     stack = StackedMembers([m.state for m in together], graphs=group.graphs)
     active = list(together)
@@ -348,7 +348,7 @@ def _train_stacked(
             lambda: any(m.checkpointer.due() for m in active),
             should_stop,
             RunInterrupted,
-            _epoch_order,
+            epoch_order,
         )
         started = time.monotonic()
         evaluations = stack.evaluate([m.data for m in active])  # every member's, in one forward per batch

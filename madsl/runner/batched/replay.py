@@ -1,7 +1,7 @@
 """Device work replayed: a fixed sequence of device work run on per-shape input buffers,
-captured once warm as a CUDA graph and replayed from then on (`_Replayed`), and the small
+captured once warm as a CUDA graph and replayed from then on (`ReplayedStep`), and the small
 host-to-device upload it reads its per-step numbers from without making the host wait
-(`_Upload`).
+(`HostUpload`).
 
 A stacked step and an evaluation batch (`madsl.runner.batched.stacked`) are each such a
 sequence: the batch is copied into buffers, the members' learning rates and Adam's bias
@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 
-class _Upload:
+class HostUpload:
     """Sets a small device tensor from host values every step without making the host wait
     for the device (a copy from ordinary host memory to a GPU does): on CUDA through pinned
     staging buffers taken in turn, each reused once the device has read it."""
@@ -63,7 +63,7 @@ class _Buffers:
 GRAPH_WARMUP = 3  # eager runs of a batch shape before its CUDA graph is captured
 
 
-class _Replayed:
+class ReplayedStep:
     """Runs `compute(inputs, targets, cache)` on per-shape input buffers: eagerly or, with
     `graphs` on a CUDA device, captured as a CUDA graph after `WARMUP` eager runs of that
     shape (kernel autotuning, cuBLAS and cuFFT plans, lazily filled caches such as rotary

@@ -40,9 +40,9 @@ import torch
 
 from madsl.conventions import MAD_LAB
 from madsl.runner.batched import compile as stacked_compile
-from madsl.runner.batched.flat import _Flat
-from madsl.runner.batched.replay import _Replayed, _Upload
-from madsl.runner.train.metrics import MetricAccumulator, _loss, eval_batch_size, metric_increments
+from madsl.runner.batched.flat import FlatParameters
+from madsl.runner.batched.replay import HostUpload, ReplayedStep
+from madsl.runner.train.metrics import MetricAccumulator, eval_batch_size, metric_increments, task_loss
 from madsl.runner.train.precision import autocast
 
 # Containers and building blocks that batch under vmap as they are (their children are checked).
@@ -123,7 +123,7 @@ class StackedMembers:
                 return [torch.stack([member_tensor(i, name).detach() for i in range(len(models))]) for name in names]
 
             self.flats.append(
-                _Flat(
+                FlatParameters(
                     group,
                     names,
                     [tuple(models[0][name].shape) for name in names],
@@ -159,14 +159,14 @@ class StackedMembers:
         ]
         # the members' learning rates, then AdamW's two bias corrections: uploaded before each step
         self.hyper = torch.zeros(len(self.states) + 2, dtype=torch.float32, device=device)
-        self._upload_hyper = _Upload(self.hyper)
+        self._upload_hyper = HostUpload(self.hyper)
         self.train_sums: dict[str, torch.Tensor] | None = None  # the epoch's train-metric sums (load_metrics)
         self.eval_sums: dict[str, torch.Tensor] | None = None  # an evaluation's metric sums
         train_compute, eval_compute = self._train_compute, self._eval_compute
         if self.compiled:  # new members (keep), new constants: compiled anew
             train_compute, eval_compute = self._compiled_train_compute(), self._compiled_eval_compute()
-        self._train_step = _Replayed(train_compute, device, self.graphs, "training step")
-        self._eval_batch = _Replayed(eval_compute, device, self.graphs, "evaluation")
+        self._train_step = ReplayedStep(train_compute, device, self.graphs, "training step")
+        self._eval_batch = ReplayedStep(eval_compute, device, self.graphs, "evaluation")
 
     def sync(self) -> None:
         """Write each member's slice of the weights, moments and the epoch's train-metric sums back into its
@@ -229,7 +229,7 @@ class StackedMembers:
         def member_forward(params, inputs, targets):
             with autocast(precision, inputs.device, cache=cache):
                 outputs = torch.func.functional_call(model, (params, buffers), (inputs,))
-            loss, loss_sum = _loss(model, outputs, targets)
+            loss, loss_sum = task_loss(model, outputs, targets)
             return loss + model.aux_loss(), outputs, loss_sum  # as train_epoch: MoE's balancing loss
 
         return member_forward
@@ -254,7 +254,7 @@ class StackedMembers:
 
     def _adamw_update(
         self,
-        flat: _Flat,
+        flat: FlatParameters,
         hyper: torch.Tensor,
         param: torch.Tensor,
         grad: torch.Tensor,
@@ -301,7 +301,7 @@ class StackedMembers:
         try:
             for start in range(0, test_x[0].shape[0], batch):
                 rows = [slice(start, start + batch)] * members
-                self._eval_batch(_member_batch(test_x, rows), _member_batch(test_y, rows))
+                self._eval_batch(member_batch(test_x, rows), member_batch(test_y, rows))
         finally:
             self.template.train(was_training)
         results = []
@@ -383,7 +383,7 @@ class StackedMembers:
         return compute
 
 
-def _member_batch(splits: Sequence[torch.Tensor], rows: Sequence[Any]) -> torch.Tensor:
+def member_batch(splits: Sequence[torch.Tensor], rows: Sequence[Any]) -> torch.Tensor:
     """Each member's rows (a slice or indices) of its split, member axis first; where every
     member reads the same rows of the same split (one seed), they are read once and broadcast."""
     if all(split is splits[0] for split in splits) and all(r is rows[0] for r in rows):

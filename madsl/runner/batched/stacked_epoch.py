@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from madsl.conventions import MAD_LAB
-from madsl.runner.batched.stacked import StackedMembers, _member_batch
+from madsl.runner.batched.stacked import StackedMembers, member_batch
 
 
 @contextmanager
@@ -75,8 +75,8 @@ def train_stacked_epoch(
             rows = {key: order[window] for key, order in orders.items()}
             rows = [rows[(id(data), state.settings.seed)] for data, state in zip(datas, states)]
             stack.step(
-                _member_batch([data.train_x for data in datas], rows),
-                _member_batch([data.train_y for data in datas], rows),
+                member_batch([data.train_x for data in datas], rows),
+                member_batch([data.train_y for data in datas], rows),
             )
             for state, member_hooks in zip(states, hooks):
                 if per_step_schedule:  # the member's cosine schedule, on its own optimizer's groups

@@ -40,9 +40,9 @@ from madsl.conventions import MAD_LAB
 from madsl.runner.common.records import TrainSettings
 from madsl.runner.train.device import is_out_of_memory, release_device_memory
 from madsl.runner.train.heads import TaskModel
-from madsl.runner.train.metrics import EpochMetrics, RunResult, _loss, eval_batch_size, evaluate
+from madsl.runner.train.metrics import EpochMetrics, RunResult, eval_batch_size, evaluate, task_loss
 from madsl.runner.train.precision import autocast, configure_device
-from madsl.runner.train.state import Checkpointer, RunData, RunState, _to_tensor, open_run
+from madsl.runner.train.state import Checkpointer, RunData, RunState, open_run, to_tensor
 
 
 class RunInterrupted(Exception):
@@ -64,7 +64,7 @@ class TrainHooks:
     keep_best: bool = False  # hold the best epoch's weights (in the checkpoint) for `--keep best`
 
 
-def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     """The data order of an epoch depends on (seed, epoch) only, so a resumed run sees the same."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(n, generator=generator)
@@ -76,7 +76,7 @@ def train_step(state: RunState, x: torch.Tensor, y: torch.Tensor) -> None:
     model = state.model
     with autocast(state.settings.precision, x.device):  # the forward only; backward follows its dtypes
         outputs = model(x)
-    loss, loss_sum = _loss(model, outputs, y)
+    loss, loss_sum = task_loss(model, outputs, y)
     state.optimizer.zero_grad(set_to_none=True)
     (loss + model.aux_loss()).backward()
     state.optimizer.step()
@@ -88,7 +88,7 @@ def train_step(state: RunState, x: torch.Tensor, y: torch.Tensor) -> None:
 def train_epoch(state: RunState, data: RunData, hooks: TrainHooks, checkpointer: Checkpointer) -> EpochMetrics:
     """Train the rest of `state.epoch` from `state.step`, then evaluate; raises RunInterrupted on a stop."""
     settings = state.settings
-    order = _epoch_order(data.train_x.shape[0], settings.seed, state.epoch).to(data.train_x.device)
+    order = epoch_order(data.train_x.shape[0], settings.seed, state.epoch).to(data.train_x.device)
     started = time.monotonic()
 
     def bank_time() -> None:  # move the time since `started` into the run's clocks
@@ -204,7 +204,7 @@ def _evaluate_length(
     started = time.monotonic()
     try:
         data = length_data(length)
-        x, y = _to_tensor(data.inputs, device), _to_tensor(data.targets, device)
+        x, y = to_tensor(data.inputs, device), to_tensor(data.targets, device)
         metrics = evaluate(model, x, y, max(1, tokens_per_batch // max(length, 1)), num_classes, precision)
         status = "ok"
     except Exception as err:  # noqa: BLE001 - any failure at one length must not lose the run

@@ -173,7 +173,7 @@ def _macro_accuracy(hits: torch.Tensor, support: torch.Tensor, predicted: torch.
     return (per_class * present).sum(-1) / present.sum(-1).clamp(min=1)
 
 
-def _loss(model: TaskModel, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def task_loss(model: TaskModel, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean loss over scored positions for the gradient, summed loss for the metrics)."""
     if model.kind == "regression":
         mask = ~torch.isnan(targets)  # weighed, not selected: no host sync
@@ -208,7 +208,7 @@ def evaluate(
         x, y = inputs[start : start + batch_size], targets[start : start + batch_size]
         with autocast(precision, x.device):
             outputs = model(x)
-        _, loss_sum = _loss(model, outputs, y)
+        _, loss_sum = task_loss(model, outputs, y)
         acc.update(outputs, y, loss_sum)
     model.train(was_training)
     return acc.compute()

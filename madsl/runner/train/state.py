@@ -45,7 +45,7 @@ def same_settings(saved: Mapping[str, Any] | None, settings: TrainSettings) -> b
     return isinstance(saved, Mapping) and {**IDENTITY_DEFAULTS, **saved} == asdict(settings)
 
 
-def _to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
+def to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
     tensor = torch.from_numpy(np.ascontiguousarray(array))
     if tensor.dtype == torch.float64:
         tensor = tensor.float()
@@ -64,10 +64,10 @@ class RunData:
     @classmethod
     def from_tasks(cls, train_data, test_data, device: torch.device) -> "RunData":
         return cls(
-            _to_tensor(train_data.inputs, device),
-            _to_tensor(train_data.targets, device),
-            _to_tensor(test_data.inputs, device),
-            _to_tensor(test_data.targets, device),
+            to_tensor(train_data.inputs, device),
+            to_tensor(train_data.targets, device),
+            to_tensor(test_data.inputs, device),
+            to_tensor(test_data.targets, device),
         )
 
 
