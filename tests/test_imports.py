@@ -1,7 +1,8 @@
 """The package's import graph, read from its `import` statements, has no loop (DEVELOPERS.md: data flows one way)."""
 
-import ast
 from pathlib import Path
+
+from test_layers import imports
 
 import madsl
 
@@ -21,28 +22,8 @@ def module_names() -> dict[str, Path]:
 
 def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
     """The madsl modules that `name` imports anywhere in its body (inside functions too), as the deepest
-    known module each import statement names: `from madsl.runner import api` -> madsl.runner.api."""
-    is_package = path.name == "__init__.py"
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative: resolve against this module's package
-                base = name.split(".") if is_package else name.split(".")[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                origin = ".".join(base + ([node.module] if node.module else []))
-            else:
-                origin = node.module or ""
-            targets = [f"{origin}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for target in targets:
-            while target and target not in known:  # madsl.spec.load_spec -> madsl.spec
-                target = target.rpartition(".")[0]
-            if target and target != name:
-                out.add(target)
-    return out
+    known module each import statement names (test_layers.imports, without the lines)."""
+    return {target for target, _ in imports(name, path, known)}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
