@@ -1,4 +1,8 @@
-"""A JSON Schema for spec files (`madsl schema`), generated from the stdlib and the spec format.
+"""The JSON Schemas of the files madsl reads (`madsl schema --kind spec|sweep|study|search`):
+spec files from the stdlib and the spec format, the others from their declared sections
+(madsl.lang.declare: a sweep file's, madsl.runner.plan.sweep; a study file's, madsl.scaling.study;
+a search file's, madsl.search.keys, whose spec fields are a spec's). The rest of this docstring
+is about the spec schema.
 
 Editors that speak the YAML language server (VS Code, Neovim, JetBrains) use it to complete
 keys and flag mistakes while typing: every top-level key, every stdlib symbol's parameters
@@ -27,6 +31,7 @@ from madsl.runner.plan.settings import eval_schema
 from madsl.schema_patterns import budget_patterns, topology_pattern
 
 SCHEMA_ID = "https://madsl.invalid/schema/spec.json"  # an identifier, not a download location
+KINDS = ("spec", "sweep", "study", "search")  # the file kinds `madsl schema --kind` describes
 SYMBOL_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
 _JSON_TYPES = {str: "string", int: "integer", bool: "boolean", dict: "object", float: "number", type(None): "null"}
 
@@ -199,3 +204,28 @@ def spec_schema() -> dict[str, Any]:
             _known_symbols(sorted(symbols)),
         ],
     }
+
+
+def file_schema(kind: str) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a file kind of KINDS."""
+    if kind == "spec":
+        return spec_schema()
+    if kind == "sweep":
+        from madsl.runner.plan.sweep import SWEEP_FILE as section
+    elif kind == "study":
+        from madsl.scaling.study import STUDY_FILE as section
+    elif kind == "search":
+        from madsl.search.keys import SEARCH_FILE as section
+    else:
+        raise ValueError(f"unknown file kind {kind!r}; the kinds are {', '.join(KINDS)}")
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID.replace("spec.json", f"{kind}.json"),
+        "title": f"madsl {kind} file",
+        **section.schema(),
+    }
+    if section.open:  # a search file's spec fields: as a spec's, with the definitions they use
+        spec = spec_schema()
+        schema["properties"].update({key: spec["properties"][key] for key in section.open})
+        schema["$defs"] = spec["$defs"]
+    return schema

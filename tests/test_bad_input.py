@@ -197,12 +197,12 @@ def test_a_seed_training_cannot_use_is_refused_wherever_it_is_written(capsys, tm
     spec = tmp_path / "s.mad"
     spec.write_text(f"name: s\ntopology: H:Sg\ndim: 32\neval:\n  protocol: smoke\n  seed: [0, {10**14}]\n")
     rc, _, err = run(capsys, "eval", str(spec), "--dry-run", "--db", str(tmp_path / "r.db"))
-    assert rc == 2 and "s.mad:6:13" in err and "eval.seed: expected at most 4,294,967,295" in err
+    assert rc == 2 and "s.mad:6:13" in err and "eval.seed: expected an integer at most 4,294,967,295" in err
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(f"specs: [s.mad]\nprotocol: smoke\ntrain:\n  seed: [{2**32}]\n")
     spec.write_text("name: s\ntopology: H-Sg\ndim: 32\n")
     rc, _, err = run(capsys, "eval", str(sweep), "--dry-run", "--db", str(tmp_path / "r.db"))
-    assert rc == 2 and "sweep.yaml:4:10" in err and "train.seed: expected at most 4,294,967,295" in err
+    assert rc == 2 and "sweep.yaml:4:10" in err and "train.seed: expected an integer at most 4,294,967,295" in err
     assert "Traceback" not in err
 
 

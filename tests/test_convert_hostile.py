@@ -339,9 +339,9 @@ def test_a_config_whose_spec_would_not_compile_is_refused_and_nothing_is_written
 
 def test_a_layer_value_compile_refuses_is_refused_by_convert(tmp_path):
     rc, out, err = convert(PUBLIC / "jamba-v0.1.config.json", "--layer", "MoE.aux_loss_weight=.nan")
-    assert rc == 2 and out == "" and "does not compile" in err and "not a finite number" in err
+    assert rc == 2 and out == "" and "--layer MoE.aux_loss_weight=.nan: '.nan' is not a finite number" in err
     rc, out, err = convert(PUBLIC / "jamba-v0.1.config.json", "--layer", f"Sg.inner={2**63}")
-    assert rc == 2 and "does not compile" in err and "too large" in err
+    assert rc == 2 and "too large" in err
 
 
 @pytest.mark.parametrize("value", ["[", "[" * 3000, "{a: [1"])

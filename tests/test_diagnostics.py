@@ -205,7 +205,7 @@ def test_check_reports_the_eval_sections_errors_with_the_rest(specs, capsys):
         "ev.mad:7:11",
         "ev.mad:8:7",
     ]
-    assert "eval: unknown key 'taskz'" in out.splitlines()[1]
+    assert "unknown key 'taskz' in eval:" in out.splitlines()[1]
     (specs / "ok.mad").write_text("name: ok\ndim: 128\ntopology: H\neval:\n  tasks: [x]\n  task: y\n")
     code, out, _ = check(capsys, "ok.mad", "--format", "line")
     assert code == 2 and out == "ok.mad:6:3: error: eval: give either tasks: or task:, not both\n"

@@ -10,8 +10,9 @@ and imports only from its own layer or the ones below it, read from every `impor
     corpus     text for pretraining
     runner     plans, trains and records runs; inside it, its rooms in this order:
                common < train < store < execute < batched < pretrain < plan < reports < its API
-    schema     `madsl schema`: assembles the language's keys with the runner's settings table
     studies    scaling studies and architecture search, built on the runner
+    schema     `madsl schema`: the schemas of every file kind, from the language's keys and the
+               sections the runner and the studies declare
     cli        the command line, and the package's own face (madsl/__init__.py)
 
 tests/test_imports.py checks there is no cycle at all; this test checks the direction."""
@@ -53,8 +54,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tasks", ("madsl.tasks.*",)),
     ("corpus", ("madsl.corpus.*",)),
     ("runner", ("madsl.runner.*",)),
-    ("schema", ("madsl.schema", "madsl.schema_patterns")),
     ("studies", ("madsl.scaling.*", "madsl.search.*")),
+    ("schema", ("madsl.schema", "madsl.schema_patterns")),
     ("cli", ("madsl.cli.*", "madsl.__main__", "madsl")),
 )
 RUNNER_ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -835,7 +835,7 @@ def test_eval_section_errors_point_at_the_line_and_column_in_the_spec(tmp_path, 
     [
         ("protocol: nope", "unknown protocol 'nope'", 13),
         ("epochs: 0", "an integer at least 1, got 0", 11),
-        ("lr: [1e-3, -1]", "a number greater than 0, got -1.0", 14),
+        ("lr: [1e-3, -1]", "a positive number, got -1", 14),
         ("lr: .nan", "not a finite number", 7),
         ("wd: -0.1", "eval.wd", 7),
         ("batch_size: 0", "eval.batch_size", 15),

@@ -85,7 +85,7 @@ def test_fronts_partition_the_points_and_each_is_dominated_only_by_earlier_ones(
 
 BAD_FILES = {
     "unknown primitive": (SMALL.replace("[H, A, Mb]", "[H, Hyena, Mb]"), "unknown layer 'Hyena'", 6, 24),
-    "empty space": (SMALL.replace("[H, A, Mb]", "[]"), "the space is empty", 6, 20),
+    "empty space": (SMALL.replace("[H, A, Mb]", "[]"), "space.sequence_mixers: the list is empty", 6, 20),
     "unmeetable budget": (SMALL.replace("<= 45000", "<= 100"), "no candidate meets the budget", 4, 11),
     "population of 0": (SMALL.replace("population: 4", "population: 0"), "algorithm.population", 15, 38),
 }

@@ -13,6 +13,7 @@ import pytest
 
 from madsl.cli import evaluate as eval_cli
 from madsl.errors import MadslError
+from madsl.lang.declare import Number
 from madsl.runner.plan import overrides, protocols, settings, sweep
 from madsl.runner.plan.evaluation import cli_overrides
 from madsl.runner.plan.settings import SETTINGS, Setting, check_value
@@ -35,14 +36,14 @@ def _flags(parser: argparse.ArgumentParser) -> set[str]:
 def test_every_surface_comes_from_the_declaration():
     flags = _flags(_eval_parser())
     assert {s.flag for s in SETTINGS if s.flag} <= flags
-    assert set(overrides.SPEC_EVAL_KEYS) == {s.key for s in SETTINGS} | {"task"}
+    assert set(settings.EVAL_SECTION.names) == {s.key for s in SETTINGS} | {"task"}
     assert {f.name for f in dataclasses.fields(overrides.Overrides)} == {s.field for s in SETTINGS}
-    assert set(sweep.TRAIN_KEYS) == {s.key for s in SETTINGS if s.in_sweep}
+    assert set(sweep.SWEEP_FILE.by_name["train"].kind.names) == {s.key for s in SETTINGS if s.in_sweep}
     assert dict(IDENTITY_DEFAULTS) == {
         s.field: s.identity_default for s in SETTINGS if s.identity_default is not settings.ALWAYS
     }
     eval_properties = spec_schema()["properties"]["eval"]["properties"]
-    assert set(eval_properties) == set(overrides.SPEC_EVAL_KEYS)
+    assert set(eval_properties) == set(settings.EVAL_SECTION.names)
     assert protocols.PROTOCOLS.keys() == set(settings.PROTOCOL_NAMES)
 
 
@@ -63,18 +64,18 @@ def test_a_new_setting_is_one_declaration(monkeypatch):
         "warmup",
         "warmup",
         "warm-up epochs (a toy setting of this test)",
-        settings.numbers(int, minimum=0, inclusive=True, single=True),
+        Number(integer=True, minimum=0),
         flag="--warmup",
         text=settings.positive_int_text,
         identity_default=0,
-        schema={"type": "integer"},
     )
     table = (*SETTINGS, toy)
     monkeypatch.setattr(settings, "SETTINGS", table)
     monkeypatch.setattr(eval_cli, "SETTINGS", table)
     monkeypatch.setattr(settings, "BY_KEY", {s.key: s for s in table})
     monkeypatch.setattr(overrides, "BY_KEY", {s.key: s for s in table})
-    monkeypatch.setattr(overrides, "SPEC_EVAL_KEYS", (*overrides.SPEC_EVAL_KEYS, "warmup"))
+    monkeypatch.setattr(settings, "EVAL_SECTION", settings.eval_section())
+    monkeypatch.setattr(overrides, "EVAL_SECTION", settings.EVAL_SECTION)
     with_warmup = dataclasses.make_dataclass(
         "Overrides",
         [
@@ -92,7 +93,7 @@ def test_a_new_setting_is_one_declaration(monkeypatch):
     args = _eval_parser().parse_args(["spec.mad", "--warmup", "3"])
     assert args.warmup == 3
     assert overrides.overrides_from_spec_eval({"warmup": 2}).warmup == 2
-    with pytest.raises(MadslError, match=r"eval.warmup: expected an integer at least 0, got -1"):
+    with pytest.raises(MadslError, match=r"eval.warmup: expected a non-negative integer, got -1"):
         overrides.overrides_from_spec_eval({"warmup": -1})
     assert settings.eval_schema()["properties"]["warmup"]["type"] == "integer"
 
@@ -101,11 +102,11 @@ def test_a_new_setting_is_one_declaration(monkeypatch):
     "key, value, message",
     [
         ("lr", [1e-3, 0.001], "is given twice"),
-        ("lr", 0, "greater than 0"),
+        ("lr", 0, "expected a positive number"),
         ("epochs", [2], "expected an integer"),
         ("seed", 2**32, "at most"),
         ("optimizer", "sgd", "unknown optimizer 'sgd'"),
-        ("stop_acc", 1.0, r"accuracy in \[0, 1\)"),
+        ("stop_acc", 1.0, "expected a number below 1"),
         ("protocol", "papr", "unknown protocol 'papr'"),
         ("set", ["seq_len"], "expected a mapping"),
         ("tasks", [""], "expected task names"),
@@ -136,9 +137,9 @@ def test_errors_name_the_setting_as_its_caller_wrote_it(capsys, tmp_path):
 
     with pytest.raises(MadslError) as raised:
         check_value(settings.BY_KEY["patience"], 0)
-    assert raised.value.message.startswith("patience: expected a number of epochs")
+    assert raised.value.message.startswith("patience: expected an integer at least 1")
     with speaking({"patience": "--patience"}):
-        with pytest.raises(MadslError, match="--patience: expected a number of epochs"):
+        with pytest.raises(MadslError, match="--patience: expected an integer at least 1"):
             check_value(settings.BY_KEY["patience"], 0)
     with pytest.raises(MadslError) as raised:
         evaluate(["specs/paper/hyena-sg.mad"], db=tmp_path / "r.db", checkpoint_every=-1, dry_run=True)

@@ -152,7 +152,7 @@ def test_spec_eval_section_takes_the_options():
             "metric": "token",
             "stop_acc": 0.99,
             "patience": 4,
-            "min_delta": "1e-3",
+            "min_delta": 1e-3,
         }
     )
     assert (out.optimizer, out.schedule, out.metric, out.stop_acc, out.patience, out.min_delta) == (

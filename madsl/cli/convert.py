@@ -86,6 +86,8 @@ def add_parser(subparsers) -> None:
 def _layer_values(items: list[str]) -> dict[str, dict]:
     import yaml
 
+    from madsl.lang.yamlsource import scalar
+
     layers: dict[str, dict] = {}
     for item in items:
         key, eq, value = item.partition("=")
@@ -93,7 +95,11 @@ def _layer_values(items: list[str]) -> dict[str, dict]:
         if not eq or not dot or not symbol or not param:
             raise MadslError(f"--layer {item!r}: expected SYMBOL.PARAM=VALUE", hint="e.g. --layer A.heads=32")
         try:
-            parsed = yaml.safe_load(value)
+            parsed = scalar(value)
+        except yaml.constructor.ConstructorError as err:  # a number no layer can take: .nan, 2**63
+            raise MadslError(
+                f"--layer {key}={value}: {err.problem}", hint="a finite number of at most 64 bits"
+            ) from None
         except (yaml.YAMLError, RecursionError):  # an unclosed [ or thousands of them: not a value
             raise MadslError(
                 f"--layer {key}=...: the value is not a YAML value",

@@ -1,5 +1,6 @@
 """`madsl schema`: the JSON Schema of spec files, for editors (docs/language.md), or (--format
-text) what it allows, for people: the keys, the symbols and their parameters, the budgets."""
+text) what it allows, for people: the keys, the symbols and their parameters, the budgets; with
+--kind, that of sweep, study or search files (derived from their declared keys)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ from madsl.outputs import check_output_path, output_error
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("schema", help="print the JSON Schema of .mad spec files (for editors)")
+    p.add_argument(
+        "--kind",
+        choices=("spec", "sweep", "study", "search"),
+        default="spec",
+        help="the file kind: spec (default), sweep, study or search",
+    )
     p.add_argument("-o", "--output", help="write the schema to this file instead of printing it")
     p.add_argument(
         "--format",
@@ -25,12 +32,15 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_schema(args) -> int:
-    from madsl.schema import spec_schema
+    from madsl.schema import file_schema
 
     if args.output:
         check_output_path(args.output, "-o")
-    schema = spec_schema()
-    text = json.dumps(schema, indent=2) + "\n" if args.format == "json" else schema_text(schema)
+    schema = file_schema(args.kind)
+    if args.format == "json":
+        text = json.dumps(schema, indent=2) + "\n"
+    else:
+        text = schema_text(schema) if args.kind == "spec" else section_text(schema)
     if args.output:
         try:
             write_atomic(Path(args.output), text)
@@ -58,6 +68,10 @@ def describe(prop: dict[str, Any]) -> str:
         words += f" >= {prop['minimum']}"
     if "exclusiveMinimum" in prop:
         words += f" > {prop['exclusiveMinimum']}"
+    if "maximum" in prop:
+        words += f" <= {prop['maximum']:,}"
+    if "exclusiveMaximum" in prop:
+        words += f" < {prop['exclusiveMaximum']}"
     if "default" in prop:
         words += f" = {_value(prop['default'])}"
     return words
@@ -98,6 +112,21 @@ def schema_text(schema: dict[str, Any]) -> str:
     quantities = [q for q, prop in budget.items() if "pattern" in prop]
     lines += [f"  {', '.join(quantities)}:", f"    {budget[quantities[0]]['description']}"]
     lines += [f"  {key}: {describe(prop)}" for key, prop in budget.items() if key not in quantities]
+    return "\n".join(lines) + "\n"
+
+
+def section_text(schema: dict[str, Any], indent: str = "  ") -> str:
+    """A file kind's keys for reading: one line each, a section's keys below it."""
+    lines = [f"{schema['title']}: {schema.get('description', '')}", ""] if "title" in schema else []
+    required = set(schema.get("required", ()))
+    for key, prop in schema["properties"].items():
+        what = prop.get("description", "")
+        mark = " (required)" if key in required else ""
+        if prop.get("type") == "object" and "properties" in prop:
+            lines.append(f"{indent}{key}:{mark} {what}")
+            lines.append(section_text(prop, indent + "  ").rstrip("\n"))
+        else:
+            lines.append(f"{indent}{key:<16} {describe(prop)}{mark}" + (f"  {what}" if what else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -5,7 +5,10 @@ the command line. Below it: madsl.errors (located diagnostics), madsl.resources 
 and stdlib data lie), madsl.primitives (each primitive's hyperparameters and accounting).
 
     yamlsource.py   YAML parsed once, with line/column of every key and value (and of a position
-                    inside a quoted or block-scalar string); spec, sweep, study and search files
+                    inside a quoted or block-scalar string); spec, sweep, study and search files;
+                    the one number resolver (1e-3 is a number, as YAML 1.2 reads it)
+    declare.py      the configuration language: Kind, Key, Section; every key of the eval:, sweep,
+                    study and search files declared once, read (located errors) and in its schema
     budget.py       budget bounds (`<= 5M`, `500k ± 10%`) and their check against totals
     stdlib.py       the layer library (stdlib/*.yaml): primitives, their defaults, the symbols
     topology/       topology strings <-> plain data: nodes, transform (the Lark transformer),

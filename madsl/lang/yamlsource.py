@@ -11,6 +11,7 @@ keep the last one). `Located.position` maps a position inside a string value
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,21 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 _Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
+# YAML 1.1 (PyYAML) reads 1e-3, 2E+5 and 2.5e11 as strings, a float there needing a dot and a signed
+# exponent; YAML 1.2, JSON and
+# the editors' language server read them as numbers, and so does every file madsl reads: this is
+# the one place numbers are resolved (the readers of settings, studies and searches take numbers)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
+
+
+def scalar(text: str) -> Any:
+    """One value written on the command line (`--set lr=1e-3`), read as a file's values are;
+    yaml.YAMLError where it is not one."""
+    return yaml.load(text, Loader=_Loader)
 
 
 def _short(text: str) -> str:

@@ -14,7 +14,6 @@ Prints nothing.
 
 from __future__ import annotations
 
-import math
 import sqlite3
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -33,6 +32,7 @@ from madsl.runner.execute.devices import (
 )
 from madsl.runner.execute.jobs import Job
 from madsl.runner.execute.local import Executor
+from madsl.runner.execute.options import check_execution
 from madsl.runner.store.database import check_database
 
 __all__ = ["Job", "Outcome", "Placement", "Reporter", "check_store", "place", "run", "run_precision"]
@@ -89,27 +89,18 @@ def place(execution: Any, *, stacked: bool = True) -> Placement:
         cuda_graphs = resolve_cuda_graphs(
             execution.cuda_graphs, ray is not None, planned_device(execution.device), batch_grid
         )
-    _check_keep_and_checkpoints(execution)
+    _check_options(execution)
     # on Ray, Ray places runs; a pretraining run trains on the device named
     devices = place_devices(execution.device, execution.devices) if ray is None and stacked else None
     return Placement(ray, devices, batch_grid, cuda_graphs, execution.device)
 
 
-def _check_keep_and_checkpoints(execution: Any) -> None:
-    if execution.keep not in (None, "none", "best"):
-        raise MadslError(f"{option('keep')} must be 'best' or 'none', got {execution.keep!r}")
+def _check_options(execution: Any) -> None:
+    check_execution(execution)  # each option as declared (madsl.runner.execute.options)
     if execution.keep == "best":  # refused here, not once the first run has trained and is to be kept
         from madsl.runner.store.kept import safetensors_torch
 
         safetensors_torch(f"{option('keep')} best")
-    every = execution.checkpoint_every
-    if every is not None and (
-        isinstance(every, bool) or not isinstance(every, (int, float)) or not math.isfinite(every) or every < 0
-    ):
-        raise MadslError(
-            f"{option('checkpoint_every')}: expected a non-negative number of seconds, got {every!r}",
-            hint="how often a run writes its checkpoint, e.g. 60; 0: after every epoch",
-        )
 
 
 def run_precision(name: str, where: Placement) -> str:

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from madsl.errors import MadslError, option
+from madsl.runner.pretrain.recipe import RECIPE
 from madsl.runner.store.results import DEFAULT_DB, RunIdentity, madsl_version
 from madsl.scaling.grid import ScaleRun, plan_study
-from madsl.scaling.study import DEFAULT_EVAL_TOKENS, Study, load_study, study_location
+from madsl.scaling.study import Study, load_study, study_location
 
 PRETRAIN_TASK = "pretrain"
 LABEL_PREFIX = "scale:"
@@ -105,7 +106,7 @@ def _check_windows(study: Study, tokens: Any, runs: list[ScaleRun]) -> None:
                 f"{windows:,} windows of {study.seq_len:,} ({windows * study.seq_len:,} tokens)",
                 study_location(study, "recipe", "eval_tokens"),
                 hint=f"at most {windows * study.seq_len:,}, or leave it out (the split's first "
-                f"{DEFAULT_EVAL_TOKENS:,} tokens, as many as it holds)",
+                f"{RECIPE.by_name['eval_tokens'].default:,} tokens, as many as it holds)",
             )
 
 

@@ -23,48 +23,95 @@ Torch-free.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from madsl.errors import Location, MadslError, did_you_mean
-from madsl.lang.yamlsource import Located, load
+from madsl.errors import Location, MadslError
+from madsl.lang.declare import REQUIRED, Choice, Custom, Key, Number, Section, Text, Where
+from madsl.lang.yamlsource import load
 from madsl.paths import safe_file_name
-from madsl.runner.common.choices import MAX_SEED, TRAIN_PRECISIONS  # (torch-free: the study reader stays light)
+from madsl.runner.pretrain.recipe import RECIPE  # (torch-free: the study reader stays light)
 
-STUDY_KEYS = (
-    "name",
-    "description",
-    "data",
-    "data_dtype",
-    "data_vocab",
-    "seq_len",
-    "architectures",
-    "budgets",
-    "sizes",
-    "recipe",
-)
-SIZE_KEYS = ("dim", "repeat", "params", "dim_step")
-BUDGET_KEYS = ("batch_size", "sizes")
-RECIPE_KEYS = (
-    "lr",
-    "batch_size",
-    "wd",
-    "beta1",
-    "beta2",
-    "warmup",
-    "min_lr_ratio",
-    "grad_clip",
-    "eval_every",
-    "eval_tokens",
-    "seed",
-    "precision",
-)
 MAX_RUNS = 10_000  # a study is a grid of runs someone trains; more is a typo
 MAX_BUDGET = 1e30  # FLOPs; the largest training runs to date spend ~1e26: more is a typo (and overflows hours)
 TOKEN_DTYPES = ("uint16", "uint32")  # madsl.corpus.info.DTYPES (not imported: the study reader stays light)
-DEFAULT_EVAL_TOKENS = 65536  # madsl.runner.pretrain.recipe.PretrainSettings.eval_tokens
+
+SIZE = Section(
+    "a size",
+    (
+        Key("dim", Number(integer=True, minimum=1), "the model's width"),
+        Key("params", Number(minimum=0, inclusive=False), "a parameter target: the width whose model is closest"),
+        Key("repeat", Number(integer=True, minimum=1), "how many times the spec's topology repeats (its depth)", 1),
+        Key("dim_step", Number(integer=True, minimum=1), "a params target's width is a multiple of this", 16),
+    ),
+    exactly_one=(("dim", "params"),),
+)
+_SIZES_SCHEMA = {"type": "array", "items": SIZE.schema(), "minItems": 1}
+_BUDGET = Number(minimum=0, inclusive=False, maximum=MAX_BUDGET, hint="budgets are training FLOPs, e.g. 1e12")
+BUDGET = Section(
+    "a budget",
+    (
+        Key("batch_size", Number(integer=True, minimum=1), "the group's batch size (default: the recipe's)"),
+        Key("sizes", Custom(lambda v, w, s: v, _SIZES_SCHEMA), "the group's sizes (default: the study's)"),
+    ),
+)
+
+
+def _name_check(value: Any, where: Where, source: str) -> str:
+    """A name that becomes a label (and may become a file name): a safe file name."""
+    return safe_file_name(value, "the study's name", where.value())
+
+
+def _architectures_check(value: Any, where: Where, source: str) -> dict[str, Any]:
+    if not isinstance(value, dict) or not value:
+        raise MadslError(
+            f"{source}: expected a mapping of names to spec files",
+            where.value(),
+            hint="e.g. transformer: bundled:scaling/transformer",
+        )
+    for name, ref in value.items():
+        safe_file_name(name, "architecture name", where.key(name))
+        Text("a spec file").check(ref, where.below(name), f"architecture {name}")
+    return value
+
+
+STUDY_FILE = Section(
+    "a study file",
+    (
+        Key("name", Custom(_name_check, {"type": "string", "pattern": r"\S"}), "the study's name", REQUIRED),
+        Key("description", Text(), "what the study is for"),
+        Key("data", Text("a token folder"), "a prepared token folder (madsl data prepare), or bundled:NAME", REQUIRED),
+        Key("data_dtype", Choice(TOKEN_DTYPES, "token file dtype"), "the token files' dtype (default: the folder's)"),
+        Key("data_vocab", Number(integer=True, minimum=1), "the vocabulary (default: the folder's)"),
+        Key("seq_len", Number(integer=True, minimum=2), "tokens per training sequence", 256),
+        Key(
+            "architectures",
+            Custom(
+                _architectures_check, {"type": "object", "additionalProperties": {"type": "string"}, "minProperties": 1}
+            ),
+            "name: spec file (relative to this file) or bundled:NAME",
+            REQUIRED,
+        ),
+        Key(
+            "budgets",
+            Custom(
+                lambda v, w, s: v,
+                {
+                    "anyOf": [
+                        {"type": "array", "items": _BUDGET.schema(), "minItems": 1},
+                        {"type": "object", "additionalProperties": {"anyOf": [BUDGET.schema(), {"type": "null"}]}},
+                    ]
+                },
+            ),
+            "training FLOPs of the IsoFLOP groups: a list, or FLOPS: {batch_size, sizes}",
+            REQUIRED,
+        ),
+        Key("sizes", Custom(lambda v, w, s: v, _SIZES_SCHEMA), "the model sizes of every budget"),
+        Key("recipe", RECIPE, RECIPE.description),
+    ),
+    description="a madsl IsoFLOP study (docs/scaling.md)",
+)
 
 
 @dataclass(frozen=True)
@@ -107,243 +154,97 @@ class Study:
     description: str = ""
 
 
-class _Reader:
-    """Reads values of the study's YAML, each error at its place."""
-
-    def __init__(self, located: Located):
-        self.located = located
-
-    def fail(
-        self, path: tuple, message: str, hint: str | None = None, expected: str | None = None, at_key: bool = False
-    ) -> MadslError:
-        where = self.located.key(path) if at_key else self.located.value(path)
-        return MadslError(message, where, hint=hint, expected=expected)
-
-    def mapping(self, value: Any, path: tuple, allowed: tuple[str, ...], what: str) -> dict:
-        if not isinstance(value, dict):
-            raise self.fail(path, f"{what} must be a mapping, got {type(value).__name__}")
-        for key in value:
-            if key not in allowed:
-                raise self.fail(
-                    path + (key,),
-                    f"unknown key {key!r} in {what}",
-                    at_key=True,
-                    hint=did_you_mean(str(key), allowed),
-                    expected=", ".join(allowed),
-                )
-        return value
-
-    def number(self, value: Any, path: tuple, what: str, *, integer: bool = False, low: float = 0.0) -> float:
-        """A positive finite number; YAML reads `1e12` (no dot) as a string, so that is read too."""
-        number = value
-        if isinstance(value, str):
-            try:
-                number = float(value.replace("_", ""))
-            except ValueError:
-                number = None
-        if (
-            isinstance(number, bool)
-            or not isinstance(number, (int, float))
-            or not math.isfinite(number)
-            or number <= low
-        ):
-            raise self.fail(path, f"{what} must be a {'whole ' if integer else ''}number above {low:g}, got {value!r}")
-        if integer:
-            if number != int(number):
-                raise self.fail(path, f"{what} must be a whole number, got {value!r}")
-            return int(number)
-        return float(number)
-
-    def text(self, value: Any, path: tuple, what: str) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(path, f"{what} must be a non-empty string, got {value!r}")
-        return value
+def _size(where: Where, value: Any) -> Size:
+    item = SIZE.check(value, where, "")
+    size = {key: item.get(key, SIZE.by_name[key].default) for key in ("repeat", "dim", "params", "dim_step")}
+    return Size(**size, where=where.path)
 
 
-def _size(reader: _Reader, value: Any, path: tuple) -> Size:
-    item = reader.mapping(value, path, SIZE_KEYS, "a size")
-    if ("dim" in item) == ("params" in item):
-        raise reader.fail(
-            path,
-            "a size gives either `dim` (a width) or `params` (a parameter target), "
-            f"not {'both' if 'dim' in item else 'neither'}",
-            hint="e.g. {dim: 64, repeat: 2} or {params: 2e5, repeat: 2}",
-        )
-    repeat = reader.number(item.get("repeat", 1), path + ("repeat",), "repeat", integer=True)
-    step = reader.number(item.get("dim_step", 16), path + ("dim_step",), "dim_step", integer=True)
-    if "dim" in item:
-        return Size(
-            repeat=repeat,
-            dim=reader.number(item["dim"], path + ("dim",), "dim", integer=True),
-            dim_step=step,
-            where=path,
-        )
-    return Size(
-        repeat=repeat, params=reader.number(item["params"], path + ("params",), "params"), dim_step=step, where=path
-    )
-
-
-def _sizes(reader: _Reader, value: Any, path: tuple) -> tuple[Size, ...]:
+def _sizes(where: Where, value: Any) -> tuple[Size, ...]:
     if not isinstance(value, list) or not value:
-        raise reader.fail(
-            path,
+        raise MadslError(
             "sizes must be a non-empty list of sizes",
+            where.value(),
             hint="an IsoFLOP curve needs at least 3 sizes around its minimum",
         )
-    sizes = tuple(_size(reader, item, path + (i,)) for i, item in enumerate(value))
+    sizes = tuple(_size(where.below(i), item) for i, item in enumerate(value))
     labels = [s.label() for s in sizes]
     for i, label in enumerate(labels):
         if label in labels[:i]:
-            raise reader.fail(path + (i,), f"the size {label} is listed twice")
+            raise MadslError(f"the size {label} is listed twice", where.value(i))
     return sizes
 
 
-def _budget(reader: _Reader, value: Any, path: tuple, at_key: bool = False) -> float:
+def _budget(where: Where, value: Any, at_key: bool = False) -> float:
     try:
-        flops = reader.number(value, path, "a budget")
+        return _BUDGET.check(value, where, "a budget")
     except MadslError as err:
         if at_key:  # a mapping's budget is its key: point there
-            err.location = reader.located.key(path)
+            err.location = where.key()
         raise
-    if flops > MAX_BUDGET:
-        raise reader.fail(
-            path,
-            f"a budget of {flops:.3g} FLOPs is more than {MAX_BUDGET:.0e}",
-            at_key=at_key,
-            hint="budgets are training FLOPs, e.g. 1e12; the largest runs to date spend about 1e26",
-        )
-    return flops
 
 
-def _budgets(reader: _Reader, data: dict, batch_size: int) -> list[BudgetGroup]:
-    if "budgets" not in data:
-        raise reader.fail((), "a study needs `budgets:` (training FLOPs of its IsoFLOP groups)", at_key=True)
+def _budgets(where: Where, data: dict, batch_size: int) -> list[BudgetGroup]:
     value, shared = data["budgets"], data.get("sizes")
     if isinstance(value, list):
         if not value:
-            raise reader.fail(("budgets",), "budgets must not be empty")
+            raise MadslError("budgets must not be empty", where.value("budgets"))
         if shared is None:
-            raise reader.fail((), "a study whose budgets are a list needs `sizes:`", at_key=True)
-        sizes = _sizes(reader, shared, ("sizes",))
+            raise MadslError("a study whose budgets are a list needs `sizes:`", where.key())
+        sizes = _sizes(where.below("sizes"), shared)
         groups = [
-            BudgetGroup(_budget(reader, v, ("budgets", i)), sizes, batch_size, ("budgets", i))
+            BudgetGroup(_budget(where.below("budgets", i), v), sizes, batch_size, ("budgets", i))
             for i, v in enumerate(value)
         ]
     elif isinstance(value, dict) and value:
         groups = []
         for key, item in value.items():
-            path = ("budgets", key)
-            item = reader.mapping(item if item is not None else {}, path, BUDGET_KEYS, f"budget {key}")
+            at = where.below("budgets", key)
+            item = BUDGET.check(item, at, f"budget {key}")
             if "sizes" not in item and shared is None:
-                raise reader.fail(path, f"budget {key} has no sizes (and the study no `sizes:`)")
+                raise MadslError(f"budget {key} has no sizes (and the study no `sizes:`)", at.value())
             sizes = (
-                _sizes(reader, item["sizes"], path + ("sizes",))
-                if "sizes" in item
-                else _sizes(reader, shared, ("sizes",))
+                _sizes(at.below("sizes"), item["sizes"]) if "sizes" in item else _sizes(where.below("sizes"), shared)
             )
-            batch = reader.number(
-                item.get("batch_size", batch_size), path + ("batch_size",), "batch_size", integer=True
+            groups.append(
+                BudgetGroup(_budget(at, key, at_key=True), sizes, item.get("batch_size", batch_size), at.path)
             )
-            groups.append(BudgetGroup(_budget(reader, key, path, at_key=True), sizes, batch, path))
     else:
-        raise reader.fail(
-            ("budgets",), "budgets must be a list of FLOP budgets or a mapping of them to {batch_size, sizes}"
+        raise MadslError(
+            "budgets must be a list of FLOP budgets or a mapping of them to {batch_size, sizes}", where.value("budgets")
         )
     seen = [g.flops for g in groups]
     if len(set(seen)) != len(seen):
-        raise reader.fail(("budgets",), "a budget is listed twice")
+        raise MadslError("a budget is listed twice", where.value("budgets"))
     return sorted(groups, key=lambda g: g.flops)
 
 
-def _name(reader: _Reader, value: Any, path: tuple, what: str, at_key: bool = False) -> str:
-    """A name that becomes a label (and may become a file name): a safe file name, refused at its place."""
-    where = reader.located.key(path) if at_key else reader.located.value(path)
-    return safe_file_name(value, what, where)
-
-
-def _architectures(reader: _Reader, data: dict, path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+def _architectures(where: Where, value: dict, path: Path) -> tuple[dict[str, Any], dict[str, str]]:
     from madsl.lang.spec import load_spec
     from madsl.lang.spec.named import resolve_named
 
-    value = data.get("architectures")
-    if not isinstance(value, dict) or not value:
-        raise reader.fail(
-            ("architectures",),
-            "a study needs `architectures:`, a mapping of names to spec files",
-            at_key="architectures" not in data,
-            hint="e.g. transformer: bundled:scaling/transformer",
-        )
     specs, paths = {}, {}
     for name, ref in value.items():
-        where = reader.located.value(("architectures", name))
-        _name(reader, name, ("architectures", name), "architecture name", at_key=True)
-        ref = reader.text(ref, ("architectures", name), f"architecture {name}")
-        (file,) = resolve_named(ref, path, where, key=f"architectures.{name}", naming="study")
+        (file,) = resolve_named(ref, path, where.value(name), key=f"architectures.{name}", naming="study")
         specs[name], paths[name] = load_spec(file, named=True), str(file)
     return specs, paths
 
 
-def _recipe(reader: _Reader, data: dict, seq_len: int) -> tuple[dict[str, Any], int]:
-    """The recipe's settings, each checked at its place, and the study's batch size."""
-    recipe = dict(reader.mapping(data.get("recipe") or {}, ("recipe",), RECIPE_KEYS, "recipe"))
-    batch_size = reader.number(recipe.pop("batch_size", 16), ("recipe", "batch_size"), "batch_size", integer=True)
-    for key in ("wd", "grad_clip"):
-        if key in recipe:
-            recipe[key] = reader.number(recipe[key], ("recipe", key), key, low=-1e-300)
-    for key in ("eval_every", "seed"):
-        if key in recipe:
-            recipe[key] = reader.number(recipe[key], ("recipe", key), key, integer=True, low=-1)
-    if recipe.get("seed", 0) > MAX_SEED:
-        raise reader.fail(("recipe", "seed"), f"seed {recipe['seed']:,} is above {MAX_SEED:,} (2^32 - 1)")
-    for key in ("beta1", "beta2", "warmup", "min_lr_ratio"):
-        if key in recipe:
-            recipe[key] = reader.number(recipe[key], ("recipe", key), key, low=-1e-300)
-            if recipe[key] >= 1:
-                raise reader.fail(("recipe", key), f"{key} must be below 1, got {recipe[key]}")
-    if "eval_tokens" in recipe:
-        recipe["eval_tokens"] = reader.number(
-            recipe["eval_tokens"], ("recipe", "eval_tokens"), "eval_tokens", integer=True
-        )
-    eval_tokens = recipe.get("eval_tokens", DEFAULT_EVAL_TOKENS)
+def _recipe(where: Where, recipe: dict[str, Any], seq_len: int) -> tuple[dict[str, Any], int]:
+    """The recipe's settings (checked as declared, madsl.runner.pretrain.recipe.RECIPE) and the
+    study's batch size."""
+    recipe = dict(recipe)
+    batch_size = recipe.pop("batch_size", RECIPE.by_name["batch_size"].default)
+    eval_tokens = recipe.get("eval_tokens", RECIPE.by_name["eval_tokens"].default)
     if eval_tokens < seq_len:  # else the first evaluation fails, after the training before it
         given = "eval_tokens" in recipe
-        raise reader.fail(
-            ("recipe", "eval_tokens") if given else ("seq_len",),
+        raise MadslError(
             f"eval_tokens {eval_tokens:,}{'' if given else ' (the default)'} is fewer than one window "
             f"of seq_len {seq_len:,}",
+            where.value("recipe", "eval_tokens") if given else where.value("seq_len"),
             hint="set recipe: {eval_tokens: N} to at least seq_len",
         )
-    if "lr" in recipe and recipe["lr"] != "paper":
-        try:
-            recipe["lr"] = reader.number(recipe["lr"], ("recipe", "lr"), "lr")
-        except MadslError:
-            raise reader.fail(
-                ("recipe", "lr"),
-                f"lr must be a number above 0 or `paper`, got {recipe['lr']!r}",
-                hint="paper: Table C.2's learning rate for the model's size",
-            ) from None
-    if recipe.get("precision", "fp32") not in TRAIN_PRECISIONS:
-        raise reader.fail(
-            ("recipe", "precision"), f"precision must be {' or '.join(TRAIN_PRECISIONS)}, got {recipe['precision']!r}"
-        )
     return recipe, batch_size
-
-
-def _optional_text(reader: _Reader, data: dict, key: str) -> str | None:
-    if key not in data or data[key] is None:
-        return None
-    if not isinstance(data[key], str):
-        raise reader.fail((key,), f"{key} must be text, got {type(data[key]).__name__}")
-    return data[key]
-
-
-def _data_dtype(reader: _Reader, data: dict) -> str | None:
-    dtype = _optional_text(reader, data, "data_dtype")
-    if dtype is not None and dtype not in TOKEN_DTYPES:
-        raise reader.fail(
-            ("data_dtype",), f"data_dtype {dtype!r} is not a token file dtype", expected=" or ".join(TOKEN_DTYPES)
-        )
-    return dtype
 
 
 def load_study(path: str | Path) -> Study:
@@ -355,35 +256,27 @@ def load_study(path: str | Path) -> Study:
             hint="a study file is YAML: name, data, seq_len, architectures, budgets, sizes, recipe (docs/scaling.md)",
         )
     located = load(path)
-    reader = _Reader(located)
-    data = reader.mapping(located.data if located.data is not None else {}, (), STUDY_KEYS, "a study file")
-    for key in ("name", "data"):
-        if key not in data:
-            raise MadslError(f"a study needs `{key}:`", Location(str(path), 1, 1, located.line(1)))
-    name = _name(reader, data["name"], ("name",), "the study's name")
-    seq_len = reader.number(data.get("seq_len", 256), ("seq_len",), "seq_len", integer=True, low=1)
-    recipe, batch_size = _recipe(reader, data, seq_len)
-    specs, spec_paths = _architectures(reader, data, path)
+    where = Where(located)
+    data = STUDY_FILE.check(located.data, where, "")
+    seq_len = data.get("seq_len", STUDY_FILE.by_name["seq_len"].default)
+    recipe, batch_size = _recipe(where, data.get("recipe") or {}, seq_len)
+    specs, spec_paths = _architectures(where.below("architectures"), data["architectures"], path)
     study = Study(
-        name=name,
+        name=data["name"],
         path=path,
-        data=reader.text(data["data"], ("data",), "data"),
+        data=data["data"],
         seq_len=seq_len,
         architectures=specs,
         spec_paths=spec_paths,
-        budgets=_budgets(reader, data, batch_size),
+        budgets=_budgets(where, data, batch_size),
         recipe=recipe,
-        data_dtype=_data_dtype(reader, data),
-        data_vocab=(
-            reader.number(data["data_vocab"], ("data_vocab",), "data_vocab", integer=True)
-            if "data_vocab" in data
-            else None
-        ),
-        description=_optional_text(reader, data, "description") or "",
+        data_dtype=data.get("data_dtype"),
+        data_vocab=data.get("data_vocab"),
+        description=data.get("description") or "",
     )
     runs = len(specs) * sum(len(g.sizes) for g in study.budgets)
     if runs > MAX_RUNS:
-        raise reader.fail(("budgets",), f"the study has {runs:,} runs; at most {MAX_RUNS:,}")
+        raise MadslError(f"the study has {runs:,} runs; at most {MAX_RUNS:,}", where.value("budgets"))
     return study
 
 

@@ -23,27 +23,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from madsl.errors import Collector, Location, MadslError, did_you_mean
+from madsl.errors import Collector, Location, MadslError
 from madsl.lang import stdlib
+from madsl.lang.declare import Where
 from madsl.lang.spec import Spec, create_primitive, spec_with
-from madsl.lang.spec.files import SPEC_KEYS, Locator, SourceMap
+from madsl.lang.spec.files import Locator, SourceMap
 from madsl.lang.spec.symbols import symbol_table
 from madsl.lang.topology.nodes import NO_CHANNEL
 from madsl.lang.yamlsource import Located, load
 from madsl.paths import safe_file_name
 from madsl.primitives.base import ConfigError
-from madsl.runner.common.choices import MAX_SEED
-from madsl.search.config import ALGORITHMS, MINIMIZABLE, Algorithm, Objectives, SearchFile, Space
+from madsl.search import keys
+from madsl.search.config import Algorithm, Objectives, SearchFile, Space
 from madsl.search.reading_space import read_space
 
-SEARCH_KEYS = ("name", "description", "space", "objectives", "algorithm")
-SHARED_KEYS = tuple(k for k in SPEC_KEYS if k not in ("name", "description", "extends", "topology", "eval"))
-REFUSED = {
-    "topology": "a search file has a space: instead of a topology",
-    "extends": "a search file names its spec fields itself",
-    "eval": "the evaluation settings of a search go under objectives.score",
-}
-ALGORITHM_KEYS = ("name", "population", "generations", "offspring", "seed", "sample_size", "crossover")
 MAX_NAME = 100  # characters: a candidate's file adds a hash, the state file the database's name
 
 
@@ -71,7 +64,7 @@ def load_search(path: str | Path) -> SearchFile:
         algorithm = read_algorithm(located)
     with errors.check():
         objectives = read_objectives(located)
-    spec_data = {k: data[k] for k in SHARED_KEYS if k in data}
+    spec_data = {k: data[k] for k in keys.SHARED_KEYS if k in data}
     symbols = _symbols(located, spec_data, errors)
     if symbols is not None and "space" in data:
         with errors.check():
@@ -96,25 +89,8 @@ def load_search(path: str | Path) -> SearchFile:
 
 
 def _check_keys(located: Located) -> None:
-    data = located.data
-    known = SEARCH_KEYS + SHARED_KEYS
-    for key in data:
-        if key in REFUSED:
-            raise MadslError(f"{key}: {REFUSED[key]}", located.key((key,)), expected="one of " + ", ".join(known))
-        if key not in known:
-            raise MadslError(
-                f"unknown key {key!r} in a search file",
-                located.key((key,)),
-                expected="one of " + ", ".join(known),
-                hint=did_you_mean(str(key), known),
-            )
-    for key in ("name", "space", "objectives", "algorithm"):
-        if key not in data:
-            raise MadslError(
-                f"a search file needs {key}:",
-                Location(located.file, 1, 1, located.line(1)),
-                hint="see docs/search.md for a complete search file",
-            )
+    """The file's keys as declared (madsl.search.keys): known, the required ones given."""
+    keys.SEARCH_FILE.check_keys(located.data, Where(located))
 
 
 def _check_name(located: Located) -> str | None:
@@ -123,8 +99,7 @@ def _check_name(located: Located) -> str | None:
     if "name" not in located.data:
         return None  # _check_keys says it is missing
     name, where = located.data["name"], located.value(("name",))
-    if not isinstance(name, str) or not name.strip():
-        raise MadslError(f"name must be a non-empty string, got {name!r}", where)
+    keys.SEARCH_FILE.check_value("name", name, Where(located))
     safe_file_name(name, "name:", where)
     if len(name) > MAX_NAME:
         raise MadslError(
@@ -217,102 +192,15 @@ def _check_hyperparameter_values(located: Located, spec: Spec, space: Space) -> 
 
 
 def read_objectives(located: Located) -> Objectives:
-    from madsl.runner.plan.setting_checks import Where
-    from madsl.runner.plan.settings import BY_KEY
-
-    section = located.data.get("objectives")
-    if not isinstance(section, dict) or "score" not in section:
-        raise MadslError(
-            "objectives: expected a mapping with score: (the evaluation settings of the MAD score)",
-            located.value(("objectives",)),
-            hint="objectives: {score: {protocol: quick}}",
-        )
-    for key in section:
-        if key not in ("score", "minimize"):
-            raise MadslError(
-                f"unknown key {key!r} in objectives:",
-                located.key(("objectives", key)),
-                expected="score, minimize",
-                hint=did_you_mean(str(key), ("score", "minimize")),
-            )
-    score = section["score"] or {}
-    if not isinstance(score, dict):
-        raise MadslError(
-            "objectives.score: expected a mapping of evaluation settings (protocol, tasks, ...)",
-            located.value(("objectives", "score")),
-            hint="score: {protocol: quick, tasks: [in-context-recall]}",
-        )
-    for key, value in score.items():
-        if key not in BY_KEY:
-            raise MadslError(
-                f"unknown setting {key!r} in objectives.score",
-                located.key(("objectives", "score", key)),
-                expected=", ".join(BY_KEY),
-                hint=did_you_mean(str(key), BY_KEY),
-            )
-        where = Where(lambda part, path, key=key: getattr(located, part)(("objectives", "score", key, *path)))
-        BY_KEY[key].check(value, where, f"objectives.score.{key}")
-    return Objectives(settings=dict(score), minimize=_minimize(located, section.get("minimize", [])))
-
-
-def _minimize(located: Located, value: Any) -> tuple[str, ...]:
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list):
-        raise MadslError(
-            f"objectives.minimize: expected a list of {', '.join(MINIMIZABLE)}, got {value!r}",
-            located.value(("objectives", "minimize")),
-        )
-    for index, item in enumerate(items):
-        at = located.value(("objectives", "minimize", index) if isinstance(value, list) else ("objectives", "minimize"))
-        if item not in MINIMIZABLE:
-            raise MadslError(
-                f"objectives.minimize: unknown quantity {item!r}",
-                at,
-                expected=", ".join(MINIMIZABLE),
-                hint=did_you_mean(str(item), MINIMIZABLE),
-            )
-        if item in items[:index]:
-            raise MadslError(f"objectives.minimize: {item} is given twice", at, hint="list each quantity once")
-    return tuple(items)
-
-
-def _algorithm_section(located: Located) -> dict[str, Any]:
-    """The search file's `algorithm:` mapping: its keys known, the required ones there."""
-    section = located.data.get("algorithm")
-    if not isinstance(section, dict):
-        raise MadslError(
-            "algorithm: expected a mapping with name, population, generations, seed",
-            located.value(("algorithm",)),
-            hint="algorithm: {name: nsga2, population: 12, generations: 8}",
-        )
-    for key in section:
-        if key not in ALGORITHM_KEYS:
-            raise MadslError(
-                f"unknown key {key!r} in algorithm:",
-                located.key(("algorithm", key)),
-                expected=", ".join(ALGORITHM_KEYS),
-                hint=did_you_mean(str(key), ALGORITHM_KEYS),
-            )
-    for key in ("name", "population", "generations"):
-        if key not in section:
-            raise MadslError(
-                f"algorithm: needs {key}",
-                located.key(("algorithm",)),
-                hint="algorithm: {name: nsga2, population: 12, generations: 8, seed: 0}",
-            )
-    return section
+    """`objectives:` as declared: the score's evaluation settings, the quantities minimised."""
+    values = keys.SEARCH_FILE.check_value("objectives", located.data.get("objectives"), Where(located))
+    return Objectives(settings=dict(located.data["objectives"]["score"] or {}), minimize=values.get("minimize", ()))
 
 
 def read_algorithm(located: Located) -> Algorithm:
-    section = _algorithm_section(located)
+    """`algorithm:` as declared, with what one key says of another."""
+    section = keys.SEARCH_FILE.check_value("algorithm", located.data.get("algorithm"), Where(located))
     name = section["name"]
-    if name not in ALGORITHMS:
-        raise MadslError(
-            f"algorithm.name: unknown algorithm {name!r}",
-            located.value(("algorithm", "name")),
-            expected=", ".join(ALGORITHMS),
-            hint=did_you_mean(str(name), ALGORITHMS),
-        )
     for key, only in (("sample_size", "regularized-evolution"), ("crossover", "nsga2")):
         if key in section and name != only:
             raise MadslError(
@@ -320,14 +208,7 @@ def read_algorithm(located: Located) -> Algorithm:
                 located.key(("algorithm", key)),
                 hint=f"drop {key}",
             )
-    number = _integers(located, section)
-    crossover = section.get("crossover", 0.5)
-    if isinstance(crossover, bool) or not isinstance(crossover, (int, float)) or not 0 <= crossover <= 1:
-        raise MadslError(
-            f"algorithm.crossover: expected a probability from 0 to 1, got {crossover!r}",
-            located.value(("algorithm", "crossover")),
-        )
-    population = number["population"]
+    population = section["population"]
     sample_size = section.get("sample_size", min(population, max(2, population // 4)))
     if sample_size > population:
         raise MadslError(
@@ -338,32 +219,9 @@ def read_algorithm(located: Located) -> Algorithm:
     return Algorithm(
         name=name,
         population=population,
-        generations=number["generations"],
-        offspring=number.get("offspring", population),
-        seed=number.get("seed", 0),
+        generations=section["generations"],
+        offspring=section.get("offspring", population),
+        seed=section.get("seed", 0),
         sample_size=sample_size,
-        crossover=float(crossover),
+        crossover=float(section.get("crossover", 0.5)),
     )
-
-
-def _integers(located: Located, section: dict[str, Any]) -> dict[str, int]:
-    """population, offspring, sample_size at least 1; generations at least 0; seed 0 to 2^32 - 1."""
-    out = {}
-    for key, low, high in (
-        ("population", 1, 10_000),
-        ("generations", 0, 10_000),
-        ("offspring", 1, 10_000),
-        ("sample_size", 1, 10_000),
-        ("seed", 0, MAX_SEED),
-    ):
-        if key not in section:
-            continue
-        value = section[key]
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise MadslError(
-                f"algorithm.{key}: expected an integer from {low} to {high:,}, got {value!r}",
-                located.value(("algorithm", key)),
-                hint="a search needs at least one candidate" if key == "population" else None,
-            )
-        out[key] = value
-    return out

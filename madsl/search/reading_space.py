@@ -19,37 +19,18 @@ from typing import Any
 
 from madsl.errors import MadslError, did_you_mean
 from madsl.lang import stdlib
+from madsl.lang.declare import Where
 from madsl.lang.topology.nodes import NO_CHANNEL
 from madsl.lang.yamlsource import Located
-from madsl.search.config import SHAPES, Hyperparameter, Space
-
-SPACE_KEYS = ("sequence_mixers", "channel_mixers", "blocks", "shapes", "hyperparameters")
-MAX_SEARCH_BLOCKS = 256  # blocks of a candidate (a sweep's variant holds at most 384 layers); each is trained
+from madsl.search.config import Hyperparameter, Space
+from madsl.search.keys import SPACE
 
 
 def read_space(located: Located, symbols: dict[str, Any], default_channel: str | None) -> Space:
     """The space section, checked against the symbol table `symbols` (stdlib + the file's layers:)."""
+    # the keys and the shape of each value, as declared (madsl.search.keys); the symbols here
     section = located.data.get("space")
-    if not isinstance(section, dict):
-        raise MadslError(
-            "space: expected a mapping with sequence_mixers, channel_mixers, blocks, shapes",
-            located.value(("space",)),
-            hint="space: {sequence_mixers: [H, mA], blocks: {min: 2, max: 4}}",
-        )
-    for key in section:
-        if key not in SPACE_KEYS:
-            raise MadslError(
-                f"unknown key {key!r} in space:",
-                located.key(("space", key)),
-                expected=", ".join(SPACE_KEYS),
-                hint=did_you_mean(str(key), SPACE_KEYS),
-            )
-    if "sequence_mixers" not in section:
-        raise MadslError(
-            "space: needs sequence_mixers (the sequence mixers the search may use)",
-            located.key(("space",)),
-            hint="sequence_mixers: [H, mA, Mb]",
-        )
+    values = SPACE.check(section, Where(located, ("space",)), "space")
     mixers = _symbols(located, symbols, "sequence_mixers", roles=("sequence", "both"))
     if not mixers:
         raise MadslError(
@@ -69,8 +50,8 @@ def read_space(located: Located, symbols: dict[str, Any], default_channel: str |
             where,
             hint="list channel_mixers, e.g. [Sg, MoE] (or none)",
         )
-    low, high = _blocks(located, section.get("blocks"))
-    shapes, parallel = _shapes(located, section.get("shapes", ["sequence"]), low, high, len(mixers))
+    low, high = values["blocks"]
+    shapes, parallel = _shapes(located, values.get("shapes", ("sequence",)), low, high, len(mixers))
     named = set(mixers) | (set(channels) - {NO_CHANNEL})  # the symbols a hyperparameter may belong to
     hyper = _hyperparameters(located, section.get("hyperparameters"), named, symbols)
     return Space(mixers, channels, both, low, high, shapes, parallel, hyper)
@@ -112,49 +93,13 @@ def _symbols(
     return tuple(out)
 
 
-def _blocks(located: Located, value: Any) -> tuple[int, int]:
-    where = located.value(("space", "blocks"))
-    if value is None:
-        raise MadslError(
-            "space: needs blocks (how many blocks a candidate has)",
-            located.key(("space",)),
-            hint="blocks: {min: 2, max: 4}, or blocks: 2",
-        )
-    if isinstance(value, dict):
-        unknown = [k for k in value if k not in ("min", "max")]
-        if unknown or "min" not in value or "max" not in value:
-            raise MadslError(f"space.blocks: expected {{min: N, max: M}}, got {value!r}", where)
-        low, high = value["min"], value["max"]
-    else:
-        low = high = value
-    for number, key in ((low, "min"), (high, "max")):
-        at = located.value(("space", "blocks", key)) if isinstance(value, dict) else where
-        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= MAX_SEARCH_BLOCKS:
-            raise MadslError(
-                f"space.blocks: expected a number of blocks from 1 to {MAX_SEARCH_BLOCKS}, got {number!r}", at
-            )
-    if low > high:
-        raise MadslError(f"the space is empty: blocks.min {low} is larger than blocks.max {high}", where)
-    return low, high
-
-
-def _shapes(located: Located, value: Any, low: int, high: int, mixers: int) -> tuple[tuple[str, ...], bool]:
-    items = [value] if isinstance(value, str) else value
+def _shapes(located: Located, items: tuple[str, ...], low: int, high: int, mixers: int) -> tuple[tuple[str, ...], bool]:
+    """The shapes (known and listed once, as declared), each possible with the blocks and mixers of the space."""
+    value = located.data["space"].get("shapes")
     where = located.value(("space", "shapes"))
-    if not isinstance(items, list) or not items:
-        raise MadslError(f"space.shapes: expected a list of {', '.join(SHAPES)}, got {value!r}", where)
     probe = Space(("X",), ("Y",), (), low, high, (), False)
     for index, shape in enumerate(items):
-        at = located.value(("space", "shapes", index)) if not isinstance(value, str) else where
-        if shape not in SHAPES:
-            raise MadslError(
-                f"space.shapes: unknown shape {shape!r}",
-                at,
-                expected=", ".join(SHAPES),
-                hint=did_you_mean(str(shape), SHAPES),
-            )
-        if shape in items[:index]:
-            raise MadslError(f"space.shapes: {shape} is given twice", at, hint="list each shape once")
+        at = located.value(("space", "shapes", index)) if isinstance(value, list) else where
         if shape == "parallel" and mixers < 2:
             raise MadslError("space.shapes: parallel blocks need two sequence mixers, and the space has one", at)
         if shape != "parallel" and not probe.sizes(shape):
@@ -177,12 +122,6 @@ def _hyperparameters(
 ) -> tuple[Hyperparameter, ...]:
     if section is None:
         return ()
-    if not isinstance(section, dict):
-        raise MadslError(
-            "space.hyperparameters: expected a mapping of SYMBOL.param to values",
-            located.value(("space", "hyperparameters")),
-            hint="hyperparameters: {mA.heads: [8, 16]}",
-        )
     out = []
     for name, value in section.items():
         at_key = located.key(("space", "hyperparameters", name))

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from madsl.errors import option as named
+from madsl.lang.declare import Choice, Flag, Kind, Number, Where
 from madsl.runner.common.words import non_negative_text, positive_int_text, positive_text
 from madsl.runner.store.results import DEFAULT_DB
 
@@ -37,17 +39,26 @@ class Option:
     cli: Mapping[str, Any] = field(default_factory=dict)  # argparse: choices, metavar, action
     text: Callable[[str], Any] | None = None  # one command-line word -> its value (ValueError if bad)
     group: str = ""  # the --help section it is listed in ("" or "cluster")
+    kind: Kind | None = None  # what a value given to madsl.evaluate may be (None: checked where it is used)
 
 
 OPTIONS: tuple[Option, ...] = (
     Option("db", DEFAULT_DB, f"results database (default: {DEFAULT_DB})", "--db"),
-    Option("workers", 1, "runs in parallel (local processes; default 1)", "--workers", text=positive_int_text),
+    Option(
+        "workers",
+        1,
+        "runs in parallel (local processes; default 1)",
+        "--workers",
+        text=positive_int_text,
+        kind=Number(integer=True, minimum=1),
+    ),
     Option(
         "device",
         "auto",
         "where runs train (default: auto, CUDA when available)",
         "--device",
         {"choices": ("auto", "cpu", "cuda")},
+        kind=Choice(("auto", "cpu", "cuda"), "device"),
     ),
     Option(
         "devices",
@@ -81,6 +92,7 @@ OPTIONS: tuple[Option, ...] = (
         {"metavar": "N"},
         text=positive_text,
         group="cluster",
+        kind=Number(minimum=0, inclusive=False),
     ),
     Option(
         "gpus_per_run",
@@ -90,6 +102,7 @@ OPTIONS: tuple[Option, ...] = (
         {"metavar": "F"},
         text=non_negative_text,
         group="cluster",
+        kind=Number(minimum=0),
     ),
     Option(
         "batch_grid",
@@ -98,6 +111,7 @@ OPTIONS: tuple[Option, ...] = (
         "in one job (each stored as its own run, results as unbatched; default: on for CUDA, off on the CPU)",
         "--batch-grid",
         {"action": "boolean"},
+        kind=Flag(),
     ),
     Option(
         "cuda_graphs",
@@ -107,6 +121,7 @@ OPTIONS: tuple[Option, ...] = (
         "a step that cannot be captured runs on without; default: on where grid batching is on a CUDA device)",
         "--cuda-graphs",
         {"action": "boolean"},
+        kind=Flag(),
     ),
     Option(
         "keep",
@@ -114,6 +129,7 @@ OPTIONS: tuple[Option, ...] = (
         "best: keep each run's best weights in the results folder, for `madsl export RUN_ID`",
         "--keep",
         {"choices": ("none", "best")},
+        kind=Choice(("none", "best"), "keep"),
     ),
     Option(
         "checkpoint_every",
@@ -123,6 +139,9 @@ OPTIONS: tuple[Option, ...] = (
         "--checkpoint-every",
         {"metavar": "SECONDS"},
         text=non_negative_text,
+        kind=Number(
+            minimum=0, unit=" of seconds", hint="how often a run writes its checkpoint, e.g. 60; 0: after every epoch"
+        ),
     ),
     Option(
         "dry_run",
@@ -131,6 +150,7 @@ OPTIONS: tuple[Option, ...] = (
         "estimated time (the FLOPs at this machine's measured training rate); with --format json",
         "--dry-run",
         {"action": "store_true"},
+        kind=Flag(),
     ),
     Option(
         "measure_rate",
@@ -139,6 +159,7 @@ OPTIONS: tuple[Option, ...] = (
         "measured once per device and thread count, and cached)",
         "--measure-rate",
         {"action": "store_true"},
+        kind=Flag(),
     ),
 )
 BY_NAME: Mapping[str, Option] = {option.name: option for option in OPTIONS}
@@ -153,3 +174,12 @@ Execution = dataclasses.make_dataclass(
         "__doc__": "How an evaluation's runs execute (madsl.runner.execute.options); changes no result.",
     },
 )
+
+
+def check_execution(execution: Any) -> None:
+    """Every option given (not None) checked against its declaration, named as its caller wrote
+    it (a keyword of madsl.evaluate, a flag of the command line)."""
+    for option in OPTIONS:
+        value = getattr(execution, option.name)
+        if option.kind is not None and value is not None:
+            option.kind.check(value, Where(), named(option.name))

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 from madsl.errors import Location, MadslError, option
 from madsl.runner.execute.devices import planned_device
 from madsl.runner.execute.jobs import RunJob
-from madsl.runner.plan.overrides import Overrides, SpecEvalWhere, check_spec_settings, overrides_from_spec_eval
+from madsl.runner.plan.overrides import Overrides, check_spec_settings, overrides_from_spec_eval, spec_eval_where
 from madsl.runner.plan.protocols import budgeted_baseline
 from madsl.runner.plan.runs import build_plan
 from madsl.runner.plan.settings import BY_KEY as SETTINGS_BY_KEY
@@ -204,8 +204,8 @@ def plan_spec(
     if registry is None:
         registry, all_tasks = tasks_by_name(None)
     cli = cli or Overrides()
-    where = SpecEvalWhere(getattr(spec, "source_map", None), path)
-    from_spec = overrides_from_spec_eval(getattr(spec, "eval", None), path, where.source_map, task_names=list(registry))
+    where = spec_eval_where(getattr(spec, "source_map", None), path)
+    from_spec = overrides_from_spec_eval(getattr(spec, "eval", None), path, where.places, task_names=list(registry))
     merged = cli.over(from_spec.over(Overrides(protocol=DEFAULT_PROTOCOL)))
     task_objs = [registry[n] for n in resolve_task_names(merged.tasks, all_tasks, registry)]
     # unknown knobs and type errors, reported where they were written

@@ -15,9 +15,9 @@ import dataclasses
 from dataclasses import field
 from typing import Any, Mapping, Sequence
 
-from madsl.errors import Collector, Location, MadslError, did_you_mean
-from madsl.runner.plan.setting_checks import Where
-from madsl.runner.plan.settings import BY_KEY, SETTINGS, SPEC_EVAL_KEYS
+from madsl.errors import Collector, MadslError, did_you_mean
+from madsl.lang.declare import Where
+from madsl.runner.plan.settings import BY_KEY, EVAL_SECTION, SETTINGS
 from madsl.runner.plan.task_settings import apply_setting_overrides, check_setting_keys
 
 
@@ -47,30 +47,10 @@ Overrides = dataclasses.make_dataclass(
 Overrides.__doc__ = "Knobs a user sets on top of a protocol (madsl.runner.plan.settings); None / empty: not set."
 
 
-class SpecEvalWhere:
-    """Where things of a spec's `eval:` section are written (the Spec's source map), for located errors;
-    without a source map (a Spec built from data), just the spec's file."""
-
-    def __init__(self, source_map: Any = None, spec_file: str | None = None):
-        self.source_map, self.spec_file = source_map, spec_file
-
-    def _find(self, part: str, key_path: tuple) -> Location:
-        if self.source_map is not None:
-            try:
-                return getattr(self.source_map, part)(("eval",) + key_path)
-            except (KeyError, AttributeError, TypeError):
-                pass
-        return Location(file=self.spec_file)
-
-    def key(self, *key_path: Any) -> Location:
-        return self._find("key", key_path)
-
-    def value(self, *key_path: Any) -> Location:
-        return self._find("value", key_path)
-
-    def below(self, key: str) -> Where:
-        """The places below `key` of the section, as a setting's check reads them."""
-        return Where(lambda part, path: getattr(self, part)(key, *path))
+def spec_eval_where(source_map: Any = None, spec_file: str | None = None) -> Where:
+    """Where things of a spec's `eval:` section are written (the Spec's source map), for located
+    errors; without a source map (a Spec built from data), just the spec's file."""
+    return Where(source_map, ("eval",), spec_file)
 
 
 def overrides_from_spec_eval(
@@ -82,23 +62,15 @@ def overrides_from_spec_eval(
     """The `eval:` section of a spec as Overrides. Unknown keys and bad values (types, ranges,
     protocol names, and task names when `task_names` is given) are errors, located at the key
     or value in the spec file when `source_map` (the Spec's) is given. Each key is a setting of
-    madsl.runner.plan.settings (`task:` an alias of `tasks:`), checked by its own check."""
+    madsl.runner.plan.settings (`task:` an alias of `tasks:`), read as the declared section
+    `EVAL_SECTION`."""
     section = dict(section or {})
-    where = SpecEvalWhere(source_map, spec_file)
-    for key in section:
-        if key not in SPEC_EVAL_KEYS:
-            raise MadslError(
-                f"eval: unknown key {key!r}",
-                where.key(key),
-                expected=", ".join(SPEC_EVAL_KEYS),
-                hint=did_you_mean(str(key), SPEC_EVAL_KEYS),
-            )
+    where = spec_eval_where(source_map, spec_file)
     if "tasks" in section and "task" in section:
         raise MadslError("eval: give either tasks: or task:, not both", where.key("task"))
     out = Overrides()
-    for key, value in section.items():
-        setting = BY_KEY["tasks" if key == "task" else key]
-        setattr(out, setting.field, setting.check(value, where.below(key), f"eval.{key}"))
+    for key, value in EVAL_SECTION.check(section, where, "eval").items():
+        setattr(out, BY_KEY["tasks" if key == "task" else key].field, value)
     task_key = "tasks" if "tasks" in section else "task"
     if out.tasks is not None and task_names is not None:
         known = ("all", *task_names)
@@ -130,7 +102,7 @@ def check_spec_eval(section: Mapping[str, Any] | None, spec_file: str | None = N
     errors.raise_any()
 
 
-def check_spec_settings(tasks: Sequence, settings: Mapping[str, Any], source: str, where: SpecEvalWhere) -> None:
+def check_spec_settings(tasks: Sequence, settings: Mapping[str, Any], source: str, where: Where) -> None:
     """A spec's `eval.set` against the tasks evaluated: every knob is one of theirs, of its type;
     errors at the knob (unknown) or its value (wrong type) in the spec file."""
     for knob, value in settings.items():

@@ -10,15 +10,15 @@ options. Its declaration carries everything about it:
                 keyword of `cli_overrides` (the Python API's name for it)
     flag        its option of `madsl eval` (None: not on the command line), with the argparse
                 arguments that read it (`cli`: action, metavar, choices; `text` parses one word)
-    check       a value as written in a spec, a sweep file or a Python call -> the checked value,
-                a MadslError located where the value is written otherwise (the general checks:
-                madsl.runner.plan.setting_checks)
+    kind        what its value may be (madsl.lang.declare: a number with its bounds, names, a
+                choice): it checks a value as written in a spec, a sweep file, a search file or a
+                Python call, with a MadslError located where the value is written, and gives the
+                value's JSON Schema
     many        whether it takes several values (a list in YAML, a repeated flag)
     in_sweep    whether a sweep file's `train:` may set it
     identity_default  the value every run made before the setting existed had: a run's identity
                 names the setting only when off it (`options.train_config_identity`), so older
                 run ids stay valid; None where the setting is always part of a run
-    schema      the JSON Schema of its `eval:` value (`madsl schema`)
 
 From this table come `Overrides` (madsl.runner.plan.overrides), the `eval:` keys and their validation
 (`overrides_from_spec_eval`), the `eval` command's options (madsl/cli/evaluate.py), the sweep
@@ -32,12 +32,12 @@ models) changes no result and is not here: those are arguments of `evaluate`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from madsl.errors import MadslError, did_you_mean, option
+from madsl.errors import MadslError, option
+from madsl.lang.declare import Choice, Custom, Key, Kind, Names, Number, Section, Where
 from madsl.runner.common.choices import LM_HEADS, MAX_SEED, METRICS, OPTIMIZERS, PRECISIONS, SCHEDULES
 from madsl.runner.common.records import IDENTITY_DEFAULTS as RECORDED_DEFAULTS
 from madsl.runner.common.words import (
@@ -48,7 +48,6 @@ from madsl.runner.common.words import (
     positive_text,  # noqa: F401 - madsl.cli.arguments reads it here
     seed_text,
 )
-from madsl.runner.plan.setting_checks import Where, as_number, choice, names, numbers
 
 # the choices of the training options (madsl.runner.train.options says what each does), the
 # precisions and the largest seed are defined once, in madsl.runner.common.choices; a setting's
@@ -67,33 +66,32 @@ class Setting:
     field: str
     key: str
     help: str
-    check: Callable[[Any, Where, str], Any]
+    kind: Kind
     flag: str | None = None
     cli: Mapping[str, Any] = field(default_factory=dict)
     text: Callable[[str], Any] | None = None
-    many: bool = False
     in_sweep: bool = False
     identity_default: Any = ALWAYS
-    schema: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def source(self) -> str:
         """How messages name it: its key, or on the command line its flag (madsl.errors.option)."""
         return option(self.key)
 
+    @property
+    def many(self) -> bool:
+        """Whether it takes several values (a list in YAML, a repeated flag)."""
+        return isinstance(self.kind, Names) or getattr(self.kind, "many", False)
+
+    def check(self, value: Any, where: Where, source: str) -> Any:
+        return self.kind.check(value, where, source)
+
+    def declared(self) -> Key:
+        """Its declaration as a key of a file (madsl.lang.declare)."""
+        return Key(self.key, self.kind, self.help, identity=True)
+
 
 # --- checks of values as written (spec eval:, sweep train:, Python calls) --------------------
-
-
-def _protocol(value: Any, where: Where, source: str) -> str:
-    if not isinstance(value, str) or value not in PROTOCOL_NAMES:
-        raise MadslError(
-            f"{source}: unknown protocol {value!r}",
-            where.value(),
-            expected="one of " + ", ".join(PROTOCOL_NAMES),
-            hint=did_you_mean(str(value), PROTOCOL_NAMES),
-        )
-    return value
 
 
 def _task_settings(value: Any, where: Where, source: str) -> dict[str, Any]:
@@ -113,45 +111,12 @@ def _task_settings(value: Any, where: Where, source: str) -> dict[str, Any]:
     return dict(value)
 
 
-def _accuracy(value: Any, where: Where, source: str) -> float:
-    value = as_number(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise MadslError(
-            f"{source}: expected an accuracy in [0, 1), got {value!r}",
-            where.value(),
-            hint="training stops once the eval accuracy exceeds it, e.g. 0.99",
-        )
-    return float(value)
-
-
-def _patience(value: Any, where: Where, source: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise MadslError(
-            f"{source}: expected a number of epochs, at least 1, got {value!r}",
-            where.value(),
-            hint="training stops after this many epochs in a row without an eval-loss improvement",
-        )
-    return value
-
-
-def _min_delta(value: Any, where: Where, source: str) -> float:
-    value = as_number(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise MadslError(
-            f"{source}: expected a non-negative number, got {value!r}",
-            where.value(),
-            hint="the eval-loss decrease that counts as an improvement, e.g. 0.001",
-        )
-    return float(value)
-
-
 # --- the table -------------------------------------------------------------------------------
 
-# YAML 1.1 reads 1e-3 as a string, which the checks take as the number it spells
-_NUMBER = {"anyOf": [{"type": "number"}, {"type": "string", "pattern": r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)$"}]}
-_NUMBER_OR_LIST = {"anyOf": [_NUMBER, {"type": "array", "items": _NUMBER, "minItems": 1}]}
-_INT_OR_LIST = {"oneOf": [{"type": "integer"}, {"type": "array", "items": {"type": "integer"}, "minItems": 1}]}
-_NAME_OR_LIST = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}
+_TASK_SETTINGS = Custom(
+    _task_settings, {"type": "object", "additionalProperties": {"not": {"type": ["object", "null"]}}}
+)
+
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -160,85 +125,73 @@ SETTINGS: tuple[Setting, ...] = (
         "the protocol: smoke (seconds), quick (~10 min per architecture on 2 CPU "
         "cores), baseline (baseline settings, full grid, 200 epochs), paper (every setting; default: the "
         "spec's eval.protocol, else quick)",
-        _protocol,
+        Choice(PROTOCOL_NAMES, "protocol"),
         flag="--protocol",
         cli={"choices": PROTOCOL_NAMES},
-        schema={"enum": list(PROTOCOL_NAMES)},
     ),
     Setting(
         "tasks",
         "tasks",
         "a task name, or all (the six MAD tasks); repeatable (default: the spec's eval.tasks, else all)",
-        names("task names"),
+        Names("task names"),
         flag="--task",
         cli={"action": "append", "metavar": "NAME"},
-        many=True,
-        schema=_NAME_OR_LIST,
     ),
     Setting(
         "settings",
         "set",
         "a task setting, e.g. seq_len=512, or TASK.KEY=VALUE for one task; repeatable",
-        _task_settings,
+        _TASK_SETTINGS,
         flag="--set",
         cli={"action": "append", "metavar": "KEY=VALUE"},
-        schema={"type": "object"},
     ),
     Setting(
         "lrs",
         "lr",
         "learning rate(s) instead of the grid's",
-        numbers(float, minimum=0, inclusive=False),
+        Number(minimum=0, inclusive=False, many=True),
         flag="--lr",
         cli={"action": "append"},
         text=non_negative_text,
-        many=True,
         in_sweep=True,
-        schema=_NUMBER_OR_LIST,
     ),
     Setting(
         "wds",
         "wd",
         "weight decay(s) instead of the grid's",
-        numbers(float, minimum=0, inclusive=True),
+        Number(minimum=0, many=True),
         flag="--wd",
         cli={"action": "append"},
         text=non_negative_text,
-        many=True,
         in_sweep=True,
-        schema=_NUMBER_OR_LIST,
     ),
     Setting(
         "epochs",
         "epochs",
         "training epochs instead of the protocol's",
-        numbers(int, minimum=1, inclusive=True, single=True),
+        Number(integer=True, minimum=1),
         flag="--epochs",
         text=positive_int_text,
         in_sweep=True,
-        schema={"type": "integer", "minimum": 1},
     ),
     Setting(
         "batch_size",
         "batch_size",
         "batch size instead of the protocol's",
-        numbers(int, minimum=1, inclusive=True, single=True),
+        Number(integer=True, minimum=1),
         flag="--batch-size",
         text=positive_int_text,
         in_sweep=True,
-        schema={"type": "integer", "minimum": 1},
     ),
     Setting(
         "seeds",
         "seed",
         "seed(s) of data, init and order (0 to 2^32 - 1)",
-        numbers(int, minimum=0, inclusive=True, maximum=MAX_SEED),
+        Number(integer=True, minimum=0, maximum=MAX_SEED, many=True),
         flag="--seed",
         cli={"action": "append"},
         text=seed_text,
-        many=True,
         in_sweep=True,
-        schema=_INT_OR_LIST,
     ),
     Setting(
         "eval_lengths",
@@ -246,22 +199,18 @@ SETTINGS: tuple[Setting, ...] = (
         "after training, also evaluate the best model at these sequence "
         "lengths (LOW..HIGH: the powers of two from LOW to HIGH, e.g. 64..1048576)",
         # (their range depends on the task: checked against it when the plan is made)
-        numbers(int, minimum=-math.inf, inclusive=True, empty=True),
+        Number(integer=True, many=True, empty=True),
         flag="--eval-lengths",
         cli={"metavar": "L1,L2,...|LOW..HIGH"},
         text=lengths_text,
-        many=True,
-        schema=_INT_OR_LIST,
     ),
     Setting(
         "freeze",
         "freeze",
         "do not train these layers: a symbol (Mb), a tag (#a) or embedding; repeatable",
-        names("layer names (symbols, #tags or embedding)", unique=True),
+        Names("layer names (symbols, #tags or embedding)", unique=True),
         flag="--freeze",
         cli={"action": "append", "metavar": "NAME"},
-        many=True,
-        schema=_NAME_OR_LIST,
     ),
     Setting(
         "precision",
@@ -269,11 +218,10 @@ SETTINGS: tuple[Setting, ...] = (
         "fp32; bf16 (autocast, float32 master weights; exit 2 where the device has "
         "no bf16); auto: bf16 on a CUDA device with bf16, else fp32 (default: the spec's eval.precision, "
         "else fp32)",
-        choice(PRECISIONS, "precision", "bf16 trains in bfloat16 autocast with float32 master weights"),
+        Choice(PRECISIONS, "precision", "bf16 trains in bfloat16 autocast with float32 master weights"),
         flag="--precision",
         cli={"choices": PRECISIONS},
         identity_default=RECORDED_DEFAULTS["precision"],
-        schema={"enum": list(PRECISIONS)},
     ),
     Setting(
         "conventions",
@@ -282,95 +230,88 @@ SETTINGS: tuple[Setting, ...] = (
         "accuracy as the reference implementation (athms/mad-lab) has them; madsl: the paper's text (default: "
         "the spec's eval.conventions, else the protocol's: mad-lab for paper and baseline, madsl for quick "
         "and smoke; docs/tasks.md)",
-        choice(CONVENTIONS, "conventions", "mad-lab: the reference implementation's; madsl: the paper's text"),
+        Choice(CONVENTIONS, "conventions", "mad-lab: the reference implementation's; madsl: the paper's text"),
         flag="--conventions",
         cli={"choices": CONVENTIONS},
         identity_default=RECORDED_DEFAULTS["conventions"],
-        schema={"enum": list(CONVENTIONS)},
     ),
     Setting(
         "optimizer",
         "optimizer",
         "adamw: decoupled weight decay, Table B.1's betas; adam: plain torch Adam "
         "(betas 0.9, 0.999), weight decay coupled",
-        choice(OPTIMIZERS, "optimizer", "adamw: decoupled weight decay; adam: plain torch Adam, coupled weight decay"),
+        Choice(OPTIMIZERS, "optimizer", "adamw: decoupled weight decay; adam: plain torch Adam, coupled weight decay"),
         flag="--optimizer",
         cli={"choices": OPTIMIZERS},
         identity_default=RECORDED_DEFAULTS["optimizer"],
-        schema={"enum": list(OPTIMIZERS)},
     ),
     Setting(
         "schedule",
         "schedule",
         "cosine: decay to the protocol's min lr; constant: the learning rate throughout",
-        choice(SCHEDULES, "schedule", "cosine: decay to min_lr; constant: the learning rate throughout"),
+        Choice(SCHEDULES, "schedule", "cosine: decay to min_lr; constant: the learning rate throughout"),
         flag="--schedule",
         cli={"choices": SCHEDULES},
         identity_default=RECORDED_DEFAULTS["schedule"],
-        schema={"enum": list(SCHEDULES)},
     ),
     Setting(
         "metric",
         "metric",
         "the accuracy the stopping rule reads and runs are scored by: macro "
         "(class-averaged, MAD's) or token (share of scored positions right)",
-        choice(METRICS, "metric", "macro: class-averaged accuracy; token: share of scored positions right"),
+        Choice(METRICS, "metric", "macro: class-averaged accuracy; token: share of scored positions right"),
         flag="--metric",
         cli={"choices": METRICS},
         identity_default=RECORDED_DEFAULTS["metric"],
-        schema={"enum": list(METRICS)},
     ),
     Setting(
         "stop_acc",
         "stop_acc",
         "stop once the eval accuracy exceeds X (default: the protocol's early stop)",
-        _accuracy,
+        Number(minimum=0, maximum=1, below=True, hint="training stops once the eval accuracy exceeds it, e.g. 0.99"),
         flag="--stop-acc",
         cli={"metavar": "X"},
         text=finite_text,
         identity_default=RECORDED_DEFAULTS["stop_acc"],
-        schema=_NUMBER,
     ),
     Setting(
         "patience",
         "patience",
         "stop after P epochs in a row without an eval-loss improvement of more than --min-delta",
-        _patience,
+        Number(
+            integer=True,
+            minimum=1,
+            hint="training stops after this many epochs in a row without an eval-loss improvement",
+        ),
         flag="--patience",
         cli={"metavar": "P"},
         text=positive_int_text,
         identity_default=RECORDED_DEFAULTS["patience"],
-        schema={"type": "integer", "minimum": 1},
     ),
     Setting(
         "min_delta",
         "min_delta",
         "the eval-loss decrease that counts as an improvement (default 0)",
-        _min_delta,
+        Number(minimum=0, hint="the eval-loss decrease that counts as an improvement, e.g. 0.001"),
         flag="--min-delta",
         cli={"metavar": "D"},
         text=non_negative_text,
         identity_default=RECORDED_DEFAULTS["min_delta"],
-        schema=_NUMBER,
     ),
     Setting(
         "lm_head",
         "lm_head",
         "conventions: the LM head the conventions give (mad-lab: untied, with a bias); "
         "spec: the spec's own output layer (tied where the spec says so)",
-        choice(LM_HEADS, "lm_head", "conventions: the conventions' LM head; spec: the spec's own output layer"),
+        Choice(LM_HEADS, "lm_head", "conventions: the conventions' LM head; spec: the spec's own output layer"),
         flag="--lm-head",
         cli={"choices": LM_HEADS},
         identity_default=RECORDED_DEFAULTS["lm_head"],
-        schema={"enum": list(LM_HEADS)},
     ),
 )
 
 BY_FIELD: Mapping[str, Setting] = {s.field: s for s in SETTINGS}
 BY_KEY: Mapping[str, Setting] = {s.key: s for s in SETTINGS}
-# a spec's eval: section also takes `task:` for one task (an alias of `tasks:`)
-SPEC_EVAL_KEYS: tuple[str, ...] = (*(s.key for s in SETTINGS[:2]), "task", *(s.key for s in SETTINGS[2:]))
-SWEEP_TRAIN_KEYS: tuple[str, ...] = tuple(s.key for s in SETTINGS if s.in_sweep)
 # a run's identity names these only when off the value they had before they existed
 IDENTITY_DEFAULTS: Mapping[str, Any] = {
     s.field: s.identity_default for s in SETTINGS if s.identity_default is not ALWAYS
@@ -386,13 +327,23 @@ def check_value(setting: Setting, value: Any, where: Where | None = None, source
     return setting.check(value, where or Where(), source or setting.source)
 
 
+def eval_section() -> Section:
+    """A spec's `eval:` section: the settings as declared keys of a file (madsl.lang.declare), and
+    `task:` for one task (an alias of `tasks:`)."""
+    keys = [s.declared() for s in SETTINGS]
+    keys.insert(2, Key("task", keys[1].kind, "one task (an alias of tasks)", identity=True))
+    return Section("eval:", tuple(keys), description="settings for `madsl eval` (docs/runner.md)")
+
+
+def sweep_train_section() -> Section:
+    """A sweep file's `train:` section: the settings a sweep may set."""
+    return Section("train:", tuple(s.declared() for s in SETTINGS if s.in_sweep))
+
+
+EVAL_SECTION = eval_section()
+SWEEP_TRAIN_SECTION = sweep_train_section()
+
+
 def eval_schema() -> dict[str, Any]:
     """The JSON Schema of a spec's `eval:` section."""
-    properties = {s.key: {**s.schema, "description": s.help} for s in SETTINGS}
-    properties["task"] = {**BY_FIELD["tasks"].schema, "description": "one task (an alias of tasks)"}
-    return {
-        "type": "object",
-        "description": "settings for `madsl eval` (docs/runner.md)",
-        "properties": properties,
-        "additionalProperties": False,
-    }
+    return EVAL_SECTION.schema()

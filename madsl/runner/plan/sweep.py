@@ -36,13 +36,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from madsl.errors import Location, MadslError, did_you_mean
+from madsl.lang.declare import REQUIRED, Choice, Custom, Key, Names, Section, Where
 from madsl.lang.yamlsource import Located, load
-from madsl.runner.plan.setting_checks import Where
-from madsl.runner.plan.settings import BY_KEY as SETTINGS_BY_KEY
-from madsl.runner.plan.settings import SWEEP_TRAIN_KEYS
+from madsl.runner.plan.settings import PROTOCOL_NAMES, SWEEP_TRAIN_SECTION
 
-SWEEP_KEYS = ("specs", "protocol", "tasks", "vary", "train")
-TRAIN_KEYS = SWEEP_TRAIN_KEYS  # the settings a sweep file may set (madsl.runner.plan.settings)
 # spec fields a sweep may vary besides a layer's parameters (`layers.SYMBOL.PARAM`)
 SPEC_FIELDS = ("dim", "vocab", "seq_len", "topology", "channel_mixer", "norm", "tie_embeddings")
 
@@ -55,6 +52,53 @@ MAX_VARIANTS = 4_096
 MAX_VARIANT_LAYERS = 384
 # runs of one sweep's plan: 250 specs at the paper protocol's 396; planning more alone takes minutes and GBs
 MAX_RUNS = 100_000
+
+
+def _vary(value: Any, where: Where, source: str) -> dict[str, list[Any]]:
+    """`vary:`: field paths, each to a non-empty list of values, none twice (the paths are
+    checked against each spec when its variants are made)."""
+    if not isinstance(value, dict):
+        raise MadslError(
+            f"{source}: expected a mapping of field paths to lists of values",
+            where.value(),
+            hint="vary: {dim: [64, 128], layers.H.order: [2, 3]}",
+        )
+    for key, values in value.items():
+        if not isinstance(values, list):
+            raise MadslError(
+                f"{source}.{key}: expected a list of values", where.value(key), hint=f"{key}: [{values!r}]"
+            )
+        if not values:  # an empty axis would make an empty grid: no variant at all
+            raise MadslError(
+                f"{source}.{key}: the list is empty",
+                where.value(key),
+                expected="at least one value",
+                hint=f"list the values to try, or drop vary.{key}",
+            )
+        _once(values, f"{source}.{key}", lambda i, key=key: where.value(key, i))
+    return value
+
+
+SWEEP_FILE = Section(
+    "a sweep file",
+    (
+        Key(
+            "specs",
+            Names("spec files or globs"),
+            "spec files or globs, relative to this file, or bundled:NAME",
+            default=REQUIRED,
+        ),
+        Key("protocol", Choice(PROTOCOL_NAMES, "protocol"), "the protocol of every variant (default: each spec's)"),
+        Key("tasks", Names("task names"), "the tasks, or all (default: each spec's)"),
+        Key(
+            "vary",
+            Custom(_vary, {"type": "object", "additionalProperties": {"type": "array", "minItems": 1}}),
+            "a grid over spec fields (dim, layers.SYMBOL.PARAM, ...): each combination is a variant",
+        ),
+        Key("train", SWEEP_TRAIN_SECTION, "training settings of every run: lr, wd, seed lists; epochs, batch_size"),
+    ),
+    description="a sweep file: specs and a grid of variants for `madsl eval` (docs/runner.md#sweep-files)",
+)
 
 
 @dataclass
@@ -96,29 +140,18 @@ def load_sweep(path: str | Path) -> Sweep:
             f"{path}: a sweep file is a mapping with specs:, protocol:, tasks:, vary:, train:",
             Location(str(path), 1, 1, located.line(1)),
         )
-    for key in data:
-        if key not in SWEEP_KEYS:
-            raise MadslError(
-                f"unknown key {key!r} in a sweep file",
-                located.key((key,)),
-                expected=", ".join(SWEEP_KEYS),
-                hint=did_you_mean(str(key), SWEEP_KEYS),
-            )
-    if "specs" not in data:
-        raise MadslError(
-            "a sweep file needs specs: (spec files or globs)", located.key(()), hint="specs: [specs/paper/hyena-sg.mad]"
-        )
+    values = SWEEP_FILE.check(data, Where(located), "")
     size_at = located.key(("vary",)) if data.get("vary") else located.key(("specs",))
-    grid = _grid(located)
+    grid = [(str(key), items) for key, items in (values.get("vary") or {}).items()]
     _check_variant_count(None, grid, size_at)  # the axes alone, before a folder is searched
     spec_paths = _spec_paths(located)
     _check_variant_count(len(spec_paths), grid, size_at)  # before a spec is read
     sweep = Sweep(
         path=str(path),
         variants=[],
-        protocol=_protocol(located),
-        tasks=_tasks(located),
-        train=_train(located),
+        protocol=values.get("protocol"),
+        tasks=_tasks(located, values.get("tasks")),
+        train=values.get("train") or {},
         where=size_at,
     )
     for spec_path, where, ref in spec_paths:
@@ -212,12 +245,10 @@ def _spec_paths(located: Located) -> list[tuple[Path, Location, str]]:
 
     specs = located.data["specs"]
     patterns = [specs] if isinstance(specs, str) else specs
-    if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) and p.strip() for p in patterns):
-        raise MadslError(
-            "specs: expected a list of spec files or globs",
-            located.value(("specs",)),
-            hint="specs: [specs/paper/hyena-sg.mad, specs/paper/striped-*.mad]",
-        )
+    for index, pattern in enumerate(patterns):
+        if not pattern.strip():
+            where = located.value(("specs", index)) if not isinstance(specs, str) else located.value(("specs",))
+            raise MadslError("specs: expected a spec file or glob, got a blank", where)
     out: dict[Path, tuple[Path, Location, str]] = {}
     for index, pattern in enumerate(patterns):
         where = located.value(("specs", index)) if not isinstance(specs, str) else located.value(("specs",))
@@ -226,29 +257,11 @@ def _spec_paths(located: Located) -> list[tuple[Path, Location, str]]:
     return list(out.values())
 
 
-def _protocol(located: Located) -> str | None:
-    if "protocol" not in located.data:
-        return None
-    from madsl.runner.plan.protocols import PROTOCOLS
-
-    value = located.data["protocol"]
-    if value not in PROTOCOLS:
-        raise MadslError(
-            f"unknown protocol {value!r}",
-            located.value(("protocol",)),
-            expected=", ".join(PROTOCOLS),
-            hint=did_you_mean(str(value), PROTOCOLS),
-        )
-    return value
-
-
-def _tasks(located: Located) -> list[str] | None:
-    if "tasks" not in located.data:
+def _tasks(located: Located, tasks: tuple[str, ...] | None) -> list[str] | None:
+    """The task names given, each a task's (or all)."""
+    if tasks is None:
         return None
     value = located.data["tasks"]
-    tasks = [value] if isinstance(value, str) else value
-    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks):
-        raise MadslError("tasks: expected a task name or a list of them", located.value(("tasks",)))
     from madsl.tasks import TASKS
 
     names = set(TASKS) | {"all"}
@@ -258,27 +271,7 @@ def _tasks(located: Located) -> list[str] | None:
             raise MadslError(
                 f"unknown task {name!r}", where, expected=", ".join(sorted(names)), hint=did_you_mean(name, names)
             )
-    return tasks
-
-
-def _train(located: Located) -> dict[str, Any]:
-    """The sweep's `train:` section: each key a setting of madsl.runner.plan.settings that a sweep may
-    set, checked by that setting's own check, located in the sweep file."""
-    section = located.data.get("train") or {}
-    if not isinstance(section, dict):
-        raise MadslError("train: expected a mapping such as {lr: [5e-4, 1e-3]}", located.value(("train",)))
-    out: dict[str, Any] = {}
-    for key, value in section.items():
-        if key not in TRAIN_KEYS:
-            raise MadslError(
-                f"unknown key {key!r} in train:",
-                located.key(("train", key)),
-                expected=", ".join(TRAIN_KEYS),
-                hint=did_you_mean(str(key), TRAIN_KEYS),
-            )
-        where = Where(lambda part, path, key=key: getattr(located, part)(("train", key, *path)))
-        out[key] = SETTINGS_BY_KEY[key].check(value, where, f"train.{key}")
-    return out
+    return list(tasks)
 
 
 def _once(values: list[Any], name: str, where: Callable[[int], Location]) -> None:
@@ -292,32 +285,6 @@ def _once(values: list[Any], name: str, where: Callable[[int], Location]) -> Non
             repeated = value in values[:index]
         if repeated:
             raise MadslError(f"{name}: {value!r} is given twice", where(index), hint="list each value once")
-
-
-def _grid(located: Located) -> list[tuple[str, list[Any]]]:
-    section = located.data.get("vary") or {}
-    if not isinstance(section, dict):
-        raise MadslError(
-            "vary: expected a mapping of field paths to lists of values",
-            located.value(("vary",)),
-            hint="vary: {dim: [64, 128], layers.H.order: [2, 3]}",
-        )
-    grid = []
-    for key, values in section.items():
-        if not isinstance(values, list):
-            raise MadslError(
-                f"vary.{key}: expected a list of values", located.value(("vary", key)), hint=f"{key}: [{values!r}]"
-            )
-        if not values:  # an empty axis would make an empty grid: no variant at all
-            raise MadslError(
-                f"vary.{key}: the list is empty",
-                located.value(("vary", key)),
-                expected="at least one value",
-                hint=f"list the values to try, or drop vary.{key}",
-            )
-        _once(values, f"vary.{key}", lambda i, key=key: located.value(("vary", key, i)))
-        grid.append((str(key), values))
-    return grid
 
 
 # --- variants --------------------------------------------------------------------------------

@@ -15,8 +15,10 @@ from madsl.errors import MadslError, did_you_mean
 
 
 def parse_set_option(text: str) -> tuple[str, Any]:
-    """`KEY=VALUE` (or `TASK.KEY=VALUE`) from the command line; VALUE is read as YAML."""
+    """`KEY=VALUE` (or `TASK.KEY=VALUE`) from the command line; VALUE is read as a file's values are."""
     import yaml
+
+    from madsl.lang.yamlsource import scalar
 
     if "=" not in text:
         raise MadslError(f"--set {text!r}: expected KEY=VALUE", hint="e.g. --set seq_len=512")
@@ -25,16 +27,11 @@ def parse_set_option(text: str) -> tuple[str, Any]:
     if not key:
         raise MadslError(f"--set {text!r}: the key is empty", hint="e.g. --set seq_len=512")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
+        value = scalar(raw) if raw.strip() else None
+    except (yaml.YAMLError, RecursionError):
         value = raw
     if value is None:
         raise MadslError(f"--set {text!r}: the value is empty", hint="e.g. --set seq_len=512")
-    if isinstance(value, str):  # YAML 1.1 leaves 1e-3 a string
-        try:
-            value = int(value) if value.lstrip("-").isdigit() else float(value)
-        except ValueError:
-            pass
     return key, value
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, overload
 
 from madsl.errors import MadslError
-from madsl.runner.common.choices import TRAIN_FORWARDS  # forward + backward: three forward passes a token
+from madsl.lang.declare import Choice, Either, Key, Kind, Number, Section
+from madsl.runner.common.choices import MAX_SEED, TRAIN_FORWARDS, TRAIN_PRECISIONS
 
 # MAD paper Table C.2: (parameters, learning rate) of its common settings, smallest first
 PAPER_LEARNING_RATES: tuple[tuple[float, float], ...] = (
@@ -75,25 +76,52 @@ def paper_learning_rate(params: float) -> float:
     return lr0 + (lr1 - lr0) * (params - n0) / (n1 - n0)
 
 
+_FRACTION = Number(minimum=0, maximum=1, below=True)  # 0 <= x < 1
+
+
+def _recipe(kind: Kind, help: str, default: Any, required: bool = False) -> Any:
+    """A field a study's `recipe:` may set: its declaration there, and the study's default for it
+    (`required`: the field itself has none, a run is always given one)."""
+    return field(default=MISSING if required else default, metadata={"recipe": (kind, help, default)})
+
+
 @dataclass(frozen=True)
 class PretrainSettings:
     """Everything about how one pretraining run trains (model and data aside). Its fields, with
-    the data's content hash, are the run's identity."""
+    the data's content hash, are the run's identity. A field a study's `recipe:` may set declares
+    its key there (`_recipe`): what its value may be, what it means, the study's default."""
 
     seq_len: int
-    batch_size: int  # sequences per step (tokens per step: batch_size x seq_len)
+    batch_size: int = _recipe(
+        Number(integer=True, minimum=1), "sequences per step (tokens per step: batch_size x seq_len)", 16, required=True
+    )
     steps: int  # optimizer steps: the FLOP budget's (`steps_for_budget`)
-    lr: float
-    seed: int = 0
-    wd: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    warmup: float = 0.01  # a fraction of the steps
-    min_lr_ratio: float = 0.1  # the cosine decays to lr x this
-    grad_clip: float = 1.0  # the gradient's global norm is clipped to this (0: no clipping)
-    eval_every: int = 0  # steps between validation evaluations (0: about 10 along the run)
-    eval_tokens: int = 65536  # validation tokens scored at each evaluation
-    precision: str = "fp32"
+    lr: float = _recipe(
+        Either(
+            (Choice(("paper",), "lr"), Number(minimum=0, inclusive=False)),
+            "expected a number above 0 or `paper`",
+            "paper: Table C.2's learning rate for the model's size",
+        ),
+        "the peak learning rate, or paper: Table C.2's for the model's size",
+        "paper",
+        required=True,
+    )
+    seed: int = _recipe(Number(integer=True, minimum=0, maximum=MAX_SEED), "the seed of init and data order", 0)
+    wd: float = _recipe(Number(minimum=0), "AdamW's weight decay", 0.1)
+    beta1: float = _recipe(_FRACTION, "AdamW's beta1", 0.9)
+    beta2: float = _recipe(_FRACTION, "AdamW's beta2", 0.95)
+    warmup: float = _recipe(_FRACTION, "the linear warmup, a fraction of the steps", 0.01)
+    min_lr_ratio: float = _recipe(_FRACTION, "the cosine decays to lr x this", 0.1)
+    grad_clip: float = _recipe(Number(minimum=0), "the gradient's global norm is clipped to this (0: no clipping)", 1.0)
+    eval_every: int = _recipe(
+        Number(integer=True, minimum=0), "steps between validation evaluations (0: about 10 along the run)", 0
+    )
+    eval_tokens: int = _recipe(Number(integer=True, minimum=1), "validation tokens scored at each evaluation", 65536)
+    precision: str = _recipe(
+        Choice(TRAIN_PRECISIONS, "precision", "bf16 trains in bfloat16 autocast with float32 master weights"),
+        "fp32, or bf16: bfloat16 autocast with float32 master weights",
+        "fp32",
+    )
 
     def identity(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,6 +152,14 @@ class PretrainSettings:
         progress = min(1.0, (step - warmup) / span)
         floor = self.lr * self.min_lr_ratio
         return floor + (self.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+# a study's `recipe:` (madsl.scaling.study): the fields above that declare a key there
+RECIPE = Section(
+    "the recipe",
+    tuple(Key(f.name, *f.metadata["recipe"]) for f in fields(PretrainSettings) if "recipe" in f.metadata),
+    description="how every run of the study trains (MAD paper App. C)",
+)
 
 
 @dataclass(frozen=True)
