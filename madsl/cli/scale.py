@@ -32,6 +32,14 @@ def add_parser(subparsers) -> None:
     )
     add_execution_options(p)
     p.add_argument(
+        "--no-batch",
+        dest="batch_grid",
+        action="store_const",
+        const=False,
+        help="train every run alone (default: runs of one shape, e.g. seed replicates, a learning-rate "
+        "ladder or one size at several budgets, train together as one stacked model)",
+    )
+    p.add_argument(
         "--rate",
         type=positive_number,
         metavar="FLOP/S",

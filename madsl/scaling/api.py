@@ -11,6 +11,7 @@ recipe, filed under the label `scale:<study name>`. Prints nothing (progress goe
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ from madsl.scaling.study import Study, load_study, study_location
 PRETRAIN_TASK = "pretrain"
 LABEL_PREFIX = "scale:"
 MAX_LOSS = 1e3  # nats a token: ~45 times a uniform guess over 2^32 tokens; no run ends its budget there
+# runs in one stack: on 2 CPU cores 4 same-shape members step together ~1.0-1.4x as fast as one
+# by one (benchmarks/RESULTS.md); more members hold more memory for no more gain
+MAX_STACK = 8
 MIN_RATE = 1.0  # FLOP/s: a rate stated below it is a slip of the exponent (and makes the hours overflow)
 
 
@@ -223,12 +227,41 @@ def study_cost(
     }
 
 
-def _jobs(plan: StudyPlan, db: str | os.PathLike, device: str, checkpoint_every: float | None) -> list[Any]:
-    from madsl.runner.pretrain.job import PretrainJob
+def _labels(plan: StudyPlan) -> list[str]:
+    study = plan.study
+    ladder = isinstance(study.recipe.get("lr"), list)
+    return [run.label(ladder, study.seeds > 1) for run in plan.runs]
+
+
+def _show_stacks(cost: dict, plan: StudyPlan, batch: bool) -> None:
+    """The plan's rows with each run's seed and the stack it trains in (s1, s2, ...; None: alone)."""
+    cost["stacked"] = batch
+    numbered = [members for members in stacks(plan, batch) if len(members) > 1]
+    stack_of = {i: f"s{k + 1}" for k, members in enumerate(numbered) for i in members}
+    for index, (row, run) in enumerate(zip(cost["runs"], plan.runs)):
+        row.update(seed=run.settings.seed, stack=stack_of.get(index))
+    cost["stacks"] = [[cost["runs"][i]["run_id"] for i in members] for members in numbered]
+
+
+def stacks(plan: StudyPlan, batch: bool = True) -> list[list[int]]:
+    """The study's runs (indices of plan.runs) grouped into stacks: runs of one model (its spec
+    hash) and of the settings a step shares (length, batch size, precision, evaluation windows,
+    betas) train as one stacked model (madsl.runner.pretrain.stacked), at most MAX_STACK
+    together; a run of its own shape is a stack of one. `batch` False: every run alone."""
+    groups: dict[tuple, list[int]] = {}
+    for index, run in enumerate(plan.runs):
+        s = run.settings
+        shape = (run.spec.hash, s.seq_len, s.batch_size, s.precision, s.eval_tokens, s.beta1, s.beta2)
+        groups.setdefault(shape if batch else (index,), []).append(index)
+    return [members[i : i + MAX_STACK] for members in groups.values() for i in range(0, len(members), MAX_STACK)]
+
+
+def _jobs(plan: StudyPlan, db: str | os.PathLike, execution: Any, batch: bool) -> list[Any]:
+    from madsl.runner.pretrain.job import PretrainJob, PretrainStackJob
     from madsl.runner.store.files import StoreFiles
 
-    files = StoreFiles(db)
-    return [
+    files, labels = StoreFiles(db), _labels(plan)
+    runs = [
         PretrainJob(
             run_id=run_id,
             spec=run.spec,
@@ -237,12 +270,22 @@ def _jobs(plan: StudyPlan, db: str | os.PathLike, device: str, checkpoint_every:
             checkpoint_path=str(files.checkpoint_path(run_id)),
             data_dtype=plan.study.data_dtype,
             data_vocab=plan.study.data_vocab,
-            device=device,
-            label=f"{run.arch} {run.size} @ {run.budget:.2g}",
-            checkpoint_every_s=checkpoint_every,
+            device=execution.device,
+            label=label,
+            checkpoint_every_s=execution.checkpoint_every,
         )
-        for run, run_id in zip(plan.runs, plan.run_ids)
+        for run, run_id, label in zip(plan.runs, plan.run_ids, labels)
     ]
+    jobs = []
+    for members in stacks(plan, batch):
+        if len(members) == 1:
+            jobs.append(runs[members[0]])
+            continue
+        first = plan.runs[members[0]]
+        stack_id = "stack-" + hashlib.sha256("".join(plan.run_ids[i] for i in members).encode()).hexdigest()[:16]
+        label = f"{first.arch} {first.size}: {len(members)} runs stacked"
+        jobs.append(PretrainStackJob(stack_id, [runs[i] for i in members], execution.device, label))
+    return jobs
 
 
 def _register(store: Any, plan: StudyPlan) -> None:
@@ -267,8 +310,16 @@ def _check_options(execution: Any, flops_per_second: float | None) -> None:
         )
     if execution.keep not in (None, "none"):
         raise MadslError(f"{option('keep')}: a pretraining run keeps no weights")
-    if execution.batch_grid:
-        raise MadslError(f"{option('batch_grid')}: pretraining runs train one at a time (their shapes differ)")
+
+
+def _stacking(execution: Any, where: Any) -> bool:
+    """Whether same-shape runs train as stacks: by default with the local executors (--no-batch: alone)."""
+    if where.ray is not None and execution.batch_grid:
+        raise MadslError(
+            f"{option('batch_grid')}: stacked pretraining runs with the local executors only (Ray runs each run alone)",
+            hint=f"drop {option('batch_grid')}, or use {option('executor')} local",
+        )
+    return where.ray is None and execution.batch_grid is not False
 
 
 def scale(
@@ -295,6 +346,7 @@ def scale(
     _check_options(execution, flops_per_second)
     check_store(execution)
     where = place(execution, stacked=False)
+    batch = _stacking(execution, where)
     if precision not in (None, *PRECISIONS):
         raise MadslError(
             f"{option('precision')} must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}, got {precision!r}"
@@ -309,10 +361,11 @@ def scale(
             execution.device,
             bool(execution.measure_rate),
         )
+        _show_stacks(cost, plan, batch)
         if execution.dry_run:
             return {"db": str(execution.db), "plan": cost}
         reporter.plan(cost, [])
-    jobs = _jobs(plan, execution.db, execution.device, execution.checkpoint_every)
+    jobs = _jobs(plan, execution.db, execution, batch)
     outcome = run(
         jobs, execution, reporter=reporter, stop=stop, register=lambda store: _register(store, plan), placement=where
     )
@@ -330,13 +383,17 @@ def scale(
 
 def study_points(plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB, problems: list[str] | None = None) -> list[Any]:
     """The finished runs of a study as IsoFLOP points (madsl.scaling.fits.ScalePoint): the final
-    validation loss of each, with its parameters, tokens and total state. The database is
-    untrusted input: a finished run whose loss is not a positive finite number (text, bytes,
-    0, negative, infinite, missing) is left out and named, with the database, in `problems`."""
+    validation loss of each model (architecture, budget, size), with its parameters, tokens and
+    total state. Where the study has a learning-rate ladder, a model's loss is its best rate's
+    (per seed: the tuned run, as the paper tunes each model); with seed replicates, the mean over
+    the seeds that finished. The database is untrusted input: a finished run whose loss is not a
+    positive finite number (text, bytes, 0, negative, infinite, missing) is left out and named,
+    with the database, in `problems`."""
     from madsl.scaling.fits import ScalePoint
 
     stored = _done(db, plan.run_ids)
-    points = []
+    models: dict[tuple, dict[int, float]] = {}  # (arch, budget, size) -> seed -> its best loss
+    first: dict[tuple, ScaleRun] = {}
     for run, run_id in zip(plan.runs, plan.run_ids):
         row = stored.get(run_id)
         if row is None or row["status"] != "done" or row["diverged_epoch"] is not None:
@@ -350,17 +407,21 @@ def study_points(plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB, problems: 
                     f"FLOPs) is done with a final loss of {_shown(loss)}, {why}; left out"
                 )
             continue
-        points.append(
-            ScalePoint(
-                arch=run.arch,
-                budget=run.budget,
-                params=float(run.params),
-                tokens=float(run.tokens),
-                loss=float(loss),
-                state=float(run.state),
-            )
+        key = (run.arch, run.budget, run.size)
+        first.setdefault(key, run)
+        seeds = models.setdefault(key, {})
+        seeds[run.settings.seed] = min(float(loss), seeds.get(run.settings.seed, math.inf))
+    return [
+        ScalePoint(
+            arch=run.arch,
+            budget=run.budget,
+            params=float(run.params),
+            tokens=float(run.tokens),
+            loss=sum(models[key].values()) / len(models[key]),
+            state=float(run.state),
         )
-    return points
+        for key, run in first.items()
+    ]
 
 
 def _bad_loss(loss: Any) -> str | None:

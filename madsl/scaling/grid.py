@@ -37,6 +37,11 @@ class ScaleRun:
     flops_per_token: float  # training FLOPs (forward + backward) per token
     settings: PretrainSettings
 
+    def label(self, ladder: bool = False, replicates: bool = False) -> str:
+        """`arch size @ budget`, with the learning rate and seed where the study has several."""
+        more = (f" lr {self.settings.lr:.3g}" if ladder else "") + (f" seed {self.settings.seed}" if replicates else "")
+        return f"{self.arch} {self.size} @ {self.budget:.2g}{more}"
+
     @property
     def tokens(self) -> int:
         return self.settings.tokens
@@ -87,18 +92,28 @@ def _width_for(spec: Any, size: Size, vocab: int, seq_len: int, name: str) -> tu
     return best[1], best[2]
 
 
-def _settings(study: Study, group: BudgetGroup, params: int, flops_per_token: float, where: str) -> PretrainSettings:
+def _settings(
+    study: Study, group: BudgetGroup, params: int, flops_per_token: float, where: str
+) -> list[PretrainSettings]:
+    """The settings of a sized model's runs in a group: one per learning rate of the recipe's
+    ladder and seed replicate (ladder outer, seeds inner)."""
     recipe = dict(study.recipe)
-    lr = recipe.pop("lr", "paper")
+    lrs = recipe.pop("lr", "paper")
+    first_seed = recipe.pop("seed", 0)
     tokens_per_step = group.batch_size * study.seq_len
     steps = steps_for_budget(group.flops, flops_per_token, tokens_per_step, where)
-    return PretrainSettings(
-        seq_len=study.seq_len,
-        batch_size=group.batch_size,
-        steps=steps,
-        lr=paper_learning_rate(params) if lr == "paper" else float(lr),
-        **recipe,
-    )
+    return [
+        PretrainSettings(
+            seq_len=study.seq_len,
+            batch_size=group.batch_size,
+            steps=steps,
+            lr=paper_learning_rate(params) if lr == "paper" else float(lr),
+            seed=first_seed + replicate,
+            **recipe,
+        )
+        for lr in (lrs if isinstance(lrs, list) else [lrs])
+        for replicate in range(study.seeds)
+    ]
 
 
 def _sized(study: Study, arch: str, size: Size, vocab: int) -> tuple[Any, dict[str, int]]:
@@ -117,7 +132,8 @@ def _sized(study: Study, arch: str, size: Size, vocab: int) -> tuple[Any, dict[s
 
 
 def plan_study(study: Study, vocab: int) -> list[ScaleRun]:
-    """Every run of the study (architecture x budget x size), sized and accounted; a size an
+    """Every run of the study (architecture x budget x size x learning rate x seed replicate), sized
+    and accounted; a size an
     architecture cannot take is an error located at the size, a budget smaller than one step of
     a model one located at the budget."""
     runs = []
@@ -131,14 +147,14 @@ def plan_study(study: Study, vocab: int) -> list[ScaleRun]:
                 name = f"{arch}-{size.label()}"
                 flops_per_token = train_flops_per_token(totals["flops"], study.seq_len)
                 try:
-                    settings = _settings(
+                    every = _settings(
                         study, group, totals["params"], flops_per_token, f"{name} at budget {group.flops:.3g}: "
                     )
                 except MadslError as err:
                     if err.location.file is None:
                         err.location = study_location(study, *(group.where or ("budgets",)))
                     raise
-                runs.append(
+                runs += [
                     ScaleRun(
                         arch,
                         group.flops,
@@ -149,5 +165,6 @@ def plan_study(study: Study, vocab: int) -> list[ScaleRun]:
                         flops_per_token,
                         settings,
                     )
-                )
+                    for settings in every
+                ]
     return runs

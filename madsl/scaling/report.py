@@ -136,7 +136,9 @@ def study_report(
     plan = plan_study_file(study_path, db)
     problems: list[str] = []
     points = study_points(plan, db, problems)
-    report = StudyReport(plan.study.name, points, runs_total=len(plan.runs), problems=problems)
+    # a model (architecture, budget, size) is one point however many runs its ladder and seeds make
+    models = len({(run.arch, run.budget, run.size) for run in plan.runs})
+    report = StudyReport(plan.study.name, points, runs_total=models, problems=problems)
     for point in points:
         bpb = plan.tokens.bits_per_byte(point.loss)
         if bpb is not None:
@@ -234,7 +236,7 @@ def _ppl(loss: float, width: int) -> str:
 def render_report(report: StudyReport) -> str:
     """The report as text: optima per group, exponents, parametric fits, state, correlation, problems."""
     lines = [
-        f"study {report.study}: {len(report.points)} of {report.runs_total} runs done",
+        f"study {report.study}: {len(report.points)} of {report.runs_total} models done",
         "",
         "IsoFLOP optima (approach 2)",
         f"  {'arch':<18} {'budget':>8} {'N*':>10} {'D*':>11} {'loss*':>7} {'ppl*':>7}  bracketed",

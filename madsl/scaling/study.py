@@ -11,7 +11,9 @@ data and training recipe, read with every problem located (file, line, column).
     sizes:                              # each: a width and a depth, or a parameter target
       - {dim: 32, repeat: 1}
       - {params: 2e5, repeat: 2}        # the width whose model is closest to 200k parameters
-    recipe: {batch_size: 16, lr: paper} # madsl.runner.pretrain.recipe.PretrainSettings' fields
+    seeds: 3                            # seed replicates of every run (default 1)
+    recipe: {batch_size: 16, lr: paper} # madsl.runner.pretrain.recipe.PretrainSettings' fields;
+                                        # lr: [1e-3, 3e-3] is a ladder: a run each
 
 A size's `repeat` repeats the spec's topology (its depth), `dim` sets its width; a `params`
 target is met by the width (a multiple of `dim_step`, 16 unless given) closest to it. The study's
@@ -31,9 +33,11 @@ from madsl.errors import Location, MadslError
 from madsl.lang.declare import REQUIRED, Choice, Custom, Key, Number, Section, Text, Where
 from madsl.lang.yamlsource import load
 from madsl.paths import safe_file_name
+from madsl.runner.common.choices import MAX_SEED
 from madsl.runner.pretrain.recipe import RECIPE  # (torch-free: the study reader stays light)
 
 MAX_RUNS = 10_000  # a study is a grid of runs someone trains; more is a typo
+MAX_SEEDS = 1_000  # replicates of one run; more is a typo (MAX_RUNS bounds the whole grid)
 MAX_BUDGET = 1e30  # FLOPs; the largest training runs to date spend ~1e26: more is a typo (and overflows hours)
 TOKEN_DTYPES = ("uint16", "uint32")  # madsl.corpus.info.DTYPES (not imported: the study reader stays light)
 
@@ -108,6 +112,13 @@ STUDY_FILE = Section(
             REQUIRED,
         ),
         Key("sizes", Custom(lambda v, w, s: v, _SIZES_SCHEMA), "the model sizes of every budget"),
+        Key(
+            "seeds",
+            Number(integer=True, minimum=1, maximum=MAX_SEEDS),
+            "seed replicates of every run: seeds recipe.seed, recipe.seed + 1, ... (each its own "
+            "initialisation and data order)",
+            1,
+        ),
         Key("recipe", RECIPE, RECIPE.description),
     ),
     description="a madsl IsoFLOP study (docs/scaling.md)",
@@ -149,6 +160,7 @@ class Study:
     spec_paths: dict[str, str]
     budgets: list[BudgetGroup]
     recipe: dict[str, Any] = field(default_factory=dict)
+    seeds: int = 1  # replicates of every run, seeds recipe.seed, recipe.seed + 1, ...
     data_dtype: str | None = None
     data_vocab: int | None = None
     description: str = ""
@@ -270,11 +282,19 @@ def load_study(path: str | Path) -> Study:
         spec_paths=spec_paths,
         budgets=_budgets(where, data, batch_size),
         recipe=recipe,
+        seeds=data.get("seeds", 1),
         data_dtype=data.get("data_dtype"),
         data_vocab=data.get("data_vocab"),
         description=data.get("description") or "",
     )
-    runs = len(specs) * sum(len(g.sizes) for g in study.budgets)
+    if recipe.get("seed", 0) + study.seeds - 1 > MAX_SEED:
+        raise MadslError(
+            f"seeds: {study.seeds:,} replicates from seed {recipe.get('seed', 0):,} go past {MAX_SEED:,} (2^32 - 1)",
+            where.value("seeds"),
+        )
+    lrs = recipe.get("lr", "paper")
+    ladder = len(lrs) if isinstance(lrs, list) else 1
+    runs = len(specs) * sum(len(g.sizes) for g in study.budgets) * study.seeds * ladder
     if runs > MAX_RUNS:
         raise MadslError(f"the study has {runs:,} runs; at most {MAX_RUNS:,}", where.value("budgets"))
     return study

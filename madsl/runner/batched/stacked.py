@@ -40,7 +40,7 @@ import torch
 
 from madsl.conventions import MAD_LAB
 from madsl.runner.batched import compile as stacked_compile
-from madsl.runner.batched.flat import FlatParameters
+from madsl.runner.batched.flat import FlatParameters, adamw_update, stack_members, write_back
 from madsl.runner.batched.replay import HostUpload, ReplayedStep
 from madsl.runner.train.metrics import MetricAccumulator, eval_batch_size, metric_increments, task_loss
 from madsl.runner.train.precision import autocast
@@ -49,13 +49,13 @@ from madsl.runner.train.precision import autocast
 GENERIC_MODULES = ("torch.nn.modules.", "madsl.model", "madsl.runner.train.heads")
 
 
-def _batches(module: torch.nn.Module) -> bool:
+def batchable_layers(module: torch.nn.Module) -> bool:
     """A module stacks if it declares so (for itself and its submodules: a layer owns its
     filters and projections), or is a generic container whose children all stack."""
     declared = getattr(type(module), "stacks", None)
     if declared is not None:
         return bool(declared)
-    return type(module).__module__.startswith(GENERIC_MODULES) and all(_batches(c) for c in module.children())
+    return type(module).__module__.startswith(GENERIC_MODULES) and all(batchable_layers(c) for c in module.children())
 
 
 def batchable(models: Sequence[torch.nn.Module]) -> bool:
@@ -64,7 +64,7 @@ def batchable(models: Sequence[torch.nn.Module]) -> bool:
     every layer declaring `stacks`."""
     first = models[0]
     shapes = [{k: (v.shape, v.requires_grad) for k, v in m.named_parameters()} for m in models]
-    return getattr(first, "kind", None) == "classes" and _batches(first) and all(s == shapes[0] for s in shapes)
+    return getattr(first, "kind", None) == "classes" and batchable_layers(first) and all(s == shapes[0] for s in shapes)
 
 
 class StackedMembers:
@@ -92,52 +92,7 @@ class StackedMembers:
     # --- stacking and writing back ----------------------------------------------------------
     def _load(self) -> None:
         """Stack the members' current weights and optimizer moments (fresh or resumed)."""
-        models = [dict(s.model.named_parameters()) for s in self.states]
-        # the optimizer group of each parameter (build_optimizer: decayed or not); members share the layout
-        by_id = {id(p): name for name, p in models[0].items()}
-        self.group_of = {
-            by_id[id(p)]: index
-            for index, group in enumerate(self.states[0].optimizer.param_groups)
-            for p in group["params"]
-        }
-        self.frozen = {
-            name: torch.stack([m[name].detach() for m in models]).clone()
-            for name in self.names
-            if name not in self.trainable
-        }
-        steps = set()
-        moments: dict[str, list[dict]] = {}
-        for name in self.trainable:
-            moments[name] = [s.optimizer.state.get(m[name], {}) for s, m in zip(self.states, models)]
-            steps |= {int(x["step"]) if "step" in x else 0 for x in moments[name]}
-        if len(steps) > 1:
-            raise ValueError(f"members at different optimizer steps {sorted(steps)}")
-        self.step_count = steps.pop() if steps else 0
-        layout: dict[tuple, list[str]] = {}  # (optimizer group, dtype) -> its parameters, in order
-        for name in self.trainable:
-            layout.setdefault((self.group_of[name], models[0][name].dtype), []).append(name)
-        self.flats = []
-        for (group, _), names in layout.items():
-
-            def stacks(member_tensor: Callable[[int, str], torch.Tensor]) -> list[torch.Tensor]:
-                return [torch.stack([member_tensor(i, name).detach() for i in range(len(models))]) for name in names]
-
-            self.flats.append(
-                FlatParameters(
-                    group,
-                    names,
-                    [tuple(models[0][name].shape) for name in names],
-                    {
-                        "param": stacks(lambda i, name: models[i][name]),
-                        "exp_avg": stacks(
-                            lambda i, name: moments[name][i].get("exp_avg", torch.zeros_like(models[i][name]))
-                        ),
-                        "exp_avg_sq": stacks(
-                            lambda i, name: moments[name][i].get("exp_avg_sq", torch.zeros_like(models[i][name]))
-                        ),
-                    },
-                )
-            )
+        self.frozen, self.flats, self.step_count = stack_members(self.states, self.trainable)
         self._restart()
 
     def _restart(self) -> None:
@@ -171,23 +126,10 @@ class StackedMembers:
     def sync(self) -> None:
         """Write each member's slice of the weights, moments and the epoch's train-metric sums back into its
         RunState, in the layout of torch's AdamW (so its checkpoint is the unbatched run's)."""
-        with torch.no_grad():
+        write_back(self.states, self.params, (self.exp_avg, self.exp_avg_sq), self.step_count)
+        if self.train_sums is not None:  # the epoch's sums so far are the stack's
             for i, state in enumerate(self.states):
-                params = dict(state.model.named_parameters())
-                for name in self.names:
-                    params[name].copy_(self.params[name][i])
-                for name in self.trainable:
-                    if self.step_count:
-                        p = params[name]
-                        state.optimizer.state[p] = {
-                            "step": torch.tensor(float(self.step_count), dtype=torch.float32, device=p.device)
-                            if _fused(state.optimizer)
-                            else torch.tensor(float(self.step_count)),
-                            "exp_avg": self.exp_avg[name][i].clone(),
-                            "exp_avg_sq": self.exp_avg_sq[name][i].clone(),
-                        }
-                if self.train_sums is not None:  # the epoch's sums so far are the stack's
-                    state.train_metrics.load_state_dict({key: sums[i] for key, sums in self.train_sums.items()})
+                state.train_metrics.load_state_dict({key: sums[i] for key, sums in self.train_sums.items()})
 
     def load_metrics(self) -> None:
         """Continue each member's train-metric sums (a resumed epoch's, or the zeros of a new
@@ -237,7 +179,7 @@ class StackedMembers:
     def _train_compute(self, inputs: torch.Tensor, targets: torch.Tensor, cache: bool) -> None:
         """A step's device work, from its input buffers and `hyper`."""
         losses, outputs, loss_sums = torch.func.vmap(self._member_forward(cache))(self.params, inputs, targets)
-        _forget_aux_losses(self.template)
+        forget_aux_losses(self.template)
         for flat in self.flats:
             flat.grad.zero_()  # the parameters' .grad are views of it: the backward adds into them
         losses.sum().backward()
@@ -262,16 +204,12 @@ class StackedMembers:
         exp_avg_sq: torch.Tensor,
     ) -> None:
         """One flat group's update, in place (the flat's own tensors, or a compiled step's arguments)."""
-        beta1, beta2 = self.betas
         members = len(self.states)
-        lr, correction1, correction2_sqrt = hyper[:members], hyper[members], hyper[members + 1]
-        step_size = lr / correction1
-        # per element: its member's values
-        param.mul_((1 - lr * self.decay[flat.group]).index_select(0, flat.member_of))
-        exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        denom = (exp_avg_sq.sqrt() / correction2_sqrt).add_(self.eps)
-        param.sub_(step_size.index_select(0, flat.member_of) * exp_avg / denom)
+        corrections = (hyper[members], hyper[members + 1])
+        decay = self.decay[flat.group]
+        adamw_update(
+            flat, grad, (exp_avg, exp_avg_sq), hyper[:members], decay, corrections, self.betas, self.eps, param
+        )
 
     @torch.no_grad()
     def _add_sums(
@@ -315,7 +253,7 @@ class StackedMembers:
         """An evaluation batch's device work, from its input buffers."""
         with torch.no_grad():
             _, outputs, loss_sums = torch.func.vmap(self._member_forward(cache))(self.params, inputs, targets)
-            _forget_aux_losses(self.template)
+            forget_aux_losses(self.template)
             self._add_sums(self.eval_sums, outputs, targets, loss_sums)
 
     # --- compiled (opt-in: madsl.runner.batched.compile) --------------------------------------
@@ -338,7 +276,7 @@ class StackedMembers:
             losses, outputs, loss_sums = torch.func.vmap(self._member_forward(False))(
                 self._weights(leaves), inputs, targets
             )
-            _forget_aux_losses(self.template)
+            forget_aux_losses(self.template)
             grads = torch.autograd.grad(losses.sum(), leaves)
             with torch.no_grad():
                 for flat, param, grad, exp_avg, exp_avg_sq in zip(self.flats, params, grads, exp_avgs, exp_avg_sqs):
@@ -371,7 +309,7 @@ class StackedMembers:
                 _, outputs, loss_sums = torch.func.vmap(self._member_forward(False))(
                     self._weights(params), inputs, targets
                 )
-                _forget_aux_losses(self.template)
+                forget_aux_losses(self.template)
                 self._add_sums(dict(zip(keys, sums)), outputs, targets, loss_sums)
 
         compiled = stacked_compile.CompiledInPlace(batch, "evaluation")
@@ -392,13 +330,9 @@ def member_batch(splits: Sequence[torch.Tensor], rows: Sequence[Any]) -> torch.T
     return torch.stack([split[r] for split, r in zip(splits, rows)])
 
 
-def _forget_aux_losses(model: torch.nn.Module) -> None:
+def forget_aux_losses(model: torch.nn.Module) -> None:
     """Drop the members' auxiliary losses the vmapped forward left on the template's layers
     (tensors of a finished vmap level; the template is the first member's own model)."""
     for module in model.modules():
         if isinstance(getattr(module, "aux_loss", None), torch.Tensor):
             module.aux_loss = None
-
-
-def _fused(optimizer: torch.optim.Optimizer) -> bool:
-    return bool(optimizer.param_groups[0].get("fused"))

@@ -2,12 +2,14 @@
 (picklable: the sized Spec, the settings, the token folder) and executes itself, reporting the
 same events as a MAD run (started, progress, an "epoch" per evaluation, finished), so the
 coordinator, the results store, the local and Ray executors, resume after a kill and Ctrl-C work
-for it unchanged. Nothing here touches the results store.
+for it unchanged. `PretrainStackJob` is runs of one shape trained together as one stacked model
+(madsl.runner.pretrain.stacked), a group job whose members report as themselves. Nothing here
+touches the results store.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -85,3 +87,105 @@ class PretrainJob:
             ), {}
 
         report_run(self.run_id, self.device, emit, train)
+
+
+@dataclass
+class PretrainStackJob:
+    """Pretraining runs of one shape (`members`, PretrainJobs) trained as one stacked model; the
+    coordinator and the store see the members' run ids only. Members that cannot stack (a layer
+    without a stacked form, or resumed at different steps) train in stacks of their own step, or
+    alone."""
+
+    run_id: str  # names the stack for executors
+    members: list[PretrainJob] = field(default_factory=list)
+    device: str = "auto"
+    label: str = ""
+
+    def execute(self, emit: Callable[[Any], None], should_stop: Callable[[], bool]) -> None:
+        execute_stack(self, emit, should_stop)
+
+
+def execute_stack(stack: PretrainStackJob, emit: Callable[[Any], None], should_stop: Callable[[], bool]) -> None:
+    """Open every member (a finished one reports its result), train the others in stacks of one
+    step each (a member that stacks with none trains alone), and report each member as it
+    finishes, stops or fails. Never raises."""
+    import os
+    import traceback
+
+    from madsl.runner.execute.jobs import Event
+    from madsl.runner.train.device import resolve_device
+    from madsl.runner.train.loop import RunInterrupted
+
+    finished: set[str] = set()
+    try:
+        device = resolve_device(stack.device)
+        for job in stack.members:
+            emit(Event("started", job.run_id, {"pid": os.getpid(), "device": str(device)}))
+        _train_members(stack, emit, should_stop, device, finished)
+    except RunInterrupted as err:
+        for job in stack.members:
+            if job.run_id not in finished:
+                emit(Event("interrupted", job.run_id, {"message": str(err)}))
+    except BaseException as err:  # noqa: BLE001 - report, never take the executor down
+        for job in stack.members:
+            if job.run_id not in finished:
+                error = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+                emit(Event("failed", job.run_id, error))
+
+
+def _train_members(
+    stack: PretrainStackJob, emit: Callable[[Any], None], should_stop: Callable[[], bool], device: Any, finished: set
+) -> None:
+    from madsl.runner.execute.jobs import job_hooks
+    from madsl.runner.pretrain.loop import open_pretrain, pretrain_run
+    from madsl.runner.pretrain.stacked import pretrain_stack, stackable
+    from madsl.runner.train.checkpoint import save_checkpoint
+    from madsl.runner.train.metrics import RunResult
+    from madsl.runner.train.precision import configure_device
+
+    configure_device(device)
+    first = stack.members[0]
+    tokens = open_text(first.data_dir, first.data_dtype, first.data_vocab)
+    jobs, by_step = {job.run_id: job for job in stack.members}, {}
+    for job in stack.members:
+        path, build = Path(job.checkpoint_path), job.build_model(tokens.info.vocab_size)
+        state = open_pretrain(job.settings, build, device, path, job.run_id)
+        if isinstance(state, RunResult):
+            _finished(emit, job.run_id, state, device, 1, finished)
+        else:
+            by_step.setdefault(state.step, []).append(state)
+
+    def save(state: Any, done: bool, size: int) -> None:
+        result = state.result() if done else None
+        save_checkpoint(Path(jobs[state.run_id].checkpoint_path), state.to_checkpoint(result))
+        if done:
+            _finished(emit, state.run_id, result, device, size, finished)
+
+    for states in by_step.values():
+        if len(states) > 1 and stackable(states):
+            datas = [TokenBatches(tokens, s.settings) for s in states]
+            hooks = [job_hooks(jobs[s.run_id], emit, should_stop) for s in states]
+            pretrain_stack(states, datas, hooks, lambda s, done, n=len(states): save(s, done, n), device)
+            continue
+        for state in states:  # alone: the one-by-one loop, from the checkpoint it opened
+            job = jobs[state.run_id]
+            result = pretrain_run(
+                job.settings,
+                job.build_model(tokens.info.vocab_size),
+                TokenBatches(tokens, job.settings),
+                device=device,
+                checkpoint_path=Path(job.checkpoint_path),
+                hooks=job_hooks(job, emit, should_stop),
+                run_id=job.run_id,
+            )
+            _finished(emit, job.run_id, result, device, 1, finished)
+
+
+def _finished(emit: Callable[[Any], None], run_id: str, result: Any, device: Any, stacked: int, done: set) -> None:
+    import torch
+
+    from madsl.runner.execute.jobs import Event
+
+    data = {"result": result.to_dict(), "device": str(device), "threads": torch.get_num_threads(), "stacked": stacked}
+    emit(Event("finished", run_id, data))
+    done.add(run_id)

@@ -139,7 +139,7 @@ def open_pretrain(
     return state
 
 
-def _tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
+def as_tokens(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64)).to(device)
 
 
@@ -171,7 +171,7 @@ def evaluate_text(
     model.eval()
     loss_sum, correct, tokens = 0.0, 0, 0
     for x_np, y_np in batches:
-        x, y = _tensor(x_np, device), _tensor(y_np, device)
+        x, y = as_tokens(x_np, device), as_tokens(y_np, device)
         with autocast(precision, device):
             logits = model(x)
         logits = logits.float().reshape(-1, logits.shape[-1])
@@ -184,8 +184,14 @@ def evaluate_text(
 
 
 def _record(state: PretrainState, data: TextBatches, device: torch.device, seconds: float) -> EpochMetrics:
-    """Score the validation split now; the train loss is the mean since the last evaluation."""
+    """Score the validation split now and record it."""
     evaluation = evaluate_text(state.model, data.eval_batches(), device, state.settings.precision)
+    return record_evaluation(state, evaluation, seconds)
+
+
+def record_evaluation(state: PretrainState, evaluation: dict[str, float], seconds: float) -> EpochMetrics:
+    """Record an evaluation (loss, ppl, acc) as the run's next "epoch"; the train loss is the mean
+    since the last one. A non-finite loss marks the run diverged."""
     train_loss = state.loss_sum / max(state.loss_steps, 1)
     metrics = EpochMetrics(
         epoch=len(state.history) + 1,
@@ -241,7 +247,7 @@ def pretrain_run(
             raise RunInterrupted(f"stopped at step {state.step} of {settings.steps}")
         started = time.monotonic()
         x, y = data.train_batch(state.step)
-        loss = train_step(state, _tensor(x, device), _tensor(y, device))
+        loss = train_step(state, as_tokens(x, device), as_tokens(y, device))
         state.loss_sum += loss
         state.loss_steps += 1
         state.step += 1

@@ -20,7 +20,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, overload
 
 from madsl.errors import MadslError
-from madsl.lang.declare import Choice, Either, Key, Kind, Number, Section
+from madsl.lang.declare import Choice, Custom, Either, Key, Kind, Number, Section, Where
 from madsl.runner.common.choices import MAX_SEED, TRAIN_FORWARDS, TRAIN_PRECISIONS
 
 # MAD paper Table C.2: (parameters, learning rate) of its common settings, smallest first
@@ -77,6 +77,26 @@ def paper_learning_rate(params: float) -> float:
 
 
 _FRACTION = Number(minimum=0, maximum=1, below=True)  # 0 <= x < 1
+_ONE_LR = Either(
+    (Choice(("paper",), "lr"), Number(minimum=0, inclusive=False)),
+    "expected a number above 0 or `paper`",
+    "paper: Table C.2's learning rate for the model's size",
+)
+
+
+def _learning_rates(value: Any, where: Where, source: str) -> Any:
+    """A learning rate (a number or `paper`), or a list of them: a ladder, each value once."""
+    if not isinstance(value, list):
+        return _ONE_LR.check(value, where, source)
+    if not value:
+        raise MadslError(f"{source}: the list is empty", where.value(), expected="learning rates, or paper")
+    out: list = []
+    for i, item in enumerate(value):
+        rate = _ONE_LR.check(item, where.below(i), source)
+        if rate in out:
+            raise MadslError(f"{source}: {rate!r} is given twice", where.value(i), hint="list each value once")
+        out.append(rate)
+    return out
 
 
 def _recipe(kind: Kind, help: str, default: Any, required: bool = False) -> Any:
@@ -97,12 +117,10 @@ class PretrainSettings:
     )
     steps: int  # optimizer steps: the FLOP budget's (`steps_for_budget`)
     lr: float = _recipe(
-        Either(
-            (Choice(("paper",), "lr"), Number(minimum=0, inclusive=False)),
-            "expected a number above 0 or `paper`",
-            "paper: Table C.2's learning rate for the model's size",
+        Custom(
+            _learning_rates, {"anyOf": [_ONE_LR.schema(), {"type": "array", "items": _ONE_LR.schema(), "minItems": 1}]}
         ),
-        "the peak learning rate, or paper: Table C.2's for the model's size",
+        "the peak learning rate, or paper: Table C.2's for the model's size; a list is a ladder (a run each)",
         "paper",
         required=True,
     )
