@@ -22,7 +22,7 @@ Its rooms, one concern each, bottom first: a room imports only the rooms above i
     batched/    runs trained together: grid groups (jobs of their members), stacked members and
                 their epoch, the replayed and compiled step
     pretrain/   one pretraining run on text (madsl scale): its recipe and FLOP budget, its loop,
-                its job for the executors
+                its job for the executors; runs of one shape trained as one stack (stacked.py)
     plan/       what an evaluation trains and what it costs: the settings, declared once; the
                 protocols, the user's overrides and task settings; sweep files; the plan of
                 runs; cost (the one step-time estimator) and memory estimates
