@@ -251,3 +251,15 @@ def test_a_stack_killed_resumes_every_member_to_the_same_results(tmp_path):
     assert len(losses(killed)) < 4
     assert scale(killed).wait(timeout=300) == 0
     assert losses(killed) == losses(whole) and len(losses(whole)) == 4
+
+
+def test_on_a_cpu_only_small_models_stack_unless_asked(tmp_path, capsys):
+    """Wider than CPU_STACK_MAX_DIM a stack is no faster on a CPU: such runs train alone, unless
+    --batch-grid asks for stacks at every width."""
+    from madsl.scaling.api import CPU_STACK_MAX_DIM
+
+    study = tmp_path / "study.yaml"
+    study.write_text(LADDER.replace("{dim: 16}", f"{{dim: {2 * CPU_STACK_MAX_DIM}}}"))
+    argv = [str(study), "--db", str(tmp_path / "r.db"), "--dry-run", "--device", "cpu"]
+    assert {r["stack"] for r in _scale_json(capsys, *argv)["runs"]} == {None}
+    assert {r["stack"] for r in _scale_json(capsys, *argv, "--batch-grid")["runs"]} == {"s1"}

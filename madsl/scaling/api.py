@@ -27,9 +27,12 @@ from madsl.scaling.study import Study, load_study, study_location
 PRETRAIN_TASK = "pretrain"
 LABEL_PREFIX = "scale:"
 MAX_LOSS = 1e3  # nats a token: ~45 times a uniform guess over 2^32 tokens; no run ends its budget there
-# runs in one stack: on 2 CPU cores 4 same-shape members step together ~1.0-1.4x as fast as one
-# by one (benchmarks/RESULTS.md); more members hold more memory for no more gain
+# runs in one stack: more members hold more memory for no more gain (benchmarks/stacked_pretrain.py)
 MAX_STACK = 8
+# On a CPU a stack pays only where a step's fixed costs outweigh its arithmetic: 4 members of width 8
+# step 1.24x (1.98x at 8 x 32 tokens) as fast as one by one, widths 16-24 break even and 32-64 lose
+# 2-14 % (batched matmuls block worse than single ones; benchmarks/RESULTS.md, 2026-11-28)
+CPU_STACK_MAX_DIM = 16
 MIN_RATE = 1.0  # FLOP/s: a rate stated below it is a slip of the exponent (and makes the hours overflow)
 
 
@@ -233,30 +236,33 @@ def _labels(plan: StudyPlan) -> list[str]:
     return [run.label(ladder, study.seeds > 1) for run in plan.runs]
 
 
-def _show_stacks(cost: dict, plan: StudyPlan, batch: bool) -> None:
+def _show_stacks(cost: dict, plan: StudyPlan, batch: bool, max_dim: int | None) -> None:
     """The plan's rows with each run's seed and the stack it trains in (s1, s2, ...; None: alone)."""
     cost["stacked"] = batch
-    numbered = [members for members in stacks(plan, batch) if len(members) > 1]
+    cost["stack_max_dim"] = max_dim
+    numbered = [members for members in stacks(plan, batch, max_dim) if len(members) > 1]
     stack_of = {i: f"s{k + 1}" for k, members in enumerate(numbered) for i in members}
     for index, (row, run) in enumerate(zip(cost["runs"], plan.runs)):
         row.update(seed=run.settings.seed, stack=stack_of.get(index))
     cost["stacks"] = [[cost["runs"][i]["run_id"] for i in members] for members in numbered]
 
 
-def stacks(plan: StudyPlan, batch: bool = True) -> list[list[int]]:
+def stacks(plan: StudyPlan, batch: bool = True, max_dim: int | None = None) -> list[list[int]]:
     """The study's runs (indices of plan.runs) grouped into stacks: runs of one model (its spec
     hash) and of the settings a step shares (length, batch size, precision, evaluation windows,
     betas) train as one stacked model (madsl.runner.pretrain.stacked), at most MAX_STACK
-    together; a run of its own shape is a stack of one. `batch` False: every run alone."""
+    together; a run of its own shape is a stack of one. `batch` False: every run alone; a model
+    wider than `max_dim` (where given): its runs alone."""
     groups: dict[tuple, list[int]] = {}
     for index, run in enumerate(plan.runs):
         s = run.settings
         shape = (run.spec.hash, s.seq_len, s.batch_size, s.precision, s.eval_tokens, s.beta1, s.beta2)
-        groups.setdefault(shape if batch else (index,), []).append(index)
+        alone = not batch or (max_dim is not None and run.spec.dim > max_dim)
+        groups.setdefault((index,) if alone else shape, []).append(index)
     return [members[i : i + MAX_STACK] for members in groups.values() for i in range(0, len(members), MAX_STACK)]
 
 
-def _jobs(plan: StudyPlan, db: str | os.PathLike, execution: Any, batch: bool) -> list[Any]:
+def _jobs(plan: StudyPlan, db: str | os.PathLike, execution: Any, batch: bool, max_dim: int | None) -> list[Any]:
     from madsl.runner.pretrain.job import PretrainJob, PretrainStackJob
     from madsl.runner.store.files import StoreFiles
 
@@ -277,7 +283,7 @@ def _jobs(plan: StudyPlan, db: str | os.PathLike, execution: Any, batch: bool) -
         for run, run_id, label in zip(plan.runs, plan.run_ids, labels)
     ]
     jobs = []
-    for members in stacks(plan, batch):
+    for members in stacks(plan, batch, max_dim):
         if len(members) == 1:
             jobs.append(runs[members[0]])
             continue
@@ -312,14 +318,18 @@ def _check_options(execution: Any, flops_per_second: float | None) -> None:
         raise MadslError(f"{option('keep')}: a pretraining run keeps no weights")
 
 
-def _stacking(execution: Any, where: Any) -> bool:
-    """Whether same-shape runs train as stacks: by default with the local executors (--no-batch: alone)."""
+def _stacking(execution: Any, where: Any) -> tuple[bool, int | None]:
+    """Whether same-shape runs train as stacks (by default with the local executors; --no-batch:
+    alone), and the widest model stacked (on a CPU, CPU_STACK_MAX_DIM; --batch-grid: any)."""
     if where.ray is not None and execution.batch_grid:
         raise MadslError(
             f"{option('batch_grid')}: stacked pretraining runs with the local executors only (Ray runs each run alone)",
             hint=f"drop {option('batch_grid')}, or use {option('executor')} local",
         )
-    return where.ray is None and execution.batch_grid is not False
+    on_cpu = not str(where.runs_on).startswith("cuda")
+    return where.ray is None and execution.batch_grid is not False, (
+        CPU_STACK_MAX_DIM if on_cpu and execution.batch_grid is None else None
+    )
 
 
 def scale(
@@ -346,7 +356,7 @@ def scale(
     _check_options(execution, flops_per_second)
     check_store(execution)
     where = place(execution, stacked=False)
-    batch = _stacking(execution, where)
+    batch = _stacking(execution, where)  # (whether, the widest model stacked)
     if precision not in (None, *PRECISIONS):
         raise MadslError(
             f"{option('precision')} must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}, got {precision!r}"
@@ -361,11 +371,11 @@ def scale(
             execution.device,
             bool(execution.measure_rate),
         )
-        _show_stacks(cost, plan, batch)
+        _show_stacks(cost, plan, *batch)
         if execution.dry_run:
             return {"db": str(execution.db), "plan": cost}
         reporter.plan(cost, [])
-    jobs = _jobs(plan, execution.db, execution, batch)
+    jobs = _jobs(plan, execution.db, execution, *batch)
     outcome = run(
         jobs, execution, reporter=reporter, stop=stop, register=lambda store: _register(store, plan), placement=where
     )
