@@ -14,11 +14,12 @@ and a stopped stack resumes member by member.
 The arithmetic is a one-by-one run's up to floating-point association: a batched matmul may
 block its sums differently, and the stack's AdamW is torch's formula in separate ops where a run
 alone uses the fused kernel; on the CPU in fp32 the members' losses agree with one-by-one runs
-to about 1e-5 relative (tests/test_pretrain_stack.py), not bit for bit.
+within 1.3e-7 relative for every spec in specs/paper/ at width 16 (tests/test_pretrain_stack.py
+holds them to 1e-5), not bit for bit.
 
-At the widths madsl trains on a CPU (8 to 128) a step costs mostly what does not grow with the
-width (the optimizer's and the framework's per-tensor work); a stack pays it once for all its
-members (benchmarks/stacked_pretrain.py).
+What a stack saves is a step's per-tensor work (the optimizer's, the dispatcher's), paid once for
+all members; on a CPU that pays only for the smallest models (benchmarks/stacked_pretrain.py,
+madsl.scaling.api.CPU_STACK_MAX_DIM).
 """
 
 from __future__ import annotations
