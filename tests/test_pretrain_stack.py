@@ -263,3 +263,17 @@ def test_on_a_cpu_only_small_models_stack_unless_asked(tmp_path, capsys):
     argv = [str(study), "--db", str(tmp_path / "r.db"), "--dry-run", "--device", "cpu"]
     assert {r["stack"] for r in _scale_json(capsys, *argv)["runs"]} == {None}
     assert {r["stack"] for r in _scale_json(capsys, *argv, "--batch-grid")["runs"]} == {"s1"}
+
+
+def test_the_plan_counts_epochs_and_warns_when_data_repeats(tmp_path, capsys):
+    from madsl.scaling.api import MAX_EPOCHS
+
+    study = tmp_path / "study.yaml"
+    study.write_text(LADDER)
+    plan = _scale_json(capsys, str(study), "--db", str(tmp_path / "r.db"), "--dry-run")
+    assert all(0 < r["epochs"] < 0.1 for r in plan["runs"]) and plan["warnings"] == []
+    study.write_text(LADDER.replace("budgets: [2e9]", "budgets: [1.5e12]"))  # ~5 passes over 1M bytes
+    plan = _scale_json(capsys, str(study), "--db", str(tmp_path / "r.db"), "--dry-run")
+    assert all(r["epochs"] > MAX_EPOCHS for r in plan["runs"])
+    (warning,) = plan["warnings"]
+    assert warning.startswith("4 of 4 runs see the training split") and "data-constrained" in warning

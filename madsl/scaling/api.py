@@ -33,6 +33,10 @@ MAX_STACK = 8
 # step 1.24x (1.98x at 8 x 32 tokens) as fast as one by one, widths 16-24 break even and 32-64 lose
 # 2-14 % (batched matmuls block worse than single ones; benchmarks/RESULTS.md, 2026-11-28)
 CPU_STACK_MAX_DIM = 16
+# epochs over the training split past which a run's loss is data-constrained: repeating data up to
+# ~4 times costs little against fresh data (Muennighoff et al. 2023, "Scaling Data-Constrained
+# Language Models"), past it a compute-optimal fit is biased
+MAX_EPOCHS = 4
 MIN_RATE = 1.0  # FLOP/s: a rate stated below it is a slip of the exponent (and makes the hours overflow)
 
 
@@ -237,14 +241,26 @@ def _labels(plan: StudyPlan) -> list[str]:
 
 
 def _show_stacks(cost: dict, plan: StudyPlan, batch: bool, max_dim: int | None) -> None:
-    """The plan's rows with each run's seed and the stack it trains in (s1, s2, ...; None: alone)."""
+    """The plan's rows with each run's seed, the stack it trains in (s1, s2, ...; None: alone) and
+    the epochs it makes over the training split; a warning for each run past MAX_EPOCHS."""
     cost["stacked"] = batch
     cost["stack_max_dim"] = max_dim
     numbered = [members for members in stacks(plan, batch, max_dim) if len(members) > 1]
     stack_of = {i: f"s{k + 1}" for k, members in enumerate(numbered) for i in members}
+    split = plan.tokens.info.tokens("train")
     for index, (row, run) in enumerate(zip(cost["runs"], plan.runs)):
-        row.update(seed=run.settings.seed, stack=stack_of.get(index))
+        row.update(seed=run.settings.seed, stack=stack_of.get(index), epochs=run.tokens / max(split, 1))
     cost["stacks"] = [[cost["runs"][i]["run_id"] for i in members] for members in numbered]
+    repeated = [row for row in cost["runs"] if row["epochs"] > MAX_EPOCHS]
+    cost["warnings"] = (
+        [
+            f"{len(repeated)} of {len(cost['runs'])} runs see the training split ({split:,} tokens) more than "
+            f"{MAX_EPOCHS} times (up to {max(r['epochs'] for r in repeated):.1f}): their losses are data-"
+            "constrained, not compute-optimal (use more text, or smaller budgets)"
+        ]
+        if repeated
+        else []
+    )
 
 
 def stacks(plan: StudyPlan, batch: bool = True, max_dim: int | None = None) -> list[list[int]]:
