@@ -36,6 +36,8 @@ class ScaleRun:
     state: int  # fixed state + KV cache at the training length
     flops_per_token: float  # training FLOPs (forward + backward) per token
     settings: PretrainSettings
+    active_params: int = 0  # the parameters one token reads (a routed layer's chosen experts only)
+    embedding_params: int = 0  # of `params`, the embedding, positions and head (tied: once)
 
     def label(self, ladder: bool = False, replicates: bool = False) -> str:
         """`arch size @ budget`, with the learning rate and seed where the study has several."""
@@ -64,10 +66,18 @@ def sized_spec(spec: Any, dim: int, repeat: int, vocab: int, seq_len: int, name:
     return spec_from_data(data)
 
 
+# the model-level parts that map tokens to and from vectors (madsl.graph.PartRow names)
+EMBEDDING_PARTS = ("embedding", "positions", "head")
+
+
 def _accounted(spec: Any, seq_len: int) -> dict[str, int]:
+    """The accounting's totals, and the parameters of the embedding parts (N's two conventions:
+    with them, as the paper's Table C.2 counts, and without, as Kaplan et al. count)."""
     from madsl.graph import account
 
-    return account(spec, seq_len=seq_len).totals
+    accounted = account(spec, seq_len=seq_len)
+    embedding = sum(p.params for p in accounted.parts if p.name in EMBEDDING_PARTS)
+    return {**accounted.totals, "embedding_params": embedding}
 
 
 def _width_for(spec: Any, size: Size, vocab: int, seq_len: int, name: str) -> tuple[Any, dict[str, int]]:
@@ -164,6 +174,8 @@ def plan_study(study: Study, vocab: int) -> list[ScaleRun]:
                         totals["fixed_state"] + totals["kv_cache"],
                         flops_per_token,
                         settings,
+                        totals["active_params"],
+                        totals["embedding_params"],
                     )
                     for settings in every
                 ]
