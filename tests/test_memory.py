@@ -145,5 +145,5 @@ def test_a_batch_larger_than_the_training_set_is_costed_as_the_batch_that_trains
     # smoke trains on 64 examples: one batch of all of them, not a step of 10^8 rows; evaluates
     # its 32 test examples in one batch; 2 epochs, at 3 x the forward FLOPs a sequence
     layers = cost.Shapes().of(load_spec(PAPER / "mamba.mad"), run["seq_len"], 16).layers
-    step = sum(3 * flops for _, flops in layers) / 1e9  # one sequence's training step, in seconds
+    step = sum(3 * flops for _, flops, _width in layers) / 1e9  # one sequence's training step, in seconds
     assert run["seconds"] == pytest.approx(2 * (step * 64 + cost.FORWARD_SHARE * step * 32))

@@ -15,9 +15,9 @@ from runner_helpers import stand_in_rates
 
 from madsl.cli import main
 from madsl.runner.api import evaluate
-from madsl.runner.plan import cost, rate_cache, rate_measure
-from madsl.runner.plan.rate import RateBook, device_key
-from madsl.runner.plan.rate_model import DeviceRates, Line, Measured, device_name, now
+from madsl.runner.plan import cost, rate_cache, rate_measure, rate_model
+from madsl.runner.plan.rate import RateBook, device_key, from_entry
+from madsl.runner.plan.rate_model import DeviceRates, Line, Measured, Outside, device_name, now
 from madsl.spec import load_spec
 
 SPEC = Path(__file__).resolve().parent.parent / "specs" / "paper" / "hyena-sg.mad"
@@ -75,7 +75,7 @@ def test_the_estimate_is_the_accountings_flops_at_the_measured_rate(tmp_path, mo
     def step(rows: int) -> float:
         layers = _layers()
         return (
-            sum(lines[f][0] + 3 * flops * rows / lines[f][1] for f, flops in layers) + 2e-6 * len(layers) * rows * 32
+            sum(lines[f][0] + 3 * flops * rows / lines[f][1] for f, flops, _ in layers) + 2e-6 * len(layers) * rows * 32
         ) / speedup
 
     assert run["seconds"] == pytest.approx(2 * (24 // 8 * step(8) + cost.FORWARD_SHARE * step(8)))
@@ -171,13 +171,19 @@ def test_runs_on_a_device_this_machine_lacks_are_not_timed(tmp_path, monkeypatch
 # --- the cache is untrusted input ---------------------------------------------------------------
 
 
+OUTSIDE_ENTRY = {"fixed_s": 1e-3, "per_logit_s": 1e-8, "per_param_s": 1e-9, "low": 0.8, "high": 1.2}
+
+
 def _valid_cache() -> dict:
     rates = DeviceRates(
         "cpu: a test CPU, 2 CPUs",
         2,
-        {"hyena": Line(0.001, 1e10, now(), 0.25)},
+        {"hyena": Line(0.001, 1e10, now(), 0.25, ((8, 0.0005, 2e9), (128, 0.001, 1e10)))},
         rest=Measured(2e-6, now(), 0.25),
         threads_speedup=Measured(1.5, now(), 0.25),
+        outside=Outside(
+            **{k: v for k, v in OUTSIDE_ENTRY.items() if k not in ("measured", "load")}, measured=now(), load=0.25
+        ),
     )
     return RateBook.known(rates).data
 
@@ -211,7 +217,9 @@ CORRUPT = {
     "a negative rest": _corrupt(lambda d, e, f: e["rest"].update(seconds_per_layer_token=-1e-6)),
     "a speedup below 1": _corrupt(lambda d, e, f: e["threads_speedup"].update(factor=0.5)),
     "an unknown measurement": _corrupt(lambda d, e, f: e.update(model={"factor": 1.0})),
-    "another format": _corrupt(lambda d, e, f: d.update(format=2)),
+    "another format": _corrupt(lambda d, e, f: d.update(format=3)),
+    "a width out of range": _corrupt(lambda d, e, f: f.update(points=[[0, 0.001, 1e10]])),
+    "an outside term out of range": _corrupt(lambda d, e, f: e.update(outside={**OUTSIDE_ENTRY, "per_logit_s": 1.0})),
     "deep nesting": lambda: "[" * 100_000 + "]" * 100_000,
     "not an object": lambda: "[1, 2]",
     "not JSON": lambda: "\x00\xff{ not json",
@@ -331,3 +339,75 @@ def test_the_threads_speedup_is_measured_on_free_cores_only(tmp_path, monkeypatc
     text = cost.render_cost(cost.summarize_cost(1, 0, [two], 1, "local", rates.describe()))
     assert ("the threads' speedup is taken as 1" in text) is (speedup is None)
     assert ("(1.7x one)" in text) is (speedup is not None)
+
+
+def test_a_line_measured_at_a_ladder_of_widths_is_interpolated_in_log_width_and_held_at_its_ends():
+    line = Line(0.004, 4e10, now(), 0.1, ((8, 0.001, 1e9), (32, 0.003, 4e9), (128, 0.004, 4e10)))
+    assert line.at(8) == (0.001, 1e9) and line.at(4) == (0.001, 1e9) and line.at(1024) == (0.004, 4e10)
+    overhead, rate = line.at(16)  # halfway between 8 and 32 in log width
+    assert overhead == pytest.approx(0.002) and rate == pytest.approx(2e9)
+    assert line.seconds(6e9, 16) == pytest.approx(0.002 + 3.0)
+    assert Line(0.004, 4e10, now(), 0.1).at(8) == (0.004, 4e10)  # one line (a stand-in's): every width
+
+
+def test_the_step_adds_what_a_model_costs_outside_its_layers_and_the_plan_states_an_interval():
+    outside = Outside(0.002, 1e-8, 1e-9, 0.9, 1.7, now(), 0.1)
+    rates = DeviceRates("cpu: a test CPU, 1 CPUs", 1, {"hyena": Line(0.001, 1e9, now(), 0.1)}, outside=outside)
+    layers = [("hyena", 1e6, 8), ("hyena", 1e6, 8)]
+    layers_only = 2 * (0.001 + 3 * 1e6 * 4 / 1e9)
+    assert rates.step_seconds(layers, 4, 128) == pytest.approx(layers_only)  # no model: its layers alone
+    with_model = rates.step_seconds(layers, 4, 128, model=(256, 5000))
+    assert with_model == pytest.approx(layers_only + 0.002 + 1e-8 * 4 * 128 * 256 + 1e-9 * 5000)
+    # stacked members pay the fixed cost once, the logits and parameters each
+    two = rates.step_seconds(layers, 4, 128, members=2, model=(256, 5000))
+    assert two == pytest.approx(2 * layers_only - 2 * 0.001 + 0.002 + 2 * (1e-8 * 4 * 128 * 256 + 1e-9 * 5000))
+    low, high = rates.interval()  # the fit's spread, at least the benchmarked one
+    assert low == min(0.9, rate_model.PLANNED_LOW) and high == max(1.7, rate_model.PLANNED_HIGH)
+    costs = [
+        cost.RunCost("r1", "s", "t", 10, 1.0, 10.0, interval=(low, high)),
+        cost.RunCost("r2", "s", "t", 10, 1.0, 20.0),
+    ]
+    plan = cost.summarize_cost(2, 0, costs, 2, "local")
+    assert plan["run_seconds"] == 30.0 and plan["run_seconds_interval"] == pytest.approx(
+        [10 * low + 20, 10 * high + 20]
+    )
+    assert plan["wall_seconds_interval"] == pytest.approx([(10 * low + 20) / 2, (10 * high + 20) / 2])
+    assert "likely between" in cost.render_cost(plan)
+
+
+def test_a_format_1_cache_is_measured_again_never_read_as_the_new_format(tmp_path, monkeypatch, caplog):
+    path = tmp_path / "device-rates.json"
+    old = _valid_cache()
+    old["format"] = 1
+    path.write_text(json.dumps(old))
+    assert rate_cache.read_cache(path) == {"format": rate_cache.FORMAT, "devices": {}}
+    book = RateBook(path)
+    assert book.data["devices"] == {} and not caplog.records  # no warning: an older madsl's cache
+
+
+def test_the_cache_keeps_the_ladder_and_the_outside_terms(tmp_path):
+    path = tmp_path / "device-rates.json"
+    rate_cache.save_cache(path, _valid_cache())
+    book = RateBook(path)
+    [(key, entry)] = book.data["devices"].items()
+    rates = from_entry(entry["device"], entry["threads"], entry)
+    assert rates.families["hyena"].points == ((8, 0.0005, 2e9), (128, 0.001, 1e10))
+    assert rates.outside is not None and rates.outside.per_logit_s == 1e-8 and rates.outside.high == 1.2
+
+
+def test_the_rest_is_fitted_with_no_negative_term():
+    features = [[1.0, n * 1000.0, n * k * 10.0, 500.0 * k] for n in (1, 2, 4, 8) for k in (1, 3)]
+    truth = [0.003, 2e-8, 1e-6, 1e-9]
+    values = [sum(c * f for c, f in zip(truth, row)) for row in features]
+    assert rate_measure._nonnegative_fit(features, values) == pytest.approx(truth, rel=1e-6)
+    # a layer-token term that reads negative (the layers' lines over-counted) is held at 0
+    fitted = rate_measure._nonnegative_fit(features, [v - 2e-6 * row[2] for v, row in zip(values, features)])
+    assert all(c >= 0 for c in fitted) and fitted[2] == 0.0
+
+
+def test_multi_head_attention_is_timed_as_a_family_of_its_head_width():
+    assert rate_model.rate_family("attention", {"heads": 16, "head_dim": 8}) == "attention_hd8"
+    assert rate_model.rate_family("attention", {"heads": 1, "head_dim": 128}) == "attention"
+    assert rate_model.rate_family("hyena", {}) == "hyena"
+    prim = rate_model.family_primitive("attention_hd8", 32)
+    assert (prim.heads, prim.head_dim, prim.dim) == (4, 8, 32)

@@ -219,7 +219,9 @@ def test_bad_ladders_and_seeds_are_located(tmp_path, capsys, change, message, wh
 
 def test_a_stack_killed_resumes_every_member_to_the_same_results(tmp_path):
     """kill -9 while a stack trains: the study run again resumes each member from its checkpoint
-    and ends with the uninterrupted stack's losses exactly."""
+    and ends with the uninterrupted stack's losses, to floating-point association (members that
+    resume at different steps, or fewer of them, stack in other groups, whose batched matmuls may
+    sum in another order; a stack resumed whole ends exactly: the test above)."""
     import os
     import signal
     import sqlite3
@@ -250,13 +252,16 @@ def test_a_stack_killed_resumes_every_member_to_the_same_results(tmp_path):
     process.wait()
     assert len(losses(killed)) < 4
     assert scale(killed).wait(timeout=300) == 0
-    assert losses(killed) == losses(whole) and len(losses(whole)) == 4
+    resumed, uninterrupted = losses(killed), losses(whole)
+    assert resumed.keys() == uninterrupted.keys() and len(uninterrupted) == 4
+    for run_id, loss in uninterrupted.items():
+        assert resumed[run_id] == pytest.approx(loss, rel=1e-5)
 
 
 def test_on_a_cpu_only_small_models_stack_unless_asked(tmp_path, capsys):
     """Wider than CPU_STACK_MAX_DIM a stack is no faster on a CPU: such runs train alone, unless
     --batch-grid asks for stacks at every width."""
-    from madsl.scaling.api import CPU_STACK_MAX_DIM
+    from madsl.scaling.stacks import CPU_STACK_MAX_DIM
 
     study = tmp_path / "study.yaml"
     study.write_text(LADDER.replace("{dim: 16}", f"{{dim: {2 * CPU_STACK_MAX_DIM}}}"))
@@ -266,7 +271,7 @@ def test_on_a_cpu_only_small_models_stack_unless_asked(tmp_path, capsys):
 
 
 def test_the_plan_counts_epochs_and_warns_when_data_repeats(tmp_path, capsys):
-    from madsl.scaling.api import MAX_EPOCHS
+    from madsl.scaling.stacks import MAX_EPOCHS
 
     study = tmp_path / "study.yaml"
     study.write_text(LADDER)

@@ -82,6 +82,7 @@ def test_approach_3_recovers_the_published_fit():
     assert fit.params_exponent == pytest.approx(PARAMS_EXPONENT, abs=EXPONENT_TOL)
     assert fit.params_exponent + fit.tokens_exponent == pytest.approx(1)
     assert fit.points == 28 and fit.starts == 72
+    assert fit.at_bound == () and fit.intervals == {} and fit.resamples == 0  # no bootstrap unless asked
 
 
 def test_approach_3_converges_on_noise_free_data_from_a_few_starts():
@@ -160,10 +161,16 @@ def test_perfectly_monotone_data_has_rank_correlation_one():
     scores = {"a": 0.2, "b": 0.4, "c": 0.5, "d": 0.9}
     rising = {"a": 3.0, "b": 3.1, "c": 5.0, "d": 40.0}
     result = correlate_mad(scores, rising, resamples=500)
-    assert result.spearman == pytest.approx(1) and result.spearman_interval == pytest.approx((1, 1))
+    assert result.spearman == pytest.approx(1) and result.kendall == pytest.approx(1)
     assert result.pearson < 0.99 and result.archs == ("a", "b", "c", "d")
+    # the test is one-sided towards a negative correlation: a perfect positive one is no evidence
+    assert result.tests["spearman"].p_value == 1.0
+    # four architectures: no bootstrap interval (it would span about [-1, 1]), and the reason why
+    assert math.isnan(result.spearman_interval[0]) and result.interval_method == "none"
+    assert "not computed with 4 architectures" in result.interval_note and result.resamples == 0
     falling = {arch: 1 / value for arch, value in rising.items()}
-    assert correlate_mad(scores, falling, resamples=500).spearman == pytest.approx(-1)
+    inverse = correlate_mad(scores, falling, resamples=500)
+    assert inverse.spearman == pytest.approx(-1) and inverse.tests["spearman"].p_value == 1 / 24
 
 
 def test_correlation_intervals_contain_the_estimates_and_bad_input_is_an_error():

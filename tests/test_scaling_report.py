@@ -70,6 +70,13 @@ def test_the_report_fits_the_law_and_ranks_the_architectures(trained, monkeypatc
     assert at_top["transformer"] < at_top["hyena"] < at_top["mamba"]
     assert report.correlation is not None and report.correlation.budget == 3e10
     assert report.correlation.spearman == pytest.approx(-1.0)  # higher score, lower perplexity
+    # three architectures: the best of 3! orderings, one-sided, is p = 1/6, and nothing reaches 0.05
+    tests = report.correlation.tests
+    assert report.correlation.exact and tests["spearman"].p_value == pytest.approx(1 / 6)
+    assert tests["spearman"].detectable is None and report.correlation.interval_method == "none"
+    assert report.correlation_left_out == {}
+    for fit in report.parametric.values():  # approach 3 with bootstrap intervals, no constant at a bound
+        assert fit.resamples == 200 and fit.intervals["alpha"][0] <= fit.alpha <= fit.intervals["alpha"][1]
     assert all(bpb > 0 for bpb in report.bits_per_byte.values())
     written = report_module.write_figures(report, Path(db).parent / "fig")
     assert sorted(p.name for p in written) == ["correlation.png", "frontier.png", "isoflops.png", "state_optimal.png"]
@@ -84,10 +91,40 @@ def test_the_command_prints_the_fits_and_exports_records(trained, capsys):
     assert main(["report", "--study", str(study), "--db", str(db), "--format", "json"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert set(records["frontiers"]) == set(OFFSETS) and records["runs_done"] == 63
+    assert [f["extrapolated"] for f in records["isoflops"]] == [False] * 9
+    assert records["correlation_left_out"] == {} and records["correlation"] is None
     assert main(["report", "--study", str(study), "--db", str(db), "--format", "csv"]) == 0
     rows = capsys.readouterr().out.strip().splitlines()
     assert rows[0].startswith("arch,budget,params") and len(rows) == 64
+    assert rows[0].endswith(",optimum_extrapolated")
     assert all(math.isfinite(float(r.split(",")[4])) for r in rows[1:])
+
+
+def test_an_architecture_whose_optima_lie_beyond_its_sizes_is_marked_and_left_out(trained, tmp_path, monkeypatch):
+    from madsl.scaling import report as report_module
+    from madsl.scaling.api import plan_study_file
+
+    study, db = trained
+    copy = tmp_path / "beyond.db"
+    with sqlite3.connect(db) as source, sqlite3.connect(copy) as target:
+        source.backup(target)  # (its write-ahead log too)
+    plan = plan_study_file(study, copy)
+    with sqlite3.connect(copy) as c:  # mamba's loss falls with size as far as its sizes go (minimum at 10^15)
+        for run, run_id in zip(plan.runs, plan.run_ids):
+            if run.arch == "mamba":
+                loss = 9.0 - 1.5 * math.log10(run.params) + 0.05 * math.log10(run.params) ** 2
+                c.execute("UPDATE runs SET best_eval_loss=? WHERE run_id=?", (loss, run_id))
+    monkeypatch.setattr(
+        report_module, "_mad_scores", lambda plan, mad_db: {"transformer": 0.8, "hyena": 0.6, "mamba": 0.5}
+    )
+    report = report_module.study_report(study, copy, resamples=50, parametric_resamples=0)
+    assert "mamba" in report.correlation_left_out and report.correlation is None  # 2 left: fewer than 3
+    assert any(p.startswith("MAD correlation at 3e+10 FLOPs: mamba left out") for p in report.problems)
+    assert any("needs at least 3, got 2" in p for p in report.problems)
+    table = report_module.render_report(report).split("IsoFLOP optima")[1].split("\n\n")[0].splitlines()
+    rows = [line for line in table if line.strip().startswith("mamba ")]
+    assert len(rows) == 3 and all(row.endswith("EXTRAPOLATED") for row in rows)
+    assert all(row.endswith("bracketed") for row in table[2:] if row.strip().startswith(("hyena ", "transformer ")))
 
 
 def test_a_study_without_a_database_is_a_clear_error(tmp_path, capsys):

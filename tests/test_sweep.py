@@ -190,7 +190,7 @@ def test_a_stacked_groups_runs_are_costed_as_the_group_that_trains_them(tmp_path
     layers = cost.Shapes().of(spec, 32, vocab).layers
 
     def step(rows: int, members: int) -> float:  # the known line of each layer: 0.01 s + FLOPs at 1 GFLOP/s
-        return sum(0.01 + 3 * flops * rows * members / 1e9 for _, flops in layers)
+        return sum(0.01 + 3 * flops * rows * members / 1e9 for _, flops, _width in layers)
 
     epoch = 24 // 8 * step(8, pending) + cost.FORWARD_SHARE * 1 * step(8, pending)  # 3 steps, one evaluation batch of 8
     assert sum(c.seconds for c in costs) == pytest.approx(epoch * 2)  # 2 epochs of the group

@@ -79,7 +79,7 @@ def _add_study_arguments(p) -> None:
         type=positive_number,
         metavar="FLOPS",
         help="with --study: the IsoFLOP budget the MAD correlation is taken at (default: the largest "
-        "where every scored architecture has an optimum)",
+        "of the budgets where the most scored architectures have an optimum inside their sizes trained)",
     )
 
 

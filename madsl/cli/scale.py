@@ -69,18 +69,25 @@ def render_plan(cost: Mapping[str, Any]) -> str:
         f"study {cost['study']}: {len(cost['runs'])} runs ({cost['done']} done), "
         f"{cost['flops']:.3g} FLOPs in all; data {cost['data']}",
         f"{'arch':<20} {'budget':>8} {'size':>10} {'dim':>5} {'params':>10} {'state':>10} {'tokens':>11} "
-        f"{'steps':>7} {'lr':>9} {'hours':>8}  status",
+        f"{'steps':>7} {'epochs':>6} {'lr':>9} {'seed':>4} {'stack':>5} {'hours':>8}  status",
     ]
     for row in cost["runs"]:
         lines.append(
             f"{row['arch']:<20} {row['budget']:>8.2g} {row['size']:>10} {row['dim']:>5} "
             f"{row['params']:>10,} {row['state']:>10,} {row['tokens']:>11,} {row['steps']:>7,} "
-            f"{row['lr']:>9.3g} {_hours(row['hours'])}  {row['status']}"
+            f"{row.get('epochs', 0):>6.2f} {row['lr']:>9.3g} {row.get('seed', 0):>4} {row.get('stack') or '-':>5} "
+            f"{_hours(row['hours'])}  {row['status']}"
         )
     lines.append(
         f"to do: {cost['hours']:.2f} h of training ({cost['rate_source']}), {cost['wall_hours']:.2f} h "
         f"with {cost['workers']} worker(s)"
     )
+    low, high = cost.get("wall_hours_interval") or (cost["wall_hours"], cost["wall_hours"])
+    if low != high:  # where the measurement is uncertain (DeviceRates.interval)
+        lines.append(f"  likely between {low:.2f} h and {high:.2f} h with {cost['workers']} worker(s)")
+    if cost.get("stacks"):
+        lines.append(f"stacks: {len(cost['stacks'])} (runs of one shape trained together; --no-batch: each alone)")
+    lines += [f"warning: {warning}" for warning in cost.get("warnings", ())]
     return "\n".join(lines) + "\n"
 
 

@@ -11,7 +11,6 @@ recipe, filed under the label `scale:<study name>`. Prints nothing (progress goe
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from dataclasses import dataclass
@@ -22,21 +21,12 @@ from madsl.errors import MadslError, option
 from madsl.runner.pretrain.recipe import RECIPE
 from madsl.runner.store.results import DEFAULT_DB, RunIdentity, madsl_version
 from madsl.scaling.grid import ScaleRun, plan_study
+from madsl.scaling.stacks import jobs_of, show_stacks, stacking
 from madsl.scaling.study import Study, load_study, study_location
 
 PRETRAIN_TASK = "pretrain"
 LABEL_PREFIX = "scale:"
 MAX_LOSS = 1e3  # nats a token: ~45 times a uniform guess over 2^32 tokens; no run ends its budget there
-# runs in one stack: more members hold more memory for no more gain (benchmarks/stacked_pretrain.py)
-MAX_STACK = 8
-# On a CPU a stack pays only where a step's fixed costs outweigh its arithmetic: 4 members of width 8
-# step 1.24x (1.98x at 8 x 32 tokens) as fast as one by one, widths 16-24 break even and 32-64 lose
-# 2-14 % (batched matmuls block worse than single ones; benchmarks/RESULTS.md, 2026-11-28)
-CPU_STACK_MAX_DIM = 16
-# epochs over the training split past which a run's loss is data-constrained: repeating data up to
-# ~4 times costs little against fresh data (Muennighoff et al. 2023, "Scaling Data-Constrained
-# Language Models"), past it a compute-optimal fit is biased
-MAX_EPOCHS = 4
 MIN_RATE = 1.0  # FLOP/s: a rate stated below it is a slip of the exponent (and makes the hours overflow)
 
 
@@ -156,23 +146,24 @@ def _done(db: str | os.PathLike, run_ids: list[str]) -> dict[str, Any]:
 def _run_seconds(plan: StudyPlan, device: str, remeasure: bool = False) -> tuple[list[float | None], dict[str, Any]]:
     """Each run's training seconds on `device` at this machine's cached per-family rates (the
     plan's, madsl.runner.plan.rate: measured once and cached), by the cost model's estimator
-    (madsl.runner.plan.cost.run_seconds), with where the rates come from."""
+    (madsl.runner.plan.cost.run_seconds), with where the rates come from (and their "interval")."""
     from madsl.runner.plan.cost import Shapes, device_rates, run_seconds
     from madsl.runner.plan.rate import RateBook
 
     shapes = Shapes()
     vocab = plan.tokens.info.vocab_size
-    layers = [shapes.of(run.spec, run.settings.seq_len, vocab).layers for run in plan.runs]
-    families = {family for model in layers for family, _ in model}
+    models = [shapes.of(run.spec, run.settings.seq_len, vocab) for run in plan.runs]
+    families = {layer[0] for model in models for layer in model.layers}
     book = RateBook.default(remeasure=remeasure)
     rates = device_rates({device: families}, book).get(device)
     if rates is None:  # a device this machine lacks (cuda, planned on a Ray head without a GPU)
         return [None] * len(plan.runs), {"device": device, "unavailable": book.unavailable.get(device, "")}
     seconds = []
-    for run, model in zip(plan.runs, layers):
+    for run, model in zip(plan.runs, models):
         s = run.settings
         evaluations = len(s.evaluation_steps()) * max(1, s.eval_tokens // s.tokens_per_step)
-        seconds.append(run_seconds(rates, model, s.seq_len, (s.steps, s.batch_size), (evaluations, s.batch_size)))
+        steps = (s.steps, s.batch_size), (evaluations, s.batch_size)
+        seconds.append(run_seconds(rates, model.layers, s.seq_len, *steps, model=(vocab, model.params)))
     return seconds, rates.describe(sorted(families))
 
 
@@ -188,6 +179,7 @@ def study_cost(
     `flops_per_second` where given (e.g. a GPU's sustained rate), else at this machine's cached
     per-family training rates on `device` (an evaluation is a forward pass: FORWARD_SHARE of a
     training step's cost, madsl.runner.common.choices)."""
+    interval = [1.0, 1.0]  # the factors around the hours where the rates were measured: [low, high]
     if flops_per_second:
         seconds, source = [run.flops / flops_per_second for run in plan.runs], "as given"
     else:
@@ -197,6 +189,7 @@ def study_cost(
         else:
             when = f"cached, measured {rates['measured']}" if not rates["measured_now"] else "measured now"
             source = f"at the per-layer-family training rates of {rates['device']}, {when}"
+            interval = rates.get("interval", interval)
     stored = _done(db, plan.run_ids)
     rows = []
     for run, run_id, run_seconds in zip(plan.runs, plan.run_ids, seconds):
@@ -231,83 +224,9 @@ def study_cost(
         "workers": workers,
         "hours": hours,
         "wall_hours": hours / max(1, workers),
+        "hours_interval": [hours * factor for factor in interval],
+        "wall_hours_interval": [hours * factor / max(1, workers) for factor in interval],
     }
-
-
-def _labels(plan: StudyPlan) -> list[str]:
-    study = plan.study
-    ladder = isinstance(study.recipe.get("lr"), list)
-    return [run.label(ladder, study.seeds > 1) for run in plan.runs]
-
-
-def _show_stacks(cost: dict, plan: StudyPlan, batch: bool, max_dim: int | None) -> None:
-    """The plan's rows with each run's seed, the stack it trains in (s1, s2, ...; None: alone) and
-    the epochs it makes over the training split; a warning for each run past MAX_EPOCHS."""
-    cost["stacked"] = batch
-    cost["stack_max_dim"] = max_dim
-    numbered = [members for members in stacks(plan, batch, max_dim) if len(members) > 1]
-    stack_of = {i: f"s{k + 1}" for k, members in enumerate(numbered) for i in members}
-    split = plan.tokens.info.tokens("train")
-    for index, (row, run) in enumerate(zip(cost["runs"], plan.runs)):
-        row.update(seed=run.settings.seed, stack=stack_of.get(index), epochs=run.tokens / max(split, 1))
-    cost["stacks"] = [[cost["runs"][i]["run_id"] for i in members] for members in numbered]
-    repeated = [row for row in cost["runs"] if row["epochs"] > MAX_EPOCHS]
-    cost["warnings"] = (
-        [
-            f"{len(repeated)} of {len(cost['runs'])} runs see the training split ({split:,} tokens) more than "
-            f"{MAX_EPOCHS} times (up to {max(r['epochs'] for r in repeated):.1f}): their losses are data-"
-            "constrained, not compute-optimal (use more text, or smaller budgets)"
-        ]
-        if repeated
-        else []
-    )
-
-
-def stacks(plan: StudyPlan, batch: bool = True, max_dim: int | None = None) -> list[list[int]]:
-    """The study's runs (indices of plan.runs) grouped into stacks: runs of one model (its spec
-    hash) and of the settings a step shares (length, batch size, precision, evaluation windows,
-    betas) train as one stacked model (madsl.runner.pretrain.stacked), at most MAX_STACK
-    together; a run of its own shape is a stack of one. `batch` False: every run alone; a model
-    wider than `max_dim` (where given): its runs alone."""
-    groups: dict[tuple, list[int]] = {}
-    for index, run in enumerate(plan.runs):
-        s = run.settings
-        shape = (run.spec.hash, s.seq_len, s.batch_size, s.precision, s.eval_tokens, s.beta1, s.beta2)
-        alone = not batch or (max_dim is not None and run.spec.dim > max_dim)
-        groups.setdefault((index,) if alone else shape, []).append(index)
-    return [members[i : i + MAX_STACK] for members in groups.values() for i in range(0, len(members), MAX_STACK)]
-
-
-def _jobs(plan: StudyPlan, db: str | os.PathLike, execution: Any, batch: bool, max_dim: int | None) -> list[Any]:
-    from madsl.runner.pretrain.job import PretrainJob, PretrainStackJob
-    from madsl.runner.store.files import StoreFiles
-
-    files, labels = StoreFiles(db), _labels(plan)
-    runs = [
-        PretrainJob(
-            run_id=run_id,
-            spec=run.spec,
-            settings=run.settings,
-            data_dir=str(plan.data_dir),
-            checkpoint_path=str(files.checkpoint_path(run_id)),
-            data_dtype=plan.study.data_dtype,
-            data_vocab=plan.study.data_vocab,
-            device=execution.device,
-            label=label,
-            checkpoint_every_s=execution.checkpoint_every,
-        )
-        for run, run_id, label in zip(plan.runs, plan.run_ids, labels)
-    ]
-    jobs = []
-    for members in stacks(plan, batch, max_dim):
-        if len(members) == 1:
-            jobs.append(runs[members[0]])
-            continue
-        first = plan.runs[members[0]]
-        stack_id = "stack-" + hashlib.sha256("".join(plan.run_ids[i] for i in members).encode()).hexdigest()[:16]
-        label = f"{first.arch} {first.size}: {len(members)} runs stacked"
-        jobs.append(PretrainStackJob(stack_id, [runs[i] for i in members], execution.device, label))
-    return jobs
 
 
 def _register(store: Any, plan: StudyPlan) -> None:
@@ -334,20 +253,6 @@ def _check_options(execution: Any, flops_per_second: float | None) -> None:
         raise MadslError(f"{option('keep')}: a pretraining run keeps no weights")
 
 
-def _stacking(execution: Any, where: Any) -> tuple[bool, int | None]:
-    """Whether same-shape runs train as stacks (by default with the local executors; --no-batch:
-    alone), and the widest model stacked (on a CPU, CPU_STACK_MAX_DIM; --batch-grid: any)."""
-    if where.ray is not None and execution.batch_grid:
-        raise MadslError(
-            f"{option('batch_grid')}: stacked pretraining runs with the local executors only (Ray runs each run alone)",
-            hint=f"drop {option('batch_grid')}, or use {option('executor')} local",
-        )
-    on_cpu = not str(where.runs_on).startswith("cuda")
-    return where.ray is None and execution.batch_grid is not False, (
-        CPU_STACK_MAX_DIM if on_cpu and execution.batch_grid is None else None
-    )
-
-
 def scale(
     path: str | os.PathLike,
     execution: Any = None,
@@ -372,12 +277,12 @@ def scale(
     _check_options(execution, flops_per_second)
     check_store(execution)
     where = place(execution, stacked=False)
-    batch = _stacking(execution, where)  # (whether, the widest model stacked)
     if precision not in (None, *PRECISIONS):
         raise MadslError(
             f"{option('precision')} must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}, got {precision!r}"
         )
     plan = plan_study_file(path, execution.db, None if precision is None else run_precision(precision, where))
+    batch = stacking(execution, where)  # (whether, the widest model stacked); after the plan: it may import torch
     if execution.dry_run or (reporter is not None and reporter.shows_plan):
         cost = study_cost(
             plan,
@@ -387,11 +292,11 @@ def scale(
             execution.device,
             bool(execution.measure_rate),
         )
-        _show_stacks(cost, plan, *batch)
+        show_stacks(cost, plan, *batch)
         if execution.dry_run:
             return {"db": str(execution.db), "plan": cost}
         reporter.plan(cost, [])
-    jobs = _jobs(plan, execution.db, execution, *batch)
+    jobs = jobs_of(plan, execution.db, execution, *batch)
     outcome = run(
         jobs, execution, reporter=reporter, stop=stop, register=lambda store: _register(store, plan), placement=where
     )

@@ -3,10 +3,13 @@
     plot_isoflops        validation loss against parameters, one colour per IsoFLOP budget and one
                          panel per architecture: points, fitted parabola, optimum (Fig. 4.1, top)
     plot_frontier        N*(C) and D*(C) against training FLOPs, log-log, with each architecture's
-                         power law and its exponent's interval in the legend (Fig. 4.1, bottom)
+                         power law, its bootstrap band shaded and its exponent's interval in the
+                         legend (Fig. 4.1, bottom)
     plot_state_optimal   compute-optimal loss against total state, one colour per architecture and
                          one marker per budget (Fig. 4.3, right)
-    plot_correlation     MAD score against compute-optimal perplexity, r and rho in the title (Fig. 5.1)
+    plot_correlation     MAD score against compute-optimal perplexity; r, rho and tau with their
+                         one-sided permutation p-values (and BCa intervals where computed) in the
+                         title (Fig. 5.1)
 
 Each takes the results of madsl.scaling.fits (or .correlation) and a path, writes the figure in
 the format the suffix names (.png, .pdf, .svg) through a temporary file, and returns the path.
@@ -148,7 +151,8 @@ def _law_label(arch: str, law: PowerLaw, symbol: str) -> str:
 
 def plot_frontier(frontiers: Mapping[str, Frontier] | Sequence[Frontier], path: str | os.PathLike) -> Path:
     """The compute-optimal frontier: N*(C) (left) and D*(C) (right) against training FLOPs, log-log,
-    each architecture's optima and its power law, the exponent with its interval in the legend."""
+    each architecture's optima and its power law, shaded by its pointwise bootstrap band, the
+    exponent with its interval in the legend."""
     frontiers = list(frontiers.values()) if isinstance(frontiers, Mapping) else list(frontiers)
     if not frontiers:
         raise MadslError("no frontiers to plot")
@@ -163,6 +167,9 @@ def plot_frontier(frontiers: Mapping[str, Frontier] | Sequence[Frontier], path: 
             (right, frontier.tokens, "b", [fit.optimal_tokens for fit in frontier.optima]),
         ):
             ax.plot(line, law(line), color=colour, linewidth=1.3, label=_law_label(frontier.arch, law, symbol))
+            if law.band:
+                band = np.array(law.band)
+                ax.fill_between(band[:, 0], band[:, 1], band[:, 2], color=colour, alpha=0.15, linewidth=0)
             for fit, value in zip(frontier.optima, values):
                 _optimum_marker(ax, fit.budget, value, colour, fit.bracketed, marker="o", size=7)
     level = f"{round(100 * frontiers[0].level)}% bootstrap interval"
@@ -171,7 +178,7 @@ def plot_frontier(frontiers: Mapping[str, Frontier] | Sequence[Frontier], path: 
         ax.set_yscale("log")
         ax.set_xlabel("training compute C (FLOPs)")
         ax.set_ylabel(what)
-        ax.set_title(f"{law}  (exponent [{level}])", fontsize=10)
+        ax.set_title(f"{law}  (exponent [{level}]; shaded: the line's pointwise band)", fontsize=9)
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(fontsize=7)
     return _save(plt, fig, path)
@@ -219,11 +226,31 @@ def plot_state_optimal(optima: Sequence[StateOptimum], path: str | os.PathLike) 
     return _save(plt, fig, path)
 
 
+def _correlation_title(correlation: Correlation) -> str:
+    """Each correlation with its one-sided p-value (and BCa interval where computed), and how they were tested."""
+    labels = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
+    parts = []
+    for name, label in labels.items():
+        low, high = getattr(correlation, f"{name}_interval")
+        interval = "" if math.isnan(low) or math.isnan(high) else f" [{low:.2f}, {high:.2f}]"
+        test = correlation.tests.get(name)
+        p = f", p = {test.p_value:.2g}" if test is not None else ""
+        parts.append(f"{label} = {getattr(correlation, name):.2f}{interval}{p}")
+    how = "exact" if correlation.exact else "Monte Carlo"
+    intervals = (
+        f"{round(100 * correlation.level)}% BCa intervals" if correlation.interval_method == "BCa" else "no intervals"
+    )
+    return (
+        "\n".join(parts) + f"\n[{len(correlation.archs)} architectures; {how} permutation p, one-sided: "
+        f"higher MAD score, lower perplexity; {intervals}]"
+    )
+
+
 def plot_correlation(correlation: Correlation, path: str | os.PathLike) -> Path:
     """MAD score against compute-optimal perplexity, one labelled point per architecture, a
-    least-squares line, Pearson's r and Spearman's rho with their intervals in the title."""
+    least-squares line, the correlations with their p-values and intervals in the title."""
     plt, path = _pyplot(path)
-    fig, ax = plt.subplots(figsize=(5.6, 4.4))
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
     x, y = np.array(correlation.scores), np.array(correlation.perplexities)
     ax.scatter(x, y, color="tab:blue", zorder=3)
     for arch, score, perplexity in zip(correlation.archs, x, y):
@@ -231,16 +258,7 @@ def plot_correlation(correlation: Correlation, path: str | os.PathLike) -> Path:
     slope, intercept = np.polyfit(x, y, 1)
     span = np.linspace(x.min(), x.max(), 2)
     ax.plot(span, slope * span + intercept, color="grey", linestyle="--", linewidth=1)
-
-    def stat(value: float, interval: tuple[float, float]) -> str:
-        return f"{value:.2f} [{interval[0]:.2f}, {interval[1]:.2f}]"
-
-    ax.set_title(
-        f"Pearson r = {stat(correlation.pearson, correlation.pearson_interval)}, "
-        f"Spearman ρ = {stat(correlation.spearman, correlation.spearman_interval)}\n"
-        f"[{round(100 * correlation.level)}% bootstrap intervals over the architectures]",
-        fontsize=9,
-    )
+    ax.set_title(_correlation_title(correlation), fontsize=7)
     ax.set_xlabel("MAD score (mean accuracy over the tasks)")
     at = f" at {_flops(correlation.budget)} FLOPs" if correlation.budget is not None else ""
     ax.set_ylabel("compute-optimal perplexity" + at)

@@ -4,7 +4,8 @@
                      final validation loss (nats/token), total state
     fit_isoflop(s)   approach 2: per (arch, budget) a parabola of the loss in log10 N; its minimum
                      is the compute-optimal size N*(C), D*(C) is read off the budget's own points
-    fit_frontier(s)  N* ∝ C^a and D* ∝ C^b over the budgets, with bootstrap intervals (Fig. 4.1)
+    fit_frontier(s)  N* ∝ C^a and D* ∝ C^b over the budgets, with bootstrap intervals of the
+                     exponents and pointwise bands of the lines (Fig. 4.1)
     state_optima     the compute-optimal loss against the total state at N*(C) (Fig. 4.3, right)
 
 Pure numpy. Every result is a frozen dataclass; madsl.scaling.parametric fits approach 3,
@@ -75,14 +76,20 @@ class IsoFlopFit:
         return np.polyval(self.coefficients, np.log10(params))
 
 
+BAND_POINTS = 24  # budgets, log-spaced over a frontier's span, at which its band is given
+
+
 @dataclass(frozen=True)
 class PowerLaw:
     """y = coefficient · C^exponent, a least-squares line in log10-log10 space; `interval` is the
-    bootstrap percentile interval of the exponent (NaN when every resample was skipped)."""
+    bootstrap percentile interval of the exponent (NaN when every resample was skipped), `band`
+    the pointwise percentile band of the line over the same resamples: rows (C, low y, high y) at
+    BAND_POINTS budgets spanning the budgets fitted (empty when every resample was skipped)."""
 
     exponent: float
     coefficient: float
     interval: tuple[float, float]
+    band: tuple[tuple[float, float, float], ...] = ()
 
     def __call__(self, budget: float | np.ndarray) -> float | np.ndarray:
         return self.coefficient * np.asarray(budget, dtype=float) ** self.exponent
@@ -225,6 +232,27 @@ def _bootstrap_optima(
     return x_opt, _interpolate(x_opt, log_n, log_d), ok
 
 
+def _percentiles(samples: np.ndarray, level: float) -> tuple[float, float]:
+    """The `level` percentile interval of `samples` (NaN where there are none)."""
+    if not samples.size:
+        return (math.nan, math.nan)
+    tail = 50 * (1 - level)
+    low, high = np.percentile(samples, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _band(
+    log_c: np.ndarray, slopes: np.ndarray, intercepts: np.ndarray, level: float
+) -> tuple[tuple[float, float, float], ...]:
+    """The pointwise `level` percentile band of the resampled lines over the budgets' span."""
+    if not slopes.size:
+        return ()
+    grid = np.linspace(log_c.min(), log_c.max(), BAND_POINTS)
+    tail = 50 * (1 - level)
+    low, high = np.percentile(intercepts[:, None] + slopes[:, None] * grid, [tail, 100 - tail], axis=0)
+    return tuple((float(10**c), float(10**lo), float(10**hi)) for c, lo, hi in zip(grid, low, high))
+
+
 def fit_frontier(
     points: Iterable[ScalePoint], *, resamples: int = 1000, seed: int = 0, level: float = 0.95
 ) -> Frontier:
@@ -252,12 +280,15 @@ def fit_frontier(
     laws = []
     for column, values in ((0, [f.optimal_params for f in optima]), (1, [f.optimal_tokens for f in optima])):
         slope, intercept = _slopes(log_c, np.log10(values))
-        samples, _ = _slopes(log_c, np.stack([d[column] for d in drawn], axis=1)[ok])
-        tail = 50 * (1 - level)
-        interval = (
-            tuple(float(v) for v in np.percentile(samples, [tail, 100 - tail])) if ok.any() else (math.nan, math.nan)
+        samples, intercepts = _slopes(log_c, np.stack([d[column] for d in drawn], axis=1)[ok])
+        laws.append(
+            PowerLaw(
+                exponent=float(slope),
+                coefficient=float(10**intercept),
+                interval=_percentiles(samples, level),
+                band=_band(log_c, samples, intercepts, level),
+            )
         )
-        laws.append(PowerLaw(exponent=float(slope), coefficient=float(10**intercept), interval=interval))
     return Frontier(
         arch=archs[0],
         optima=tuple(optima),

@@ -1,15 +1,17 @@
 """A study's results, fitted: the IsoFLOP parabolas and optima, the frontiers N*(C) and D*(C)
-with bootstrap intervals, the parametric fit L(N, D), the state-optimal view and the MAD
-correlation, as data (`study_report`), text, records (json, csv) and figures.
+with bootstrap intervals, the parametric fit L(N, D) with bootstrap intervals, the state-optimal
+view and the MAD correlation (permutation tests, BCa intervals where n allows), as data
+(`study_report`), text, records (json, csv) and figures.
 
 What cannot be fitted is said, not hidden: an IsoFLOP group whose curve has no minimum, an
 architecture with too few budgets for a frontier, too few architectures with MAD scores for a
-correlation, each lands in `StudyReport.problems` with the reason, and the rest is fitted.
+correlation, an optimum outside the sizes trained (extrapolated: left out of the frontier, the
+state-optimal view and the MAD correlation), each lands in `StudyReport.problems` with the
+reason, and the rest is fitted.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,6 +19,9 @@ from typing import Any
 
 from madsl.errors import MadslError, option
 from madsl.runner.store.results import DEFAULT_DB
+from madsl.scaling.report_text import perplexity, render_report  # noqa: F401 (madsl.cli.report reads it here)
+
+PARAMETRIC_RESAMPLES = 200  # the parametric fit's bootstrap: about 5 ms a resample, a second an architecture
 
 
 @dataclass
@@ -28,6 +33,7 @@ class StudyReport:
     parametric: dict[str, Any] = field(default_factory=dict)  # arch -> ParametricFit
     state: list[Any] = field(default_factory=list)  # StateOptimum
     correlation: Any = None  # Correlation, or None
+    correlation_left_out: dict[str, str] = field(default_factory=dict)  # scored arch -> why it is not in it
     mad_scores: dict[str, float] = field(default_factory=dict)  # arch -> MAD score (where the store has one)
     bits_per_byte: dict[str, float] = field(default_factory=dict)  # run label -> bpb, for byte-level data
     problems: list[str] = field(default_factory=list)
@@ -57,19 +63,48 @@ def _mad_scores(plan: Any, mad_db: str | os.PathLike) -> dict[str, float]:
     return found
 
 
-def _correlation(report: StudyReport, budget: float | None, resamples: int, seed: int) -> None:
+def _correlation_budget(report: StudyReport, budget: float | None) -> float | None:
+    """The budget the MAD correlation is taken at: `budget`, or the largest of those with the most
+    scored architectures whose optimum lies inside the sizes trained (None: there is none)."""
+    if budget is not None:
+        return budget
+    bracketed: dict[float, int] = {}
+    for fit in report.isoflops:
+        if fit.arch in report.mad_scores and fit.bracketed:
+            bracketed[fit.budget] = bracketed.get(fit.budget, 0) + 1
+    return max(bracketed, key=lambda b: (bracketed[b], b)) if bracketed else None
+
+
+def add_mad_correlation(
+    report: StudyReport, budget: float | None = None, *, resamples: int = 1000, seed: int = 0
+) -> None:
+    """The MAD correlation of `report.mad_scores` at `budget` (default: _correlation_budget) into
+    `report.correlation`, of the scored architectures whose optimum there lies inside the sizes
+    trained: an extrapolated optimum is the parabola's vertex beyond the data, not a measured loss.
+    The others are left out and named in `problems` and `correlation_left_out`."""
     from madsl.scaling.correlation import compute_optimal_perplexities, correlate_mad
 
-    fitted_budgets = sorted({f.budget for f in report.isoflops if f.arch in report.mad_scores})
-    if budget is None:  # the largest budget where every scored architecture has an optimum
-        complete = [
-            b for b in fitted_budgets if {f.arch for f in report.isoflops if f.budget == b} >= set(report.mad_scores)
-        ]
-        budget = complete[-1] if complete else (fitted_budgets[-1] if fitted_budgets else None)
+    scored = [f for f in report.isoflops if f.arch in report.mad_scores]
+    budget = _correlation_budget(report, budget)
     if budget is None:
-        report.problems.append("MAD correlation: no architecture has both a MAD score and an IsoFLOP optimum")
+        report.problems.append(
+            "MAD correlation: no scored architecture has an IsoFLOP optimum inside its sizes trained at "
+            "any budget (every optimum is extrapolated or missing): add sizes around the minima"
+        )
         return
-    perplexities = compute_optimal_perplexities([f for f in report.isoflops if f.arch in report.mad_scores], budget)
+    perplexities = compute_optimal_perplexities(scored, budget)
+    at_budget = {f.arch: f for f in scored if f.budget == budget}
+    for arch in sorted(set(report.mad_scores) - set(perplexities)):
+        fit = at_budget.get(arch)
+        report.correlation_left_out[arch] = (
+            f"its optimum (N* {fit.optimal_params:.3g}, loss* {fit.optimal_loss:.4f}) lies outside the "
+            "sizes trained: extrapolated, not measured"
+            if fit is not None
+            else "no IsoFLOP optimum at this budget"
+        )
+        report.problems.append(
+            f"MAD correlation at {budget:.3g} FLOPs: {arch} left out: {report.correlation_left_out[arch]}"
+        )
     scores = {a: s for a, s in report.mad_scores.items() if a in perplexities}
     report.correlation = _try(
         report,
@@ -91,10 +126,15 @@ def check_report_inputs(db: str | os.PathLike, mad_db: str | os.PathLike | None 
 
 
 def _fit_architectures(
-    report: StudyReport, points: list, fitted: set[tuple[str, float]], resamples: int, seed: int
+    report: StudyReport,
+    points: list,
+    fitted: set[tuple[str, float]],
+    resamples: tuple[int, int],
+    seed: int,
 ) -> None:
     """Each architecture's frontier (from its optima inside the sizes trained, `fitted`) and its
-    parametric fit, into `report` (a fit that fails: a problem of the report)."""
+    parametric fit, with `resamples` (frontier, parametric) bootstrap resamples, into `report`
+    (a fit that fails: a problem of the report)."""
     from madsl.scaling import fits
     from madsl.scaling.parametric import fit_parametric
 
@@ -107,12 +147,16 @@ def _fit_architectures(
             )
         else:
             frontier = _try(
-                report, f"{arch} frontier", lambda u=usable: fits.fit_frontier(u, resamples=resamples, seed=seed)
+                report, f"{arch} frontier", lambda u=usable: fits.fit_frontier(u, resamples=resamples[0], seed=seed)
             )
             if frontier is not None:
                 report.frontiers[arch] = frontier
         mine = [p for p in points if p.arch == arch]
-        parametric = _try(report, f"{arch} parametric fit", lambda m=mine: fit_parametric(m))
+        parametric = _try(
+            report,
+            f"{arch} parametric fit",
+            lambda m=mine: fit_parametric(m, resamples=resamples[1], seed=seed),
+        )
         if parametric is not None:
             report.parametric[arch] = parametric
 
@@ -125,10 +169,13 @@ def study_report(
     budget: float | None = None,
     resamples: int = 1000,
     seed: int = 0,
+    parametric_resamples: int = PARAMETRIC_RESAMPLES,
 ) -> StudyReport:
     """Fit a study's finished runs in `db`; MAD scores are read from `mad_db` (default: `db`).
-    A finished run whose stored loss is no loss (text, 0, infinite, ...) is left out and named
-    in `problems` (madsl.scaling.api.study_points)."""
+    `resamples` bootstrap resamples give the frontiers' and the MAD correlation's intervals,
+    `parametric_resamples` those of the parametric fits (0: none). A finished run whose stored
+    loss is no loss (text, 0, infinite, ...) is left out and named in `problems`
+    (madsl.scaling.api.study_points)."""
     from madsl.scaling import fits
     from madsl.scaling.api import plan_study_file, study_points
 
@@ -157,15 +204,15 @@ def study_report(
         if not f.bracketed:
             report.problems.append(
                 f"{f.arch} at {f.budget:.3g} FLOPs: the optimum {f.optimal_params:.3g} lies "
-                "outside the sizes trained; left out of the frontier and the state-optimal "
-                "view (add sizes on that side)"
+                "outside the sizes trained (extrapolated); left out of the frontier, the "
+                "state-optimal view and the MAD correlation (add sizes on that side)"
             )
-    _fit_architectures(report, points, fitted, resamples, seed)
+    _fit_architectures(report, points, fitted, (resamples, parametric_resamples), seed)
     usable = [p for p in points if (p.arch, p.budget) in fitted]
     report.state = (_try(report, "state-optimal view", lambda: fits.state_optima(usable)) or []) if usable else []
     report.mad_scores = _mad_scores(plan, mad_db or db)
     if len(report.mad_scores) >= 3:
-        _correlation(report, budget, resamples, seed)
+        add_mad_correlation(report, budget, resamples=resamples, seed=seed)
     else:
         report.problems.append(
             f"MAD correlation: {len(report.mad_scores)} of the study's architectures have a MAD "
@@ -186,12 +233,13 @@ def report_records(report: StudyReport) -> dict[str, Any]:
         "runs_done": len(report.points),
         "runs_total": report.runs_total,
         "points": [plain(p) for p in report.points],
-        "isoflops": [plain(f) for f in report.isoflops],
+        "isoflops": [{**plain(f), "extrapolated": not f.bracketed} for f in report.isoflops],
         "frontiers": {a: plain(f) for a, f in report.frontiers.items()},
         "parametric": {a: plain(f) for a, f in report.parametric.items()},
         "state_optimal": [plain(s) for s in report.state],
         "mad_scores": report.mad_scores,
         "correlation": plain(report.correlation),
+        "correlation_left_out": report.correlation_left_out,
         "bits_per_byte": report.bits_per_byte,
         "problems": report.problems,
     }
@@ -215,66 +263,10 @@ def report_rows(report: StudyReport) -> list[dict[str, Any]]:
                 "optimal_params": fit.optimal_params if fit else None,
                 "optimal_loss": fit.optimal_loss if fit else None,
                 "mad_score": report.mad_scores.get(p.arch),
+                "optimum_extrapolated": (not fit.bracketed) if fit else None,
             }
         )
     return rows
-
-
-def perplexity(loss: float) -> float | None:
-    """exp(loss), or None where it overflows a float (a loss above ~709 nats)."""
-    try:
-        return math.exp(loss)
-    except OverflowError:
-        return None
-
-
-def _ppl(loss: float, width: int) -> str:
-    value = perplexity(loss)
-    return f"{value:>{width}.3f}" if value is not None else f"{'?':>{width}}"
-
-
-def render_report(report: StudyReport) -> str:
-    """The report as text: optima per group, exponents, parametric fits, state, correlation, problems."""
-    lines = [
-        f"study {report.study}: {len(report.points)} of {report.runs_total} models done",
-        "",
-        "IsoFLOP optima (approach 2)",
-        f"  {'arch':<18} {'budget':>8} {'N*':>10} {'D*':>11} {'loss*':>7} {'ppl*':>7}  bracketed",
-    ]
-    for f in report.isoflops:
-        lines.append(
-            f"  {f.arch:<18} {f.budget:>8.3g} {f.optimal_params:>10.3g} {f.optimal_tokens:>11.3g} "
-            f"{f.optimal_loss:>7.4f} {_ppl(f.optimal_loss, 7)}  {'yes' if f.bracketed else 'NO'}"
-        )
-    if report.frontiers:
-        lines += ["", "Frontiers: N* ∝ C^a, D* ∝ C^b (95 % bootstrap intervals)"]
-        for arch, f in report.frontiers.items():
-            lines.append(
-                f"  {arch:<18} a = {f.params.exponent:.3f} [{f.params.interval[0]:.3f}, "
-                f"{f.params.interval[1]:.3f}]   b = {f.tokens.exponent:.3f} [{f.tokens.interval[0]:.3f}, "
-                f"{f.tokens.interval[1]:.3f}]"
-            )
-    if report.parametric:
-        lines += ["", "Parametric fits: L(N, D) = E + A/N^α + B/D^β (approach 3)"]
-        for arch, f in report.parametric.items():
-            lines.append(f"  {arch:<18} E {f.E:.3f}  A {f.A:.4g}  B {f.B:.4g}  α {f.alpha:.3f}  β {f.beta:.3f}")
-    if report.state:
-        lines += ["", "State-optimal: compute-optimal loss against total state at N*"]
-        for s in report.state:
-            lines.append(f"  {s.arch:<18} {s.budget:>8.3g}  state {s.state:>10.4g}  loss* {s.loss:.4f}")
-    if report.correlation is not None:
-        c = report.correlation
-        lines += [
-            "",
-            f"MAD score vs compute-optimal perplexity at {c.budget:.3g} FLOPs ({len(c.archs)} architectures)",
-            f"  Pearson r {c.pearson:.3f} [{c.pearson_interval[0]:.3f}, {c.pearson_interval[1]:.3f}]   "
-            f"Spearman ρ {c.spearman:.3f} [{c.spearman_interval[0]:.3f}, {c.spearman_interval[1]:.3f}]",
-        ]
-        for arch, score, ppl in zip(c.archs, c.scores, c.perplexities):
-            lines.append(f"  {arch:<18} MAD {score:.3f}  ppl* {ppl:.3f}")
-    if report.problems:
-        lines += ["", "Not fitted:"] + [f"  {p}" for p in report.problems]
-    return "\n".join(lines) + "\n"
 
 
 FIGURES = ("isoflops.png", "frontier.png", "state_optimal.png", "correlation.png")

@@ -314,6 +314,8 @@ def _plan(
 ) -> dict[str, Any]:
     remaining = search.algorithm.evaluations - len(state.scored())
     per = cost["run_seconds"] / count if cost and cost.get("run_seconds") is not None else None
+    # where the batch's time is uncertain, the whole search's interval at the same factors
+    between = (cost or {}).get("run_seconds_interval") if per is not None else None
     return {
         "search": search.name,
         "state": str(path),
@@ -334,5 +336,6 @@ def _plan(
         ],
         "plan": cost,
         "estimated_run_seconds": None if per is None else per * remaining,
+        "estimated_run_seconds_interval": None if not between else [t / count * remaining for t in between],
         "rejected": dict(state.counts),
     }

@@ -5,11 +5,13 @@
     FLOPs       forward FLOPs of one sequence from the accounting (`madsl.graph.account`),
                 x 3 for forward + backward, x sequences trained
     seconds     from the same accounting, layer by layer: each layer's training FLOPs at its
-                family's measured rate on the device the run trains on (`madsl.runner.plan.rate`:
-                measured once per device, cached, measured again on request; the machine's load
-                when planning does not enter it), + the rest of a model (per layer and token),
-                over the threads' speedup; x the run's steps, + its evaluations (a forward pass costs
-                about a third of a training step). The runs of a stacked grid group (the default
+                family's measured rate at its width on the device the run trains on
+                (`madsl.runner.plan.rate`: measured once per device, cached, measured again on
+                request; the machine's load when planning does not enter it), + the rest of a
+                model (a step's fixed cost, per logit, per layer and token, per parameter), over
+                the threads' speedup; x the run's steps, + its evaluations (a forward pass
+                costs about a third of a training step); an interval around it where the
+                measurement is uncertain (DeviceRates.interval). The runs of a stacked grid group (the default
                 on CUDA: `madsl.runner.batched.grid`) are costed as what trains, the group: its
                 members' FLOPs in one step, each layer's per-step overhead once, shared out among
                 its pending runs
@@ -46,6 +48,7 @@ class RunCost:
     seconds: float | None  # None: not estimated (no spec, no rate for a layer family, a device not here)
     seq_len: int = 0
     params: int | None = None  # the accounted parameters of the model built for this run's shape
+    interval: tuple[float, float] = (1.0, 1.0)  # the actual seconds expected between these times `seconds`
     # layer hyperparameters that follow the sequence length (`seq_len` values): "SYMBOL.field" -> value
     sized: dict[str, int] = field(default_factory=dict)
 
@@ -57,7 +60,7 @@ class Shape:
     flops: float  # forward FLOPs of one sequence
     params: int
     sized: dict[str, int]  # the layer fields that follow the sequence length
-    layers: tuple[tuple[str, float], ...]  # (family, forward FLOPs of one sequence) of each layer
+    layers: tuple[tuple[str, float, int], ...]  # (rate family, forward FLOPs of one sequence, width) a layer
 
 
 class Shapes:
@@ -85,11 +88,13 @@ class Shapes:
             here = self.accounting(spec, seq_len, vocab)
             if (id(spec), seq_len) not in self.sized:
                 self.sized[(id(spec), seq_len)] = length_sized(spec, here, seq_len, vocab)
+            from madsl.runner.plan.rate_measure import layer_flops
+
             self.shapes[key] = Shape(
                 here.totals["flops"],
                 here.totals["params"],
                 self.sized[(id(spec), seq_len)],
-                tuple((row.primitive, float(row.flops)) for row in here.layers),
+                tuple(layer_flops(here, spec.dim)),
             )
         return self.shapes[key]
 
@@ -186,7 +191,7 @@ def _time(
     stacked_in = {member.run_id: unit for unit in stacked for member in unit.members}
     members = {id(unit): sum(m.run_id not in done for m in unit.members) for unit in stacked}
     books = _device_rates(pending, layers, rates, threads)
-    for job, cost, model, (length, _, n_train, n_test, batch) in zip(pending, costs, layers, sizes):
+    for job, cost, model, (length, vocab, n_train, n_test, batch) in zip(pending, costs, layers, sizes):
         book = books.get(job.device)
         if model is None or book is None:
             continue
@@ -201,7 +206,9 @@ def _time(
             (math.ceil(n_test / eval_rows) if n_test else 0, eval_rows),
             job.train.epochs,
             together,
+            (vocab, cost.params or 0),
         )
+        cost.interval = book.interval()
 
 
 def run_seconds(
@@ -212,16 +219,18 @@ def run_seconds(
     evaluation: tuple[int, int],
     repeats: int = 1,
     together: int = 1,
+    model: tuple[int, int] | None = None,
 ) -> float | None:
     """The step-time estimate of a run (a MAD run's, a pretraining run's: the one estimator): its
     `train` (steps, rows of each) training steps and `evaluation` (batches, rows of each) forward
     passes, each a FORWARD_SHARE of a step, over sequences of `length` tokens, `repeats` times (a
     MAD run's epochs), at a device's `rates` (madsl.runner.plan.rate_model.DeviceRates) for its
     `layers` (Shape.layers). `together`: the pending members of a stacked group, which share its
-    steps (a run's share). None where a layer family has no rate on the device."""
+    steps (a run's share); `model`: (vocabulary, parameters), for the step's cost outside the layers
+    (DeviceRates.step_seconds). None where a layer family has no rate on the device."""
     (steps, rows), (batches, eval_rows) = train, evaluation
-    train_step = rates.step_seconds(layers, rows, length, together)
-    eval_step = rates.step_seconds(layers, eval_rows, length, together)
+    train_step = rates.step_seconds(layers, rows, length, together, model)
+    eval_step = rates.step_seconds(layers, eval_rows, length, together, model)
     if train_step is None or eval_step is None:  # a family without a rate here
         return None
     evaluations = FORWARD_SHARE * batches * eval_step if batches else 0.0
@@ -233,7 +242,7 @@ def _device_rates(pending: Sequence[Any], layers: list, rates: "RateBook", threa
     families: dict[str, set[str]] = {}
     for job, model in zip(pending, layers):
         if model is not None:
-            families.setdefault(job.device, set()).update(family for family, _ in model)
+            families.setdefault(job.device, set()).update(layer[0] for layer in model)
     return device_rates(families, rates, threads)
 
 
@@ -299,6 +308,7 @@ def summarize_cost(
         row["flops"] = None if row["flops"] is None or cost.flops is None else row["flops"] + cost.flops
         row["seconds"] = None if row["seconds"] is None or cost.seconds is None else row["seconds"] + cost.seconds
     run_seconds = None if any(c.seconds is None for c in costs) else sum(c.seconds for c in costs)
+    interval = None if run_seconds is None else [sum(c.seconds * c.interval[i] for c in costs) for i in (0, 1)]
     flops = None if any(c.flops is None for c in costs) else sum(c.flops for c in costs)
     return {
         "runs": total_runs,
@@ -310,6 +320,8 @@ def summarize_cost(
         "executor": executor,
         "runs_at_once": at_once,
         "wall_seconds": None if run_seconds is None or not at_once else run_seconds / at_once,
+        "run_seconds_interval": interval,  # [low, high]: where the actual run-seconds are expected
+        "wall_seconds_interval": None if interval is None or not at_once else [s / at_once for s in interval],
         "rates": list(rates or []),
         "per_spec": per_spec,
         "per_run": [{**vars(c), "sized": dict(c.sized)} for c in costs],
@@ -361,6 +373,9 @@ def render_cost(plan: dict) -> str:
             f"estimated run time: ~{duration(plan['run_seconds'])} in all, divided over the runs the "
             f"{plan['executor']} executor holds at once"
         )
+    between = plan.get("wall_seconds_interval") or plan.get("run_seconds_interval")
+    if between:  # the measurement is uncertain: where the time is expected (DeviceRates.interval)
+        lines.append(f"  likely between {duration(between[0])} and {duration(between[1])}")
     return "\n".join(lines + [line for rate in plan.get("rates", []) for line in rate_lines(rate)]) + "\n"
 
 

@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from madsl.runner.plan import rate_measure
-from madsl.runner.plan.rate_cache import FORMAT, MEASURED, cache_path, check_device, read_cache, save_cache
-from madsl.runner.plan.rate_model import DeviceRates, Line, Measured, Progress, device_name
+from madsl.runner.plan.rate_cache import (
+    FORMAT,
+    MEASURED,
+    OUTSIDE,
+    cache_path,
+    check_device,
+    read_cache,
+    save_cache,
+)
+from madsl.runner.plan.rate_model import DeviceRates, Line, Measured, Outside, Progress, device_name
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +109,14 @@ def from_entry(name: str, threads: int, entry: dict[str, Any]) -> DeviceRates:
     """A device's rates as the cache holds them (checked by rate_cache on read)."""
     book = DeviceRates(name, threads)
     for family, line in entry.get("families", {}).items():
-        book.families[family] = Line(line["overhead_s"], line["flops_per_s"], line["measured"], line["load"])
+        points = tuple((int(w), float(o), float(r)) for w, o, r in line.get("points", []))
+        book.families[family] = Line(line["overhead_s"], line["flops_per_s"], line["measured"], line["load"], points)
     for key, number in MEASURED.items():
         if key in entry:
             setattr(book, key, Measured(entry[key][number], entry[key]["measured"], entry[key]["load"]))
+    if "outside" in entry:
+        outside = entry["outside"]
+        book.outside = Outside(*(outside[key] for key in OUTSIDE), outside["measured"], outside["load"])
     return book
 
 
@@ -118,10 +130,18 @@ def to_entry(book: DeviceRates) -> dict[str, Any]:
                 "flops_per_s": line.flops_per_s,
                 "measured": line.measured,
                 "load": line.load,
+                **({"points": [list(point) for point in line.points]} if line.points else {}),
             }
             for family, line in sorted(book.families.items())
         },
     }
+    if book.outside is not None:
+        outside = book.outside
+        entry["outside"] = {
+            **{key: getattr(outside, key) for key in OUTSIDE},
+            "measured": outside.measured,
+            "load": outside.load,
+        }
     for key, number in MEASURED.items():
         value = getattr(book, key)
         if value is not None:

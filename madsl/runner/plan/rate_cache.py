@@ -31,7 +31,11 @@ from madsl.oserrors import os_error_words
 from madsl.paths import cache_dir
 
 CACHE_NAME = "device-rates.json"
-FORMAT = 1  # the layout below; another is refused (and measured again)
+# the layout below; 2: a family's lines at a ladder of widths ("points") and the rest's other terms
+# ("outside"). A format-1 cache (one line a family at width 128) is read as empty: measured again,
+# never read as format 2; any other is refused (and measured again)
+FORMAT = 2
+OLDER_FORMATS = (1,)
 MAX_BYTES = 1024 * 1024  # madsl writes ~200 bytes a family, a few dozen families a device
 MAX_DEVICES = 64
 MAX_FAMILIES = 256
@@ -50,6 +54,14 @@ CPU_FLOPS_PER_CORE = (1e6, 1e12)
 GPU_FLOPS = (1e8, 1e17)
 MAX_OVERHEAD_S = 60.0  # a layer's fixed cost a training step at width 128: milliseconds on any machine
 MAX_REST_S = 1e-3  # the rest of a model, a layer and a token: microseconds on any machine
+MAX_FIXED_S = 60.0  # a step's fixed cost outside its layers: milliseconds on any machine
+MAX_PER_LOGIT_S = 1e-3  # a logit's head and loss: nanoseconds on any machine
+MAX_PER_PARAM_S = 1e-3  # a parameter's optimizer step: nanoseconds on any machine
+MAX_WIDTH = 1 << 20
+MAX_POINTS = 16
+# the interval's factors (actual / fitted step time at the rest's points): a fit off by more than
+# 100x either way is not a measurement
+INTERVAL_FACTOR = (1e-2, 1e2)
 
 
 def plausible_ranges(device: str, threads: int) -> dict[str, tuple[float, float]]:
@@ -61,7 +73,15 @@ def plausible_ranges(device: str, threads: int) -> dict[str, tuple[float, float]
         "flops_per_s": (low, high),
         "seconds_per_layer_token": (0.0, MAX_REST_S),
         "factor": (1.0, float(threads)),
+        "fixed_s": (0.0, MAX_FIXED_S),
+        "per_logit_s": (0.0, MAX_PER_LOGIT_S),
+        "per_param_s": (0.0, MAX_PER_PARAM_S),
+        "low": INTERVAL_FACTOR,
+        "high": INTERVAL_FACTOR,
     }
+
+
+OUTSIDE = ("fixed_s", "per_logit_s", "per_param_s", "low", "high")  # the numbers of a device's "outside"
 
 
 def cache_path() -> Path:
@@ -70,8 +90,8 @@ def cache_path() -> Path:
 
 
 def read_cache(path: Path) -> dict[str, Any]:
-    """The cache at `path` as madsl wrote it: {"format": 1, "devices": {key: device}}; a
-    ValueError saying what is wrong with it otherwise (see the module's docstring)."""
+    """The cache at `path` as madsl wrote it: {"format": 2, "devices": {key: device}} (a format-1
+    one: no devices); a ValueError saying what is wrong with it otherwise (see the module's docstring)."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags)
@@ -94,6 +114,8 @@ def read_cache(path: Path) -> dict[str, Any]:
     except (ValueError, RecursionError) as err:  # RecursionError: nesting deeper than the parser goes
         raise ValueError(f"it is not JSON: {str(err)[:120] or type(err).__name__}") from None
     _expect(data, dict, "the file")
+    if set(data) == {"format", "devices"} and data["format"] in OLDER_FORMATS:
+        return {"format": FORMAT, "devices": {}}  # an older madsl's rates: measured again, never misread
     if set(data) != {"format", "devices"} or data["format"] != FORMAT:
         raise ValueError(f"it is not a format-{FORMAT} rate cache (keys format and devices)")
     devices = _expect(data["devices"], dict, "devices")
@@ -108,9 +130,9 @@ def read_cache(path: Path) -> dict[str, Any]:
 
 def check_device(device: Any, where: str) -> None:
     """One device's entry: {"device": name, "threads": n, "families": {name: measurement},
-    "rest": measurement, "threads_speedup": measurement (each optional)}; ValueError otherwise."""
+    "rest", "threads_speedup", "outside": measurement (each optional)}; ValueError otherwise."""
     _expect(device, dict, where)
-    allowed = {"device", "threads", "families", *MEASURED}
+    allowed = {"device", "threads", "families", "outside", *MEASURED}
     if not {"device", "threads", "families"} <= set(device) <= allowed:
         raise ValueError(f"{where}: expected the keys {', '.join(sorted(allowed))}")
     if not isinstance(device["device"], str) or not _TEXT.fullmatch(device["device"]):
@@ -126,12 +148,35 @@ def check_device(device: Any, where: str) -> None:
     for name, measurement in families.items():
         if not _FAMILY.fullmatch(name):
             raise ValueError(f"{where}: {name[:70]!r} is not a layer family's name")
-        check_measurement(
-            measurement, {key: ranges[key] for key in ("overhead_s", "flops_per_s")}, f"{where}: {name}", kind
-        )
+        line = {key: ranges[key] for key in ("overhead_s", "flops_per_s")}
+        _expect(measurement, dict, f"{where}: {name}")
+        check_measurement({k: v for k, v in measurement.items() if k != "points"}, line, f"{where}: {name}", kind)
+        _check_points(measurement.get("points", []), line, f"{where}: {name}: points", kind)
     for name, number in MEASURED.items():
         if name in device:
             check_measurement(device[name], {number: ranges[number]}, f"{where}: {name}", kind)
+    if "outside" in device:
+        check_measurement(device["outside"], {key: ranges[key] for key in OUTSIDE}, f"{where}: outside", kind)
+
+
+def _check_points(points: Any, line: dict[str, tuple[float, float]], where: str, kind: str) -> None:
+    """A family's lines at a ladder of widths: [[width, overhead_s, flops_per_s], ...], each in range."""
+    _expect(points, list, where)
+    if len(points) > MAX_POINTS:
+        raise ValueError(f"{where}: {len(points)} widths, more than {MAX_POINTS}")
+    for point in points:
+        if not isinstance(point, list) or len(point) != 3:
+            raise ValueError(f"{where}: {_short(point)} is not [width, overhead_s, flops_per_s]")
+        width, overhead, rate = point
+        if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
+            raise ValueError(f"{where}: width {_short(width)} is not an integer in 1..{MAX_WIDTH}")
+        for name, value in (("overhead_s", overhead), ("flops_per_s", rate)):
+            low, high = line[name]
+            if not _number(value) or not low <= value <= high:
+                raise ValueError(
+                    f"{where}: {name} {_short(value)} at width {width} is not a finite number in "
+                    f"[{low:g}, {high:g}] (what {kind} could measure)"
+                )
 
 
 def check_measurement(entry: Any, fields: dict[str, tuple[float, float]], where: str, kind: str = "") -> None:

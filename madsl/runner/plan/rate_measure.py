@@ -16,24 +16,31 @@ from madsl.runner.plan.rate_model import (
     BATCHES,
     RATE_LENGTH,
     RATE_WIDTH,
+    RATE_WIDTHS,
     REFERENCE_TOPOLOGY,
     REFERENCE_VOCAB,
+    REST_VOCABS,
+    REST_WIDTHS,
     SPEEDUP_STEPS,
     TIMED_STEPS,
     DeviceRates,
     Line,
     Measured,
+    Outside,
     Progress,
     clock,
     cores_free,
+    family_primitive,
     load_average,
     now,
+    rate_family,
 )
 
 
-def layer_flops(account: Any) -> list[tuple[str, float]]:
-    """(family, forward FLOPs of one sequence) of each layer of an accounting, in stack order."""
-    return [(row.primitive, float(row.flops)) for row in account.layers]
+def layer_flops(account: Any, width: int | None = None) -> list[tuple]:
+    """(family, forward FLOPs of one sequence, width) of each layer of an accounting, in stack
+    order (rate_model.rate_family: the family whose rate times it)."""
+    return [(rate_family(row.primitive, row.config), float(row.flops), width) for row in account.layers]
 
 
 def measure_into(book: DeviceRates, device: Any, families: list[str], progress: Progress | None) -> None:
@@ -45,7 +52,7 @@ def measure_into(book: DeviceRates, device: Any, families: list[str], progress: 
     reference_families = (
         []
         if book.rest is not None
-        else [f for f in dict.fromkeys(f for f, _ in _reference_layers(reference)) if f not in book.families]
+        else [f for f in dict.fromkeys(f for f, *_ in _reference_layers(reference)) if f not in book.families]
     )
     todo = list(dict.fromkeys([*families, *reference_families]))
     total = len(todo) + (book.rest is None)
@@ -81,18 +88,25 @@ def measure_into(book: DeviceRates, device: Any, families: list[str], progress: 
 
 
 def measure_family(family: str, device: Any) -> Line:
-    """A family's line from its layer's forward + backward at the two batch sizes of the device."""
+    """A family's lines at each width of RATE_WIDTHS (rate_model's docstring); its width-128
+    line is the Line's own numbers."""
+    points = tuple((width, *_family_line(family, device, width)) for width in RATE_WIDTHS)
+    _, overhead, rate = min(points, key=lambda point: abs(point[0] - RATE_WIDTH))
+    return Line(overhead, rate, now(), load_average(), points)
+
+
+def _family_line(family: str, device: Any, width: int) -> tuple[float, float]:
+    """(overhead seconds, training FLOP/s) of a family's layer at `width`, from its forward +
+    backward at the two batch sizes of the device."""
     import torch
 
-    from madsl.lang.stdlib import primitive
-
-    prim = primitive(family, RATE_WIDTH).at_length(RATE_LENGTH)
+    prim = family_primitive(family, width).at_length(RATE_LENGTH)
     flops = max(float(prim.cost(RATE_LENGTH).flops), 1.0)
     torch.manual_seed(0)
     module = prim.build().to(device)
     times = []
     for rows in BATCHES[device.type]:
-        h = torch.randn(rows, RATE_LENGTH, RATE_WIDTH, device=device, requires_grad=True)
+        h = torch.randn(rows, RATE_LENGTH, width, device=device, requires_grad=True)
 
         def step(h=h) -> None:
             out = module(h)
@@ -106,7 +120,7 @@ def measure_family(family: str, device: Any) -> Line:
         per_row, overhead = t_big / big, 0.0
     else:
         overhead = max(0.0, t_small - per_row * small)
-    return Line(overhead, TRAIN_FORWARDS * flops / per_row, now(), load_average())
+    return overhead, TRAIN_FORWARDS * flops / per_row
 
 
 def _plausible(line: Line, book: DeviceRates) -> Line:
@@ -114,20 +128,69 @@ def _plausible(line: Line, book: DeviceRates) -> Line:
     two batch sizes timed almost alike make a slope, and so a rate, beyond any machine's."""
     ranges = plausible_ranges(book.device, book.threads)
     (low, high), (_, longest) = ranges["flops_per_s"], ranges["overhead_s"]
-    return replace(line, overhead_s=min(line.overhead_s, longest), flops_per_s=min(max(line.flops_per_s, low), high))
+
+    def held(overhead: float, rate: float) -> tuple[float, float]:
+        return min(overhead, longest), min(max(rate, low), high)
+
+    overhead, rate = held(line.overhead_s, line.flops_per_s)
+    return replace(
+        line, overhead_s=overhead, flops_per_s=rate, points=tuple((w, *held(o, r)) for w, o, r in line.points)
+    )
 
 
 def measure_model(book: DeviceRates, reference: Any, device: Any) -> tuple[Measured | None, float]:
-    """The rest of a model, a layer and a token: the reference model's training step less the
-    sum of its layers' lines (None where a family of it has no rate); and the step's seconds."""
-    step, rows = _model_step(reference, device)
+    """The rest of a model (rate_model's docstring): the reference model's training steps at
+    REST_WIDTHS x two batch sizes x REST_VOCABS less its layers' lines, fitted; the per-layer-token
+    term is the Measured returned, the others `book.outside`. None where a family of the reference
+    has no rate; and the seconds of the reference's step at width RATE_WIDTH (the threads'
+    speedup is measured against it)."""
+    from madsl.lang.spec import spec_from_topology
+
+    step, rows = _model_step(reference, device, REFERENCE_VOCAB)
     seconds = fastest(step, device, TIMED_STEPS)
-    layers = _reference_layers(reference)
-    if any(family not in book.families for family, _ in layers):
+    if any(family not in book.families for family, *_ in _reference_layers(reference)):
         return None, seconds
-    layers_only = sum(book.families[family].seconds(TRAIN_FORWARDS * flops * rows) for family, flops in layers)
-    rest = max(seconds - layers_only, 0.0) / (len(layers) * rows * RATE_LENGTH)
-    return Measured(rest, now(), load_average()), seconds
+    features, rests, totals = [], [], []
+    for width in REST_WIDTHS:
+        small = spec_from_topology(REFERENCE_TOPOLOGY, dim=width)
+        layers = _reference_layers(small)
+        for vocab in REST_VOCABS:
+            for rows in BATCHES[device.type]:
+                step, _ = _model_step(small, device, vocab, rows)
+                total = fastest(step, device, TIMED_STEPS)
+                tokens = rows * RATE_LENGTH
+                in_layers = sum(
+                    book.families[f].seconds(TRAIN_FORWARDS * flops * rows, width) for f, flops, _ in layers
+                )
+                features.append([1.0, tokens * vocab, tokens * len(layers), float(_params(small, vocab))])
+                rests.append(total - in_layers)
+                totals.append((total, in_layers))
+    fixed, per_logit, per_layer_token, per_param = _nonnegative_fit(features, rests)
+    ratios = [
+        total / max(in_layers + fixed + per_logit * f[1] + per_layer_token * f[2] + per_param * f[3], 1e-9)
+        for (total, in_layers), f in zip(totals, features)
+    ]
+    when, load = now(), load_average()
+    book.outside = Outside(fixed, per_logit, per_param, min(ratios), max(ratios), when, load)
+    return Measured(per_layer_token, when, load), seconds
+
+
+def _nonnegative_fit(features: list[list[float]], values: list[float]) -> list[float]:
+    """Least squares of `values` on `features` with every coefficient >= 0 (each a cost), the
+    columns scaled alike first (they span 1 to millions)."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    matrix = np.asarray(features, dtype=float)
+    scale = np.maximum(np.abs(matrix).max(axis=0), 1e-30)
+    coefficients, _ = nnls(matrix / scale, np.asarray(values, dtype=float))
+    return [float(c) for c in coefficients / scale]
+
+
+def _params(spec: Any, vocab: int) -> int:
+    from madsl.graph import account
+
+    return int(account(spec, seq_len=RATE_LENGTH, vocab=vocab).totals["params"])
 
 
 def measure_speedup(reference: Any, device: Any, threads: int, one_thread_seconds: float) -> Measured:
@@ -160,24 +223,28 @@ def fastest(step: Callable[[], None], device: Any, timed: int, warm_up: bool = T
     return max(best, 1e-9)
 
 
-def _model_step(reference: Any, device: Any) -> tuple[Callable[[], None], int]:
-    """A training step of the reference model on random tokens, at the larger batch, and that batch."""
+def _model_step(
+    reference: Any, device: Any, vocab: int = REFERENCE_VOCAB, rows: int | None = None
+) -> tuple[Callable[[], None], int]:
+    """A training step of the reference model (as a run trains: AdamW, the gradient's norm
+    clipped) on random tokens of `vocab`, `rows` sequences (None: the larger batch), and its rows."""
     import torch
     import torch.nn.functional as F
 
     from madsl.compiler import compile_spec
     from madsl.runner.train.optim import build_optimizer
 
-    rows = BATCHES[device.type][1]
-    model = compile_spec(reference, vocab_size=REFERENCE_VOCAB, max_seq_len=RATE_LENGTH, seed=0).to(device)
+    rows = rows or BATCHES[device.type][1]
+    model = compile_spec(reference, vocab_size=vocab, max_seq_len=RATE_LENGTH, seed=0).to(device)
     optimizer = build_optimizer(model, 1e-3, 0.0, device)
-    x = torch.randint(0, REFERENCE_VOCAB, (rows, RATE_LENGTH), generator=torch.Generator().manual_seed(0)).to(device)
+    x = torch.randint(0, vocab, (rows, RATE_LENGTH), generator=torch.Generator().manual_seed(0)).to(device)
 
     def step() -> None:
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x.reshape(-1)) + model.aux_loss()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # the recipes' default (grad_clip 1.0)
         optimizer.step()
 
     return step, rows
@@ -186,7 +253,7 @@ def _model_step(reference: Any, device: Any) -> tuple[Callable[[], None], int]:
 def _reference_layers(reference: Any) -> list[tuple[str, float]]:
     from madsl.graph import account
 
-    return layer_flops(account(reference, seq_len=RATE_LENGTH, vocab=REFERENCE_VOCAB))
+    return layer_flops(account(reference, seq_len=RATE_LENGTH, vocab=REFERENCE_VOCAB), reference.dim)
 
 
 @contextlib.contextmanager

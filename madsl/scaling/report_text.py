@@ -1,0 +1,153 @@
+"""A study's report as text (`madsl report --study`): the IsoFLOP optima (an extrapolated one marked
+as such), the frontiers, the parametric fits with their intervals and the constants at a bound,
+the state-optimal view, the MAD correlation with its tests and what they can detect, and what
+was not fitted. Reads a madsl.scaling.report.StudyReport; imports nothing of it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+EXTRAPOLATED = "EXTRAPOLATED"
+STATISTIC_NAMES = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
+
+
+def perplexity(loss: float) -> float | None:
+    """exp(loss), or None where it overflows a float (a loss above ~709 nats)."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return None
+
+
+def _ppl(loss: float, width: int) -> str:
+    value = perplexity(loss)
+    return f"{value:>{width}.3f}" if value is not None else f"{'?':>{width}}"
+
+
+def _interval(interval: tuple[float, float], digits: str = ".3f") -> str:
+    low, high = interval
+    if math.isnan(low) or math.isnan(high):
+        return "[n/a]"
+    return f"[{low:{digits}}, {high:{digits}}]"
+
+
+def _isoflops(report: Any) -> list[str]:
+    lines = [
+        "IsoFLOP optima (approach 2)",
+        f"  {'arch':<18} {'budget':>8} {'N*':>10} {'D*':>11} {'loss*':>7} {'ppl*':>7}  optimum",
+    ]
+    for f in report.isoflops:
+        lines.append(
+            f"  {f.arch:<18} {f.budget:>8.3g} {f.optimal_params:>10.3g} {f.optimal_tokens:>11.3g} "
+            f"{f.optimal_loss:>7.4f} {_ppl(f.optimal_loss, 7)}  {'bracketed' if f.bracketed else EXTRAPOLATED}"
+        )
+    if any(not f.bracketed for f in report.isoflops):
+        lines.append(
+            f"  {EXTRAPOLATED}: the parabola's minimum lies outside the sizes trained, so its N* and loss* "
+            "are not measurements; left out of the frontier, the state-optimal view and the MAD correlation"
+        )
+    return lines
+
+
+def _frontiers(report: Any) -> list[str]:
+    level = round(100 * next(iter(report.frontiers.values())).level)
+    lines = ["", f"Frontiers: N* ∝ C^a, D* ∝ C^b ({level} % bootstrap intervals)"]
+    for arch, f in report.frontiers.items():
+        lines.append(
+            f"  {arch:<18} a = {f.params.exponent:.3f} {_interval(f.params.interval)}   "
+            f"b = {f.tokens.exponent:.3f} {_interval(f.tokens.interval)}"
+        )
+    return lines
+
+
+def _parametric(report: Any) -> list[str]:
+    fits = report.parametric.values()
+    bootstrapped = [f for f in fits if f.intervals]
+    how = (
+        f"; {round(100 * bootstrapped[0].level)} % percentile intervals over {bootstrapped[0].resamples} "
+        "bootstrap resamples of the points"
+        if bootstrapped
+        else ""
+    )
+    lines = ["", f"Parametric fits: L(N, D) = E + A/N^α + B/D^β (approach 3{how})"]
+    for arch, f in report.parametric.items():
+        if not f.intervals:
+            lines.append(f"  {arch:<18} E {f.E:.3f}  A {f.A:.4g}  B {f.B:.4g}  α {f.alpha:.3f}  β {f.beta:.3f}")
+        else:
+            i = f.intervals
+            lines += [
+                f"  {arch:<18} E {f.E:.3f} {_interval(i['E'])}  A {f.A:.4g} {_interval(i['A'], '.4g')}  "
+                f"B {f.B:.4g} {_interval(i['B'], '.4g')}",
+                f"  {'':<18} α {f.alpha:.3f} {_interval(i['alpha'])}  β {f.beta:.3f} {_interval(i['beta'])}  "
+                f"a {f.params_exponent:.3f} {_interval(i['a'])}  b {f.tokens_exponent:.3f} {_interval(i['b'])}"
+                + (f"  ({f.skipped} refits failed)" if f.skipped else ""),
+            ]
+        lines += [f"    warning: {warning}" for warning in f.at_bound]
+    return lines
+
+
+def _p_value(p: float, c: Any) -> str:
+    """A p-value; an exact one also as the count of orderings over n! (1/720)."""
+    return f"{p:.4g} ({round(p * c.permutations)}/{c.permutations})" if c.exact else f"{p:.4g}"
+
+
+def _detectable(test: Any, c: Any) -> str:
+    if test.detectable is not None:
+        return f"{test.detectable:.3f}"
+    return f"none (at best p = {_p_value(test.smallest_p, c)})"
+
+
+def _correlation(report: Any) -> list[str]:
+    c = report.correlation
+    orderings = (
+        f"exact permutation test over all {c.permutations:,} orderings of the {len(c.archs)} architectures"
+        if c.exact
+        else f"Monte Carlo permutation test, {c.permutations:,} seeded random orderings, p = (k+1)/(draws+1)"
+    )
+    level = round(100 * c.level)
+    at = f" at {c.budget:.3g} FLOPs" if c.budget is not None else ""
+    lines = [
+        "",
+        f"MAD score vs compute-optimal perplexity{at} "
+        f"({len(c.archs)} architectures with an optimum inside the sizes trained)",
+        "  sign: correlations of MAD score with perplexity; the test is one-sided in the pre-registered "
+        "direction: a higher MAD score predicts a lower perplexity (correlation < 0)",
+        f"  p: {orderings}",
+        f"  {'':<11} {'value':>7}  {'p (one-sided)':<22} {f'{level} % BCa interval':<22} "
+        f"smallest |value| with p < {c.alpha:g}",
+    ]
+    for name, label in STATISTIC_NAMES.items():
+        test = c.tests[name]
+        interval = _interval(getattr(c, f"{name}_interval")) if c.interval_method != "none" else "not computed"
+        lines.append(
+            f"  {label:<11} {test.statistic:>7.3f}  {_p_value(test.p_value, c):<22} {interval:<22} "
+            f"{_detectable(test, c)}"
+        )
+    if c.interval_note:
+        lines.append(f"  intervals: {c.interval_note}")
+    for arch, why in report.correlation_left_out.items():
+        lines.append(f"  left out: {arch}: {why}")
+    for arch, score, ppl in zip(c.archs, c.scores, c.perplexities):
+        lines.append(f"  {arch:<18} MAD {score:.3f}  ppl* {ppl:.3f}")
+    return lines
+
+
+def render_report(report: Any) -> str:
+    """The report as text: optima per group, exponents, parametric fits, state, correlation, problems."""
+    lines = [f"study {report.study}: {len(report.points)} of {report.runs_total} models done", ""]
+    lines += _isoflops(report)
+    if report.frontiers:
+        lines += _frontiers(report)
+    if report.parametric:
+        lines += _parametric(report)
+    if report.state:
+        lines += ["", "State-optimal: compute-optimal loss against total state at N*"]
+        for s in report.state:
+            lines.append(f"  {s.arch:<18} {s.budget:>8.3g}  state {s.state:>10.4g}  loss* {s.loss:.4f}")
+    if report.correlation is not None:
+        lines += _correlation(report)
+    if report.problems:
+        lines += ["", "Not fitted:"] + [f"  {p}" for p in report.problems]
+    return "\n".join(lines) + "\n"
