@@ -70,21 +70,26 @@ class PretrainJob:
             self.spec, vocab_size=vocab_size, max_seq_len=self.settings.seq_len, seed=self.settings.seed
         )
 
+    def train_alone(self, tokens: Any, device: Any, hooks: Any) -> Any:
+        """Train this run by itself (the one-by-one loop) from its checkpoint; its RunResult."""
+        from madsl.runner.pretrain.loop import pretrain_run
+
+        return pretrain_run(
+            self.settings,
+            self.build_model(tokens.info.vocab_size),
+            TokenBatches(tokens, self.settings),
+            device=device,
+            checkpoint_path=Path(self.checkpoint_path),
+            hooks=hooks,
+            run_id=self.run_id,
+        )
+
     def execute(self, emit: Callable[[Any], None], should_stop: Callable[[], bool]) -> None:
         from madsl.runner.execute.jobs import job_hooks, report_run  # a MAD run's events, the same way
-        from madsl.runner.pretrain.loop import pretrain_run
 
         def train(device: Any) -> tuple[Any, dict]:
             tokens = open_text(self.data_dir, self.data_dtype, self.data_vocab)
-            return pretrain_run(
-                self.settings,
-                self.build_model(tokens.info.vocab_size),
-                TokenBatches(tokens, self.settings),
-                device=device,
-                checkpoint_path=Path(self.checkpoint_path),
-                hooks=job_hooks(self, emit, should_stop),
-                run_id=self.run_id,
-            ), {}
+            return self.train_alone(tokens, device, job_hooks(self, emit, should_stop)), {}
 
         report_run(self.run_id, self.device, emit, train)
 
@@ -137,7 +142,7 @@ def _train_members(
     stack: PretrainStackJob, emit: Callable[[Any], None], should_stop: Callable[[], bool], device: Any, finished: set
 ) -> None:
     from madsl.runner.execute.jobs import job_hooks
-    from madsl.runner.pretrain.loop import open_pretrain, pretrain_run
+    from madsl.runner.pretrain.loop import open_pretrain
     from madsl.runner.pretrain.stacked import pretrain_stack, stackable
     from madsl.runner.train.checkpoint import save_checkpoint
     from madsl.runner.train.metrics import RunResult
@@ -169,15 +174,7 @@ def _train_members(
             continue
         for state in states:  # alone: the one-by-one loop, from the checkpoint it opened
             job = jobs[state.run_id]
-            result = pretrain_run(
-                job.settings,
-                job.build_model(tokens.info.vocab_size),
-                TokenBatches(tokens, job.settings),
-                device=device,
-                checkpoint_path=Path(job.checkpoint_path),
-                hooks=job_hooks(job, emit, should_stop),
-                run_id=job.run_id,
-            )
+            result = job.train_alone(tokens, device, job_hooks(job, emit, should_stop))
             _finished(emit, job.run_id, result, device, 1, finished)
 
 
