@@ -38,6 +38,12 @@ class Planted:
         return (open, (self.marker, "w"))
 
 
+# the run _pending_run stops: a learning rate too small to reach the early stop, and epochs enough
+# that the stop, asked at the first epoch's event, arrives long before the run could end on a loaded
+# machine (a toy epoch takes milliseconds; at the default rate it early-stops at epoch ~36)
+PENDING = {"epochs": 600, "lr": 1e-9}
+
+
 def _pending_run(db):
     """A run stopped after its first epoch: pending, with a checkpoint the next eval resumes from."""
 
@@ -48,7 +54,7 @@ def _pending_run(db):
             self.stop = True
 
     reporter = StopAfterOneEpoch()
-    run_toy_eval(db, epochs=3, reporter=reporter, stop=lambda: reporter.stop)
+    run_toy_eval(db, **PENDING, reporter=reporter, stop=lambda: reporter.stop)
     run = run_rows(db)[0]
     assert run["status"] == "pending"
     path = Store(db).checkpoint_path(run["run_id"])
@@ -68,7 +74,7 @@ def test_a_planted_pickle_at_a_pending_runs_checkpoint_never_runs(tmp_path, wrap
         torch.save(planted, path)
     content = path.read_bytes()
 
-    summary = run_toy_eval(db, epochs=3)
+    summary = run_toy_eval(db, **PENDING)
     assert not marker.exists()
     assert len(summary["failed"]) == 1 and not summary["complete"]
     run = run_rows(db)[0]
@@ -76,7 +82,7 @@ def test_a_planted_pickle_at_a_pending_runs_checkpoint_never_runs(tmp_path, wrap
     assert path.read_bytes() == content  # left for its owner to look at, not deleted behind their back
 
     path.unlink()  # as the error says: delete it and the run starts over
-    assert run_toy_eval(db, epochs=3)["done"] == 1 and not marker.exists()
+    assert run_toy_eval(db, **PENDING)["done"] == 1 and not marker.exists()
     assert run_rows(db)[0]["status"] == "done"
 
 
