@@ -375,9 +375,6 @@ class Section(Kind):
             keys = (*self.keys, key)
         return dataclasses.replace(self, keys=keys)
 
-    def defaults(self) -> dict[str, Any]:
-        return {key.name: key.default for key in self.keys if not key.required}
-
     def schema(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "type": "object",

@@ -21,7 +21,7 @@ from madsl.errors import MadslError, option
 from madsl.runner.pretrain.recipe import RECIPE
 from madsl.runner.store.results import DEFAULT_DB, RunIdentity, madsl_version
 from madsl.scaling.grid import ScaleRun, plan_study
-from madsl.scaling.stacks import jobs_of, show_stacks, stacking
+from madsl.scaling.stacks import jobs_of, show_stacks, stacking, stacks
 from madsl.scaling.study import Study, load_study, study_location
 
 PRETRAIN_TASK = "pretrain"
@@ -283,6 +283,7 @@ def scale(
         )
     plan = plan_study_file(path, execution.db, None if precision is None else run_precision(precision, where))
     batch = stacking(execution, where)  # (whether, the widest model stacked); after the plan: it may import torch
+    groups = stacks(plan, *batch)
     if execution.dry_run or (reporter is not None and reporter.shows_plan):
         cost = study_cost(
             plan,
@@ -292,11 +293,11 @@ def scale(
             execution.device,
             bool(execution.measure_rate),
         )
-        show_stacks(cost, plan, *batch)
+        show_stacks(cost, plan, groups, *batch)
         if execution.dry_run:
             return {"db": str(execution.db), "plan": cost}
         reporter.plan(cost, [])
-    jobs = jobs_of(plan, execution.db, execution, *batch)
+    jobs = jobs_of(plan, execution.db, execution, groups)
     outcome = run(
         jobs, execution, reporter=reporter, stop=stop, register=lambda store: _register(store, plan), placement=where
     )

@@ -43,12 +43,12 @@ def run_labels(plan: Any) -> list[str]:
     return [run.label(ladder, study.seeds > 1) for run in plan.runs]
 
 
-def show_stacks(cost: dict, plan: Any, batch: bool, max_dim: int | None) -> None:
+def show_stacks(cost: dict, plan: Any, groups: list[list[int]], batch: bool, max_dim: int | None) -> None:
     """The plan's rows with each run's seed, the stack it trains in (s1, s2, ...; None: alone) and
     the epochs it makes over the training split; a warning for each run past MAX_EPOCHS."""
     cost["stacked"] = batch
     cost["stack_max_dim"] = max_dim
-    numbered = [members for members in stacks(plan, batch, max_dim) if len(members) > 1]
+    numbered = [members for members in groups if len(members) > 1]
     stack_of = {i: f"s{k + 1}" for k, members in enumerate(numbered) for i in members}
     split = plan.tokens.info.tokens("train")
     for index, (row, run) in enumerate(zip(cost["runs"], plan.runs)):
@@ -81,7 +81,7 @@ def stacks(plan: Any, batch: bool = True, max_dim: int | None = None) -> list[li
     return [members[i : i + MAX_STACK] for members in groups.values() for i in range(0, len(members), MAX_STACK)]
 
 
-def jobs_of(plan: Any, db: str | os.PathLike, execution: Any, batch: bool, max_dim: int | None) -> list[Any]:
+def jobs_of(plan: Any, db: str | os.PathLike, execution: Any, groups: list[list[int]]) -> list[Any]:
     from madsl.runner.pretrain.job import PretrainJob, PretrainStackJob
     from madsl.runner.store.files import StoreFiles
 
@@ -102,7 +102,7 @@ def jobs_of(plan: Any, db: str | os.PathLike, execution: Any, batch: bool, max_d
         for run, run_id, label in zip(plan.runs, plan.run_ids, labels)
     ]
     jobs = []
-    for members in stacks(plan, batch, max_dim):
+    for members in groups:
         if len(members) == 1:
             jobs.append(runs[members[0]])
             continue

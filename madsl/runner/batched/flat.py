@@ -104,6 +104,19 @@ def stack_members(states: Sequence[Any], trainable: Sequence[str]) -> tuple[dict
     return frozen, flats, steps.pop() if steps else 0
 
 
+def stacked_views(
+    frozen: dict[str, torch.Tensor], flats: Sequence[FlatParameters]
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Every parameter's (members, *shape) stack (the trainable ones leaves of autograd over the
+    flat tensors, the frozen ones as they are) and the two AdamW moments' views, by name."""
+    params, exp_avg, exp_avg_sq = dict(frozen), {}, {}
+    for flat in flats:
+        params.update(flat.leaves())
+        exp_avg.update(flat.views(flat.exp_avg))
+        exp_avg_sq.update(flat.views(flat.exp_avg_sq))
+    return params, exp_avg, exp_avg_sq
+
+
 @torch.no_grad()
 def adamw_update(
     flat: FlatParameters,

@@ -40,7 +40,7 @@ import torch
 
 from madsl.conventions import MAD_LAB
 from madsl.runner.batched import compile as stacked_compile
-from madsl.runner.batched.flat import FlatParameters, adamw_update, stack_members, write_back
+from madsl.runner.batched.flat import FlatParameters, adamw_update, stack_members, stacked_views, write_back
 from madsl.runner.batched.replay import HostUpload, ReplayedStep
 from madsl.runner.train.metrics import MetricAccumulator, eval_batch_size, metric_increments, task_loss
 from madsl.runner.train.precision import autocast
@@ -98,12 +98,7 @@ class StackedMembers:
     def _restart(self) -> None:
         """The parameters as views of the flat tensors; per-member constants for the current
         members; buffers and graphs made anew."""
-        self.params = dict(self.frozen)
-        self.exp_avg, self.exp_avg_sq = {}, {}
-        for flat in self.flats:
-            self.params.update(flat.leaves())
-            self.exp_avg.update(flat.views(flat.exp_avg))
-            self.exp_avg_sq.update(flat.views(flat.exp_avg_sq))
+        self.params, self.exp_avg, self.exp_avg_sq = stacked_views(self.frozen, self.flats)
         device = next(iter(self.params.values())).device
         # each member's weight decay per optimizer group (0 for biases, norms, ... under madsl's conventions)
         self.decay = [

@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from madsl.runner.batched.flat import adamw_update, stack_members, write_back
+from madsl.runner.batched.flat import adamw_update, stack_members, stacked_views, write_back
 from madsl.runner.batched.stacked import batchable_layers, forget_aux_losses
 from madsl.runner.pretrain.loop import PretrainState, TextBatches, as_tokens, record_evaluation
 from madsl.runner.train.loop import RunInterrupted, TrainHooks
@@ -66,13 +66,7 @@ class PretrainStack:
 
     def _restart(self) -> None:
         """The parameters as views of the flat tensors, and the members' constants."""
-        self.params = dict(self.frozen)
-        self.exp_avg: dict[str, torch.Tensor] = {}
-        self.exp_avg_sq: dict[str, torch.Tensor] = {}
-        for flat in self.flats:
-            self.params.update(flat.leaves())
-            self.exp_avg.update(flat.views(flat.exp_avg))
-            self.exp_avg_sq.update(flat.views(flat.exp_avg_sq))
+        self.params, self.exp_avg, self.exp_avg_sq = stacked_views(self.frozen, self.flats)
         groups = range(len(self.states[0].optimizer.param_groups))
         self.decay = [torch.tensor([s.optimizer.param_groups[g]["weight_decay"] for s in self.states]) for g in groups]
         self.clip = torch.tensor([s.settings.grad_clip for s in self.states], dtype=torch.float32)
