@@ -3,6 +3,7 @@ the checks before training, deterministic batches; bad data is a MadslError nami
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -13,7 +14,8 @@ import numpy as np
 import pytest
 
 from madsl.cli import main
-from madsl.corpus import open_tokens, prepare, resolve_tokens, train_batch, unigram_entropy, val_windows
+from madsl.corpus import BUNDLED, open_tokens, prepare, resolve_tokens, train_batch, unigram_entropy, val_windows
+from madsl.corpus.sources import BUNDLED_DIR
 from madsl.errors import MadslError
 
 TEXT_A = "Über alles: naïve café ☕\n" * 7
@@ -302,3 +304,11 @@ def test_the_task_command_still_works_beside_prepare(tmp_path, capsys):
     assert "madsl data prepare TEXT..." in capsys.readouterr().out
     assert main(["data", "-q", "--split", "train", "prepare", "-o", str(tmp_path / "x.npz")]) == 2
     assert "`prepare` comes first" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(BUNDLED))
+def test_every_bundled_corpus_is_shipped_with_its_checksum(name):
+    text = gzip.decompress((BUNDLED_DIR / BUNDLED[name].file).read_bytes())
+    assert hashlib.sha256(text).hexdigest() == BUNDLED[name].sha256
+    assert text.isascii() and len(text) > 1_000_000
+    assert f"## {BUNDLED[name].file}" in (BUNDLED_DIR / "README.md").read_text()

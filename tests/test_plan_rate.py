@@ -411,3 +411,31 @@ def test_multi_head_attention_is_timed_as_a_family_of_its_head_width():
     assert rate_model.rate_family("hyena", {}) == "hyena"
     prim = rate_model.family_primitive("attention_hd8", 32)
     assert (prim.heads, prim.head_dim, prim.dim) == (4, 8, 32)
+
+
+def test_a_family_is_measured_at_the_widths_it_takes(monkeypatch):
+    """Multi-head Hyena's 16 default heads do not divide width 8: its line is measured at the
+    ladder's other widths, never refused whole (a plan without its runs' hours)."""
+    monkeypatch.setattr(rate_measure, "_family_line", lambda family, device, width: (1e-3, 1e9 * width))
+    line = rate_measure.measure_family("multihead_hyena", torch.device("cpu"))
+    assert [point[0] for point in line.points] == [16, 32, 64, 128] and line.flops_per_s == 128e9
+
+
+def test_a_study_whose_runs_have_no_rate_says_the_hours_leave_them_out(tmp_path, monkeypatch, capsys):
+    stand_in_rates(monkeypatch, tmp_path / "cache")
+    real = rate_measure.measure_family
+
+    def no_hyena(family, device):
+        if family == "hyena":
+            raise RuntimeError("this layer cannot train here")
+        return real(family, device)
+
+    monkeypatch.setattr(rate_measure, "measure_family", no_hyena)
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        "name: s\ndata: bundled:tinyshakespeare\nseq_len: 32\narchitectures:\n  hyena: bundled:paper/hyena-sg\n"
+        "  mamba: bundled:paper/mamba\nbudgets: [2e9]\nsizes: [{dim: 16}]\nrecipe: {batch_size: 8, eval_tokens: 1024}\n"
+    )
+    assert main(["scale", str(study), "--db", str(tmp_path / "r.db"), "--dry-run", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: 1 of 2 runs to do have no time estimate (hyena: RuntimeError: this layer cannot train here)" in out

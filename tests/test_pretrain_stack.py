@@ -170,6 +170,37 @@ def test_a_ladder_and_seeds_plan_a_run_each_in_one_stack(tmp_path, capsys):
     assert [r["run_id"] for r in plain["runs"]] == [rows[0]["run_id"]]
 
 
+def test_a_budget_sets_its_own_seeds_and_ladder(tmp_path, capsys):
+    """A budget's `seeds` and `lr` replace the study's for its runs alone; the labels name a run's
+    rate and seed only where its budget has several; the runs of the other budget keep their ids."""
+    from madsl.scaling.api import plan_study_file
+
+    text = LADDER.replace("seeds: 2\n", "").replace("[1e-3, 3e-3]", "1e-3")
+    text = text.replace("budgets: [2e9]", "budgets:\n  2e9: {lr: [1e-3, 3e-3]}\n  4e9: {seeds: 3}")
+    study = _write(tmp_path, text)
+    rows = _scale_json(capsys, str(study), "--db", str(tmp_path / "r.db"), "--dry-run")["runs"]
+    assert [(r["budget"], r["lr"], r["seed"]) for r in rows] == [
+        (2e9, 1e-3, 0),
+        (2e9, 3e-3, 0),
+        (4e9, 1e-3, 0),
+        (4e9, 1e-3, 1),
+        (4e9, 1e-3, 2),
+    ]
+    from madsl.scaling.stacks import run_labels
+
+    labels = run_labels(plan_study_file(study, tmp_path / "r.db"))
+    assert labels[0].endswith("@ 2e+09 lr 0.001") and labels[2].endswith("@ 4e+09 seed 0")
+    one = _write(tmp_path, LADDER.replace("seeds: 2\n", "").replace("[1e-3, 3e-3]", "1e-3"))
+    (plain,) = _scale_json(capsys, str(one), "--db", str(tmp_path / "r.db"), "--dry-run")["runs"]
+    assert plain["run_id"] == rows[0]["run_id"]
+    bad = _write(tmp_path, text.replace("seeds: 3", "seeds: 0"))
+    from madsl.cli import main
+
+    assert main(["scale", str(bad), "--dry-run", "--db", str(tmp_path / "r.db")]) == 2
+    err = capsys.readouterr().err
+    assert "other.yaml:8:" in err and "seeds" in err and "Traceback" not in err
+
+
 def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "other.yaml"
     path.write_text(text)

@@ -6,6 +6,7 @@ what to add; the correlation and the figures work on the results. Deterministic 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from madsl.scaling import figures
 from madsl.scaling.correlation import compute_optimal_perplexities, correlate_mad
 from madsl.scaling.fits import ScalePoint, fit_frontier, fit_frontiers, fit_isoflop, fit_isoflops, state_optima
 from madsl.scaling.parametric import fit_parametric, parametric_starts
+from madsl.scaling.study import group_lrs, group_seeds
 
 E, A, B, ALPHA, BETA = 1.69, 406.4, 410.7, 0.34, 0.28  # Hoffmann et al. 2022, approach 3
 PARAMS_EXPONENT = BETA / (ALPHA + BETA)  # 0.4516: N* ∝ C^a
@@ -213,3 +215,19 @@ def test_figures_write_non_empty_images(tmp_path, frontier):
         assert path.stat().st_size > 10_000
     with pytest.raises(MadslError, match="cannot write a .txt figure"):
         figures.plot_isoflops(fits, tmp_path / "isoflops.txt")
+
+
+@pytest.mark.parametrize(
+    "path", sorted(Path(__file__).resolve().parents[1].joinpath("specs", "scaling").glob("*.yaml"))
+)
+def test_every_bundled_study_plans(path):
+    """Each study file shipped in specs/scaling/ reads, and every architecture takes every size
+    of every budget (the plan's grid, at the bytes vocabulary)."""
+    from madsl.scaling.grid import plan_study
+    from madsl.scaling.study import load_study
+
+    study = load_study(path)
+    runs = plan_study(study, 256)
+    assert len(runs) == len(study.architectures) * sum(
+        len(g.sizes) * group_seeds(study, g) * len(group_lrs(study, g)) for g in study.budgets
+    )

@@ -48,6 +48,11 @@ BUNDLED = {
         "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
         "Tiny Shakespeare (1,115,394 bytes; karpathy/char-rnn), public domain",
     ),
+    "kjv": BundledCorpus(
+        "kjv.txt.gz",
+        "82fa5f3788c6a9a010fb128a0f0bf588984b5888a82058520620eded59b033ea",
+        "the King James Bible (4,298,239 bytes; Debian's bible-kjv-text 4.38), public domain",
+    ),
 }
 
 

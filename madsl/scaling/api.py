@@ -190,7 +190,34 @@ def study_cost(
             when = f"cached, measured {rates['measured']}" if not rates["measured_now"] else "measured now"
             source = f"at the per-layer-family training rates of {rates['device']}, {when}"
             interval = rates.get("interval", interval)
-    stored = _done(db, plan.run_ids)
+    rows = _cost_rows(plan, seconds, _done(db, plan.run_ids))
+    pending = [r for r in rows if r["status"] != "done"]
+    hours = sum(r["hours"] or 0.0 for r in pending)
+    unknown = [r for r in pending if r["hours"] is None]
+    failed = {} if flops_per_second or "unavailable" in rates else rates.get("failed", {})
+    why = "; ".join(f"{family}: {reason}" for family, reason in failed.items()) or source
+    return {
+        "study": plan.study.name,
+        "data": str(plan.data_dir),
+        "runs": rows,
+        "done": len(rows) - len(pending),
+        "flops": sum(r["flops"] for r in rows),
+        "rate_source": source,
+        "workers": workers,
+        "hours": hours,
+        "wall_hours": hours / max(1, workers),
+        "hours_interval": [hours * factor for factor in interval],
+        "wall_hours_interval": [hours * factor / max(1, workers) for factor in interval],
+        "warnings": [
+            f"{len(unknown)} of {len(pending)} runs to do have no time estimate ({why}): the hours leave them out"
+        ]
+        if unknown
+        else [],
+    }
+
+
+def _cost_rows(plan: StudyPlan, seconds: list[float | None], stored: dict[str, Any]) -> list[dict[str, Any]]:
+    """The plan's row of each run: its model, budget, tokens and estimated hours, and its status."""
     rows = []
     for run, run_id, run_seconds in zip(plan.runs, plan.run_ids, seconds):
         row = stored.get(run_id)
@@ -212,21 +239,7 @@ def study_cost(
                 "status": row["status"] if row is not None else "new",
             }
         )
-    pending = [r for r in rows if r["status"] != "done"]
-    hours = sum(r["hours"] or 0.0 for r in pending)
-    return {
-        "study": plan.study.name,
-        "data": str(plan.data_dir),
-        "runs": rows,
-        "done": len(rows) - len(pending),
-        "flops": sum(r["flops"] for r in rows),
-        "rate_source": source,
-        "workers": workers,
-        "hours": hours,
-        "wall_hours": hours / max(1, workers),
-        "hours_interval": [hours * factor for factor in interval],
-        "wall_hours_interval": [hours * factor / max(1, workers) for factor in interval],
-    }
+    return rows
 
 
 def _register(store: Any, plan: StudyPlan) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from madsl.errors import MadslError
 from madsl.runner.pretrain.recipe import PretrainSettings, paper_learning_rate, steps_for_budget, train_flops_per_token
-from madsl.scaling.study import BudgetGroup, Size, Study, study_location
+from madsl.scaling.study import BudgetGroup, Size, Study, group_lrs, group_seeds, study_location
 
 MAX_DIM = 16384  # widths searched for a parameter target
 
@@ -108,7 +108,7 @@ def _settings(
     """The settings of a sized model's runs in a group: one per learning rate of the recipe's
     ladder and seed replicate (ladder outer, seeds inner)."""
     recipe = dict(study.recipe)
-    lrs = recipe.pop("lr", "paper")
+    recipe.pop("lr", None)
     first_seed = recipe.pop("seed", 0)
     tokens_per_step = group.batch_size * study.seq_len
     steps = steps_for_budget(group.flops, flops_per_token, tokens_per_step, where)
@@ -121,8 +121,8 @@ def _settings(
             seed=first_seed + replicate,
             **recipe,
         )
-        for lr in (lrs if isinstance(lrs, list) else [lrs])
-        for replicate in range(study.seeds)
+        for lr in group_lrs(study, group)
+        for replicate in range(group_seeds(study, group))
     ]
 
 

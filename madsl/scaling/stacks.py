@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from madsl.errors import MadslError, option
+from madsl.scaling.study import group_lrs, group_seeds
 
 # runs in one stack: more members hold more memory for no more gain (benchmarks/stacked_pretrain.py)
 MAX_STACK = 8
@@ -38,9 +39,14 @@ def stacking(execution: Any, where: Any) -> tuple[bool, int | None]:
 
 
 def run_labels(plan: Any) -> list[str]:
+    """Each run's label, with its learning rate where its budget has a ladder and its seed where
+    the budget has replicates."""
     study = plan.study
-    ladder = isinstance(study.recipe.get("lr"), list)
-    return [run.label(ladder, study.seeds > 1) for run in plan.runs]
+    groups = {group.flops: group for group in study.budgets}
+    return [
+        run.label(len(group_lrs(study, groups[run.budget])) > 1, group_seeds(study, groups[run.budget]) > 1)
+        for run in plan.runs
+    ]
 
 
 def show_stacks(cost: dict, plan: Any, groups: list[list[int]], batch: bool, max_dim: int | None) -> None:
@@ -55,7 +61,7 @@ def show_stacks(cost: dict, plan: Any, groups: list[list[int]], batch: bool, max
         row.update(seed=run.settings.seed, stack=stack_of.get(index), epochs=run.tokens / max(split, 1))
     cost["stacks"] = [[cost["runs"][i]["run_id"] for i in members] for members in numbered]
     repeated = [row for row in cost["runs"] if row["epochs"] > MAX_EPOCHS]
-    cost["warnings"] = (
+    cost.setdefault("warnings", []).extend(
         [
             f"{len(repeated)} of {len(cost['runs'])} runs see the training split ({split:,} tokens) more than "
             f"{MAX_EPOCHS} times (up to {max(r['epochs'] for r in repeated):.1f}): their losses are data-"

@@ -7,7 +7,7 @@ data and training recipe, read with every problem located (file, line, column).
     architectures:                      # name: spec (the read policy of sweep files' `specs:`)
       transformer: bundled:scaling/transformer
       hyena: ../specs/scaling/hyena.mad
-    budgets: [1e11, 3e11, 1e12]         # training FLOPs; or {FLOPS: {batch_size: N, sizes: [...]}}
+    budgets: [1e11, 3e11, 1e12]         # training FLOPs; or {FLOPS: {batch_size, sizes, seeds, lr}}
     sizes:                              # each: a width and a depth, or a parameter target
       - {dim: 32, repeat: 1}
       - {params: 2e5, repeat: 2}        # the width whose model is closest to 200k parameters
@@ -58,6 +58,12 @@ BUDGET = Section(
     (
         Key("batch_size", Number(integer=True, minimum=1), "the group's batch size (default: the recipe's)"),
         Key("sizes", Custom(lambda v, w, s: v, _SIZES_SCHEMA), "the group's sizes (default: the study's)"),
+        Key(
+            "seeds",
+            Number(integer=True, minimum=1, maximum=MAX_SEEDS),
+            "the group's seed replicates (default: the study's `seeds`)",
+        ),
+        Key("lr", RECIPE.by_name["lr"].kind, "the group's learning rate or ladder (default: the recipe's `lr`)"),
     ),
 )
 
@@ -108,7 +114,7 @@ STUDY_FILE = Section(
                     ]
                 },
             ),
-            "training FLOPs of the IsoFLOP groups: a list, or FLOPS: {batch_size, sizes}",
+            "training FLOPs of the IsoFLOP groups: a list, or FLOPS: {batch_size, sizes, seeds, lr}",
             REQUIRED,
         ),
         Key("sizes", Custom(lambda v, w, s: v, _SIZES_SCHEMA), "the model sizes of every budget"),
@@ -142,12 +148,15 @@ class Size:
 
 @dataclass(frozen=True)
 class BudgetGroup:
-    """An IsoFLOP group: a budget, its batch size (fixed within the group) and its sizes."""
+    """An IsoFLOP group: a budget, its batch size (fixed within the group) and its sizes; its own
+    seed replicates and learning rates where it sets them (None: the study's)."""
 
     flops: float
     sizes: tuple[Size, ...]
     batch_size: int
     where: tuple = field(default=(), compare=False)  # the budget's key path in the study file (for errors)
+    seeds: int | None = None
+    lr: Any = None  # a learning rate, `paper` or a list (a ladder)
 
 
 @dataclass
@@ -218,12 +227,12 @@ def _budgets(where: Where, data: dict, batch_size: int) -> list[BudgetGroup]:
             sizes = (
                 _sizes(at.below("sizes"), item["sizes"]) if "sizes" in item else _sizes(where.below("sizes"), shared)
             )
-            groups.append(
-                BudgetGroup(_budget(at, key, at_key=True), sizes, item.get("batch_size", batch_size), at.path)
-            )
+            flops, batch = _budget(at, key, at_key=True), item.get("batch_size", batch_size)
+            groups.append(BudgetGroup(flops, sizes, batch, at.path, item.get("seeds"), item.get("lr")))
     else:
         raise MadslError(
-            "budgets must be a list of FLOP budgets or a mapping of them to {batch_size, sizes}", where.value("budgets")
+            "budgets must be a list of FLOP budgets or a mapping of them to {batch_size, sizes, seeds, lr}",
+            where.value("budgets"),
         )
     seen = [g.flops for g in groups]
     if len(set(seen)) != len(seen):
@@ -287,17 +296,28 @@ def load_study(path: str | Path) -> Study:
         data_vocab=data.get("data_vocab"),
         description=data.get("description") or "",
     )
-    if recipe.get("seed", 0) + study.seeds - 1 > MAX_SEED:
-        raise MadslError(
-            f"seeds: {study.seeds:,} replicates from seed {recipe.get('seed', 0):,} go past {MAX_SEED:,} (2^32 - 1)",
-            where.value("seeds"),
-        )
-    lrs = recipe.get("lr", "paper")
-    ladder = len(lrs) if isinstance(lrs, list) else 1
-    runs = len(specs) * sum(len(g.sizes) for g in study.budgets) * study.seeds * ladder
+    for group in study.budgets:
+        if recipe.get("seed", 0) + group_seeds(study, group) - 1 > MAX_SEED:
+            raise MadslError(
+                f"seeds: {group_seeds(study, group):,} replicates from seed {recipe.get('seed', 0):,} go past "
+                f"{MAX_SEED:,} (2^32 - 1)",
+                where.value(*group.where, "seeds") if group.seeds is not None else where.value("seeds"),
+            )
+    runs = len(specs) * sum(len(g.sizes) * group_seeds(study, g) * len(group_lrs(study, g)) for g in study.budgets)
     if runs > MAX_RUNS:
         raise MadslError(f"the study has {runs:,} runs; at most {MAX_RUNS:,}", where.value("budgets"))
     return study
+
+
+def group_seeds(study: Study, group: BudgetGroup) -> int:
+    """The seed replicates of each run of `group`: its own `seeds`, else the study's."""
+    return group.seeds if group.seeds is not None else study.seeds
+
+
+def group_lrs(study: Study, group: BudgetGroup) -> list[Any]:
+    """The learning rates of each sized model of `group` (one, or a ladder's): its own `lr`, else the recipe's."""
+    lrs = group.lr if group.lr is not None else study.recipe.get("lr", "paper")
+    return lrs if isinstance(lrs, list) else [lrs]
 
 
 def study_location(study: Study, *keys: Any) -> Location:

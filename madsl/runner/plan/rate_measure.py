@@ -88,9 +88,20 @@ def measure_into(book: DeviceRates, device: Any, families: list[str], progress: 
 
 
 def measure_family(family: str, device: Any) -> Line:
-    """A family's lines at each width of RATE_WIDTHS (rate_model's docstring); its width-128
-    line is the Line's own numbers."""
-    points = tuple((width, *_family_line(family, device, width)) for width in RATE_WIDTHS)
+    """A family's lines at each width of RATE_WIDTHS it takes (rate_model's docstring; a width its
+    default heads do not divide is passed over); its width-128 line is the Line's own numbers."""
+    from madsl.primitives.base import ConfigError
+
+    takes = []
+    for width in RATE_WIDTHS:
+        try:
+            family_primitive(family, width)
+        except ConfigError:
+            continue
+        takes.append(width)
+    if not takes:
+        family_primitive(family, RATE_WIDTHS[-1])  # raises: the family builds at no measured width
+    points = tuple((width, *_family_line(family, device, width)) for width in takes)
     _, overhead, rate = min(points, key=lambda point: abs(point[0] - RATE_WIDTH))
     return Line(overhead, rate, now(), load_average(), points)
 
