@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 from madsl.errors import MadslError
 from madsl.runner.config import EvalConfig
 from madsl.runner.execute.coordinator import Outcome, Reporter
-from madsl.runner.launch import Placement, check_store, place, run
+from madsl.runner.launch import Placement, check_store, place, run, run_threads_placed
 from madsl.runner.plan.cost import Shapes
 from madsl.runner.plan.evaluation import (
     EvaluationPlan,
@@ -171,18 +171,11 @@ def _execution_cost(
         at_once=execution.workers if where.ray is None else None,
         executor_name="ray" if where.ray is not None else "local",
         work=work,
-        threads=_run_threads(execution, where),
+        threads=run_threads_placed(execution, where),
         measure_rate=execution.measure_rate,
         reporter=reporter,
         shapes=shapes,
     )
-
-
-def _run_threads(run: Any, where: Placement) -> int | None:
-    """The torch threads each run trains on, as the executor sets them (None: this process's)."""
-    if where.ray is not None:
-        return max(1, int(where.ray.cpus_per_run))
-    return None if run.workers <= 1 else max(1, (os.cpu_count() or 1) // run.workers)
 
 
 def summarize(db: str | os.PathLike, plan: EvaluationPlan, outcome: Outcome) -> dict:

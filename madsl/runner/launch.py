@@ -33,6 +33,8 @@ from madsl.runner.execute.devices import (
 from madsl.runner.execute.jobs import Job
 from madsl.runner.execute.local import Executor
 from madsl.runner.execute.options import check_execution
+from madsl.runner.execute.threads import oversubscribed, run_threads
+from madsl.runner.plan.rate_model import load_average
 from madsl.runner.store.database import check_database
 
 __all__ = ["Job", "Outcome", "Placement", "Reporter", "check_store", "place", "run", "run_precision"]
@@ -114,6 +116,14 @@ def run_precision(name: str, where: Placement) -> str:
     return resolve_precision(name, where.runs_on)
 
 
+def run_threads_placed(execution: Any, where: Placement) -> int:
+    """The torch threads each run trains on where it is placed: the CPUs a run holds on Ray, else
+    madsl.runner.execute.threads.run_threads of the workers and `--threads`."""
+    if where.ray is not None:
+        return max(1, int(where.ray.cpus_per_run))
+    return run_threads(execution.workers, getattr(execution, "threads", None))
+
+
 def run(
     jobs: Sequence[Job],
     execution: Any,
@@ -134,9 +144,16 @@ def run(
     this accuracy. A database that cannot be written is a MadslError; what was recorded stays."""
     check_store(execution)
     where = placement if placement is not None else place(execution)
+    threads = getattr(execution, "threads", None)
     runner = (
-        execution.executor if isinstance(execution.executor, Executor) else executor_for(execution.workers, where.ray)
+        execution.executor
+        if isinstance(execution.executor, Executor)
+        else executor_for(execution.workers, where.ray, threads)
     )
+    if reporter is not None and where.ray is None and not isinstance(execution.executor, Executor):
+        warning = oversubscribed(execution.workers, run_threads_placed(execution, where), load=load_average())
+        if warning is not None:
+            reporter.message(f"warning: {warning}")
     from madsl.runner.store.results import Store
 
     store = Store(execution.db)

@@ -143,8 +143,11 @@ def _done(db: str | os.PathLike, run_ids: list[str]) -> dict[str, Any]:
         store.close()
 
 
-def _run_seconds(plan: StudyPlan, device: str, remeasure: bool = False) -> tuple[list[float | None], dict[str, Any]]:
-    """Each run's training seconds on `device` at this machine's cached per-family rates (the
+def _run_seconds(
+    plan: StudyPlan, device: str, remeasure: bool = False, threads: int | None = None
+) -> tuple[list[float | None], dict[str, Any]]:
+    """Each run's training seconds on `device`, `threads` torch threads a run (None: this
+    process's), at this machine's cached per-family rates (the
     plan's, madsl.runner.plan.rate: measured once and cached), by the cost model's estimator
     (madsl.runner.plan.cost.run_seconds), with where the rates come from (and their "interval")."""
     from madsl.runner.plan.cost import Shapes, device_rates, run_seconds
@@ -155,7 +158,7 @@ def _run_seconds(plan: StudyPlan, device: str, remeasure: bool = False) -> tuple
     models = [shapes.of(run.spec, run.settings.seq_len, vocab) for run in plan.runs]
     families = {layer[0] for model in models for layer in model.layers}
     book = RateBook.default(remeasure=remeasure)
-    rates = device_rates({device: families}, book).get(device)
+    rates = device_rates({device: families}, book, threads).get(device)
     if rates is None:  # a device this machine lacks (cuda, planned on a Ray head without a GPU)
         return [None] * len(plan.runs), {"device": device, "unavailable": book.unavailable.get(device, "")}
     seconds = []
@@ -174,16 +177,18 @@ def study_cost(
     flops_per_second: float | None = None,
     device: str = "auto",
     measure_rate: bool = False,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """The grid with each run's parameters, tokens, FLOPs, state and estimated hours: at
     `flops_per_second` where given (e.g. a GPU's sustained rate), else at this machine's cached
     per-family training rates on `device` (an evaluation is a forward pass: FORWARD_SHARE of a
-    training step's cost, madsl.runner.common.choices)."""
+    training step's cost, madsl.runner.common.choices), each run on `threads` torch threads on
+    the CPU (None: this process's)."""
     interval = [1.0, 1.0]  # the factors around the hours where the rates were measured: [low, high]
     if flops_per_second:
         seconds, source = [run.flops / flops_per_second for run in plan.runs], "as given"
     else:
-        seconds, rates = _run_seconds(plan, device, measure_rate)
+        seconds, rates = _run_seconds(plan, device, measure_rate, threads)
         if "unavailable" in rates:
             source = f"not estimated on {rates['device']}: {rates['unavailable']}"
         else:
@@ -204,6 +209,7 @@ def study_cost(
         "flops": sum(r["flops"] for r in rows),
         "rate_source": source,
         "workers": workers,
+        "threads": threads,
         "hours": hours,
         "wall_hours": hours / max(1, workers),
         "hours_interval": [hours * factor for factor in interval],
@@ -284,7 +290,7 @@ def scale(
     A dry run returns {"plan": study_cost(...)}."""
     from madsl.runner.common.choices import PRECISIONS
     from madsl.runner.execute.options import Execution
-    from madsl.runner.launch import check_store, place, run, run_precision
+    from madsl.runner.launch import check_store, place, run, run_precision, run_threads_placed
 
     execution = execution if execution is not None else Execution(**options)
     _check_options(execution, flops_per_second)
@@ -305,6 +311,7 @@ def scale(
             flops_per_second,
             execution.device,
             bool(execution.measure_rate),
+            run_threads_placed(execution, where),
         )
         show_stacks(cost, plan, groups, *batch)
         if execution.dry_run:

@@ -112,10 +112,11 @@ def ray_options(executor: Executor | str | None, address: str | None, cpus_per_r
     return options
 
 
-def executor_for(workers: int, ray: Any) -> Executor:
-    """The executor of the runs: `workers` local ones, or Ray's (`ray`: its RayOptions, None: local)."""
+def executor_for(workers: int, ray: Any, threads: int | None = None) -> Executor:
+    """The executor of the runs: `workers` local ones on `threads` torch threads each (None: the
+    default of madsl.runner.execute.threads), or Ray's (`ray`: its RayOptions, None: local)."""
     if ray is None:
-        return make_executor(workers)
+        return make_executor(workers, threads)
     from madsl.runner.execute.ray import RayExecutor
 
     return RayExecutor(ray)

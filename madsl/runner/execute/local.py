@@ -5,7 +5,7 @@ it likes (madsl.runner.execute.ray does so on Ray).
 
     ThreadExecutor      one run at a time in a background thread of this process (--workers 1)
     ProcessExecutor     a pool of N spawned worker processes (--workers N), each with
-                        torch.set_num_threads(max(1, cores // N))
+                        torch.set_num_threads(threads): madsl.runner.execute.threads.run_threads
 
 Stopping (Ctrl-C): `request_stop` asks running jobs to checkpoint and report "interrupted".
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import multiprocessing as mp
-import os
 import queue
 import signal
 import threading
@@ -25,6 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from madsl.runner.execute.jobs import TERMINAL, Event, RunJob, execute_job, run_ids
+from madsl.runner.execute.threads import run_threads
 
 SILENT_GRACE_S = 30.0  # a finished worker job's events must arrive within this
 
@@ -136,10 +136,9 @@ def _worker_main(job: RunJob) -> None:
 class ProcessExecutor(Executor):
     """A pool of `workers` spawned processes; each runs one job at a time."""
 
-    def __init__(self, workers: int, cores: int | None = None):
-        cores = cores or os.cpu_count() or 1
+    def __init__(self, workers: int, threads: int | None = None):
         self.slots = workers
-        self.threads_per_worker = max(1, cores // workers)
+        self.threads_per_worker = run_threads(workers, threads)
         self._context = mp.get_context("spawn")  # fork after torch has started threads can deadlock
         self._events = self._context.Queue()
         self._stop = self._context.Event()
@@ -206,5 +205,7 @@ class ProcessExecutor(Executor):
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def make_executor(workers: int) -> Executor:
-    return ThreadExecutor() if workers <= 1 else ProcessExecutor(workers)
+def make_executor(workers: int, threads: int | None = None) -> Executor:
+    """`workers` local runs at once, each on `threads` torch threads (None: run_threads' default)."""
+    threads = run_threads(workers, threads)
+    return ThreadExecutor(threads) if workers <= 1 else ProcessExecutor(workers, threads)

@@ -53,6 +53,16 @@ OPTIONS: tuple[Option, ...] = (
         kind=Number(integer=True, minimum=1),
     ),
     Option(
+        "threads",
+        None,
+        "torch threads of each run on the CPU (default: the cores shared out among the workers, at most "
+        "1: a second thread slows the small models of a CPU study, madsl.runner.execute.threads)",
+        "--threads",
+        {"metavar": "N"},
+        text=positive_int_text,
+        kind=Number(integer=True, minimum=1),
+    ),
+    Option(
         "device",
         "auto",
         "where runs train (default: auto, CUDA when available)",
