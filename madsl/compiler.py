@@ -83,6 +83,7 @@ class _Compiler:
             raise self.spec.topology_error(
                 MadslError(f"{layer.symbol} cannot be compiled: {err}"), layer.span
             ) from None
+        module.madsl_primitive = self.plan.nodes[node]["primitive"].name  # what a recipe's parameter groups read
         self.named.setdefault(layer.symbol, []).append(module)
         if layer.tag is not None:
             self.named.setdefault(f"#{layer.tag}", []).append(module)

@@ -110,6 +110,18 @@ class PretrainState:
         )
 
 
+HYENA_LAYERS = ("hyena", "multihead_hyena", "hyena_experts")  # App. C: "weight decay 0 to all Hyena layer parameters"
+
+
+def exempt_from_decay(model: torch.nn.Module, primitives: tuple[str, ...]) -> None:
+    """Mark the parameters of the layers built from `primitives` (the compiler names each layer
+    module's primitive) as not weight-decayed (madsl.runner.train.optim.build_optimizer)."""
+    for module in model.modules():
+        if getattr(module, "madsl_primitive", None) in primitives:
+            for parameter in module.parameters():
+                parameter._no_weight_decay = True
+
+
 def open_pretrain(
     settings: PretrainSettings,
     build_model: Callable[[], torch.nn.Module],
@@ -132,6 +144,8 @@ def open_pretrain(
             return RunResult.from_dict(saved["result"])
     torch.manual_seed(settings.seed)
     model = build_model().to(device)
+    if not settings.decay_hyena:
+        exempt_from_decay(model, HYENA_LAYERS)
     optimizer = build_optimizer(model, settings.lr, settings.wd, device, betas=(settings.beta1, settings.beta2))
     state = PretrainState(settings, model, optimizer, run_id)
     if saved is not None:

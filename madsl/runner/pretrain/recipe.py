@@ -20,7 +20,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, overload
 
 from madsl.errors import MadslError
-from madsl.lang.declare import Choice, Custom, Either, Key, Kind, Number, Section, Where
+from madsl.lang.declare import Choice, Custom, Either, Flag, Key, Kind, Number, Section, Where
 from madsl.runner.common.choices import MAX_SEED, TRAIN_FORWARDS, TRAIN_PRECISIONS
 
 # MAD paper Table C.2: (parameters, learning rate) of its common settings, smallest first
@@ -126,6 +126,9 @@ class PretrainSettings:
     )
     seed: int = _recipe(Number(integer=True, minimum=0, maximum=MAX_SEED), "the seed of init and data order", 0)
     wd: float = _recipe(Number(minimum=0), "AdamW's weight decay", 0.1)
+    decay_hyena: bool = _recipe(
+        Flag(), "weight decay on the Hyena layers' parameters too (the paper's App. C: none; `wd` elsewhere)", False
+    )
     beta1: float = _recipe(_FRACTION, "AdamW's beta1", 0.9)
     beta2: float = _recipe(_FRACTION, "AdamW's beta2", 0.95)
     warmup: float = _recipe(_FRACTION, "the linear warmup, a fraction of the steps", 0.01)
