@@ -231,3 +231,29 @@ def test_every_bundled_study_plans(path):
     assert len(runs) == len(study.architectures) * sum(
         len(g.sizes) * group_seeds(study, g) * len(group_lrs(study, g)) for g in study.budgets
     )
+
+
+def test_the_state_optimal_law_is_the_line_through_the_optima_with_a_bootstrap_interval():
+    """P* ∝ M*^c: the least-squares line of log P* over log M* through each budget's optimum
+    (M* read at N*, P* = exp(L*)), a seeded percentile interval around it; fewer than two
+    bracketed budgets is an error saying so."""
+    from madsl.scaling.state_law import fit_state_law, fit_state_laws
+
+    exact = sweep(noise=0.0)
+    optima = fit_isoflops(exact)
+    x = [math.log10(1000 * math.sqrt(f.optimal_params)) for f in optima]
+    y = [math.log10(math.exp(f.optimal_loss)) for f in optima]
+    law = fit_state_law(exact, resamples=200, seed=0)
+    assert law.law.exponent == pytest.approx(np.polyfit(x, y, 1)[0], rel=1e-9) and law.law.exponent < 0
+    assert law.perplexities == pytest.approx([math.exp(f.optimal_loss) for f in optima])
+    assert law.law.interval[0] <= law.law.exponent <= law.law.interval[1] and law.skipped < 5
+    noisy = fit_state_law(sweep(noise=0.02), resamples=300, seed=1)
+    low, high = noisy.law.interval
+    assert low < noisy.law.exponent < high and noisy == fit_state_law(sweep(noise=0.02), resamples=300, seed=1)
+    one = [p for p in exact if p.budget == BUDGETS[0]]
+    with pytest.raises(MadslError, match="needs 2 budgets with a bracketed optimum, it has 1"):
+        fit_state_law(one)
+    laws, missing = fit_state_laws(
+        exact + [ScalePoint("solo", p.budget, p.params, p.tokens, p.loss, p.state) for p in one]
+    )
+    assert set(laws) == {"chinchilla"} and "it has 1" in missing["solo"]
