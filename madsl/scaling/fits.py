@@ -137,7 +137,7 @@ def _group(points: Iterable[ScalePoint]) -> dict[tuple[str, float], list[ScalePo
     return {key: sorted(groups[key], key=lambda p: p.params) for key in sorted(groups)}
 
 
-def _parabolas(x: np.ndarray, y: np.ndarray, center: float) -> tuple[np.ndarray, np.ndarray]:
+def parabolas(x: np.ndarray, y: np.ndarray, center: float) -> tuple[np.ndarray, np.ndarray]:
     """Least-squares parabolas y = a·u² + b·u + c (u = x − center) through each row of x, y:
     the coefficients (rows × 3) and whether each row is fit (>= 3 distinct x). Normal equations
     in centred x, so that thousands of bootstrap rows solve at once."""
@@ -151,7 +151,7 @@ def _parabolas(x: np.ndarray, y: np.ndarray, center: float) -> tuple[np.ndarray,
     return np.linalg.solve(gram, moments[..., None])[..., 0], fit
 
 
-def _interpolate(x_new: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def interpolate(x_new: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """y at x_new, piecewise linear through (x, y) (repeated x averaged), extended linearly beyond the ends."""
     xs, inverse = np.unique(x, return_inverse=True)
     ys = np.bincount(inverse, weights=y) / np.bincount(inverse)
@@ -180,7 +180,7 @@ def fit_isoflop(points: Sequence[ScalePoint]) -> IsoFlopFit:
             f"{where} has {sizes} model size{'s' * (sizes != 1)}: a parabola needs at least 3", hint=MORE_SIZES
         )
     center = float(np.mean(log_n))
-    coefficients, _ = _parabolas(log_n[None], loss[None], center)
+    coefficients, _ = parabolas(log_n[None], loss[None], center)
     a, b, c = coefficients[0]
     if a <= 0:
         raise MadslError(f"{where} has no minimum: the fitted parabola opens downwards (a = {a:.3g})", hint=MORE_SIZES)
@@ -192,7 +192,7 @@ def fit_isoflop(points: Sequence[ScalePoint]) -> IsoFlopFit:
         budget=budget,
         coefficients=coefficients,
         optimal_params=float(10**x_opt),
-        optimal_tokens=float(10 ** _interpolate(x_opt, log_n, log_d)),
+        optimal_tokens=float(10 ** interpolate(x_opt, log_n, log_d)),
         optimal_loss=float(c - b * b / (4 * a)),
         bracketed=bool(log_n[0] <= x_opt <= log_n[-1]),
         points=tuple(group),
@@ -207,7 +207,7 @@ def fit_isoflops(points: Iterable[ScalePoint]) -> list[IsoFlopFit]:
 # --- the frontier: N*(C), D*(C) power laws, bootstrapped ---------------------------------------
 
 
-def _slopes(log_c: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def log_lines(log_c: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Least-squares lines y = slope·log_c + intercept, one per row of y."""
     dc = log_c - log_c.mean()
     slope = (y - y.mean(axis=-1, keepdims=True)) @ dc / np.sum(dc * dc)
@@ -225,14 +225,14 @@ def _bootstrap_optima(
     loss = np.array([p.loss for p in fit.points])
     rows = rng.integers(0, len(loss), size=(resamples, len(loss)))
     center = float(np.mean(log_n))
-    coefficients, ok = _parabolas(log_n[rows], loss[rows], center)
+    coefficients, ok = parabolas(log_n[rows], loss[rows], center)
     a, b = coefficients[:, 0], coefficients[:, 1]
     ok &= a > 0
     x_opt = center - b / (2 * np.where(ok, a, 1.0))
-    return x_opt, _interpolate(x_opt, log_n, log_d), ok
+    return x_opt, interpolate(x_opt, log_n, log_d), ok
 
 
-def _percentiles(samples: np.ndarray, level: float) -> tuple[float, float]:
+def percentile_interval(samples: np.ndarray, level: float) -> tuple[float, float]:
     """The `level` percentile interval of `samples` (NaN where there are none)."""
     if not samples.size:
         return (math.nan, math.nan)
@@ -279,13 +279,13 @@ def fit_frontier(
     ok = np.all([d[2] for d in drawn], axis=0)
     laws = []
     for column, values in ((0, [f.optimal_params for f in optima]), (1, [f.optimal_tokens for f in optima])):
-        slope, intercept = _slopes(log_c, np.log10(values))
-        samples, intercepts = _slopes(log_c, np.stack([d[column] for d in drawn], axis=1)[ok])
+        slope, intercept = log_lines(log_c, np.log10(values))
+        samples, intercepts = log_lines(log_c, np.stack([d[column] for d in drawn], axis=1)[ok])
         laws.append(
             PowerLaw(
                 exponent=float(slope),
                 coefficient=float(10**intercept),
-                interval=_percentiles(samples, level),
+                interval=percentile_interval(samples, level),
                 band=_band(log_c, samples, intercepts, level),
             )
         )
@@ -342,7 +342,7 @@ def state_optima(points: Iterable[ScalePoint], *, method: str = "interpolate") -
         if method == "nearest":
             state = 10 ** log_state[int(np.argmin(np.abs(log_n - x_opt)))]
         else:
-            state = 10 ** _interpolate(x_opt, log_n, log_state)
+            state = 10 ** interpolate(x_opt, log_n, log_state)
         optima.append(
             StateOptimum(
                 arch=fit.arch,

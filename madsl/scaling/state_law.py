@@ -25,11 +25,11 @@ from madsl.scaling.fits import (
     IsoFlopFit,
     PowerLaw,
     ScalePoint,
-    _interpolate,
-    _parabolas,
-    _percentiles,
-    _slopes,
     fit_isoflops,
+    interpolate,
+    log_lines,
+    parabolas,
+    percentile_interval,
 )
 
 
@@ -55,13 +55,13 @@ def _resampled(
     loss = np.array([p.loss for p in fit.points])
     rows = rng.integers(0, len(loss), size=(resamples, len(loss)))
     center = float(np.mean(log_n))
-    coefficients, ok = _parabolas(log_n[rows], loss[rows], center)
+    coefficients, ok = parabolas(log_n[rows], loss[rows], center)
     a, b, c = coefficients[:, 0], coefficients[:, 1], coefficients[:, 2]
     ok &= a > 0
     safe_a = np.where(ok, a, 1.0)
     x_opt = center - b / (2 * safe_a)
     optimal_loss = c - b * b / (4 * safe_a)
-    log_state = _interpolate(x_opt, np.log10([p.params for p in all_points]), np.log10([p.state for p in all_points]))
+    log_state = interpolate(x_opt, np.log10([p.params for p in all_points]), np.log10([p.state for p in all_points]))
     return log_state, optimal_loss / math.log(10), ok
 
 
@@ -85,12 +85,12 @@ def fit_state_law(
         raise MadslError(f"bootstrap needs resamples >= 1 and 0 < level < 1, not {resamples} and {level}")
     log_n_all = np.log10([p.params for p in points])
     log_state_all = np.log10([p.state for p in points])
-    states = [float(10 ** _interpolate(math.log10(f.optimal_params), log_n_all, log_state_all)) for f in optima]
+    states = [float(10 ** interpolate(math.log10(f.optimal_params), log_n_all, log_state_all)) for f in optima]
     log_p = np.array([f.optimal_loss / math.log(10) for f in optima])
     rng = np.random.default_rng(seed)
     drawn = [_resampled(fit, points, rng, resamples) for fit in optima]
     ok = np.all([d[2] for d in drawn], axis=0)
-    slope, intercept = _slopes(np.log10(states), log_p)
+    slope, intercept = log_lines(np.log10(states), log_p)
     x = np.stack([d[0] for d in drawn], axis=1)[ok]
     y = np.stack([d[1] for d in drawn], axis=1)[ok]
     samples = _row_slopes(x, y)
@@ -99,7 +99,9 @@ def fit_state_law(
         budgets=tuple(f.budget for f in optima),
         states=tuple(states),
         perplexities=tuple(math.exp(f.optimal_loss) for f in optima),
-        law=PowerLaw(exponent=float(slope), coefficient=float(10**intercept), interval=_percentiles(samples, level)),
+        law=PowerLaw(
+            exponent=float(slope), coefficient=float(10**intercept), interval=percentile_interval(samples, level)
+        ),
         level=level,
         resamples=resamples,
         skipped=int(resamples - ok.sum()),
