@@ -70,6 +70,17 @@ def test_non_dominated_sorting_and_crowding_distance_on_a_known_example():
     assert survivors(points, 4) == [0, 1, 2, 3]  # whole fronts first
 
 
+def test_a_failed_candidate_lands_on_the_last_front_whatever_its_state():
+    """Deb's constrained domination: an unscored candidate (+inf in the negated score) is
+    dominated by every scored one, even with the smallest state, and is never kept over them."""
+    points = [(-0.99, 4000), (-0.95, 3000), (-0.5, 2000), (math.inf, 1000), (-0.3, 2500)]
+    assert non_dominated_sort(points) == [[0, 1, 2], [4], [3]]
+    assert survivors(points, 3) == [0, 1, 2] and survivors(points, 4) == [0, 1, 2, 4]
+    assert dominates(points[4], points[3]) and not dominates(points[3], points[4])
+    failed = [(math.inf, 10), (math.inf, 5)]  # two failures dominate neither the other: one front
+    assert non_dominated_sort(failed) == [[0, 1]]
+
+
 def test_fronts_partition_the_points_and_each_is_dominated_only_by_earlier_ones():
     rng = np.random.default_rng(0)
     points = [tuple(p) for p in rng.integers(0, 6, (40, 3)).tolist()]

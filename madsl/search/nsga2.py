@@ -2,7 +2,11 @@
 distance, the crowded-comparison tournament and the survivors of a generation.
 
 Every objective here is minimised: a maximised one (the MAD score) is passed negated. A candidate
-without a score (its runs failed) is passed as +inf in it, so it is dominated by every scored one.
+without a score (its runs failed) is passed as +inf in it: infeasible. Domination is Deb's
+constrained domination (Deb 2000; NSGA-II's own constraint handling): a feasible point (every
+objective finite) dominates every infeasible one whatever their other objectives, infeasible
+points dominate none of each other (their violation, a failed run, is the same), so the failed
+candidates form the last front and no small state carries one onto the first.
 """
 
 from __future__ import annotations
@@ -13,8 +17,18 @@ from typing import Any, Sequence
 Vector = Sequence[float]
 
 
+def feasible(a: Vector) -> bool:
+    """Every objective is finite (a scored candidate)."""
+    return all(math.isfinite(x) for x in a)
+
+
 def dominates(a: Vector, b: Vector) -> bool:
-    """a is no worse than b in every objective and better in one."""
+    """Constrained domination: a feasible a dominates an infeasible b; between feasible points, a is
+    no worse than b in every objective and better in one; an infeasible a dominates nothing."""
+    if not feasible(a):
+        return False
+    if not feasible(b):
+        return True
     return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
 
 
