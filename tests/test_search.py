@@ -308,3 +308,18 @@ def test_a_state_file_that_is_not_this_searchs_is_refused_and_left_as_it_is(dama
     with pytest.raises(MadslError, match="search state"):
         run_search(search, state_path=path, evaluator=TopologyScore())
     assert path.read_text() == text
+
+
+def test_regularized_evolution_ages_out_a_re_proposed_identity_instead_of_renewing_it():
+    """A duplicate child (an identity proposed before, scored from the store) does not re-enter
+    the population young: the queue keeps each identity at the age it first had."""
+    from types import SimpleNamespace
+
+    from madsl.search.algorithms import next_population
+
+    search = SimpleNamespace(algorithm=SimpleNamespace(name="regularized-evolution", population=3))
+    state = SimpleNamespace(population=[{"id": i, "genome": {}} for i in ("a", "b", "c")])
+    batch = [{"id": "a", "genome": {}, "duplicate": True}, {"id": "d", "genome": {}, "duplicate": False}]
+    assert [m["id"] for m in next_population(search, state, batch)] == ["b", "c", "d"]
+    only_duplicates = [{"id": "c", "genome": {}, "duplicate": True}]
+    assert [m["id"] for m in next_population(search, state, only_duplicates)] == ["a", "b", "c"]

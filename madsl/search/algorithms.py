@@ -213,8 +213,12 @@ def next_population(search: SearchFile, state: SearchState, batch: list[dict]) -
     """The members kept after a generation's batch is scored."""
     size = search.algorithm.population
     members = [{"id": p["id"], "genome": p["genome"]} for p in batch]
-    if search.algorithm.name == "regularized-evolution" or not state.population:
-        return (state.population + members)[-size:]
+    if search.algorithm.name == "regularized-evolution":
+        # a re-proposed identity does not re-enter young with its cached (perhaps lucky) score: it
+        # keeps the age it had, and ages out with it
+        return (state.population + [m for m, p in zip(members, batch) if not p["duplicate"]])[-size:]
+    if not state.population:
+        return members[-size:]
     pool = list({m["id"]: m for m in state.population + members}.values())  # each identity once
     vectors = [objective_vector(search, state, m["id"]) for m in pool]
     if search.algorithm.name == "nsga2":
