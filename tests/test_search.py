@@ -323,3 +323,17 @@ def test_regularized_evolution_ages_out_a_re_proposed_identity_instead_of_renewi
     assert [m["id"] for m in next_population(search, state, batch)] == ["b", "c", "d"]
     only_duplicates = [{"id": "c", "genome": {}, "duplicate": True}]
     assert [m["id"] for m in next_population(search, state, only_duplicates)] == ["a", "b", "c"]
+
+
+def test_a_breeding_that_returns_its_parent_is_counted_and_bred_again():
+    from types import SimpleNamespace
+
+    from madsl.search.algorithms import make_child
+    from madsl.search.state import SearchState
+
+    hashes = iter(["p", "p", "child"])  # the operator returns the parent twice, then a new identity
+    builder = SimpleNamespace(build=lambda genome: SimpleNamespace(spec_hash=next(hashes)))
+    genome = SimpleNamespace(to_data=lambda: {})
+    ctx = SimpleNamespace(builder=builder, state=SearchState("f"), known={"p"})
+    child = make_child(ctx, lambda: (genome, ["p"], "reshape"))
+    assert child["id"] == "child" and not child["duplicate"] and ctx.state.counts["parent_returned"] == 2

@@ -90,6 +90,9 @@ def make_child(ctx: Breeding, breed: Callable[[], Bred]) -> dict | None:
         if isinstance(built, Rejection):
             ctx.state.counts["over_budget" if built.reason == "over budget" else "invalid"] += 1
             continue
+        if built.spec_hash in parents:  # the operator changed nothing that matters: breed again
+            ctx.state.counts["parent_returned"] += 1
+            continue
         if built.spec_hash in ctx.known:
             fallback = proposal(built, genome, parents, operator, duplicate=True)
             continue

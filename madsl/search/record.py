@@ -148,7 +148,8 @@ def render_text(search: SearchFile, state: SearchState) -> str:
     counts = state.counts
     lines.append(
         f"\n{len(state.candidates)} candidates proposed; rejected before training: {counts['over_budget']} "
-        f"over budget, {counts['invalid']} invalid; {counts['duplicates']} duplicates scored from the store"
+        f"over budget, {counts['invalid']} invalid; {counts['duplicates']} duplicates scored from the store; "
+        f"{counts.get('parent_returned', 0)} breedings that returned a parent, bred again"
     )
     return "\n".join(lines) + "\n"
 

@@ -8,7 +8,8 @@ search stopped anyhow (Ctrl-C, SIGTERM, kill -9, a lost machine) resumes where i
     candidates   every candidate proposed, by spec hash: its lineage (generation, parents,
                  operator), topology, totals, spec, and score once recorded
     history      each finished generation's best and median score
-    counts       proposals rejected over budget or invalid, and duplicates taken from the store
+    counts       proposals rejected over budget or invalid, duplicates taken from the store, and
+                 breedings that returned a parent's own identity (re-drawn: no child is its parent)
 
 A batch is proposed, saved, then evaluated: a search stopped during the evaluation evaluates the
 same batch again (its finished runs come from the results store, none is trained again); one
@@ -49,7 +50,9 @@ class SearchState:
     pending: list[dict[str, Any]] | None = None
     candidates: dict[str, dict[str, Any]] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=lambda: {"over_budget": 0, "invalid": 0, "duplicates": 0})
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"over_budget": 0, "invalid": 0, "duplicates": 0, "parent_returned": 0}
+    )
     complete: bool = False
 
     def scored(self) -> list[dict[str, Any]]:

@@ -72,6 +72,7 @@ HISTORY = (
     "reused",
 )
 COUNTS = ("over_budget", "invalid", "duplicates")
+LATER_COUNTS = ("parent_returned",)  # kept since a later version: a state saved before has none (0)
 STATUSES = ("pending", "scored", "failed")
 OPERATORS = ("random", "crossover", *MUTATIONS)  # an operator is these joined by "+" (crossover+insert)
 SPEC_HASH = re.compile(r"[0-9a-f]{64}")
@@ -137,9 +138,11 @@ class StateCheck(StateValues):
 
     def counts(self, counts: Any) -> None:
         a = self.search.algorithm
-        self.mapping(counts, "counts", COUNTS)
+        self.mapping(counts, "counts", COUNTS, LATER_COUNTS)
         rejected = INITIAL_DRAWS + 20 * a.population + 2 * TRIES * a.offspring * a.generations  # every draw made
-        for key in COUNTS:
+        for key in LATER_COUNTS:
+            counts.setdefault(key, 0)
+        for key in COUNTS + LATER_COUNTS:
             most = a.offspring * a.generations if key == "duplicates" else rejected
             self.integer(counts[key], f"counts.{key}", 0, most)
 
