@@ -140,6 +140,9 @@ class Account:
             "fixed_state": sum(r.fixed_state for r in self.layers),
             "conv_state": sum(r.conv_state for r in self.layers),
             "kv_cache": sum(r.kv_cache for r in self.layers),
+            # what inference keeps per sequence: the recurrent state and the KV cache at seq_len (the
+            # MAD paper's "total state", STAR's cache objective); conv_state is stated apart
+            "total_state": sum(r.fixed_state + r.kv_cache for r in self.layers),
             "flops": sum(r.flops for r in self.layers) + sum(p.flops for p in self.parts),
         }
 

@@ -265,3 +265,18 @@ def test_compile_and_check_show_the_active_parameters_where_experts_are_routed(c
     assert rc == 0 and "active params" not in text
     rc, out = run_cli(capsys, "check", "specs/paper/hyena-experts-moe.mad", "--format", "json")
     assert json.loads(out)["specs"][0]["totals"]["active_params"] == 63_296
+
+
+def test_total_state_is_the_fixed_state_plus_the_kv_cache_and_a_budget_can_bound_it():
+    """`total_state` (the paper's total state, STAR's cache objective): a striped hybrid's recurrent
+    state plus its attention's KV cache at the accounted length; the conv state is stated apart."""
+    from madsl.lang.budget import check, parse_bound
+
+    for topology in ("H-Sg:A-Sg", "mA:mA", "Mb-Sg"):
+        totals = account(spec_from_topology(topology, dim=64, seq_len=128)).totals
+        assert totals["total_state"] == totals["fixed_state"] + totals["kv_cache"]
+    striped = account(spec_from_topology("H-Sg:A-Sg", dim=64, seq_len=128)).totals
+    assert striped["kv_cache"] > 0 and striped["fixed_state"] > 0
+    bound = striped["total_state"] - 1
+    (violation,) = check(striped, {"total_state": parse_bound(f"<= {bound}")})
+    assert violation.quantity == "total_state"

@@ -1,5 +1,6 @@
 """`madsl search FILE`: evolve topologies under budgets, scored by MAD, on the executors of `madsl eval`
-(docs/search.md). The runner and the search are imported when the command runs.
+(docs/search.md). The runner and the search are imported when the command runs (the search file's
+keys aside, torch-free).
 
 Exit codes: 0 the search finished, 2 bad input (a located error, no traceback, before anything
 trains), 3 some candidates' runs failed (they count as unscored), 130 interrupted (rerunning
@@ -14,9 +15,9 @@ from pathlib import Path
 
 from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
 from madsl.cli.evaluate import add_execution_options, check_executor_options, execution_values
+from madsl.search.config import MINIMIZABLE
 
 OUTPUT_FILES = ("front.png", "generations.png", "search.json")
-QUANTITIES = ("params", "fixed_state", "conv_state", "kv_cache", "flops")
 
 
 def add_parser(subparsers) -> None:
@@ -46,7 +47,7 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument(
         "--plot-x",
-        choices=QUANTITIES,
+        choices=MINIMIZABLE,
         default=None,
         help="the front figure's x axis (default: the first minimised objective, else fixed_state)",
     )

@@ -14,7 +14,8 @@ from typing import Any
 
 # The totals a budget may bound (madsl.graph.Account.totals): `active_params` are the parameters one
 # token's output reads, below `params` where routers pick experts (a "30B-A3B" model's 3B).
-QUANTITIES = ("params", "active_params", "fixed_state", "conv_state", "kv_cache", "flops")
+# `total_state` is fixed_state + kv_cache at the accounted length (the paper's total state).
+QUANTITIES = ("params", "active_params", "fixed_state", "conv_state", "kv_cache", "total_state", "flops")
 _SUFFIX = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12}
 _NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*([kKMGBT]?)\s*$")

@@ -16,7 +16,7 @@ from madsl.lang.yamlsource import Located
 
 SHAPES = ("sequence", "striped", "motif", "parallel")  # parallel: blocks may be [X | Y] groups
 ALGORITHMS = ("nsga2", "regularized-evolution", "random")
-MINIMIZABLE = ("params", "fixed_state", "conv_state", "kv_cache", "flops")  # accounted totals
+MINIMIZABLE = ("params", "fixed_state", "conv_state", "kv_cache", "total_state", "flops")  # accounted totals
 
 
 @dataclass(frozen=True)
