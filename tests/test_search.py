@@ -337,3 +337,44 @@ def test_a_breeding_that_returns_its_parent_is_counted_and_bred_again():
     ctx = SimpleNamespace(builder=builder, state=SearchState("f"), known={"p"})
     child = make_child(ctx, lambda: (genome, ["p"], "reshape"))
     assert child["id"] == "child" and not child["duplicate"] and ctx.state.counts["parent_returned"] == 2
+
+
+def test_a_front_file_keeps_its_fit_rule_and_a_study_solves_it_again_at_each_width(tmp_path, capsys):
+    """A front spec names the search's free parameters under budget.fit: at its own width the
+    solved values meet the budget and stand (the identity the search scored), and a study at
+    another width solves them again (the dry run shows the values), never freezing them."""
+    import json
+
+    import yaml
+
+    from madsl.fit import fitted
+    from madsl.lang.spec import spec_from_data
+
+    search = load_search(Path(__file__).resolve().parents[1] / "specs" / "search" / "recall-hybrids.yaml")
+    found = load_spec(
+        Path(__file__).resolve().parents[1] / "specs" / "search" / "found" / "recall-hybrids-evidence-891fecbc.mad"
+    )
+    candidate = {
+        "spec": dict(found.data),
+        "tasks": {"in-context-recall": 0.99},
+        "score": 0.99,
+        "generation": 1,
+        "name": "f",
+    }
+    text = spec_text(search, candidate)
+    data = yaml.safe_load(text)
+    assert data["budget"]["fit"] == ["Mb.d_state", "GDN.head_dim", "DN.head_dim"]  # the used symbols' only
+    written = spec_from_data(data)
+    assert fitted(written)[0].hash == found.hash
+    (tmp_path / "front.mad").write_text(text)
+    (tmp_path / "study.yaml").write_text(
+        "name: f\ndata: bundled:tinyshakespeare\nseq_len: 64\narchitectures: {found: front.mad}\n"
+        "budgets: [1e10]\nsizes: [{dim: 128}, {dim: 256}]\nrecipe: {batch_size: 8, eval_tokens: 1024}\n"
+    )
+    argv = ["scale", str(tmp_path / "study.yaml"), "--dry-run", "--db", str(tmp_path / "r.db"), "--rate", "1e9"]
+    assert main([*argv, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["runs"]
+    assert rows[0]["fitted"] == {"Mb.d_state": 3, "GDN.head_dim": 4, "DN.head_dim": 20}
+    assert rows[1]["fitted"] != rows[0]["fitted"] and rows[1]["state"] <= 4096 + 32768
+    assert main(argv) == 0
+    assert "fitted: found d256x1: " in capsys.readouterr().out

@@ -85,6 +85,9 @@ def render_plan(cost: Mapping[str, Any]) -> str:
     low, high = cost.get("wall_hours_interval") or (cost["wall_hours"], cost["wall_hours"])
     if low != high:  # where the measurement is uncertain (DeviceRates.interval)
         lines.append(f"  likely between {low:.2f} h and {high:.2f} h with {cost['workers']} worker(s)")
+    fitted = {(row["arch"], row["size"]): row["fitted"] for row in cost["runs"] if row.get("fitted")}
+    for (arch, size), values in fitted.items():  # a spec asking for a fit, solved at each width
+        lines.append(f"fitted: {arch} {size}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
     if cost.get("stacks"):
         lines.append(f"stacks: {len(cost['stacks'])} (runs of one shape trained together; --no-batch: each alone)")
     lines += [f"warning: {warning}" for warning in cost.get("warnings", ())]

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from madsl.errors import MadslError, option
 from madsl.runner.pretrain.recipe import RECIPE
 from madsl.runner.store.results import DEFAULT_DB, RunIdentity, madsl_version
-from madsl.scaling.grid import ScaleRun, plan_study
+from madsl.scaling.grid import ScaleRun, fitted_values, plan_study
 from madsl.scaling.stacks import jobs_of, show_stacks, stacking, stacks
 from madsl.scaling.study import Study, load_study, study_location
 
@@ -243,6 +243,7 @@ def _cost_rows(plan: StudyPlan, seconds: list[float | None], stored: dict[str, A
                 "flops": run.flops,
                 "hours": None if run_seconds is None else run_seconds / 3600,
                 "status": row["status"] if row is not None else "new",
+                **({"fitted": fitted_values(run.spec)} if run.spec.fit else {}),
             }
         )
     return rows

@@ -55,15 +55,46 @@ class ScaleRun:
 
 
 def sized_spec(spec: Any, dim: int, repeat: int, vocab: int, seq_len: int, name: str) -> Any:
-    """The spec at width `dim`, its topology repeated `repeat` times, for this vocabulary and length."""
+    """The spec at width `dim`, its topology repeated `repeat` times, for this vocabulary and length.
+    A spec that asks for a fit (`budget.fit`, e.g. a search's front) keeps its budget and has its
+    free parameters solved into it at this width, as `madsl eval` solves them (madsl.fit.fitted):
+    what a width trains meets the budget, not the values solved at another width."""
     from madsl.lang.spec import spec_from_data
 
-    data = {k: v for k, v in spec.data.items() if k not in ("budget", "extends", "eval")}
+    dropped = ("extends", "eval") if spec.fit else ("budget", "extends", "eval")
+    data = {k: v for k, v in spec.data.items() if k not in dropped}
     topology = spec.topology_text.strip()
     data.update(
         name=name, dim=dim, vocab=vocab, seq_len=seq_len, topology=topology if repeat == 1 else f"({topology})x{repeat}"
     )
-    return spec_from_data(data)
+    sized = spec_from_data(data)
+    return _fitted_at_width(sized) if sized.fit else sized
+
+
+def _fitted_at_width(spec: Any) -> Any:
+    """`spec` with its free parameters solved into its budget (an error where no values meet it)."""
+    from madsl.fit import fitted
+    from madsl.graph import account
+    from madsl.lang.budget import check
+
+    solved, _ = fitted(spec)
+    broken = check(account(solved, seq_len=solved.budget_seq_len).totals, solved.budget)
+    if broken:
+        raise MadslError(
+            f"no values of {', '.join(spec.fit)} meet the budget at width {spec.dim}: "
+            + "; ".join(v.message() for v in broken),
+            hint="leave this width out, or widen the spec's budget",
+        )
+    return solved
+
+
+def fitted_values(spec: Any) -> dict[str, Any]:
+    """The values of the spec's free parameters (`budget.fit`) as it trains: `SYMBOL.param` -> value."""
+    values = {}
+    for item in spec.fit:
+        symbol, param = spec.free_parameter(item)
+        values[item] = spec.symbols[symbol].params.get(param)
+    return values
 
 
 # the model-level parts that map tokens to and from vectors (madsl.graph.PartRow names)
