@@ -378,3 +378,52 @@ def test_a_front_file_keeps_its_fit_rule_and_a_study_solves_it_again_at_each_wid
     assert rows[1]["fitted"] != rows[0]["fitted"] and rows[1]["state"] <= 4096 + 32768
     assert main(argv) == 0
     assert "fitted: found d256x1: " in capsys.readouterr().out
+
+
+def test_a_fill_gene_solves_the_free_parameters_toward_a_fraction_of_the_state_bound(tmp_path):
+    """`space.fill`: each candidate's free parameters are solved toward its drawn fraction of the
+    state bounds, so the candidates spread over the state axis instead of piling at the bound."""
+    from madsl.search.config import FILL
+
+    text = (Path(__file__).resolve().parents[1] / "specs" / "search" / "recall-hybrids.yaml").read_text()
+    search = load_search(
+        write(
+            tmp_path,
+            text.replace(
+                "  shapes: [sequence, striped, motif]", "  shapes: [sequence, striped, motif]\n  fill: [0.25, 1.0]"
+            ),
+        )
+    )
+    assert FILL in {h.name for h in search.space.hyperparameters}
+    builder = CandidateBuilder(search)
+    rng = np.random.default_rng(0)
+    states = {0.25: [], 1.0: []}
+    for _ in range(60):
+        genome = random_genome(search.space, rng)
+        built = {f: builder.build(genome.with_params({**dict(genome.params), FILL: f})) for f in states}
+        if all(isinstance(b, Candidate) for b in built.values()) and built[1.0].solved:
+            for f, candidate in built.items():
+                states[f].append(candidate.totals["fixed_state"])
+                assert FILL not in str(candidate.spec_data.get("layers", {}))  # no layer's
+    assert len(states[1.0]) >= 5
+    assert all(s <= 4096 for s in states[1.0] + states[0.25])
+    assert sum(s <= 1024 for s in states[0.25]) > sum(s <= 1024 for s in states[1.0])
+    assert np.mean(states[0.25]) < 0.6 * np.mean(states[1.0])
+
+
+@pytest.mark.parametrize(
+    "fill, message",
+    [
+        ("[0, 0.5]", "expected a fraction above 0 and at most 1, got 0"),
+        ("[0.5, 0.5]", "0.5 is given twice"),
+        ("0.5", "expected a list of fractions"),
+    ],
+)
+def test_a_bad_fill_is_a_located_error(tmp_path, fill, message):
+    text = SMALL.replace(
+        "  shapes: [sequence, motif, striped, parallel]",
+        f"  shapes: [sequence, motif, striped, parallel]\n  fill: {fill}",
+    )
+    with pytest.raises(MadslError, match=message) as raised:
+        load_search(write(tmp_path, text))
+    assert raised.value.location.line == 10

@@ -12,15 +12,16 @@ two genomes that build one model are one candidate, scored once.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from madsl.errors import MadslError
 from madsl.fit import fitted
 from madsl.graph import account
-from madsl.lang.budget import check
+from madsl.lang.budget import Bound, check
 from madsl.lang.spec import Spec, spec_from_data
-from madsl.search.config import SearchFile
+from madsl.search.config import FILL, FILLED, SearchFile
 from madsl.search.genome import Genome
 
 
@@ -64,7 +65,10 @@ class CandidateBuilder:
             spec = spec_from_data(data)
             used = set(spec.symbols_used())
             free = [item for item in self.search.free if item.partition(".")[0] in used]
-            solved_spec, solution = fitted(replace(spec, fit=free)) if free else (spec, None)
+            fill = dict(genome.params).get(FILL, 1.0)
+            solved_spec, solution = (
+                fitted(replace(spec, fit=free, budget=filled(spec.budget, fill))) if free else (spec, None)
+            )
             totals = account(solved_spec, seq_len=spec.budget_seq_len).totals
         except MadslError as err:  # a hyperparameter value the layer refuses in this combination
             return Rejection("invalid", "; ".join(e.message for e in err.diagnostics), text)
@@ -94,6 +98,8 @@ def candidate_data(
     data = copy.deepcopy(search.spec_data)
     layers = data.get("layers") or {}
     for name, value in dict(params).items():
+        if name == FILL:  # the fraction the free parameters are solved toward: no layer's
+            continue
         symbol, _, param = name.partition(".")
         layers.setdefault(symbol, {})[param] = value
     if layers:
@@ -103,6 +109,20 @@ def candidate_data(
         if not data["budget"]:
             del data["budget"]
     return {"name": search.name, **data, "topology": text}
+
+
+def filled(budget: dict[str, Bound], fill: float) -> dict[str, Bound]:
+    """The budget a candidate is solved toward: each state bound (FILLED) at `fill` of its upper
+    end (a candidate solved there meets the budget itself), the others as written."""
+    if fill >= 1:
+        return budget
+    out = dict(budget)
+    for quantity in FILLED:
+        bound = out.get(quantity)
+        if bound is not None and math.isfinite(bound.high):
+            high = bound.high * fill
+            out[quantity] = Bound(min(bound.low, high), high, f"{fill:g} x ({bound.text})")
+    return out
 
 
 def _solved(data: dict[str, Any], solved: dict[str, int]) -> dict[str, Any]:

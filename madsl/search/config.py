@@ -53,6 +53,10 @@ class Hyperparameter:
         return moved
 
 
+FILL = "budget.fill"  # the gene of `space.fill`: the fraction of each state bound a candidate is solved toward
+FILLED = ("fixed_state", "conv_state", "total_state")  # the bounds it scales: what the free parameters move
+
+
 @dataclass(frozen=True)
 class Space:
     """The architectures a search may propose."""
@@ -64,7 +68,12 @@ class Space:
     max_blocks: int
     shapes: tuple[str, ...]  # of sequence, striped, motif
     parallel: bool  # blocks may hold two sequence mixers side by side ([H | mA])
-    hyperparameters: tuple[Hyperparameter, ...] = ()
+    hyperparameters: tuple[Hyperparameter, ...] = ()  # the layers' named ones, and `fill`'s gene (FILL)
+
+    @property
+    def layer_hyperparameters(self) -> tuple[Hyperparameter, ...]:
+        """The hyperparameters of layers (every one but the fill gene)."""
+        return tuple(h for h in self.hyperparameters if h.name != FILL)
 
     def channel_choices(self, mixers: tuple[str, ...]) -> tuple[str | None, ...]:
         """The channel mixers a block of these sequence mixers may take; None: none (only where

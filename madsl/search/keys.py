@@ -54,6 +54,24 @@ def _hyperparameters(value: Any, where: Where, source: str) -> dict[str, Any]:
     return value
 
 
+def _fill(value: Any, where: Where, source: str) -> list[float]:
+    """A non-empty list of distinct fractions in (0, 1]."""
+    if not isinstance(value, list) or not value:
+        raise MadslError(f"{source}: expected a list of fractions", where.value(), hint="fill: [0.25, 0.5, 0.75, 1.0]")
+    seen: list[float] = []
+    for index, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, (int, float)) or not 0 < item <= 1:
+            raise MadslError(
+                f"{source}: expected a fraction above 0 and at most 1, got {item!r}",
+                where.value(index),
+                hint="a fraction of each state bound, e.g. 0.5",
+            )
+        if float(item) in seen:
+            raise MadslError(f"{source}: {item!r} is given twice", where.value(index), hint="list each value once")
+        seen.append(float(item))
+    return seen
+
+
 SPACE = Section(
     "space:",
     (
@@ -83,6 +101,21 @@ SPACE = Section(
             Names("shapes", unique=True, choices=SHAPES, item="shape"),
             "how blocks are arranged",
             default="sequence",
+        ),
+        Key(
+            "fill",
+            Custom(
+                _fill,
+                {
+                    "type": "array",
+                    "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                    "minItems": 1,
+                    "uniqueItems": True,
+                },
+            ),
+            "fractions of each state bound (fixed_state, conv_state, total_state) the free parameters "
+            "are solved toward, one drawn per candidate and mutated like a hyperparameter: e.g. "
+            "[0.25, 0.5, 0.75, 1.0], so the front spans the state axis (default: the bound itself)",
         ),
         Key(
             "hyperparameters",

@@ -173,7 +173,7 @@ def _every_symbol(space: Space) -> str:
 
 def _check_hyperparameter_values(located: Located, spec: Spec, space: Space) -> None:
     """Every choice, and both ends of every range, is a value the layer takes at the spec's width."""
-    for hyper in space.hyperparameters:
+    for hyper in space.layer_hyperparameters:
         definition = spec.symbols[hyper.symbol]
         entry = stdlib.primitives()[definition.primitive]
         path = ("space", "hyperparameters", hyper.name)

@@ -22,7 +22,7 @@ from madsl.lang import stdlib
 from madsl.lang.declare import Where
 from madsl.lang.topology.nodes import NO_CHANNEL
 from madsl.lang.yamlsource import Located
-from madsl.search.config import Hyperparameter, Space
+from madsl.search.config import FILL, Hyperparameter, Space
 from madsl.search.keys import SPACE
 
 
@@ -54,6 +54,8 @@ def read_space(located: Located, symbols: dict[str, Any], default_channel: str |
     shapes, parallel = _shapes(located, values.get("shapes", ("sequence",)), low, high, len(mixers))
     named = set(mixers) | (set(channels) - {NO_CHANNEL})  # the symbols a hyperparameter may belong to
     hyper = _hyperparameters(located, section.get("hyperparameters"), named, symbols)
+    if "fill" in values:  # a gene like a hyperparameter's: drawn, moved and crossed over with them
+        hyper += (Hyperparameter(FILL, "budget", "fill", choices=tuple(values["fill"])),)
     return Space(mixers, channels, both, low, high, shapes, parallel, hyper)
 
 

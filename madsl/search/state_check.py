@@ -408,7 +408,7 @@ class StateCheck(StateValues):
         layers, shared = spec.get("layers", {}), base.get("layers", {})
         if not isinstance(layers, dict) or not all(isinstance(v, dict) for v in layers.values()):
             raise self.fail(f"{where}.layers", "expected an object of symbols' settings")
-        searched = {h.name: h for h in self.search.space.hyperparameters}
+        searched = {h.name: h for h in self.search.space.layer_hyperparameters}
         varied = set(searched) | set(self.search.free)
         for symbol in set(layers) | set(shared):
             mine = {k: v for k, v in layers.get(symbol, {}).items() if f"{symbol}.{k}" not in varied}
