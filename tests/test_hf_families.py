@@ -409,3 +409,26 @@ def test_convert_formats():
     assert "mamba_n_heads: 24\n" in out and "attn_layer_indices: null\n" in out
     rc, out, _ = convert("--to-megatron", "specs/public/nemotron-h-8b.mad", "--format", "json")
     assert json.loads(out) == {"hybrid_override_pattern": _config("nemotron-h-8b")["hybrid_override_pattern"]}
+
+
+def test_the_megatron_path_lands_on_nemotron_nano_9b_v2_with_flags_alone_and_lists_its_defaults():
+    """docs/convert.md's command: the checkpoint's 8,888,227,328 with --vocab and --no-tie, no hand
+    edits; every value taken from madsl's defaults is listed; no --vocab is warned of."""
+    pattern = "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-"
+    sizes = ["M2.heads=128", "M2.head_dim=80", "M2.groups=8", "A.heads=40", "A.head_dim=128", "A.kv_heads=8"]
+    sizes += ["A.rotary=false", "Mlp.inner=15680", "Mlp.activation=relu2"]
+    flags = [item for layer in sizes for item in ("--layer", layer)]
+    rc, out, err = convert(
+        "--from-megatron", pattern, "--dim", "4480", "--vocab", "131072", "--no-tie", *flags, "--format", "json"
+    )
+    assert rc == 0, err
+    record = json.loads(out)
+    assert record["totals"]["params"] == 8_888_227_328 and record["warnings"] == []
+    assert record["defaulted"]["M2.d_state"] == 128 and "M2.heads" not in record["defaulted"]
+    assert "vocab" not in record["defaulted"] and record["spec"]["tie_embeddings"] is False
+    rc, out, err = convert("--from-megatron", pattern, "--dim", "4480", *flags)
+    assert rc == 0 and out.startswith("# defaulted (not in the pattern or the flags): ")
+    assert "# warning: no --vocab: the embedding and head are not counted" in out
+    assert "vocab=" in out.splitlines()[0] and "tie_embeddings=" in out.splitlines()[0]
+    rc, _, err = convert("--from-hf", "specs/public/nemotron-nano-9b-v2.config.json", "--vocab", "7")
+    assert rc == 2 and "--vocab: not read by --from-hf" in err

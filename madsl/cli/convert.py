@@ -7,6 +7,7 @@ with its accounted totals, the pattern, the config fields (--to-hf's default).""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -58,6 +59,19 @@ def add_parser(subparsers) -> None:
         "--dim", type=positive_int, default=None, help="model width of the spec, --from-megatron (default: 128)"
     )
     p.add_argument("--name", default=None, help="name of the spec, --from-megatron / --from-hf (default: converted)")
+    p.add_argument(
+        "--vocab",
+        type=positive_int,
+        default=None,
+        help="the vocabulary, --from-megatron (its embedding and head are counted at it; default: the spec's)",
+    )
+    p.add_argument(
+        "--tie",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--from-megatron: the output head shares the embedding (--tie) or has its own (--no-tie: "
+        "Megatron-LM's --untie-embeddings-and-output-weights); default: the spec's",
+    )
     p.add_argument(
         "--mamba",
         default=None,
@@ -155,7 +169,7 @@ def _mamba2_width_stated(pattern: str, symbol: str, layers: dict[str, dict]) -> 
 
 # the options each direction reads; any other given is refused rather than ignored
 READS = {
-    "from_megatron": {"dim", "name", "mamba", "layer", "format"},
+    "from_megatron": {"dim", "name", "mamba", "layer", "vocab", "tie", "format"},
     "from_hf": {"name", "layer", "format"},
     "to_megatron": {"format"},
     "to_hf": {"model_type", "format"},
@@ -166,7 +180,7 @@ def _check_options(args) -> None:
     direction = next(way for way in READS if getattr(args, way) is not None)
     ignored = [
         f"--{option.replace('_', '-')}"
-        for option in ("model_type", "dim", "name", "mamba", "layer")
+        for option in ("model_type", "dim", "name", "mamba", "layer", "vocab", "tie")
         if getattr(args, option) not in (None, []) and option not in READS[direction]
     ]
     if ignored:
@@ -218,10 +232,42 @@ def _convert(args, fmt: str) -> str:
         "dim": args.dim or 128,
         "topology": from_megatron_pattern(args.from_megatron, {"mamba": symbol}),
         "channel_mixer": "none",
+        **({"vocab": args.vocab} if args.vocab is not None else {}),
+        **({"tie_embeddings": args.tie} if args.tie is not None else {}),
     }
     if layers:
         data["layers"] = layers
-    return _from_spec_data(data, "the Megatron pattern", None, fmt)
+    defaulted, warnings = _defaulted(data)
+    if fmt == "json":
+        out = json.loads(_from_spec_data(data, "the Megatron pattern", None, fmt))
+        return json.dumps({**out, "defaulted": defaulted, "warnings": warnings}, indent=2) + "\n"
+    text = _from_spec_data(data, "the Megatron pattern", None, fmt)
+    notes = ["# defaulted (not in the pattern or the flags): " + ", ".join(f"{k}={v}" for k, v in defaulted.items())]
+    return "\n".join([*notes, *(f"# warning: {w}" for w in warnings)]) + "\n" + text
+
+
+def _defaulted(data: dict) -> tuple[dict[str, Any], list[str]]:
+    """What a converted pattern takes from madsl's defaults, not from the pattern or the flags: each
+    used layer's parameters given by no --layer (SYMBOL.param: the value it takes), the vocabulary
+    and the tying; and warnings where a default sizes something a real model states."""
+    from madsl.lang import stdlib
+    from madsl.lang.spec import spec_from_data
+
+    spec = spec_from_data(data)
+    given = data.get("layers", {})
+    defaulted: dict[str, Any] = {}
+    for symbol in spec.symbols_used():
+        entry = stdlib.primitives()[spec.symbols[symbol].primitive]
+        for key in entry.defaults:
+            if key not in given.get(symbol, {}):
+                defaulted[f"{symbol}.{key}"] = spec.symbols[symbol].params.get(key, entry.defaults[key])
+    warnings = []
+    if "vocab" not in data:
+        defaulted["vocab"] = None
+        warnings.append("no --vocab: the embedding and head are not counted (the total is the layers' alone)")
+    if "tie_embeddings" not in data:
+        defaulted["tie_embeddings"] = spec.tie_embeddings
+    return defaulted, warnings
 
 
 def cmd_convert(args) -> int:
