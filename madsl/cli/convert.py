@@ -28,6 +28,23 @@ FAMILY_TYPES = (
 )  # madsl.interop.huggingface.families.FAMILIES
 
 
+def _add_megatron_sizes(p) -> None:
+    """The model-wide sizes a Megatron pattern does not state."""
+    p.add_argument(
+        "--vocab",
+        type=positive_int,
+        default=None,
+        help="the vocabulary, --from-megatron (its embedding and head are counted at it; default: the spec's)",
+    )
+    p.add_argument(
+        "--tie",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--from-megatron: the output head shares the embedding (--tie) or has its own (--no-tie: "
+        "Megatron-LM's --untie-embeddings-and-output-weights); default: the spec's",
+    )
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "convert",
@@ -59,19 +76,7 @@ def add_parser(subparsers) -> None:
         "--dim", type=positive_int, default=None, help="model width of the spec, --from-megatron (default: 128)"
     )
     p.add_argument("--name", default=None, help="name of the spec, --from-megatron / --from-hf (default: converted)")
-    p.add_argument(
-        "--vocab",
-        type=positive_int,
-        default=None,
-        help="the vocabulary, --from-megatron (its embedding and head are counted at it; default: the spec's)",
-    )
-    p.add_argument(
-        "--tie",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="--from-megatron: the output head shares the embedding (--tie) or has its own (--no-tie: "
-        "Megatron-LM's --untie-embeddings-and-output-weights); default: the spec's",
-    )
+    _add_megatron_sizes(p)
     p.add_argument(
         "--mamba",
         default=None,

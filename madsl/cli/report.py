@@ -8,6 +8,7 @@ import sys
 from madsl.cli.arguments import positive_number
 from madsl.cli.common import EXIT_OK
 from madsl.errors import MadslError
+from madsl.outputs import check_output_path
 from madsl.runner.plan.settings import PROTOCOL_NAMES  # torch-free
 
 
@@ -75,6 +76,28 @@ def _add_study_arguments(p) -> None:
         help="with --study: the database holding the architectures' MAD scores (default: --db)",
     )
     p.add_argument(
+        "--export-runs",
+        metavar="RUNS.csv",
+        help="with --study: also write every run with a stored result as CSV (design, N conventions, tokens, "
+        "epochs, loss): the raw data --runs refits from",
+    )
+    p.add_argument(
+        "--export-mad",
+        metavar="SCORES.csv",
+        help="with --study: also write the MAD scores the report uses as CSV (arch, spec_hash, score)",
+    )
+    p.add_argument(
+        "--runs",
+        metavar="RUNS.csv",
+        help="with --study: fit the runs of a runs file (--export-runs) instead of the database: a refit "
+        "that trains and reads no database",
+    )
+    p.add_argument(
+        "--mad-scores",
+        metavar="SCORES.csv",
+        help="with --study: the MAD scores of a scores file (--export-mad) instead of --mad-db",
+    )
+    p.add_argument(
         "--budget",
         type=positive_number,
         metavar="FLOPS",
@@ -92,6 +115,7 @@ def cmd_study(args) -> int:
     from madsl.scaling.report import (
         check_figures_folder,
         check_report_inputs,
+        export_raw,
         render_report,
         report_records,
         report_rows,
@@ -105,10 +129,21 @@ def cmd_study(args) -> int:
                 f"{flag} reads a leaderboard's MAD runs, not a study's",
                 hint="with --study: --plot names the folder of its figures, --mad-db and --budget the MAD correlation",
             )
+    _check_raw_options(args)
     if args.plot:
         check_figures_folder(args.plot, force=args.force)
-    check_report_inputs(args.db, args.mad_db)
-    report = study_report(args.study, args.db, mad_db=args.mad_db, budget=args.budget)
+    if args.runs is None:
+        check_report_inputs(args.db, args.mad_db)
+    for path in (args.export_runs, args.export_mad):
+        if path is not None:
+            check_output_path(path, "--export-runs" if path == args.export_runs else "--export-mad")
+    report = study_report(
+        args.study, args.db, mad_db=args.mad_db, budget=args.budget, runs=args.runs, mad_scores=args.mad_scores
+    )
+    if args.export_runs or args.export_mad:
+        for path in export_raw(args.study, args.db, args.mad_db, args.export_runs, args.export_mad):
+            if not args.quiet:
+                print(f"wrote {path}", file=sys.stderr)
     if args.format == "json":
         print(json_text(report_records(report), indent=2, default=str))
     elif args.format == "csv":
@@ -125,14 +160,34 @@ def cmd_study(args) -> int:
     return EXIT_OK
 
 
+def _check_raw_options(args) -> None:
+    """The raw-data options that cannot go together: a refit from files exports nothing, and the
+    MAD scores come from one place."""
+    if args.runs is not None and (args.export_runs or args.export_mad):
+        raise MadslError(
+            "--export-runs and --export-mad write a study's databases out; --runs refits from a file",
+            hint="export from the databases (--db, --mad-db) first, then refit with --runs",
+        )
+    if args.mad_scores is not None and args.mad_db is not None:
+        raise MadslError("--mad-scores and --mad-db both name the MAD scores", hint="give one of them")
+
+
 def cmd_report(args) -> int:
     """Bad input raises MadslError (main() prints it, exit 2)."""
     if args.study:
         return cmd_study(args)
-    for flag, given in (("--mad-db", args.mad_db), ("--budget", args.budget)):
+    study_only = (
+        ("--mad-db", args.mad_db),
+        ("--budget", args.budget),
+        ("--runs", args.runs),
+        ("--mad-scores", args.mad_scores),
+        ("--export-runs", args.export_runs),
+        ("--export-mad", args.export_mad),
+    )
+    for flag, given in study_only:
         if given is not None:  # else silently ignored
             raise MadslError(
-                f"{flag} belongs to --study (a scaling study's MAD correlation)",
+                f"{flag} belongs to --study (a scaling study's fits, raw data and MAD correlation)",
                 hint="add --study STUDY.yaml, or leave it out",
             )
     from madsl.runner.reports.outputs import report_outputs

@@ -131,6 +131,11 @@ def plan_study_file(
     return plan
 
 
+def stored_runs(plan: StudyPlan, db: str | os.PathLike) -> dict[str, Any]:
+    """The database rows of the plan's runs that it holds (run id -> row)."""
+    return _done(db, plan.run_ids)
+
+
 def _done(db: str | os.PathLike, run_ids: list[str]) -> dict[str, Any]:
     from madsl.runner.store.results import Store
 
@@ -334,17 +339,23 @@ def scale(
     }
 
 
-def study_points(plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB, problems: list[str] | None = None) -> list[Any]:
+def study_points(
+    plan: StudyPlan,
+    db: str | os.PathLike = DEFAULT_DB,
+    problems: list[str] | None = None,
+    stored: dict[str, Any] | None = None,
+) -> list[Any]:
     """The finished runs of a study as IsoFLOP points (madsl.scaling.fits.ScalePoint): the final
     validation loss of each model (architecture, budget, size), with its parameters, tokens and
     total state. Where the study has a learning-rate ladder, a model's loss is its best rate's
     (per seed: the tuned run, as the paper tunes each model); with seed replicates, the mean over
     the seeds that finished. The database is untrusted input: a finished run whose loss is not a
     positive finite number (text, bytes, 0, negative, infinite, missing) is left out and named,
-    with the database, in `problems`."""
+    with the database, in `problems`. `stored`: the runs' rows read elsewhere (a runs file,
+    madsl.scaling.raw_runs) in place of the database's."""
     from madsl.scaling.fits import ScalePoint
 
-    stored = _done(db, plan.run_ids)
+    stored = _done(db, plan.run_ids) if stored is None else stored
     models: dict[tuple, dict[int, float]] = {}  # (arch, budget, size) -> seed -> its best loss
     first: dict[tuple, ScaleRun] = {}
     for run, run_id in zip(plan.runs, plan.run_ids):

@@ -63,6 +63,28 @@ def _mad_scores(plan: Any, mad_db: str | os.PathLike) -> dict[str, float]:
     return found
 
 
+def export_raw(
+    study_path: str | os.PathLike,
+    db: str | os.PathLike,
+    mad_db: str | os.PathLike | None,
+    runs_path: str | os.PathLike | None,
+    scores_path: str | os.PathLike | None,
+) -> list[Path]:
+    """The study's raw data from its databases into files (madsl.scaling.raw_runs): every run with
+    a stored result into `runs_path`, the MAD scores into `scores_path` (each where given)."""
+    from madsl.scaling import raw_runs
+    from madsl.scaling.api import plan_study_file, stored_runs
+
+    check_report_inputs(db, mad_db)
+    plan = plan_study_file(study_path, db)
+    written = []
+    if runs_path is not None:
+        written.append(raw_runs.write_runs_csv(plan, stored_runs(plan, db), runs_path))
+    if scores_path is not None:
+        written.append(raw_runs.write_scores_csv(plan, _mad_scores(plan, mad_db or db), scores_path))
+    return written
+
+
 def _correlation_budget(report: StudyReport, budget: float | None) -> float | None:
     """The budget the MAD correlation is taken at: `budget`, or the largest of those with the most
     scored architectures whose optimum lies inside the sizes trained (None: there is none)."""
@@ -167,6 +189,8 @@ def study_report(
     *,
     mad_db: str | os.PathLike | None = None,
     budget: float | None = None,
+    runs: str | os.PathLike | None = None,
+    mad_scores: str | os.PathLike | None = None,
     resamples: int = 1000,
     seed: int = 0,
     parametric_resamples: int = PARAMETRIC_RESAMPLES,
@@ -175,14 +199,17 @@ def study_report(
     `resamples` bootstrap resamples give the frontiers' and the MAD correlation's intervals,
     `parametric_resamples` those of the parametric fits (0: none). A finished run whose stored
     loss is no loss (text, 0, infinite, ...) is left out and named in `problems`
-    (madsl.scaling.api.study_points)."""
-    from madsl.scaling import fits
+    (madsl.scaling.api.study_points). `runs` and `mad_scores`: the study's raw data as files
+    (madsl.scaling.raw_runs) in place of the databases: a refit with no database."""
+    from madsl.scaling import fits, raw_runs
     from madsl.scaling.api import plan_study_file, study_points
 
-    check_report_inputs(db, mad_db)
+    if runs is None:
+        check_report_inputs(db, mad_db)
     plan = plan_study_file(study_path, db)
     problems: list[str] = []
-    points = study_points(plan, db, problems)
+    stored = raw_runs.read_runs_csv(plan, runs) if runs is not None else None
+    points = study_points(plan, db, problems, stored)
     # a model (architecture, budget, size) is one point however many runs its ladder and seeds make
     models = len({(run.arch, run.budget, run.size) for run in plan.runs})
     report = StudyReport(plan.study.name, points, runs_total=models, problems=problems)
@@ -210,7 +237,15 @@ def study_report(
     _fit_architectures(report, points, fitted, (resamples, parametric_resamples), seed)
     usable = [p for p in points if (p.arch, p.budget) in fitted]
     report.state = (_try(report, "state-optimal view", lambda: fits.state_optima(usable)) or []) if usable else []
-    report.mad_scores = _mad_scores(plan, mad_db or db)
+    report.mad_scores = (
+        raw_runs.read_scores_csv(plan, mad_scores) if mad_scores is not None else _mad_scores(plan, mad_db or db)
+    )
+    _correlate(report, budget, resamples, seed)
+    return report
+
+
+def _correlate(report: StudyReport, budget: float | None, resamples: int, seed: int) -> None:
+    """The MAD correlation where at least 3 architectures are scored, else why not."""
     if len(report.mad_scores) >= 3:
         add_mad_correlation(report, budget, resamples=resamples, seed=seed)
     else:
@@ -219,7 +254,6 @@ def study_report(
             "score in the results database (needs 3): score them with `madsl eval` on the "
             "same spec files and --db"
         )
-    return report
 
 
 def report_records(report: StudyReport) -> dict[str, Any]:
