@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from madsl.errors import MadslError
 from madsl.outputs import json_text
 from madsl.scaling.correlation import BCA_FROM, DIRECTION, correlate_mad
 from madsl.scaling.fits import BAND_POINTS, ScalePoint, fit_frontier, fit_isoflops
@@ -168,3 +169,35 @@ def test_the_frontier_carries_a_band_around_its_line():
     assert np.all(band[:, 1] <= band[:, 2])
     line = frontier.params(band[:, 0])
     assert np.mean((band[:, 1] <= line) & (line <= band[:, 2])) > 0.9
+
+
+def test_a_pre_registered_group_is_correlated_over_its_own_architectures(tmp_path):
+    """A study's `groups:` (a design chain) get a correlation of their own, at the budget and with
+    the left-outs of the correlation over all; a group name or member the study lacks is a
+    located error; fewer than 3 in a group is refused."""
+    from madsl.scaling.report import _group_correlation
+    from madsl.scaling.report_text import render_report as text_of
+    from madsl.scaling.study import load_study
+
+    report = six_ranked_report({"outside": 10.0})
+    chain = _group_correlation(report, "chain", ("arch0", "arch1", "arch2", "outside"), 100, 0)
+    assert chain.archs == ("arch0", "arch1", "arch2") and chain.budget == report.correlation.budget
+    assert chain.tests["spearman"].p_value == pytest.approx(1 / 6)  # 3! orderings, the perfect one
+    report.group_correlations["chain"] = chain
+    assert "MAD score vs compute-optimal perplexity at 1e+19 FLOPs, group chain (3 architectures" in text_of(report)
+    assert list(report_records(report)["group_correlations"]["chain"]["archs"]) == ["arch0", "arch1", "arch2"]
+    assert _group_correlation(report, "small", ("arch0", "outside", "nope"), 100, 0) is None
+    assert "MAD correlation of group small: 1 of its 3 architectures" in report.problems[-1]
+    base = (
+        "name: s\ndata: bundled:tinyshakespeare\narchitectures:\n  a: bundled:paper/hyena-sg\n"
+        "  b: bundled:paper/mamba\n  c: bundled:paper/mh-attention-sg\nbudgets: [1e12]\nsizes: [{dim: 16}]\n"
+    )
+    (tmp_path / "ok.yaml").write_text(base + "groups: {chain: [a, b, c]}\n")
+    assert load_study(tmp_path / "ok.yaml").groups == {"chain": ("a", "b", "c")}
+    (tmp_path / "bad.yaml").write_text(base + "groups: {chain: [a, b, d]}\n")
+    with pytest.raises(MadslError, match="group chain: 'd' is not an architecture of the study") as raised:
+        load_study(tmp_path / "bad.yaml")
+    assert (raised.value.location.line, raised.value.location.column) == (9, 24)
+    (tmp_path / "few.yaml").write_text(base + "groups: {chain: [a, b]}\n")
+    with pytest.raises(MadslError, match="at least 3 distinct architectures"):
+        load_study(tmp_path / "few.yaml")

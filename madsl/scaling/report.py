@@ -34,6 +34,8 @@ class StudyReport:
     state: list[Any] = field(default_factory=list)  # StateOptimum
     correlation: Any = None  # Correlation, or None
     correlation_left_out: dict[str, str] = field(default_factory=dict)  # scored arch -> why it is not in it
+    # the study's pre-registered groups (a design chain): name -> Correlation over its architectures (None: too few)
+    group_correlations: dict[str, Any] = field(default_factory=dict)
     mad_scores: dict[str, float] = field(default_factory=dict)  # arch -> MAD score (where the store has one)
     bits_per_byte: dict[str, float] = field(default_factory=dict)  # run label -> bpb, for byte-level data
     problems: list[str] = field(default_factory=list)
@@ -240,14 +242,41 @@ def study_report(
     report.mad_scores = (
         raw_runs.read_scores_csv(plan, mad_scores) if mad_scores is not None else _mad_scores(plan, mad_db or db)
     )
-    _correlate(report, budget, resamples, seed)
+    _correlate(report, budget, resamples, seed, plan.study.groups)
     return report
 
 
-def _correlate(report: StudyReport, budget: float | None, resamples: int, seed: int) -> None:
-    """The MAD correlation where at least 3 architectures are scored, else why not."""
+def _group_correlation(report: StudyReport, name: str, members: tuple[str, ...], resamples: int, seed: int) -> Any:
+    """The MAD correlation over a group's architectures, at the budget and with the architectures
+    of the correlation over all (so the same ones are left out, for the same reasons)."""
+    from madsl.scaling.correlation import correlate_mad
+
+    c = report.correlation
+    inside = [arch for arch in c.archs if arch in members]
+    if len(inside) < 3:
+        report.problems.append(
+            f"MAD correlation of group {name}: {len(inside)} of its {len(members)} architectures are scored "
+            "with an optimum inside their sizes (needs 3)"
+        )
+        return None
+    scores = {a: s for a, s in zip(c.archs, c.scores) if a in inside}
+    perplexities = {a: p for a, p in zip(c.archs, c.perplexities) if a in inside}
+    return _try(
+        report,
+        f"MAD correlation of group {name}",
+        lambda: correlate_mad(scores, perplexities, budget=c.budget, resamples=resamples, seed=seed),
+    )
+
+
+def _correlate(
+    report: StudyReport, budget: float | None, resamples: int, seed: int, groups: dict[str, tuple[str, ...]]
+) -> None:
+    """The MAD correlation where at least 3 architectures are scored (and over each of the study's
+    groups), else why not."""
     if len(report.mad_scores) >= 3:
         add_mad_correlation(report, budget, resamples=resamples, seed=seed)
+        for name, members in groups.items() if report.correlation is not None else ():
+            report.group_correlations[name] = _group_correlation(report, name, members, resamples, seed)
     else:
         report.problems.append(
             f"MAD correlation: {len(report.mad_scores)} of the study's architectures have a MAD "
@@ -274,6 +303,7 @@ def report_records(report: StudyReport) -> dict[str, Any]:
         "mad_scores": report.mad_scores,
         "correlation": plain(report.correlation),
         "correlation_left_out": report.correlation_left_out,
+        "group_correlations": {name: plain(c) for name, c in report.group_correlations.items()},
         "bits_per_byte": report.bits_per_byte,
         "problems": report.problems,
     }

@@ -99,8 +99,9 @@ def _detectable(test: Any, c: Any) -> str:
     return f"none (at best p = {_p_value(test.smallest_p, c)})"
 
 
-def _correlation(report: Any) -> list[str]:
-    c = report.correlation
+def _correlation(report: Any, c: Any = None, group: str | None = None) -> list[str]:
+    """The correlation over all scored architectures (`c` None), or over a study's group."""
+    c = c if c is not None else report.correlation
     orderings = (
         f"exact permutation test over all {c.permutations:,} orderings of the {len(c.archs)} architectures"
         if c.exact
@@ -110,7 +111,7 @@ def _correlation(report: Any) -> list[str]:
     at = f" at {c.budget:.3g} FLOPs" if c.budget is not None else ""
     lines = [
         "",
-        f"MAD score vs compute-optimal perplexity{at} "
+        f"MAD score vs compute-optimal perplexity{at}{f', group {group}' if group else ''} "
         f"({len(c.archs)} architectures with an optimum inside the sizes trained)",
         "  sign: correlations of MAD score with perplexity; the test is one-sided in the pre-registered "
         "direction: a higher MAD score predicts a lower perplexity (correlation < 0)",
@@ -127,7 +128,7 @@ def _correlation(report: Any) -> list[str]:
         )
     if c.interval_note:
         lines.append(f"  intervals: {c.interval_note}")
-    for arch, why in report.correlation_left_out.items():
+    for arch, why in report.correlation_left_out.items() if group is None else ():
         lines.append(f"  left out: {arch}: {why}")
     for arch, score, ppl in zip(c.archs, c.scores, c.perplexities):
         lines.append(f"  {arch:<18} MAD {score:.3f}  ppl* {ppl:.3f}")
@@ -148,6 +149,9 @@ def render_report(report: Any) -> str:
             lines.append(f"  {s.arch:<18} {s.budget:>8.3g}  state {s.state:>10.4g}  loss* {s.loss:.4f}")
     if report.correlation is not None:
         lines += _correlation(report)
+    for name, c in getattr(report, "group_correlations", {}).items():
+        if c is not None:
+            lines += _correlation(report, c, name)
     if report.problems:
         lines += ["", "Not fitted:"] + [f"  {p}" for p in report.problems]
     return "\n".join(lines) + "\n"

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from madsl.errors import Location, MadslError
+from madsl.errors import Location, MadslError, did_you_mean
 from madsl.lang.declare import REQUIRED, Choice, Custom, Key, Number, Section, Text, Where
 from madsl.lang.yamlsource import load
 from madsl.paths import safe_file_name
@@ -71,6 +71,23 @@ BUDGET = Section(
 def _name_check(value: Any, where: Where, source: str) -> str:
     """A name that becomes a label (and may become a file name): a safe file name."""
     return safe_file_name(value, "the study's name", where.value())
+
+
+def _groups_check(value: Any, where: Where, source: str) -> dict[str, tuple[str, ...]]:
+    """name -> at least 3 distinct architecture names (checked against `architectures:` when the
+    study is read, where they are known)."""
+    if not isinstance(value, dict) or not value:
+        raise MadslError(f"{source}: expected a mapping of names to lists of architectures", where.value())
+    out = {}
+    for name, members in value.items():
+        safe_file_name(name, "a group's name", where.key(name))
+        if not isinstance(members, list) or len(members) < 3 or len(set(map(str, members))) != len(members):
+            raise MadslError(
+                f"{source}: group {name} must list at least 3 distinct architectures (fewer correlate to nothing)",
+                where.value(name),
+            )
+        out[name] = tuple(str(m) for m in members)
+    return out
 
 
 def _architectures_check(value: Any, where: Where, source: str) -> dict[str, Any]:
@@ -125,6 +142,19 @@ STUDY_FILE = Section(
             "initialisation and data order)",
             1,
         ),
+        Key(
+            "groups",
+            Custom(
+                _groups_check,
+                {
+                    "type": "object",
+                    "additionalProperties": {"type": "array", "items": {"type": "string"}, "minItems": 3},
+                },
+            ),
+            "named sets of the study's architectures the MAD correlation is also taken over, fixed before "
+            "the runs (e.g. a design chain: the paper's Fig. 5.1 claim); the correlation over all of them is "
+            "always taken",
+        ),
         Key("recipe", RECIPE, RECIPE.description),
     ),
     description="a madsl IsoFLOP study (docs/scaling.md)",
@@ -173,6 +203,7 @@ class Study:
     data_dtype: str | None = None
     data_vocab: int | None = None
     description: str = ""
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> architectures (pre-registered)
 
 
 def _size(where: Where, value: Any) -> Size:
@@ -295,7 +326,16 @@ def load_study(path: str | Path) -> Study:
         data_dtype=data.get("data_dtype"),
         data_vocab=data.get("data_vocab"),
         description=data.get("description") or "",
+        groups=data.get("groups") or {},
     )
+    for name, members in study.groups.items():
+        for index, arch in enumerate(members):
+            if arch not in specs:
+                raise MadslError(
+                    f"group {name}: {arch!r} is not an architecture of the study",
+                    where.value("groups", name, index),
+                    hint=did_you_mean(arch, specs),
+                )
     for group in study.budgets:
         if recipe.get("seed", 0) + group_seeds(study, group) - 1 > MAX_SEED:
             raise MadslError(
