@@ -201,3 +201,12 @@ def test_a_pre_registered_group_is_correlated_over_its_own_architectures(tmp_pat
     (tmp_path / "few.yaml").write_text(base + "groups: {chain: [a, b]}\n")
     with pytest.raises(MadslError, match="at least 3 distinct architectures"):
         load_study(tmp_path / "few.yaml")
+
+
+def test_the_seed_spread_is_the_optimum_fitted_on_each_seed_alone():
+    from madsl.scaling.report import seed_spread
+
+    by_seed = {0: curve("a", 8.2, 3.0), 1: curve("a", 8.2, 3.1), 2: curve("b", 10.0, 2.0)}
+    (row,) = seed_spread(by_seed)  # b: one seed, and its optimum outside the sizes: no spread
+    assert row["arch"] == "a" and row["optimal_loss"] == {0: pytest.approx(3.0), 1: pytest.approx(3.1)}
+    assert row["max"] - row["min"] == pytest.approx(0.1) and row["sd"] == pytest.approx(0.1 / math.sqrt(2))

@@ -50,7 +50,7 @@ def test_the_runs_file_refits_to_the_databases_numbers(trained, tmp_path, capsys
     # no database: its data cache goes to another folder, and nothing reads r.db
     refit = _report(capsys, "--study", str(study), "--db", str(tmp_path / "none.db"), "--runs", str(runs))
     assert not (tmp_path / "none.db").exists()
-    for key in ("isoflops", "points"):
+    for key in ("isoflops", "points", "seed_spread"):
         assert refit[key] == from_db[key], key
 
 

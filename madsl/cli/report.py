@@ -10,6 +10,7 @@ from madsl.cli.common import EXIT_OK
 from madsl.errors import MadslError
 from madsl.outputs import check_output_path
 from madsl.runner.plan.settings import PROTOCOL_NAMES  # torch-free
+from madsl.scaling.optima import CONVENTIONS  # torch-free
 
 
 def add_parser(subparsers) -> None:
@@ -98,6 +99,13 @@ def _add_study_arguments(p) -> None:
         help="with --study: the MAD scores of a scores file (--export-mad) instead of --mad-db",
     )
     p.add_argument(
+        "--params",
+        choices=CONVENTIONS,
+        help="with --study: the N the frontiers, the parametric fits and the state-optimal view use: total "
+        "(embedding and head included, the default), non-embedding, or active (a routed layer's chosen "
+        "experts only); each optimum's N* is reported under all three",
+    )
+    p.add_argument(
         "--budget",
         type=positive_number,
         metavar="FLOPS",
@@ -138,7 +146,13 @@ def cmd_study(args) -> int:
         if path is not None:
             check_output_path(path, "--export-runs" if path == args.export_runs else "--export-mad")
     report = study_report(
-        args.study, args.db, mad_db=args.mad_db, budget=args.budget, runs=args.runs, mad_scores=args.mad_scores
+        args.study,
+        args.db,
+        mad_db=args.mad_db,
+        budget=args.budget,
+        runs=args.runs,
+        mad_scores=args.mad_scores,
+        params=args.params or "total",
     )
     if args.export_runs or args.export_mad:
         for path in export_raw(args.study, args.db, args.mad_db, args.export_runs, args.export_mad):
@@ -183,6 +197,7 @@ def cmd_report(args) -> int:
         ("--mad-scores", args.mad_scores),
         ("--export-runs", args.export_runs),
         ("--export-mad", args.export_mad),
+        ("--params", args.params),
     )
     for flag, given in study_only:
         if given is not None:  # else silently ignored

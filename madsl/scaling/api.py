@@ -344,6 +344,7 @@ def study_points(
     db: str | os.PathLike = DEFAULT_DB,
     problems: list[str] | None = None,
     stored: dict[str, Any] | None = None,
+    params: str = "total",
 ) -> list[Any]:
     """The finished runs of a study as IsoFLOP points (madsl.scaling.fits.ScalePoint): the final
     validation loss of each model (architecture, budget, size), with its parameters, tokens and
@@ -352,9 +353,43 @@ def study_points(
     the seeds that finished. The database is untrusted input: a finished run whose loss is not a
     positive finite number (text, bytes, 0, negative, infinite, missing) is left out and named,
     with the database, in `problems`. `stored`: the runs' rows read elsewhere (a runs file,
-    madsl.scaling.raw_runs) in place of the database's."""
-    from madsl.scaling.fits import ScalePoint
+    madsl.scaling.raw_runs) in place of the database's. `params`: the points' N, total,
+    non-embedding or active (madsl.scaling.optima.run_params)."""
+    models, first = _tuned(plan, db, problems, stored)
+    return [_point(run, sum(models[key].values()) / len(models[key]), params) for key, run in first.items()]
 
+
+def study_points_by_seed(
+    plan: StudyPlan, db: str | os.PathLike = DEFAULT_DB, stored: dict[str, Any] | None = None, params: str = "total"
+) -> dict[int, list[Any]]:
+    """Seed -> the IsoFLOP points of the models that seed finished (each its best rate's loss, as
+    study_points tunes it, not averaged): the seed replicates' own curves."""
+    models, first = _tuned(plan, db, None, stored)
+    out: dict[int, list[Any]] = {}
+    for key, run in first.items():
+        for seed, loss in sorted(models[key].items()):
+            out.setdefault(seed, []).append(_point(run, loss, params))
+    return out
+
+
+def _point(run: ScaleRun, loss: float, params: str = "total") -> Any:
+    from madsl.scaling.fits import ScalePoint
+    from madsl.scaling.optima import run_params
+
+    return ScalePoint(
+        arch=run.arch,
+        budget=run.budget,
+        params=float(run_params(run, params)),
+        tokens=float(run.tokens),
+        loss=loss,
+        state=float(run.state),
+    )
+
+
+def _tuned(
+    plan: StudyPlan, db: str | os.PathLike, problems: list[str] | None, stored: dict[str, Any] | None
+) -> tuple[dict[tuple, dict[int, float]], dict[tuple, ScaleRun]]:
+    """(arch, budget, size) -> seed -> its best rate's final loss, and each model's first run."""
     stored = _done(db, plan.run_ids) if stored is None else stored
     models: dict[tuple, dict[int, float]] = {}  # (arch, budget, size) -> seed -> its best loss
     first: dict[tuple, ScaleRun] = {}
@@ -375,17 +410,7 @@ def study_points(
         first.setdefault(key, run)
         seeds = models.setdefault(key, {})
         seeds[run.settings.seed] = min(float(loss), seeds.get(run.settings.seed, math.inf))
-    return [
-        ScalePoint(
-            arch=run.arch,
-            budget=run.budget,
-            params=float(run.params),
-            tokens=float(run.tokens),
-            loss=sum(models[key].values()) / len(models[key]),
-            state=float(run.state),
-        )
-        for key, run in first.items()
-    ]
+    return models, first
 
 
 def _bad_loss(loss: Any) -> str | None:

@@ -9,8 +9,8 @@ committed files with one `madsl report` command and no training (docs/scaling.md
 
 RUN_COLUMNS declares the runs file once: the writer writes it, the reader requires it. A file
 read back is untrusted input: a missing column, a value that is not a number, a run the study
-does not plan or one whose recorded design disagrees with the plan's is a located error (file,
-line, column). Torch-free.
+does not plan or one whose recorded design or counts (N under each convention, D) disagree with
+the plan's is a located error (file, line, column). Torch-free.
 """
 
 from __future__ import annotations
@@ -63,7 +63,21 @@ RUN_COLUMNS = (
     ),
     Column("threads", "torch threads it trained on", lambda r, p, s: _cell(s.get("threads"))),
 )
-CHECKED = ("arch", "size", "budget", "seed", "lr")  # the design a row must share with the plan's run
+# what a row must share with the plan's run (its design, and the N and D the fits take from the
+# plan: a file whose counts differ was written by another accounting, and would not refit its numbers)
+CHECKED = {
+    "arch": str,
+    "size": str,
+    "budget": float,
+    "seed": int,
+    "lr": float,
+    "params": int,
+    "non_embedding_params": int,
+    "active_params": int,
+    "tokens": int,
+}
+SAME_STUDY = "a runs file refits the study it was written from (same study file, same data, same madsl accounting)"
+COLUMNS = {c.name: c for c in RUN_COLUMNS}
 SCORE_COLUMNS = ("arch", "spec_hash", "score")
 
 
@@ -157,26 +171,16 @@ def read_runs_csv(plan: Any, path: str | os.PathLike) -> dict[str, dict]:
             raise MadslError(
                 f"runs file {path}: run {run_id[:16]}... is not a run of study {plan.study.name}",
                 Location(str(path), line, 1),
-                hint="a runs file refits the study it was written from (same study file, same data)",
+                hint=SAME_STUDY,
             )
-        planned = {
-            "arch": run.arch,
-            "size": run.size,
-            "budget": run.budget,
-            "seed": run.settings.seed,
-            "lr": run.settings.lr,
-        }
-        for column in CHECKED:
-            value = (
-                row[column].strip()
-                if column in ("arch", "size")
-                else _number(path, line, header, row, column, int if column == "seed" else float)
-            )
-            if value != planned[column]:
+        for column, kind in CHECKED.items():
+            planned = kind(COLUMNS[column].value(run, plan, {}))  # the writer's cell, read back
+            value = row[column].strip() if kind is str else _number(path, line, header, row, column, kind)
+            if value != planned:
                 raise MadslError(
-                    f"runs file {path}: run {run_id[:16]}... has {column} {row[column]!r}; the study plans "
-                    f"{planned[column]!r}",
+                    f"runs file {path}: run {run_id[:16]}... has {column} {row[column]!r}; the study plans {planned!r}",
                     Location(str(path), line, _column_of(row, header, column)),
+                    hint=SAME_STUDY,
                 )
         if run_id in stored:
             raise MadslError(f"runs file {path}: run {run_id[:16]}... is listed twice", Location(str(path), line, 1))

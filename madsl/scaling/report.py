@@ -1,7 +1,10 @@
 """A study's results, fitted: the IsoFLOP parabolas and optima, the frontiers N*(C) and D*(C)
 with bootstrap intervals, the parametric fit L(N, D) with bootstrap intervals, the state-optimal
-view and the MAD correlation (permutation tests, BCa intervals where n allows), as data
-(`study_report`), text, records (json, csv) and figures.
+view and the MAD correlation (permutation tests, BCa intervals where n allows; over all the scored
+architectures and over each of the study's pre-registered groups), each optimum's N* under the
+three conventions of N and the seed replicates' spread (madsl.scaling.optima), as data
+(`study_report`), text, records (json, csv) and figures. The runs come from the results database
+or from a runs file (madsl.scaling.raw_runs), the MAD scores from a database or a scores file.
 
 What cannot be fitted is said, not hidden: an IsoFLOP group whose curve has no minimum, an
 architecture with too few budgets for a frontier, too few architectures with MAD scores for a
@@ -19,6 +22,7 @@ from typing import Any
 
 from madsl.errors import MadslError, option
 from madsl.runner.store.results import DEFAULT_DB
+from madsl.scaling.optima import seed_spread  # noqa: F401 (tests read it here)
 from madsl.scaling.report_text import perplexity, render_report  # noqa: F401 (madsl.cli.report reads it here)
 
 PARAMETRIC_RESAMPLES = 200  # the parametric fit's bootstrap: about 5 ms a resample, a second an architecture
@@ -36,6 +40,9 @@ class StudyReport:
     correlation_left_out: dict[str, str] = field(default_factory=dict)  # scored arch -> why it is not in it
     # the study's pre-registered groups (a design chain): name -> Correlation over its architectures (None: too few)
     group_correlations: dict[str, Any] = field(default_factory=dict)
+    seed_spread: list[dict[str, Any]] = field(default_factory=list)  # madsl.scaling.optima.seed_spread's rows
+    params: str = "total"  # the convention of N the points, frontiers and parametric fits use
+    optima_by_convention: list[dict[str, Any]] = field(default_factory=list)  # optima.optima_by_convention's rows
     mad_scores: dict[str, float] = field(default_factory=dict)  # arch -> MAD score (where the store has one)
     bits_per_byte: dict[str, float] = field(default_factory=dict)  # run label -> bpb, for byte-level data
     problems: list[str] = field(default_factory=list)
@@ -193,6 +200,7 @@ def study_report(
     budget: float | None = None,
     runs: str | os.PathLike | None = None,
     mad_scores: str | os.PathLike | None = None,
+    params: str = "total",
     resamples: int = 1000,
     seed: int = 0,
     parametric_resamples: int = PARAMETRIC_RESAMPLES,
@@ -202,40 +210,28 @@ def study_report(
     `parametric_resamples` those of the parametric fits (0: none). A finished run whose stored
     loss is no loss (text, 0, infinite, ...) is left out and named in `problems`
     (madsl.scaling.api.study_points). `runs` and `mad_scores`: the study's raw data as files
-    (madsl.scaling.raw_runs) in place of the databases: a refit with no database."""
+    (madsl.scaling.raw_runs) in place of the databases: a refit with no database. `params`: the
+    convention of N the fits use (madsl.scaling.optima.CONVENTIONS); N* is also given under each."""
     from madsl.scaling import fits, raw_runs
-    from madsl.scaling.api import plan_study_file, study_points
+    from madsl.scaling.api import plan_study_file, stored_runs, study_points, study_points_by_seed
+    from madsl.scaling.optima import CONVENTIONS, check_convention, optima_by_convention
 
+    check_convention(params)
     if runs is None:
         check_report_inputs(db, mad_db)
     plan = plan_study_file(study_path, db)
     problems: list[str] = []
-    stored = raw_runs.read_runs_csv(plan, runs) if runs is not None else None
-    points = study_points(plan, db, problems, stored)
+    stored = raw_runs.read_runs_csv(plan, runs) if runs is not None else stored_runs(plan, db)
+    points = study_points(plan, db, problems, stored, params)
     # a model (architecture, budget, size) is one point however many runs its ladder and seeds make
     models = len({(run.arch, run.budget, run.size) for run in plan.runs})
-    report = StudyReport(plan.study.name, points, runs_total=models, problems=problems)
-    for point in points:
-        bpb = plan.tokens.bits_per_byte(point.loss)
-        if bpb is not None:
-            report.bits_per_byte[f"{point.arch} {point.params:.3g} @ {point.budget:.3g}"] = bpb
-    groups: dict[tuple[str, float], list] = {}
-    for point in points:
-        groups.setdefault((point.arch, point.budget), []).append(point)
-    for (arch, budget_flops), group in sorted(groups.items()):
-        fit = _try(report, None, lambda g=group: fits.fit_isoflop(g))
-        if fit is not None:
-            report.isoflops.append(fit)
-    # frontiers and the state-optimal view use the optima inside the sizes trained: an extrapolated
-    # minimum (the parabola's vertex beyond the sizes) is not a measurement of N*(C)
-    fitted = {(f.arch, f.budget) for f in report.isoflops if f.bracketed}
-    for f in report.isoflops:
-        if not f.bracketed:
-            report.problems.append(
-                f"{f.arch} at {f.budget:.3g} FLOPs: the optimum {f.optimal_params:.3g} lies "
-                "outside the sizes trained (extrapolated); left out of the frontier, the "
-                "state-optimal view and the MAD correlation (add sizes on that side)"
-            )
+    report = StudyReport(plan.study.name, points, runs_total=models, problems=problems, params=params)
+    report.bits_per_byte = _bits_per_byte(plan, points)
+    report.seed_spread = seed_spread(study_points_by_seed(plan, db, stored, params))
+    report.optima_by_convention = optima_by_convention(
+        {c: points if c == params else study_points(plan, db, None, stored, c) for c in CONVENTIONS}
+    )
+    fitted = _fit_isoflops(report, points)
     _fit_architectures(report, points, fitted, (resamples, parametric_resamples), seed)
     usable = [p for p in points if (p.arch, p.budget) in fitted]
     report.state = (_try(report, "state-optimal view", lambda: fits.state_optima(usable)) or []) if usable else []
@@ -244,6 +240,40 @@ def study_report(
     )
     _correlate(report, budget, resamples, seed, plan.study.groups)
     return report
+
+
+def _fit_isoflops(report: StudyReport, points: list[Any]) -> set[tuple[str, float]]:
+    """Each IsoFLOP group's parabola into `report.isoflops` (one that fails: a problem); the
+    (arch, budget) groups whose optimum lies inside the sizes trained."""
+    from madsl.scaling import fits
+
+    groups: dict[tuple[str, float], list] = {}
+    for point in points:
+        groups.setdefault((point.arch, point.budget), []).append(point)
+    for _, group in sorted(groups.items()):
+        fit = _try(report, None, lambda g=group: fits.fit_isoflop(g))
+        if fit is not None:
+            report.isoflops.append(fit)
+    # frontiers and the state-optimal view use the optima inside the sizes trained: an extrapolated
+    # minimum (the parabola's vertex beyond the sizes) is not a measurement of N*(C)
+    for f in report.isoflops:
+        if not f.bracketed:
+            report.problems.append(
+                f"{f.arch} at {f.budget:.3g} FLOPs: the optimum {f.optimal_params:.3g} lies "
+                "outside the sizes trained (extrapolated); left out of the frontier, the "
+                "state-optimal view and the MAD correlation (add sizes on that side)"
+            )
+    return {(f.arch, f.budget) for f in report.isoflops if f.bracketed}
+
+
+def _bits_per_byte(plan: Any, points: list[Any]) -> dict[str, float]:
+    """Each point's loss in bits per byte, where the data is byte-level (run label -> bpb)."""
+    out = {}
+    for point in points:
+        bpb = plan.tokens.bits_per_byte(point.loss)
+        if bpb is not None:
+            out[f"{point.arch} {point.params:.3g} @ {point.budget:.3g}"] = bpb
+    return out
 
 
 def _group_correlation(report: StudyReport, name: str, members: tuple[str, ...], resamples: int, seed: int) -> Any:
@@ -295,8 +325,10 @@ def report_records(report: StudyReport) -> dict[str, Any]:
         "study": report.study,
         "runs_done": len(report.points),
         "runs_total": report.runs_total,
+        "params_convention": report.params,
         "points": [plain(p) for p in report.points],
         "isoflops": [{**plain(f), "extrapolated": not f.bracketed} for f in report.isoflops],
+        "optima_by_convention": report.optima_by_convention,
         "frontiers": {a: plain(f) for a, f in report.frontiers.items()},
         "parametric": {a: plain(f) for a, f in report.parametric.items()},
         "state_optimal": [plain(s) for s in report.state],
@@ -304,6 +336,7 @@ def report_records(report: StudyReport) -> dict[str, Any]:
         "correlation": plain(report.correlation),
         "correlation_left_out": report.correlation_left_out,
         "group_correlations": {name: plain(c) for name, c in report.group_correlations.items()},
+        "seed_spread": report.seed_spread,
         "bits_per_byte": report.bits_per_byte,
         "problems": report.problems,
     }

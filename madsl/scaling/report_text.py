@@ -1,7 +1,9 @@
-"""A study's report as text (`madsl report --study`): the IsoFLOP optima (an extrapolated one marked
-as such), the frontiers, the parametric fits with their intervals and the constants at a bound,
-the state-optimal view, the MAD correlation with its tests and what they can detect, and what
-was not fitted. Reads a madsl.scaling.report.StudyReport; imports nothing of it.
+"""A study's report as text (`madsl report --study`): the IsoFLOP optima (an extrapolated one
+marked as such) and their N* under each convention of N, the frontiers, the parametric fits with
+their intervals and the constants at a bound, the state-optimal view, the seed replicates'
+spread, the MAD correlation (over all and over each pre-registered group) with its tests and what
+they can detect, and what was not fitted. Reads a madsl.scaling.report.StudyReport; imports
+nothing of it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,11 @@ from typing import Any
 
 EXTRAPOLATED = "EXTRAPOLATED"
 STATISTIC_NAMES = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
+CONVENTION_NAMES = {  # madsl.scaling.optima.CONVENTIONS, as the report's headings say them
+    "total": "total parameters, embedding and head included",
+    "non-embedding": "parameters without the embedding and head",
+    "active": "parameters a token reads, a routed layer's chosen experts only",
+}
 
 
 def perplexity(loss: float) -> float | None:
@@ -35,7 +42,7 @@ def _interval(interval: tuple[float, float], digits: str = ".3f") -> str:
 
 def _isoflops(report: Any) -> list[str]:
     lines = [
-        "IsoFLOP optima (approach 2)",
+        f"IsoFLOP optima (approach 2; N: {CONVENTION_NAMES[getattr(report, 'params', 'total')]})",
         f"  {'arch':<18} {'budget':>8} {'N*':>10} {'D*':>11} {'loss*':>7} {'ppl*':>7}  optimum",
     ]
     for f in report.isoflops:
@@ -48,6 +55,24 @@ def _isoflops(report: Any) -> list[str]:
             f"  {EXTRAPOLATED}: the parabola's minimum lies outside the sizes trained, so its N* and loss* "
             "are not measurements; left out of the frontier, the state-optimal view and the MAD correlation"
         )
+    return lines
+
+
+def _conventions(report: Any) -> list[str]:
+    """Each optimum's N* under the three conventions (marked * where it lies outside the sizes)."""
+    columns = (("total", 11), ("non-embedding", 14), ("active", 11))
+    lines = [
+        "",
+        "N* under each convention of N (the parabola refitted with that N on its axis; * outside the sizes trained)",
+        f"  {'arch':<18} {'budget':>8} " + " ".join(f"{name:>{width}}" for name, width in columns),
+    ]
+    for row in report.optima_by_convention:
+        cells = []
+        for name, width in columns:
+            n = row["optimal_params"].get(name)
+            cell = "-" if n is None else f"{n:.3g}" + ("" if row["bracketed"][name] else "*")
+            cells.append(f"{cell:>{width}}")
+        lines.append(f"  {row['arch']:<18} {row['budget']:>8.3g} " + " ".join(cells))
     return lines
 
 
@@ -139,6 +164,8 @@ def render_report(report: Any) -> str:
     """The report as text: optima per group, exponents, parametric fits, state, correlation, problems."""
     lines = [f"study {report.study}: {len(report.points)} of {report.runs_total} models done", ""]
     lines += _isoflops(report)
+    if getattr(report, "optima_by_convention", None):
+        lines += _conventions(report)
     if report.frontiers:
         lines += _frontiers(report)
     if report.parametric:
@@ -147,6 +174,15 @@ def render_report(report: Any) -> str:
         lines += ["", "State-optimal: compute-optimal loss against total state at N*"]
         for s in report.state:
             lines.append(f"  {s.arch:<18} {s.budget:>8.3g}  state {s.state:>10.4g}  loss* {s.loss:.4f}")
+    spread = getattr(report, "seed_spread", [])
+    if spread:
+        lines += ["", "Seed replicates: the compute-optimal loss fitted on each seed's runs alone"]
+        for row in spread:
+            seeds = ", ".join(f"seed {s}: {loss:.4f}" for s, loss in row["optimal_loss"].items())
+            lines.append(
+                f"  {row['arch']:<18} {row['budget']:>8.3g}  {seeds}  "
+                f"(min {row['min']:.4f}, max {row['max']:.4f}, sd {row['sd']:.4f})"
+            )
     if report.correlation is not None:
         lines += _correlation(report)
     for name, c in getattr(report, "group_correlations", {}).items():
