@@ -42,6 +42,7 @@ from madsl.lang.budget import QUANTITIES, check, parse_bound  # noqa: E402
 from madsl.runner.config import EvalConfig  # noqa: E402
 from madsl.search.config import Objectives  # noqa: E402
 from madsl.search.figures import plot_front, plot_generations  # noqa: E402
+from madsl.search.hypervolume import hypervolume as front_hypervolume  # noqa: E402
 from madsl.search.loop import run_search  # noqa: E402
 from madsl.search.reading import load_search  # noqa: E402
 from madsl.spec import load_spec  # noqa: E402
@@ -135,15 +136,13 @@ def hypervolume(result, search) -> float | None:
     limit = parse_bound(written).high if written is not None else math.inf
     if not math.isfinite(limit) or limit <= 0:
         return None
-    points = sorted(
-        (c["totals"][quantity], c["score"]) for c in result.state.candidates.values() if c.get("score") is not None
-    )
-    area, top = 0.0, 0.0
-    for i, (total, score) in enumerate(points):  # sweep the total upwards, the best score so far above each strip
-        top = max(top, min(score, 1.0))
-        end = points[i + 1][0] if i + 1 < len(points) else limit
-        area += (min(end, limit) - min(total, limit)) * top
-    return area / limit
+    # the library's exact hypervolume over (negated score, total), the score capped at 1, as a share of the box
+    points = [
+        (-min(c["score"], 1.0), c["totals"][quantity])
+        for c in result.state.candidates.values()
+        if c.get("score") is not None
+    ]
+    return front_hypervolume(points, (0.0, limit)) / limit
 
 
 def top_mean(result, k: int = TOP_K) -> float | None:

@@ -3,14 +3,17 @@
 keys aside, torch-free).
 
 Exit codes: 0 the search finished, 2 bad input (a located error, no traceback, before anything
-trains), 3 some candidates' runs failed (they count as unscored), 130 interrupted (rerunning
-the same command resumes the search where it stopped).
+trains) or a search over the cost guard not confirmed (madsl.search.loop.over_cost; --yes), 3 some
+candidates' runs failed (they count as unscored), 130 interrupted (rerunning the same command
+resumes the search where it stopped).
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
+from functools import partial
 from pathlib import Path
 
 from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
@@ -50,6 +53,12 @@ def add_parser(subparsers) -> None:
         choices=MINIMIZABLE,
         default=None,
         help="the front figure's x axis (default: the first minimised objective, else fixed_state)",
+    )
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help="train without asking where the search's estimated cost is over the cost guard "
+        "(more than an hour of run time; docs/search.md)",
     )
     add_execution_options(p)
     p.add_argument("--format", choices=("text", "json"), default="text", help="json: every output as JSON")
@@ -128,6 +137,7 @@ def cmd_search(args) -> int:
                 observer=_Lines() if shown else None,
                 reporter=_progress if shown else None,
                 stop=stop,
+                confirm=None if args.yes else partial(_confirm, search),
             )
     except KeyboardInterrupt:
         print("aborted; rerun the same command to resume the search", file=sys.stderr)
@@ -137,6 +147,29 @@ def cmd_search(args) -> int:
     if result.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_RUNS_FAILED if result.failed else EXIT_OK
+
+
+def _confirm(search, plan: dict) -> None:
+    """The cost guard (madsl.search.loop.over_cost): a search over it trains only once confirmed
+    at the terminal, or with --yes; refused (exit 2, nothing saved or trained) otherwise."""
+    from madsl.errors import MadslError
+    from madsl.search.loop import over_cost
+
+    reason = over_cost(plan)
+    if reason is None:
+        return
+    hint = "rerun with --yes to train it; --dry-run shows the plan; fewer generations or a smaller population cost less"
+    if not sys.stdin.isatty():
+        raise MadslError(f"{reason}: not started without confirmation", search.where("algorithm"), hint=hint)
+    print(f"search {search.name}: {reason}. Train it? [y/N] ", end="", file=sys.stderr, flush=True)
+    # Ctrl-C at the prompt aborts at once (the search's own handler only asks runs to stop)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        answer = sys.stdin.readline()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if answer.strip().lower() not in ("y", "yes"):
+        raise MadslError(f"{reason}: not confirmed, nothing trained", search.where("algorithm"), hint=hint)
 
 
 def _write_outputs(result, out: Path, plot_x: str | None) -> list[str]:

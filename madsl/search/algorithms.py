@@ -152,7 +152,7 @@ def random_children(ctx: Breeding, count: int) -> list[dict]:
     def breed() -> Bred:
         return random_genome(ctx.search.space, ctx.rng), [], "random"
 
-    return _children(ctx, count, breed)
+    return children(ctx, count, breed)
 
 
 def evolution_children(ctx: Breeding, count: int) -> list[dict]:
@@ -162,9 +162,9 @@ def evolution_children(ctx: Breeding, count: int) -> list[dict]:
     def breed() -> Bred:
         drawn = ctx.rng.choice(len(population), ctx.search.algorithm.sample_size, replace=False)
         parent = max((population[int(i)] for i in drawn), key=lambda m: ctx.score(m["id"]))
-        return _mutated(ctx, from_data(parent["genome"]), [parent["id"]], "")
+        return mutated(ctx, from_data(parent["genome"]), [parent["id"]], "")
 
-    return _children(ctx, count, breed)
+    return children(ctx, count, breed)
 
 
 def nsga2_children(ctx: Breeding, count: int) -> list[dict]:
@@ -180,19 +180,23 @@ def nsga2_children(ctx: Breeding, count: int) -> list[dict]:
             bred = crossover(genome, from_data(second["genome"]), ctx.search.space, ctx.rng)
             if bred is not None:
                 genome, parents, operator = bred, [first["id"], second["id"]], "crossover+"
-        return _mutated(ctx, genome, parents, operator)
+        return mutated(ctx, genome, parents, operator)
 
-    return _children(ctx, count, breed)
+    return children(ctx, count, breed)
 
 
-def _mutated(ctx: Breeding, genome: Genome, parents: list[str], prefix: str) -> Bred:
-    mutated = mutate(genome, ctx.search.space, ctx.rng)
-    if mutated is None:
+def mutated(ctx: Breeding, genome: Genome, parents: list[str], prefix: str = "") -> Bred:
+    """`genome` mutated once (its operator after `prefix`, e.g. "crossover+"); where no mutation
+    applies, the genome as it is under the prefix's operator, or (None, ...) without one."""
+    changed = mutate(genome, ctx.search.space, ctx.rng)
+    if changed is None:
         return (genome, parents, prefix.rstrip("+")) if prefix else (None, parents, "")
-    return mutated[0], parents, prefix + mutated[1]
+    return changed[0], parents, prefix + changed[1]
 
 
-def _children(ctx: Breeding, count: int, breed: Callable[[], Bred]) -> list[dict]:
+def children(ctx: Breeding, count: int, breed: Callable[[], Bred]) -> list[dict]:
+    """`count` children, each the first of `breed`'s offers that builds, meets the budget and is
+    new (make_child); where every offer is rejected, a fresh draw from the space."""
     out = []
     for _ in range(count):
         child = make_child(ctx, breed)
@@ -212,19 +216,43 @@ def _children(ctx: Breeding, count: int, breed: Callable[[], Bred]) -> list[dict
 PROPOSERS = {"nsga2": nsga2_children, "regularized-evolution": evolution_children, "random": random_children}
 
 
-def next_population(search: SearchFile, state: SearchState, batch: list[dict]) -> list[dict]:
-    """The members kept after a generation's batch is scored."""
-    size = search.algorithm.population
-    members = [{"id": p["id"], "genome": p["genome"]} for p in batch]
-    if search.algorithm.name == "regularized-evolution":
-        # a re-proposed identity does not re-enter young with its cached (perhaps lucky) score: it
-        # keeps the age it had, and ages out with it
-        return (state.population + [m for m, p in zip(members, batch) if not p["duplicate"]])[-size:]
+def _members(batch: list[dict]) -> list[dict]:
+    return [{"id": p["id"], "genome": p["genome"]} for p in batch]
+
+
+def evolution_population(search: SearchFile, state: SearchState, batch: list[dict]) -> list[dict]:
+    """Regularized evolution's aging: the children join, the oldest leave. A re-proposed identity
+    does not re-enter young with its cached (perhaps lucky) score: it keeps the age it had, and
+    ages out with it."""
+    members = _members(batch)
+    kept = [m for m, p in zip(members, batch) if not p["duplicate"]]
+    return (state.population + kept)[-search.algorithm.population :]
+
+
+def nsga2_population(search: SearchFile, state: SearchState, batch: list[dict]) -> list[dict]:
+    """NSGA-II's survivors: the best `population` of members and children by non-dominated sorting
+    and crowding distance, over every objective."""
+    size, members = search.algorithm.population, _members(batch)
     if not state.population:
         return members[-size:]
     pool = list({m["id"]: m for m in state.population + members}.values())  # each identity once
+    return [pool[i] for i in survivors([objective_vector(search, state, m["id"]) for m in pool], size)]
+
+
+def random_population(search: SearchFile, state: SearchState, batch: list[dict]) -> list[dict]:
+    """Random search keeps the best scores so far (its children do not depend on them)."""
+    size, members = search.algorithm.population, _members(batch)
+    if not state.population:
+        return members[-size:]
+    pool = list({m["id"]: m for m in state.population + members}.values())
     vectors = [objective_vector(search, state, m["id"]) for m in pool]
-    if search.algorithm.name == "nsga2":
-        return [pool[i] for i in survivors(vectors, size)]
-    order = sorted(range(len(pool)), key=lambda i: vectors[i][0])  # random search: the best scores so far
+    order = sorted(range(len(pool)), key=lambda i: vectors[i][0])
     return [pool[i] for i in order[:size]]
+
+
+SURVIVORS = {"nsga2": nsga2_population, "regularized-evolution": evolution_population, "random": random_population}
+
+
+def next_population(search: SearchFile, state: SearchState, batch: list[dict]) -> list[dict]:
+    """The members kept after a generation's batch is scored, by the search file's algorithm."""
+    return SURVIVORS[search.algorithm.name](search, state, batch)

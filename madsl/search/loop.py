@@ -5,30 +5,35 @@
 Generation 0 is the initial population; generations 1..G are `offspring` children each. Every
 proposal is built, checked and accounted before anything trains (madsl.search.candidates), and
 the batch goes through madsl.runner.api.evaluate with the search file's settings and the caller's
-execution options. The state (madsl.search.state) is saved after each proposal and each recorded
-batch: rerunning the same search resumes it, and the same seed gives the same candidates.
+execution options. The search itself is madsl.search.ask_tell.Search (asked for each batch, told
+its results); this module drives it with the runner (`drive`), so `madsl search`, run_search and
+an ask/tell caller share one loop. The state (madsl.search.state) is saved after each proposal and
+each recorded batch: rerunning the same search resumes it, and the same seed gives the same
+candidates.
+
+The cost guard (`madsl search` asks before it trains, or refuses without --yes where nobody can
+answer): a search whose rest is estimated at more than COST_GUARD_SECONDS of run time, or, where
+the plan has no estimate of time, has more than COST_GUARD_CANDIDATES candidates left to train.
 """
 
 from __future__ import annotations
 
 import re
-import statistics
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import Any, Callable
 
 from madsl.errors import MadslError
-from madsl.lang.spec import Spec, spec_from_data
-from madsl.paths import require_path
+from madsl.lang.spec import spec_from_data
 from madsl.runner.config import EvalConfig
-from madsl.search.algorithms import PROPOSERS, Breeding, initial_population, next_population
-from madsl.search.candidates import CandidateBuilder
+from madsl.search.ask_tell import Search
 from madsl.search.config import SearchFile
 from madsl.search.evaluation import BatchOutcome, RunnerEvaluator
-from madsl.search.state import SearchState, json_ready, save_state, state_path_for
-from madsl.search.state_check import load_state
+from madsl.search.state import SearchState
+
+COST_GUARD_SECONDS = 3600.0  # an hour of estimated run time: more asks first
+COST_GUARD_CANDIDATES = 100  # candidates left to train where the plan has no time estimate
 
 
 @dataclass
@@ -61,50 +66,6 @@ def search_config(search: SearchFile, config: EvalConfig | None) -> EvalConfig:
     return EvalConfig(settings=dict(search.objectives.settings), execution=execution)
 
 
-def _rng(seed: int, saved: dict[str, Any] | None) -> np.random.Generator:
-    rng = np.random.Generator(np.random.PCG64(seed))
-    if saved:
-        try:
-            rng.bit_generator.state = saved
-        except (TypeError, ValueError, KeyError) as err:
-            raise MadslError(
-                f"the search state's generator state is damaged: {err}",
-                hint="remove the state file, or rerun with --restart",
-            ) from None
-    return rng
-
-
-def _register(state: SearchState, batch: list[dict], generation: int) -> None:
-    """Add a proposed batch to the state: new candidates with their lineage; duplicates noted."""
-    for item in batch:
-        entry = {"generation": generation, "parents": item["parents"], "operator": item["operator"]}
-        if item["duplicate"]:
-            state.counts["duplicates"] += 1
-            state.candidates[item["id"]].setdefault("proposed_again", []).append(entry)
-            continue
-        candidate = item["candidate"]
-        state.candidates[item["id"]] = {
-            "id": item["id"],
-            "name": candidate.name,
-            "topology": candidate.topology,
-            **entry,
-            "totals": candidate.totals,
-            "solved": candidate.solved,
-            "spec": candidate.spec_data,
-            "status": "pending",
-            "score": None,
-            "tasks": {},
-        }
-    state.pending = [{k: v for k, v in item.items() if k != "candidate"} for item in batch]
-
-
-def _propose(search: SearchFile, builder: CandidateBuilder, state: SearchState, rng: np.random.Generator) -> list[dict]:
-    ctx = Breeding(search, builder, state, rng)
-    if state.generation == 0:
-        return initial_population(ctx)
-    return PROPOSERS[search.algorithm.name](ctx, search.algorithm.offspring)
-
-
 def _preflight(search: SearchFile, evaluator: Any, spec: Any) -> None:
     """The evaluation settings and task names checked on a candidate, located in the search file."""
     try:
@@ -117,21 +78,6 @@ def _preflight(search: SearchFile, evaluator: Any, spec: Any) -> None:
         ]
         where = search.where("objectives", "score", *named[:1])
         raise MadslError(f"objectives.score: {err.message}", where, expected=err.expected, hint=err.hint) from None
-
-
-def _evaluate(search: SearchFile, state: SearchState, evaluator: Any, loaded: dict[str, Spec]) -> BatchOutcome:
-    """Score the pending batch's new candidates (those without a result yet; duplicates are not sent).
-    `loaded`: specs the state check loaded from the state (the same data, not parsed again)."""
-    todo = list(
-        dict.fromkeys(item["id"] for item in state.pending if state.candidates[item["id"]]["status"] == "pending")
-    )
-    if not todo:
-        return BatchOutcome()
-    specs = [loaded.get(spec_hash) or spec_from_data(state.candidates[spec_hash]["spec"]) for spec_hash in todo]
-    try:
-        return evaluator.evaluate(specs)
-    except MadslError as err:
-        raise _located(search, state, err) from None
 
 
 def _located(search: SearchFile, state: SearchState, err: MadslError) -> MadslError:
@@ -165,63 +111,35 @@ def _located(search: SearchFile, state: SearchState, err: MadslError) -> MadslEr
     )
 
 
-def _record(search: SearchFile, state: SearchState, outcome: BatchOutcome) -> dict:
-    """The batch's results into the state; selection; the generation's history entry."""
-    batch = state.pending or []
-    for item in batch:
-        record = state.candidates[item["id"]]
-        if record["status"] != "pending":
-            continue
-        result = json_ready(outcome.results.get(item["id"], {"score": None, "tasks": {}}))  # NaN: no score
-        record.update(
-            score=result["score"], tasks=result["tasks"], status="scored" if result["score"] is not None else "failed"
-        )
-    scores = [state.candidates[i["id"]]["score"] for i in batch if state.candidates[i["id"]]["score"] is not None]
-    every = [c["score"] for c in state.candidates.values() if c.get("score") is not None]
-    entry = {
-        "generation": state.generation,
-        "proposed": len(batch),
-        "new": sum(not i["duplicate"] for i in batch),
-        "duplicates": sum(i["duplicate"] for i in batch),
-        "failed": sum(state.candidates[i["id"]]["status"] == "failed" for i in batch),
-        "best": max(scores) if scores else None,
-        "median": statistics.median(scores) if scores else None,
-        "best_so_far": max(every) if every else None,
-        "trained": outcome.trained,
-        "reused": outcome.reused,
-    }
-    state.population = next_population(search, state, batch)
-    state.history.append(entry)
-    state.pending = None
-    state.generation += 1
-    state.complete = state.generation > search.algorithm.generations
-    return entry
-
-
-def _start(
-    search: SearchFile,
-    builder: CandidateBuilder,
-    evaluator: Any,
-    fingerprint: str,
-    specs: dict[str, Spec] | None = None,
-) -> tuple[SearchState, np.random.Generator]:
-    """A new state with the initial population proposed (nothing saved yet); `specs` gets each
-    candidate's spec as built (for a plan: not for training, which loads the spec it saved)."""
-    state = SearchState(fingerprint=fingerprint)
-    rng = _rng(search.algorithm.seed, None)
-    batch = _propose(search, builder, state, rng)
-    if specs is not None:
-        specs.update((item["id"], item["candidate"].spec) for item in batch)
-    _preflight(search, evaluator, batch[0]["candidate"].spec)
-    _register(state, batch, 0)
-    state.rng = rng.bit_generator.state
-    return state, rng
-
-
-def _state_path(search: SearchFile, config: EvalConfig, state_path: str | Path | None) -> Path:
-    if state_path is None:  # beside the database, named after the search (a safe file name)
-        return state_path_for(config.execution.db, search.name)
-    return require_path(state_path, "the search state (--state)")
+def drive(driver: Search, evaluator: Any, observer: Observer | None = None, check: Any = None) -> SearchResult:
+    """The loop: each generation proposed (and saved), its new candidates evaluated, their results
+    told to `driver` (recorded, selected from, saved), to the last generation, or until an
+    evaluation is interrupted (the batch stays pending: rerunning evaluates it again).
+    `check(spec)` sees a new search's first candidate before anything is saved."""
+    observer = observer or Observer()
+    search, state = driver.file, driver.state
+    result = SearchResult(search, state, driver.state_path)
+    while not driver.complete:
+        driver.prepare(check)
+        if driver.unsaved:
+            driver.save()
+            observer.proposed(state.generation, state.pending or [])
+        todo = driver.needed()
+        # specs as the state check loaded them, else as saved: what trains is what the state holds
+        specs = [driver.loaded.get(h) or spec_from_data(state.candidates[h]["spec"]) for h in todo]
+        try:
+            outcome = evaluator.evaluate(specs) if specs else BatchOutcome()
+        except MadslError as err:
+            raise _located(search, state, err) from None
+        result.failed.update(outcome.failed)
+        result.trained += outcome.trained
+        result.reused += outcome.reused
+        if outcome.interrupted:
+            result.interrupted = True
+            return result
+        entry = driver.record(outcome.results, outcome.trained, outcome.reused)
+        observer.recorded(entry["generation"], entry)
+    return result
 
 
 def run_search(
@@ -232,46 +150,24 @@ def run_search(
     restart: bool = False,
     evaluator: Any = None,
     observer: Observer | None = None,
+    proposer: Any = None,
+    confirm: Callable[[dict[str, Any]], Any] | None = None,
     **evaluator_options: Any,
 ) -> SearchResult:
     """Run (or resume) a search to its last generation, or until its evaluation is interrupted.
-    `evaluator_options` (reporter, stop, model_factory, task_registry) go to RunnerEvaluator."""
+    `evaluator_options` (reporter, stop, model_factory, task_registry) go to RunnerEvaluator;
+    `proposer` replaces the file's algorithm (madsl.search.proposers.Proposer); `confirm(plan)`,
+    where given, sees the plan of the rest of the search (plan_search's) before anything is saved
+    or trained, and refuses it by raising."""
     if evaluator is not None and evaluator_options:
         raise TypeError("run_search() takes an evaluator or the RunnerEvaluator's options, not both")
     config = search_config(search, config)
     evaluator = evaluator or RunnerEvaluator(config, **evaluator_options)
-    observer = observer or Observer()
-    path = _state_path(search, config, state_path)
-    builder = CandidateBuilder(search)
-    loaded = None if restart else load_state(path, search)  # checked whole before any of it is used
-    if loaded is None:
-        state, rng = _start(search, builder, evaluator, search.fingerprint())
-        specs: dict[str, Spec] = {}
-        save_state(path, state)
-        observer.proposed(0, state.pending)
-    else:
-        state, specs = loaded
-        _preflight(search, evaluator, next(iter(specs.values())))  # a checked state holds a candidate
-        rng = _rng(search.algorithm.seed, state.rng)
-    result = SearchResult(search, state, path)
-    while not state.complete:
-        if state.pending is None:
-            batch = _propose(search, builder, state, rng)
-            _register(state, batch, state.generation)
-            state.rng = rng.bit_generator.state
-            save_state(path, state)
-            observer.proposed(state.generation, state.pending)
-        outcome = _evaluate(search, state, evaluator, specs)
-        result.failed.update(outcome.failed)
-        result.trained += outcome.trained
-        result.reused += outcome.reused
-        if outcome.interrupted:  # the batch stays pending: rerunning evaluates it again
-            result.interrupted = True
-            return result
-        entry = _record(search, state, outcome)
-        save_state(path, state)
-        observer.recorded(entry["generation"], entry)
-    return result
+    driver = Search(search, state_path, config=config, restart=restart, proposer=proposer)
+    check = partial(_preflight, search, evaluator)
+    if confirm is not None and not driver.complete:
+        confirm(plan_of(driver, evaluator, check))
+    return drive(driver, evaluator, observer, check)
 
 
 def plan_search(
@@ -281,32 +177,50 @@ def plan_search(
     state_path: str | Path | None = None,
     restart: bool = False,
     evaluator: Any = None,
+    proposer: Any = None,
     **evaluator_options: Any,
 ) -> dict[str, Any]:
     """A dry run: the batch the search would evaluate next (the initial population of a new search) and
     its cost (madsl.runner.plan.cost), with the whole search's estimated from it. Nothing is saved or trained."""
     config = search_config(search, config)
     evaluator = evaluator or RunnerEvaluator(config, **evaluator_options)
-    path = _state_path(search, config, state_path)
-    builder = CandidateBuilder(search)
-    loaded = None if restart else load_state(path, search)
-    specs: dict[str, Spec] = {}  # each candidate's spec as built or loaded: none is parsed again for the plan
-    if loaded is None:
-        state, rng = _start(search, builder, evaluator, search.fingerprint(), specs)
-    else:
-        (state, specs), rng = loaded, _rng(search.algorithm.seed, loaded[0].rng)
-    if state.pending is None and not state.complete:
-        batch = _propose(search, builder, state, rng)
-        specs.update((item["id"], item["candidate"].spec) for item in batch if not item["duplicate"])
-        _register(state, batch, state.generation)
-    batch = state.pending or []
+    driver = Search(search, state_path, config=config, restart=restart, proposer=proposer)
+    return plan_of(driver, evaluator, partial(_preflight, search, evaluator))
+
+
+def plan_of(driver: Search, evaluator: Any, check: Any = None) -> dict[str, Any]:
+    """The plan of `driver`'s next batch (proposed where none is pending, not saved) and of the rest of its search."""
+    state = driver.state
+    batch = driver.prepare(check)
     new = [i for i in batch if state.candidates[i["id"]]["status"] == "pending"]
-    plan_specs = [specs.get(i["id"]) or spec_from_data(state.candidates[i["id"]]["spec"]) for i in new]
+    # each spec as built or loaded: none is parsed again for the plan
+    plan_specs = [
+        driver.built.get(i["id"]) or driver.loaded.get(i["id"]) or spec_from_data(state.candidates[i["id"]]["spec"])
+        for i in new
+    ]
     try:
         cost = evaluator.plan(plan_specs) if plan_specs else None
     except MadslError as err:
-        raise _located(search, state, err) from None
-    return _plan(search, state, path, batch, cost, len(plan_specs))
+        raise _located(driver.file, state, err) from None
+    return _plan(driver.file, state, driver.state_path, batch, cost, len(plan_specs))
+
+
+def over_cost(plan: dict[str, Any]) -> str | None:
+    """Why a search's plan asks for a confirmation before it trains (None: it does not): its
+    estimated run time above COST_GUARD_SECONDS, or, without an estimate, more than
+    COST_GUARD_CANDIDATES candidates left to train."""
+    seconds, remaining = plan.get("estimated_run_seconds"), plan.get("remaining", 0)
+    if seconds is not None and seconds > COST_GUARD_SECONDS:
+        return (
+            f"the rest of the search ({remaining} candidates) is estimated at {seconds / 3600:.3g} h of run time, "
+            f"more than {COST_GUARD_SECONDS / 3600:g} h"
+        )
+    if seconds is None and remaining > COST_GUARD_CANDIDATES:
+        return (
+            f"the rest of the search trains up to {remaining} candidates (more than {COST_GUARD_CANDIDATES}) "
+            "and their run time has no estimate"
+        )
+    return None
 
 
 def _plan(

@@ -16,6 +16,7 @@ from madsl.lang.spec.files import SPEC_KEYS
 from madsl.paths import file_in
 from madsl.search.algorithms import objective_vector
 from madsl.search.config import SearchFile
+from madsl.search.hypervolume import generation_hypervolumes
 from madsl.search.nsga2 import non_dominated_sort
 from madsl.search.state import SearchState, json_ready
 
@@ -64,6 +65,7 @@ def record(result: Any, written: Sequence[str] = ()) -> dict[str, Any]:
     None (json.dumps(..., allow_nan=False) takes it)."""
     search, state = result.search, result.state
     algorithm = search.algorithm
+    volumes = generation_hypervolumes(search, state)
     return json_ready(
         {
             "search": search.name,
@@ -90,7 +92,8 @@ def record(result: Any, written: Sequence[str] = ()) -> dict[str, Any]:
             },
             "failed": dict(result.failed),
             "front": [_summary(c) for c in front(search, state)],
-            "generations": list(state.history),
+            "hypervolume": {"reference": volumes["reference"], "rule": volumes["rule"]},
+            "generations": [{**h, "hypervolume": v} for h, v in zip(state.history, volumes["values"])],
             "lineage": lineage(state),
             "written": list(written),
         }
@@ -131,6 +134,7 @@ def render_text(search: SearchFile, state: SearchState) -> str:
     def shown(x):
         return "-" if x is None else f"{x:.4f}"
 
+    volumes = generation_hypervolumes(search, state)
     rows = [
         [
             str(h["generation"]),
@@ -141,10 +145,14 @@ def render_text(search: SearchFile, state: SearchState) -> str:
             shown(h["best"]),
             shown(h["median"]),
             shown(h["best_so_far"]),
+            shown(volume),
         ]
-        for h in state.history
+        for h, volume in zip(state.history, volumes["values"])
     ]
-    lines += _table(["gen", "proposed", "new", "duplicates", "failed", "best", "median", "best so far"], rows)
+    header = ["gen", "proposed", "new", "duplicates", "failed", "best", "median", "best so far", "hypervolume"]
+    lines += _table(header, rows)
+    reference = ", ".join(f"{k} {v:,.6g}" for k, v in volumes["reference"].items())
+    lines.append(f"hypervolume: the share of the box from (score 1, totals 0) to ({reference}) the front dominates")
     counts = state.counts
     lines.append(
         f"\n{len(state.candidates)} candidates proposed; rejected before training: {counts['over_budget']} "
