@@ -130,7 +130,8 @@ def test_measure_rate_measures_again_and_keeps_the_new_rate(tmp_path, monkeypatc
     assert _plan(tmp_path)["run_seconds"] == pytest.approx(before / 2)  # the new rate, cached
 
 
-def test_a_family_without_a_rate_leaves_its_runs_untimed_and_says_why(tmp_path, monkeypatch, capsys):
+def _no_hyena_rate(monkeypatch, tmp_path: Path) -> None:
+    """Stand-in rates in which Hyena's measurement fails (a family that cannot train here)."""
     stand_in_rates(monkeypatch, tmp_path / "cache")
     real = rate_measure.measure_family
 
@@ -140,6 +141,10 @@ def test_a_family_without_a_rate_leaves_its_runs_untimed_and_says_why(tmp_path, 
         return real(family, device)
 
     monkeypatch.setattr(rate_measure, "measure_family", no_hyena)
+
+
+def test_a_family_without_a_rate_leaves_its_runs_untimed_and_says_why(tmp_path, monkeypatch, capsys):
+    _no_hyena_rate(monkeypatch, tmp_path)
     assert main(["eval", str(SPEC), *CLI_SMALL, "--device", "cpu", "--db", str(tmp_path / "r.db"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "~? of run time" in out and "no rate for hyena (RuntimeError: this layer cannot train here)" in out
@@ -422,15 +427,7 @@ def test_a_family_is_measured_at_the_widths_it_takes(monkeypatch):
 
 
 def test_a_study_whose_runs_have_no_rate_says_the_hours_leave_them_out(tmp_path, monkeypatch, capsys):
-    stand_in_rates(monkeypatch, tmp_path / "cache")
-    real = rate_measure.measure_family
-
-    def no_hyena(family, device):
-        if family == "hyena":
-            raise RuntimeError("this layer cannot train here")
-        return real(family, device)
-
-    monkeypatch.setattr(rate_measure, "measure_family", no_hyena)
+    _no_hyena_rate(monkeypatch, tmp_path)
     study = tmp_path / "study.yaml"
     study.write_text(
         "name: s\ndata: bundled:tinyshakespeare\nseq_len: 32\narchitectures:\n  hyena: bundled:paper/hyena-sg\n"
