@@ -253,6 +253,12 @@ def _band(
     return tuple((float(10**c), float(10**lo), float(10**hi)) for c, lo, hi in zip(grid, low, high))
 
 
+def check_bootstrap(resamples: int, level: float) -> None:
+    """A bootstrap's settings: at least one resample, a level strictly between 0 and 1."""
+    if resamples < 1 or not 0 < level < 1:
+        raise MadslError(f"bootstrap needs resamples >= 1 and 0 < level < 1, not {resamples} and {level}")
+
+
 def fit_frontier(
     points: Iterable[ScalePoint], *, resamples: int = 1000, seed: int = 0, level: float = 0.95
 ) -> Frontier:
@@ -271,8 +277,7 @@ def fit_frontier(
             f"the frontier of {archs[0]} needs at least 2 IsoFLOP budgets, it has {len(optima)}",
             hint="train the architecture at more compute budgets",
         )
-    if resamples < 1 or not 0 < level < 1:
-        raise MadslError(f"bootstrap needs resamples >= 1 and 0 < level < 1, not {resamples} and {level}")
+    check_bootstrap(resamples, level)
     log_c = np.log10([fit.budget for fit in optima])
     rng = np.random.default_rng(seed)
     drawn = [_bootstrap_optima(fit, rng, resamples) for fit in optima]

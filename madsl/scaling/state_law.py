@@ -25,11 +25,13 @@ from madsl.scaling.fits import (
     IsoFlopFit,
     PowerLaw,
     ScalePoint,
+    check_bootstrap,
     fit_isoflops,
     interpolate,
     log_lines,
     parabolas,
     percentile_interval,
+    state_optima,
 )
 
 
@@ -81,11 +83,8 @@ def fit_state_law(
             f"the state-optimal law of {archs[0]} needs 2 budgets with a bracketed optimum, it has {len(optima)}",
             hint="train sizes on both sides of each budget's optimum",
         )
-    if resamples < 1 or not 0 < level < 1:
-        raise MadslError(f"bootstrap needs resamples >= 1 and 0 < level < 1, not {resamples} and {level}")
-    log_n_all = np.log10([p.params for p in points])
-    log_state_all = np.log10([p.state for p in points])
-    states = [float(10 ** interpolate(math.log10(f.optimal_params), log_n_all, log_state_all)) for f in optima]
+    check_bootstrap(resamples, level)
+    states = [s.state for s in state_optima(points) if s.bracketed]  # M* as the state-optimal view reads it
     log_p = np.array([f.optimal_loss / math.log(10) for f in optima])
     rng = np.random.default_rng(seed)
     drawn = [_resampled(fit, points, rng, resamples) for fit in optima]
