@@ -8,6 +8,9 @@
     python benchmarks/plan_time.py --workloads          # plan vs actual CPU time (one thread) of a
                                                         # reduced CPU study (one study a width), a quick
                                                         # protocol of one spec and a small search
+    python benchmarks/plan_time.py --workloads --cached-rates
+                                                        # the same, planned from the rates cached earlier
+                                                        # (a loaded machine's plan reads them as they are)
 
 --workloads measures the rates first in a fresh cache (a temporary MADSL_CACHE_DIR), then plans
 (`--dry-run --format json`) and runs each workload as its own process with OMP_NUM_THREADS=1,
@@ -181,12 +184,15 @@ def _row(label: str, planned: float, interval: list | None, actual: float) -> di
     return {"workload": label, "planned_s": planned, "interval_s": [low, high], "actual_s": actual}
 
 
-def workloads() -> list[dict]:
-    """Plan vs actual CPU time of the three workloads (the module's docstring)."""
+def workloads(cached_rates: bool = False) -> list[dict]:
+    """Plan vs actual CPU time of the three workloads (the module's docstring). With `cached_rates`
+    the plans read the user's rate cache as it is (measured earlier, e.g. on idle cores), the way a
+    plan made on a loaded machine reads it, instead of rates measured now."""
     tmp = Path(tempfile.mkdtemp(prefix="madsl-plan-time-"))
-    env = dict(os.environ, OMP_NUM_THREADS="1", MADSL_CACHE_DIR=str(tmp / "cache"))
+    env = dict(os.environ, OMP_NUM_THREADS="1", **({} if cached_rates else {"MADSL_CACHE_DIR": str(tmp / "cache")}))
     seconds, _ = _madsl(["eval", "specs/paper/hyena-sg.mad", "--dry-run", "--db", str(tmp / "m.db")], env)
-    print(f"rates measured in a fresh cache: {seconds:.1f} s of CPU (with the dry run)", flush=True)
+    where = "the cached rates read" if cached_rates else "rates measured in a fresh cache"
+    print(f"{where}: {seconds:.1f} s of CPU (with the dry run)", flush=True)
     rows = []
     for dim in STUDY_WIDTHS:
         study = tmp / f"study-{dim}.yaml"
@@ -217,10 +223,13 @@ def main() -> None:
     parser.add_argument("--fresh", type=int, default=1, help="plans with a fresh rate cache (default 1)")
     parser.add_argument("--check-steps", nargs="+", metavar="SPEC", help="paper spec names to check step by step")
     parser.add_argument("--workloads", action="store_true", help="plan vs actual CPU time of three workloads")
+    parser.add_argument(
+        "--cached-rates", action="store_true", help="--workloads plans from the rate cache as it is (not measured now)"
+    )
     args = parser.parse_args()
     print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     if args.workloads:
-        print(json.dumps(workloads()))
+        print(json.dumps(workloads(args.cached_rates)))
     elif args.check_steps:
         check_steps(args.check_steps)
     else:

@@ -20,7 +20,7 @@ from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
 from madsl.cli.evaluate import add_execution_options, check_executor_options, execution_values
 from madsl.search.config import MINIMIZABLE
 
-OUTPUT_FILES = ("front.png", "generations.png", "search.json")
+OUTPUT_FILES = ("front.png", "generations.png", "search.json", "calibration.json", "calibration.csv")
 
 
 def add_parser(subparsers) -> None:
@@ -59,6 +59,12 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="train without asking where the search's estimated cost is over the cost guard "
         "(more than an hour of run time; docs/search.md)",
+    )
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="score the file's references and the initial population only (the search after it reuses "
+        "their runs), and write calibration.json and calibration.csv to --out: is the fitness worth searching?",
     )
     add_execution_options(p)
     p.add_argument("--format", choices=("text", "json"), default="text", help="json: every output as JSON")
@@ -120,6 +126,10 @@ def cmd_search(args) -> int:
     check_executor_options(args)
     search = load_search(args.file)
     config = EvalConfig(execution=Execution(**execution_values(args)))
+    if args.calibrate:
+        from madsl.cli.search_calibration import cmd_calibrate
+
+        return cmd_calibrate(args, search, config, _out_dir)
     if args.dry_run:
         plan = plan_search(search, config, state_path=args.state, restart=args.restart)
         print(_json(plan) if args.format == "json" else _render_plan(plan), end="")

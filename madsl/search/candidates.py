@@ -59,13 +59,17 @@ class CandidateBuilder:
         return self.cache[key]
 
     def _build(self, genome: Genome) -> Candidate | Rejection:
-        text = genome.text()
-        data = candidate_data(self.search, text, genome.params)
+        return self.build_topology(genome.text(), genome.params)
+
+    def build_topology(self, text: str, params: tuple[tuple[str, Any], ...] = ()) -> Candidate | Rejection:
+        """The candidate of topology `text` with hyperparameters `params` (a genome's, or a
+        reference design's: the search file's `references:`), built as every candidate is."""
+        data = candidate_data(self.search, text, params)
         try:
             spec = spec_from_data(data)
             used = set(spec.symbols_used())
             free = [item for item in self.search.free if item.partition(".")[0] in used]
-            fill = dict(genome.params).get(FILL, 1.0)
+            fill = dict(params).get(FILL, 1.0)
             solved_spec, solution = (
                 fitted(replace(spec, fit=free, budget=filled(spec.budget, fill))) if free else (spec, None)
             )

@@ -143,6 +143,7 @@ class SearchFile:
     space: Space
     objectives: Objectives
     algorithm: Algorithm
+    references: dict[str, str] = field(default_factory=dict)  # name -> canonical topology (--calibrate)
     located: Located | None = field(default=None, repr=False)
 
     def where(self, *path: Any) -> Location | None:
@@ -151,7 +152,8 @@ class SearchFile:
 
     def fingerprint(self) -> str:
         """What decides the candidates and their scores, hashed: a saved search state belongs
-        to the search file it was made from (the description aside)."""
+        to the search file it was made from (the description and the references aside: neither
+        changes what the search proposes)."""
         data = {
             "name": self.name,
             "spec": self.spec_data,

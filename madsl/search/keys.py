@@ -72,6 +72,27 @@ def _fill(value: Any, where: Where, source: str) -> list[float]:
     return seen
 
 
+def _references(value: Any, where: Where, source: str) -> dict[str, str]:
+    """A non-empty mapping of names to topology strings (each read against the space by
+    madsl.search.reading)."""
+    if not isinstance(value, dict) or not value:
+        raise MadslError(
+            f"{source}: expected a mapping of names to topologies, got {value!r}",
+            where.value(),
+            hint="references: {hyena: (H-Sg)x2, mamba: 4Mb}",
+        )
+    for name, text in value.items():
+        if not isinstance(name, str) or not name.strip():
+            raise MadslError(f"{source}: a reference's name must be a word, got {name!r}", where.key(name))
+        if not isinstance(text, str):
+            raise MadslError(
+                f"{source}.{name}: expected a topology string, got {text!r}",
+                where.value(name),
+                hint="a topology of the space's symbols, e.g. (H-Sg)x2",
+            )
+    return dict(value)
+
+
 SPACE = Section(
     "space:",
     (
@@ -184,6 +205,12 @@ SEARCH_FILE = Section(
         Key("space", SPACE, SPACE.description, default=REQUIRED),
         Key("objectives", OBJECTIVES, "what the search optimises", default=REQUIRED),
         Key("algorithm", ALGORITHM, "how it searches", default=REQUIRED),
+        Key(
+            "references",
+            Custom(_references, {"type": "object", "additionalProperties": {"type": "string"}, "minProperties": 1}),
+            "hand-written designs of the space, name: topology, scored beside the initial population by "
+            "`madsl search --calibrate` (they do not change what the search proposes)",
+        ),
     ),
     description="a madsl search file: the spec fields every candidate shares, the space, objectives and "
     "algorithm (docs/search.md)",

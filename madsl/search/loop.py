@@ -66,7 +66,7 @@ def search_config(search: SearchFile, config: EvalConfig | None) -> EvalConfig:
     return EvalConfig(settings=dict(search.objectives.settings), execution=execution)
 
 
-def _preflight(search: SearchFile, evaluator: Any, spec: Any) -> None:
+def preflight(search: SearchFile, evaluator: Any, spec: Any) -> None:
     """The evaluation settings and task names checked on a candidate, located in the search file."""
     try:
         evaluator.check(spec)
@@ -164,7 +164,7 @@ def run_search(
     config = search_config(search, config)
     evaluator = evaluator or RunnerEvaluator(config, **evaluator_options)
     driver = Search(search, state_path, config=config, restart=restart, proposer=proposer)
-    check = partial(_preflight, search, evaluator)
+    check = partial(preflight, search, evaluator)
     if confirm is not None and not driver.complete:
         confirm(plan_of(driver, evaluator, check))
     return drive(driver, evaluator, observer, check)
@@ -185,7 +185,7 @@ def plan_search(
     config = search_config(search, config)
     evaluator = evaluator or RunnerEvaluator(config, **evaluator_options)
     driver = Search(search, state_path, config=config, restart=restart, proposer=proposer)
-    return plan_of(driver, evaluator, partial(_preflight, search, evaluator))
+    return plan_of(driver, evaluator, partial(preflight, search, evaluator))
 
 
 def plan_of(driver: Search, evaluator: Any, check: Any = None) -> dict[str, Any]:

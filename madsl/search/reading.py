@@ -25,6 +25,7 @@ from typing import Any
 
 from madsl.errors import Collector, Location, MadslError
 from madsl.lang import stdlib
+from madsl.lang import topology as topo
 from madsl.lang.declare import Where
 from madsl.lang.spec import Spec, create_primitive, spec_with
 from madsl.lang.spec.files import Locator, SourceMap
@@ -35,6 +36,7 @@ from madsl.paths import safe_file_name
 from madsl.primitives.base import ConfigError
 from madsl.search import keys
 from madsl.search.config import Algorithm, Objectives, SearchFile, Space
+from madsl.search.genome import channel_of, mixers_of
 from madsl.search.reading_space import read_space
 
 MAX_NAME = 100  # characters: a candidate's file adds a hash, the state file the database's name
@@ -69,9 +71,12 @@ def load_search(path: str | Path) -> SearchFile:
     if symbols is not None and "space" in data:
         with errors.check():
             space = read_space(located, symbols, _default_channel(spec_data))
+    references: dict[str, str] = {}
     if space is not None:
         with errors.check():
             _check_shared_spec(located, spec_data, space, name or "search")
+        with errors.check():
+            references = read_references(located, space, _default_channel(spec_data))
     errors.raise_any()
     budget = spec_data.get("budget") or {}
     free = budget.get("fit", []) if isinstance(budget, dict) else []
@@ -84,6 +89,7 @@ def load_search(path: str | Path) -> SearchFile:
         space=space,
         objectives=objectives,
         algorithm=algorithm,
+        references=references,
         located=located,
     )
 
@@ -189,6 +195,58 @@ def _check_hyperparameter_values(located: Located, spec: Spec, space: Space) -> 
                 raise MadslError(
                     f"space.hyperparameters.{hyper.name}: {err.message}", located.value(at), hint=err.hint
                 ) from None
+
+
+def read_references(located: Located, space: Space, default_channel: str | None) -> dict[str, str]:
+    """`references:` name -> topology, each a design of the space: its sequence and channel mixers
+    the space's, its blocks within the space's range (its shape may be any); canonical."""
+    section = located.data.get("references")
+    if section is None:
+        return {}
+    keys.SEARCH_FILE.check_value("references", section, Where(located))
+    out = {}
+    for name, text in section.items():
+        path = ("references", name)
+        try:
+            topology = topo.expand(topo.parse(text))
+        except topo.TopologySyntaxError as err:
+            span = err.span
+            raise err.relocated(located.position(path, span.line, span.column, span.length)) from None
+        blocks = list(topo.blocks(topology))
+        for block in blocks:
+            problem = _outside(space, block, default_channel)
+            if problem:
+                raise MadslError(
+                    f"references.{name}: {text} is not in the space: {problem}",
+                    located.value(path),
+                    hint="a reference is a design the search could propose: the space's symbols, its number of blocks",
+                )
+        if not space.min_blocks <= len(blocks) <= space.max_blocks:
+            raise MadslError(
+                f"references.{name}: {text} has {len(blocks)} blocks",
+                located.value(path),
+                expected=f"{space.min_blocks} to {space.max_blocks} blocks (space.blocks)",
+            )
+        out[name] = topo.canonical(topology)
+    return out
+
+
+def _outside(space: Space, block: topo.Block, default_channel: str | None) -> str | None:
+    """Why `block` is not one the space holds (None: it is)."""
+    mixers = mixers_of(block)
+    for mixer in mixers:
+        if mixer not in space.sequence_mixers:
+            return f"{mixer} is not among its sequence_mixers ({', '.join(space.sequence_mixers)})"
+    if len(mixers) > 1 and not space.parallel:
+        return "a parallel block, and space.shapes does not list parallel"
+    channel = channel_of(block)
+    if channel == NO_CHANNEL:  # written `-none`
+        channel = None
+    elif channel is None and not all(m in space.mixes_channels for m in mixers):
+        channel = default_channel  # the block takes the spec's channel mixer (madsl.lang.spec.Spec.channel_for)
+    if channel not in space.channel_choices(mixers):
+        return f"{channel or 'no channel mixer'} is not among the channel mixers of a {'/'.join(mixers)} block"
+    return None
 
 
 def read_objectives(located: Located) -> Objectives:
