@@ -324,6 +324,12 @@ NOT_MEASURED = {
     "rwkv_channel": "token shift and gate 4·L·D (elementwise)",
     "swiglu": "nothing (the activation and the product are not accounted)",
     "mlp": "nothing (the activation is not accounted)",
+    "kda": "delta rule 6·L·Hv·K·V and per-channel decay L·Hv·K·V, recurrent form; the module runs a chunked form",
+    "rwkv7": "the recurrence 9·L·D·head_dim (recurrent form; the module runs a chunked form) and the "
+    "token-shift mixes 12·L·D (elementwise)",
+    "rglru": "the recurrence 2·L·W (elementwise; the module runs a log-depth scan)",
+    "lightning": "recurrence 5·L·H·hd², recurrent form; the module runs a chunked form",
+    "mla": "softmax 2·H·L² (elementwise; the SDPA formula counts q.k and p.v only)",
     "moe": "nothing (routing, activation and weighting are not accounted)",
 }
 
@@ -348,6 +354,10 @@ COUNTER_SEES_MORE = {
         lambda p: 2 * SEQ_LEN * p.dim * p.down_inputs * (p.experts - p.weighted_experts) + _router_at_one_flop(p),
     ),
     "hyena_experts": ("the router at 1 FLOP per multiply-add", _router_at_one_flop),
+    "mla": (
+        "SDPA takes one head width: the narrower of q.k (nope + rope) and v is zero-padded to the wider",
+        lambda p: 2 * SEQ_LEN * SEQ_LEN * p.heads * abs(p.qk_head_dim - p.v_head_dim),
+    ),
 }
 
 _aten = torch.ops.aten

@@ -4,7 +4,9 @@
     q, k    = rmsnorm(q), rmsnorm(k)         optional (qk_norm): over head_dim, one weight for all heads
     q, k    = rotary(q), rotary(k)           optional; rotate-half convention (GPT-NeoX / Llama), on the
                                              first rotary_fraction * head_dim channels of each head
-    out     = out(softmax(q k^T / sqrt(head_dim) + causal mask) v)
+    out     = out(softmax(q k^T / sqrt(head_dim) + causal mask) v [* sigmoid(gate)])
+                                             gate: optional (output_gate), heads x head_dim more outputs
+                                             of the fused projection (Qwen3-Next's doubled q_proj)
 
 Grouped-query attention (kv_heads < heads): k and v have kv_heads heads; each is repeated
 for its heads / kv_heads query heads just before SDPA (query head h reads key/value head
@@ -76,7 +78,8 @@ class Attention(nn.Module):
         self.rotary_dim = p.rotary_dim
         self.window = p.window
         self.scale = p.scale  # None: SDPA's 1 / sqrt(head_dim)
-        self.qkv = nn.Linear(p.dim, p.inner + 2 * p.kv_inner, bias=p.bias)
+        self.gated = p.output_gate
+        self.qkv = nn.Linear(p.dim, p.projected, bias=p.bias)
         self.out = nn.Linear(p.inner, p.dim, bias=p.has_out_bias)
         self.q_norm = nn.RMSNorm(p.inner_head_dim, eps=1e-5) if p.qk_norm else None
         self.k_norm = nn.RMSNorm(p.inner_head_dim, eps=1e-5) if p.qk_norm else None
@@ -119,7 +122,7 @@ class Attention(nn.Module):
     def prefill(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """The parallel forward and the KV cache `step` continues from."""
         batch, length, _ = x.shape
-        q, k, v = self._project(self.qkv(x).view(batch, length, -1, self.head_dim).transpose(1, 2))
+        q, k, v, gate = self._project(self.qkv(x).view(batch, length, -1, self.head_dim).transpose(1, 2))
         if self.rotary:
             cos, sin = self._rotary_tables(length, q)
             cos, sin = cos[:length], sin[:length]
@@ -134,6 +137,8 @@ class Attention(nn.Module):
             back = back[:, None] - back[None, :]  # query position - key position
             band = (back >= 0) & (back < self.window)
             y = scaled_dot_product_attention(q, keys, values, attn_mask=band, scale=self.scale)
+        if gate is not None:
+            y = y * torch.sigmoid(gate)
         y = self.out(y.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
         pos = torch.full((batch,), length, dtype=torch.long, device=x.device)
         if self.window is not None and length > self.window:
@@ -141,13 +146,14 @@ class Attention(nn.Module):
             k, v = (torch.roll(t[:, :, -self.window :], length % self.window, dims=2) for t in (k, v))
         return y, {"k": k, "v": v, "pos": pos}
 
-    def _project(self, heads: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """q (B, heads, T, hd), k and v (B, kv_heads, T, hd) from the fused projection's
-        (B, heads + 2 kv_heads, T, hd); q and k normalised where qk_norm."""
-        q, k, v = heads.split((self.heads, self.kv_heads, self.kv_heads), dim=1)
+    def _project(self, heads: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """q (B, heads, T, hd), k and v (B, kv_heads, T, hd) and the output gate (as q, or None) from
+        the fused projection's (B, heads + 2 kv_heads [+ heads], T, hd); q and k normalised where qk_norm."""
+        sizes = (self.heads, self.kv_heads, self.kv_heads) + ((self.heads,) if self.gated else ())
+        q, k, v, *gate = heads.split(sizes, dim=1)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        return q, k, v
+        return q, k, v, (gate[0] if gate else None)
 
     # ---- recurrent (inference) form ---------------------------------------------------------------
     def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
@@ -158,7 +164,7 @@ class Attention(nn.Module):
 
     def step(self, x_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         batch = x_t.shape[0]
-        q, k, v = self._project(self.qkv(x_t).view(batch, -1, 1, self.head_dim))  # (B, heads or kv_heads, 1, hd)
+        q, k, v, gate = self._project(self.qkv(x_t).view(batch, -1, 1, self.head_dim))  # (B, heads or kv_heads, 1, hd)
         pos = state["pos"]
         if self.rotary:
             # positions run past the cache size once a window's ring buffer is full
@@ -179,5 +185,7 @@ class Attention(nn.Module):
         y = F.scaled_dot_product_attention(
             q, _repeat_heads(keys, self.groups), _repeat_heads(values, self.groups), scale=self.scale
         )  # (B, heads, 1, head_dim)
+        if gate is not None:
+            y = y * torch.sigmoid(gate)
         out = self.out(y.reshape(batch, self.heads * self.head_dim))
         return out, {"k": keys, "v": values, "pos": pos + 1}

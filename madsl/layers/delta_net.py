@@ -7,9 +7,12 @@
     S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,  o_t = S_t^T q_t
     out = o_proj(rmsnorm(o) [* swish(g_proj(x))])
 
+With more value heads than key heads (`value_heads`, Qwen3-Next), q and k are repeated for the
+value heads each key head serves, after the norm: the recurrence runs per value head.
+
 Training runs `madsl.kernels.linear_recurrence.delta_parallel` (fla's kernel on CUDA, else the
 chunked WY form `delta_chunked`); `step`
-runs the recurrence one token at a time. State: "fixed" (batch, heads, head_dim, value_dim)
+runs the recurrence one token at a time. State: "fixed" (batch, value_heads, head_dim, value_dim)
 and "conv" (batch, channels, d_conv - 1).
 
 Init: PyTorch's default Linear init; A_log = log U(1, 16) and dt_bias the inverse softplus of
@@ -34,10 +37,10 @@ class DeltaNet(nn.Module):
 
     def __init__(self, p: DeltaNetPrimitive):
         super().__init__()
-        dim, heads = p.dim, p.heads
-        self.heads, self.key_dim, self.value_dim = heads, p.key_dim, p.value_dim
+        dim, heads = p.dim, p.v_heads  # b, a, A_log, dt_bias and the output side are per value head
+        self.key_heads, self.heads, self.key_dim, self.value_dim = p.heads, heads, p.key_dim, p.value_dim
         self.chunk_size = 64
-        key_width, value_width = heads * self.key_dim, heads * self.value_dim
+        key_width, value_width = p.heads * self.key_dim, heads * self.value_dim
         self.q_proj = nn.Linear(dim, key_width, bias=False)
         self.k_proj = nn.Linear(dim, key_width, bias=False)
         self.v_proj = nn.Linear(dim, value_width, bias=False)
@@ -65,10 +68,12 @@ class DeltaNet(nn.Module):
     def _mix_inputs(self, x: Tensor, qkv: Tensor) -> tuple[Tensor, ...]:
         """x (..., dim) and the conv'd qkv (..., channels) -> q, k (.., heads, head_dim), v, beta, log_decay."""
         lead = x.shape[:-1]
-        key_width = self.heads * self.key_dim
+        key_width = self.key_heads * self.key_dim
         q, k, v = qkv.split((key_width, key_width, self.heads * self.value_dim), dim=-1)
-        q = F.normalize(q.view(*lead, self.heads, self.key_dim), dim=-1) * self.key_dim**-0.5
-        k = F.normalize(k.view(*lead, self.heads, self.key_dim), dim=-1)
+        q = F.normalize(q.view(*lead, self.key_heads, self.key_dim), dim=-1) * self.key_dim**-0.5
+        k = F.normalize(k.view(*lead, self.key_heads, self.key_dim), dim=-1)
+        if self.heads != self.key_heads:  # each key head serves heads / key_heads consecutive value heads
+            q, k = (t.repeat_interleave(self.heads // self.key_heads, dim=-2) for t in (q, k))
         v = v.view(*lead, self.heads, self.value_dim)
         beta = torch.sigmoid(self.b_proj(x))
         log_decay = None

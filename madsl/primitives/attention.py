@@ -22,6 +22,12 @@ Query-key norm (`qk_norm`; LFM2, Qwen3): an RMSNorm over each head's head_dim on
 after the projection, before rotary (weights head_dim each, shared by the heads): 2 * head_dim
 parameters; their FLOPs (elementwise) are not counted.
 
+Output gate (`output_gate`; Qwen3-Next's gated attention): the query projection is doubled, its
+second half a gate per head and channel, and the attention output is multiplied by its sigmoid
+before the output projection: dim * heads * head_dim parameters more (and a bias of that width
+where `bias`), 2 * L * dim * heads * head_dim FLOPs; the sigmoid and the product (elementwise)
+are not counted.
+
 State: no fixed state; the KV cache holds keys and values of every past token,
 2 * kv_heads * head_dim numbers per token (MAD paper §2.2: a dynamic state); with a
 window, of the last min(L, window) tokens only: 2 * kv_heads * head_dim * min(L, window).
@@ -51,12 +57,13 @@ class Attention(Heads, Primitive):
     out_bias: bool  # a bias on the output projection even where `bias` is false (GPT-Neo's out_proj)
     qk_norm: bool  # an RMSNorm over head_dim on q and on k (LFM2's q_layernorm / k_layernorm)
     rotary_fraction: float  # the part of each head rotary rotates (Hugging Face's partial_rotary_factor)
+    output_gate: bool  # sigmoid(gate) on the output, the gate from a doubled query projection (Qwen3-Next)
 
     name = "attention"
     role = "sequence"
     module = "madsl.layers.attention:Attention"
     # added later: specs that leave them at their defaults keep their run identities
-    identity_omits = ("window", "kv_heads", "scale", "out_bias", "qk_norm", "rotary_fraction")
+    identity_omits = ("window", "kv_heads", "scale", "out_bias", "qk_norm", "rotary_fraction", "output_gate")
 
     def validate(self) -> None:
         positive(self, "heads", "head_dim", "window", "kv_heads")
@@ -106,8 +113,13 @@ class Attention(Heads, Primitive):
         """Width of the keys (and of the values): key_value_heads * head_dim."""
         return self.key_value_heads * self.inner_head_dim
 
+    @property
+    def projected(self) -> int:
+        """Outputs of the fused projection: q [and the output gate], k, v."""
+        return self.inner * (2 if self.output_gate else 1) + 2 * self.kv_inner
+
     def params(self) -> int:
-        projected = self.inner + 2 * self.kv_inner  # q, k, v
+        projected = self.projected
         qkv = self.dim * projected + (projected if self.bias else 0)
         out = self.inner * self.dim + (self.dim if self.has_out_bias else 0)
         return qkv + out + (2 * self.inner_head_dim if self.qk_norm else 0)
@@ -124,9 +136,9 @@ class Attention(Heads, Primitive):
         return 2 * self.kv_inner * self.attended(seq_len)
 
     def flops(self, seq_len: int) -> int:
-        L, D, inner, K = seq_len, self.dim, self.inner, self.kv_inner
+        L, D, inner = seq_len, self.dim, self.inner
         pairs = L * self.attended(L)
-        return 2 * L * D * (inner + 2 * K) + 4 * pairs * inner + 2 * L * inner * D + self.non_matmul_flops(L)
+        return 2 * L * D * self.projected + 4 * pairs * inner + 2 * L * inner * D + self.non_matmul_flops(L)
 
     def non_matmul_flops(self, seq_len: int) -> int:
         """The softmax, 2 H L^2 (the L^2 pairs: L * min(L, window) with a window)."""

@@ -15,15 +15,21 @@ RMSNorm over each head's output (weight value_dim, shared by heads), gated by
 swish(g_proj(x)) with an output gate (g_proj dim -> heads*value_dim); o_proj heads*value_dim -> dim.
 No bias anywhere.
 
+Value heads (`value_heads`, null = heads; Qwen3-Next's linear_num_value_heads, fla's num_v_heads):
+more value heads than key heads, a multiple of them; key head h serves the value heads
+h*groups .. (h+1)*groups - 1 (q and k repeated, as transformers' repeat_interleave). v, b, a,
+A_log, dt_bias, the output gate and o_proj are per value head; the state is one memory per
+value head.
+
 Defaults (stdlib): 4 heads of key dimension 32, expand_v 2, conv 4, the MAD reference's
 gated-delta-net config (athms/mad-lab configs/layers/gated-delta-net.yml); DeltaNet: the same
 without gate and output gate (fla's DeltaNet defaults).
 
-State: heads*head_dim*value_dim (4*32*64 = 8192 at the default); the conv keeps the last
-d_conv-1 inputs of its heads*(2*head_dim + value_dim) channels, reported as conv_state.
-FLOPs (recurrent form): projections 2LD(2HK + HV + H [+ H gate] [+ HV output gate]), conv
-2L(2HK + HV)d_conv, delta rule 6LHKV (S^T k, the rank-one update, the readout) [+ LHKV decay],
-out 2LHVD.
+State: value_heads*head_dim*value_dim (4*32*64 = 8192 at the default); the conv keeps the last
+d_conv-1 inputs of its 2*heads*head_dim + value_heads*value_dim channels, reported as conv_state.
+FLOPs (recurrent form), H key heads, Hv value heads: projections 2LD(2HK + HvV + Hv [+ Hv gate]
+[+ HvV output gate]), conv 2L(2HK + HvV)d_conv, delta rule 6LHvKV (S^T k, the rank-one update,
+the readout) [+ LHvKV decay], out 2LHvVD.
 """
 
 from __future__ import annotations
@@ -41,17 +47,32 @@ class DeltaNet(Primitive):
     d_conv: int  # taps of the short convolution over q, k, v; 0: none
     gated: bool  # Gated DeltaNet's decay alpha_t
     output_gate: bool  # swish(g_proj(x)) on the normalised output
+    value_heads: int | None  # None: heads; more (a multiple of heads): Qwen3-Next's value heads
+
+    # added later: specs that leave it at its default keep their run identities
+    identity_omits = ("value_heads",)
 
     name = "delta_net"
     role = "sequence"
     module = "madsl.layers.delta_net:DeltaNet"
 
     def validate(self) -> None:
-        positive(self, "heads", "head_dim", "expand_v")
+        positive(self, "heads", "head_dim", "expand_v", "value_heads")
         if self.d_conv < 0:
             raise ConfigError("d_conv", f"delta_net: d_conv must be 0 (no short conv) or positive, got {self.d_conv}")
         if self.head_dim is None:
             divides(self, "heads", self.heads, self.dim, "dim")
+        if self.value_heads is not None and self.value_heads % self.heads:
+            raise ConfigError(
+                "value_heads",
+                f"delta_net: value_heads={self.value_heads} is not a multiple of heads={self.heads}",
+                "null: as many value heads as key heads; Qwen3-Next: 2 x its key heads",
+            )
+
+    @property
+    def v_heads(self) -> int:
+        """Value heads (and memories): value_heads, or heads where it is null."""
+        return self.value_heads if self.value_heads is not None else self.heads
 
     @property
     def key_dim(self) -> int:
@@ -63,35 +84,35 @@ class DeltaNet(Primitive):
 
     @property
     def conv_channels(self) -> int:
-        return self.heads * (2 * self.key_dim + self.value_dim)
+        return 2 * self.heads * self.key_dim + self.v_heads * self.value_dim
 
     def params(self) -> int:
-        D, H, K, V = self.dim, self.heads, self.key_dim, self.value_dim
-        total = D * H * (2 * K + V) + D * H + H * V * D + V  # q, k, v, b_proj, o_proj, o_norm
+        D, H, Hv, K, V = self.dim, self.heads, self.v_heads, self.key_dim, self.value_dim
+        total = D * (2 * H * K + Hv * V) + D * Hv + Hv * V * D + V  # q, k, v, b_proj, o_proj, o_norm
         total += self.conv_channels * self.d_conv
         if self.gated:
-            total += D * H + 2 * H  # a_proj, A_log, dt_bias
+            total += D * Hv + 2 * Hv  # a_proj, A_log, dt_bias
         if self.output_gate:
-            total += D * H * V
+            total += D * Hv * V
         return total
 
     def fixed_state(self) -> int:
-        return self.heads * self.key_dim * self.value_dim
+        return self.v_heads * self.key_dim * self.value_dim
 
     def conv_state(self) -> int:
         return self.conv_channels * max(self.d_conv - 1, 0)
 
     def flops(self, seq_len: int) -> int:
-        L, D, H, K, V = seq_len, self.dim, self.heads, self.key_dim, self.value_dim
-        projected = H * (2 * K + V) + H + (H if self.gated else 0) + (H * V if self.output_gate else 0)
+        L, D, Hv, V = seq_len, self.dim, self.v_heads, self.value_dim
+        gates = Hv + (Hv if self.gated else 0) + (Hv * V if self.output_gate else 0)
         return (
-            2 * L * D * projected
+            2 * L * D * (self.conv_channels + gates)
             + 2 * L * self.conv_channels * self.d_conv
             + self.non_matmul_flops(L)
-            + 2 * L * H * V * D
+            + 2 * L * Hv * V * D
         )
 
     def non_matmul_flops(self, seq_len: int) -> int:
         """The delta rule (S^T k, rank-one update, readout) and the decay where gated."""
-        L, H, K, V = seq_len, self.heads, self.key_dim, self.value_dim
-        return 6 * L * H * K * V + (L * H * K * V if self.gated else 0)
+        L, Hv, K, V = seq_len, self.v_heads, self.key_dim, self.value_dim
+        return 6 * L * Hv * K * V + (L * Hv * K * V if self.gated else 0)

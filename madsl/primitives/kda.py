@@ -1,0 +1,103 @@
+"""Kimi Delta Attention (`KDA`; Kimi Linear, Moonshot AI 2025): the gated delta rule with a decay
+per key channel.
+
+Gated DeltaNet decays each head's memory by one scalar alpha_t per token; KDA by a vector, one
+decay per key channel (a diagonal, fine-grained gate, as GLA's):
+
+    S_t = (I - beta_t k_t k_t^T) diag(alpha_t) S_{t-1} + beta_t k_t v_t^T,   o_t = S_t^T q_t
+    log alpha_t = -exp(A_log) softplus(f_up(f_down(x)) + dt_bias)          heads x head_dim
+
+Layout of flash-linear-attention's `KimiDeltaAttention` and transformers' `KimiLinearDeltaAttention`:
+q_proj, k_proj dim -> heads*head_dim; v_proj dim -> value_heads*value_dim (value_dim =
+expand_v*head_dim); short causal depthwise convs of d_conv taps over q, k and v (no bias; 0: none)
+followed by SiLU; the gate through a low-rank bottleneck of rank value_dim (f_proj: dim ->
+value_dim -> value_heads*head_dim, no bias), A_log per value head and dt_bias per value head and
+key channel; b_proj dim -> value_heads (beta = sigmoid); q and k L2-normalised per head (q scaled
+by head_dim^-1/2); the output RMSNorm'd per head (weight value_dim, shared) and gated by
+sigmoid(g_up(g_down(x))) (rank value_dim; a bias on g_up where `gate_bias`: fla's layer has one,
+transformers' class and Moonshot's checkpoints do not); o_proj value_heads*value_dim -> dim.
+With more value heads than key heads (`value_heads`, fla's num_v_heads) each key head serves
+value_heads / heads consecutive value heads.
+
+Defaults (stdlib): 4 heads of key dimension dim / 4 (32 at width 128), values as wide as the keys
+(Kimi Linear: expand_v 1), conv 4 (Kimi Linear's short_conv_kernel_size), no gate bias.
+
+State: value_heads*head_dim*value_dim (4*32*32 = 4096 at the default); the conv keeps the last
+d_conv-1 inputs of its 2*heads*head_dim + value_heads*value_dim channels, reported as conv_state.
+FLOPs (recurrent form), H key heads, Hv value heads, K, V: projections 2LD(2HK + HvV + Hv), the two
+low-rank gates 2L(DV + V HvK) + 2L(DV + V HvV), conv 2L(2HK + HvV)d_conv, the delta rule
+6LHvKV (S^T k, the rank-one update, the readout) + LHvKV (the decay), out 2LHvVD.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import ConfigError, Primitive, divides, positive
+
+
+@dataclass(frozen=True)
+class KDA(Primitive):
+    heads: int
+    head_dim: int | None  # key dimension per head; None: dim // heads
+    expand_v: int  # value dimension per head = expand_v * head_dim
+    value_heads: int | None  # None: heads; more (a multiple of heads): grouped value heads
+    d_conv: int  # taps of the short convolutions over q, k, v; 0: none
+    gate_bias: bool  # a bias on the output gate's up projection (fla's layer)
+
+    name = "kda"
+    role = "sequence"
+    module = "madsl.layers.kda:KDA"
+
+    def validate(self) -> None:
+        positive(self, "heads", "head_dim", "expand_v", "value_heads")
+        if self.d_conv < 0:
+            raise ConfigError("d_conv", f"kda: d_conv must be 0 (no short conv) or positive, got {self.d_conv}")
+        if self.head_dim is None:
+            divides(self, "heads", self.heads, self.dim, "dim")
+        if self.value_heads is not None and self.value_heads % self.heads:
+            raise ConfigError(
+                "value_heads",
+                f"kda: value_heads={self.value_heads} is not a multiple of heads={self.heads}",
+                "null: as many value heads as key heads",
+            )
+
+    @property
+    def key_dim(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.dim // self.heads
+
+    @property
+    def value_dim(self) -> int:
+        return self.expand_v * self.key_dim
+
+    @property
+    def v_heads(self) -> int:
+        return self.value_heads if self.value_heads is not None else self.heads
+
+    @property
+    def conv_channels(self) -> int:
+        return 2 * self.heads * self.key_dim + self.v_heads * self.value_dim
+
+    def params(self) -> int:
+        D, Hv, K, V = self.dim, self.v_heads, self.key_dim, self.value_dim
+        projections = D * self.conv_channels + D * Hv + Hv * V * D  # q, k, v, b_proj, o_proj
+        forget = D * V + V * Hv * K + Hv + Hv * K  # f_proj (down, up), A_log, dt_bias
+        output_gate = D * V + V * Hv * V + (Hv * V if self.gate_bias else 0)
+        return projections + self.conv_channels * self.d_conv + forget + output_gate + V  # V: o_norm
+
+    def fixed_state(self) -> int:
+        return self.v_heads * self.key_dim * self.value_dim
+
+    def conv_state(self) -> int:
+        return self.conv_channels * max(self.d_conv - 1, 0)
+
+    def flops(self, seq_len: int) -> int:
+        L, D, Hv, K, V = seq_len, self.dim, self.v_heads, self.key_dim, self.value_dim
+        projections = 2 * L * D * (self.conv_channels + Hv) + 2 * L * Hv * V * D
+        gates = 2 * L * (D * V + V * Hv * K) + 2 * L * (D * V + V * Hv * V)
+        conv = 2 * L * self.conv_channels * self.d_conv
+        return projections + gates + conv + self.non_matmul_flops(L)
+
+    def non_matmul_flops(self, seq_len: int) -> int:
+        """The delta rule (S^T k, rank-one update, readout) and the per-channel decay, recurrent form."""
+        return 7 * seq_len * self.v_heads * self.key_dim * self.value_dim
