@@ -149,3 +149,13 @@ def test_the_command_plans_and_writes_the_table(tmp_path, capsys):
     table = json.loads((out / "calibration.json").read_text())
     assert {r["status"] for r in table["rows"]} == {"scored"}
     assert (out / "calibration.csv").read_text().startswith("kind,name,topology,spec_hash,status,score,")
+
+
+def test_an_interrupted_calibration_marks_its_unscored_rows_incomplete_and_resumes(tmp_path):
+    search = toy(tmp_path)
+    config = EvalConfig.from_keywords(db=str(tmp_path / "r.db"))
+    stopped = calibrate(search, config, model_factory=factory, task_registry=TOY_TASKS, stop=lambda: True)
+    assert stopped["interrupted"] and stopped["trained"] == 0
+    assert {r["status"] for r in stopped["rows"] if r["kind"] == "initial"} == {"incomplete"}
+    resumed = calibrate(search, config, model_factory=factory, task_registry=TOY_TASKS)
+    assert not resumed["interrupted"] and resumed["initial"]["scored"] == 3

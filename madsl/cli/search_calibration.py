@@ -68,7 +68,7 @@ def render(table: dict[str, Any]) -> str:
     for row in table["rows"]:
         state = (row.get("totals") or {}).get("total_state")
         scores = "  ".join(f"{_shown((row.get('tasks') or {}).get(t)):>14}" for t in tasks)
-        tail = _shown(row.get("score")) if row["status"] in ("scored", "failed") else row["status"]
+        tail = _shown(row.get("score")) if row["status"] == "scored" else row["status"]
         lines.append(
             f"{row['kind']:<9}  {row['name']:<{width}}  {row['topology']:<{topo_width}}  "
             f"{'-' if state is None else f'{state:,}':>11}  {scores}  {tail:>6}"

@@ -100,7 +100,9 @@ def calibrate(
         if "spec_hash" in row:
             result = outcome.results.get(row["spec_hash"])
             scored = result is not None and result["score"] is not None
-            row.update(status="scored" if scored else "failed", score=result["score"] if scored else None)
+            # unscored after an interruption: some of its runs have not run yet (rerunning resumes them)
+            unscored = "incomplete" if outcome.interrupted else "failed"
+            row.update(status="scored" if scored else unscored, score=result["score"] if scored else None)
             row["tasks"] = dict(result["tasks"]) if result else {}
     return {
         "search": search.name,
