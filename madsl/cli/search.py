@@ -20,7 +20,14 @@ from madsl.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNS_FAILED
 from madsl.cli.evaluate import add_execution_options, check_executor_options, execution_values
 from madsl.search.config import MINIMIZABLE
 
-OUTPUT_FILES = ("front.png", "generations.png", "search.json", "calibration.json", "calibration.csv")
+OUTPUT_FILES = (
+    "front.png",
+    "generations.png",
+    "search.json",
+    "calibration.json",
+    "calibration.csv",
+    "front-study.yaml",
+)
 
 
 def add_parser(subparsers) -> None:
@@ -65,6 +72,12 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="score the file's references and the initial population only (the search after it reuses "
         "their runs), and write calibration.json and calibration.csv to --out: is the fitness worth searching?",
+    )
+    p.add_argument(
+        "--then-scale",
+        metavar="STUDY",
+        help="a study file whose data, budgets, sizes and recipe check the front at scale: writes "
+        "front-study.yaml to --out, the front's specs beside the study's architectures (madsl scale it)",
     )
     add_execution_options(p)
     p.add_argument("--format", choices=("text", "json"), default="text", help="json: every output as JSON")
@@ -135,6 +148,10 @@ def cmd_search(args) -> int:
         print(_json(plan) if args.format == "json" else _render_plan(plan), end="")
         return EXIT_OK
     _check_state_path(args)
+    if args.then_scale:
+        from madsl.search.front_study import check_template
+
+        check_template(args.then_scale)  # before anything trains
     out = _out_dir(args, search)
     shown = not args.quiet and args.format == "text"
     try:
@@ -145,7 +162,7 @@ def cmd_search(args) -> int:
                 state_path=args.state,
                 restart=args.restart,
                 observer=_Lines() if shown else None,
-                reporter=_progress if shown else None,
+                reporter=_tracked_progress(args, shown, config.execution.db),
                 stop=stop,
                 confirm=None if args.yes else partial(_confirm, search),
             )
@@ -153,7 +170,13 @@ def cmd_search(args) -> int:
         print("aborted; rerun the same command to resume the search", file=sys.stderr)
         return EXIT_INTERRUPTED
     written = _write_outputs(result, out, args.plot_x)
+    if args.then_scale and result.state.complete:
+        from madsl.search.front_study import write_front_study
+
+        written.append(str(write_front_study(search, result.state, args.then_scale, out)))
     _print_result(args, result, written)
+    if args.then_scale and result.state.complete and not args.quiet and args.format == "text":
+        print(f"the front at scale: madsl scale {out / 'front-study.yaml'} --dry-run")
     if result.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_RUNS_FAILED if result.failed else EXIT_OK
@@ -250,6 +273,16 @@ def _render_plan(plan: dict) -> str:
     return text + (
         f"rejected before training so far: {rejected['over_budget']} over budget, {rejected['invalid']} invalid\n"
     )
+
+
+def _tracked_progress(args, shown: bool, db):
+    """Each batch's reporter: the progress bars (where shown) and a tracker per --track."""
+    from madsl.cli.evaluate import with_tracking
+
+    if not getattr(args, "track", None):
+        return _progress if shown else None
+    with_tracking(args, None, db)  # the KIND:DIR values checked before any work
+    return lambda: with_tracking(args, _progress() if shown else None, db)
 
 
 def _progress():
