@@ -3,6 +3,14 @@
 
 from __future__ import annotations
 
-from madsl.interop.huggingface.families import FAMILIES, REFUSED, family, from_hf_config, to_hf_config
+from madsl.interop.huggingface.families import (
+    FAMILIES,
+    REFUSED,
+    HfRead,
+    family,
+    from_hf_config,
+    read_hf_config,
+    to_hf_config,
+)
 
-__all__ = ["FAMILIES", "REFUSED", "family", "from_hf_config", "to_hf_config"]
+__all__ = ["FAMILIES", "REFUSED", "HfRead", "family", "from_hf_config", "read_hf_config", "to_hf_config"]

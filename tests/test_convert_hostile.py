@@ -258,7 +258,7 @@ def test_layer_types_entries_are_strings_of_the_known_kinds(tmp_path, entry, mes
     refused(
         write_config(tmp_path, with_value("granite-4.0-h-small", "layer_types", literal)),
         message,
-        'each layer is "mamba" or "attention"',
+        'each layer is "mamba", "attention", "linear_attention" or "full_attention"',
     )
 
 

@@ -274,7 +274,6 @@ def test_falcon_h1_runs_attention_beside_mamba_2_in_every_layer():
     [
         ({"mamba_rms_norm": True, "mamba_norm_before_gate": True}, "normalises after it"),
         ({"projectors_bias": True}, "one bias switch"),
-        ({"attn_layer_indices": [0, 1]}, "attention in some layers only"),
         ({"mamba_n_heads": 25}, "25 heads x 64 = 1600 channels, but the Mamba layers are 1536 wide"),
         ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, "no scaling"),
     ],

@@ -25,6 +25,7 @@ FAMILY_TYPES = (
     "bamba",
     "falcon_h1",
     "lfm2",
+    "lfm2_moe",
 )  # madsl.interop.huggingface.families.FAMILIES
 
 
@@ -49,7 +50,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "convert",
         help="Megatron-LM hybrid patterns and Hugging Face config.json "
-        "(Jamba, Nemotron-H, Granite 4.0, Bamba, Falcon-H1, LFM2) <-> madsl spec",
+        "(Jamba, Nemotron-H, Granite 4.0, Bamba, Falcon-H1, LFM2, LFM2-MoE) <-> madsl spec",
     )
     way = p.add_mutually_exclusive_group(required=True)
     way.add_argument(
@@ -223,12 +224,7 @@ def _convert(args, fmt: str) -> str:
         return "".join(f"{key}: {json.dumps(value)}\n" for key, value in fields.items())
     layers = _layer_values(args.layer)
     if args.from_hf:
-        from madsl.interop.huggingface.families import from_hf_config
-
-        data = from_hf_config(args.from_hf, name)
-        for symbol, params in layers.items():  # on top of the config's own settings
-            data.setdefault("layers", {}).setdefault(symbol, {}).update(params)
-        return _from_spec_data(data, args.from_hf, args.from_hf, fmt)
+        return _from_hf(args, name, layers, fmt)
     symbol = args.mamba or "M2"
     _mamba2_width_stated(args.from_megatron, symbol, layers)
     data = {
@@ -249,6 +245,23 @@ def _convert(args, fmt: str) -> str:
     text = _from_spec_data(data, "the Megatron pattern", None, fmt)
     notes = ["# defaulted (not in the pattern or the flags): " + ", ".join(f"{k}={v}" for k, v in defaulted.items())]
     return "\n".join([*notes, *(f"# warning: {w}" for w in warnings)]) + "\n" + text
+
+
+def _from_hf(args, name: str, layers: dict[str, dict], fmt: str) -> str:
+    """A config.json's spec, with each key taken at transformers' default and each key read as
+    transformers' class reads it listed: `# ` lines before the YAML (and on stderr where -o writes
+    it), `defaulted` and `notes` in the JSON."""
+    from madsl.interop.huggingface.families import read_hf_config
+
+    read = read_hf_config(args.from_hf, name)
+    for symbol, params in layers.items():  # on top of the config's own settings
+        read.data.setdefault("layers", {}).setdefault(symbol, {}).update(params)
+    out = _from_spec_data(read.data, args.from_hf, args.from_hf, fmt)
+    if args.output and read.notes and not getattr(args, "quiet", False):
+        print("".join(f"# {note}\n" for note in read.notes), end="", file=sys.stderr)
+    if fmt == "json":
+        return json.dumps({**json.loads(out), "defaulted": read.defaulted, "notes": read.notes}, indent=2) + "\n"
+    return "".join(f"# {note}\n" for note in read.notes) + out
 
 
 def _defaulted(data: dict) -> tuple[dict[str, Any], list[str]]:

@@ -5,7 +5,8 @@ data), and `Stack`, a spec read back from its plan for writing a config.json.
 A family's `read(cfg, name)` turns a config.json (`config.Config`) into a spec's
 data; its `write(spec)` gives the config.json fields that describe the spec's stack, or refuses
 with the reason where the family cannot express it. Every size madsl accounts is read from the
-config or refused; none is guessed.
+config, taken at transformers' default where its config class has one (and listed with the spec:
+`Config.defaulted`), or refused by name; none is guessed.
 """
 
 from __future__ import annotations
@@ -16,18 +17,23 @@ from typing import Any
 from madsl.errors import MadslError
 from madsl.graph import build_graph
 from madsl.interop.huggingface.config import Config
+from madsl.interop.huggingface.shown import shown_value
 from madsl.interop.megatron import compact
 from madsl.structure import PARALLEL, SETTINGS, plan_blocks, refuse_beyond_stack
 
 
 class Family:
-    """One model family: its model_type, its title in messages, the architecture it writes, and
-    whether its embeddings are tied where the config does not say."""
+    """One model family: its model_type, its title in messages, the architecture it writes, whether
+    its embeddings are tied where the config does not say, and the keys it takes at transformers'
+    default where a config leaves them out (`defaults`, from `config_class`; any other key it reads
+    is refused when absent: the sizes that say which model it is)."""
 
     model_type: str
     title: str
     architecture: str
     tied_by_default: bool
+    config_class: str
+    defaults: dict[str, Any]
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
         raise NotImplementedError
@@ -51,7 +57,11 @@ def attention(
 ) -> dict[str, Any]:
     """Attention's settings: heads, key/value heads (grouped-query attention), head width, rotary."""
     heads = cfg.count("num_attention_heads")
-    kv_heads = cfg.count("num_key_value_heads")
+    if cfg.data.get("num_key_value_heads", cfg.defaults.get("num_key_value_heads")) is None:
+        why = f"null: num_attention_heads, as transformers' {cfg.config_class} reads it"
+        kv_heads = cfg.take_default("num_key_value_heads", heads, why)
+    else:
+        kv_heads = cfg.count("num_key_value_heads")
     if heads % kv_heads:
         raise cfg.error(
             "num_key_value_heads",
@@ -62,7 +72,7 @@ def attention(
         "heads": heads,
         "head_dim": head_dim,
         "rotary": rotary,
-        "bias": cfg.flag(bias_key, False) if bias_key else False,
+        "bias": cfg.flag(bias_key) if bias_key else False,
     }
     if kv_heads != heads:
         params["kv_heads"] = kv_heads
@@ -76,9 +86,13 @@ def attention(
 
 
 def head_dim(cfg: Config, dim: int, *keys: str) -> int:
-    """The attention head width: the first of `keys` the config states, else hidden_size / heads."""
+    """The attention head width: the first of `keys` the config states, else the class's default
+    (Nemotron-H's 128, listed), else hidden_size / heads, as the family's attention derives it."""
     for key in keys:
         if cfg.data.get(key) is not None:
+            return cfg.count(key)
+    for key in keys:
+        if key in cfg.defaults and key not in cfg.data:
             return cfg.count(key)
     heads = cfg.count("num_attention_heads")
     if dim % heads:
@@ -87,7 +101,7 @@ def head_dim(cfg: Config, dim: int, *keys: str) -> int:
             f"{heads} does not divide hidden_size={dim}",
             f"state the head width ({' or '.join(keys) or 'head_dim'})",
         )
-    return dim // heads
+    return dim // heads  # as the family's attention derives it: not a default of its config class
 
 
 def rope(cfg: Config, theta: float, fraction: float = 1.0) -> tuple[float, float]:
@@ -97,7 +111,7 @@ def rope(cfg: Config, theta: float, fraction: float = 1.0) -> tuple[float, float
     section = cfg.section("rope_parameters")
     source = section if section is not None else cfg
     if section is not None:
-        kind = section.word("rope_type", default="default")
+        kind = section.data.get("rope_type", "default")
         if kind != "default":
             raise section.error(
                 "rope_type",
@@ -108,7 +122,8 @@ def rope(cfg: Config, theta: float, fraction: float = 1.0) -> tuple[float, float
     if scaling is not None and scaling.data.get("rope_type", scaling.data.get("type")) != "default":
         raise cfg.error("rope_scaling", "scaled rotary embeddings: madsl's rotary has no scaling", "rope_scaling: null")
     theta = source.number("rope_theta", theta, positive=True)
-    fraction = source.number("partial_rotary_factor", fraction, positive=True)
+    if "partial_rotary_factor" in source.data:  # absent: the whole head, as every class reads it
+        fraction = source.number("partial_rotary_factor", fraction, positive=True)
     if fraction > 1:
         raise source.error("partial_rotary_factor", f"{fraction} is more than the whole head (1.0)")
     return theta, fraction
@@ -117,15 +132,18 @@ def rope(cfg: Config, theta: float, fraction: float = 1.0) -> tuple[float, float
 MAMBA2_KEYS = ("heads", "head_dim", "state", "groups", "conv", "expand", "bias", "conv_bias")
 
 
-def mamba2(cfg: Config, dim: int, keys: dict[str, str], *, width: int | None) -> dict[str, Any]:
+def mamba2(cfg: Config, dim: int, keys: dict[str, str], *, width: int | None, of: str = "") -> dict[str, Any]:
     """Mamba-2's settings from the family's keys (MAMBA2_KEYS -> its config keys). `width` None: the
     layer is heads x head_dim wide (Nemotron-H's mixer, whatever expand says); else the config's
     width (expand x hidden_size, Falcon-H1's mamba_d_ssm), which heads x head_dim must equal, as
-    the family's own config check requires. head_dim "auto" is width / heads."""
-    # expand sizes nothing where the heads do: kept for writing back, Hugging Face's 2 where absent
+    the family's own config check requires (`of`: where that width comes from, for the message).
+    head_dim "auto" is width / heads."""
+    # expand sizes nothing where the heads or the family's width do: kept for writing back
     n_heads = cfg.count(keys["heads"])
-    factor = cfg.count(keys["expand"], default=2) if width is None else cfg.count(keys["expand"])
-    if cfg.data.get(keys["head_dim"]) == "auto" and width is not None:
+    factor = cfg.count(keys["expand"])
+    if keys["head_dim"] not in cfg.data and cfg.defaults.get(keys["head_dim"]) == "auto":
+        cfg.take_default(keys["head_dim"], "auto")
+    if cfg.data.get(keys["head_dim"], cfg.defaults.get(keys["head_dim"])) == "auto" and width is not None:
         if width % n_heads:
             raise cfg.error(keys["heads"], f"{n_heads} heads do not divide the Mamba width {width}")
         per_head = width // n_heads
@@ -136,7 +154,7 @@ def mamba2(cfg: Config, dim: int, keys: dict[str, str], *, width: int | None) ->
     if width is not None and n_heads * per_head != width:
         raise cfg.error(
             keys["heads"],
-            f"{n_heads} heads x {per_head} = {n_heads * per_head} channels, but the Mamba layers are {width} wide",
+            f"{n_heads} heads x {per_head} = {n_heads * per_head} channels, but the Mamba layers are {width} wide{of}",
             "heads x head width is the Mamba width",
         )
     return {
@@ -146,8 +164,8 @@ def mamba2(cfg: Config, dim: int, keys: dict[str, str], *, width: int | None) ->
         "head_dim": per_head,
         "heads": n_heads,
         "groups": cfg.count(keys["groups"]),
-        "bias": cfg.flag(keys["bias"], False),
-        "conv_bias": cfg.flag(keys["conv_bias"], True),
+        "bias": cfg.flag(keys["bias"]),
+        "conv_bias": cfg.flag(keys["conv_bias"]),
     }
 
 
@@ -170,12 +188,31 @@ def spec_data(
         "description": f"converted from {_article(family.title)} {family.title} config.json{source}{note}",
         "dim": dim,
         "vocab": cfg.count("vocab_size"),
-        "tie_embeddings": tied if tied is not None else cfg.flag("tie_word_embeddings", family.tied_by_default),
+        "tie_embeddings": tied if tied is not None else cfg.flag("tie_word_embeddings"),
         "norm": "rms",
         "channel_mixer": "none",
         "topology": compact(blocks),
         "layers": {symbol: params for symbol, params in layers.items() if symbol in used},
     }
+
+
+def spelled(cfg: Config, key: str, *aliases: str) -> str:
+    """The key a config states a value under, where transformers' class reads it under other names
+    too (Nemotron-H's mamba_n_groups for n_groups): the first alias written, which the class reads
+    over `key` (said where both are written and differ), else `key`."""
+    alias = next((a for a in aliases if a in cfg.data), None)
+    if alias is None:
+        return key
+    if key in cfg.data and cfg.data[key] != cfg.data[alias]:
+        cfg.notes.append(f"{key} is not read: transformers' {cfg.config_class} reads {alias} over it")
+    return alias
+
+
+def ignored(cfg: Config, key: str, built: Any, what: str) -> None:
+    """Where transformers' class ignores `key` (it builds `built`, whatever the config says), madsl
+    follows the class: a note where the config says otherwise."""
+    if key in cfg.data and cfg.data[key] != built:
+        cfg.notes.append(f"{key} = {shown_value(cfg.data[key])} is not read: transformers' {cfg.config_class} {what}")
 
 
 def _article(title: str) -> str:

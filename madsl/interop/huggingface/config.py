@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from madsl.errors import Location, MadslError
+from madsl.interop.huggingface.shown import integer_hint, key_text, kind, look_alike, one_of, short, shown_value
 from madsl.interop.megatron import describe_character
 from madsl.lang import topology as topo
 from madsl.lang.yamlsource import MAX_DEPTH, MAX_INTEGER, MAX_SPEC_BYTES
@@ -31,6 +32,20 @@ class Config:
     def __init__(self, data: dict[str, Any], text: str, path: str):
         self.data, self.text, self.path = data, text, path
         self.keys = _top_level_keys(text)
+        self.defaulted: dict[str, tuple[Any, str]] = {}  # key -> (value taken, why): listed with the spec
+        self.notes: list[str] = []  # keys read as transformers' class reads them, said with the spec
+
+    # The one policy for an absent key (families.py sets both from the family): a key in `defaults`
+    # (transformers' config class default) is taken at it and listed in `defaulted`; any other is
+    # refused by name. A reader given its own default takes and lists it the same way.
+    defaults: dict[str, Any] = {}
+    config_class = "config class"
+
+    def take_default(self, key: str, value: Any, why: str | None = None) -> Any:
+        """`value` for the absent `key`, listed (in the top-level config, for a section's key)."""
+        root, name = (self.parent, f"{self.parent_key}.{key}") if self.parent is not None else (self, key)
+        root.defaulted[name] = (value, why or f"transformers' {root.config_class} default")
+        return value
 
     @classmethod
     def load(cls, path: str | Path) -> "Config":
@@ -61,7 +76,7 @@ class Config:
             raise MadslError(f"lists and objects are nested more than {MAX_DEPTH} deep", Location(file)) from None
         if not isinstance(data, dict):
             raise MadslError(
-                f"a config.json holds one JSON object, not {_kind(data)}",
+                f"a config.json holds one JSON object, not {kind(data)}",
                 Location(file, 1, 1),
                 expected='{"model_type": ..., ...}',
             )
@@ -69,7 +84,7 @@ class Config:
         first = next(_refused(data, ()), None)
         if first is not None:
             key_path, refused = first
-            raise MadslError(f"{_key_text(key_path)}: {refused.reason}", cfg.where(key_path[0]), hint=refused.hint)
+            raise MadslError(f"{key_text(key_path)}: {refused.reason}", cfg.where(key_path[0]), hint=refused.hint)
         return cfg
 
     @classmethod
@@ -101,7 +116,7 @@ class Config:
         path = (key,) if index is None else (key, index)
         if self.parent is not None:
             path = (self.parent_key, *path)
-        return MadslError(f"{_key_text(path)}: {message}", self.where(key), hint=hint)
+        return MadslError(f"{key_text(path)}: {message}", self.where(key), hint=hint)
 
     # each family's title by model_type, for messages (families.py fills it from its families)
     family_titles: dict[str, str] = {}
@@ -115,13 +130,14 @@ class Config:
     def _raw(self, key: str, default: Any) -> Any:
         if key in self.data:
             return self.data[key]
-        if default is _REQUIRED:
+        if default is _REQUIRED and key not in self.defaults:
             raise MadslError(
                 f"missing key {json.dumps(key)}",
                 Location(self.path),
-                hint=f"a {self.family_name()} config.json states {json.dumps(key)}",
+                hint=f"a {self.family_name()} config.json states {json.dumps(key)}: madsl takes no default "
+                "for a size that says which model it is",
             )
-        return default
+        return self.take_default(key, self.defaults[key] if default is _REQUIRED else default)
 
     def count(
         self, key: str, minimum: int = 1, maximum: int = MAX_INTEGER, default: Any = _REQUIRED, hint: str | None = None
@@ -135,7 +151,7 @@ class Config:
                 else f"an integer from {minimum:,} to {maximum:,}"
             )
             raise self.error(
-                key, f"expected {what}, got {shown_value(value)}", hint or _integer_hint(value, minimum, maximum)
+                key, f"expected {what}, got {shown_value(value)}", hint or integer_hint(value, minimum, maximum)
             )
         return value
 
@@ -156,7 +172,7 @@ class Config:
             )
         return value
 
-    def number(self, key: str, default: float, *, positive: bool) -> float:
+    def number(self, key: str, default: Any = _REQUIRED, *, positive: bool) -> float:
         """A finite number (an integer or a float, not a bool), positive or at least 0."""
         value = self._raw(key, default)
         finite = (
@@ -177,10 +193,10 @@ class Config:
             raise self.error(
                 key,
                 f"expected a string, got {shown_value(value)}",
-                f"one of {_one_of(choices)}" if choices is not None else "a JSON string, in double quotes",
+                f"one of {one_of(choices)}" if choices is not None else "a JSON string, in double quotes",
             )
         if choices is not None and value not in choices:
-            raise self.error(key, f"expected {_one_of(choices)}, got {shown_value(value)}", look_alike(value))
+            raise self.error(key, f"expected {one_of(choices)}, got {shown_value(value)}", look_alike(value))
         return value
 
     def words(self, key: str, choices: Any) -> list[str]:
@@ -188,13 +204,13 @@ class Config:
         value = self._raw(key, _REQUIRED)
         if type(value) is not list:
             raise self.error(
-                key, f"expected a list of strings, got {shown_value(value)}", f"one per layer, each {_one_of(choices)}"
+                key, f"expected a list of strings, got {shown_value(value)}", f"one per layer, each {one_of(choices)}"
             )
         for i, item in enumerate(value):
             if type(item) is not str or item not in choices:
                 raise self.error(
                     key,
-                    f"layer {i + 1} is {shown_value(item)}; each layer is {_one_of(choices)}",
+                    f"layer {i + 1} is {shown_value(item)}; each layer is {one_of(choices)}",
                     look_alike(item) if type(item) is str else None,
                     index=i,
                 )
@@ -224,7 +240,7 @@ class Config:
     def section(self, key: str) -> "Config | None":
         """A nested object (Hugging Face's rope_parameters), read with the same readers; errors in it
         are located at its key. None where the key is absent or null."""
-        value = self._raw(key, None)
+        value = self.data.get(key)  # absent or null alike: no section (nothing to list)
         if value is None:
             return None
         if type(value) is not dict:
@@ -323,7 +339,7 @@ class _Number(float):
     def __new__(cls, literal: str) -> Any:
         value = float(literal)
         if not math.isfinite(value):  # 1e999
-            return _Refused(f"{_short(literal)} is not a finite number", "numbers are finite 64-bit floats")
+            return _Refused(f"{short(literal)} is not a finite number", "numbers are finite 64-bit floats")
         number = super().__new__(cls, value)
         number.literal = literal
         return number
@@ -335,7 +351,7 @@ class _Number(float):
 def _integer(literal: str) -> Any:
     digits = literal.lstrip("-")
     if len(digits) > len(str(MAX_INTEGER)) or int(literal) > MAX_INTEGER or int(literal) < -MAX_INTEGER:
-        return _Refused(f"the integer {_short(literal)} is too large", f"integers are at most {MAX_INTEGER:,} in size")
+        return _Refused(f"the integer {short(literal)} is too large", f"integers are at most {MAX_INTEGER:,} in size")
     return int(literal)
 
 
@@ -380,61 +396,3 @@ def _top_level_keys(text: str) -> dict[str, int]:
     except (ValueError, RecursionError):
         pass
     return found
-
-
-# ---- how values and keys are shown in errors ----
-
-
-def _key_text(path: tuple) -> str:
-    """A key path as JSON writes it: "layer_types"[3], "rope_parameters"."rope_theta"."""
-    return "".join(
-        f"[{part}]" if isinstance(part, int) else ("." if i else "") + json.dumps(part) for i, part in enumerate(path)
-    )
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= 24 else f"{text[:12]}... ({len(text):,} characters)"
-
-
-def shown_value(value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return json.dumps(value)
-    if isinstance(value, int) and value.bit_length() > 64:  # repr of a huge int is slow, or refused
-        return f"an integer of {value.bit_length():,} bits"
-    if isinstance(value, (int, float)):
-        return _short(repr(value))
-    if isinstance(value, str):
-        return _short(json.dumps(value, ensure_ascii=False)) if value.isprintable() else _short(json.dumps(value))
-    return _kind(value)
-
-
-def _kind(value: Any) -> str:
-    """What a JSON value is, without its content."""
-    if isinstance(value, bool) or value is None:
-        return "true, false or null"
-    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), "a number")
-
-
-def _one_of(choices: Any) -> str:
-    names = [json.dumps(c) for c in choices]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
-
-
-def look_alike(text: str) -> str | None:
-    """A hint naming the first non-ASCII character of a string that should be an ASCII word."""
-    for i, char in enumerate(text):
-        if not char.isascii():
-            return f"character {i + 1} is {describe_character(char)}, not ASCII: a look-alike letter?"
-    return None
-
-
-def _integer_hint(value: Any, minimum: int, maximum: int) -> str:
-    if isinstance(value, bool):
-        return "true and false are not numbers"
-    if isinstance(value, (int, float)) and value > maximum:
-        return f"madsl's integers are at most {maximum:,} (64 bits), as in a spec"
-    if isinstance(value, float):
-        return "write an integer, without a fraction or an exponent"
-    if isinstance(value, int):
-        return "a count or a size is at least 1" if minimum == 1 else f"the least is {minimum}"
-    return "a JSON integer, unquoted"

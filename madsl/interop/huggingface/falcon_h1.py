@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, mamba2, rope, spec_data
+from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, ignored, mamba2, rope, spec_data
 from madsl.interop.huggingface.config import Config
 
 FALCON_MAMBA2 = {
@@ -33,16 +33,32 @@ BLOCK = "[A | M2]-Sg"
 
 class FalconH1(Family):
     model_type, title, architecture, tied_by_default = "falcon_h1", "Falcon-H1", "FalconH1ForCausalLM", False
+    config_class = "FalconH1Config"
+    # transformers' FalconH1Config defaults, taken where a config leaves a key out
+    defaults = {
+        "num_key_value_heads": 8,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+        "mamba_d_ssm": 1024,
+        "mamba_n_heads": 128,
+        "mamba_d_head": "auto",
+        "mamba_n_groups": 1,
+        "mamba_d_state": 256,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_conv_bias": True,
+        "mamba_proj_bias": False,
+        "projectors_bias": False,
+        "mamba_rms_norm": False,
+        "mamba_norm_before_gate": True,
+    }
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
         dim, n = cfg.count("hidden_size"), cfg.layers("num_hidden_layers")
-        if cfg.data.get("attn_layer_indices") is not None:
-            raise cfg.error(
-                "attn_layer_indices",
-                "attention in some layers only: every Falcon-H1 layer madsl converts runs attention beside Mamba-2",
-                "attn_layer_indices: null",
-            )
-        theta, fraction = rope(cfg, 1e11)
+        # transformers' Falcon-H1 runs attention beside Mamba-2 in every layer, whatever this says
+        ignored(cfg, "attn_layer_indices", None, "runs attention beside Mamba-2 in every layer")
+        theta, fraction = rope(cfg, 10000.0)  # FalconH1Config's default; the released models state 1e11
         return spec_data(
             cfg,
             name,
@@ -54,7 +70,7 @@ class FalconH1(Family):
                     cfg, head_dim(cfg, dim, "head_dim"), rotary=True, rotary_base=theta, rotary_fraction=fraction
                 ),
                 "M2": _mamba(cfg, dim),
-                "Sg": {"inner": cfg.count("intermediate_size"), "bias": cfg.flag("mlp_bias", False)},
+                "Sg": {"inner": cfg.count("intermediate_size"), "bias": cfg.flag("mlp_bias")},
             },
             note="; its muP multipliers scale activations and are not read",
         )
@@ -106,18 +122,19 @@ def _mamba(cfg: Config, dim: int) -> dict[str, Any]:
     expand x hidden_size where it is null), one bias switch for in_proj and out_proj, and the
     gated RMSNorm only with mamba_rms_norm (applied after the gate, as madsl's)."""
     if "mamba_d_ssm" in cfg.data and cfg.data["mamba_d_ssm"] is None:
-        width = cfg.count("mamba_expand") * dim
+        width, of = cfg.count("mamba_expand") * dim, " (mamba_d_ssm null: mamba_expand x hidden_size)"
     else:
-        width = cfg.count("mamba_d_ssm", default=1024)
-    params = mamba2(cfg, dim, FALCON_MAMBA2, width=width)
-    if cfg.flag("projectors_bias", False) != params["bias"]:
+        width = cfg.count("mamba_d_ssm")
+        of = " (mamba_d_ssm" + (", absent: transformers' default)" if "mamba_d_ssm" not in cfg.data else ")")
+    params = mamba2(cfg, dim, FALCON_MAMBA2, width=width, of=of)
+    if cfg.flag("projectors_bias") != params["bias"]:
         raise cfg.error(
             "projectors_bias",
             "differs from mamba_proj_bias: madsl's Mamba-2 has one bias switch for its input and output projections",
             "make the two agree",
         )
-    params["norm"] = cfg.flag("mamba_rms_norm", False)
-    if params["norm"] and cfg.flag("mamba_norm_before_gate", True):
+    params["norm"] = cfg.flag("mamba_rms_norm")
+    if params["norm"] and cfg.flag("mamba_norm_before_gate"):
         raise cfg.error(
             "mamba_norm_before_gate",
             "true: the RMSNorm before the gate; madsl's Mamba-2 normalises after it",

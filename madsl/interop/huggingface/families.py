@@ -11,12 +11,17 @@ by a channel mixer, which is a madsl block:
     bamba             Bamba (IBM): attention by index, Mamba-2 elsewhere (ibm.py)
     falcon_h1         Falcon-H1 (TII): attention beside Mamba-2 in every layer (falcon_h1.py)
     lfm2              LFM2 (Liquid AI): gated short convolutions and attention (lfm2.py)
+    lfm2_moe          LFM2-MoE (Liquid AI): LFM2's layers, dense MLPs first, then mixtures of experts (lfm2.py)
 
 Reading a config gives a spec with its width, vocabulary, layer stack and every layer's sizes,
 so that `madsl compile` and `madsl check` account it (embeddings and an untied head included, as
 these models count their parameters) and gate it on a budget. Writing goes the other way, for a
 spec whose stack the family can express; where it cannot, the error says why. Families madsl
 cannot state exactly (REFUSED) are refused by name with the part it lacks, never approximated.
+A key a config leaves out is taken at transformers' default where the family's config class has
+one, and listed (`read_hf_config(...).notes`); a size that says which model it is is refused by
+name instead. Where transformers' class ignores a key (Nemotron-H's tying), madsl follows the class
+and says so in the same notes.
 Fields that do not change what madsl accounts (token ids, dropout, initialisation, multipliers,
 dtype) are not read; what madsl counts differently is listed in docs/convert.md.
 """
@@ -24,19 +29,20 @@ dtype) are not read; what madsl counts differently is listed in docs/convert.md.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from madsl.errors import MadslError
 from madsl.interop.huggingface.base import Family
-from madsl.interop.huggingface.config import Config, look_alike, shown_value
+from madsl.interop.huggingface.config import Config
 from madsl.interop.huggingface.falcon_h1 import FalconH1
 from madsl.interop.huggingface.ibm import Bamba, GraniteHybrid
 from madsl.interop.huggingface.jamba import Jamba
-from madsl.interop.huggingface.lfm2 import Lfm2
+from madsl.interop.huggingface.lfm2 import Lfm2, Lfm2Moe
 from madsl.interop.huggingface.nemotron import NemotronH
+from madsl.interop.huggingface.shown import look_alike, shown_value
 
 FAMILIES: dict[str, Family] = {
-    f.model_type: f for f in (Jamba(), NemotronH(), GraniteHybrid(), Bamba(), FalconH1(), Lfm2())
+    f.model_type: f for f in (Jamba(), NemotronH(), GraniteHybrid(), Bamba(), FalconH1(), Lfm2(), Lfm2Moe())
 }
 Config.family_titles = {name: f.title for name, f in FAMILIES.items()}
 
@@ -59,11 +65,6 @@ REFUSED = {
     "qwen3_5_text": ("Qwen3.5", _GATED_DELTANET),
     "qwen3_5_moe": ("Qwen3.5 MoE", _GATED_DELTANET),
     "qwen3_5_moe_text": ("Qwen3.5 MoE", _GATED_DELTANET),
-    "lfm2_moe": (
-        "LFM2-MoE",
-        "its router adds a learned expert bias and its first layers are dense; madsl converts "
-        "the dense LFM2 (model_type lfm2)",
-    ),
 }
 
 
@@ -82,11 +83,36 @@ def family(model_type: str, cfg: Config | None = None) -> Family:
     raise MadslError(message, expected=expected)
 
 
+class HfRead(NamedTuple):
+    """A config.json read: the spec's data, each key taken at transformers' default (key -> value),
+    and the notes that say so, one a line, with the keys read as transformers' class reads them."""
+
+    data: dict[str, Any]
+    defaulted: dict[str, Any]
+    notes: list[str]
+
+
+def read_hf_config(source: str | Path | dict[str, Any], name: str = "converted") -> HfRead:
+    """A Hugging Face config.json (a path, or the parsed JSON object) of a hybrid family this module
+    knows (FAMILIES), read: the spec data, and what was defaulted or read as the class reads it."""
+    cfg = Config.of(source) if isinstance(source, dict) else Config.load(source)
+    reader = family(cfg.word("model_type"), cfg)
+    cfg.defaults, cfg.config_class = reader.defaults, reader.config_class
+    data = reader.read(cfg, name)
+    notes = [f"defaulted: {key} = {_json(value)} ({why})" for key, (value, why) in cfg.defaulted.items()]
+    return HfRead(data, {key: value for key, (value, _) in cfg.defaulted.items()}, notes + cfg.notes)
+
+
 def from_hf_config(source: str | Path | dict[str, Any], name: str = "converted") -> dict[str, Any]:
     """The spec data (for spec_from_data, or YAML) of a Hugging Face config.json (a path, or the
     parsed JSON object) of a hybrid family this module knows (FAMILIES)."""
-    cfg = Config.of(source) if isinstance(source, dict) else Config.load(source)
-    return family(cfg.word("model_type"), cfg).read(cfg, name)
+    return read_hf_config(source, name).data
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value)
 
 
 def to_hf_config(spec: Any, model_type: str) -> dict[str, Any]:

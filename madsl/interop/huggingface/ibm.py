@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, mamba2, rope, spec_data
+from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, ignored, mamba2, rope, spec_data
 from madsl.interop.huggingface.config import Config
 
 # Bamba's and Granite's Mamba-2 keys (madsl.interop.huggingface.base.MAMBA2_KEYS -> config keys)
@@ -28,10 +28,30 @@ IBM_MAMBA2 = {
     "bias": "mamba_proj_bias",
     "conv_bias": "mamba_conv_bias",
 }
+# the Mamba-2 defaults of transformers' GraniteMoeHybridConfig and BambaConfig (alike)
+IBM_MAMBA2_DEFAULTS = {
+    "mamba_n_heads": 128,
+    "mamba_d_head": "auto",
+    "mamba_n_groups": 1,
+    "mamba_d_state": 256,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "mamba_conv_bias": True,
+    "mamba_proj_bias": False,
+}
+
+
+def _layer_types_key(cfg: Config) -> str:
+    """layer_types, or layers_block_type, transformers' other name of it (the two must agree where both are written)."""
+    if "layers_block_type" not in cfg.data:
+        return "layer_types"
+    if "layer_types" in cfg.data and cfg.data["layer_types"] != cfg.data["layers_block_type"]:
+        raise cfg.error("layers_block_type", "differs from layer_types", "keep one of the two, or make them agree")
+    return "layers_block_type"
 
 
 def _mamba(cfg: Config, dim: int) -> dict[str, Any]:
-    return mamba2(cfg, dim, IBM_MAMBA2, width=cfg.count("mamba_expand") * dim)
+    return mamba2(cfg, dim, IBM_MAMBA2, width=cfg.count("mamba_expand") * dim, of=" (mamba_expand x hidden_size)")
 
 
 def _write_mamba(stack: Stack) -> dict[str, Any]:
@@ -73,28 +93,41 @@ class GraniteHybrid(Family):
         "GraniteMoeHybridForCausalLM",
         False,
     )
-    KINDS = {"mamba": "M2", "attention": "A"}
+    # transformers' names (and the earlier ones, which it maps to them) -> madsl's symbols
+    KINDS = {"mamba": "M2", "attention": "A", "linear_attention": "M2", "full_attention": "A"}
+    config_class = "GraniteMoeHybridConfig"
+    # transformers' GraniteMoeHybridConfig defaults, taken where a config leaves a key out
+    defaults = {
+        "num_key_value_heads": None,  # null: as many as the attention heads
+        "attention_bias": False,
+        "position_embedding_type": None,  # null: no position embedding (NoPE)
+        "router_aux_loss_coef": 0.001,
+        "tie_word_embeddings": False,
+        **IBM_MAMBA2_DEFAULTS,
+    }
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
         dim, n = cfg.count("hidden_size"), cfg.layers("num_hidden_layers")
-        kinds = cfg.words("layer_types", self.KINDS)
+        key = _layer_types_key(cfg)
+        kinds = [self.KINDS[kind] for kind in cfg.words(key, self.KINDS)]
         if len(kinds) != n:
-            raise cfg.error("layer_types", f"{len(kinds)} layers, but num_hidden_layers is {n}")
+            raise cfg.error(key, f"{len(kinds)} layers, but num_hidden_layers is {n}")
         experts = cfg.count("num_local_experts", 0)
         shared = cfg.count("shared_intermediate_size")
         channel = "MoE" if experts else "Sg"
-        blocks = [f"{self.KINDS[kind]}-{channel}" for kind in kinds]
-        position = cfg.word("position_embedding_type", ("nope", "rope"), "nope")
+        blocks = [f"{kind}-{channel}" for kind in kinds]
+        if cfg.data.get("position_embedding_type", cfg.defaults["position_embedding_type"]) is None:
+            if "position_embedding_type" not in cfg.data:
+                cfg.take_default("position_embedding_type", None)
+            position = "nope"  # null: no position embedding, as transformers' model reads it
+        else:
+            position = cfg.word("position_embedding_type", ("nope", "rope"))
+        theta, _ = rope(cfg, 10000.0) if position == "rope" else (None, 1.0)
         layers: dict[str, dict[str, Any]] = {
-            "A": attention(
-                cfg,
-                head_dim(cfg, dim),
-                rotary=position == "rope",
-                rotary_base=cfg.number("rope_theta", 10000.0, positive=True),
-            ),
+            "A": attention(cfg, head_dim(cfg, dim), rotary=position == "rope", rotary_base=theta),
             "Sg": {"inner": shared},
         }
-        if "mamba" in kinds:
+        if "M2" in kinds:
             layers["M2"] = _mamba(cfg, dim)
         if experts:
             active = cfg.count("num_experts_per_tok")
@@ -105,7 +138,7 @@ class GraniteHybrid(Family):
                 "expert_width": cfg.count("intermediate_size"),
                 "active": active,
                 "shared_width": shared,
-                "aux_loss_weight": cfg.number("router_aux_loss_coef", 0.0, positive=False),
+                "aux_loss_weight": cfg.number("router_aux_loss_coef", positive=False),
             }
         return spec_data(cfg, name, self, dim, blocks, layers)
 
@@ -156,17 +189,28 @@ class GraniteHybrid(Family):
 
 class Bamba(Family):
     model_type, title, architecture, tied_by_default = "bamba", "Bamba", "BambaForCausalLM", False
+    config_class = "BambaConfig"
+    # transformers' BambaConfig defaults (those of Bamba-9B), taken where a config leaves a key out
+    defaults = {
+        "num_key_value_heads": 8,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+        **IBM_MAMBA2_DEFAULTS,
+    }
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
         dim, n = cfg.count("hidden_size"), cfg.layers("num_hidden_layers")
+        if "attn_layer_indices" not in cfg.data:
+            cfg.take_default("attn_layer_indices", None)  # no attention layer: Mamba-2 in every layer
         at = set(cfg.integers("attn_layer_indices", n)) if cfg.data.get("attn_layer_indices") is not None else set()
         blocks = ["A-Sg" if i in at else "M2-Sg" for i in range(n)]
-        theta, fraction = rope(cfg, 10000.0, 0.5)  # Bamba rotates half of each head
+        theta, _ = rope(cfg, 10000.0, 0.5)
+        # BambaConfig rotates half of each head, whatever partial_rotary_factor says
+        ignored(cfg, "partial_rotary_factor", 0.5, "rotates half of each head (0.5)")
         layers: dict[str, dict[str, Any]] = {
-            "A": attention(
-                cfg, head_dim(cfg, dim, "head_dim"), rotary=True, rotary_base=theta, rotary_fraction=fraction
-            ),
-            "Sg": {"inner": cfg.count("intermediate_size"), "bias": cfg.flag("mlp_bias", False)},
+            "A": attention(cfg, head_dim(cfg, dim, "head_dim"), rotary=True, rotary_base=theta, rotary_fraction=0.5),
+            "Sg": {"inner": cfg.count("intermediate_size"), "bias": cfg.flag("mlp_bias")},
         }
         if len(at) < n:
             layers["M2"] = _mamba(cfg, dim)

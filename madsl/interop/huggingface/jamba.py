@@ -9,12 +9,29 @@ from __future__ import annotations
 from typing import Any
 
 from madsl.errors import MadslError
-from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, period, spec_data
+from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, ignored, period, spec_data, spelled
 from madsl.interop.huggingface.config import Config
 
 
 class Jamba(Family):
     model_type, title, architecture, tied_by_default = "jamba", "Jamba", "JambaForCausalLM", False
+    config_class = "JambaConfig"
+    # transformers' JambaConfig defaults (those of Jamba-v0.1), taken where a config leaves a key out
+    defaults = {
+        "num_key_value_heads": 8,
+        "attn_layer_period": 8,
+        "attn_layer_offset": 4,
+        "expert_layer_period": 2,
+        "expert_layer_offset": 1,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_dt_rank": "auto",
+        "mamba_conv_bias": True,
+        "mamba_proj_bias": False,
+        "router_aux_loss_coef": 0.001,
+        "tie_word_embeddings": False,
+    }
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
         dim, n = cfg.count("hidden_size"), cfg.layers("num_hidden_layers")
@@ -24,7 +41,7 @@ class Jamba(Family):
             if offset >= every:
                 raise cfg.error(f"{kind}_layer_offset", f"{offset} is not below {kind}_layer_period={every}")
             periods[kind] = (every, offset)
-        experts, active = cfg.count("num_experts"), cfg.count("num_experts_per_tok")
+        experts, active = cfg.count(spelled(cfg, "num_experts", "num_local_experts")), cfg.count("num_experts_per_tok")
         if active > experts:
             raise cfg.error("num_experts_per_tok", f"{active} exceeds num_experts={experts}")
         blocks = []
@@ -32,12 +49,15 @@ class Jamba(Family):
             mixer = "A" if i % periods["attn"][0] == periods["attn"][1] else "Mb"
             routed = experts > 1 and i % periods["expert"][0] == periods["expert"][1]
             blocks.append(f"{mixer}-{'MoE' if routed else 'Sg'}")
+        if "mamba_dt_rank" not in cfg.data:
+            cfg.take_default("mamba_dt_rank", "auto")
         dt_rank = (
             -(-dim // 16)
-            if cfg.data.get("mamba_dt_rank") == "auto"  # ceil(hidden_size / 16)
+            if cfg.data.get("mamba_dt_rank", "auto") == "auto"  # ceil(hidden_size / 16)
             else cfg.count("mamba_dt_rank", hint='a positive integer, or "auto" (hidden_size / 16)')
         )
         inner = cfg.count("intermediate_size")
+        ignored(cfg, "attention_bias", False, "builds its attention without bias")
         layers = {
             "Mb": {
                 "d_state": cfg.count("mamba_d_state"),
@@ -48,13 +68,13 @@ class Jamba(Family):
                 "conv_bias": cfg.flag("mamba_conv_bias"),
             },
             # Jamba's attention has no position embedding: the Mamba layers carry positions
-            "A": attention(cfg, head_dim(cfg, dim), rotary=False),
+            "A": attention(cfg, head_dim(cfg, dim), rotary=False, bias_key=None),  # no bias, whatever it says
             "Sg": {"inner": inner},
             "MoE": {
                 "experts": experts,
                 "expert_width": inner,
                 "active": active,
-                "aux_loss_weight": cfg.number("router_aux_loss_coef", 0.001, positive=False),
+                "aux_loss_weight": cfg.number("router_aux_loss_coef", positive=False),
             },
         }
         return spec_data(cfg, name, self, dim, blocks, layers)

@@ -20,7 +20,7 @@ import json
 from typing import Any
 
 from madsl.errors import Location, MadslError
-from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, mamba2, spec_data
+from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, ignored, mamba2, spec_data, spelled
 from madsl.interop.huggingface.config import Config
 from madsl.interop.megatron import megatron_blocks
 from madsl.lang.topology import MAX_BLOCKS
@@ -45,6 +45,22 @@ ROUTING_NOTE = (
 
 class NemotronH(Family):
     model_type, title, architecture, tied_by_default = "nemotron_h", "Nemotron-H", "NemotronHForCausalLM", False
+    config_class = "NemotronHConfig"
+    # transformers' NemotronHConfig defaults, taken where a config leaves a key out
+    defaults = {
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "mlp_hidden_act": "relu2",
+        "mlp_bias": False,
+        "ssm_state_size": 128,
+        "mamba_num_heads": 128,
+        "mamba_head_dim": 64,
+        "n_groups": 8,
+        "conv_kernel": 4,
+        "expand": 2,
+        "use_bias": False,
+        "use_conv_bias": True,
+    }
     SYMBOLS = {"mamba": "M2", "attention": "A", "mlp": "Mlp", "moe": "MoE"}
     ACTIVATIONS = {"relu2": "relu2", "gelu_pytorch_tanh": "gelu"}
 
@@ -55,21 +71,24 @@ class NemotronH(Family):
             blocks = megatron_blocks(pattern, self.SYMBOLS)
         except MadslError as err:
             raise _located(cfg, key, pattern, err) from None
-        activation = self.ACTIVATIONS[cfg.word("mlp_hidden_act", self.ACTIVATIONS, "relu2")]
+        activation = self.ACTIVATIONS[cfg.word("mlp_hidden_act", self.ACTIVATIONS)]
         layers: dict[str, dict[str, Any]] = {}  # the settings of the kinds the stack has (their keys alone)
         if "M" in pattern:
-            layers["M2"] = mamba2(cfg, dim, NEMOTRON_MAMBA2, width=None)
-        if "*" in pattern:  # NoPE: Nemotron-H's attention has no position embedding
-            layers["A"] = attention(cfg, head_dim(cfg, dim, "attention_head_dim", "head_dim"), rotary=False)
+            layers["M2"] = mamba2(cfg, dim, _mamba_keys(cfg), width=None)
+        if "*" in pattern:  # NoPE, no bias (whatever attention_bias says): Nemotron-H's attention
+            layers["A"] = attention(cfg, _head_dim(cfg, dim), rotary=False, bias_key=None)
+            ignored(cfg, "attention_bias", False, "builds its attention without bias")
         if "-" in pattern:
             layers["Mlp"] = {
                 "inner": cfg.count("intermediate_size"),
-                "bias": cfg.flag("mlp_bias", False),
+                "bias": cfg.flag("mlp_bias"),
                 "activation": activation,
             }
+        # transformers' NemotronHForCausalLM never ties its head to the embedding
+        ignored(cfg, "tie_word_embeddings", False, "never ties the output head to the embedding")
         if "E" in pattern:
             layers["MoE"] = _experts(cfg, activation)
-        return spec_data(cfg, name, self, dim, blocks, layers, note=ROUTING_NOTE if "E" in pattern else "")
+        return spec_data(cfg, name, self, dim, blocks, layers, tied=False, note=ROUTING_NOTE if "E" in pattern else "")
 
     def write(self, spec: Any) -> dict[str, Any]:
         from madsl.interop.megatron import to_megatron_pattern
@@ -109,11 +128,32 @@ class NemotronH(Family):
         return out
 
 
+def _mamba_keys(cfg: Config) -> dict[str, str]:
+    """Nemotron-H's Mamba-2 keys, with the names NemotronHConfig reads over them (mamba_n_groups, ...)."""
+    aliases = {
+        "groups": "mamba_n_groups",
+        "conv": "mamba_d_conv",
+        "expand": "mamba_expand",
+        "conv_bias": "mamba_conv_bias",
+    }
+    return {part: spelled(cfg, key, aliases[part]) if part in aliases else key for part, key in NEMOTRON_MAMBA2.items()}
+
+
+def _head_dim(cfg: Config, dim: int) -> int:
+    """The attention heads' width: head_dim, else NemotronHConfig's 128 (attention_head_dim, the
+    earlier configs' name, is not read by transformers' class: said where it differs)."""
+    width = head_dim(cfg, dim, "head_dim")
+    ignored(cfg, "attention_head_dim", width, f"builds heads of head_dim = {width}")
+    return width
+
+
 def _layer_pattern(cfg: Config) -> tuple[str, str]:
     """The stack as a Megatron pattern, from hybrid_override_pattern or layers_block_type (the two
     must agree where both are written), and the key it came from. num_hidden_layers, where written
-    (layers_block_type makes it optional), must count the same layers."""
-    has_pattern, has_list = "hybrid_override_pattern" in cfg.data, "layers_block_type" in cfg.data
+    (transformers' class counts the stack's entries), must count the same layers."""
+    # layer_types: transformers' other name of layers_block_type
+    list_key = "layers_block_type" if "layers_block_type" in cfg.data else "layer_types"
+    has_pattern, has_list = "hybrid_override_pattern" in cfg.data, list_key in cfg.data
     if not has_pattern and not has_list:
         raise MadslError(
             'no layer stack: a Nemotron-H config.json states "hybrid_override_pattern" (one '
@@ -121,14 +161,15 @@ def _layer_pattern(cfg: Config) -> tuple[str, str]:
             Location(cfg.path),
             hint='e.g. "layers_block_type": ["mamba", "moe", "attention", "mlp", ...]',
         )
-    n = cfg.layers("num_hidden_layers", per_block=2) if has_pattern or "num_hidden_layers" in cfg.data else None
-    key = "hybrid_override_pattern" if has_pattern else "layers_block_type"
+    # transformers' class counts the layers of the stack itself: num_hidden_layers, where written, must agree
+    n = cfg.layers("num_hidden_layers", per_block=2) if "num_hidden_layers" in cfg.data else None
+    key = "hybrid_override_pattern" if has_pattern else list_key
     pattern = cfg.pattern(key, "M*-E") if has_pattern else ""
     if has_list:
-        from_list = "".join(BLOCK_TYPES[kind] for kind in cfg.words("layers_block_type", BLOCK_TYPES))
+        from_list = "".join(BLOCK_TYPES[kind] for kind in cfg.words(list_key, BLOCK_TYPES))
         if has_pattern and from_list != pattern:
             raise cfg.error(
-                "layers_block_type",
+                list_key,
                 f"says {_short(from_list)} where hybrid_override_pattern says {_short(pattern)}",
                 "keep one of the two, or make them agree",
             )
@@ -155,7 +196,7 @@ def _located(cfg: Config, key: str, pattern: str, err: MadslError) -> MadslError
         start = at.source_line.find(json.dumps(pattern), at.column)
         if start >= 0:
             at = Location(at.file, at.line, start + 1 + position, at.source_line)
-    where = f"{json.dumps(key)}[{position - 1}]" if key == "layers_block_type" and position else json.dumps(key)
+    where = f"{json.dumps(key)}[{position - 1}]" if key != "hybrid_override_pattern" and position else json.dumps(key)
     return MadslError(f"{where}: {err.message}", at, expected=err.expected, hint=err.hint)
 
 
@@ -168,7 +209,7 @@ def _experts(cfg: Config, activation: str) -> dict[str, Any]:
             "work in a projected space): madsl's MoE has no latent projection",
             "madsl converts Nemotron-H mixtures of experts without moe_latent_size",
         )
-    experts, active = cfg.count("n_routed_experts"), cfg.count("num_experts_per_tok")
+    experts, active = cfg.count(spelled(cfg, "n_routed_experts", "num_local_experts")), cfg.count("num_experts_per_tok")
     if active > experts:
         raise cfg.error("num_experts_per_tok", f"{active} exceeds n_routed_experts={experts}")
     return {
