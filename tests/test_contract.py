@@ -351,7 +351,9 @@ COUNTER_SEES_MORE = {
     "moe": (
         "dense dispatch (set for the measurement) runs every expert's down projection on every "
         "token, the accounting the weighted experts' only; the router at 1 FLOP per multiply-add",
-        lambda p: 2 * SEQ_LEN * p.dim * p.down_inputs * (p.experts - p.weighted_experts) + _router_at_one_flop(p),
+        lambda p: (
+            2 * SEQ_LEN * p.expert_dim * p.down_inputs * (p.experts - p.weighted_experts) + _router_at_one_flop(p)
+        ),
     ),
     "hyena_experts": ("the router at 1 FLOP per multiply-add", _router_at_one_flop),
     "mla": (

@@ -12,7 +12,14 @@ Experts are stacked weights: w_gate, w_up (experts, dim, expert_width) and w_dow
 (the MAD reference's MoeMlp: one dense map from all hidden units to experts * dim); no
 biases (gated: false, no w_gate). A shared expert (shared_width > 0) is a SwiGLU `shared` on
 every token (gated: false, an MLP up -> act -> down of the same activation), its output added
-to the routed sum.
+to the routed sum; with shared_gate, scaled first by sigmoid(shared_gate x), a map dim -> 1
+without bias (Qwen2-MoE's and Qwen3-Next's shared_expert_gate).
+
+Latent experts (latent_width > 0, NVIDIA-Nemotron-3-Super's LatentMoE as transformers'
+NemotronHMoE lays it out): the router reads x; the experts read latent_down x (dim ->
+latent_width, no bias) and their weighted sum goes through latent_up (latent_width -> dim, no
+bias); the shared expert reads x. The stacked expert weights are then (experts, latent_width,
+expert_width) and (experts, expert_width, latent_width).
 
 Two ways to compute the same sum, picked by `dense_dispatch` (set in __init__ from
 the sizes, may be overridden):
@@ -71,6 +78,7 @@ class MoE(nn.Module):
         super().__init__()
         dim, experts, expert_width = p.dim, p.experts, p.expert_width
         self.dim = dim
+        self.expert_dim = p.expert_dim
         self.experts = experts
         self.expert_width = expert_width
         self.active = p.active
@@ -79,9 +87,10 @@ class MoE(nn.Module):
         self.leaky_routing = p.leaky_routing
         self.dense_down = p.dense_down
         self.router = nn.Linear(dim, experts, bias=p.router_bias)
-        self.w_gate = nn.Parameter(torch.empty(experts, dim, expert_width)) if p.gated else None
-        self.w_up = nn.Parameter(torch.empty(experts, dim, expert_width))
-        self.w_down = nn.Parameter(torch.empty(experts, p.down_inputs, dim))
+        width = p.expert_dim  # the model width, or the latent width of latent experts
+        self.w_gate = nn.Parameter(torch.empty(experts, width, expert_width)) if p.gated else None
+        self.w_up = nn.Parameter(torch.empty(experts, width, expert_width))
+        self.w_down = nn.Parameter(torch.empty(experts, p.down_inputs, width))
         # Dense while the extra FLOPs of running every expert are cheap next to the
         # overhead of gathering (benchmarks/throughput_basic.py measures both); always
         # where every expert's hidden units are read (`needs_dense`, whatever this says).
@@ -98,10 +107,16 @@ class MoE(nn.Module):
             else SwiGLU(SwiGLUPrimitive(dim=dim, inner=p.shared_width, multiple_of=1, bias=False))
         )
         # (SwiGLU's multiple_of is read only where inner is null)
+        # built last: a MoE without them draws the same weights as before they existed
+        self.shared_gate = nn.Linear(dim, 1, bias=False) if p.shared_gate else None
+        latent = p.latent_width
+        self.latent_down = nn.Linear(dim, latent, bias=False) if latent else None
+        self.latent_up = nn.Linear(latent, dim, bias=False) if latent else None
 
     def reset_parameters(self) -> None:
         self.router.reset_parameters()
-        for weight, fan_in in ((self.w_gate, self.dim), (self.w_up, self.dim), (self.w_down, self.w_down.shape[1])):
+        width = self.expert_dim
+        for weight, fan_in in ((self.w_gate, width), (self.w_up, width), (self.w_down, self.w_down.shape[1])):
             if weight is None:  # not gated
                 continue
             bound = 1.0 / math.sqrt(fan_in)
@@ -120,13 +135,17 @@ class MoE(nn.Module):
             logits = F.linear(tokens.to(self.router.weight.dtype), self.router.weight, self.router.bias)
         top_logits, top_experts = logits.topk(self.active, dim=-1)  # (T, active)
         self.aux_loss = self._load_balancing_loss(logits, top_experts)
+        inputs = tokens if self.latent_down is None else self.latent_down(tokens)
         # under vmap (stacked grid training) dense: gathering reads each member's counts on the host
         if self.dense_dispatch or self.needs_dense or member_fold.active():
-            out = self._dense(tokens, route(logits, self.active, self.leaky_routing))
+            out = self._dense(inputs, route(logits, self.active, self.leaky_routing))
         else:
-            out = self._gather(tokens, top_experts, top_logits.softmax(dim=-1))
+            out = self._gather(inputs, top_experts, top_logits.softmax(dim=-1))
+        if self.latent_up is not None:
+            out = self.latent_up(out)
         if self.shared is not None:
-            out = out + self.shared(tokens)
+            shared = self.shared(tokens)
+            out = out + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(tokens)) * shared)
         return out.view_as(x)
 
     def _load_balancing_loss(self, logits: Tensor, top_experts: Tensor) -> Tensor:
@@ -139,19 +158,19 @@ class MoE(nn.Module):
         return self.aux_loss_weight * self.experts * (fractions * probs).sum()
 
     def _dense(self, tokens: Tensor, weights: Tensor) -> Tensor:
-        """Every expert on every token, weighted by `weights` (T, experts)."""
-        n_tokens = tokens.shape[0]
+        """Every expert on every token (rows of the experts' width), weighted by `weights` (T, experts)."""
+        n_tokens, dim = tokens.shape
         width = self.experts * self.expert_width
         # (experts, dim, width) -> (dim, experts * width): all experts side by side.
         inputs = (self.w_up,) if self.w_gate is None else (self.w_gate, self.w_up)
-        gate_up = torch.cat(inputs, dim=0).permute(1, 0, 2).reshape(self.dim, len(inputs) * width)
+        gate_up = torch.cat(inputs, dim=0).permute(1, 0, 2).reshape(dim, len(inputs) * width)
         hidden = self._hidden(*(tokens @ gate_up).split(width, dim=-1))  # (T, width)
         if self.dense_down:  # each expert's down projection reads all hidden units
-            down = self.w_down.permute(1, 0, 2).reshape(width, self.experts * self.dim)
-            outputs = (hidden @ down).view(n_tokens, self.experts, self.dim)
+            down = self.w_down.permute(1, 0, 2).reshape(width, self.experts * dim)
+            outputs = (hidden @ down).view(n_tokens, self.experts, dim)
             return (outputs * weights.unsqueeze(-1).to(outputs.dtype)).sum(1)
         hidden = (hidden.view(n_tokens, self.experts, self.expert_width) * weights.unsqueeze(-1)).view(n_tokens, width)
-        return hidden @ self.w_down.reshape(width, self.dim)
+        return hidden @ self.w_down.reshape(width, dim)
 
     def _hidden(self, *projected: Tensor) -> Tensor:
         """An expert's hidden units from its gate and up projections (GLU), or its up projection alone."""

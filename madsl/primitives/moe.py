@@ -31,6 +31,17 @@ FLOPs: App. C.4.7 as printed there: router L D A, up projections 4 L D D_moe A
 2 L D D_moe G (G: the active experts; all experts under leaky routing; dense_down
 reads all experts' hidden units: 2 L D A D_moe G); the shared expert as SwiGLU, 6 L D D_shared.
 Not gated: the up projections 2 L D D_moe A, the shared expert 4 L D D_shared.
+
+Latent experts (`latent_width` > 0; NVIDIA-Nemotron-3-Super's LatentMoE, transformers'
+NemotronHMoE with `moe_latent_size`): each token is projected down to the latent width
+(fc1_latent_proj, dim -> latent_width, no bias), the routed experts read and write the latent
+width, and their weighted sum is projected back up (fc2_latent_proj, latent_width -> dim); the
+router and the shared expert read the token at the model width. Every expert size above then has
+latent_width (`expert_dim`) in place of D, plus 2*dim*latent_width parameters (active: both
+projections) and 4 L D latent_width FLOPs for the two projections.
+Shared-expert gate (`shared_gate`; Qwen2-MoE's and Qwen3-Next's `shared_expert_gate`): a map
+dim -> 1 without bias whose sigmoid scales the shared expert's output, token by token: dim
+parameters, 2 L D FLOPs; it needs a shared expert.
 """
 
 from __future__ import annotations
@@ -53,12 +64,17 @@ class MoE(Primitive):
     dense_down: bool
     leaky_routing: bool
     gated: bool  # GLU experts (gate and up); false: plain MLP experts (up alone), as Nemotron-H's
+    latent_width: int  # 0: experts at the model width; else the latent width the routed experts work at
+    shared_gate: bool  # a sigmoid gate dim -> 1 on the shared expert's output (Qwen2-MoE, Qwen3-Next)
 
     name = "moe"
     role = "channel"
     module = "madsl.layers.moe:MoE"
     # added later: specs at their defaults keep their run identities
-    identity_omits = ("shared_width", "activation", "router_bias", "dense_down", "leaky_routing", "gated")
+    identity_omits = (
+        *("shared_width", "activation", "router_bias", "dense_down", "leaky_routing", "gated"),
+        *("latent_width", "shared_gate"),
+    )
 
     def validate(self) -> None:
         positive(self, "experts", "expert_width", "active")
@@ -72,6 +88,24 @@ class MoE(Primitive):
             raise ConfigError("aux_loss_weight", "moe: aux_loss_weight must be >= 0")
         if self.shared_width < 0:
             raise ConfigError("shared_width", f"moe: shared_width must be >= 0 (0: none), got {self.shared_width}")
+        if self.latent_width < 0:
+            raise ConfigError("latent_width", f"moe: latent_width must be >= 0 (0: none), got {self.latent_width}")
+        if self.shared_gate and not self.shared_width:
+            raise ConfigError(
+                "shared_gate", "moe: shared_gate gates the shared expert, and there is none", "set shared_width > 0"
+            )
+
+    @property
+    def expert_dim(self) -> int:
+        """The width the routed experts read and write: the latent width, or the model width."""
+        return self.latent_width or self.dim
+
+    @property
+    def shared_params(self) -> int:
+        """The latent projections, the shared expert and its gate: read by every token."""
+        n = self.input_matrices
+        latent = 2 * self.dim * self.latent_width
+        return latent + (n + 1) * self.dim * self.shared_width + (self.dim if self.shared_gate else 0)
 
     @property
     def weighted_experts(self) -> int:
@@ -89,25 +123,25 @@ class MoE(Primitive):
         return 2 if self.gated else 1
 
     def params(self) -> int:
-        D, E, W = self.dim, self.experts, self.expert_width
+        D, E, W, X = self.dim, self.experts, self.expert_width, self.expert_dim
         router = D * E + (E if self.router_bias else 0)
         n = self.input_matrices
-        return router + n * E * D * W + E * self.down_inputs * D + (n + 1) * D * self.shared_width
+        return router + n * E * X * W + E * self.down_inputs * X + self.shared_params
 
     def active_params(self) -> int:
-        D, E, W, G = self.dim, self.experts, self.expert_width, self.weighted_experts
+        D, E, W, G, X = self.dim, self.experts, self.expert_width, self.weighted_experts, self.expert_dim
         router = D * E + (E if self.router_bias else 0)
         hidden_experts = E if self.dense_down else G  # experts whose gate and up a token reads
         n = self.input_matrices
-        return router + n * hidden_experts * D * W + G * self.down_inputs * D + (n + 1) * D * self.shared_width
+        return router + n * hidden_experts * X * W + G * self.down_inputs * X + self.shared_params
 
     def flops(self, seq_len: int) -> int:
-        L, D, n = seq_len, self.dim, self.input_matrices
+        L, D, n, X = seq_len, self.dim, self.input_matrices, self.expert_dim
         return (
             L * D * self.experts
-            + 2 * n * L * D * self.expert_width * self.experts
-            + 2 * L * D * self.down_inputs * self.weighted_experts
-            + 2 * (n + 1) * L * D * self.shared_width
+            + 2 * n * L * X * self.expert_width * self.experts
+            + 2 * L * X * self.down_inputs * self.weighted_experts
+            + 2 * L * self.shared_params
             + self.non_matmul_flops(L)
         )
 
