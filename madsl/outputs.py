@@ -57,11 +57,18 @@ def check_output_path(path: str | os.PathLike, option: str) -> Path:
 
 
 def check_output_dir(
-    path: str | os.PathLike, option: str, owns: Callable[[str], bool], *, force: bool, writes: str
+    path: str | os.PathLike,
+    option: str,
+    owns: Callable[[str], bool],
+    *,
+    force: bool,
+    writes: str,
+    owns_folders: Callable[[str], bool] = lambda name: False,
 ) -> Path:
     """The folder `path` names (symlinks resolved; created later by the writer if missing), or a
     MadslError before any work: an empty path, a file, a place that cannot be written, or a
-    folder holding entries the command does not write (`owns(name)` False) unless `force`.
+    folder holding entries the command does not write (`owns(name)` False: its files;
+    `owns_folders(name)`: its folders, such as a tracker's run folders) unless `force`.
     `writes` says what the command puts there, for the messages."""
     if str(path).strip() == "":
         raise MadslError(f"{option}: the path is empty")
@@ -80,12 +87,17 @@ def check_output_dir(
         entries = sorted(os.listdir(folder))
         for name in entries:
             entry = folder / name
-            if owns(name) and (entry.is_symlink() or not entry.is_file()):
+            if owns_folders(name) and (entry.is_symlink() or not entry.is_dir()):
+                raise MadslError(
+                    f"{option} {shown}: {name} there is not a folder",
+                    hint=f"{writes} would go into it; move it away or name another folder",
+                )
+            if owns(name) and not owns_folders(name) and (entry.is_symlink() or not entry.is_file()):
                 raise MadslError(
                     f"{option} {shown}: {name} there is not a regular file",
                     hint=f"{writes} would replace it; move it away or name another folder",
                 )
-        foreign = [name for name in entries if not owns(name)]
+        foreign = [name for name in entries if not owns(name) and not owns_folders(name)]
         if foreign and not force:
             listed = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
             raise MadslError(

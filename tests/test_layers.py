@@ -11,6 +11,8 @@ and imports only from its own layer or the ones below it, read from every `impor
     runner     plans, trains and records runs; inside it, its rooms in this order:
                common < train < store < execute < batched < pretrain < plan < reports < its API
     studies    scaling studies and architecture search, built on the runner
+    report     the results where researchers look: trackers (TensorBoard, MLflow) and the HTML page,
+               read from the runner's records and the studies'
     schema     `madsl schema`: the schemas of every file kind, from the language's keys and the
                sections the runner and the studies declare
     cli        the command line, and the package's own face (madsl/__init__.py)
@@ -55,6 +57,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("corpus", ("madsl.corpus.*",)),
     ("runner", ("madsl.runner.*",)),
     ("studies", ("madsl.scaling.*", "madsl.search.*")),
+    ("report", ("madsl.report.*",)),
     ("schema", ("madsl.schema", "madsl.schema_patterns")),
     ("cli", ("madsl.cli.*", "madsl.__main__", "madsl")),
 )

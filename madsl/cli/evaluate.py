@@ -52,6 +52,22 @@ def add_execution_options(p: argparse.ArgumentParser) -> None:
         if options.get("action") != "store_true":
             options["default"] = None
         groups[option.group].add_argument(option.flag, dest=option.name, help=option.help, **options)
+    p.add_argument(
+        "--track",
+        action="append",
+        metavar="KIND:DIR",
+        help="also log every run to a tracker as it trains: tensorboard:DIR or mlflow:DIR (repeatable; needs "
+        "madsl[tensorboard] or madsl[mlflow]; docs/report.md)",
+    )
+
+
+def with_tracking(args: argparse.Namespace, reporter: Any, db: Any) -> Any:
+    """`reporter` with a tracker per --track (each KIND:DIR checked before any work)."""
+    if not getattr(args, "track", None):
+        return reporter
+    from madsl.report.live import parse_track, tracked
+
+    return tracked(reporter, [parse_track(value) for value in args.track], db)
 
 
 def execution_values(args: argparse.Namespace) -> dict:
@@ -183,6 +199,7 @@ def cmd_eval(args) -> int:
         from madsl.cli.progress import PlanProgress
 
         reporter = PlanProgress(f"planning {len(specs)} spec{'s' if len(specs) != 1 else ''}")
+    reporter = with_tracking(args, reporter, config.execution.db)
     try:
         with stop_on_signals() as stop, reporter or contextlib.nullcontext():
             summary = evaluate(specs, config, reporter=reporter, stop=stop)

@@ -58,8 +58,64 @@ def add_parser(subparsers) -> None:
         "label such as quick+custom (runs with settings, lr, wd, epochs, batch size, seeds or "
         "frozen layers of their own)",
     )
+    _add_publish_arguments(p)
     _add_study_arguments(p)
     p.set_defaults(func=cmd_report)
+
+
+def cmd_publish(args) -> int:
+    """`--export KIND DIR` and `--html DIR`: the database where researchers look (madsl.report)."""
+    given = [
+        flag
+        for flag, value in (("--study", args.study), ("--plot", args.plot), ("--plot-sweeps", args.plot_sweeps))
+        if value
+    ]
+    given += ["--protocol"] if args.protocol else []
+    given += ["--format"] if args.format != "text" else []
+    if given:
+        raise MadslError(
+            f"{', '.join(given)} cannot go with --export or --html (they write every run of the database)",
+            hint="run them as commands of their own",
+        )
+    if args.export:
+        from madsl.report.export import check_folder, export
+
+        kind, folder = args.export
+        check_folder(kind, folder, f"--export {kind}", args.force)  # before the database is read
+        synced = export(args.db, kind, folder, force=args.force)
+        if not args.quiet:
+            print(
+                f"{kind}: {synced.written} records written, {synced.current} already there: {synced.folder}",
+                file=sys.stderr,
+            )
+    if args.html:
+        from madsl.report.html import check_folder as check_page_folder
+        from madsl.report.html import write_page
+
+        check_page_folder(args.html, args.force)
+        path = write_page(args.db, args.html, force=args.force)
+        if not args.quiet:
+            print(f"wrote {path}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _add_publish_arguments(p) -> None:
+    """`madsl report --export KIND DIR` and `--html DIR` (madsl.report)."""
+    p.add_argument(
+        "--export",
+        nargs=2,
+        metavar=("KIND", "DIR"),
+        help="replay the database into a tracker instead: tensorboard DIR (event files; tensorboard --logdir DIR) "
+        "or mlflow DIR (a local store, DIR/mlflow.db): every run's config, curves and scores, the studies' "
+        "and searches' too; a second export writes nothing new (needs madsl[tensorboard] / madsl[mlflow]; "
+        "docs/report.md)",
+    )
+    p.add_argument(
+        "--html",
+        metavar="DIR",
+        help="write one self-contained page, DIR/index.html, instead: the sortable leaderboard, the heatmap, the "
+        "runs, the sweep curves, the studies and searches, the commands (docs/report.md)",
+    )
 
 
 def _add_study_arguments(p) -> None:
@@ -188,6 +244,8 @@ def _check_raw_options(args) -> None:
 
 def cmd_report(args) -> int:
     """Bad input raises MadslError (main() prints it, exit 2)."""
+    if args.export or args.html:
+        return cmd_publish(args)
     if args.study:
         return cmd_study(args)
     study_only = (

@@ -126,7 +126,7 @@ def cmd_scale(args) -> int:
     """Bad input raises MadslError (main() prints it, exit 2)."""
     import contextlib
 
-    from madsl.cli.evaluate import check_executor_options, execution_values
+    from madsl.cli.evaluate import check_executor_options, execution_values, with_tracking
     from madsl.cli.progress import stop_on_signals
     from madsl.outputs import json_text
     from madsl.runner.execute.options import Execution
@@ -135,7 +135,7 @@ def cmd_scale(args) -> int:
     check_executor_options(args)
     execution = Execution(**execution_values(args))
     shown = not args.quiet and args.format == "text" and not args.dry_run
-    reporter = _reporter() if shown else None
+    reporter = with_tracking(args, _reporter() if shown else None, execution.db)
     try:
         with stop_on_signals() as stop, reporter or contextlib.nullcontext():
             summary = scale(
