@@ -308,3 +308,25 @@ def stand_in_rates(
     )
     monkeypatch.setattr(rate_measure, "measure_speedup", lambda *args: Measured(1.0, now(), 0.5))
     return measured
+
+
+# A search of real compiled models that trains in seconds (one block of H or mA at width 16, the
+# smoke protocol on in-context recall): `tiny_search(algorithm)` with the algorithm's line, and
+# any further lines of the file after it.
+TINY_SEARCH = """\
+name: tiny
+dim: 16
+budget: {fixed_state: <= 256, fit: [H.filter_states]}
+layers: {mA: {heads: 2}}
+space: {sequence_mixers: [H, mA], channel_mixers: [Sg], blocks: 1}
+objectives:
+  score:
+    protocol: smoke
+    tasks: [in-context-recall]
+    epochs: 1
+    set: {num_train_examples: 32, num_test_examples: 16, seq_len: 16}
+"""
+
+
+def tiny_search(algorithm: str, more: str = "") -> str:
+    return TINY_SEARCH + f"algorithm: {algorithm}\n" + more

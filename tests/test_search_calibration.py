@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 import torch
-from runner_helpers import TOY_TASKS, StandInFactory
+from runner_helpers import TOY_TASKS, StandInFactory, tiny_search
 
 from madsl.cli import main
 from madsl.errors import MadslError
@@ -118,23 +118,7 @@ def test_references_must_be_a_mapping_of_topologies(tmp_path):
 
 
 def test_the_command_plans_and_writes_the_table(tmp_path, capsys):
-    tiny = textwrap.dedent(
-        """\
-        name: tiny
-        dim: 16
-        budget: {fixed_state: <= 256, fit: [H.filter_states]}
-        layers: {mA: {heads: 2}}
-        space: {sequence_mixers: [H, mA], channel_mixers: [Sg], blocks: 1}
-        objectives:
-          score:
-            protocol: smoke
-            tasks: [in-context-recall]
-            epochs: 1
-            set: {num_train_examples: 32, num_test_examples: 16, seq_len: 16}
-        algorithm: {name: random, population: 1, generations: 0, seed: 0}
-        references: {attention: mA-Sg}
-        """
-    )
+    tiny = tiny_search("{name: random, population: 1, generations: 0, seed: 0}", "references: {attention: mA-Sg}\n")
     path = tmp_path / "tiny.yaml"
     path.write_text(tiny)
     db, out = tmp_path / "r.db", tmp_path / "out"

@@ -10,26 +10,14 @@ from pathlib import Path
 
 import torch
 import yaml
+from runner_helpers import tiny_search
 
 from madsl.cli import main
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
 
-TINY = """\
-name: tiny
-dim: 16
-budget: {fixed_state: <= 256, fit: [H.filter_states]}
-layers: {mA: {heads: 2}}
-space: {sequence_mixers: [H, mA], channel_mixers: [Sg], blocks: 1}
-objectives:
-  score:
-    protocol: smoke
-    tasks: [in-context-recall]
-    epochs: 1
-    set: {num_train_examples: 32, num_test_examples: 16, seq_len: 16}
-algorithm: {name: random, population: 2, generations: 0, seed: 0}
-"""
+TINY = tiny_search("{name: random, population: 2, generations: 0, seed: 0}")
 TEMPLATE = """\
 name: check
 data: bundled:tinyshakespeare

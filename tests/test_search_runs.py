@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from runner_helpers import TOY_TASKS, StandInFactory
+from runner_helpers import TOY_TASKS, StandInFactory, tiny_search
 
 from madsl.cli import main
 from madsl.graph import account
@@ -146,20 +146,7 @@ def test_a_search_killed_with_sigkill_resumes_to_the_uninterrupted_front_trainin
     assert [c["name"] for c in front(search, resumed.state)] == [c["name"] for c in front(search, reference.state)]
 
 
-TINY = """\
-name: tiny
-dim: 16
-budget: {fixed_state: <= 256, fit: [H.filter_states]}
-layers: {mA: {heads: 2}}
-space: {sequence_mixers: [H, mA], channel_mixers: [Sg], blocks: 1}
-objectives:
-  score:
-    protocol: smoke
-    tasks: [in-context-recall]
-    epochs: 1
-    set: {num_train_examples: 32, num_test_examples: 16, seq_len: 16}
-algorithm: {name: regularized-evolution, population: 1, generations: 1, offspring: 1, seed: 0}
-"""
+TINY = tiny_search("{name: regularized-evolution, population: 1, generations: 1, offspring: 1, seed: 0}")
 
 
 def test_a_tiny_search_of_compiled_models_through_the_command_line(tmp_path, capsys):

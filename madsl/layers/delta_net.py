@@ -32,7 +32,35 @@ from madsl.layers.short_conv import ShortConv
 from madsl.primitives.delta_net import DeltaNet as DeltaNetPrimitive
 
 
-class DeltaNet(nn.Module):
+class DeltaRuleStep(nn.Module):
+    """The recurrent (inference) form a delta-rule layer shares: the fixed state (heads x key x
+    value), the short convolution's state where it has one, and one token through `step_kernel`
+    (the layer's recurrence: DeltaNet's scalar decay, KDA's per-channel one). A subclass has
+    `heads`, `key_dim`, `value_dim`, `conv`, `o_proj`, `_qkv`, `_mix_inputs` and `_readout`."""
+
+    step_kernel = staticmethod(delta_step)
+
+    def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
+        weight = self.o_proj.weight
+        device, dtype = device or weight.device, dtype or weight.dtype
+        state = {"fixed": torch.zeros(batch, self.heads, self.key_dim, self.value_dim, device=device, dtype=dtype)}
+        if self.conv is not None:
+            state["conv"] = self.conv.init_state(batch, device, dtype)
+        return state
+
+    def step(self, x_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        qkv = self._qkv(x_t)
+        new_state = {}
+        if self.conv is not None:
+            qkv, new_state["conv"] = self.conv.step(qkv, state["conv"])
+        else:
+            qkv = F.silu(qkv)
+        q, k, v, beta, log_decay = self._mix_inputs(x_t, qkv)
+        o, new_state["fixed"] = self.step_kernel(q, k, v, beta, log_decay, state["fixed"])
+        return self._readout(o, x_t), new_state
+
+
+class DeltaNet(DeltaRuleStep):
     stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: DeltaNetPrimitive):
@@ -108,23 +136,3 @@ class DeltaNet(nn.Module):
             chunk_size=self.chunk_size,
         )
         return self._readout(o.transpose(1, 2), x)
-
-    # ---- recurrent (inference) form ---------------------------------------------------------------
-    def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
-        weight = self.o_proj.weight
-        device, dtype = device or weight.device, dtype or weight.dtype
-        state = {"fixed": torch.zeros(batch, self.heads, self.key_dim, self.value_dim, device=device, dtype=dtype)}
-        if self.conv is not None:
-            state["conv"] = self.conv.init_state(batch, device, dtype)
-        return state
-
-    def step(self, x_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
-        qkv = self._qkv(x_t)
-        new_state = {}
-        if self.conv is not None:
-            qkv, new_state["conv"] = self.conv.step(qkv, state["conv"])
-        else:
-            qkv = F.silu(qkv)
-        q, k, v, beta, log_decay = self._mix_inputs(x_t, qkv)
-        o, new_state["fixed"] = delta_step(q, k, v, beta, log_decay, state["fixed"])
-        return self._readout(o, x_t), new_state

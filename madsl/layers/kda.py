@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from madsl.kernels.channel_delta import channel_delta_parallel, channel_delta_step
+from madsl.layers.delta_net import DeltaRuleStep
 from madsl.layers.short_conv import ShortConv
 from madsl.primitives.kda import KDA as KDAPrimitive
 
@@ -33,7 +34,8 @@ def _low_rank(dim: int, rank: int, out: int, bias: bool) -> nn.Sequential:
     return nn.Sequential(nn.Linear(dim, rank, bias=False), nn.Linear(rank, out, bias=bias))
 
 
-class KDA(nn.Module):
+class KDA(DeltaRuleStep):
+    step_kernel = staticmethod(channel_delta_step)  # the per-channel decay's recurrence
     stacks = True  # exact under vmap over stacked members: plain ops, the chunked form folds
 
     def __init__(self, p: KDAPrimitive):
@@ -91,23 +93,3 @@ class KDA(nn.Module):
         q, k, v, beta, log_decay = self._mix_inputs(x, qkv)
         o = channel_delta_parallel(*(t.transpose(1, 2) for t in (q, k, v, beta, log_decay)))
         return self._readout(o.transpose(1, 2), x)
-
-    # ---- recurrent (inference) form ---------------------------------------------------------------
-    def init_state(self, batch: int, device=None, dtype=None) -> dict[str, Tensor]:
-        weight = self.o_proj.weight
-        device, dtype = device or weight.device, dtype or weight.dtype
-        state = {"fixed": torch.zeros(batch, self.heads, self.key_dim, self.value_dim, device=device, dtype=dtype)}
-        if self.conv is not None:
-            state["conv"] = self.conv.init_state(batch, device, dtype)
-        return state
-
-    def step(self, x_t: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
-        qkv = self._qkv(x_t)
-        new_state = {}
-        if self.conv is not None:
-            qkv, new_state["conv"] = self.conv.step(qkv, state["conv"])
-        else:
-            qkv = F.silu(qkv)
-        q, k, v, beta, log_decay = self._mix_inputs(x_t, qkv)
-        o, new_state["fixed"] = channel_delta_step(q, k, v, beta, log_decay, state["fixed"])
-        return self._readout(o, x_t), new_state
