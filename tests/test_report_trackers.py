@@ -109,9 +109,11 @@ def test_live_reporter_gives_a_run_the_exports_record(db, tmp_path):
             reporter.epoch(Job(run_id), {})
             reporter.ended(Job(run_id), "done")
     written = tree(folder)
-    assert len(written) == 5
+    # the five runs, and when the reporter closes, the leaderboard rows and searches the export has
+    assert len([k for k in written if k.startswith("mad/")]) == 5
+    assert any(k.startswith("leaderboard/") for k in written) and any(k.startswith("search/") for k in written)
     synced = export(db, "tensorboard", folder)
-    assert synced.current == 5  # the live records are the export's: left as they are
+    assert synced.current == len(written)  # the live records are the export's: left as they are
     assert {k: v for k, v in tree(folder).items() if k in written} == written
 
 
@@ -143,3 +145,23 @@ def test_track_is_checked_before_anything_runs(tmp_path, capsys):
     )
     assert rc == 2 and "--track 'neptune:x': not KIND:DIR" in err
     assert not (tmp_path / "r.db").exists()
+
+
+def test_a_live_tracked_evaluation_logs_its_runs_and_an_export_after_it_adds_nothing(tmp_path, capsys):
+    """`madsl eval --track tensorboard:DIR` through the command line, a real (smoke) run: its curves
+    are in TensorBoard's reader when the command returns, and exporting the same database into the
+    same folder afterwards writes nothing (the live record is the export's)."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    db, out = tmp_path / "r.db", tmp_path / "tb"
+    argv = ["eval", "specs/paper/hyena-sg.mad", "--protocol", "smoke", "--task", "in-context-recall"]
+    rc, _, err = run(capsys, *argv, "--db", str(db), "--track", f"tensorboard:{out}", "-q")
+    assert rc == 0, err
+    mux = EventMultiplexer()
+    mux.AddRunsFromDirectory(str(out))
+    mux.Reload()
+    runs = [r for r in mux.Runs() if r.startswith("mad/hyena-sg/in-context-recall/")]
+    assert runs and all("eval/loss" in mux.Runs()[r]["scalars"] for r in runs)
+    rc, _, err = run(capsys, "report", "--db", str(db), "--export", "tensorboard", str(out))
+    assert rc == 0 and " 0 records written" in err.replace(":", " ")

@@ -76,7 +76,25 @@ class TrackingReporter(Reporter):
     def ended(self, job: Any, status: str, detail: str = "") -> None:
         self._sync(job.run_id)
 
+    def _sync_summaries(self) -> None:
+        """The leaderboard rows and searches the runs changed, as the export writes them: after a
+        tracked command, `madsl report --export` into the same folder writes nothing new."""
+        if self.failed is not None:
+            return
+        try:
+            from madsl.report.collect import config_text, read_database, score_records, search_records
+
+            if self.sink is None:
+                self.sink = sink(self.kind, self.folder)
+            for record in search_records(read_database(self.db)) + score_records(self.db):
+                self.sink.sync(record, config_text(record))
+        except (MadslError, OSError, ImportError, RuntimeError, ValueError) as err:
+            self.failed = str(err)
+            log.warning("--track %s: stopped tracking (%s); the runs go on", self.kind, err)
+
     def close(self) -> None:
+        if self.db.exists():
+            self._sync_summaries()
         if self.store is not None:
             self.store.close()
             self.store = None
