@@ -26,6 +26,10 @@ FAMILY_TYPES = (
     "falcon_h1",
     "lfm2",
     "lfm2_moe",
+    "qwen3_next",
+    "qwen3_5_text",
+    "qwen3_5_moe_text",
+    "recurrent_gemma",
 )  # madsl.interop.huggingface.families.FAMILIES
 
 

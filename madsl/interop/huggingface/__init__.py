@@ -13,4 +13,6 @@ nemotron.py    Nemotron-H, Nemotron-Nano-v2, NVIDIA-Nemotron-3 (NVIDIA)
 ibm.py         Granite 4.0 hybrids and Bamba (IBM)
 falcon_h1.py   Falcon-H1 (TII)
 lfm2.py        LFM2 and LFM2-MoE (Liquid AI)
+qwen3_next.py  Qwen3-Next and Qwen3.5's language models (Qwen)
+recurrent_gemma.py  RecurrentGemma (Google)
 """

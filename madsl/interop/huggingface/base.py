@@ -272,6 +272,17 @@ class Stack:
     def refuse(self, reason: str, hint: str | None = None) -> None:
         raise MadslError(f"{self.spec.name}: {reason}", hint=hint)
 
+    def refuse_moe_options(self, moe: Any, *allowed: str) -> None:
+        """Refuse by name the MoE options (latent_width, shared_gate) the family's config.json cannot
+        state, but those in `allowed`: never written without them."""
+        for option, value in (("latent_width", moe.latent_width), ("shared_gate", moe.shared_gate)):
+            if value and option not in allowed:
+                self.refuse(
+                    f"{self.family.title}'s config.json has no MoE {option} (the spec's MoE has {option}: "
+                    f"{str(value).lower()})",
+                    f"{option}: {0 if option == 'latent_width' else 'false'}",
+                )
+
     def positions(self, role: int, name: str) -> list[int]:
         return [i for i, prims in enumerate(self.layers) if prims[role] is not None and prims[role].name == name]
 

@@ -12,6 +12,12 @@ by a channel mixer, which is a madsl block:
     falcon_h1         Falcon-H1 (TII): attention beside Mamba-2 in every layer (falcon_h1.py)
     lfm2              LFM2 (Liquid AI): gated short convolutions and attention (lfm2.py)
     lfm2_moe          LFM2-MoE (Liquid AI): LFM2's layers, dense MLPs first, then mixtures of experts (lfm2.py)
+    qwen3_next        Qwen3-Next (Qwen): Gated DeltaNet and gated attention, sparse experts with a gated
+                      shared expert (qwen3_next.py)
+    qwen3_5_text      Qwen3.5's language model: Qwen3-Next's layers, a SwiGLU after each (qwen3_next.py)
+    qwen3_5_moe_text  Qwen3.5 MoE's language model: Qwen3-Next's layers, experts after each (qwen3_next.py)
+    qwen3_5(_moe)     Qwen3.5's vision-language configs: the language model of text_config (LANGUAGE_MODELS)
+    recurrent_gemma   RecurrentGemma (Google): Griffin's RG-LRU blocks and local attention (recurrent_gemma.py)
 
 Reading a config gives a spec with its width, vocabulary, layer stack and every layer's sizes,
 so that `madsl compile` and `madsl check` account it (embeddings and an untied head included, as
@@ -31,7 +37,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from madsl.errors import MadslError
+from madsl.errors import Location, MadslError
 from madsl.interop.huggingface.base import Family
 from madsl.interop.huggingface.config import Config
 from madsl.interop.huggingface.falcon_h1 import FalconH1
@@ -39,10 +45,25 @@ from madsl.interop.huggingface.ibm import Bamba, GraniteHybrid
 from madsl.interop.huggingface.jamba import Jamba
 from madsl.interop.huggingface.lfm2 import Lfm2, Lfm2Moe
 from madsl.interop.huggingface.nemotron import NemotronH
+from madsl.interop.huggingface.qwen3_next import Qwen3_5MoeText, Qwen3_5Text, Qwen3Next
+from madsl.interop.huggingface.recurrent_gemma import RecurrentGemma
 from madsl.interop.huggingface.shown import look_alike, shown_value
 
 FAMILIES: dict[str, Family] = {
-    f.model_type: f for f in (Jamba(), NemotronH(), GraniteHybrid(), Bamba(), FalconH1(), Lfm2(), Lfm2Moe())
+    f.model_type: f
+    for f in (
+        Jamba(),
+        NemotronH(),
+        GraniteHybrid(),
+        Bamba(),
+        FalconH1(),
+        Lfm2(),
+        Lfm2Moe(),
+        Qwen3Next(),
+        Qwen3_5Text(),
+        Qwen3_5MoeText(),
+        RecurrentGemma(),
+    )
 }
 Config.family_titles = {name: f.title for name, f in FAMILIES.items()}
 
@@ -51,20 +72,12 @@ _ZAMBA = (
     "(2 x hidden_size wide), and each use has an output projection (and LoRA adapters) of its own; madsl's "
     "shared layers (`#tag`) are one module used as it is, on the residual stream"
 )
-_GATED_DELTANET = (
-    "its gated DeltaNet has more value heads than key heads (linear_num_value_heads over "
-    "linear_num_key_heads), its attention an output gate and its mixture of experts a gate on the "
-    "shared expert; madsl's DeltaNet (GDN) has one head count, its attention no output gate"
-)
+# vision-language configs whose language model (text_config) is what AutoModelForCausalLM builds from them
+LANGUAGE_MODELS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 # hybrid families madsl does not convert, and the part it lacks for each: refused by name
 REFUSED = {
     "zamba2": ("Zamba2", _ZAMBA),
     "zamba": ("Zamba", _ZAMBA),
-    "qwen3_next": ("Qwen3-Next", _GATED_DELTANET),
-    "qwen3_5": ("Qwen3.5", _GATED_DELTANET),
-    "qwen3_5_text": ("Qwen3.5", _GATED_DELTANET),
-    "qwen3_5_moe": ("Qwen3.5 MoE", _GATED_DELTANET),
-    "qwen3_5_moe_text": ("Qwen3.5 MoE", _GATED_DELTANET),
 }
 
 
@@ -96,11 +109,40 @@ def read_hf_config(source: str | Path | dict[str, Any], name: str = "converted")
     """A Hugging Face config.json (a path, or the parsed JSON object) of a hybrid family this module
     knows (FAMILIES), read: the spec data, and what was defaulted or read as the class reads it."""
     cfg = Config.of(source) if isinstance(source, dict) else Config.load(source)
-    reader = family(cfg.word("model_type"), cfg)
+    model_type = cfg.word("model_type")
+    text = _language_model(cfg, LANGUAGE_MODELS[model_type]) if model_type in LANGUAGE_MODELS else cfg
+    reader = family(LANGUAGE_MODELS.get(model_type, model_type), cfg)
     cfg.defaults, cfg.config_class = reader.defaults, reader.config_class
-    data = reader.read(cfg, name)
-    notes = [f"defaulted: {key} = {_json(value)} ({why})" for key, (value, why) in cfg.defaulted.items()]
-    return HfRead(data, {key: value for key, (value, _) in cfg.defaulted.items()}, notes + cfg.notes)
+    text.defaults, text.config_class = reader.defaults, reader.config_class
+    data = reader.read(text, name)
+    # keys of the language model's own sections (text_config.rope_parameters) are listed in it
+    defaulted = {**cfg.defaulted, **{f"text_config.{k}": v for k, v in text.defaulted.items() if text is not cfg}}
+    notes = [f"defaulted: {key} = {_json(value)} ({why})" for key, (value, why) in defaulted.items()]
+    said = cfg.notes + (text.notes if text is not cfg else [])
+    return HfRead(data, {key: value for key, (value, _) in defaulted.items()}, notes + said)
+
+
+def _language_model(cfg: Config, model_type: str) -> Config:
+    """A vision-language config's text_config, which AutoModelForCausalLM builds alone (its vision
+    encoder is not counted, said in the notes): its model_type must be `model_type` where written."""
+    text = cfg.section("text_config")
+    if text is None:
+        raise MadslError(
+            'missing key "text_config": a vision-language config states its language model there',
+            Location(cfg.path),
+            hint=f'e.g. "text_config": {{"model_type": "{model_type}", "hidden_size": ..., ...}}',
+        )
+    if text.data.get("model_type", model_type) != model_type:
+        raise text.error("model_type", f"{shown_value(text.data['model_type'])}, where {model_type} is expected")
+    cfg.notes.append(
+        "the language model of text_config is converted, as transformers' AutoModelForCausalLM builds it; "
+        "the vision encoder (vision_config) is not counted"
+    )
+    if "tie_word_embeddings" in cfg.data and cfg.data["tie_word_embeddings"] != text.data.get(
+        "tie_word_embeddings", False
+    ):
+        cfg.notes.append("tie_word_embeddings is not read at the top level: the language model reads text_config's")
+    return text
 
 
 def from_hf_config(source: str | Path | dict[str, Any], name: str = "converted") -> dict[str, Any]:

@@ -165,6 +165,7 @@ class GraniteHybrid(Family):
                 out["rope_theta"] = a.rotary_base
         out.update(_write_mamba(stack))
         if moe is not None:
+            stack.refuse_moe_options(moe)
             if not moe.shared_width or not moe.gated or moe.activation != "silu" or moe.router_bias:
                 stack.refuse(
                     "Granite 4.0's mixture of experts always has a shared expert, SwiGLU experts and a "

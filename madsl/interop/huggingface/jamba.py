@@ -123,6 +123,8 @@ class Jamba(Family):
 def _channel_fields(stack: Stack) -> dict[str, Any]:
     """Jamba's MLP and expert fields: one intermediate_size for both, SwiGLU experts, no shared expert."""
     moe, mlp = stack.kinds.get("moe"), stack.kinds.get("swiglu")
+    if moe is not None:
+        stack.refuse_moe_options(moe)
     if moe is not None and (moe.shared_width or not moe.gated or moe.activation != "silu"):
         stack.refuse("Jamba's experts are SwiGLUs, with no shared expert")
     if moe is not None and mlp is not None and moe.expert_width != mlp.inner:

@@ -197,6 +197,7 @@ class Lfm2Moe(Family):
                 stack.refuse("LFM2-MoE's MLPs have no bias")
             out["intermediate_size"] = mlp.inner
         if moe is not None:
+            stack.refuse_moe_options(moe)
             if moe.shared_width or not moe.gated or moe.activation != "silu" or moe.router_bias or moe.dense_down:
                 stack.refuse(
                     "LFM2-MoE's experts are SwiGLUs, with no shared expert and a router without bias",

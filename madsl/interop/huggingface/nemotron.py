@@ -201,18 +201,18 @@ def _located(cfg: Config, key: str, pattern: str, err: MadslError) -> MadslError
 
 
 def _experts(cfg: Config, activation: str) -> dict[str, Any]:
-    """Nemotron-H's mixture of experts: squared-ReLU MLP experts (two matrices) and a shared expert."""
-    if cfg.data.get("moe_latent_size") is not None:
-        raise cfg.error(
-            "moe_latent_size",
-            "a latent mixture of experts (NVIDIA-Nemotron-3-Super's: the experts "
-            "work in a projected space): madsl's MoE has no latent projection",
-            "madsl converts Nemotron-H mixtures of experts without moe_latent_size",
-        )
+    """Nemotron-H's mixture of experts: squared-ReLU MLP experts (two matrices) and a shared expert,
+    the routed experts through a latent projection where moe_latent_size is set (NVIDIA-Nemotron-3-Super)."""
     experts, active = cfg.count(spelled(cfg, "n_routed_experts", "num_local_experts")), cfg.count("num_experts_per_tok")
     if active > experts:
         raise cfg.error("num_experts_per_tok", f"{active} exceeds n_routed_experts={experts}")
-    return {
+    if cfg.flag("mlp_bias"):  # the shared expert and the latent projections take mlp_bias
+        raise cfg.error(
+            "mlp_bias",
+            "true: Nemotron-H's shared expert (and latent projections) then have biases; madsl's MoE has none",
+            "madsl converts Nemotron-H mixtures of experts with mlp_bias: false",
+        )
+    params = {
         "experts": experts,
         "expert_width": cfg.count("moe_intermediate_size"),
         "active": active,
@@ -220,15 +220,21 @@ def _experts(cfg: Config, activation: str) -> dict[str, Any]:
         "gated": False,
         "activation": activation,
     }
+    if cfg.data.get("moe_latent_size") is not None:
+        params["latent_width"] = cfg.count("moe_latent_size")
+    return params
 
 
 def _write_experts(stack: Stack, moe: Any, mlp: Any, names: dict[str, str]) -> dict[str, Any]:
+    stack.refuse_moe_options(moe, "latent_width")  # moe_latent_size; no gate on the shared expert
     if moe.gated or not moe.shared_width or moe.router_bias or moe.dense_down or moe.leaky_routing:
         stack.refuse(
             "Nemotron-H's experts are MLPs of two matrices (MoE gated: false) with a shared expert "
             "(shared_width > 0) and a router without bias",
             "gated: false, shared_width: N",
         )
+    if mlp is not None and mlp.bias:
+        stack.refuse("Nemotron-H's shared expert takes the MLPs' mlp_bias; madsl's MoE has no bias", "Mlp bias: false")
     if moe.activation not in names or mlp is not None and mlp.activation != moe.activation:
         stack.refuse("Nemotron-H's MLPs and experts share one activation, relu2 or gelu (mlp_hidden_act)")
     return {
@@ -236,5 +242,7 @@ def _write_experts(stack: Stack, moe: Any, mlp: Any, names: dict[str, str]) -> d
         "moe_intermediate_size": moe.expert_width,
         "num_experts_per_tok": moe.active,
         "moe_shared_expert_intermediate_size": moe.shared_width,
+        "moe_latent_size": moe.latent_width or None,
+        "mlp_bias": False,  # the shared expert's and the latent projections'
         "mlp_hidden_act": names[moe.activation],
     }

@@ -1,0 +1,433 @@
+"""The Hugging Face families of issue 41's new layers (madsl/interop/huggingface/): Nemotron-H's latent
+mixture of experts (moe_latent_size), Qwen3-Next, Qwen3.5's language models and RecurrentGemma convert
+exactly, back, and refuse what they cannot state by name.
+
+Every count here is that of transformers' own model built from the same config (transformers 5.24,
+torch 2.13, `AutoModelForCausalLM.from_config` on the meta device, in a separate environment: this
+suite does not need transformers)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+import madsl
+from madsl.cli import main
+from madsl.hf_config import read_hf_config, to_hf_config
+from madsl.spec import spec_from_data
+
+PUBLIC = Path(__file__).resolve().parent.parent / "specs/public"
+
+
+def _params(data: dict) -> int:
+    return madsl.account(spec_from_data(data)).totals["params"]
+
+
+def _same_stack(a: dict, b: dict) -> bool:
+    return {k: v for k, v in a.items() if k != "description"} == {k: v for k, v in b.items() if k != "description"}
+
+
+def convert(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["convert", *args])
+    return rc, out.getvalue(), err.getvalue()
+
+
+# ---- the configs (the fields that size them) and transformers' counts -----------------------------------
+
+NANO = json.loads((PUBLIC / "nemotron-3-nano-30b-a3b.config.json").read_text())
+NEMOTRON_SMALL_LATENT = {
+    "model_type": "nemotron_h",
+    "hidden_size": 256,
+    "hybrid_override_pattern": "ME*EM-",
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "intermediate_size": 512,
+    "mamba_num_heads": 8,
+    "mamba_head_dim": 32,
+    "n_groups": 2,
+    "ssm_state_size": 16,
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 96,
+    "moe_shared_expert_intermediate_size": 192,
+    "moe_latent_size": 64,
+    "vocab_size": 1000,
+    "num_hidden_layers": 6,
+}
+# Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: 80B total on its card
+QWEN3_NEXT_80B = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "model_type": "qwen3_next",
+    "attention_bias": False,
+    "decoder_sparse_step": 1,
+    "full_attention_interval": 4,
+    "head_dim": 256,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "intermediate_size": 5120,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_value_head_dim": 128,
+    "mlp_only_layers": [],
+    "moe_intermediate_size": 512,
+    "norm_topk_prob": True,
+    "num_attention_heads": 16,
+    "num_experts": 512,
+    "num_experts_per_tok": 10,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 2,
+    "partial_rotary_factor": 0.25,
+    "rope_scaling": None,
+    "rope_theta": 10000000,
+    "router_aux_loss_coef": 0.001,
+    "shared_expert_intermediate_size": 512,
+    "tie_word_embeddings": False,
+    "vocab_size": 151936,
+}
+QWEN_SMALL = {
+    "model_type": "qwen3_next",
+    "hidden_size": 128,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "intermediate_size": 256,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 32,
+    "linear_conv_kernel_dim": 3,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 48,
+    "shared_expert_intermediate_size": 64,
+    "vocab_size": 1000,
+    "full_attention_interval": 3,
+    "mlp_only_layers": [0],
+}
+_NO_PLACEMENT = {k: v for k, v in QWEN_SMALL.items() if k not in ("full_attention_interval", "mlp_only_layers")}
+QWEN_TYPED = {
+    **_NO_PLACEMENT,
+    "layer_types": ["full_attention", "linear_attention", "linear_attention"] * 2,
+    "decoder_sparse_step": 2,
+    "linear_num_value_heads": 2,
+    "linear_value_head_dim": 16,
+    "attention_bias": True,
+    "tie_word_embeddings": True,
+}
+QWEN_BARE = {
+    k: QWEN_SMALL[k]
+    for k in (
+        "model_type",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "vocab_size",
+        "num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "shared_expert_intermediate_size",
+    )
+}
+_EXPERT_KEYS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size")
+QWEN3_5_SMALL = {
+    **{k: v for k, v in QWEN_SMALL.items() if k not in (*_EXPERT_KEYS, "mlp_only_layers")},
+    "model_type": "qwen3_5_text",
+}
+QWEN3_5_MOE_SMALL = {
+    **{k: v for k, v in QWEN_SMALL.items() if k not in ("intermediate_size", "mlp_only_layers")},
+    "model_type": "qwen3_5_moe_text",
+}
+# a Qwen3.5 language model of 64 layers at width 5,120 (48 value heads over 16 key heads)
+QWEN3_5_27B_SHAPE = {
+    "model_type": "qwen3_5_text",
+    "hidden_size": 5120,
+    "num_hidden_layers": 64,
+    "num_attention_heads": 24,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "intermediate_size": 17408,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 48,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+    "full_attention_interval": 4,
+    "vocab_size": 248320,
+    "tie_word_embeddings": False,
+}
+# google/recurrentgemma-2b's config.json: 2.7B on its card
+RECURRENTGEMMA_2B = {
+    "architectures": ["RecurrentGemmaForCausalLM"],
+    "model_type": "recurrent_gemma",
+    "attention_bias": False,
+    "attention_window_size": 2048,
+    "block_types": ["recurrent", "recurrent", "attention"],
+    "conv1d_width": 4,
+    "embeddings_scale_by_sqrt_dim": True,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 2560,
+    "intermediate_size": 15360,
+    "logits_soft_cap": 30.0,
+    "lru_width": 2560,
+    "num_attention_heads": 10,
+    "num_hidden_layers": 26,
+    "num_key_value_heads": 1,
+    "partial_rotary_factor": 0.5,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0,
+    "vocab_size": 256000,
+}
+RECURRENTGEMMA_9B_SHAPE = {
+    **RECURRENTGEMMA_2B,
+    "hidden_size": 4096,
+    "intermediate_size": 24576,
+    "lru_width": 4096,
+    "num_attention_heads": 16,
+    "num_hidden_layers": 38,
+}
+RG_SMALL = {
+    "model_type": "recurrent_gemma",
+    "hidden_size": 128,
+    "num_hidden_layers": 5,
+    "num_attention_heads": 4,
+    "intermediate_size": 384,
+    "vocab_size": 1000,
+}
+RG_ODD = {
+    **RG_SMALL,
+    "block_types": ["attention", "recurrent"],
+    "lru_width": 192,
+    "num_key_value_heads": 2,
+    "attention_bias": True,
+    "conv1d_width": 3,
+    "intermediate_size": 301,
+    "tie_word_embeddings": False,
+    "attention_window_size": 64,
+}
+
+# name -> (config, transformers' count of the model built from it)
+BUILT = {
+    "nemotron-3-nano-30b-a3b with moe_latent_size 1024": ({**NANO, "moe_latent_size": 1024}, 13_520_147_904),
+    "nemotron-h small latent": (NEMOTRON_SMALL_LATENT, 1_869_232),
+    "qwen3-next-80b-a3b": (QWEN3_NEXT_80B, 79_674_391_296),
+    "qwen3-next small": (QWEN_SMALL, 1_589_024),
+    "qwen3-next layer_types": (QWEN_TYPED, 1_161_552),
+    "qwen3-next dense": ({**QWEN_SMALL, "num_experts": 0}, 1_214_624),
+    "qwen3-next bare": (QWEN_BARE, 12_513_088),
+    "qwen3.5 small": (QWEN3_5_SMALL, 1_214_624),
+    "qwen3.5 27b shape": (QWEN3_5_27B_SHAPE, 26_895_998_464),
+    "qwen3.5 moe small": (QWEN3_5_MOE_SMALL, 1_663_904),
+    "qwen3.5 moe bare": ({**QWEN_BARE, "model_type": "qwen3_5_moe_text"}, 12_513_088),
+    "recurrentgemma-2b": (RECURRENTGEMMA_2B, 2_682_862_080),
+    "recurrentgemma 9b shape": (RECURRENTGEMMA_9B_SHAPE, 8_579_977_216),
+    "recurrentgemma small": (RG_SMALL, 801_280),
+    "recurrentgemma odd": (RG_ODD, 884_188),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILT))
+def test_converts_to_transformers_count_and_back(name):
+    config, built = BUILT[name]
+    read = read_hf_config(config, "m")
+    assert _params(read.data) == built
+    written = to_hf_config(spec_from_data(read.data), config["model_type"])
+    again = read_hf_config(written, "m")
+    assert _same_stack(again.data, read.data) and again.notes == []
+
+
+def test_published_sizes():
+    assert abs(BUILT["qwen3-next-80b-a3b"][1] - 80e9) / 80e9 < 0.01  # the card's 80B
+    assert abs(BUILT["recurrentgemma-2b"][1] - 2.7e9) / 2.7e9 < 0.01  # the card's 2.7B
+    data = read_hf_config(QWEN3_NEXT_80B).data
+    assert data["topology"] == "(3GDN-MoE:A-MoE)x12"
+    assert data["layers"]["GDN"] == {
+        "heads": 16,
+        "head_dim": 128,
+        "expand_v": 1,
+        "d_conv": 4,
+        "gated": True,
+        "output_gate": True,
+        "value_heads": 32,
+    }
+    assert data["layers"]["A"]["output_gate"] and data["layers"]["A"]["qk_norm"]
+    assert data["layers"]["A"]["rotary_fraction"] == 0.25
+    assert data["layers"]["MoE"]["shared_gate"] is True and data["layers"]["MoE"]["shared_width"] == 512
+    rg = read_hf_config(RECURRENTGEMMA_2B).data
+    assert rg["layers"]["RG"] == {"width": 2560, "heads": 10, "d_conv": 4, "bias": True}
+    assert rg["layers"]["A"]["window"] == 2048 and rg["layers"]["A"]["out_bias"] is True
+    assert rg["layers"]["Sg"] == {"inner": 7680, "bias": True} and rg["tie_embeddings"] is True
+    assert "GeLU" in rg["description"]
+
+
+# ---- Nemotron-H's latent experts ------------------------------------------------------------------------
+
+
+def test_nemotron_latent_experts_read_and_written():
+    data = read_hf_config(NEMOTRON_SMALL_LATENT).data
+    assert data["layers"]["MoE"]["latent_width"] == 64
+    assert to_hf_config(spec_from_data(data), "nemotron_h")["moe_latent_size"] == 64
+    plain = read_hf_config({**NEMOTRON_SMALL_LATENT, "moe_latent_size": None}).data
+    assert "latent_width" not in plain["layers"]["MoE"]
+    assert to_hf_config(spec_from_data(plain), "nemotron_h")["moe_latent_size"] is None
+
+
+def test_nemotron_experts_with_mlp_bias_are_refused_by_name():
+    with pytest.raises(madsl.MadslError, match='"mlp_bias": true'):
+        read_hf_config({**NEMOTRON_SMALL_LATENT, "mlp_bias": True})
+
+
+@pytest.mark.parametrize(
+    "model_type, topology, option",
+    [
+        ("granitemoehybrid", "M2-MoE{shared_width=8,latent_width=4}", "latent_width"),
+        ("granitemoehybrid", "M2-MoE{shared_width=8,shared_gate=true}", "shared_gate"),
+        ("jamba", "Mb-MoE{latent_width=4}", "latent_width"),
+        ("jamba", "Mb-MoE{shared_width=8,shared_gate=true}", "shared_gate"),
+        ("lfm2_moe", "GConv-MoE{latent_width=4}", "latent_width"),
+        ("qwen3_next", "GDN-MoE{shared_width=8,shared_gate=true,latent_width=4}", "latent_width"),
+    ],
+)
+def test_moe_options_a_family_cannot_state_are_refused_by_name(model_type, topology, option):
+    spec = madsl.spec_from_topology(topology, dim=32, vocab=100)
+    with pytest.raises(madsl.MadslError, match=f"has no MoE {option}"):
+        to_hf_config(spec, model_type)
+
+
+def test_nemotron_refuses_a_gated_shared_expert_by_name():
+    spec = spec_from_data(
+        {
+            "name": "n",
+            "dim": 32,
+            "vocab": 100,
+            "topology": "M2-MoE",
+            "layers": {
+                "M2": {"heads": 2, "head_dim": 32},
+                "MoE": {"shared_width": 8, "shared_gate": True, "gated": False, "activation": "relu2"},
+            },
+        }
+    )
+    with pytest.raises(madsl.MadslError, match="has no MoE shared_gate"):
+        to_hf_config(spec, "nemotron_h")
+
+
+# ---- the missing-key policy ------------------------------------------------------------------------------
+
+
+def test_qwen3_next_defaults_are_listed():
+    read = read_hf_config(QWEN_BARE)
+    for key in ("full_attention_interval", "linear_num_value_heads", "head_dim", "partial_rotary_factor"):
+        assert key in read.defaulted
+    assert read.defaulted["linear_num_value_heads"] == 32 and read.defaulted["partial_rotary_factor"] == 0.25
+    assert read_hf_config(RECURRENTGEMMA_2B).defaulted == {"tie_word_embeddings": True}
+    small = read_hf_config(RG_SMALL)
+    assert small.defaulted["block_types"] == ["recurrent", "recurrent", "attention"]
+    assert small.defaulted["lru_width"] == 128 and small.defaulted["num_key_value_heads"] == 4
+
+
+@pytest.mark.parametrize(
+    "config, key",
+    [
+        (QWEN3_NEXT_80B, "hidden_size"),
+        (QWEN3_NEXT_80B, "num_experts"),
+        (QWEN3_NEXT_80B, "moe_intermediate_size"),
+        (QWEN3_NEXT_80B, "shared_expert_intermediate_size"),
+        (QWEN_SMALL, "intermediate_size"),  # a dense layer (mlp_only_layers) needs it
+        (QWEN3_5_SMALL, "intermediate_size"),
+        (QWEN3_5_MOE_SMALL, "num_experts"),
+        (RECURRENTGEMMA_2B, "intermediate_size"),
+        (RECURRENTGEMMA_2B, "num_attention_heads"),
+        (RECURRENTGEMMA_2B, "vocab_size"),
+    ],
+)
+def test_a_size_that_says_which_model_it_is_is_refused_by_name(tmp_path, config, key):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in config.items() if k != key}, indent=2))
+    rc, out, err = convert("--from-hf", str(path))
+    assert rc == 2 and out == "" and f'missing key "{key}"' in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"linear_num_value_heads": 24}, "not a multiple of linear_num_key_heads"),
+        ({"linear_value_head_dim": 96}, "not a multiple of linear_key_head_dim"),
+        ({"hidden_act": "gelu"}, '"hidden_act"'),
+        ({"layer_types": ["linear_attention"] * 47}, "47 layers, but num_hidden_layers is 48"),
+        ({"num_experts_per_tok": 600}, "exceeds num_experts"),
+    ],
+)
+def test_what_qwen3_next_cannot_state_is_a_located_error(tmp_path, change, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**QWEN3_NEXT_80B, **change}, indent=2))
+    rc, out, err = convert("--from-hf", str(path))
+    assert rc == 2 and out == "" and message in err and f"{path}:" in err and "Traceback" not in err
+
+
+def test_qwen3_5_moe_reads_no_dense_layers_and_says_so():
+    read = read_hf_config({**QWEN3_5_MOE_SMALL, "mlp_only_layers": [0]})
+    assert _params(read.data) == 1_663_904
+    assert any(note.startswith("mlp_only_layers is not read") for note in read.notes)
+
+
+@pytest.mark.parametrize(
+    "model_type, text, tied, built",
+    [
+        ("qwen3_5", QWEN3_5_SMALL, None, 1_214_624),
+        ("qwen3_5", QWEN3_5_SMALL, True, 1_086_624),
+        ("qwen3_5_moe", QWEN3_5_MOE_SMALL, None, 1_663_904),
+    ],
+)
+def test_the_vision_language_configs_convert_their_language_model(model_type, text, tied, built):
+    """AutoModelForCausalLM builds text_config's language model alone (its tying, not the top level's)."""
+    text = {**text, **({"tie_word_embeddings": tied} if tied is not None else {})}
+    read = read_hf_config(
+        {"model_type": model_type, "tie_word_embeddings": True, "text_config": text, "vision_config": {}}
+    )
+    assert _params(read.data) == built
+    assert any("vision encoder (vision_config) is not counted" in note for note in read.notes)
+    assert (tied is None) == any("not read at the top level" in note for note in read.notes)
+    assert "text_config.hidden_act" in read.defaulted
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"model_type": "qwen3_5"}, 'missing key "text_config"'),
+        ({"model_type": "qwen3_5", "text_config": QWEN3_5_MOE_SMALL}, '"text_config"."model_type"'),
+        ({"model_type": "qwen3_5_moe", "text_config": {**QWEN3_5_MOE_SMALL, "num_experts_per_tok": 9}}, "exceeds"),
+    ],
+)
+def test_a_vision_language_config_without_its_language_model_is_refused(tmp_path, config, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config, indent=2))
+    rc, out, err = convert("--from-hf", str(path))
+    assert rc == 2 and out == "" and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "model_type, topology, message",
+    [
+        ("qwen3_next", "GDN-Sg:A-Sg", "normalises queries and keys and gates its output"),
+        ("qwen3_next", "GDN{output_gate=false}-Sg", "the decay gate, the output gate"),
+        ("qwen3_next", "GDN-MoE{shared_width=8}", "shared SwiGLU expert with its gate"),
+        ("qwen3_5_text", "GDN-MoE{shared_width=8, shared_gate=true}", "followed by a SwiGLU"),
+        ("qwen3_5_moe_text", "GDN-Sg", "followed by a mixture of experts"),
+        ("recurrent_gemma", "RG-Sg", "MLPs have biases"),
+        ("recurrent_gemma", "RG-Sg{bias=true}:A{heads=4}-Sg{bias=true}", "attention is local"),
+        ("recurrent_gemma", "M2-Sg", "RecurrentGemma has no mamba2 layer"),
+    ],
+)
+def test_what_a_family_cannot_express_is_refused(model_type, topology, message):
+    spec = madsl.spec_from_topology(topology, dim=32, vocab=100)
+    with pytest.raises(madsl.MadslError, match=message):
+        to_hf_config(spec, model_type)
