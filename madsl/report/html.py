@@ -91,9 +91,11 @@ def build_page(db: str | os.PathLike, folder: str = "report/") -> str:
     table = setting_rows(stored.rows, stored.labels, stored.length_evals, mad_task_order(), ceiling=task_ceiling)
     by_name = {s.spec: s.score for s in scores if s.score is not None}
     pretrain = sum(row["task"] == PRETRAIN_TASK for row in data.runs)
+    searches = len(data.searches)
     subtitle = (
-        f"{data.path.name}: {len(stored.rows):,} MAD runs of {len({s.spec_hash for s in scores})} architectures, "
-        f"{pretrain:,} pretraining runs, {len(data.searches)} searches; madsl {__version__}"
+        f"{data.path.name}: {len(data.runs):,} runs ({pretrain:,} of them pretraining), "
+        f"{len({s.spec_hash for s in scores})} architectures scored, {searches} search{'es' if searches != 1 else ''}; "
+        f"madsl {__version__}"
     )
     parts = [
         ("leaderboard", "Leaderboard", sections.leaderboard(scores)),
