@@ -41,12 +41,23 @@ def load_run(directory: str, **kwargs: Any) -> "TaskModel":
     return load(directory, **kwargs)
 
 
+def load_pretrained(directory: str, **kwargs: Any) -> "Model":
+    """The madsl model of a local Hugging Face checkpoint folder (config.json + safetensors; never
+    a pickle), every weight loaded by its family's name map (docs/weights.md).
+
+    Keyword arguments: device."""
+    from .weights import load_pretrained as load
+
+    return load(directory, **kwargs)
+
+
 __all__ = [
     "MadslError",
     "Spec",
     "account",
     "build_graph",
     "compile",
+    "load_pretrained",
     "load_run",
     "load_spec",
     "spec_from_topology",

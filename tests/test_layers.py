@@ -51,7 +51,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("interop", ("madsl.interop.*", "madsl.convert", "madsl.hf_config")),
     (
         "model",
-        ("madsl.layers.*", "madsl.kernels.*", "madsl.model", "madsl.model_parts", "madsl.compiler", "madsl.model_file"),
+        (
+            "madsl.layers.*",
+            "madsl.kernels.*",
+            "madsl.model",
+            "madsl.model_parts",
+            "madsl.compiler",
+            "madsl.model_file",
+            "madsl.weights.*",
+        ),
     ),
     ("tasks", ("madsl.tasks.*",)),
     ("corpus", ("madsl.corpus.*",)),

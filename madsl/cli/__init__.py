@@ -10,6 +10,7 @@
     madsl export RUN_ID -o DIR [--db PATH] [--format text|json]
     madsl schema [-o PATH] [--format json|text]
     madsl convert (--from-megatron PATTERN [--dim N] [--layer SYMBOL.PARAM=VALUE] | --to-megatron SPEC)
+    madsl import DIR [-o SPEC] [--out MODEL] [--name NAME]
     madsl data TASK [--set KEY=VALUE] [--conventions mad-lab|madsl] [--split train|test] [--seed N]
                (-o FILE.npz | --format text [--rows N])
     madsl data prepare TEXT... --tokenizer bytes|FILE -o DIR [--val-fraction F]
@@ -28,8 +29,8 @@ name for it, `summary`, still works, with a note on stderr).
 of this package imports torch or the runner at import time (the commands do, when run).
 
 One module per command group: compile.py (compile, expand), check.py (check), fit.py (fit), evaluate.py (eval),
-report.py (report, export), schema.py (schema), convert.py (convert), data.py (data); arguments.py holds the
-argparse value types, common.py the exit
+report.py (report, export), schema.py (schema), convert.py (convert), weights.py (import), data.py (data);
+arguments.py holds the argparse value types, common.py the exit
 codes and output helpers. Nothing outside this package imports it.
 """
 
@@ -40,7 +41,7 @@ import sys
 from typing import Sequence
 
 from madsl import __version__
-from madsl.cli import check, compile, convert, data, evaluate, fit, report, scale, schema, search
+from madsl.cli import check, compile, convert, data, evaluate, fit, report, scale, schema, search, weights
 from madsl.cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, add_verbosity, print_error, show_warnings
 from madsl.errors import MadslError, speaking
 
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_export_parser(sub)
     schema.add_parser(sub)
     convert.add_parser(sub)
+    weights.add_parser(sub)
     data.add_parser(sub)
     scale.add_parser(sub)
     search.add_parser(sub)

@@ -1,0 +1,14 @@
+"""Pretrained weights: local Hugging Face checkpoints into compiled madsl models (`madsl import`,
+`madsl.load_pretrained`; docs/weights.md).
+
+    checkpoint.py   a checkpoint folder read as untrusted input: config.json, safetensors (one file
+                    or shards by model.safetensors.index.json), pickle files refused by name
+    parts.py        what a family's name map says: model tensor -> checkpoint tensors and shapes
+    mapping.py      the families' registry, and the check that a checkpoint fills a model exactly
+    lfm2.py         LFM2's name map (one module a family)
+    load.py         import_checkpoint / load_pretrained: convert, compile, check, load
+"""
+
+from madsl.weights.load import Imported, import_checkpoint, load_pretrained
+
+__all__ = ["Imported", "import_checkpoint", "load_pretrained"]

@@ -1,0 +1,78 @@
+"""A Hugging Face checkpoint folder -> the madsl model of its config.json with its weights
+(`madsl.load_pretrained`, `madsl import`).
+
+The config is converted as `madsl convert --from-hf` converts it (madsl.interop.huggingface), the
+spec compiled on the meta device (nothing allocated), and the family's name map (mapping.py) checked
+against the safetensors headers: a tensor it cannot place, one the model needs and the checkpoint
+lacks, or one of another shape is refused by name before any data is read. Then the model is built
+and every tensor loaded (load_state_dict, strict): nothing keeps its random initialisation.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NamedTuple
+
+from madsl.errors import MadslError
+from madsl.weights.checkpoint import Checkpoint, read_checkpoint
+from madsl.weights.mapping import assemble, family, place
+
+
+class Imported(NamedTuple):
+    """A checkpoint imported: the model (madsl.model.Model, weights loaded), the spec's data (what
+    `madsl import -o` writes as YAML) and the converter's notes (keys defaulted or read as
+    transformers' class reads them)."""
+
+    model: Any
+    spec: dict[str, Any]
+    notes: list[str]
+
+
+def import_checkpoint(directory: str | os.PathLike, name: str | None = None) -> Imported:
+    """The checkpoint in `directory` (config.json + *.safetensors) as a madsl model with its weights,
+    its spec and the conversion's notes; a MadslError naming the file and tensor on any mismatch."""
+    import torch
+
+    from madsl.compiler import compile_spec
+    from madsl.interop.huggingface.config import Config
+    from madsl.interop.huggingface.families import read_hf_config
+    from madsl.lang.spec import spec_from_data
+
+    checkpoint = read_checkpoint(directory)
+    where = str(checkpoint.directory)
+    config = Config.load(checkpoint.config).data
+    mapper = family(str(config.get("model_type")), str(checkpoint.config))
+    read = read_hf_config(checkpoint.config, name or checkpoint.directory.resolve().name or "imported")
+    mapper.check_config(config, str(checkpoint.config))
+    spec = spec_from_data(read.data)
+    with torch.device("meta"):
+        planned = compile_spec(spec)
+    sources = mapper.sources(planned, config)
+    shapes = {key: tuple(t.shape) for key, t in planned.state_dict().items()}
+    tied = mapper.TIED if "head.weight" not in shapes else {}
+    place(sources, shapes, checkpoint.headers, tied, where)
+    _check_tied_copies(checkpoint, tied)
+    model = compile_spec(spec)
+    model.load_state_dict(assemble(sources, checkpoint.tensor, model.state_dict()), strict=True)
+    model.eval()
+    return Imported(model, read.data, read.notes)
+
+
+def _check_tied_copies(checkpoint: Checkpoint, tied: dict[str, str]) -> None:
+    """A tied tensor the checkpoint holds anyway must be its original, bit for bit."""
+    import torch
+
+    for copy, original in tied.items():
+        if copy in checkpoint.headers and not torch.equal(checkpoint.tensor(copy), checkpoint.tensor(original)):
+            raise MadslError(
+                f"{checkpoint.directory}: {copy!r} differs from {original!r}, which the tied embeddings make it",
+                hint="the config ties the embeddings (tie_word_embeddings) but the checkpoint's output head is "
+                "another: nothing was loaded",
+            )
+
+
+def load_pretrained(directory: str | os.PathLike, *, device: Any = None) -> Any:
+    """The madsl model (madsl.model.Model, in eval mode) of a local Hugging Face checkpoint folder,
+    with every weight loaded by the family's name map (docs/weights.md); its spec is `model.spec`."""
+    model = import_checkpoint(directory).model
+    return model.to(device) if device is not None else model

@@ -1,0 +1,91 @@
+"""The name maps of the families madsl imports weights of, and the check that a checkpoint fills a
+model exactly: every model tensor from checkpoint tensors of the right names and shapes, every
+checkpoint tensor placed, read from the headers alone (nothing allocated), each refusal naming the
+tensor.
+
+A family is one module (lfm2.py) with `check_config(config, path)` (what its layers cannot compute
+as madsl's, refused by key), `sources(model, config)` (each model tensor -> its checkpoint parts,
+concatenated along the first axis where there are several) and `TIED` (checkpoint tensors that
+repeat another where the model ties its embeddings). `families()` registers it by model_type.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from madsl.errors import MadslError
+from madsl.weights.parts import Part, Sources
+
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+
+
+def families() -> dict[str, ModuleType]:
+    """model_type -> the module that maps its checkpoints (one module a family)."""
+    from madsl.weights import lfm2
+
+    return {"lfm2": lfm2}
+
+
+def family(model_type: str, path: str) -> ModuleType:
+    known = families()
+    if model_type not in known:
+        raise MadslError(
+            f'{path}: "model_type": madsl imports no {model_type!r} weights yet',
+            expected="model_type " + ", ".join(known),
+            hint="`madsl convert --from-hf` converts its config.json to a spec (shapes and counts, no weights)",
+        )
+    return known[model_type]
+
+
+def place(
+    sources: Sources, planned: dict[str, tuple[int, ...]], headers: dict, tied: dict[str, str], where: str
+) -> None:
+    """Refuse, by name, a model tensor without a source, a checkpoint tensor the model lacks or one
+    it has in another shape or kind, and a checkpoint tensor nothing places (`tied` ones excepted)."""
+    for name, shape in planned.items():
+        parts = sources.get(name)
+        if parts is None:
+            raise MadslError(f"{where}: madsl's map has no checkpoint tensor for the model's {name!r}")
+        if len(parts) > 1 and (sum(part.shape[0] for part in parts), *parts[0].shape[1:]) != shape:
+            raise MadslError(f"{where}: the map's parts of {name!r} do not make its shape {list(shape)}")
+        for part in parts:
+            _check_part(part, name, headers, where)
+    used = {part.name for parts in sources.values() for part in parts}
+    for name in sorted(set(headers) - used):
+        if name not in tied:
+            raise MadslError(
+                f"{where}: the checkpoint has {name!r}, which madsl cannot place in the model",
+                hint="a tensor of another model, or of a layer madsl's converter does not build: nothing was loaded",
+            )
+        if headers[name][0] != headers.get(tied[name], (None,))[0]:
+            raise MadslError(f"{where}: {name!r} has shape {list(headers[name][0])}; the tied {tied[name]!r} another")
+
+
+def _check_part(part: Part, name: str, headers: dict, where: str) -> None:
+    if part.name not in headers:
+        raise MadslError(
+            f"{where}: the checkpoint lacks {part.name!r} (the model's {name!r})",
+            hint="madsl does not initialise a tensor at random: nothing was loaded",
+        )
+    shape, dtype = headers[part.name]
+    if tuple(shape) != part.shape:
+        raise MadslError(
+            f"{where}: tensor {part.name!r} has shape {list(shape)}; the model config.json describes needs "
+            f"{list(part.shape)} (its {name!r})"
+        )
+    if dtype not in FLOAT_DTYPES:
+        raise MadslError(f"{where}: tensor {part.name!r} is {dtype}; the model's {name!r} is floating point")
+
+
+def assemble(sources: Sources, read: Any, like: dict[str, Any]) -> dict[str, Any]:
+    """The state dict: each model tensor from its parts (`read(name)` gives a checkpoint tensor),
+    concatenated along the first axis where there are several, in the model tensor's dtype."""
+    import torch
+
+    state = {}
+    for name, target in like.items():
+        parts = [read(part.name) for part in sources[name]]
+        tensor = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+        state[name] = tensor.to(target.dtype)
+    return state
