@@ -431,3 +431,488 @@ def test_what_a_family_cannot_express_is_refused(model_type, topology, message):
     spec = madsl.spec_from_topology(topology, dim=32, vocab=100)
     with pytest.raises(madsl.MadslError, match=message):
         to_hf_config(spec, model_type)
+
+
+# ---- Kimi Linear (kimi_linear) ---------------------------------------------------------------------------
+
+# moonshotai/Kimi-Linear-48B-A3B-Instruct's config.json (token ids and dtype left out): 48B total on its card
+KIMI_LINEAR_48B = {
+    "architectures": ["KimiLinearForCausalLM"],
+    "model_type": "kimi_linear",
+    "first_k_dense_replace": 1,
+    "head_dim": 72,
+    "hidden_act": "silu",
+    "hidden_size": 2304,
+    "initializer_range": 0.02,
+    "intermediate_size": 9216,
+    "kv_lora_rank": 512,
+    "linear_attn_config": {
+        "full_attn_layers": [4, 8, 12, 16, 20, 24, 27],
+        "head_dim": 128,
+        "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26],
+        "num_heads": 32,
+        "short_conv_kernel_size": 4,
+    },
+    "mla_use_nope": True,
+    "model_max_length": 1048576,
+    "moe_intermediate_size": 1024,
+    "moe_layer_freq": 1,
+    "moe_renormalize": True,
+    "moe_router_activation_func": "sigmoid",
+    "num_attention_heads": 32,
+    "num_expert_group": 1,
+    "num_experts": 256,
+    "num_experts_per_token": 8,
+    "num_hidden_layers": 27,
+    "num_key_value_heads": 32,
+    "num_nextn_predict_layers": 0,
+    "num_shared_experts": 1,
+    "pad_token_id": 163839,
+    "q_lora_rank": None,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 10000.0,
+    "routed_scaling_factor": 2.446,
+    "tie_word_embeddings": False,
+    "topk_group": 1,
+    "use_cache": True,
+    "v_head_dim": 128,
+    "vocab_size": 163840,
+}
+KIMI_SMALL = {
+    "model_type": "kimi_linear",
+    "hidden_size": 128,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 4,
+    "intermediate_size": 256,
+    "kv_lora_rank": 32,
+    "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 8,
+    "v_head_dim": 24,
+    "linear_attn_config": {
+        "full_attn_layers": [3, 6],
+        "kda_layers": [1, 2, 4, 5],
+        "num_heads": 4,
+        "head_dim": 16,
+        "short_conv_kernel_size": 3,
+    },
+    "num_experts": 8,
+    "num_experts_per_token": 2,
+    "num_shared_experts": 1,
+    "moe_intermediate_size": 48,
+    "first_k_dense_replace": 1,
+    "vocab_size": 1000,
+    "pad_token_id": 0,
+}
+# transformers' own key names (num_local_experts, num_experts_per_tok, n_shared_experts), layer_types,
+# mlp_layer_types, a query bottleneck, attention bias, and tie_word_embeddings, which the class ignores
+KIMI_TYPED = {
+    "model_type": "kimi_linear",
+    "hidden_size": 96,
+    "num_hidden_layers": 5,
+    "num_attention_heads": 3,
+    "intermediate_size": 200,
+    "q_lora_rank": 40,
+    "kv_lora_rank": 24,
+    "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 8,
+    "v_head_dim": 16,
+    "attention_bias": True,
+    "layer_types": ["full_attention", "linear_attention", "linear_attention", "full_attention", "linear_attention"],
+    "mlp_layer_types": ["dense", "sparse", "dense", "sparse", "sparse"],
+    "linear_num_heads": 2,
+    "linear_head_dim": 24,
+    "linear_conv_kernel_dim": 2,
+    "num_local_experts": 6,
+    "num_experts_per_tok": 3,
+    "n_shared_experts": 2,
+    "moe_intermediate_size": 32,
+    "vocab_size": 500,
+    "pad_token_id": 0,
+    "tie_word_embeddings": True,
+}
+KIMI_BARE = {
+    "model_type": "kimi_linear",
+    "hidden_size": 128,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 4,
+    "intermediate_size": 256,
+    "num_experts": 8,
+    "num_experts_per_token": 2,
+    "moe_intermediate_size": 48,
+    "vocab_size": 1000,
+    "pad_token_id": 0,
+}
+KIMI_DENSE = {**{k: v for k, v in KIMI_SMALL.items() if k != "num_experts"}, "first_k_dense_replace": 6}
+
+# name -> (config, transformers' count of KimiLinearForCausalLM built from it)
+KIMI_BUILT = {
+    "kimi-linear-48b-a3b": (KIMI_LINEAR_48B, 49_122_675_072),
+    "kimi small": (KIMI_SMALL, 1_420_560),
+    "kimi typed": (KIMI_TYPED, 546_734),
+    "kimi bare": (KIMI_BARE, 18_132_896),
+    "kimi dense": (KIMI_DENSE, 1_077_520),
+    "kimi no shared expert": ({**KIMI_SMALL, "num_shared_experts": 0}, 1_328_400),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KIMI_BUILT))
+def test_kimi_linear_converts_to_transformers_count_and_back(name):
+    config, built = KIMI_BUILT[name]
+    read = read_hf_config(config, "m")
+    assert _params(read.data) == built
+    written = to_hf_config(spec_from_data(read.data), "kimi_linear")
+    again = read_hf_config(written, "m")
+    assert _same_stack(again.data, read.data) and again.notes == []
+
+
+def test_kimi_linear_48b_reads_its_checkpoint_keys():
+    read = read_hf_config(KIMI_LINEAR_48B)
+    data = read.data
+    assert data["topology"].startswith("KDA-Sg:2KDA-MoE:MLA-MoE:3KDA-MoE") and data["topology"].endswith(
+        "2KDA-MoE:MLA-MoE"
+    )
+    assert data["layers"]["KDA"] == {"heads": 32, "head_dim": 128, "expand_v": 1, "d_conv": 4}
+    assert data["layers"]["MLA"] == {
+        "heads": 32,
+        "q_lora_rank": None,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "rotary": False,
+        "bias": False,
+    }
+    assert data["layers"]["MoE"] == {"experts": 256, "expert_width": 1024, "active": 8, "shared_width": 1024}
+    assert data["layers"]["Sg"] == {"inner": 9216} and data["tie_embeddings"] is False
+    assert read.defaulted == {"attention_bias": False}
+    assert any(note.startswith("head_dim = 72 is not read") for note in read.notes)
+    assert "sigmoid" in data["description"]
+    assert abs(KIMI_BUILT["kimi-linear-48b-a3b"][1] - 48e9) / 48e9 < 0.03  # the card's 48B (2.3 % over)
+
+
+def test_kimi_linear_defaults_are_listed():
+    read = read_hf_config(KIMI_BARE)
+    for key, value in (
+        ("first_k_dense_replace", 1),
+        ("linear_num_heads", 32),
+        ("linear_head_dim", 128),
+        ("kv_lora_rank", 512),
+        ("q_lora_rank", None),
+        ("num_shared_experts", 1),
+    ):
+        assert read.defaulted[key] == value
+    assert read.defaulted["layer_types"][4] == "full_attention"
+
+
+def test_kimi_linear_follows_the_class_where_it_ignores_a_key():
+    """The head is never tied; the checkpoint's num_experts is read over num_local_experts."""
+    read = read_hf_config({**KIMI_SMALL, "tie_word_embeddings": True, "num_local_experts": 4, "mla_use_nope": False})
+    assert _params(read.data) == 1_420_560 and read.data["tie_embeddings"] is False
+    assert any("never ties" in note for note in read.notes)
+    assert any("num_local_experts is not read" in note for note in read.notes)
+    assert any(note.startswith("mla_use_nope = false is not read") for note in read.notes)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "hidden_size",
+        "num_hidden_layers",
+        "vocab_size",
+        "num_attention_heads",
+        "intermediate_size",
+        "num_experts",
+        "num_experts_per_token",
+        "moe_intermediate_size",
+    ],
+)
+def test_kimi_linear_size_that_says_which_model_it_is_is_refused_by_name(tmp_path, key):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in KIMI_LINEAR_48B.items() if k != key}, indent=2))
+    rc, out, err = convert("--from-hf", str(path))
+    assert rc == 2 and out == "" and f'missing key "{key}"' in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"layer_types": ["linear_attention"] * 26}, "26 layers, but num_hidden_layers is 27"),
+        ({"mlp_layer_types": ["moe"] * 27}, '"mlp_layer_types"[0]'),
+        ({"linear_attn_config": {"full_attn_layers": [0], "kda_layers": []}}, "not a layer number from 1 to 27"),
+        ({"linear_attn_config": {"full_attn_layers": [4], "kda_layers": [1, 2]}}, "layer 3 is in neither"),
+        ({"linear_attn_config": {"full_attn_layers": [1], "kda_layers": [1]}}, "layer 1 is in both"),
+        ({"num_experts_per_token": 300}, "exceeds the 256 experts"),
+        ({"hidden_act": "gelu"}, '"hidden_act"'),
+    ],
+)
+def test_what_kimi_linear_cannot_state_is_a_located_error(tmp_path, change, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**KIMI_LINEAR_48B, **change}, indent=2))
+    rc, out, err = convert("--from-hf", str(path))
+    assert rc == 2 and out == "" and message in err and f"{path}:" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "topology, message",
+    [
+        ("KDA-Sg:MLA-Sg", "no rotary embeddings"),
+        ("KDA{expand_v=2}-Sg", "values as wide as its keys"),
+        ("KDA-MoE{shared_width=24, expert_width=16}", "not a multiple of expert_width"),
+        ("KDA-MoE{shared_width=16, expert_width=16, shared_gate=true}", "has no MoE shared_gate"),
+        ("KDA-none", "followed by a SwiGLU or a mixture of experts"),
+        ("A-Sg", "Kimi Linear has no attention layer"),
+    ],
+)
+def test_what_kimi_linear_cannot_express_is_refused(topology, message):
+    spec = spec_from_data({"name": "k", "dim": 32, "vocab": 100, "tie_embeddings": False, "topology": topology})
+    with pytest.raises(madsl.MadslError, match=message):
+        to_hf_config(spec, "kimi_linear")
+
+
+def test_kimi_linear_refuses_a_tied_spec():
+    data = read_hf_config(KIMI_SMALL).data
+    with pytest.raises(madsl.MadslError, match="never ties"):
+        to_hf_config(spec_from_data({**data, "tie_embeddings": True}), "kimi_linear")
+
+
+# ---- MiniMax-Text-01 and MiniMax-M1 (minimax, minimax_m1) -------------------------------------------------
+
+# MiniMaxAI/MiniMax-M1-80k's config.json (token ids, dtype, initialisation and dropout left out): 456B total
+# on its card; model_type minimax_m1, MiniMax's own code, MiniMax-Text-01's layers
+MINIMAX_M1 = {
+    "architectures": ["MiniMaxM1ForCausalLM"],
+    "attn_type_list": [0, 0, 0, 0, 0, 0, 0, 1] * 10,
+    "auto_map": {
+        "AutoConfig": "configuration_minimax_m1.MiniMaxM1Config",
+        "AutoModelForCausalLM": "modeling_minimax_m1.MiniMaxM1ForCausalLM",
+    },
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 6144,
+    "intermediate_size": 9216,
+    "layernorm_full_attention_alpha": 3.5565588200778455,
+    "layernorm_full_attention_beta": 1.0,
+    "layernorm_linear_attention_alpha": 3.5565588200778455,
+    "layernorm_linear_attention_beta": 1.0,
+    "layernorm_mlp_alpha": 3.5565588200778455,
+    "layernorm_mlp_beta": 1.0,
+    "max_position_embeddings": 10240000,
+    "model_type": "minimax_m1",
+    "num_attention_heads": 64,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 80,
+    "num_key_value_heads": 8,
+    "num_local_experts": 32,
+    "postnorm": True,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000000,
+    "rotary_dim": 64,
+    "router_aux_loss_coef": 0.001,
+    "shared_intermediate_size": 0,
+    "shared_moe_mode": "sigmoid",
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "vocab_size": 200064,
+}
+# MiniMax-Text-01's shape in transformers' own keys (MiniMaxConfig: layer_types, the alpha factors)
+MINIMAX_TEXT_01 = {
+    "architectures": ["MiniMaxForCausalLM"],
+    "model_type": "minimax",
+    "hidden_size": 6144,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 9216,
+    "num_local_experts": 32,
+    "num_experts_per_tok": 2,
+    "vocab_size": 200064,
+    "rope_theta": 10000000,
+    "max_position_embeddings": 10240000,
+    "block_size": 256,
+    "full_attn_alpha_factor": 3.5565588200778455,
+    "full_attn_beta_factor": 1.0,
+    "linear_attn_alpha_factor": 3.5565588200778455,
+    "linear_attn_beta_factor": 1.0,
+    "mlp_alpha_factor": 3.5565588200778455,
+    "mlp_beta_factor": 1.0,
+    "layer_types": [*["linear_attention"] * 7, "full_attention"] * 10,
+    "rms_norm_eps": 1e-05,
+    "router_aux_loss_coef": 0.001,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+}
+MINIMAX_SMALL = {
+    "model_type": "minimax",
+    "hidden_size": 128,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 96,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "vocab_size": 1000,
+    "layer_types": [
+        "linear_attention",
+        "linear_attention",
+        "full_attention",
+        "linear_attention",
+        "linear_attention",
+        "full_attention",
+    ],
+}
+MINIMAX_BARE = {
+    "model_type": "minimax",
+    "hidden_size": 128,
+    "num_hidden_layers": 5,
+    "num_attention_heads": 8,
+    "intermediate_size": 96,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "vocab_size": 1000,
+}
+# the num_experts alias, a head width of its own, tying, a sliding window and rope_parameters
+MINIMAX_TYPED = {
+    "model_type": "minimax",
+    "hidden_size": 96,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "head_dim": 40,
+    "intermediate_size": 64,
+    "num_experts": 3,
+    "num_experts_per_tok": 1,
+    "vocab_size": 500,
+    "tie_word_embeddings": True,
+    "sliding_window": 64,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 5000.0},
+    "layer_types": ["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+}
+MINIMAX_M1_SMALL = {
+    "model_type": "minimax_m1",
+    "hidden_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "rotary_dim": 16,
+    "intermediate_size": 96,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "vocab_size": 1000,
+    "attn_type_list": [0, 1, 0, 1],
+    "postnorm": True,
+    "shared_intermediate_size": 0,
+}
+
+# name -> (config, transformers' count of MiniMaxForCausalLM built from it; for minimax_m1, from the same
+# config in MiniMaxConfig's keys: layer_types for attn_type_list)
+MINIMAX_BUILT = {
+    "minimax-m1": (MINIMAX_M1, 456_089_655_296),
+    "minimax-text-01 shape": (MINIMAX_TEXT_01, 456_089_655_296),
+    "minimax small": (MINIMAX_SMALL, 1_571_968),
+    "minimax bare": (MINIMAX_BARE, 1_357_952),
+    "minimax typed": (MINIMAX_TYPED, 540_480),
+    "minimax-m1 small": (MINIMAX_M1_SMALL, 1_111_424),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MINIMAX_BUILT))
+def test_minimax_converts_to_transformers_count_and_back(name):
+    config, built = MINIMAX_BUILT[name]
+    read = read_hf_config(config, "m")
+    assert _params(read.data) == built
+    written = to_hf_config(spec_from_data(read.data), config["model_type"])
+    again = read_hf_config(written, "m")
+    assert _same_stack(again.data, read.data) and again.notes == []
+
+
+def test_minimax_m1_is_text_01_in_its_own_keys():
+    m1, text = read_hf_config(MINIMAX_M1).data, read_hf_config(MINIMAX_TEXT_01).data
+    assert m1["topology"] == text["topology"] and m1["topology"].startswith("Lt{decay_scale=1.00001}-MoE:")
+    assert m1["layers"]["Lt"] == {"heads": 64, "head_dim": 128}
+    assert m1["layers"]["MoE"] == {"experts": 32, "expert_width": 9216, "active": 2, "aux_loss_weight": 0.001}
+    assert m1["layers"]["A"]["rotary_fraction"] == 0.5 and "rotary_fraction" not in text["layers"]["A"]
+    assert "MiniMaxForCausalLM" in m1["description"] and "residual after each norm" in text["description"]
+    assert abs(MINIMAX_BUILT["minimax-m1"][1] - 456e9) / 456e9 < 0.01  # the card's 456B
+
+
+def test_minimax_decay_follows_transformers_per_layer():
+    """Layer l of N scales its slopes by 1 - l / (N - 1 + 1e-5) + 1e-5, as MiniMaxLightningAttention."""
+    topology = read_hf_config(MINIMAX_SMALL).data["topology"]
+    assert topology.split(":")[:2] == ["Lt{decay_scale=1.00001}-MoE", "Lt{decay_scale=0.800010399999}-MoE"]
+    data = read_hf_config(MINIMAX_SMALL).data
+    wrong = {**data, "topology": topology.replace("0.800010399999", "0.9")}
+    with pytest.raises(madsl.MadslError, match="lightning layer 1 of 6 scales its slopes"):
+        to_hf_config(spec_from_data(wrong), "minimax")
+
+
+def test_minimax_defaults_are_listed_and_ignored_keys_said():
+    read = read_hf_config(MINIMAX_BARE)
+    assert read.defaulted["num_key_value_heads"] == 8 and read.defaulted["rope_theta"] == 1e6
+    assert read.defaulted["layer_types"] == ["full_attention", "linear_attention"] * 2 + ["full_attention"]
+    said = read_hf_config({**MINIMAX_BARE, "attn_type_list": [0, 0, 0, 0, 1]})
+    assert any(note.startswith("attn_type_list = a list is not read") for note in said.notes)
+    assert _params(said.data) == 1_357_952  # transformers' MiniMaxConfig alternates, whatever attn_type_list says
+    m1 = read_hf_config({k: v for k, v in MINIMAX_M1_SMALL.items() if k != "rotary_dim"})
+    assert m1.defaulted["rotary_dim"] == 32
+
+
+@pytest.mark.parametrize(
+    "config, key",
+    [
+        (MINIMAX_M1, "hidden_size"),
+        (MINIMAX_M1, "num_attention_heads"),
+        (MINIMAX_M1, "intermediate_size"),
+        (MINIMAX_M1, "num_local_experts"),
+        (MINIMAX_M1, "num_experts_per_tok"),
+        (MINIMAX_M1, "vocab_size"),
+        (MINIMAX_M1, "attn_type_list"),
+        (MINIMAX_TEXT_01, "num_local_experts"),
+    ],
+)
+def test_minimax_size_that_says_which_model_it_is_is_refused_by_name(tmp_path, config, key):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in config.items() if k != key}, indent=2))
+    rc, out, err = convert("--from-hf", str(path))
+    assert rc == 2 and out == "" and f'missing key "{key}"' in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"attn_type_list": [0, 1] * 39}, "a list of 80 entries, each 0 (lightning) or 1 (attention)"),
+        ({"attn_type_list": [2] * 80}, "a list of 80 entries"),
+        ({"shared_intermediate_size": 1024}, "a shared expert beside the routed ones"),
+        ({"rotary_dim": 256}, "at most head_dim=128"),
+        ({"num_experts_per_tok": 33}, "exceeds the 32 experts"),
+        ({"hidden_act": "gelu"}, '"hidden_act"'),
+    ],
+)
+def test_what_minimax_m1_cannot_state_is_a_located_error(tmp_path, change, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**MINIMAX_M1, **change}, indent=2))
+    rc, out, err = convert("--from-hf", str(path))
+    assert rc == 2 and out == "" and message in err and f"{path}:" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "model_type, topology, message",
+    [
+        ("minimax", "Lt-Sg", "MiniMax has no swiglu layer"),
+        ("minimax", "Lt-none", "followed by its mixture of experts"),
+        ("minimax", "Lt-MoE{shared_width=8}", "without a shared expert"),
+        ("minimax", "A{rotary=false}-MoE", "attention is rotary"),
+        ("minimax", "A{rotary_fraction=0.5}-MoE", "rotates the whole head"),
+        ("minimax", "Lt{heads=2}-MoE:A{heads=4}-MoE", "share num_attention_heads and head_dim"),
+        ("minimax", "GDN-MoE", "MiniMax has no delta_net layer"),
+        ("minimax_m1", "Lt-MoE{latent_width=4}", "has no MoE latent_width"),
+    ],
+)
+def test_what_minimax_cannot_express_is_refused(model_type, topology, message):
+    spec = madsl.spec_from_topology(topology, dim=32, vocab=100)
+    with pytest.raises(madsl.MadslError, match=message):
+        to_hf_config(spec, model_type)

@@ -30,6 +30,9 @@ FAMILY_TYPES = (
     "qwen3_5_text",
     "qwen3_5_moe_text",
     "recurrent_gemma",
+    "kimi_linear",
+    "minimax",
+    "minimax_m1",
 )  # madsl.interop.huggingface.families.FAMILIES
 
 

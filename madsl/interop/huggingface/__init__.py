@@ -15,4 +15,6 @@ falcon_h1.py   Falcon-H1 (TII)
 lfm2.py        LFM2 and LFM2-MoE (Liquid AI)
 qwen3_next.py  Qwen3-Next and Qwen3.5's language models (Qwen)
 recurrent_gemma.py  RecurrentGemma (Google)
+kimi_linear.py  Kimi Linear (Moonshot AI)
+minimax.py     MiniMax-Text-01 and MiniMax-M1 (MiniMax)
 """

@@ -11,6 +11,7 @@ config, taken at transformers' default where its config class has one (and liste
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +182,8 @@ def spec_data(
     note: str = "",
 ) -> dict[str, Any]:
     """The spec's data: only the symbols the stack uses get settings (madsl refuses the others)."""
-    used = {part.strip("[] ") for block in blocks for group in block.split("-") for part in group.split("|")}
+    bare = [re.sub(r"\{[^}]*\}", "", block) for block in blocks]  # a layer's own settings (MiniMax's decay)
+    used = {part.strip("[] ") for block in bare for group in block.split("-") for part in group.split("|")}
     source = f" ({Path(cfg.path).name})" if not cfg.path.startswith("<") else ""
     return {
         "name": name,
@@ -228,10 +230,11 @@ class Stack:
     primitives (several only where `parallel`, Falcon-H1's attention beside Mamba-2) and the
     channel mixer's (None: no channel mixer), and one setting per primitive kind. The plan must be
     a plain stack (`madsl.structure`); a layer's own settings are allowed where every layer of its
-    kind has them."""
+    kind has them, and settings named in `varying` may differ from layer to layer (MiniMax's
+    per-layer decay: the family checks them in `layers`)."""
 
-    def __init__(self, spec: Any, family: Family, *, parallel: bool = False):
-        self.spec, self.family = spec, family
+    def __init__(self, spec: Any, family: Family, *, parallel: bool = False, varying: frozenset[str] = frozenset()):
+        self.spec, self.family, self.varying = spec, family, varying
         if spec.norm != "rms":
             raise MadslError(f"{spec.name}: {family.title} uses RMSNorm; the spec has norm: {spec.norm}")
         if not spec.final_norm:
@@ -258,7 +261,9 @@ class Stack:
     def _one_setting(self, prim: Any) -> None:
         seen = self.kinds.setdefault(prim.name, prim)
         if seen != prim:
-            changed = [k for k, v in prim.config().items() if seen.config()[k] != v]
+            changed = [k for k, v in prim.config().items() if seen.config()[k] != v and k not in self.varying]
+            if not changed:  # only the settings the family gives each layer (`varying`) differ
+                return
             raise MadslError(
                 f"{self.spec.name}: two {prim.name} layers differ in {', '.join(changed)}; "
                 f"a {self.family.title} config.json has one setting per layer kind"

@@ -18,6 +18,11 @@ by a channel mixer, which is a madsl block:
     qwen3_5_moe_text  Qwen3.5 MoE's language model: Qwen3-Next's layers, experts after each (qwen3_next.py)
     qwen3_5(_moe)     Qwen3.5's vision-language configs: the language model of text_config (LANGUAGE_MODELS)
     recurrent_gemma   RecurrentGemma (Google): Griffin's RG-LRU blocks and local attention (recurrent_gemma.py)
+    kimi_linear       Kimi Linear (Moonshot AI): Kimi Delta Attention and latent attention (NoPE), dense
+                      MLPs first, then experts beside a shared expert (kimi_linear.py)
+    minimax           MiniMax-Text-01 (MiniMax): lightning attention and softmax attention, experts
+                      after each (minimax.py)
+    minimax_m1        MiniMax-M1: MiniMax-Text-01's layers in MiniMax's own keys (`attn_type_list`)
 
 Reading a config gives a spec with its width, vocabulary, layer stack and every layer's sizes,
 so that `madsl compile` and `madsl check` account it (embeddings and an untied head included, as
@@ -43,7 +48,9 @@ from madsl.interop.huggingface.config import Config
 from madsl.interop.huggingface.falcon_h1 import FalconH1
 from madsl.interop.huggingface.ibm import Bamba, GraniteHybrid
 from madsl.interop.huggingface.jamba import Jamba
+from madsl.interop.huggingface.kimi_linear import KimiLinear
 from madsl.interop.huggingface.lfm2 import Lfm2, Lfm2Moe
+from madsl.interop.huggingface.minimax import MiniMax, MiniMaxM1
 from madsl.interop.huggingface.nemotron import NemotronH
 from madsl.interop.huggingface.qwen3_next import Qwen3_5MoeText, Qwen3_5Text, Qwen3Next
 from madsl.interop.huggingface.recurrent_gemma import RecurrentGemma
@@ -63,6 +70,9 @@ FAMILIES: dict[str, Family] = {
         Qwen3_5Text(),
         Qwen3_5MoeText(),
         RecurrentGemma(),
+        KimiLinear(),
+        MiniMax(),
+        MiniMaxM1(),
     )
 }
 Config.family_titles = {name: f.title for name, f in FAMILIES.items()}
