@@ -215,7 +215,9 @@ def test_a_stacked_study_equals_one_by_one_and_the_report_tunes_then_averages(tm
     study = tmp_path / "study.yaml"
     study.write_text(LADDER)
     stacked, alone = tmp_path / "stacked.db", tmp_path / "alone.db"
-    _scale_json(capsys, str(study), "--db", str(stacked))
+    summary = _scale_json(capsys, str(study), "--db", str(stacked))
+    # runs, not jobs: the four runs train as one stack ("4 of 1 runs done" was printed before)
+    assert (summary["runs"], summary["jobs"], summary["done"]) == (4, 1, 4)
     _scale_json(capsys, str(study), "--db", str(alone), "--no-batch")
     losses = [dict(sqlite3.connect(db).execute("SELECT run_id, best_eval_loss FROM runs")) for db in (stacked, alone)]
     assert losses[0].keys() == losses[1].keys() and len(losses[0]) == 4
@@ -227,6 +229,16 @@ def test_a_stacked_study_equals_one_by_one_and_the_report_tunes_then_averages(tm
     for run, run_id in zip(plan.runs, plan.run_ids):
         by_seed[run.settings.seed] = min(by_seed.get(run.settings.seed, 1e9), losses[0][run_id])
     assert point.loss == pytest.approx(sum(by_seed.values()) / 2)
+    # the report's ladder: each seed's model with its loss at both rates and the better one
+    from madsl.scaling.report import study_report
+
+    ladder = study_report(study, stacked, resamples=0, parametric_resamples=0).ladder
+    assert [row["seed"] for row in ladder] == [0, 1]
+    for row in ladder:
+        assert list(row["losses"]) == [1e-3, 3e-3]
+        best = min(row["losses"], key=row["losses"].__getitem__)
+        assert row["best_lr"] == best and row["edge"] == ("lowest" if best == 1e-3 else "highest")
+        assert by_seed[row["seed"]] == pytest.approx(row["losses"][best])
 
 
 @pytest.mark.parametrize(

@@ -78,6 +78,12 @@ def test_the_report_fits_the_law_and_ranks_the_architectures(trained, monkeypatc
     for fit in report.parametric.values():  # approach 3 with bootstrap intervals, no constant at a bound
         assert fit.resamples == 200 and fit.intervals["alpha"][0] <= fit.alpha <= fit.intervals["alpha"][1]
     assert all(bpb > 0 for bpb in report.bits_per_byte.values())
+    # the state-optimal law over the three budgets: more state at the optimum, lower perplexity
+    assert set(report.state_laws) == set(OFFSETS) and report.state_laws_missing == {}
+    for law in report.state_laws.values():
+        low, high = law.law.interval
+        assert len(law.budgets) == 3 and law.law.exponent < 0 and low <= law.law.exponent <= high
+    assert report.ladder == []  # one learning rate: no ladder to report
     written = report_module.write_figures(report, Path(db).parent / "fig")
     assert sorted(p.name for p in written) == ["correlation.png", "frontier.png", "isoflops.png", "state_optimal.png"]
     assert all(p.stat().st_size > 1000 for p in written)
@@ -88,9 +94,11 @@ def test_the_command_prints_the_fits_and_exports_records(trained, capsys):
     assert main(["report", "--study", str(study), "--db", str(db)]) == 0
     text = capsys.readouterr().out
     assert "IsoFLOP optima" in text and "Frontiers" in text and "MAD correlation: 0 of" in text
+    assert "State-optimal law: P* ∝ M*^c" in text and "Learning-rate ladder" not in text
     assert main(["report", "--study", str(study), "--db", str(db), "--format", "json"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert set(records["frontiers"]) == set(OFFSETS) and records["runs_done"] == 63
+    assert set(records["state_laws"]) == set(OFFSETS) and records["learning_rate_ladder"] == []
     assert [f["extrapolated"] for f in records["isoflops"]] == [False] * 9
     assert records["correlation_left_out"] == {} and records["correlation"] is None
     assert main(["report", "--study", str(study), "--db", str(db), "--format", "csv"]) == 0

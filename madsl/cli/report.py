@@ -125,7 +125,7 @@ def _add_study_arguments(p) -> None:
         metavar="STUDY.yaml",
         help="report a scaling study (madsl scale) instead: IsoFLOP optima, frontiers with bootstrap "
         "intervals, the parametric fit, the state-optimal view and the MAD correlation; --plot "
-        "then names a folder for its four figures (docs/scaling.md)",
+        "then names a folder for its figures (docs/scaling.md)",
     )
     p.add_argument(
         "--mad-db",

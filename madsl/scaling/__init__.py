@@ -11,7 +11,7 @@ MAD correlation (`madsl report --study`): stages C and D of the MAD paper's pipe
                     exact permutation tests, BCa intervals)
     report.py       a study's results fitted, as records
     report_text.py  the report as text (extrapolated optima marked)
-    figures.py      the four figures (IsoFLOP curves, frontier, state-optimal, correlation)
+    figures.py      the figures (IsoFLOP curves, frontier, state-optimal, correlation, ladder)
 
 Torch-free except the runs themselves (madsl.runner.pretrain) and the rate's measurement.
 """

@@ -330,7 +330,8 @@ def scale(
     return {
         "db": str(execution.db),
         "study": plan.study.name,
-        "runs": len(jobs),
+        "runs": len(plan.runs),  # runs, not jobs: a stack is one job of several runs
+        "jobs": len(jobs),
         "done": len(outcome.done),
         "already_done": len(outcome.already_done),
         "failed": dict(outcome.failed),

@@ -7,6 +7,9 @@
                          legend (Fig. 4.1, bottom)
     plot_state_optimal   compute-optimal loss against total state, one colour per architecture and
                          one marker per budget (Fig. 4.3, right)
+    plot_ladder          final loss against learning rate, one panel per architecture and one line
+                         per size, each size's best rate ringed: where the best sits at an end, the
+                         ladder does not bracket it
     plot_correlation     MAD score against compute-optimal perplexity; r, rho and tau with their
                          one-sided permutation p-values (and BCa intervals where computed) in the
                          title (Fig. 5.1)
@@ -263,4 +266,29 @@ def plot_correlation(correlation: Correlation, path: str | os.PathLike) -> Path:
     at = f" at {_flops(correlation.budget)} FLOPs" if correlation.budget is not None else ""
     ax.set_ylabel("compute-optimal perplexity" + at)
     ax.grid(True, alpha=0.25)
+    return _save(plt, fig, path)
+
+
+def plot_ladder(rows: Sequence[Mapping], path: str | os.PathLike) -> Path:
+    """Each model's final loss at each rate of its learning-rate ladder (the rows of
+    madsl.scaling.optima.learning_rate_ladder), one panel per architecture and budget, one line per
+    size and seed, its best rate ringed."""
+    plt, path = _pyplot(path)
+    panels: dict[tuple[str, float], list[Mapping]] = {}
+    for row in rows:
+        panels.setdefault((row["arch"], row["budget"]), []).append(row)
+    fig, axes = _panels(plt, len(panels))
+    for ax, ((arch, budget), models) in zip(axes, panels.items()):
+        colours = plt.cm.viridis(np.linspace(0, 0.9, len(models)))
+        for colour, model in zip(colours, models):
+            rates = [lr for lr, loss in model["losses"].items() if loss is not None]
+            label = f"{model['size']} ({model['params']:,})" + (f" s{model['seed']}" if model["seed"] else "")
+            ax.plot(rates, [model["losses"][lr] for lr in rates], "o-", color=colour, markersize=3, label=label)
+            ax.plot(model["best_lr"], model["losses"][model["best_lr"]], "o", mfc="none", mec="red", markersize=9)
+        ax.set_xscale("log")
+        ax.set_title(f"{arch} at {_flops(budget)} FLOPs", fontsize=9)
+        ax.set_xlabel("learning rate")
+        ax.set_ylabel(LOSS_LABEL, fontsize=8)
+        ax.legend(fontsize=6)
+        ax.grid(True, alpha=0.25)
     return _save(plt, fig, path)

@@ -13,6 +13,7 @@ Torch-free; pure numpy through madsl.scaling.fits.
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -104,4 +105,46 @@ def seed_spread(by_seed: dict[int, list[Any]]) -> list[dict[str, Any]]:
                     "sd": statistics.stdev(values),
                 }
             )
+    return out
+
+
+def learning_rate_ladder(runs: list[Any], stored: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where a budget trains a learning-rate ladder: each model's (architecture, budget, size,
+    seed) final loss at each rate and its best rate, with `edge` "lowest" or "highest" where the
+    best is an end of the ladder (the ladder does not bracket that model's best rate: its loss may
+    be set by the ladder, not the model). `runs`: (ScaleRun, run id) pairs; `stored`: run id ->
+    its database row. A rate that diverged or has no loss yet is None; a model with no loss at
+    any rate is left out."""
+    models: dict[tuple, dict[float, float | None]] = {}
+    params: dict[tuple, int] = {}
+    for run, run_id in runs:
+        key = (run.arch, run.budget, run.size, run.settings.seed)
+        row = stored.get(run_id)
+        finished = row is not None and row["status"] == "done" and row["diverged_epoch"] is None
+        loss = row["best_eval_loss"] if finished else None
+        losses = models.setdefault(key, {})
+        losses[float(run.settings.lr)] = float(loss) if isinstance(loss, (int, float)) and math.isfinite(loss) else None
+        params[key] = run.params
+    out = []
+    for (arch, budget, size, seed), losses in sorted(
+        models.items(), key=lambda item: (item[0][0], item[0][1], params[item[0]], item[0][3])
+    ):
+        rates = sorted(losses)
+        measured = {lr: loss for lr, loss in losses.items() if loss is not None}
+        if len(rates) < 2 or not measured:
+            continue
+        best = min(measured, key=measured.__getitem__)
+        edge = "lowest" if best == rates[0] else "highest" if best == rates[-1] else None
+        out.append(
+            {
+                "arch": arch,
+                "budget": budget,
+                "size": size,
+                "params": params[(arch, budget, size, seed)],
+                "seed": seed,
+                "losses": {lr: losses[lr] for lr in rates},
+                "best_lr": best,
+                "edge": edge,
+            }
+        )
     return out

@@ -41,6 +41,9 @@ class StudyReport:
     # the study's pre-registered groups (a design chain): name -> Correlation over its architectures (None: too few)
     group_correlations: dict[str, Any] = field(default_factory=dict)
     seed_spread: list[dict[str, Any]] = field(default_factory=list)  # madsl.scaling.optima.seed_spread's rows
+    ladder: list[dict[str, Any]] = field(default_factory=list)  # madsl.scaling.optima.learning_rate_ladder's rows
+    state_laws: dict[str, Any] = field(default_factory=dict)  # arch -> StateLaw (P* ∝ M*^c)
+    state_laws_missing: dict[str, str] = field(default_factory=dict)  # arch -> why it has no state law
     params: str = "total"  # the convention of N the points, frontiers and parametric fits use
     optima_by_convention: list[dict[str, Any]] = field(default_factory=list)  # optima.optima_by_convention's rows
     mad_scores: dict[str, float] = field(default_factory=dict)  # arch -> MAD score (where the store has one)
@@ -214,7 +217,8 @@ def study_report(
     convention of N the fits use (madsl.scaling.optima.CONVENTIONS); N* is also given under each."""
     from madsl.scaling import fits, raw_runs
     from madsl.scaling.api import plan_study_file, stored_runs, study_points, study_points_by_seed
-    from madsl.scaling.optima import CONVENTIONS, check_convention, optima_by_convention
+    from madsl.scaling.optima import CONVENTIONS, check_convention, learning_rate_ladder, optima_by_convention
+    from madsl.scaling.state_law import fit_state_laws
 
     check_convention(params)
     if runs is None:
@@ -235,6 +239,8 @@ def study_report(
     _fit_architectures(report, points, fitted, (resamples, parametric_resamples), seed)
     usable = [p for p in points if (p.arch, p.budget) in fitted]
     report.state = (_try(report, "state-optimal view", lambda: fits.state_optima(usable)) or []) if usable else []
+    report.state_laws, report.state_laws_missing = fit_state_laws(points, resamples=resamples, seed=seed)
+    report.ladder = learning_rate_ladder(list(zip(plan.runs, plan.run_ids)), stored)
     report.mad_scores = (
         raw_runs.read_scores_csv(plan, mad_scores) if mad_scores is not None else _mad_scores(plan, mad_db or db)
     )
@@ -332,6 +338,8 @@ def report_records(report: StudyReport) -> dict[str, Any]:
         "frontiers": {a: plain(f) for a, f in report.frontiers.items()},
         "parametric": {a: plain(f) for a, f in report.parametric.items()},
         "state_optimal": [plain(s) for s in report.state],
+        "state_laws": {a: plain(law) for a, law in report.state_laws.items()},
+        "learning_rate_ladder": report.ladder,
         "mad_scores": report.mad_scores,
         "correlation": plain(report.correlation),
         "correlation_left_out": report.correlation_left_out,
@@ -366,7 +374,7 @@ def report_rows(report: StudyReport) -> list[dict[str, Any]]:
     return rows
 
 
-FIGURES = ("isoflops.png", "frontier.png", "state_optimal.png", "correlation.png")
+FIGURES = ("isoflops.png", "frontier.png", "state_optimal.png", "correlation.png", "ladder.png")
 
 
 def check_figures_folder(folder: str | os.PathLike, force: bool = True) -> Path:
@@ -384,7 +392,8 @@ def check_figures_folder(folder: str | os.PathLike, force: bool = True) -> Path:
 
 
 def write_figures(report: StudyReport, folder: str | os.PathLike) -> list[Path]:
-    """The four figures (IsoFLOP curves, frontier, state-optimal, correlation) that have data, into `folder`."""
+    """The figures (IsoFLOP curves, frontier, state-optimal, correlation, learning-rate ladder) that
+    have data, into `folder`."""
     from madsl.outputs import output_error
     from madsl.scaling import figures
 
@@ -402,4 +411,6 @@ def write_figures(report: StudyReport, folder: str | os.PathLike) -> list[Path]:
         written.append(figures.plot_state_optimal(report.state, folder / "state_optimal.png"))
     if report.correlation is not None:
         written.append(figures.plot_correlation(report.correlation, folder / "correlation.png"))
+    if report.ladder:
+        written.append(figures.plot_ladder(report.ladder, folder / "ladder.png"))
     return written

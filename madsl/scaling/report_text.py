@@ -160,6 +160,56 @@ def _correlation(report: Any, c: Any = None, group: str | None = None) -> list[s
     return lines
 
 
+def _state_laws(report: Any) -> list[str]:
+    """The state-optimal law P* ∝ M*^c of each architecture with 2+ bracketed budgets."""
+    laws = getattr(report, "state_laws", {})
+    if not laws:
+        return []
+    first = next(iter(laws.values()))
+    lines = [
+        "",
+        f"State-optimal law: P* ∝ M*^c over the budgets' bracketed optima ({first.level:.0%} bootstrap "
+        f"interval, {first.resamples} resamples; two budgets make a two-point line)",
+    ]
+    for arch, law in laws.items():
+        low, high = law.law.interval
+        budgets = ", ".join(f"{b:.3g}" for b in law.budgets)
+        lines.append(f"  {arch:<18} c = {law.law.exponent:.3f} [{low:.3f}, {high:.3f}]  budgets {budgets}")
+    for arch, why in getattr(report, "state_laws_missing", {}).items():
+        lines.append(f"  {arch:<18} none: {why}")
+    return lines
+
+
+def _ladder(report: Any) -> list[str]:
+    """Each model's best rate of its learning-rate ladder; < and > mark the ladder's lowest and
+    highest rate (a best rate at an end: the ladder does not bracket it)."""
+    rows = getattr(report, "ladder", [])
+    if not rows:
+        return []
+    rates = sorted({lr for row in rows for lr in row["losses"]})
+    seeds = len({row["seed"] for row in rows}) > 1
+    lines = [
+        "",
+        "Learning-rate ladder: each model's best rate of "
+        + ", ".join(f"{lr:.3g}" for lr in rates)
+        + " (< its lowest, > its highest: the ladder does not bracket it)",
+    ]
+    groups: dict[tuple, list[str]] = {}
+    for row in rows:
+        mark = {"lowest": "<", "highest": ">"}.get(row["edge"], "")
+        seed = f" s{row['seed']}" if seeds else ""
+        groups.setdefault((row["arch"], row["budget"]), []).append(f"{row['size']}{seed} {row['best_lr']:.3g}{mark}")
+    for (arch, budget), cells in groups.items():
+        lines.append(f"  {arch:<18} {budget:>8.3g}  " + "  ".join(cells))
+    edges = [row for row in rows if row["edge"]]
+    lowest = sum(row["edge"] == "lowest" for row in edges)
+    lines.append(
+        f"  best rate at an end of the ladder: {len(edges)} of {len(rows)} models "
+        f"({lowest} at the lowest, {len(edges) - lowest} at the highest)"
+    )
+    return lines
+
+
 def render_report(report: Any) -> str:
     """The report as text: optima per group, exponents, parametric fits, state, correlation, problems."""
     lines = [f"study {report.study}: {len(report.points)} of {report.runs_total} models done", ""]
@@ -174,6 +224,8 @@ def render_report(report: Any) -> str:
         lines += ["", "State-optimal: compute-optimal loss against total state at N*"]
         for s in report.state:
             lines.append(f"  {s.arch:<18} {s.budget:>8.3g}  state {s.state:>10.4g}  loss* {s.loss:.4f}")
+    lines += _state_laws(report)
+    lines += _ladder(report)
     spread = getattr(report, "seed_spread", [])
     if spread:
         lines += ["", "Seed replicates: the compute-optimal loss fitted on each seed's runs alone"]
