@@ -287,12 +287,17 @@ def run_rows(db):
 
 
 def stand_in_rates(
-    monkeypatch, folder: Path, flops_per_s: float = 1e9, overhead_s: float = 1e-3, rest_s: float = 0.0
+    monkeypatch,
+    folder: Path,
+    flops_per_s: float = 1e9,
+    overhead_s: float = 1e-3,
+    rest_s: float = 0.0,
+    startup_s: float = 0.0,
 ) -> list[str]:
     """The plan's rate (madsl.runner.plan.rate) cached in `folder` and, where missing, "measured"
     without training: every layer family at `flops_per_s` with `overhead_s` a step, the rest of a
-    model `rest_s` a layer and a token, the threads' speedup 1. Returns the list the families
-    measured are appended to."""
+    model `rest_s` a layer and a token, the threads' speedup 1, a process's start-up `startup_s`.
+    Returns the list the families measured are appended to."""
     from madsl.runner.plan import rate_measure
     from madsl.runner.plan.rate_model import Line, Measured, now
 
@@ -307,6 +312,7 @@ def stand_in_rates(
         rate_measure, "measure_model", lambda book, reference, device: (Measured(rest_s, now(), 0.5), 0.01)
     )
     monkeypatch.setattr(rate_measure, "measure_speedup", lambda *args: Measured(1.0, now(), 0.5))
+    monkeypatch.setattr(rate_measure, "measure_startup", lambda threads: Measured(startup_s, now(), 0.5))
     return measured
 
 

@@ -277,6 +277,17 @@ def test_a_cached_rate_no_such_machine_measures_is_refused(tmp_path, device, fie
         rate_cache.read_cache(path)
 
 
+def test_the_study_plan_adds_each_process_start_up(tmp_path, capsys, corpora, monkeypatch):
+    stand_in_rates(monkeypatch, tmp_path / "cache", startup_s=3.0)
+    assert _scale(_study(tmp_path), corpora, "--format", "json", "--workers", "2") == 0
+    plan = _strict(capsys.readouterr().out)
+    assert (plan["processes"], plan["startup_seconds"]) == (3, 3.0)
+    assert plan["cpu_hours"] == pytest.approx(plan["hours"] + 9.0 / 3600)
+    assert plan["wall_hours"] == pytest.approx(plan["hours"] / 2 + 6.0 / 3600)
+    assert main(["scale", str(_study(tmp_path)), "--dry-run", "--db", str(corpora)]) == 0
+    assert "(and 3.0 s to start 1 process(es))" in capsys.readouterr().out
+
+
 def test_a_cached_absurd_rate_is_measured_again_not_planned_with(tmp_path, capsys, corpora, rates):
     from madsl.runner.plan import rate_cache
 

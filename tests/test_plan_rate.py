@@ -93,6 +93,9 @@ def test_a_plan_measures_the_rate_once_and_then_reads_it_whatever_the_load(tmp_p
     assert first["run_seconds"] > 0 and math.isfinite(first["run_seconds"])
     [entry] = rate_cache.read_cache(rate_cache.cache_path())["devices"].values()  # valid as written
     assert set(entry["families"]) >= {"hyena", "swiglu", "attention"} and entry["rest"]["seconds_per_layer_token"] >= 0
+    # a new process's imports and first optimizer, measured in a child process: seconds of CPU
+    assert 0.1 < entry["startup"]["seconds"] < 120 and source["startup_s"] == entry["startup"]["seconds"]
+    assert first["cpu_seconds"] == pytest.approx(first["run_seconds"] + source["startup_s"])
 
     monkeypatch.setattr(rate_measure, "measure_family", lambda *args: pytest.fail("measured again"))
     monkeypatch.setattr(os, "getloadavg", lambda: (40.0, 40.0, 40.0))  # a machine under heavy load now
@@ -101,6 +104,22 @@ def test_a_plan_measures_the_rate_once_and_then_reads_it_whatever_the_load(tmp_p
     assert main(["eval", str(SPEC), *CLI_SMALL, "--device", "cpu", "--db", str(tmp_path / "r.db"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "cached rates measured 20" in out and "UTC under load" in out and "--measure-rate measures it again" in out
+
+
+def test_a_plan_counts_each_process_start_up_once(tmp_path, monkeypatch, capsys):
+    """The command's CPU time: its runs and each process's start-up; its wall time: the runs
+    shared out among the workers, after the command's process and then its workers start."""
+    stand_in_rates(monkeypatch, tmp_path / "cache", startup_s=4.0)
+    one = _plan(tmp_path)
+    assert (one["processes"], one["startup_seconds"]) == (1, 4.0)
+    assert one["cpu_seconds"] == pytest.approx(one["run_seconds"] + 4.0)
+    assert one["wall_seconds"] == pytest.approx(one["run_seconds"] + 4.0)
+    assert one["cpu_seconds_interval"] == pytest.approx([s + 4.0 for s in one["run_seconds_interval"]])
+    two = _plan(tmp_path, workers=2)  # the command's process and two spawned workers
+    assert two["processes"] == 3 and two["cpu_seconds"] == pytest.approx(two["run_seconds"] + 12.0)
+    assert two["wall_seconds"] == pytest.approx(two["run_seconds"] / 2 + 8.0)
+    assert main(["eval", str(SPEC), *CLI_SMALL, "--device", "cpu", "--db", str(tmp_path / "r.db"), "--dry-run"]) == 0
+    assert ", 4.0 s to start 1 process; an upper bound" in capsys.readouterr().out
 
 
 def test_measure_rate_measures_again_and_keeps_the_new_rate(tmp_path, monkeypatch, capsys):

@@ -287,6 +287,15 @@ def test_a_dry_run_plans_the_initial_population_the_search_then_evaluates(tmp_pa
     assert not (tmp_path / "s.json").exists()  # nothing saved
     assert plan["plan"] == {"run_seconds": 8.0} and plan["evaluations"] == 4 + 3 * 3
     assert plan["estimated_run_seconds"] == pytest.approx(2.0 * 13)
+    assert plan["estimated_cpu_seconds"] == pytest.approx(2.0 * 13) and plan["startup_seconds"] == 0.0
+
+    class Starting(TopologyScore):  # a plan whose processes take 3 s each to start, two of them
+        def plan(self, specs) -> dict:
+            return {"run_seconds": 2.0 * len(specs), "startup_seconds": 3.0, "processes": 2}
+
+    started = plan_search(search, state_path=tmp_path / "s.json", evaluator=Starting())
+    # the whole search's runs, and its processes' start-up once, not once a candidate
+    assert started["estimated_cpu_seconds"] == pytest.approx(2.0 * 13 + 6.0) and started["startup_seconds"] == 6.0
     result = run_search(search, state_path=tmp_path / "s.json", evaluator=TopologyScore())
     initial = [c["name"] for c in result.state.candidates.values() if c["generation"] == 0]
     assert [c["name"] for c in plan["batch"]] == initial

@@ -78,9 +78,13 @@ def render_plan(cost: Mapping[str, Any]) -> str:
             f"{row.get('epochs', 0):>6.2f} {row['lr']:>9.3g} {row.get('seed', 0):>4} {row.get('stack') or '-':>5} "
             f"{_hours(row['hours'])}  {row['status']}"
         )
+    starting = ""
+    if cost.get("startup_seconds") and cost["done"] < len(cost["runs"]):
+        each = "each of " if cost["processes"] > 1 else ""
+        starting = f" (and {cost['startup_seconds']:.1f} s to start {each}{cost['processes']} process(es))"
     lines.append(
         f"to do: {cost['hours']:.2f} h of training ({cost['rate_source']}), {cost['wall_hours']:.2f} h "
-        f"with {cost['workers']} worker(s)"
+        f"with {cost['workers']} worker(s){starting}"
     )
     low, high = cost.get("wall_hours_interval") or (cost["wall_hours"], cost["wall_hours"])
     if low != high:  # where the measurement is uncertain (DeviceRates.interval)

@@ -267,7 +267,9 @@ def _render_plan(plan: dict) -> str:
         hours = plan["estimated_run_seconds"] / 3600
         text += (
             f"the whole search: {plan['remaining']} candidates left, ~{hours:.2g} h of run time at this "
-            "batch's mean per candidate (an upper bound: duplicates are not trained)\n"
+            "batch's mean per candidate (an upper bound: duplicates are not trained)"
+            + (f", and {plan['startup_seconds']:.1f} s to start" if plan.get("startup_seconds") else "")
+            + "\n"
         )
     rejected = plan["rejected"]
     return text + (

@@ -175,6 +175,16 @@ def _run_seconds(
     return seconds, rates.describe(sorted(families))
 
 
+def _startup_hours(rates: dict[str, Any], workers: int, pending: bool) -> tuple[float | None, int, float, float]:
+    """(a process's start-up seconds, the processes that pay it, their CPU hours, the wall hours
+    before the first step): as madsl.runner.plan.cost plans a command's start-up."""
+    from madsl.runner.plan.rate_model import startup_cost
+
+    startup, processes = startup_cost([rates], workers, "local")
+    started = (startup or 0.0) * processes / 3600 if pending else 0.0
+    return startup, processes, started, started if processes == 1 or not started else 2 * startup / 3600
+
+
 def study_cost(
     plan: StudyPlan,
     db: str | os.PathLike = DEFAULT_DB,
@@ -190,6 +200,7 @@ def study_cost(
     training step's cost, madsl.runner.common.choices), each run on `threads` torch threads on
     the CPU (None: this process's)."""
     interval = [1.0, 1.0]  # the factors around the hours where the rates were measured: [low, high]
+    rates: dict[str, Any] = {}
     if flops_per_second:
         seconds, source = [run.flops / flops_per_second for run in plan.runs], "as given"
     else:
@@ -204,6 +215,7 @@ def study_cost(
     pending = [r for r in rows if r["status"] != "done"]
     hours = sum(r["hours"] or 0.0 for r in pending)
     unknown = [r for r in pending if r["hours"] is None]
+    startup, processes, started, wall_start = _startup_hours(rates, workers, bool(pending))
     failed = {} if flops_per_second or "unavailable" in rates else rates.get("failed", {})
     why = "; ".join(f"{family}: {reason}" for family, reason in failed.items()) or source
     return {
@@ -215,10 +227,14 @@ def study_cost(
         "rate_source": source,
         "workers": workers,
         "threads": threads,
-        "hours": hours,
-        "wall_hours": hours / max(1, workers),
+        "hours": hours,  # training
+        "wall_hours": hours / max(1, workers) + wall_start,
         "hours_interval": [hours * factor for factor in interval],
-        "wall_hours_interval": [hours * factor / max(1, workers) for factor in interval],
+        "wall_hours_interval": [hours * factor / max(1, workers) + wall_start for factor in interval],
+        "startup_seconds": startup,
+        "processes": processes,
+        "cpu_hours": hours + started,  # the command's CPU time: training and each process's start-up
+        "cpu_hours_interval": [hours * factor + started for factor in interval],
         "warnings": [
             f"{len(unknown)} of {len(pending)} runs to do have no time estimate ({why}): the hours leave them out"
         ]

@@ -230,6 +230,8 @@ def _plan(
     per = cost["run_seconds"] / count if cost and cost.get("run_seconds") is not None else None
     # where the batch's time is uncertain, the whole search's interval at the same factors
     between = (cost or {}).get("run_seconds_interval") if per is not None else None
+    # the command's processes start once whatever the candidates (madsl.runner.plan.cost.startup_cost)
+    started = ((cost or {}).get("startup_seconds") or 0.0) * (cost or {}).get("processes", 1)
     return {
         "search": search.name,
         "state": str(path),
@@ -251,5 +253,8 @@ def _plan(
         "plan": cost,
         "estimated_run_seconds": None if per is None else per * remaining,
         "estimated_run_seconds_interval": None if not between else [t / count * remaining for t in between],
+        "startup_seconds": started,
+        "estimated_cpu_seconds": None if per is None else per * remaining + started,
+        "estimated_cpu_seconds_interval": None if not between else [t / count * remaining + started for t in between],
         "rejected": dict(state.counts),
     }

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from madsl.errors import MadslError
 from madsl.runner.common.choices import FORWARD_SHARE, TRAIN_FORWARDS  # a training step: ~3 forward passes
+from madsl.runner.plan.rate_model import startup_cost
 
 if TYPE_CHECKING:
     from madsl.runner.plan.rate import RateBook
@@ -310,6 +311,10 @@ def summarize_cost(
     run_seconds = None if any(c.seconds is None for c in costs) else sum(c.seconds for c in costs)
     interval = None if run_seconds is None else [sum(c.seconds * c.interval[i] for c in costs) for i in (0, 1)]
     flops = None if any(c.flops is None for c in costs) else sum(c.flops for c in costs)
+    startup, processes = startup_cost(rates or [], at_once, executor)
+    started = startup * processes if run_seconds is not None and startup is not None and costs else 0.0
+    # wall: the plan's own process starts, then its workers together (one process: itself alone)
+    wall_start = started if processes == 1 or not started else 2 * startup
     return {
         "runs": total_runs,
         "done": done,
@@ -319,9 +324,16 @@ def summarize_cost(
         "run_seconds": run_seconds,
         "executor": executor,
         "runs_at_once": at_once,
-        "wall_seconds": None if run_seconds is None or not at_once else run_seconds / at_once,
+        "wall_seconds": None if run_seconds is None or not at_once else run_seconds / at_once + wall_start,
         "run_seconds_interval": interval,  # [low, high]: where the actual run-seconds are expected
-        "wall_seconds_interval": None if interval is None or not at_once else [s / at_once for s in interval],
+        "wall_seconds_interval": None
+        if interval is None or not at_once
+        else [s / at_once + wall_start for s in interval],
+        "startup_seconds": startup,  # what one process pays before its first step (its CPU time)
+        "processes": processes,
+        # the CPU time of the whole command: its runs and each process's start-up
+        "cpu_seconds": None if run_seconds is None else run_seconds + started,
+        "cpu_seconds_interval": None if interval is None else [s + started for s in interval],
         "rates": list(rates or []),
         "per_spec": per_spec,
         "per_run": [{**vars(c), "sized": dict(c.sized)} for c in costs],
@@ -362,11 +374,16 @@ def render_cost(plan: dict) -> str:
                 + "; parameters (smallest "
                 "vocabulary) " + ", ".join(f"{row['params_by_length'][length]:,}" for length in sorted(by_length))
             )
+    starting = ""
+    if plan.get("startup_seconds") and plan["pending"]:
+        processes = plan["processes"]
+        starting = f", {plan['startup_seconds']:.1f} s to start {'each of ' if processes > 1 else ''}"
+        starting += f"{processes} process{'es' if processes > 1 else ''}"
     if plan["wall_seconds"] is not None:
         lines.append(
             f"estimated wall time: ~{duration(plan['wall_seconds'])} ({duration(plan['run_seconds'])} of runs, "
-            f"{plan['runs_at_once']} at once on the {plan['executor']} executor; an upper bound where runs "
-            "stop early)"
+            f"{plan['runs_at_once']} at once on the {plan['executor']} executor{starting}; an upper bound "
+            "where runs stop early)"
         )
     elif plan["run_seconds"] is not None:
         lines.append(

@@ -75,7 +75,7 @@ class RateBook:
             entry = {} if self.remeasure else self.data["devices"].get(device_key(name, threads), {})
             book = self.books[(name, threads)] = from_entry(name, threads, entry)
         missing = sorted(f for f in families if f not in book.families and f not in book.failed)
-        if missing or book.rest is None:
+        if missing or book.rest is None or book.startup is None:
             rate_measure.measure_into(book, device, missing, self.progress)
             self.data["devices"][device_key(name, threads)] = to_entry(book)
             self.changed = True

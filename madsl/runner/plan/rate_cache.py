@@ -46,7 +46,8 @@ _KEY = re.compile(r"[0-9a-f]{64}")  # a sha256, as rate.device_key makes them
 _FAMILY = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a primitive's name
 _TEXT = re.compile(r"[ -~]{1,200}")  # printable ASCII: a name shown on the terminal
 
-MEASURED = {"rest": "seconds_per_layer_token", "threads_speedup": "factor"}  # a device's other measurements
+# a device's other measurements: the rest of a model, the threads' speedup, a process's start-up
+MEASURED = {"rest": "seconds_per_layer_token", "threads_speedup": "factor", "startup": "seconds"}
 # The training rate of one layer family a real device measures: a CPU's per core (the families are
 # timed on one thread; times the threads recorded, for headroom), a GPU's for the device. Below the
 # floor is slower than any CPU of this century; above the ceiling, faster than any chip made.
@@ -57,6 +58,7 @@ MAX_REST_S = 1e-3  # the rest of a model, a layer and a token: microseconds on a
 MAX_FIXED_S = 60.0  # a step's fixed cost outside its layers: milliseconds on any machine
 MAX_PER_LOGIT_S = 1e-3  # a logit's head and loss: nanoseconds on any machine
 MAX_PER_PARAM_S = 1e-3  # a parameter's optimizer step: nanoseconds on any machine
+MAX_STARTUP_S = 600.0  # a process's imports and first optimizer: seconds on any machine
 MAX_WIDTH = 1 << 20
 MAX_POINTS = 16
 # the interval's factors (actual / fitted step time at the rest's points): a fit off by more than
@@ -76,6 +78,7 @@ def plausible_ranges(device: str, threads: int) -> dict[str, tuple[float, float]
         "fixed_s": (0.0, MAX_FIXED_S),
         "per_logit_s": (0.0, MAX_PER_LOGIT_S),
         "per_param_s": (0.0, MAX_PER_PARAM_S),
+        "seconds": (0.0, MAX_STARTUP_S),
         "low": INTERVAL_FACTOR,
         "high": INTERVAL_FACTOR,
     }

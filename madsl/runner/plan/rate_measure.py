@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 from madsl.runner.common.choices import TRAIN_FORWARDS
-from madsl.runner.plan.rate_cache import MAX_REST_S, plausible_ranges
+from madsl.runner.plan.rate_cache import MAX_REST_S, MAX_STARTUP_S, plausible_ranges
 from madsl.runner.plan.rate_model import (
     BATCHES,
     RATE_LENGTH,
@@ -55,7 +55,7 @@ def measure_into(book: DeviceRates, device: Any, families: list[str], progress: 
         else [f for f in dict.fromkeys(f for f, *_ in _reference_layers(reference)) if f not in book.families]
     )
     todo = list(dict.fromkeys([*families, *reference_families]))
-    total = len(todo) + (book.rest is None)
+    total = len(todo) + (book.rest is None) + (book.startup is None)
     with _torch_threads(device, 1):
         for done, family in enumerate(todo):
             if progress is not None:
@@ -84,7 +84,42 @@ def measure_into(book: DeviceRates, device: Any, families: list[str], progress: 
             else Measured(1.0, now(), load)
         )
         book.measured_now.add("threads_speedup")
+    if book.startup is None:
+        if progress is not None:
+            progress("measuring this machine's training rate: a process's start-up", total - 1, total)
+        book.startup = measure_startup(book.threads)
+        if book.startup is not None:
+            book.measured_now.add("startup")
     _release(device)
+
+
+# What every madsl process does before its first training step: its imports (torch, the runner)
+# and its first optimizer, whose construction imports torch._dynamo (about 1.7 s of CPU here)
+STARTUP_CODE = (
+    "import torch, madsl.cli, madsl.runner.execute.jobs; torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])"
+)
+
+
+def measure_startup(threads: int) -> Measured | None:
+    """The CPU seconds (user + system) a new Python process takes to import what a madsl run
+    imports and build its first optimizer, on `threads` threads: what each process of a plan's
+    runs pays once (the plan's own process, and each worker process), measured in a child process
+    (this one has imported all of it already; its files are in the page cache, as a run finds
+    them). None where the child cannot run (the plan then has no start-up, and measures again)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        subprocess.run([sys.executable, "-c", STARTUP_CODE], env=env, check=True, capture_output=True, timeout=600)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Measured(min(seconds, MAX_STARTUP_S), now(), load_average())
 
 
 def measure_family(family: str, device: Any) -> Line:

@@ -142,6 +142,7 @@ class DeviceRates:
     rest: Measured | None = None
     threads_speedup: Measured | None = None
     outside: Outside | None = None  # the rest's other terms (none: a format-1 measurement)
+    startup: Measured | None = None  # CPU seconds a new madsl process takes to reach its first step
     measured_now: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)  # family -> why it has no rate
 
@@ -194,6 +195,7 @@ class DeviceRates:
             "threads_speedup_assumed": self.threads_speedup is not None
             and not cores_free(self.threads_speedup.load, self.threads),
             "rest_s_per_layer_token": self.rest.value if self.rest else None,
+            "startup_s": self.startup.value if self.startup else None,
             "outside": None
             if self.outside is None
             else {key: getattr(self.outside, key) for key in ("fixed_s", "per_logit_s", "per_param_s", "low", "high")},
@@ -205,6 +207,16 @@ class DeviceRates:
             },
             "failed": {f: why for f, why in self.failed.items() if f in families},
         }
+
+
+def startup_cost(rates: Sequence[dict], at_once: int | None, executor: str) -> tuple[float | None, int]:
+    """(the CPU seconds a process takes to start, as the rates measured it (None: not measured),
+    the processes of this machine that pay it): the command's own and, where several runs train
+    at once on the local executor, each worker's (a pool of spawned processes). A Ray cluster's
+    workers start elsewhere: only the command's own."""
+    measured = [rate["startup_s"] for rate in rates if rate.get("startup_s") is not None]
+    workers = at_once if executor == "local" and at_once and at_once > 1 else 0
+    return (max(measured) if measured else None), 1 + workers
 
 
 def _width(layer: tuple) -> int | None:
