@@ -6,6 +6,7 @@
     parts.py        what a family's name map says: model tensor -> checkpoint tensors and shapes
     mapping.py      the families' registry, and the check that a checkpoint fills a model exactly
     lfm2.py         LFM2's name map (one module a family)
+    bamba.py        Bamba's (Mamba-2 and attention layers)
     load.py         import_checkpoint / load_pretrained: convert, compile, check, load
 """
 

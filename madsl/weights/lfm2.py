@@ -25,7 +25,7 @@ import re
 from typing import Any
 
 from madsl.errors import MadslError
-from madsl.weights.parts import Part, Sources, one
+from madsl.weights.parts import Sources, one, qkv
 
 NORM_EPS = 1e-5  # madsl's RMSNorm (madsl.model_parts.make_norm) and attention's q/k norms
 RULES = (  # (madsl name after `body.i.`, LFM2's after `model.layers.i.`)
@@ -74,23 +74,15 @@ def sources(model: Any, config: dict[str, Any]) -> Sources:
         layer, rest = match.groups()
         prefix = f"model.layers.{layer}."
         if rest == "mixer.layer.qkv.weight":
-            out[name] = _qkv(model.get_submodule(f"body.{layer}.mixer.layer"), prefix, shape)
+            attention = model.get_submodule(f"body.{layer}.mixer.layer")
+            q, k, v = (f"{prefix}self_attn.{x}_proj.weight" for x in "qkv")
+            out[name] = qkv(attention, q, k, v, shape)
             continue
         for pattern, target in RULES:
             if re.fullmatch(pattern, rest):
                 out[name] = one(prefix + re.sub(pattern, target, rest), shape)
                 break
     return out
-
-
-def _qkv(attention: Any, prefix: str, shape: tuple[int, ...]) -> tuple[Part, ...]:
-    """madsl's fused projection: LFM2's q_proj, k_proj and v_proj rows, in that order."""
-    dim, head_dim = shape[1], attention.head_dim
-    return (
-        Part(prefix + "self_attn.q_proj.weight", (attention.heads * head_dim, dim)),
-        Part(prefix + "self_attn.k_proj.weight", (attention.kv_heads * head_dim, dim)),
-        Part(prefix + "self_attn.v_proj.weight", (attention.kv_heads * head_dim, dim)),
-    )
 
 
 # where the embeddings are tied (the model has no head), a checkpoint may still hold lm_head: the embedding's copy

@@ -3,7 +3,7 @@ model tensor -> the checkpoint tensors it is made of, each with the shape it mus
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class Part(NamedTuple):
@@ -20,3 +20,11 @@ Sources = dict[str, tuple[Part, ...]]
 def one(name: str, shape: tuple[int, ...]) -> tuple[Part, ...]:
     """A model tensor that is one checkpoint tensor as it stands."""
     return (Part(name, tuple(shape)),)
+
+
+def qkv(attention: Any, q: str, k: str, v: str, shape: tuple[int, ...]) -> tuple[Part, ...]:
+    """madsl's fused attention projection (weight or bias of `shape`) from a checkpoint's separate
+    q, k and v tensors, in that order: the query heads' rows, then the key-value heads'."""
+    rows = (attention.heads * attention.head_dim, attention.kv_heads * attention.head_dim)
+    rest = tuple(shape[1:])
+    return (Part(q, (rows[0], *rest)), Part(k, (rows[1], *rest)), Part(v, (rows[1], *rest)))

@@ -1,0 +1,105 @@
+"""Bamba (IBM, `model_type: bamba`, transformers' BambaForCausalLM): where each checkpoint tensor
+goes in the madsl model `madsl convert --from-hf` makes of its config (Mamba-2 and attention
+layers, each followed by a SwiGLU MLP).
+
+    model.embed_tokens.weight                         embedding.weight
+    model.final_layernorm.weight                      final_norm.weight
+    lm_head.weight                                    head.weight (untied), or none (tied)
+    model.layers.i.input_layernorm.weight             body.i.mixer.norm.weight
+    model.layers.i.mamba.{in_proj,out_proj}           body.i.mixer.layer.{in_proj,out_proj} (M2)
+    model.layers.i.mamba.conv1d                       body.i.mixer.layer.conv.conv
+    model.layers.i.mamba.{dt_bias,A_log,D}            body.i.mixer.layer.{dt_bias,A_log,D}
+    model.layers.i.mamba.norm.weight                  body.i.mixer.layer.norm_weight
+    model.layers.i.self_attn.{q,k,v}_proj             body.i.mixer.layer.qkv (one projection: q, k, v rows)
+    model.layers.i.self_attn.o_proj                   body.i.mixer.layer.out
+    model.layers.i.pre_ff_layernorm.weight            body.i.channel.norm.weight
+    model.layers.i.feed_forward.{gate,up,down}_proj   body.i.channel.layer.w{1,3,2} (SwiGLU)
+
+The layers compute what transformers' do: madsl's Mamba-2 splits in_proj as Bamba's mixer does (z,
+then x B C through the causal depthwise conv, then dt), adds D x before the gate, and normalises
+y * silu(z) per group with the gated RMSNorm; its attention rotates the first half of each head
+(rotate-half, Bamba's fixed partial rotary) and its SwiGLU is down(silu(gate x) * up x). madsl's
+RMSNorms (the layers', the final one and the Mamba-2 gate's) have eps 1e-5, so a config whose
+`rms_norm_eps` is another is refused by name; so is a `time_step_limit` that clamps dt (madsl's
+Mamba-2 does not clamp).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from madsl.errors import MadslError
+from madsl.weights.parts import Sources, one, qkv
+
+NORM_EPS = 1e-5  # madsl's RMSNorm (madsl.model_parts.make_norm) and Mamba-2's gated norm
+RULES = (  # (madsl name after `body.i.`, Bamba's after `model.layers.i.`)
+    (r"mixer\.norm\.weight", "input_layernorm.weight"),
+    (r"channel\.norm\.weight", "pre_ff_layernorm.weight"),
+    (r"channel\.layer\.w1\.weight", "feed_forward.gate_proj.weight"),
+    (r"channel\.layer\.w3\.weight", "feed_forward.up_proj.weight"),
+    (r"channel\.layer\.w2\.weight", "feed_forward.down_proj.weight"),
+    (r"mixer\.layer\.(in_proj|out_proj)\.(weight|bias)", r"mamba.\1.\2"),
+    (r"mixer\.layer\.conv\.conv\.(weight|bias)", r"mamba.conv1d.\1"),
+    (r"mixer\.layer\.(dt_bias|A_log|D)", r"mamba.\1"),
+    (r"mixer\.layer\.norm_weight", "mamba.norm.weight"),
+    (r"mixer\.layer\.out\.(weight|bias)", r"self_attn.o_proj.\1"),
+)
+
+
+def check_config(config: dict[str, Any], path: str) -> None:
+    """What madsl's layers cannot compute as Bamba's, refused by its key (the converter checks the rest)."""
+    eps = config.get("rms_norm_eps", NORM_EPS)
+    if eps != NORM_EPS:
+        raise MadslError(
+            f'{path}: "rms_norm_eps" is {eps!r}; madsl\'s RMSNorms have eps {NORM_EPS:g}, so its logits would differ',
+            hint="madsl imports Bamba checkpoints with rms_norm_eps 1e-05 (transformers' default)",
+        )
+    limit = config.get("time_step_limit") or [0.0, math.inf]
+    bounds = [_number(value) for value in limit] if isinstance(limit, list) and len(limit) == 2 else None
+    if bounds is None or None in bounds or bounds[0] > 0.0 or bounds[1] < math.inf:
+        raise MadslError(
+            f'{path}: "time_step_limit" {config.get("time_step_limit")!r} clamps the Mamba-2 step size; '
+            "madsl's Mamba-2 does not clamp it, so its logits would differ",
+            hint="madsl imports Bamba checkpoints with time_step_limit [0.0, inf] (transformers' default)",
+        )
+
+
+def _number(value: Any) -> float | None:
+    """A config number as transformers writes it: JSON's, or {"__float__": "Infinity"} for an infinity."""
+    if isinstance(value, dict) and set(value) == {"__float__"} and value["__float__"] in ("Infinity", "-Infinity"):
+        return math.inf if value["__float__"] == "Infinity" else -math.inf
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def sources(model: Any, config: dict[str, Any]) -> Sources:
+    """Each tensor of the model's state dict -> the Bamba checkpoint tensors it is made of."""
+    state = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    out: Sources = {
+        "embedding.weight": one("model.embed_tokens.weight", state["embedding.weight"]),
+        "final_norm.weight": one("model.final_layernorm.weight", state["final_norm.weight"]),
+    }
+    if "head.weight" in state:
+        out["head.weight"] = one("lm_head.weight", state["head.weight"])
+    for name, shape in state.items():
+        match = re.fullmatch(r"body\.(\d+)\.(.+)", name)
+        if match is None:
+            continue
+        layer, rest = match.groups()
+        prefix = f"model.layers.{layer}."
+        fused = re.fullmatch(r"mixer\.layer\.qkv\.(weight|bias)", rest)
+        if fused is not None:
+            kind = fused.group(1)
+            q, k, v = (f"{prefix}self_attn.{x}_proj.{kind}" for x in "qkv")
+            out[name] = qkv(model.get_submodule(f"body.{layer}.mixer.layer"), q, k, v, shape)
+            continue
+        for pattern, target in RULES:
+            if re.fullmatch(pattern, rest):
+                out[name] = one(prefix + re.sub(pattern, target, rest), shape)
+                break
+    return out
+
+
+# where the embeddings are tied (the model has no head), a checkpoint may still hold lm_head: the embedding's copy
+TIED = {"lm_head.weight": "model.embed_tokens.weight"}
