@@ -181,9 +181,9 @@ def test_sharded_index_that_disagrees_with_its_shards_refused(tmp_path: Path, ca
 def test_a_family_without_a_name_map_refused_by_name(tmp_path: Path, capsys) -> None:
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "nemotron_h", "hidden_size": 32}))
+    (folder / "config.json").write_text(json.dumps({"model_type": "falcon_h1", "hidden_size": 32}))
     safetensors_torch.save_file({"model.embed_tokens.weight": torch.zeros(4, 32)}, str(folder / "model.safetensors"))
-    _refused(tmp_path, folder, capsys, "madsl imports no 'nemotron_h' weights yet")
+    _refused(tmp_path, folder, capsys, "madsl imports no 'falcon_h1' weights yet")
 
 
 def test_partial_rotary_lfm2_does_not_read_refused(tmp_path: Path, capsys) -> None:

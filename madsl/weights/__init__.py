@@ -7,6 +7,8 @@
     mapping.py      the families' registry, and the check that a checkpoint fills a model exactly
     lfm2.py         LFM2's name map (one module a family)
     bamba.py        Bamba's (Mamba-2 and attention layers)
+    nemotron_h.py   Nemotron-H's (Mamba-2, attention and MLP layers, paired into blocks)
+    mamba2.py       what madsl's Mamba-2 does not compute, refused by key (both families)
     load.py         import_checkpoint / load_pretrained: convert, compile, check, load
 """
 

@@ -26,14 +26,12 @@ Mamba-2 does not clamp).
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
-from madsl.errors import MadslError
+from madsl.weights.mamba2 import check_mamba2_config
 from madsl.weights.parts import Sources, one, qkv
 
-NORM_EPS = 1e-5  # madsl's RMSNorm (madsl.model_parts.make_norm) and Mamba-2's gated norm
 RULES = (  # (madsl name after `body.i.`, Bamba's after `model.layers.i.`)
     (r"mixer\.norm\.weight", "input_layernorm.weight"),
     (r"channel\.norm\.weight", "pre_ff_layernorm.weight"),
@@ -50,27 +48,7 @@ RULES = (  # (madsl name after `body.i.`, Bamba's after `model.layers.i.`)
 
 def check_config(config: dict[str, Any], path: str) -> None:
     """What madsl's layers cannot compute as Bamba's, refused by its key (the converter checks the rest)."""
-    eps = config.get("rms_norm_eps", NORM_EPS)
-    if eps != NORM_EPS:
-        raise MadslError(
-            f'{path}: "rms_norm_eps" is {eps!r}; madsl\'s RMSNorms have eps {NORM_EPS:g}, so its logits would differ',
-            hint="madsl imports Bamba checkpoints with rms_norm_eps 1e-05 (transformers' default)",
-        )
-    limit = config.get("time_step_limit") or [0.0, math.inf]
-    bounds = [_number(value) for value in limit] if isinstance(limit, list) and len(limit) == 2 else None
-    if bounds is None or None in bounds or bounds[0] > 0.0 or bounds[1] < math.inf:
-        raise MadslError(
-            f'{path}: "time_step_limit" {config.get("time_step_limit")!r} clamps the Mamba-2 step size; '
-            "madsl's Mamba-2 does not clamp it, so its logits would differ",
-            hint="madsl imports Bamba checkpoints with time_step_limit [0.0, inf] (transformers' default)",
-        )
-
-
-def _number(value: Any) -> float | None:
-    """A config number as transformers writes it: JSON's, or {"__float__": "Infinity"} for an infinity."""
-    if isinstance(value, dict) and set(value) == {"__float__"} and value["__float__"] in ("Infinity", "-Infinity"):
-        return math.inf if value["__float__"] == "Infinity" else -math.inf
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    check_mamba2_config(config, path, "rms_norm_eps", "Bamba")
 
 
 def sources(model: Any, config: dict[str, Any]) -> Sources:

@@ -3,10 +3,10 @@ model exactly: every model tensor from checkpoint tensors of the right names and
 checkpoint tensor placed, read from the headers alone (nothing allocated), each refusal naming the
 tensor.
 
-A family is one module (lfm2.py, bamba.py) with `check_config(config, path)` (what its layers cannot compute
-as madsl's, refused by key), `sources(model, config)` (each model tensor -> its checkpoint parts,
-concatenated along the first axis where there are several) and `TIED` (checkpoint tensors that
-repeat another where the model ties its embeddings). `families()` registers it by model_type.
+A family is one module (lfm2.py, bamba.py, nemotron_h.py) with `check_config(config, path)` (what
+its layers cannot compute as madsl's, refused by key), `sources(model, config)` (each model tensor
+-> its checkpoint parts, concatenated along the first axis where there are several) and `TIED`
+(checkpoint tensors that repeat another where the model ties its embeddings). `families()` registers it by model_type.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
 def families() -> dict[str, ModuleType]:
     """model_type -> the module that maps its checkpoints (one module a family)."""
-    from madsl.weights import bamba, lfm2
+    from madsl.weights import bamba, lfm2, nemotron_h
 
-    return {"bamba": bamba, "lfm2": lfm2}
+    return {"bamba": bamba, "lfm2": lfm2, "nemotron_h": nemotron_h}
 
 
 def family(model_type: str, path: str) -> ModuleType:

@@ -66,7 +66,7 @@ class NemotronH(Family):
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
         dim = cfg.count("hidden_size")
-        pattern, key = _layer_pattern(cfg)
+        pattern, key = layer_pattern(cfg)
         try:
             blocks = megatron_blocks(pattern, self.SYMBOLS)
         except MadslError as err:
@@ -147,7 +147,7 @@ def _head_dim(cfg: Config, dim: int) -> int:
     return width
 
 
-def _layer_pattern(cfg: Config) -> tuple[str, str]:
+def layer_pattern(cfg: Config) -> tuple[str, str]:
     """The stack as a Megatron pattern, from hybrid_override_pattern or layers_block_type (the two
     must agree where both are written), and the key it came from. num_hidden_layers, where written
     (transformers' class counts the stack's entries), must count the same layers."""
