@@ -41,6 +41,13 @@ MODELS = {
         "falcon_h1", 0.5e9, 521_411_104, 521_411_104, rounded="the name's 0.5B rounds the 0.52B the checkpoint holds"
     ),
     "lfm2-1.2b": Model("lfm2", 1_170_340_608, 1_170_340_608, 1_170_340_608),
+    "lfm2-8b-a1b": Model("lfm2_moe", 8.3e9, 8_339_929_856, 8_339_929_856),
+    "qwen3-next-80b-a3b": Model("qwen3_next", 80e9, 79_674_391_296, 79_674_391_296),
+    "recurrentgemma-2b": Model("recurrent_gemma", 2.7e9, 2_682_862_080, 2_682_862_080),
+    "kimi-linear-48b-a3b": Model(
+        "kimi_linear", 48e9, 49_122_675_072, 49_122_675_072, rounded="the name's 48B rounds the 49.1B the model holds"
+    ),
+    "minimax-m1-80k": Model("minimax_m1", 456e9, 456_089_655_296, 456_089_655_296),
 }
 # what madsl counts apart from Hugging Face's model, and why (docs/convert.md)
 COUNTED_APART = {"jamba-v0.1": -8064}  # Jamba's Mamba inner layernorms: 28 layers x (dt_rank 256 + 2 x d_state 16)
@@ -54,6 +61,11 @@ STATE_AT_8192 = {
     "bamba-9b": (30_408_704, 734_976, 50_331_648),
     "falcon-h1-0.5b": (7_077_888, 193_536, 75_497_472),
     "lfm2-1.2b": (0, 40_960, 50_331_648),
+    "lfm2-8b-a1b": (0, 73_728, 50_331_648),
+    "qwen3-next-80b-a3b": (18_874_368, 884_736, 100_663_296),
+    "recurrentgemma-2b": (46_080, 138_240, 8_388_608),
+    "kimi-linear-48b-a3b": (10_485_760, 737_280, 33_030_144),
+    "minimax-m1-80k": (73_400_320, 0, 167_772_160),
 }
 
 

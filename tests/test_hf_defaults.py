@@ -61,28 +61,7 @@ LFM2_2_6B = {
     "vocab_size": 65536,
 }
 # LiquidAI/LFM2-8B-A1B's config.json (the fields that size it): 8.3B total on its card
-LFM2_8B_A1B = {
-    "architectures": ["Lfm2MoeForCausalLM"],
-    "model_type": "lfm2_moe",
-    "conv_L_cache": 3,
-    "conv_bias": False,
-    "hidden_size": 2048,
-    "intermediate_size": 7168,
-    "layer_types": ["full_attention" if i in (2, 6, 10, 14, 18, 21) else "conv" for i in range(24)],
-    "moe_intermediate_size": 1792,
-    "norm_topk_prob": True,
-    "num_attention_heads": 32,
-    "num_dense_layers": 2,
-    "num_experts": 32,
-    "num_experts_per_tok": 4,
-    "num_hidden_layers": 24,
-    "num_key_value_heads": 8,
-    "rope_theta": 1000000.0,
-    "routed_scaling_factor": 1.0,
-    "tie_embedding": True,
-    "use_expert_bias": True,
-    "vocab_size": 65536,
-}
+LFM2_8B_A1B = json.loads((PUBLIC / "lfm2-8b-a1b.config.json").read_text())
 
 # (config, key left out) -> transformers' count of the model built without the key: each converts to
 # it exactly, with the key listed at transformers' default

@@ -62,37 +62,7 @@ NEMOTRON_SMALL_LATENT = {
     "num_hidden_layers": 6,
 }
 # Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: 80B total on its card
-QWEN3_NEXT_80B = {
-    "architectures": ["Qwen3NextForCausalLM"],
-    "model_type": "qwen3_next",
-    "attention_bias": False,
-    "decoder_sparse_step": 1,
-    "full_attention_interval": 4,
-    "head_dim": 256,
-    "hidden_act": "silu",
-    "hidden_size": 2048,
-    "intermediate_size": 5120,
-    "linear_conv_kernel_dim": 4,
-    "linear_key_head_dim": 128,
-    "linear_num_key_heads": 16,
-    "linear_num_value_heads": 32,
-    "linear_value_head_dim": 128,
-    "mlp_only_layers": [],
-    "moe_intermediate_size": 512,
-    "norm_topk_prob": True,
-    "num_attention_heads": 16,
-    "num_experts": 512,
-    "num_experts_per_tok": 10,
-    "num_hidden_layers": 48,
-    "num_key_value_heads": 2,
-    "partial_rotary_factor": 0.25,
-    "rope_scaling": None,
-    "rope_theta": 10000000,
-    "router_aux_loss_coef": 0.001,
-    "shared_expert_intermediate_size": 512,
-    "tie_word_embeddings": False,
-    "vocab_size": 151936,
-}
+QWEN3_NEXT_80B = json.loads((PUBLIC / "qwen3-next-80b-a3b.config.json").read_text())
 QWEN_SMALL = {
     "model_type": "qwen3_next",
     "hidden_size": 128,
@@ -166,27 +136,7 @@ QWEN3_5_27B_SHAPE = {
     "tie_word_embeddings": False,
 }
 # google/recurrentgemma-2b's config.json: 2.7B on its card
-RECURRENTGEMMA_2B = {
-    "architectures": ["RecurrentGemmaForCausalLM"],
-    "model_type": "recurrent_gemma",
-    "attention_bias": False,
-    "attention_window_size": 2048,
-    "block_types": ["recurrent", "recurrent", "attention"],
-    "conv1d_width": 4,
-    "embeddings_scale_by_sqrt_dim": True,
-    "hidden_activation": "gelu_pytorch_tanh",
-    "hidden_size": 2560,
-    "intermediate_size": 15360,
-    "logits_soft_cap": 30.0,
-    "lru_width": 2560,
-    "num_attention_heads": 10,
-    "num_hidden_layers": 26,
-    "num_key_value_heads": 1,
-    "partial_rotary_factor": 0.5,
-    "rms_norm_eps": 1e-06,
-    "rope_theta": 10000.0,
-    "vocab_size": 256000,
-}
+RECURRENTGEMMA_2B = json.loads((PUBLIC / "recurrentgemma-2b.config.json").read_text())
 RECURRENTGEMMA_9B_SHAPE = {
     **RECURRENTGEMMA_2B,
     "hidden_size": 4096,
@@ -436,51 +386,7 @@ def test_what_a_family_cannot_express_is_refused(model_type, topology, message):
 # ---- Kimi Linear (kimi_linear) ---------------------------------------------------------------------------
 
 # moonshotai/Kimi-Linear-48B-A3B-Instruct's config.json (token ids and dtype left out): 48B total on its card
-KIMI_LINEAR_48B = {
-    "architectures": ["KimiLinearForCausalLM"],
-    "model_type": "kimi_linear",
-    "first_k_dense_replace": 1,
-    "head_dim": 72,
-    "hidden_act": "silu",
-    "hidden_size": 2304,
-    "initializer_range": 0.02,
-    "intermediate_size": 9216,
-    "kv_lora_rank": 512,
-    "linear_attn_config": {
-        "full_attn_layers": [4, 8, 12, 16, 20, 24, 27],
-        "head_dim": 128,
-        "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26],
-        "num_heads": 32,
-        "short_conv_kernel_size": 4,
-    },
-    "mla_use_nope": True,
-    "model_max_length": 1048576,
-    "moe_intermediate_size": 1024,
-    "moe_layer_freq": 1,
-    "moe_renormalize": True,
-    "moe_router_activation_func": "sigmoid",
-    "num_attention_heads": 32,
-    "num_expert_group": 1,
-    "num_experts": 256,
-    "num_experts_per_token": 8,
-    "num_hidden_layers": 27,
-    "num_key_value_heads": 32,
-    "num_nextn_predict_layers": 0,
-    "num_shared_experts": 1,
-    "pad_token_id": 163839,
-    "q_lora_rank": None,
-    "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
-    "rms_norm_eps": 1e-05,
-    "rope_scaling": None,
-    "rope_theta": 10000.0,
-    "routed_scaling_factor": 2.446,
-    "tie_word_embeddings": False,
-    "topk_group": 1,
-    "use_cache": True,
-    "v_head_dim": 128,
-    "vocab_size": 163840,
-}
+KIMI_LINEAR_48B = json.loads((PUBLIC / "kimi-linear-48b-a3b.config.json").read_text())
 KIMI_SMALL = {
     "model_type": "kimi_linear",
     "hidden_size": 128,
@@ -682,41 +588,7 @@ def test_kimi_linear_refuses_a_tied_spec():
 
 # MiniMaxAI/MiniMax-M1-80k's config.json (token ids, dtype, initialisation and dropout left out): 456B total
 # on its card; model_type minimax_m1, MiniMax's own code, MiniMax-Text-01's layers
-MINIMAX_M1 = {
-    "architectures": ["MiniMaxM1ForCausalLM"],
-    "attn_type_list": [0, 0, 0, 0, 0, 0, 0, 1] * 10,
-    "auto_map": {
-        "AutoConfig": "configuration_minimax_m1.MiniMaxM1Config",
-        "AutoModelForCausalLM": "modeling_minimax_m1.MiniMaxM1ForCausalLM",
-    },
-    "head_dim": 128,
-    "hidden_act": "silu",
-    "hidden_size": 6144,
-    "intermediate_size": 9216,
-    "layernorm_full_attention_alpha": 3.5565588200778455,
-    "layernorm_full_attention_beta": 1.0,
-    "layernorm_linear_attention_alpha": 3.5565588200778455,
-    "layernorm_linear_attention_beta": 1.0,
-    "layernorm_mlp_alpha": 3.5565588200778455,
-    "layernorm_mlp_beta": 1.0,
-    "max_position_embeddings": 10240000,
-    "model_type": "minimax_m1",
-    "num_attention_heads": 64,
-    "num_experts_per_tok": 2,
-    "num_hidden_layers": 80,
-    "num_key_value_heads": 8,
-    "num_local_experts": 32,
-    "postnorm": True,
-    "rms_norm_eps": 1e-05,
-    "rope_theta": 10000000,
-    "rotary_dim": 64,
-    "router_aux_loss_coef": 0.001,
-    "shared_intermediate_size": 0,
-    "shared_moe_mode": "sigmoid",
-    "sliding_window": None,
-    "tie_word_embeddings": False,
-    "vocab_size": 200064,
-}
+MINIMAX_M1 = json.loads((PUBLIC / "minimax-m1-80k.config.json").read_text())
 # MiniMax-Text-01's shape in transformers' own keys (MiniMaxConfig: layer_types, the alpha factors)
 MINIMAX_TEXT_01 = {
     "architectures": ["MiniMaxForCausalLM"],
