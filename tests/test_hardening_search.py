@@ -380,3 +380,43 @@ def test_space_holds_is_sizes_by_arithmetic():
         for shape in ("sequence", "motif", "striped"):
             pairs = set(space.sizes(shape))
             assert {(n, c) for n in range(15) for c in range(15) if space.holds(shape, n, c)} == pairs
+
+
+FILLED_SEARCH = """\
+name: filled
+dim: 32
+seq_len: 64
+budget:
+  fixed_state: <= 2048
+  fit: [Mb.d_state, H.filter_states]
+space:
+  sequence_mixers: [H, Mb]
+  channel_mixers: [Sg]
+  blocks: {min: 1, max: 2}
+  fill: [0.25, 0.5, 1.0]
+objectives:
+  score: {protocol: smoke, tasks: [in-context-recall], set: {num_train_examples: 16, num_test_examples: 8}}
+  minimize: [total_state]
+algorithm: {name: nsga2, population: 4, generations: 2, offspring: 3, seed: 3}
+"""
+
+
+def test_a_search_with_fill_genes_resumes_and_a_fill_outside_the_space_is_refused(tmp_path):
+    """The fill gene is no layer's setting: a complete state of a search with `space.fill` is read
+    back (it was refused as 'not its candidate's', so such a search could never resume), while a
+    member whose fill is not one of space.fill is refused at that gene."""
+    path = tmp_path / "search.yaml"
+    path.write_text(FILLED_SEARCH)
+    search = load_search(path)
+    first = run_search(search, state_path=tmp_path / "s.json", evaluator=TopologyScore())
+    data = json.loads((tmp_path / "s.json").read_text())
+    fills = [m["genome"]["params"].get("budget.fill") for m in data["population"]]
+    assert first.state.complete and set(fills) <= {0.25, 0.5, 1.0} and None not in fills
+    again = run_search(search, state_path=tmp_path / "s.json", evaluator=TopologyScore())
+    assert again.state.candidates == first.state.candidates
+    data["population"][0]["genome"]["params"]["budget.fill"] = 0.3
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    with pytest.raises(MadslError) as caught:
+        run_search(search, state_path=tmp_path / "t.json", evaluator=TopologyScore())
+    assert 'population[0].genome.params["budget.fill"]' in caught.value.message
+    assert "0.3 is not a value of space.fill" in caught.value.message

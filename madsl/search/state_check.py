@@ -38,7 +38,7 @@ from madsl.lang.budget import check
 from madsl.lang.spec import Spec, spec_from_data
 from madsl.search.algorithms import INITIAL_DRAWS, TRIES
 from madsl.search.candidates import candidate_data
-from madsl.search.config import Hyperparameter, SearchFile
+from madsl.search.config import FILL, Hyperparameter, SearchFile
 from madsl.search.genome import from_data
 from madsl.search.operators import MUTATIONS
 from madsl.search.state import SearchState, read_state
@@ -327,7 +327,8 @@ class StateCheck(StateValues):
             if not _allowed(hyper, params[name]):
                 raise self.fail(
                     f"{where}.params[{json_key(name)}]",
-                    f"{shown(params[name])} is not a value of space.hyperparameters.{name}",
+                    f"{shown(params[name])} is not a value of "
+                    + ("space.fill" if name == FILL else f"space.hyperparameters.{name}"),
                 )
 
     def block(self, block: Any, where: str) -> None:
@@ -434,6 +435,10 @@ class StateCheck(StateValues):
             )
         layers = record["spec"].get("layers", {})
         for name, value in genome.params:
+            if (
+                name == FILL
+            ):  # the fraction its state was solved toward: no layer's (its value is checked with the genome's)
+                continue
             symbol, _, param = name.partition(".")
             if layers.get(symbol, {}).get(param) != value:
                 raise self.fail(f"{where}.genome.params[{json_key(name)}]", f"{shown(value)} is not its candidate's")
