@@ -132,8 +132,10 @@ def hypervolume(result, search) -> float | None:
     if not search.objectives.minimize:
         return None
     quantity = search.objectives.minimize[0]
-    written = (search.spec_data.get("budget") or {}).get(quantity)
-    limit = parse_bound(written).high if written is not None else math.inf
+    budget = search.spec_data.get("budget") or {}
+    # total_state is fixed state + KV cache: bounded by the sum of their bounds where it has none of its own
+    parts = ("fixed_state", "kv_cache") if quantity == "total_state" and quantity not in budget else (quantity,)
+    limit = sum(parse_bound(budget[q]).high if q in budget else math.inf for q in parts)
     if not math.isfinite(limit) or limit <= 0:
         return None
     # the library's exact hypervolume over (negated score, total), the score capped at 1, as a share of the box
