@@ -23,89 +23,51 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
+from hf_checkpoints import VOCAB, lfm2, reference, tokens  # noqa: E402
+
 from madsl.cli import main  # noqa: E402
 from madsl.compiler import load  # noqa: E402
 from madsl.errors import MadslError  # noqa: E402
 from madsl.weights import load_pretrained  # noqa: E402
 
 TOLERANCE = 1e-4  # float32, see the module docstring
-VOCAB = 61
-
-
-def _lfm2(folder: Path, *, tied: bool = True, bias: bool = False, shard: str | None = None, **extra) -> Path:
-    """A tiny LFM2 (conv and attention layers, grouped-query heads) with every weight random,
-    norms included, saved by transformers into `folder`; returns the folder."""
-    config = transformers.Lfm2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=96,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        layer_types=["conv", "full_attention", "conv", "full_attention"],
-        conv_bias=bias,
-        tie_word_embeddings=tied,
-        max_position_embeddings=64,
-        **extra,
-    )
-    torch.manual_seed(0)
-    model = transformers.Lfm2ForCausalLM(config).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if name.endswith("norm.weight"):
-                parameter.uniform_(0.5, 1.5)
-            else:
-                parameter.normal_(0.0, 0.3 if parameter.dim() > 1 else 0.1)
-    kwargs = {"max_shard_size": shard} if shard else {}
-    model.save_pretrained(folder, **kwargs)
-    return folder
-
-
-def _reference(folder: Path, tokens):
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
-    with torch.no_grad():
-        return model(tokens).logits
-
-
-def _tokens(length: int = 13):
-    return torch.randint(0, VOCAB, (2, length), generator=torch.Generator().manual_seed(1))
 
 
 @pytest.mark.parametrize(("tied", "bias"), [(True, False), (False, True)])
 def test_lfm2_logits_equal_transformers(tmp_path: Path, tied: bool, bias: bool) -> None:
-    folder = _lfm2(tmp_path / "ckpt", tied=tied, bias=bias)
-    tokens = _tokens()
-    expected = _reference(folder, tokens)
+    folder = lfm2(tmp_path / "ckpt", tied=tied, bias=bias)
+    ids = tokens()
+    expected = reference(folder, ids)
     model = load_pretrained(folder)
     with torch.no_grad():
-        got = model(tokens)
+        got = model(ids)
     assert got.shape == expected.shape
     assert (got - expected).abs().max().item() < TOLERANCE
     assert expected.abs().max().item() > 1.0  # logits large enough that a wrong map shows
 
 
 def test_lfm2_prefill_and_step_equal_transformers(tmp_path: Path) -> None:
-    folder = _lfm2(tmp_path / "ckpt", tied=False, bias=True)
-    tokens = _tokens(12)
-    expected = _reference(folder, tokens)
+    folder = lfm2(tmp_path / "ckpt", tied=False, bias=True)
+    ids = tokens(12)
+    expected = reference(folder, ids)
     model = load_pretrained(folder)
-    logits, state = model.prefill(tokens[:, :7])
+    logits, state = model.prefill(ids[:, :7])
     assert (logits - expected[:, :7]).abs().max().item() < TOLERANCE
-    for position in range(7, tokens.shape[1]):
-        logits, state = model.step(tokens[:, position], state)
+    for position in range(7, ids.shape[1]):
+        logits, state = model.step(ids[:, position], state)
         assert (logits - expected[:, position]).abs().max().item() < TOLERANCE
 
 
 def test_sharded_checkpoint_and_cli_outputs(tmp_path: Path, capsys) -> None:
-    folder = _lfm2(tmp_path / "ckpt", shard="20KB")
+    folder = lfm2(tmp_path / "ckpt", shard="20KB")
     assert (folder / "model.safetensors.index.json").is_file()
     assert len(list(folder.glob("*.safetensors"))) > 1
-    tokens = _tokens()
-    expected = _reference(folder, tokens)
+    ids = tokens()
+    expected = reference(folder, ids)
     spec, out = tmp_path / "lfm2.mad", tmp_path / "model"
     assert main(["import", str(folder), "-o", str(spec), "--out", str(out), "--name", "tiny-lfm2", "-q"]) == 0
     with torch.no_grad():
-        assert (load(out)(tokens) - expected).abs().max().item() < TOLERANCE
+        assert (load(out)(ids) - expected).abs().max().item() < TOLERANCE
     import madsl
 
     assert main(["import", str(folder), "--format", "json"]) == 0
@@ -135,43 +97,43 @@ def _refused(tmp_path: Path, folder: Path, capsys, *words: str) -> None:
 
 
 def test_missing_tensor_refused_by_name(tmp_path: Path, capsys) -> None:
-    folder = _lfm2(tmp_path / "ckpt")
+    folder = lfm2(tmp_path / "ckpt")
     _rewrite(folder, lambda t: t.pop("model.layers.1.self_attn.k_proj.weight"))
     _refused(tmp_path, folder, capsys, "lacks 'model.layers.1.self_attn.k_proj.weight'")
 
 
 def test_extra_tensor_refused_by_name(tmp_path: Path, capsys) -> None:
-    folder = _lfm2(tmp_path / "ckpt")
+    folder = lfm2(tmp_path / "ckpt")
     _rewrite(folder, lambda t: t.update({"model.layers.0.adapter.weight": torch.zeros(4, 4)}))
     _refused(tmp_path, folder, capsys, "'model.layers.0.adapter.weight'", "cannot place")
 
 
 def test_wrong_shape_refused_by_name(tmp_path: Path, capsys) -> None:
-    folder = _lfm2(tmp_path / "ckpt")
+    folder = lfm2(tmp_path / "ckpt")
     _rewrite(folder, lambda t: t.update({"model.layers.2.conv.conv.weight": torch.zeros(32, 1, 4)}))
     _refused(tmp_path, folder, capsys, "'model.layers.2.conv.conv.weight' has shape [32, 1, 4]", "[32, 1, 3]")
 
 
 def test_pickle_file_refused_by_name(tmp_path: Path, capsys) -> None:
-    folder = _lfm2(tmp_path / "ckpt")
+    folder = lfm2(tmp_path / "ckpt")
     (folder / "model.safetensors").unlink()
     torch.save({"model.embed_tokens.weight": torch.zeros(VOCAB, 32)}, folder / "pytorch_model.bin")
     _refused(tmp_path, folder, capsys, "pytorch_model.bin", "pickle")
 
 
 def test_tied_head_that_differs_refused(tmp_path: Path, capsys) -> None:
-    folder = _lfm2(tmp_path / "ckpt")
+    folder = lfm2(tmp_path / "ckpt")
     _rewrite(folder, lambda t: t.update({"lm_head.weight": torch.ones(VOCAB, 32)}))
     _refused(tmp_path, folder, capsys, "'lm_head.weight' differs")
 
 
 def test_norm_madsl_does_not_compute_refused(tmp_path: Path, capsys) -> None:
-    folder = _lfm2(tmp_path / "ckpt", norm_eps=1e-6)
+    folder = lfm2(tmp_path / "ckpt", norm_eps=1e-6)
     _refused(tmp_path, folder, capsys, '"norm_eps"')
 
 
 def test_sharded_index_that_disagrees_with_its_shards_refused(tmp_path: Path, capsys) -> None:
-    folder = _lfm2(tmp_path / "ckpt", shard="20KB")
+    folder = lfm2(tmp_path / "ckpt", shard="20KB")
     index = json.loads((folder / "model.safetensors.index.json").read_text())
     index["weight_map"]["model.layers.0.adapter.weight"] = next(iter(index["weight_map"].values()))
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
@@ -187,7 +149,7 @@ def test_a_family_without_a_name_map_refused_by_name(tmp_path: Path, capsys) -> 
 
 
 def test_partial_rotary_lfm2_does_not_read_refused(tmp_path: Path, capsys) -> None:
-    folder = _lfm2(tmp_path / "ckpt")
+    folder = lfm2(tmp_path / "ckpt")
     config = json.loads((folder / "config.json").read_text())
     config["rope_parameters"]["partial_rotary_factor"] = 0.5
     (folder / "config.json").write_text(json.dumps(config))

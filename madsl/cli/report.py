@@ -284,8 +284,26 @@ def cmd_report(args) -> int:
 
 
 def add_export_parser(subparsers) -> None:
-    p = subparsers.add_parser("export", help="write a run's kept model (madsl eval --keep best) as safetensors + JSON")
-    p.add_argument("run_id", metavar="RUN_ID", help="the run (a unique prefix of its id is enough)")
+    from madsl.weights.mapping import families
+
+    p = subparsers.add_parser(
+        "export",
+        help="write a run's kept model (madsl eval --keep best) as safetensors + JSON, or a model as a "
+        "Hugging Face checkpoint (--to-hf)",
+    )
+    p.add_argument(
+        "run_id",
+        metavar="RUN_ID|MODEL_DIR",
+        help="the run (a unique prefix of its id is enough); with --to-hf, a madsl model folder "
+        "(`madsl import --out`, madsl.save)",
+    )
+    p.add_argument(
+        "--to-hf",
+        metavar="MODEL_TYPE",
+        choices=sorted(families()),
+        help="write the model folder as a Hugging Face checkpoint of this family (config.json + "
+        "model.safetensors for transformers' from_pretrained; docs/weights.md): " + ", ".join(sorted(families())),
+    )
     p.add_argument(
         "-o", "--output", required=True, metavar="DIR", help="folder to write model.safetensors and config.json into"
     )
@@ -312,6 +330,8 @@ def cmd_export(args) -> int:
     from madsl.runner.store.kept import EXPORTED, RUN_ID_PREFIX, export
     from madsl.runner.store.results import DEFAULT_DB
 
+    if args.to_hf:
+        return _export_hf(args)
     db = Path(args.db or DEFAULT_DB)
     default = " (the default: no --db given)" if args.db is None else ""
     if not db.is_file():  # else every run id would read as 'no kept model'
@@ -330,6 +350,24 @@ def cmd_export(args) -> int:
         )
     elif not args.quiet:
         print(f"wrote {out}: run {run_id} (load it with madsl.load_run({str(out)!r}))", file=sys.stderr)
+    return EXIT_OK
+
+
+def _export_hf(args) -> int:
+    """`madsl export MODEL_DIR --to-hf MODEL_TYPE -o DIR`: a madsl model folder as a checkpoint."""
+    from madsl.compiler import load
+    from madsl.weights.export import CONFIG, WEIGHTS, export_hf
+
+    if args.db is not None:
+        raise MadslError("--db names a results database: --to-hf exports a model folder, not a run")
+    out = export_hf(load(args.run_id, device="cpu"), args.to_hf, args.output, force=args.force)
+    if args.format == "json":
+        print(json.dumps({"model": args.run_id, "to_hf": args.to_hf, "files": [str(out / WEIGHTS), str(out / CONFIG)]}))
+    elif not args.quiet:
+        print(
+            f"wrote {out}: a {args.to_hf} checkpoint (transformers.AutoModelForCausalLM.from_pretrained)",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 

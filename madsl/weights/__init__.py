@@ -10,8 +10,10 @@
     nemotron_h.py   Nemotron-H's (Mamba-2, attention and MLP layers, paired into blocks)
     mamba2.py       what madsl's Mamba-2 does not compute, refused by key (both families)
     load.py         import_checkpoint / load_pretrained: convert, compile, check, load
+    export.py       export_hf: a model out as a checkpoint, the name map run backwards
 """
 
+from madsl.weights.export import export_hf
 from madsl.weights.load import Imported, import_checkpoint, load_pretrained
 
-__all__ = ["Imported", "import_checkpoint", "load_pretrained"]
+__all__ = ["Imported", "export_hf", "import_checkpoint", "load_pretrained"]

@@ -1,0 +1,66 @@
+"""A compiled madsl model out as a Hugging Face checkpoint: config.json + model.safetensors that
+transformers' `AutoModelForCausalLM.from_pretrained` loads with no missing or unexpected keys
+(`madsl export MODEL_DIR --to-hf MODEL_TYPE -o DIR`, `madsl.weights.export_hf`).
+
+The config is the spec's `convert --to-hf` (madsl.hf_config.to_hf_config: the family's keys of
+its layer stack; transformers' defaults for the rest, which the family's name map requires: its
+norms' eps, the unclamped Mamba-2 step), and the tensors are the family's import map run
+backwards: each model tensor written under its checkpoint name, a fused projection split into
+its parts (q, k, v rows) along the first axis. A model tensor the map does not place is refused
+by name before anything is written; a tied head is left out, as transformers' save_pretrained
+leaves it. Both files are written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from madsl.errors import MadslError
+from madsl.weights.mapping import family
+
+WEIGHTS, CONFIG = "model.safetensors", "config.json"
+
+
+def hf_tensors(model: Any, model_type: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config.json's data, checkpoint name -> tensor) of `model` (a madsl.model.Model with its
+    spec) as the family `model_type` writes it."""
+    from madsl.hf_config import to_hf_config
+
+    mapper = family(model_type, "--to-hf")
+    config = to_hf_config(model.spec, model_type)
+    mapper.check_config(config, "the config.json madsl writes")
+    sources = mapper.sources(model, config)
+    tensors: dict[str, Any] = {}
+    for name, tensor in model.state_dict().items():
+        parts = sources.get(name)
+        if parts is None:
+            raise MadslError(
+                f"the model's {name!r} has no tensor of a {model_type} checkpoint to go to",
+                hint=f"a layer or option the {model_type} family does not have: nothing was written",
+            )
+        sizes = [part.shape[0] for part in parts] if len(parts) > 1 else [tensor.shape[0]]
+        for part, piece in zip(parts, tensor.split(sizes, dim=0) if len(parts) > 1 else (tensor,)):
+            if tuple(piece.shape) != part.shape:
+                raise MadslError(f"the model's {name!r} does not split into {part.name!r} of shape {list(part.shape)}")
+            tensors[part.name] = piece.detach().to("cpu").contiguous().clone()
+    return config, tensors
+
+
+def export_hf(model: Any, model_type: str, out: str | os.PathLike, *, force: bool = False) -> Path:
+    """Write `model` into the folder `out` as a `model_type` checkpoint (the module's docstring);
+    a folder holding other files is refused unless `force` (they are left as they are)."""
+    from safetensors.torch import save_file
+
+    from madsl.outputs import check_output_dir, write_atomic, write_text_atomic
+
+    folder = check_output_dir(
+        out, "-o", lambda name: name in (WEIGHTS, CONFIG), force=force, writes=f"{WEIGHTS} and {CONFIG}"
+    )
+    config, tensors = hf_tensors(model, model_type)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / WEIGHTS, lambda name: save_file(tensors, name, metadata={"format": "pt"}))
+    write_text_atomic(folder / CONFIG, json.dumps(config, indent=2) + "\n")
+    return folder

@@ -1,0 +1,120 @@
+"""Tiny Hugging Face checkpoints made here by transformers, every weight random, for the import and
+export tests (tests/test_import_hf.py, test_import_mamba2.py, test_export_hf.py): nothing is
+downloaded. Each maker saves into `folder` and returns it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import transformers
+
+VOCAB = 61
+
+
+def lfm2(folder: Path, *, tied: bool = True, bias: bool = False, shard: str | None = None, **extra) -> Path:
+    """A tiny LFM2 (conv and attention layers, grouped-query heads) with every weight random,
+    norms included, saved by transformers into `folder`; returns the folder."""
+    config = transformers.Lfm2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=96,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        layer_types=["conv", "full_attention", "conv", "full_attention"],
+        conv_bias=bias,
+        tie_word_embeddings=tied,
+        max_position_embeddings=64,
+        **extra,
+    )
+    torch.manual_seed(0)
+    model = transformers.Lfm2ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("norm.weight"):
+                parameter.uniform_(0.5, 1.5)
+            else:
+                parameter.normal_(0.0, 0.3 if parameter.dim() > 1 else 0.1)
+    kwargs = {"max_shard_size": shard} if shard else {}
+    model.save_pretrained(folder, **kwargs)
+    return folder
+
+
+def reference(folder: Path, ids):
+    """transformers' own logits of the checkpoint in `folder` on the token ids `ids`."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def tokens(length: int = 13):
+    return torch.randint(0, VOCAB, (2, length), generator=torch.Generator().manual_seed(1))
+
+
+def bamba(folder: Path, *, tied: bool = False, groups: int = 2, **extra) -> Path:
+    """A tiny Bamba (two Mamba-2 layers of 2 groups, one attention layer with grouped-query
+    heads) with every weight random, saved by transformers into `folder`."""
+    config = transformers.BambaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_layer_indices=[1],
+        mamba_n_heads=4,
+        mamba_d_head=16,
+        mamba_n_groups=groups,
+        mamba_d_state=8,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        mamba_chunk_size=8,  # several chunks in the reference's scan, as in madsl's
+        max_position_embeddings=64,
+        tie_word_embeddings=tied,
+        **extra,
+    )
+    return randomized(transformers.BambaForCausalLM(config), folder)
+
+
+def nemotron_h(folder: Path, pattern: str = "M-*-", **extra) -> Path:
+    """A tiny Nemotron-H of `pattern` (M Mamba-2 of 2 groups, * attention, - MLP) with every weight
+    random, saved by transformers into `folder`."""
+    config = transformers.NemotronHConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=len(pattern),
+        hybrid_override_pattern=pattern,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        mamba_num_heads=4,
+        mamba_head_dim=16,
+        n_groups=2,
+        ssm_state_size=8,
+        conv_kernel=4,
+        expand=2,
+        chunk_size=8,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        **extra,
+    )
+    return randomized(transformers.NemotronHForCausalLM(config), folder)
+
+
+def randomized(model, folder: Path) -> Path:
+    """`model` with every weight random (norms near 1, A_log and dt_bias in Mamba-2's ranges), saved."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith(("norm.weight", "norm_f.weight")):
+                parameter.uniform_(0.5, 1.5)
+            elif name.endswith("A_log"):
+                parameter.uniform_(0.0, 2.0)
+            elif name.endswith("dt_bias"):
+                parameter.uniform_(-3.0, 0.0)
+            else:
+                parameter.normal_(0.0, 0.3 if parameter.dim() > 1 else 0.1)
+    model.eval().save_pretrained(folder)
+    return folder

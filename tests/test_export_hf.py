@@ -1,0 +1,57 @@
+"""`madsl export MODEL_DIR --to-hf MODEL_TYPE` (madsl.weights.export): a checkpoint imported into madsl
+and written back out loads in transformers with no missing or unexpected keys and transformers'
+logits of the original (within 1e-4 in float32, as tests/test_import_hf.py argues: the exported
+config leaves transformers' defaults where the original set a key madsl does not read, such as a
+Mamba-2 scan's chunk size, so the scan rounds differently); a model a family cannot hold is
+refused by name, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from hf_checkpoints import bamba, lfm2, nemotron_h, reference, tokens  # noqa: E402
+
+from madsl.cli import main  # noqa: E402
+
+TOLERANCE = 1e-4
+CHECKPOINTS = {
+    "lfm2 tied": ("lfm2", lambda folder: lfm2(folder)),
+    "lfm2 untied, biases": ("lfm2", lambda folder: lfm2(folder, tied=False, bias=True)),
+    "bamba": ("bamba", lambda folder: bamba(folder)),
+    "bamba tied, 1 group": ("bamba", lambda folder: bamba(folder, tied=True, groups=1)),
+    "nemotron-h MM-*-M": ("nemotron_h", lambda folder: nemotron_h(folder, "MM-*-M")),
+}
+
+
+@pytest.mark.parametrize("case", CHECKPOINTS, ids=CHECKPOINTS)
+def test_import_then_export_loads_in_transformers_with_equal_logits(tmp_path: Path, capsys, case: str) -> None:
+    model_type, make = CHECKPOINTS[case]
+    original = make(tmp_path / "ckpt")
+    assert main(["import", str(original), "--out", str(tmp_path / "madsl"), "-q"]) == 0
+    assert main(["export", str(tmp_path / "madsl"), "--to-hf", model_type, "-o", str(tmp_path / "hf"), "-q"]) == 0
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["config.json", "model.safetensors"]
+    exported, info = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", output_loading_info=True)
+    assert {key: value for key, value in info.items() if value} == {}  # no missing, unexpected or mismatched keys
+    ids = tokens(17)
+    with torch.no_grad():
+        got = exported.eval()(ids).logits
+    assert (got - reference(original, ids)).abs().max().item() < TOLERANCE
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == model_type
+
+
+def test_a_model_the_family_cannot_hold_is_refused_by_name(tmp_path: Path, capsys) -> None:
+    import madsl
+    from madsl.compiler import save
+
+    model = madsl.compile(madsl.spec_from_topology("H-Sg:A-Sg", dim=32, vocab=61))
+    save(model, tmp_path / "madsl")
+    assert main(["export", str(tmp_path / "madsl"), "--to-hf", "lfm2", "-o", str(tmp_path / "hf")]) == 2
+    error = capsys.readouterr().err
+    assert "error:" in error and "Traceback" not in error
+    assert not (tmp_path / "hf").exists()
