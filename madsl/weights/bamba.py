@@ -26,11 +26,10 @@ Mamba-2 does not clamp).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from madsl.weights.mamba2 import check_mamba2_config
-from madsl.weights.parts import Sources, one, qkv
+from madsl.weights.parts import Sources, layered
 
 RULES = (  # (madsl name after `body.i.`, Bamba's after `model.layers.i.`)
     (r"mixer\.norm\.weight", "input_layernorm.weight"),
@@ -53,30 +52,12 @@ def check_config(config: dict[str, Any], path: str) -> None:
 
 def sources(model: Any, config: dict[str, Any]) -> Sources:
     """Each tensor of the model's state dict -> the Bamba checkpoint tensors it is made of."""
-    state = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    out: Sources = {
-        "embedding.weight": one("model.embed_tokens.weight", state["embedding.weight"]),
-        "final_norm.weight": one("model.final_layernorm.weight", state["final_norm.weight"]),
+    top = {
+        "embedding.weight": "model.embed_tokens.weight",
+        "final_norm.weight": "model.final_layernorm.weight",
+        "head.weight": "lm_head.weight",
     }
-    if "head.weight" in state:
-        out["head.weight"] = one("lm_head.weight", state["head.weight"])
-    for name, shape in state.items():
-        match = re.fullmatch(r"body\.(\d+)\.(.+)", name)
-        if match is None:
-            continue
-        layer, rest = match.groups()
-        prefix = f"model.layers.{layer}."
-        fused = re.fullmatch(r"mixer\.layer\.qkv\.(weight|bias)", rest)
-        if fused is not None:
-            kind = fused.group(1)
-            q, k, v = (f"{prefix}self_attn.{x}_proj.{kind}" for x in "qkv")
-            out[name] = qkv(model.get_submodule(f"body.{layer}.mixer.layer"), q, k, v, shape)
-            continue
-        for pattern, target in RULES:
-            if re.fullmatch(pattern, rest):
-                out[name] = one(prefix + re.sub(pattern, target, rest), shape)
-                break
-    return out
+    return layered(model, top, RULES)
 
 
 # where the embeddings are tied (the model has no head), a checkpoint may still hold lm_head: the embedding's copy

@@ -21,11 +21,10 @@ a config whose `norm_eps` is another is refused by name, not approximated; so is
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from madsl.errors import MadslError
-from madsl.weights.parts import Sources, one, qkv
+from madsl.weights.parts import Sources, layered
 
 NORM_EPS = 1e-5  # madsl's RMSNorm (madsl.model_parts.make_norm) and attention's q/k norms
 RULES = (  # (madsl name after `body.i.`, LFM2's after `model.layers.i.`)
@@ -60,29 +59,12 @@ def check_config(config: dict[str, Any], path: str) -> None:
 
 def sources(model: Any, config: dict[str, Any]) -> Sources:
     """Each tensor of the model's state dict -> the LFM2 checkpoint tensors it is made of."""
-    state = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    out: Sources = {
-        "embedding.weight": one("model.embed_tokens.weight", state["embedding.weight"]),
-        "final_norm.weight": one("model.embedding_norm.weight", state["final_norm.weight"]),
+    top = {
+        "embedding.weight": "model.embed_tokens.weight",
+        "final_norm.weight": "model.embedding_norm.weight",
+        "head.weight": "lm_head.weight",
     }
-    if "head.weight" in state:
-        out["head.weight"] = one("lm_head.weight", state["head.weight"])
-    for name, shape in state.items():
-        match = re.fullmatch(r"body\.(\d+)\.(.+)", name)
-        if match is None:
-            continue
-        layer, rest = match.groups()
-        prefix = f"model.layers.{layer}."
-        if rest == "mixer.layer.qkv.weight":
-            attention = model.get_submodule(f"body.{layer}.mixer.layer")
-            q, k, v = (f"{prefix}self_attn.{x}_proj.weight" for x in "qkv")
-            out[name] = qkv(attention, q, k, v, shape)
-            continue
-        for pattern, target in RULES:
-            if re.fullmatch(pattern, rest):
-                out[name] = one(prefix + re.sub(pattern, target, rest), shape)
-                break
-    return out
+    return layered(model, top, RULES)
 
 
 # where the embeddings are tied (the model has no head), a checkpoint may still hold lm_head: the embedding's copy

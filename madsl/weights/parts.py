@@ -3,6 +3,7 @@ model tensor -> the checkpoint tensors it is made of, each with the shape it mus
 
 from __future__ import annotations
 
+import re
 from typing import Any, NamedTuple
 
 
@@ -28,3 +29,31 @@ def qkv(attention: Any, q: str, k: str, v: str, shape: tuple[int, ...]) -> tuple
     rows = (attention.heads * attention.head_dim, attention.kv_heads * attention.head_dim)
     rest = tuple(shape[1:])
     return (Part(q, (rows[0], *rest)), Part(k, (rows[1], *rest)), Part(v, (rows[1], *rest)))
+
+
+def layered(
+    model: Any, top: dict[str, str], rules: tuple[tuple[str, str], ...], attention: str = "self_attn"
+) -> Sources:
+    """The name map of a family whose checkpoint has one entry per madsl block (`model.layers.i`):
+    `top` maps the model's tensors outside the blocks (embedding, final norm, head) to checkpoint
+    names (a tensor the model lacks, e.g. a tied head, is skipped); inside block i, a fused
+    q/k/v projection comes from `{attention}.{q,k,v}_proj`, every other tensor from the first rule
+    (madsl pattern after `body.i.`, checkpoint replacement after `model.layers.i.`) it matches."""
+    state = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    out: Sources = {name: one(source, state[name]) for name, source in top.items() if name in state}
+    for name, shape in state.items():
+        match = re.fullmatch(r"body\.(\d+)\.(.+)", name)
+        if match is None:
+            continue
+        layer, rest = match.groups()
+        prefix = f"model.layers.{layer}."
+        fused = re.fullmatch(r"mixer\.layer\.qkv\.(weight|bias)", rest)
+        if fused is not None:
+            q, k, v = (f"{prefix}{attention}.{x}_proj.{fused.group(1)}" for x in "qkv")
+            out[name] = qkv(model.get_submodule(f"body.{layer}.mixer.layer"), q, k, v, shape)
+            continue
+        for pattern, target in rules:
+            if re.fullmatch(pattern, rest):
+                out[name] = one(prefix + re.sub(pattern, target, rest), shape)
+                break
+    return out
