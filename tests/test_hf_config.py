@@ -48,6 +48,9 @@ MODELS = {
         "kimi_linear", 48e9, 49_122_675_072, 49_122_675_072, rounded="the name's 48B rounds the 49.1B the model holds"
     ),
     "minimax-m1-80k": Model("minimax_m1", 456e9, 456_089_655_296, 456_089_655_296),
+    "xlstm-7b": Model(
+        "xlstm", 7e9, 6_865_424_896, 6_865_424_896, rounded="the name's 7B rounds the 6.87B the model holds"
+    ),
 }
 # what madsl counts apart from Hugging Face's model, and why (docs/convert.md)
 COUNTED_APART = {"jamba-v0.1": -8064}  # Jamba's Mamba inner layernorms: 28 layers x (dt_rank 256 + 2 x d_state 16)
@@ -66,6 +69,7 @@ STATE_AT_8192 = {
     "recurrentgemma-2b": (46_080, 138_240, 8_388_608),
     "kimi-linear-48b-a3b": (10_485_760, 737_280, 33_030_144),
     "minimax-m1-80k": (73_400_320, 0, 167_772_160),
+    "xlstm-7b": (33_620_224, 0, 0),
 }
 
 

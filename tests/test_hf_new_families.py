@@ -166,6 +166,19 @@ RG_ODD = {
 }
 
 # name -> (config, transformers' count of the model built from it)
+# transformers' xLSTMConfig: the counts of xLSTMForCausalLM built from these (5.24, meta device)
+XLSTM_SMALL = {"model_type": "xlstm", "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2, "num_heads": 4}
+XLSTM_NARROW = {
+    **XLSTM_SMALL,
+    "num_hidden_layers": 3,
+    "qk_dim_factor": 1.0,
+    "v_dim_factor": 0.5,
+    "ffn_proj_factor": 1.5,
+    "ffn_round_up_to_multiple_of": 32,
+    "gate_soft_cap": 10.0,
+    "norm_eps": 1e-5,
+}
+
 BUILT = {
     "nemotron-3-nano-30b-a3b with moe_latent_size 1024": ({**NANO, "moe_latent_size": 1024}, 13_520_147_904),
     "nemotron-h small latent": (NEMOTRON_SMALL_LATENT, 1_869_232),
@@ -182,6 +195,9 @@ BUILT = {
     "recurrentgemma 9b shape": (RECURRENTGEMMA_9B_SHAPE, 8_579_977_216),
     "recurrentgemma small": (RG_SMALL, 801_280),
     "recurrentgemma odd": (RG_ODD, 884_188),
+    "xlstm-7b": (json.loads((PUBLIC / "xlstm-7b.config.json").read_text()), 6_865_424_896),
+    "xlstm small": (XLSTM_SMALL, 120_784),
+    "xlstm narrow keys and values": (XLSTM_NARROW, 113_208),
 }
 
 
@@ -788,3 +804,38 @@ def test_what_minimax_cannot_express_is_refused(model_type, topology, message):
     spec = madsl.spec_from_topology(topology, dim=32, vocab=100)
     with pytest.raises(madsl.MadslError, match=message):
         to_hf_config(spec, model_type)
+
+
+# ---- xLSTM (xlstm) ---------------------------------------------------------------------------------------
+
+
+def test_xlstm_reads_the_7b_layer_and_lists_its_defaults():
+    read = read_hf_config(XLSTM_SMALL, "m")
+    assert read.data["topology"] == "2mL-Sg" and read.data["tie_embeddings"] is False
+    assert read.data["layers"]["mL"] == {
+        "heads": 4,
+        "head_dim": 16,
+        "qk_head_dim": 8,
+        "gate_soft_cap": 15.0,
+        "bias": False,
+        "norm_eps": 1e-6,
+        "zero_stabilizer": True,
+        "eps": 1e-6,
+    }
+    assert read.data["layers"]["Sg"] == {"inner": 192}  # round_up(2.667 x 64, 64)
+    assert "defaulted: gate_soft_cap = 15.0 (transformers' xLSTMConfig default)" in read.notes
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"use_bias": True}, '"use_bias": is true: xLSTM\'s block norms then have biases'),
+        ({"embedding_dim": 32}, '"embedding_dim": 32 differs from hidden_size=64'),
+        ({"num_blocks": 7}, '"num_blocks": 7 differs from num_hidden_layers=2'),
+        ({"v_dim_factor": 0.3}, '"v_dim_factor": gives 19.2 channels'),
+        ({"add_out_norm": False}, '"add_out_norm": is false'),
+    ],
+)
+def test_what_xlstm_cannot_state_is_refused_by_name(change, message):
+    with pytest.raises(madsl.MadslError, match=message):
+        read_hf_config({**XLSTM_SMALL, **change}, "m")

@@ -33,6 +33,7 @@ FAMILY_TYPES = (
     "kimi_linear",
     "minimax",
     "minimax_m1",
+    "xlstm",
 )  # madsl.interop.huggingface.families.FAMILIES
 
 

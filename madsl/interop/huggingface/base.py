@@ -218,8 +218,9 @@ def ignored(cfg: Config, key: str, built: Any, what: str) -> None:
 
 
 def _article(title: str) -> str:
-    """ "an" before a vowel sound: a vowel, or an acronym's letter named with one (an LFM2)."""
-    return "an" if title[0] in "AEIOU" or title[:2].isupper() and title[0] in "FHLMNRSX" else "a"
+    """ "an" before a vowel sound: a vowel, or an acronym's letter named with one (an LFM2, an xLSTM)."""
+    spelled_out = title[:2].isupper() or title[0] == "x" and title[1:2].isupper()  # letters read one by one
+    return "an" if title[0] in "AEIOU" or spelled_out and title[0] in "FHLMNRSXx" else "a"
 
 
 # ---- the other direction: a spec's stack, one setting per layer kind -----------------------------------

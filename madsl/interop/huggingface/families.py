@@ -23,6 +23,7 @@ by a channel mixer, which is a madsl block:
     minimax           MiniMax-Text-01 (MiniMax): lightning attention and softmax attention, experts
                       after each (minimax.py)
     minimax_m1        MiniMax-M1: MiniMax-Text-01's layers in MiniMax's own keys (`attn_type_list`)
+    xlstm             xLSTM-7B (NX-AI): mLSTM layers, a SwiGLU after each (xlstm.py)
 
 Reading a config gives a spec with its width, vocabulary, layer stack and every layer's sizes,
 so that `madsl compile` and `madsl check` account it (embeddings and an untied head included, as
@@ -55,6 +56,7 @@ from madsl.interop.huggingface.nemotron import NemotronH
 from madsl.interop.huggingface.qwen3_next import Qwen3_5MoeText, Qwen3_5Text, Qwen3Next
 from madsl.interop.huggingface.recurrent_gemma import RecurrentGemma
 from madsl.interop.huggingface.shown import look_alike, shown_value
+from madsl.interop.huggingface.xlstm import XLSTM
 
 FAMILIES: dict[str, Family] = {
     f.model_type: f
@@ -73,6 +75,7 @@ FAMILIES: dict[str, Family] = {
         KimiLinear(),
         MiniMax(),
         MiniMaxM1(),
+        XLSTM(),
     )
 }
 Config.family_titles = {name: f.title for name, f in FAMILIES.items()}
