@@ -91,6 +91,16 @@ LANGUAGE_MODELS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 REFUSED = {
     "zamba2": ("Zamba2", _ZAMBA),
     "zamba": ("Zamba", _ZAMBA),
+    "rwkv7": (
+        "RWKV-7",
+        "every layer after the first mixes in the first layer's values (v_first, its value residual), "
+        "a link between layers madsl's stack cannot express; madsl's R7 is RWKV-7's first-layer time mixer",
+    ),
+    "hymba": (
+        "Hymba",
+        "its learned meta tokens prepended to every sequence and its key-value caches shared across "
+        "layers are no part of madsl's language yet (its parallel attention and Mamba heads are)",
+    ),
 }
 
 
