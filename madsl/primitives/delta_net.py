@@ -39,34 +39,23 @@ from dataclasses import dataclass
 from .base import ConfigError, Primitive, divides, positive
 
 
-@dataclass(frozen=True)
-class DeltaNet(Primitive):
-    heads: int
-    head_dim: int | None  # key dimension per head; None: dim // heads
-    expand_v: int  # value dimension per head = expand_v * head_dim
-    d_conv: int  # taps of the short convolution over q, k, v; 0: none
-    gated: bool  # Gated DeltaNet's decay alpha_t
-    output_gate: bool  # swish(g_proj(x)) on the normalised output
-    value_heads: int | None  # None: heads; more (a multiple of heads): Qwen3-Next's value heads
+class DeltaRuleLayout:
+    """The shape the delta-rule layers share (DeltaNet, Gated DeltaNet, Kimi Delta Attention):
+    `heads` key heads of `head_dim` (None: dim // heads), `value_heads` memories (None: heads; a
+    multiple of them) of expand_v x head_dim values, short convolutions of `d_conv` taps over q, k
+    and v; each memory is a key_dim x value_dim matrix."""
 
-    # added later: specs that leave it at its default keep their run identities
-    identity_omits = ("value_heads",)
-
-    name = "delta_net"
-    role = "sequence"
-    module = "madsl.layers.delta_net:DeltaNet"
-
-    def validate(self) -> None:
+    def validate_layout(self, hint: str) -> None:
         positive(self, "heads", "head_dim", "expand_v", "value_heads")
         if self.d_conv < 0:
-            raise ConfigError("d_conv", f"delta_net: d_conv must be 0 (no short conv) or positive, got {self.d_conv}")
+            raise ConfigError("d_conv", f"{self.name}: d_conv must be 0 (no short conv) or positive, got {self.d_conv}")
         if self.head_dim is None:
             divides(self, "heads", self.heads, self.dim, "dim")
         if self.value_heads is not None and self.value_heads % self.heads:
             raise ConfigError(
                 "value_heads",
-                f"delta_net: value_heads={self.value_heads} is not a multiple of heads={self.heads}",
-                "null: as many value heads as key heads; Qwen3-Next: 2 x its key heads",
+                f"{self.name}: value_heads={self.value_heads} is not a multiple of heads={self.heads}",
+                hint,
             )
 
     @property
@@ -86,6 +75,33 @@ class DeltaNet(Primitive):
     def conv_channels(self) -> int:
         return 2 * self.heads * self.key_dim + self.v_heads * self.value_dim
 
+    def fixed_state(self) -> int:
+        return self.v_heads * self.key_dim * self.value_dim
+
+    def conv_state(self) -> int:
+        return self.conv_channels * max(self.d_conv - 1, 0)
+
+
+@dataclass(frozen=True)
+class DeltaNet(DeltaRuleLayout, Primitive):
+    heads: int
+    head_dim: int | None  # key dimension per head; None: dim // heads
+    expand_v: int  # value dimension per head = expand_v * head_dim
+    d_conv: int  # taps of the short convolution over q, k, v; 0: none
+    gated: bool  # Gated DeltaNet's decay alpha_t
+    output_gate: bool  # swish(g_proj(x)) on the normalised output
+    value_heads: int | None  # None: heads; more (a multiple of heads): Qwen3-Next's value heads
+
+    # added later: specs that leave it at its default keep their run identities
+    identity_omits = ("value_heads",)
+
+    name = "delta_net"
+    role = "sequence"
+    module = "madsl.layers.delta_net:DeltaNet"
+
+    def validate(self) -> None:
+        self.validate_layout("null: as many value heads as key heads; Qwen3-Next: 2 x its key heads")
+
     def params(self) -> int:
         D, H, Hv, K, V = self.dim, self.heads, self.v_heads, self.key_dim, self.value_dim
         total = D * (2 * H * K + Hv * V) + D * Hv + Hv * V * D + V  # q, k, v, b_proj, o_proj, o_norm
@@ -95,12 +111,6 @@ class DeltaNet(Primitive):
         if self.output_gate:
             total += D * Hv * V
         return total
-
-    def fixed_state(self) -> int:
-        return self.v_heads * self.key_dim * self.value_dim
-
-    def conv_state(self) -> int:
-        return self.conv_channels * max(self.d_conv - 1, 0)
 
     def flops(self, seq_len: int) -> int:
         L, D, Hv, V = seq_len, self.dim, self.v_heads, self.value_dim

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import ConfigError, Primitive, divides, positive
+from .base import Primitive
+from .delta_net import DeltaRuleLayout
 
 
 @dataclass(frozen=True)
-class KDA(Primitive):
+class KDA(DeltaRuleLayout, Primitive):
     heads: int
     head_dim: int | None  # key dimension per head; None: dim // heads
     expand_v: int  # value dimension per head = expand_v * head_dim
@@ -50,33 +51,7 @@ class KDA(Primitive):
     module = "madsl.layers.kda:KDA"
 
     def validate(self) -> None:
-        positive(self, "heads", "head_dim", "expand_v", "value_heads")
-        if self.d_conv < 0:
-            raise ConfigError("d_conv", f"kda: d_conv must be 0 (no short conv) or positive, got {self.d_conv}")
-        if self.head_dim is None:
-            divides(self, "heads", self.heads, self.dim, "dim")
-        if self.value_heads is not None and self.value_heads % self.heads:
-            raise ConfigError(
-                "value_heads",
-                f"kda: value_heads={self.value_heads} is not a multiple of heads={self.heads}",
-                "null: as many value heads as key heads",
-            )
-
-    @property
-    def key_dim(self) -> int:
-        return self.head_dim if self.head_dim is not None else self.dim // self.heads
-
-    @property
-    def value_dim(self) -> int:
-        return self.expand_v * self.key_dim
-
-    @property
-    def v_heads(self) -> int:
-        return self.value_heads if self.value_heads is not None else self.heads
-
-    @property
-    def conv_channels(self) -> int:
-        return 2 * self.heads * self.key_dim + self.v_heads * self.value_dim
+        self.validate_layout("null: as many value heads as key heads")
 
     def params(self) -> int:
         D, Hv, K, V = self.dim, self.v_heads, self.key_dim, self.value_dim
@@ -84,12 +59,6 @@ class KDA(Primitive):
         forget = D * V + V * Hv * K + Hv + Hv * K  # f_proj (down, up), A_log, dt_bias
         output_gate = D * V + V * Hv * V + (Hv * V if self.gate_bias else 0)
         return projections + self.conv_channels * self.d_conv + forget + output_gate + V  # V: o_norm
-
-    def fixed_state(self) -> int:
-        return self.v_heads * self.key_dim * self.value_dim
-
-    def conv_state(self) -> int:
-        return self.conv_channels * max(self.d_conv - 1, 0)
 
     def flops(self, seq_len: int) -> int:
         L, D, Hv, K, V = seq_len, self.dim, self.v_heads, self.key_dim, self.value_dim
