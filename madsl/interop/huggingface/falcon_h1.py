@@ -17,17 +17,8 @@ from typing import Any
 
 from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, ignored, mamba2, rope, spec_data
 from madsl.interop.huggingface.config import Config
+from madsl.interop.huggingface.ibm import IBM_MAMBA2
 
-FALCON_MAMBA2 = {
-    "heads": "mamba_n_heads",
-    "head_dim": "mamba_d_head",
-    "state": "mamba_d_state",
-    "groups": "mamba_n_groups",
-    "conv": "mamba_d_conv",
-    "expand": "mamba_expand",
-    "bias": "mamba_proj_bias",
-    "conv_bias": "mamba_conv_bias",
-}
 BLOCK = "[A | M2]-Sg"
 
 
@@ -126,7 +117,7 @@ def _mamba(cfg: Config, dim: int) -> dict[str, Any]:
     else:
         width = cfg.count("mamba_d_ssm")
         of = " (mamba_d_ssm" + (", absent: transformers' default)" if "mamba_d_ssm" not in cfg.data else ")")
-    params = mamba2(cfg, dim, FALCON_MAMBA2, width=width, of=of)
+    params = mamba2(cfg, dim, IBM_MAMBA2, width=width, of=of)  # Falcon-H1 spells them as Bamba does
     if cfg.flag("projectors_bias") != params["bias"]:
         raise cfg.error(
             "projectors_bias",

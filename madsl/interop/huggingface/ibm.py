@@ -17,7 +17,7 @@ from typing import Any
 from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, ignored, mamba2, rope, spec_data
 from madsl.interop.huggingface.config import Config
 
-# Bamba's and Granite's Mamba-2 keys (madsl.interop.huggingface.base.MAMBA2_KEYS -> config keys)
+# Bamba's, Granite's and Falcon-H1's Mamba-2 keys (madsl.interop.huggingface.base.MAMBA2_KEYS -> config keys)
 IBM_MAMBA2 = {
     "heads": "mamba_n_heads",
     "head_dim": "mamba_d_head",
