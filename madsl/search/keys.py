@@ -15,7 +15,7 @@ from madsl.runner.common.choices import MAX_SEED
 from madsl.runner.plan.settings import SETTINGS
 from madsl.search.config import ALGORITHMS, MINIMIZABLE, SHAPES
 
-MAX_SEARCH_BLOCKS = 256  # blocks of a candidate (a sweep's variant holds at most 384 layers); each is trained
+MAX_SEARCH_BLOCKS = 256  # blocks of a candidate (a sweep's variant holds at most 512 layers); each is trained
 MAX_CANDIDATES = 10_000  # a population, its offspring, a tournament, generations: more is a typo
 SHARED_KEYS = tuple(k for k in SPEC_KEYS if k not in ("name", "description", "extends", "topology", "eval"))
 REFUSED = {

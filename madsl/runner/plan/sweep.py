@@ -47,9 +47,9 @@ SPEC_FIELDS = ("dim", "vocab", "seq_len", "topology", "channel_mixer", "norm", "
 # spec files x the values of every vary: axis; each variant is built and accounted before anything
 # runs, and 4,096 of them at the quick protocol are months of CPU time
 MAX_VARIANTS = 4_096
-# sequence and channel mixers of one variant: over 3x the deepest bundled spec (108,
-# nemotron-3-nano-30b-a3b); a variant of 2,048 took 95 s and 3.6 GB before its plan ran out of memory
-MAX_VARIANT_LAYERS = 384
+# sequence and channel mixers of one variant: over 3x the deepest bundled spec (160,
+# minimax-m1-80k); a variant of 2,048 took 95 s and 3.6 GB before its plan ran out of memory
+MAX_VARIANT_LAYERS = 512
 # runs of one sweep's plan: 250 specs at the paper protocol's 396; planning more alone takes minutes and GBs
 MAX_RUNS = 100_000
 
