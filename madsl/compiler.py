@@ -176,7 +176,8 @@ def compile_spec(
     device: str | torch.device | None = None,
     seed: int = 0,
 ) -> Model:
-    """Build the torch model of a spec. Initialisation is deterministic in `seed`."""
+    """Build the torch model of a spec. Initialisation is deterministic in `seed`; the layers of
+    the spec's `init:` then take their saved weights (and frozen ones stop training)."""
     if not isinstance(spec, Spec):
         spec = load_spec(spec)
     vocab_size = vocab_size or spec.vocab
@@ -208,9 +209,19 @@ def compile_spec(
     model.spec = spec
     model.plan = plan  # the graph the model was built from (`madsl compile --emit dot` draws it)
     model.named_layers = compiler.named
+    if spec.init and not any(p.is_meta for p in model.parameters()):  # shapes-only builds read no weights
+        from madsl.weights.init import apply_init
+
+        apply_init(model, spec)
     if device is not None:
         model = model.to(device)
     return model
+
+
+def saved_spec_data(spec: Spec) -> dict:
+    """The spec data a saved model records: without `init:`, whose weights the saved ones include
+    (a saved model is read without its spec's file, so it names no files to read)."""
+    return {key: value for key, value in spec.data.items() if key != "init"}
 
 
 def save(model: Model, path: str | os.PathLike, *, option: str = "save") -> Path:
@@ -226,7 +237,7 @@ def save(model: Model, path: str | os.PathLike, *, option: str = "save") -> Path
     )
     config = {
         "format": MODEL_FORMAT,
-        "spec": model.spec.data,
+        "spec": saved_spec_data(model.spec),
         "build": {"vocab_size": model.vocab_size, "num_classes": model.num_classes, "max_seq_len": model.max_seq_len},
     }
     folder.mkdir(parents=True, exist_ok=True)

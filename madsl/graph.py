@@ -134,8 +134,9 @@ class Account:
 
     @property
     def totals(self) -> dict[str, int]:
+        params = sum(r.params for r in self.layers) + sum(p.params for p in self.parts)
         return {
-            "params": sum(r.params for r in self.layers) + sum(p.params for p in self.parts),
+            "params": params,
             "active_params": sum(r.active_params for r in self.layers) + sum(p.active_params for p in self.parts),
             "fixed_state": sum(r.fixed_state for r in self.layers),
             "conv_state": sum(r.conv_state for r in self.layers),
@@ -144,7 +145,30 @@ class Account:
             # MAD paper's "total state", STAR's cache objective); conv_state is stated apart
             "total_state": sum(r.fixed_state + r.kv_cache for r in self.layers),
             "flops": sum(r.flops for r in self.layers) + sum(p.flops for p in self.parts),
+            # where the spec's init: freezes layers, the parameters that train and those that do not
+            **({"trainable_params": params - frozen, "frozen_params": frozen} if (frozen := self.frozen_params()) else {}),
         }
+
+    def init_names(self, frozen: bool = False) -> set[str]:
+        """The names (symbols, #tags, embedding, positions) the spec's `init:` initialises (only
+        the frozen ones with `frozen`)."""
+        return {name for entry in self.spec.init if entry.freeze or not frozen for name in entry.layers}
+
+    def initialised(self, row: LayerRow | PartRow, frozen: bool = False) -> bool:
+        """Whether `row` takes saved weights by the spec's `init:` (and stays frozen, with `frozen`)."""
+        names = self.init_names(frozen)
+        if isinstance(row, PartRow):
+            return row.name in names
+        return row.symbol in names or (row.tag is not None and f"#{row.tag}" in names)
+
+    def frozen_params(self) -> int:
+        """The parameters the spec's `init:` freezes: each frozen use with its own pre-norm (a
+        shared tag's once), and the frozen model-level parts."""
+        frozen = sum(part.params for part in self.parts if self.initialised(part, frozen=True))
+        for row in self.layers:
+            if self.initialised(row, frozen=True):  # a parallel branch's norm is its block's, and trains
+                frozen += row.params - (row.norm_params if row.branch is not None and row.params else 0)
+        return frozen
 
     def as_dict(self) -> dict[str, Any]:
         return {

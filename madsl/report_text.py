@@ -62,6 +62,13 @@ def _add_columns(table, account: Account, violated: set[str], with_active: bool)
         table.add_column(header, footer=footer, justify="right" if quantity or header == "#" else "left")
 
 
+def _init_mark(account: Account, row: Any) -> str:
+    """' (init)' or ' (init, frozen)' after a row the spec's `init:` gives saved weights."""
+    if not account.initialised(row):
+        return ""
+    return " (init, frozen)" if account.initialised(row, frozen=True) else " (init)"
+
+
 def account_table(account: Account, violations: list[Violation] | None = None):
     """The layer table of `madsl compile`: a row per layer and model-level part, totals in the
     footer; its title quotes the parameters ('226k-A109k params' where experts are routed, with
@@ -74,13 +81,16 @@ def account_table(account: Account, violations: list[Violation] | None = None):
     title = (
         f"{spec.name}: {spec.canonical()}  (dim {spec.dim}, L={account.seq_len}"
         + (f", vocab {account.vocab}" if account.vocab else ", no vocab")
-        + f"; {params_quote(totals['params'], totals['active_params'])} params)"
+        + f"; {params_quote(totals['params'], totals['active_params'])} params"
+        + (f", {params_quote(totals['frozen_params'], totals['frozen_params'])} frozen" if "frozen_params" in totals else "")
+        + ")"
     )
     table = Table(title=title, title_justify="left", show_footer=True)
     with_active = routed(account)
     _add_columns(table, account, violated, with_active)
     for row in account.layers:
         symbol = row.symbol + (f"#{row.tag}" if row.tag else "") + (" (shared)" if row.shared else "")
+        symbol += _init_mark(account, row)
         # highlight the layers that contribute to a violated quantity
         style = "red" if any(getattr(row, q) for q in violated if q in _LAYER_QUANTITIES) else None
         active = [f"{row.active_params:,}" if row.active_params != row.params else ""] if with_active else []
@@ -99,7 +109,7 @@ def account_table(account: Account, violations: list[Violation] | None = None):
     for part in account.parts:
         table.add_row(
             "",
-            part.name,
+            part.name + _init_mark(account, part),
             "",
             f"{part.params:,}",
             *([""] if with_active else []),

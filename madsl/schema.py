@@ -25,6 +25,7 @@ from typing import Any, Literal
 from madsl.lang import stdlib
 from madsl.lang.budget import QUANTITIES
 from madsl.lang.spec.keys import CHOICES, POSITIVE, REQUIRED, TYPES
+from madsl.lang.spec.init import ENTRY_SCHEMA as INIT_ENTRY_SCHEMA
 from madsl.lang.topology import NO_CHANNEL
 from madsl.primitives.base import WidthRelative
 from madsl.runner.plan.settings import eval_schema
@@ -33,7 +34,15 @@ from madsl.schema_patterns import budget_patterns, topology_pattern
 SCHEMA_ID = "https://madsl.invalid/schema/spec.json"  # an identifier, not a download location
 KINDS = ("spec", "sweep", "study", "search")  # the file kinds `madsl schema --kind` describes
 SYMBOL_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
-_JSON_TYPES = {str: "string", int: "integer", bool: "boolean", dict: "object", float: "number", type(None): "null"}
+_JSON_TYPES = {
+    str: "string",
+    int: "integer",
+    bool: "boolean",
+    dict: "object",
+    float: "number",
+    list: "array",
+    type(None): "null",
+}
 
 
 def field_schema(annotation: Any) -> dict[str, Any]:
@@ -189,6 +198,7 @@ def spec_schema() -> dict[str, Any]:
     }
     properties["budget"] = _budget()
     properties["eval"] = eval_schema()
+    properties["init"] = {"type": "array", "items": INIT_ENTRY_SCHEMA}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,

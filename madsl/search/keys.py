@@ -17,8 +17,9 @@ from madsl.search.config import ALGORITHMS, MINIMIZABLE, SHAPES
 
 MAX_SEARCH_BLOCKS = 256  # blocks of a candidate (a sweep's variant holds at most 512 layers); each is trained
 MAX_CANDIDATES = 10_000  # a population, its offspring, a tournament, generations: more is a typo
-SHARED_KEYS = tuple(k for k in SPEC_KEYS if k not in ("name", "description", "extends", "topology", "eval"))
+SHARED_KEYS = tuple(k for k in SPEC_KEYS if k not in ("name", "description", "extends", "topology", "eval", "init"))
 REFUSED = {
+    "init": "a search's candidates train from scratch: saved weights are a spec file's init:",
     "topology": "a search file has a space: instead of a topology",
     "extends": "a search file names its spec fields itself",
     "eval": "the evaluation settings of a search go under objectives.score",

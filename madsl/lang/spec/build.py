@@ -19,6 +19,7 @@ from madsl.errors import Collector, MadslError, did_you_mean
 from madsl.lang import stdlib
 from madsl.lang import topology as topo
 from madsl.lang.spec.files import Locator, SourceMap, load_merged
+from madsl.lang.spec.init import parse_init
 from madsl.lang.spec.keys import check_top_level, parse_budget
 from madsl.lang.spec.spec import DEFAULT_SEQ_LEN, Spec, create_primitive
 from madsl.lang.spec.symbols import SymbolDef, symbol_table
@@ -90,6 +91,9 @@ def _build(data: dict, source_map: SourceMap | None, path: Path | None) -> Spec:
     if values_checkable:
         _check_unused_symbols(spec, layers or {}, broken, at, errors)
     _check_fit(spec, broken, at, errors)
+    if data.get("init") and "init" not in unusable:
+        names = set(spec.symbols_used()) | {f"#{layer.tag}" for layer in topo.layers(spec.topology) if layer.tag}
+        spec.init = parse_init(data["init"], names, at, errors, path)
     errors.raise_any()
     return spec
 

@@ -18,6 +18,7 @@ Every key is checked; unknown keys are errors, never ignored:
     linear_std: number | none       init every Linear weight N(0, std), biases zero, as GPT-2 / GPT-Neo
                                     do (default none: each layer's own initialisation)
     final_norm: bool                a norm after the last block, before the head (default true)
+    init: [{from, layers, freeze}]  layers that start from a saved model's weights (init.py)
     layers: {SYMBOL: {...}}         override a symbol's parameters, or define a new symbol
                                     with `primitive: NAME` or `base: SYMBOL` (symbols.py)
     budget: {QUANTITY: BOUND, seq_len: int}   see madsl/lang/budget.py
@@ -48,6 +49,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "embedding_std": (float, int),
     "linear_std": (float, int, type(None)),
     "final_norm": (bool,),
+    "init": (list,),
     "layers": (dict,),
     "budget": (dict,),
     "eval": (dict,),
@@ -63,6 +65,7 @@ _TYPE_NAMES = {
     dict: "a mapping",
     type(None): "none",
     float: "a number",
+    list: "a list",
 }
 
 

@@ -1,7 +1,7 @@
 """Which files a spec or a sweep file may name, resolved before any of them is read.
 
 One read policy covers every file that a spec or a sweep file names (`extends:`, a sweep's
-`specs:`), because such files come from pull requests and errors land in CI logs (an
+`specs:`, the saved models of a spec's `init:`, `resolve_folder`), because such files come from pull requests and errors land in CI logs (an
 unrestricted path would read `/etc/passwd` and print its lines in a YAML error):
 
     base.mad                       a relative path to a .mad/.yaml/.yml file in the naming
@@ -99,6 +99,34 @@ def resolve_named(
             f"{key} names a spec that does not exist: {ref}", where, hint=f"paths are relative to {naming_file.parent}/"
         )
     return [target]
+
+
+def resolve_folder(ref: Any, naming_file: Path | None, where: Location | None, *, key: str) -> Path:
+    """The folder (resolved, symlinks followed) that `ref`, the value of `key` in `naming_file`,
+    names, where the read policy lets a spec name it: a relative path in the spec's folder or
+    below it, or inside $MADSL_SPEC_ROOT; else a MadslError at `where`, before anything in it is read."""
+    allowed = f"a relative path to a folder in this spec's directory or below (or inside ${SPEC_ROOT_ENV})"
+    if not isinstance(ref, str) or not ref.strip() or "\0" in ref:
+        raise MadslError(f"{key} must be a path to a folder, got {ref!r}", where, expected=allowed)
+    if PurePath(ref).is_absolute() or ref.startswith("~"):
+        raise MadslError(
+            f"{key} may not name an absolute path: {ref}",
+            where,
+            expected=allowed,
+            hint="write the path relative to this spec's directory",
+        )
+    home = (naming_file.parent if naming_file is not None else Path.cwd()).resolve()
+    target = _resolved(home / ref)
+    if target is None or not _inside(target, [home] + spec_roots()):
+        raise MadslError(
+            f"{key} may not leave this spec's directory: {ref} resolves to {target if target is not None else ref}",
+            where,
+            expected=allowed,
+            hint=f"move the folder under {home}/, or set {SPEC_ROOT_ENV} to a directory that holds it",
+        )
+    if not _is(target, file=False):
+        raise MadslError(f"{key} names no folder: {ref}", where, hint=f"paths are relative to {home}/")
+    return target
 
 
 def _leave_hint(home: Path) -> str:

@@ -20,6 +20,7 @@ from madsl.lang import budget as budgets
 from madsl.lang import stdlib
 from madsl.lang import topology as topo
 from madsl.lang.spec.files import SourceMap
+from madsl.lang.spec.init import InitFrom
 from madsl.lang.spec.symbols import SymbolDef
 from madsl.primitives.base import ConfigError, Primitive, WidthRelative
 
@@ -46,6 +47,7 @@ class Spec:
     embedding_std: float = 0.02
     linear_std: float | None = None  # None: each layer's own init; a number: every Linear N(0, std)
     final_norm: bool = True  # false: the last block's output goes to the head unnormalised (seed 004's hybrids)
+    init: list[InitFrom] = field(default_factory=list)  # layers that start from saved weights (init.py)
     description: str = ""
     budget: dict[str, budgets.Bound] = field(default_factory=dict)
     budget_seq_len: int | None = None
@@ -90,6 +92,8 @@ class Spec:
             },
             # model-wide options added later: named only off their defaults (existing identities hold)
             **{key: value for key, value, default in self.model_options() if value != default},
+            # saved weights by their bytes, not their path
+            **({"init": [entry.identity() for entry in self.init]} if self.init else {}),
         }
 
     @property

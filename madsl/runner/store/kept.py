@@ -97,7 +97,7 @@ def keep_best(
     config = {
         "format": FORMAT,
         "run_id": run_id,
-        "spec": spec_data,
+        "spec": {key: value for key, value in spec_data.items() if key != "init"},  # its weights are in the file
         "task": task,
         "setting": setting,
         "build": build,
