@@ -100,7 +100,8 @@ class _Compiler:
         their block's norm), the unit gets its own norm around the shared layer."""
         first = self.first_use(node)
         if first not in self.units:
-            self.units[first] = PreNorm(make_norm(self.plan.nodes[node]["norm"], self.dim), self.bare_layer(node))
+            norm = make_norm(self.plan.nodes[node]["norm"], self.dim, self.spec.norm_eps)
+            self.units[first] = PreNorm(norm, self.bare_layer(node))
         return self.units[first]
 
     def bare_layer(self, node: str) -> nn.Module:
@@ -112,7 +113,7 @@ class _Compiler:
 
     def parallel(self, node: str) -> Parallel:
         """Parallel mixers (a sum node): the block's one pre-norm, then each branch."""
-        norm = make_norm(self.plan.nodes[node]["norm"], self.dim)
+        norm = make_norm(self.plan.nodes[node]["norm"], self.dim, self.spec.norm_eps)
         return Parallel(norm, [self.bare_layer(branch) for branch in sources(self.plan, node, "branch")])
 
     # ---- the residual stream -----------------------------------------------------------------
@@ -203,6 +204,7 @@ def compile_spec(
             embedding_std=spec.embedding_std,
             linear_std=spec.linear_std,
             final_norm="final_norm" in plan,
+            norm_eps=spec.norm_eps,
         )
         for _, module, std in sorted(compiler.group_inits, key=lambda entry: entry[0]):
             reinit_linears(module, std)

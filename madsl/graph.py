@@ -146,7 +146,11 @@ class Account:
             "total_state": sum(r.fixed_state + r.kv_cache for r in self.layers),
             "flops": sum(r.flops for r in self.layers) + sum(p.flops for p in self.parts),
             # where the spec's init: freezes layers, the parameters that train and those that do not
-            **({"trainable_params": params - frozen, "frozen_params": frozen} if (frozen := self.frozen_params()) else {}),
+            **(
+                {"trainable_params": params - frozen, "frozen_params": frozen}
+                if (frozen := self.frozen_params())
+                else {}
+            ),
         }
 
     def init_names(self, frozen: bool = False) -> set[str]:

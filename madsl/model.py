@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model_parts import Stack, State, make_norm, reinit_linears
+from .model_parts import DEFAULT_NORM_EPS, Stack, State, make_norm, reinit_linears
 
 
 class Model(nn.Module):
@@ -37,6 +37,7 @@ class Model(nn.Module):
         embedding_std: float = 0.02,
         linear_std: float | None = None,
         final_norm: bool = True,
+        norm_eps: float = DEFAULT_NORM_EPS,
     ):
         super().__init__()
         self.dim, self.vocab_size, self.num_classes, self.max_seq_len = dim, vocab_size, num_classes, max_seq_len
@@ -45,7 +46,7 @@ class Model(nn.Module):
         # `positions` learned absolute positions (GPT-2, GPT-Neo), added to the token embedding; 0: none
         self.positions = nn.Embedding(positions, dim) if positions else None
         self.body = Stack(*body)
-        self.final_norm = make_norm(norm, dim) if final_norm else nn.Identity()
+        self.final_norm = make_norm(norm, dim, norm_eps) if final_norm else nn.Identity()
         tied = tie_embeddings and num_classes == vocab_size
         self.head = None if tied else nn.Linear(dim, num_classes, bias=False)
         if linear_std is not None:

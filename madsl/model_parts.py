@@ -73,9 +73,12 @@ def _seq_prefill(modules, x: torch.Tensor, out: State) -> torch.Tensor:
     return x
 
 
-def make_norm(kind: str, dim: int) -> nn.Module:
+DEFAULT_NORM_EPS = 1e-5
+
+
+def make_norm(kind: str, dim: int, eps: float = DEFAULT_NORM_EPS) -> nn.Module:
     # RMSNorm with a weight only (Transformer++), or LayerNorm with weight and bias
-    return nn.RMSNorm(dim, eps=1e-5) if kind == "rms" else nn.LayerNorm(dim, eps=1e-5)
+    return nn.RMSNorm(dim, eps=eps) if kind == "rms" else nn.LayerNorm(dim, eps=eps)
 
 
 class PreNorm(nn.Module):

@@ -82,7 +82,11 @@ def account_table(account: Account, violations: list[Violation] | None = None):
         f"{spec.name}: {spec.canonical()}  (dim {spec.dim}, L={account.seq_len}"
         + (f", vocab {account.vocab}" if account.vocab else ", no vocab")
         + f"; {params_quote(totals['params'], totals['active_params'])} params"
-        + (f", {params_quote(totals['frozen_params'], totals['frozen_params'])} frozen" if "frozen_params" in totals else "")
+        + (
+            f", {params_quote(totals['frozen_params'], totals['frozen_params'])} frozen"
+            if "frozen_params" in totals
+            else ""
+        )
         + ")"
     )
     table = Table(title=title, title_justify="left", show_footer=True)

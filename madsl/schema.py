@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from madsl.lang import stdlib
 from madsl.lang.budget import QUANTITIES
-from madsl.lang.spec.keys import CHOICES, POSITIVE, REQUIRED, TYPES
 from madsl.lang.spec.init import ENTRY_SCHEMA as INIT_ENTRY_SCHEMA
+from madsl.lang.spec.keys import CHOICES, POSITIVE, REQUIRED, TYPES
 from madsl.lang.topology import NO_CHANNEL
 from madsl.primitives.base import WidthRelative
 from madsl.runner.plan.settings import eval_schema

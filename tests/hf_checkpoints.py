@@ -1,5 +1,5 @@
 """Tiny Hugging Face checkpoints made here by transformers, every weight random, for the import and
-export tests (tests/test_import_hf.py, test_import_mamba2.py, test_export_hf.py): nothing is
+export tests (tests/test_import_hf.py, test_import_mamba.py, test_export_hf.py): nothing is
 downloaded. Each maker saves into `folder` and returns it."""
 
 from __future__ import annotations
@@ -101,6 +101,31 @@ def nemotron_h(folder: Path, pattern: str = "M-*-", **extra) -> Path:
         **extra,
     )
     return randomized(transformers.NemotronHForCausalLM(config), folder)
+
+
+def jamba(folder: Path, *, experts: int = 4, tied: bool = False, **extra) -> Path:
+    """A tiny Jamba (Mamba-1 layers with dt, B and C norms and attention layers, alternating; a
+    mixture of `experts` SwiGLU experts every other layer, 2 active) with every weight random, saved
+    by transformers into `folder`."""
+    config = transformers.JambaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_layer_period=2,
+        attn_layer_offset=1,
+        expert_layer_period=2,
+        expert_layer_offset=1,
+        num_experts=experts,
+        num_experts_per_tok=min(2, experts),
+        mamba_d_state=8,
+        mamba_dt_rank=4,
+        tie_word_embeddings=tied,
+        **extra,
+    )
+    return randomized(transformers.JambaForCausalLM(config), folder)
 
 
 def randomized(model, folder: Path) -> Path:

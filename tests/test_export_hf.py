@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_checkpoints import bamba, lfm2, nemotron_h, reference, tokens  # noqa: E402
+from hf_checkpoints import bamba, jamba, lfm2, nemotron_h, reference, tokens  # noqa: E402
 
 from madsl.cli import main  # noqa: E402
 
@@ -26,6 +26,7 @@ CHECKPOINTS = {
     "bamba": ("bamba", lambda folder: bamba(folder)),
     "bamba tied, 1 group": ("bamba", lambda folder: bamba(folder, tied=True, groups=1)),
     "nemotron-h MM-*-M": ("nemotron_h", lambda folder: nemotron_h(folder, "MM-*-M")),
+    "jamba, 4 experts": ("jamba", lambda folder: jamba(folder)),
 }
 
 

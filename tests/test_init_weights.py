@@ -84,7 +84,8 @@ def test_the_accounting_counts_what_the_model_freezes(tmp_path, topology, layers
     spec = _write(
         tmp_path,
         "s.mad",
-        f"name: s\ndim: 16\ntopology: '{topology}'\ninit:\n  - from: backbone\n    layers: {layers}\n    freeze: true\n",
+        f"name: s\ndim: 16\ntopology: '{topology}'\n"
+        f"init:\n  - from: backbone\n    layers: {layers}\n    freeze: true\n",
     )
     totals = account(load_spec(spec), vocab=16).totals
     model = compile_spec(spec, vocab_size=16)
@@ -106,13 +107,19 @@ def test_the_identity_follows_the_weights_bytes_not_the_folder(tmp_path):
     first = load_spec(spec).hash
     (tmp_path / "elsewhere").mkdir()
     os.rename(tmp_path / "backbone", tmp_path / "elsewhere" / "backbone")
-    moved = _write(tmp_path, "moved.mad", HYBRID.format(layers="[Mb]", freeze="true").replace("backbone", "elsewhere/backbone"))
+    moved = _write(
+        tmp_path, "moved.mad", HYBRID.format(layers="[Mb]", freeze="true").replace("backbone", "elsewhere/backbone")
+    )
     assert load_spec(moved).hash == first
-    thawed = _write(tmp_path, "thawed.mad", HYBRID.format(layers="[Mb]", freeze="false").replace("backbone", "elsewhere/backbone"))
+    thawed = _write(
+        tmp_path, "thawed.mad", HYBRID.format(layers="[Mb]", freeze="false").replace("backbone", "elsewhere/backbone")
+    )
     assert load_spec(thawed).hash != first  # freezing changes what trains
     _saved(tmp_path / "elsewhere", seed=4)  # other weights at the same path
     assert load_spec(moved).hash != first
-    scratch = _write(tmp_path, "scratch.mad", "name: hybrid\ndim: 16\ntopology: '(Mb | A){split=res, combine=res} : Mb : A'\n")
+    scratch = _write(
+        tmp_path, "scratch.mad", "name: hybrid\ndim: 16\ntopology: '(Mb | A){split=res, combine=res} : Mb : A'\n"
+    )
     assert "init" not in load_spec(scratch).identity()  # specs without init keep their identities
 
 

@@ -19,8 +19,8 @@ MODEL_FILES = ("model.safetensors", "config.json")
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "import",
-        help="a local Hugging Face checkpoint (config.json + safetensors; LFM2) -> its spec and the madsl model "
-        "with its weights",
+        help="a local Hugging Face checkpoint (config.json + safetensors; LFM2, Bamba, Nemotron-H, Jamba) "
+        "-> its spec and the madsl model with its weights",
     )
     p.add_argument("checkpoint", metavar="DIR", help="the checkpoint folder (config.json, *.safetensors)")
     p.add_argument("-o", "--output", metavar="SPEC", help="write the spec (YAML) here (default: print it)")

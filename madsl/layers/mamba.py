@@ -102,6 +102,22 @@ class Mamba(nn.Module):
         self.D._no_weight_decay = True
 
         self.out_proj = nn.Linear(self.d_inner, dim, bias=p.bias)
+        self.inner_norm_eps = p.inner_norm_eps
+        if p.inner_norms:  # Jamba's dt, B and C norms, under its names (weights move as they are)
+            self.dt_layernorm = _NormWeight(self.dt_rank)
+            self.b_layernorm = _NormWeight(d_state)
+            self.c_layernorm = _NormWeight(d_state)
+        self.inner_norms = p.inner_norms
+
+    def _split(self, x_conv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """dt (low rank), B and C from the conv's output, normalised where the layer has inner norms."""
+        dt, B, C = torch.split(self.x_proj(x_conv), [self.dt_rank, self.d_state, self.d_state], dim=-1)
+        if self.inner_norms:
+            dt, B, C = (
+                F.rms_norm(t.float(), t.shape[-1:], norm.weight.float(), self.inner_norm_eps).to(t.dtype)
+                for t, norm in ((dt, self.dt_layernorm), (B, self.b_layernorm), (C, self.c_layernorm))
+            )
+        return dt, B, C
 
     # --- parallel (training) form ------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
@@ -119,8 +135,7 @@ class Mamba(nn.Module):
     def _forward(self, x: Tensor, last_state: bool):
         x_in, z = self.in_proj(x).chunk(2, dim=-1)  # (batch, L, d_inner) each
         x_conv = self._causal_conv_silu(x_in)
-        x_dbl = self.x_proj(x_conv)  # (batch, L, dt_rank + 2*d_state)
-        dt, B, C = torch.split(x_dbl, [self.dt_rank, self.d_state, self.d_state], dim=-1)
+        dt, B, C = self._split(x_conv)  # (batch, L, dt_rank), (batch, L, d_state) x 2
         dt = F.linear(dt, self.dt_proj.weight)  # its bias is added inside the scan
         A = -torch.exp(_at_least_fp32(self.A_log))
         # The scan takes mamba-ssm's (batch, channels, L); transposed views of
@@ -147,6 +162,8 @@ class Mamba(nn.Module):
         """mamba-ssm's fused `mamba_inner_fn` where it applies: CUDA, not float64 (its
         kernels take fp32/fp16/bf16), a conv width causal-conv1d supports (2..4), not under vmap."""
         if not x.is_cuda or x.dtype == torch.float64 or not 2 <= self.d_conv <= 4 or member_fold.active():
+            return None
+        if self.inner_norms:  # the fused path has no place for them
             return None
         return cuda.mamba_inner_fn()
 
@@ -212,7 +229,7 @@ class Mamba(nn.Module):
             x_conv = x_conv + self.conv1d.bias
         x_conv = F.silu(x_conv)
 
-        dt, B, C = torch.split(self.x_proj(x_conv), [self.dt_rank, self.d_state, self.d_state], dim=-1)
+        dt, B, C = self._split(x_conv)
         dt = F.softplus(self.dt_proj(dt))  # (batch, d_inner)
         A = -torch.exp(self.A_log.to(dt.dtype))  # (d_inner, d_state)
         h = state["fixed"]
@@ -220,3 +237,11 @@ class Mamba(nn.Module):
         y = (h * C.unsqueeze(1)).sum(-1) + self.D.to(dt.dtype) * x_conv
         y = y * F.silu(z)
         return self.out_proj(y), {"fixed": h, "conv": window[..., 1:]}
+
+
+class _NormWeight(nn.Module):
+    """An RMSNorm's weight (ones), under the `.weight` name Jamba's JambaRMSNorm gives it."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))

@@ -2,6 +2,7 @@
 
     logits = router(x)                                   dim -> experts (a bias where router_bias)
     top    = the `active` largest logits per token; w = softmax over those only
+             (normalize_top: false, Jamba: w = their probabilities of the softmax over all experts)
              (every other expert has weight exactly 0; leaky_routing: madsl.layers.routing)
     h_e    = act(gate_e x) * up_e x                      act: silu, gelu (tanh approximation) or relu2
              (gated: false: h_e = act(up_e x), Nemotron-H's squared-ReLU experts)
@@ -51,7 +52,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from madsl.kernels import member_fold
-from madsl.layers.routing import route
+from madsl.layers.routing import route, top_probabilities
 from madsl.layers.swiglu import SwiGLU
 from madsl.primitives.moe import MoE as MoEPrimitive
 from madsl.primitives.swiglu import SwiGLU as SwiGLUPrimitive
@@ -84,7 +85,7 @@ class MoE(nn.Module):
         self.active = p.active
         self.aux_loss_weight = float(p.aux_loss_weight)
         self.activation = _ACTIVATIONS[p.activation]
-        self.leaky_routing = p.leaky_routing
+        self.leaky_routing, self.normalize_top = p.leaky_routing, p.normalize_top
         self.dense_down = p.dense_down
         self.router = nn.Linear(dim, experts, bias=p.router_bias)
         width = p.expert_dim  # the model width, or the latent width of latent experts
@@ -138,9 +139,10 @@ class MoE(nn.Module):
         inputs = tokens if self.latent_down is None else self.latent_down(tokens)
         # under vmap (stacked grid training) dense: gathering reads each member's counts on the host
         if self.dense_dispatch or self.needs_dense or member_fold.active():
-            out = self._dense(inputs, route(logits, self.active, self.leaky_routing))
+            out = self._dense(inputs, route(logits, self.active, self.leaky_routing, self.normalize_top))
         else:
-            out = self._gather(inputs, top_experts, top_logits.softmax(dim=-1))
+            chosen = top_logits.softmax(dim=-1) if self.normalize_top else top_probabilities(logits, top_experts)
+            out = self._gather(inputs, top_experts, chosen)
         if self.latent_up is not None:
             out = self.latent_up(out)
         if self.shared is not None:

@@ -8,7 +8,8 @@ conv1d, x_proj, dt_proj, A_log, D, out_proj), so weights move between the two.
 Parameters (d_inner = expand*dim, R = dt_rank, N = d_state):
 in_proj dim*2*d_inner, conv1d d_inner*d_conv (+ d_inner), x_proj d_inner*(R+2N),
 dt_proj R*d_inner + d_inner (its bias is the dt initialisation, always present),
-A_log d_inner*N, D d_inner, out_proj d_inner*dim.
+A_log d_inner*N, D d_inner, out_proj d_inner*dim; with `inner_norms` (Jamba's
+`mamba_inner_layernorms`) RMSNorm weights on dt, B and C: R + 2N more.
 
 State: d_inner * d_state = 256*4 = 1024 per layer at width 128 (four layers:
 4096). The causal convolution's last d_conv-1 inputs, d_inner*(d_conv-1), are
@@ -35,13 +36,17 @@ class Mamba(Primitive):
     dt_rank: int | None  # None: ceil(dim / 16)
     bias: bool
     conv_bias: bool
+    inner_norms: bool = False  # RMSNorm on dt, B and C after x_proj (Jamba's mamba_inner_layernorms)
+    inner_norm_eps: float = 1e-6  # their epsilon (Jamba's rms_norm_eps)
 
     name = "mamba"
     role = "both"
     module = "madsl.layers.mamba:Mamba"
 
+    identity_omits = ("inner_norms", "inner_norm_eps")  # added later: specs without them keep their run identities
+
     def validate(self) -> None:
-        positive(self, "d_state", "d_conv", "expand", "dt_rank")
+        positive(self, "d_state", "d_conv", "expand", "dt_rank", "inner_norm_eps")
 
     @property
     def d_inner(self) -> int:
@@ -58,7 +63,8 @@ class Mamba(Primitive):
         x_proj = E * (R + 2 * N)
         dt_proj = R * E + E
         out_proj = E * D + (D if self.bias else 0)
-        return in_proj + conv1d + x_proj + dt_proj + E * N + E + out_proj
+        inner_norms = R + 2 * N if self.inner_norms else 0
+        return in_proj + conv1d + x_proj + dt_proj + E * N + E + out_proj + inner_norms
 
     def fixed_state(self) -> int:
         return self.d_inner * self.d_state

@@ -2,7 +2,9 @@
 
 Defaults: 8 experts of width 16, 2 active (MAD paper App. B.3.1), SwiGLU experts.
 Router: a linear map dim -> experts without bias; each token's top-k logits go
-through a softmax and the other experts get exactly zero weight. An auxiliary
+through a softmax and the other experts get exactly zero weight (`normalize_top: false`:
+the chosen experts weigh their probabilities of a softmax over all experts, which sum to
+less than 1, as Jamba's JambaTopKRouter). An auxiliary
 load-balancing loss (Switch Transformer form) is available.
 
 Options for the MAD reference's `MoeMlp` (athms/mad-lab mad/model/layers/mlp.py,
@@ -66,6 +68,7 @@ class MoE(Primitive):
     gated: bool  # GLU experts (gate and up); false: plain MLP experts (up alone), as Nemotron-H's
     latent_width: int  # 0: experts at the model width; else the latent width the routed experts work at
     shared_gate: bool  # a sigmoid gate dim -> 1 on the shared expert's output (Qwen2-MoE, Qwen3-Next)
+    normalize_top: bool = True  # false: the top-k probabilities of a softmax over all experts (Jamba)
 
     name = "moe"
     role = "channel"
@@ -73,7 +76,7 @@ class MoE(Primitive):
     # added later: specs at their defaults keep their run identities
     identity_omits = (
         *("shared_width", "activation", "router_bias", "dense_down", "leaky_routing", "gated"),
-        *("latent_width", "shared_gate"),
+        *("latent_width", "shared_gate", "normalize_top"),
     )
 
     def validate(self) -> None:
@@ -90,6 +93,12 @@ class MoE(Primitive):
             raise ConfigError("shared_width", f"moe: shared_width must be >= 0 (0: none), got {self.shared_width}")
         if self.latent_width < 0:
             raise ConfigError("latent_width", f"moe: latent_width must be >= 0 (0: none), got {self.latent_width}")
+        if not self.normalize_top and self.leaky_routing:
+            raise ConfigError(
+                "normalize_top",
+                "moe: leaky_routing has a softmax of its own; normalize_top: false is another routing",
+                "choose one of the two",
+            )
         if self.shared_gate and not self.shared_width:
             raise ConfigError(
                 "shared_gate", "moe: shared_gate gates the shared expert, and there is none", "set shared_width > 0"

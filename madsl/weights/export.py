@@ -6,9 +6,9 @@ The config is the spec's `convert --to-hf` (madsl.hf_config.to_hf_config: the fa
 its layer stack; transformers' defaults for the rest, which the family's name map requires: its
 norms' eps, the unclamped Mamba-2 step), and the tensors are the family's import map run
 backwards: each model tensor written under its checkpoint name, a fused projection split into
-its parts (q, k, v rows) along the first axis. A model tensor the map does not place is refused
-by name before anything is written; a tied head is left out, as transformers' save_pretrained
-leaves it. Both files are written atomically.
+its parts (q, k, v rows) along the first axis, stacked experts into one matrix each. A model
+tensor the map does not place is refused by name before anything is written; a tied head is left
+out, as transformers' save_pretrained leaves it. Both files are written atomically.
 """
 
 from __future__ import annotations
@@ -41,8 +41,14 @@ def hf_tensors(model: Any, model_type: str) -> tuple[dict[str, Any], dict[str, A
                 f"the model's {name!r} has no tensor of a {model_type} checkpoint to go to",
                 hint=f"a layer or option the {model_type} family does not have: nothing was written",
             )
-        sizes = [part.shape[0] for part in parts] if len(parts) > 1 else [tensor.shape[0]]
-        for part, piece in zip(parts, tensor.split(sizes, dim=0) if len(parts) > 1 else (tensor,)):
+        if parts[0].stacked:  # experts: one transposed matrix each
+            pieces = [matrix.T for matrix in tensor.unbind(0)]
+        else:
+            sizes = [part.shape[0] for part in parts] if len(parts) > 1 else [tensor.shape[0]]
+            pieces = tensor.split(sizes, dim=0) if len(parts) > 1 else (tensor,)
+        if len(pieces) != len(parts):
+            raise MadslError(f"the model's {name!r} has {len(pieces)} experts; the checkpoint {len(parts)}")
+        for part, piece in zip(parts, pieces):
             if tuple(piece.shape) != part.shape:
                 raise MadslError(f"the model's {name!r} does not split into {part.name!r} of shape {list(part.shape)}")
             tensors[part.name] = piece.detach().to("cpu").contiguous().clone()

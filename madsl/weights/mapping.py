@@ -3,7 +3,7 @@ model exactly: every model tensor from checkpoint tensors of the right names and
 checkpoint tensor placed, read from the headers alone (nothing allocated), each refusal naming the
 tensor.
 
-A family is one module (lfm2.py, bamba.py, nemotron_h.py) with `check_config(config, path)` (what
+A family is one module (lfm2.py, bamba.py, nemotron_h.py, jamba.py) with `check_config(config, path)` (what
 its layers cannot compute as madsl's, refused by key), `sources(model, config)` (each model tensor
 -> its checkpoint parts, concatenated along the first axis where there are several) and `TIED`
 (checkpoint tensors that repeat another where the model ties its embeddings). `families()` registers it by model_type.
@@ -15,16 +15,16 @@ from types import ModuleType
 from typing import Any
 
 from madsl.errors import MadslError
-from madsl.weights.parts import Part, Sources
+from madsl.weights.parts import Part, Sources, model_shape
 
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
 
 def families() -> dict[str, ModuleType]:
     """model_type -> the module that maps its checkpoints (one module a family)."""
-    from madsl.weights import bamba, lfm2, nemotron_h
+    from madsl.weights import bamba, jamba, lfm2, nemotron_h
 
-    return {"bamba": bamba, "lfm2": lfm2, "nemotron_h": nemotron_h}
+    return {"bamba": bamba, "jamba": jamba, "lfm2": lfm2, "nemotron_h": nemotron_h}
 
 
 def family(model_type: str, path: str) -> ModuleType:
@@ -47,7 +47,7 @@ def place(
         parts = sources.get(name)
         if parts is None:
             raise MadslError(f"{where}: madsl's map has no checkpoint tensor for the model's {name!r}")
-        if len(parts) > 1 and (sum(part.shape[0] for part in parts), *parts[0].shape[1:]) != shape:
+        if model_shape(parts) != tuple(shape):
             raise MadslError(f"{where}: the map's parts of {name!r} do not make its shape {list(shape)}")
         for part in parts:
             _check_part(part, name, headers, where)
@@ -80,12 +80,16 @@ def _check_part(part: Part, name: str, headers: dict, where: str) -> None:
 
 def assemble(sources: Sources, read: Any, like: dict[str, Any]) -> dict[str, Any]:
     """The state dict: each model tensor from its parts (`read(name)` gives a checkpoint tensor),
-    concatenated along the first axis where there are several, in the model tensor's dtype."""
+    concatenated along the first axis where there are several (stacked, transposed, where they
+    are experts' matrices), in the model tensor's dtype."""
     import torch
 
     state = {}
     for name, target in like.items():
         parts = [read(part.name) for part in sources[name]]
-        tensor = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+        if sources[name][0].stacked:
+            tensor = torch.stack([part.T for part in parts])
+        else:
+            tensor = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
         state[name] = tensor.to(target.dtype)
     return state

@@ -1,5 +1,8 @@
 """What a family's name map says (its module, e.g. lfm2.py, builds it; mapping.py checks it): each
-model tensor -> the checkpoint tensors it is made of, each with the shape it must have."""
+model tensor -> the checkpoint tensors it is made of, each with the shape it must have: one as it
+stands, several concatenated along the first axis (a fused q/k/v), or one per expert, each
+transposed and stacked along a new first axis (`stacked`: madsl's (experts, in, out) expert
+weights from per-expert nn.Linear weights (out, in))."""
 
 from __future__ import annotations
 
@@ -8,10 +11,26 @@ from typing import Any, NamedTuple
 
 
 class Part(NamedTuple):
-    """A checkpoint tensor and the shape it must have."""
+    """A checkpoint tensor and the shape it must have; `stacked`: one expert's matrix, transposed
+    into its slot of the model's stacked tensor."""
 
     name: str
     shape: tuple[int, ...]
+    stacked: bool = False
+
+
+def model_shape(parts: tuple[Part, ...]) -> tuple[int, ...]:
+    """The shape of the model tensor `parts` make."""
+    if parts[0].stacked:
+        return (len(parts), *reversed(parts[0].shape))
+    if len(parts) == 1:
+        return parts[0].shape
+    return (sum(part.shape[0] for part in parts), *parts[0].shape[1:])
+
+
+def experts(names: list[str], shape: tuple[int, ...]) -> tuple[Part, ...]:
+    """A stacked expert tensor of `shape` (experts, in, out) from one (out, in) matrix per expert."""
+    return tuple(Part(name, (shape[2], shape[1]), stacked=True) for name in names)
 
 
 # a model tensor -> its parts (several: concatenated along the first axis, in order)

@@ -1,7 +1,8 @@
 """Jamba (AI21, `model_type: jamba`) config.json <-> madsl spec: attention where
 i % attn_layer_period == attn_layer_offset, else Mamba-1; a mixture of experts where
 i % expert_layer_period == expert_layer_offset (and num_experts > 1), else a SwiGLU MLP.
-What madsl counts differently (Jamba's inner layernorms of the Mamba layers) is in docs/convert.md.
+Jamba's Mamba layers normalise dt, B and C after x_proj (JambaMambaMixer's dt_layernorm,
+b_layernorm, c_layernorm, with rms_norm_eps): madsl's Mamba with `inner_norms`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Jamba(Family):
         "mamba_proj_bias": False,
         "router_aux_loss_coef": 0.001,
         "tie_word_embeddings": False,
+        "rms_norm_eps": 1e-6,
     }
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
@@ -57,6 +59,9 @@ class Jamba(Family):
             else cfg.count("mamba_dt_rank", hint='a positive integer, or "auto" (hidden_size / 16)')
         )
         inner = cfg.count("intermediate_size")
+        eps = cfg.number(
+            "rms_norm_eps", positive=True
+        )  # every norm's: the layers', the final one and the Mamba's inner ones
         ignored(cfg, "attention_bias", False, "builds its attention without bias")
         layers = {
             "Mb": {
@@ -66,6 +71,8 @@ class Jamba(Family):
                 "dt_rank": dt_rank,
                 "bias": cfg.flag("mamba_proj_bias"),
                 "conv_bias": cfg.flag("mamba_conv_bias"),
+                "inner_norms": True,  # JambaMambaMixer always builds them
+                "inner_norm_eps": eps,
             },
             # Jamba's attention has no position embedding: the Mamba layers carry positions
             "A": attention(cfg, head_dim(cfg, dim), rotary=False, bias_key=None),  # no bias, whatever it says
@@ -75,9 +82,10 @@ class Jamba(Family):
                 "expert_width": inner,
                 "active": active,
                 "aux_loss_weight": cfg.number("router_aux_loss_coef", positive=False),
+                "normalize_top": False,  # JambaTopKRouter: the top-k of a softmax over all, not renormalised
             },
         }
-        return spec_data(cfg, name, self, dim, blocks, layers)
+        return {**spec_data(cfg, name, self, dim, blocks, layers), "norm_eps": eps}
 
     def write(self, spec: Any) -> dict[str, Any]:
         stack = Stack(spec, self)
@@ -114,6 +122,12 @@ class Jamba(Family):
                     "mamba_conv_bias": mamba.conv_bias,
                 }
             )
+            if not mamba.inner_norms or mamba.inner_norm_eps != spec.norm_eps:
+                stack.refuse(
+                    "Jamba's Mamba layers normalise dt, B and C at the model's rms_norm_eps",
+                    hint=f"Mb{{inner_norms=true, inner_norm_eps={spec.norm_eps:g}}}",
+                )
+        out["rms_norm_eps"] = spec.norm_eps
         a = stack.kinds.get("attention")
         if a is not None and (a.inner_head_dim * a.heads != spec.dim or a.bias or a.qk_norm):
             stack.refuse("Jamba's attention is hidden_size / heads wide per head, without bias or query-key norm")
@@ -127,6 +141,12 @@ def _channel_fields(stack: Stack) -> dict[str, Any]:
         stack.refuse_moe_options(moe)
     if moe is not None and (moe.shared_width or not moe.gated or moe.activation != "silu"):
         stack.refuse("Jamba's experts are SwiGLUs, with no shared expert")
+    if moe is not None and (moe.normalize_top or moe.leaky_routing or moe.router_bias or moe.dense_down):
+        stack.refuse(
+            "Jamba's router has no bias and weighs the chosen experts by their probabilities of a "
+            "softmax over all experts",
+            hint="MoE{normalize_top=false}",
+        )
     if moe is not None and mlp is not None and moe.expert_width != mlp.inner:
         stack.refuse(
             f"Jamba's experts and MLPs share intermediate_size; MoE.expert_width={moe.expert_width}, "

@@ -135,6 +135,8 @@ def _spec_before_topology(
         spec.linear_std = float(data["linear_std"])
     if "final_norm" not in unusable:
         spec.final_norm = data.get("final_norm", True)
+    if "norm_eps" not in unusable:
+        spec.norm_eps = float(data.get("norm_eps", 1e-5))
     if spec.channel_mixer == topo.NO_CHANNEL:
         spec.channel_mixer = None
     return spec

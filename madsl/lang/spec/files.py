@@ -145,6 +145,7 @@ SPEC_KEYS = (
     "embedding_std",
     "linear_std",
     "final_norm",
+    "norm_eps",
     "init",
     "layers",
     "budget",

@@ -84,7 +84,7 @@ def parse_init(value: list, names: set[str], at: Any, errors: Collector, file: P
             MadslError(
                 "init: names weights to read, and only a spec file may: these spec data come from no file",
                 at.key("init"),
-                hint="write the init: in a .mad file (a search's candidates and saved models start from their own weights)",
+                hint="write the init: in a .mad file (a search's candidates and saved models have their own weights)",
             )
         )
         return []
@@ -108,7 +108,9 @@ def _entry(entry: Any, index: int, names: set[str], at: Any, file: Path) -> Init
     where = at.value("init", index)
     if not isinstance(entry, dict):
         raise MadslError(
-            f"init[{index}] must be a mapping, got {entry!r}", where, expected="{from: FOLDER, layers: [NAMES], freeze: BOOL}"
+            f"init[{index}] must be a mapping, got {entry!r}",
+            where,
+            expected="{from: FOLDER, layers: [NAMES], freeze: BOOL}",
         )
     for key in entry:
         if key not in ENTRY_KEYS:
@@ -123,7 +125,9 @@ def _entry(entry: Any, index: int, names: set[str], at: Any, file: Path) -> Init
             raise MadslError(f"init[{index}]: missing {key!r}", at.key("init", index), hint=_HINT)
     freeze = entry.get("freeze", False)
     if not isinstance(freeze, bool):
-        raise MadslError(f"init[{index}].freeze must be true or false, got {freeze!r}", at.value("init", index, "freeze"))
+        raise MadslError(
+            f"init[{index}].freeze must be true or false, got {freeze!r}", at.value("init", index, "freeze")
+        )
     layers = entry["layers"]
     if isinstance(layers, str):
         layers = [layers]

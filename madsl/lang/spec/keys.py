@@ -18,6 +18,7 @@ Every key is checked; unknown keys are errors, never ignored:
     linear_std: number | none       init every Linear weight N(0, std), biases zero, as GPT-2 / GPT-Neo
                                     do (default none: each layer's own initialisation)
     final_norm: bool                a norm after the last block, before the head (default true)
+    norm_eps: number                the epsilon of the pre-norms and the final norm (default 1e-5)
     init: [{from, layers, freeze}]  layers that start from a saved model's weights (init.py)
     layers: {SYMBOL: {...}}         override a symbol's parameters, or define a new symbol
                                     with `primitive: NAME` or `base: SYMBOL` (symbols.py)
@@ -49,6 +50,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "embedding_std": (float, int),
     "linear_std": (float, int, type(None)),
     "final_norm": (bool,),
+    "norm_eps": (float, int),
     "init": (list,),
     "layers": (dict,),
     "budget": (dict,),
@@ -57,7 +59,7 @@ TYPES: dict[str, tuple[type, ...]] = {
 assert tuple(TYPES) == SPEC_KEYS, "madsl.lang.spec.files.SPEC_KEYS names the keys of TYPES"
 REQUIRED = ("name", "dim", "topology")
 CHOICES = {"norm": ("rms", "layer"), "positions": ("none", "learned")}
-POSITIVE = ("dim", "vocab", "seq_len", "embedding_std", "linear_std")
+POSITIVE = ("dim", "vocab", "seq_len", "embedding_std", "linear_std", "norm_eps")
 _TYPE_NAMES = {
     str: "a string",
     int: "an integer",

@@ -1,8 +1,9 @@
 """Which files a spec or a sweep file may name, resolved before any of them is read.
 
 One read policy covers every file that a spec or a sweep file names (`extends:`, a sweep's
-`specs:`, the saved models of a spec's `init:`, `resolve_folder`), because such files come from pull requests and errors land in CI logs (an
-unrestricted path would read `/etc/passwd` and print its lines in a YAML error):
+`specs:`, the saved models of a spec's `init:`, `resolve_folder`), because such files come from
+pull requests and errors land in CI logs (an unrestricted path would read `/etc/passwd` and print
+its lines in a YAML error):
 
     base.mad                       a relative path to a .mad/.yaml/.yml file in the naming
     shared/base.mad                file's folder or below it (symlinks resolved first), or

@@ -46,6 +46,7 @@ class Spec:
     positions: str = "none"  # or "learned": absolute position embeddings (GPT-2, GPT-Neo)
     embedding_std: float = 0.02
     linear_std: float | None = None  # None: each layer's own init; a number: every Linear N(0, std)
+    norm_eps: float = 1e-5  # the epsilon of every norm between layers and before the head
     final_norm: bool = True  # false: the last block's output goes to the head unnormalised (seed 004's hybrids)
     init: list[InitFrom] = field(default_factory=list)  # layers that start from saved weights (init.py)
     description: str = ""
@@ -115,6 +116,7 @@ class Spec:
             ("embedding_std", self.embedding_std, 0.02),
             ("linear_std", self.linear_std, None),
             ("final_norm", self.final_norm, True),
+            ("norm_eps", self.norm_eps, 1e-5),
         ]
 
     def topology_error(self, err: MadslError, span: topo.Span | None) -> MadslError:

@@ -1,10 +1,11 @@
-"""`madsl import` of the Mamba-2 families: Bamba (Mamba-2 and attention layers, each with an MLP;
-madsl.weights.bamba) and Nemotron-H (one Megatron layer per entry, Mamba-2, attention or MLP, paired
-into madsl blocks; madsl.weights.nemotron_h). A tiny checkpoint made here by transformers (every
-weight random, norms, dt_bias, A_log and D included) loads into the compiled madsl model with
-transformers' logits, through the parallel forward and through prefill + step; what madsl's layers
-cannot compute as the family's (another norm eps, a clamped step size, Nemotron-H's experts) is
-refused by name, exit status 2, nothing written.
+"""`madsl import` of the Mamba families: Bamba (Mamba-2 and attention layers, each with an MLP;
+madsl.weights.bamba), Nemotron-H (one Megatron layer per entry, Mamba-2, attention or MLP, paired
+into madsl blocks; madsl.weights.nemotron_h) and Jamba (Mamba-1 with dt, B and C norms, attention,
+MLPs and mixtures of experts whose router does not renormalise; madsl.weights.jamba). A tiny
+checkpoint made here by transformers (every weight random, norms, dt_bias, A_log and D included)
+loads into the compiled madsl model with transformers' logits, through the parallel forward and
+through prefill + step; what madsl's layers cannot compute as the family's (another norm eps, a
+clamped step size, Nemotron-H's experts) is refused by name, exit status 2, nothing written.
 
 Tolerance: 1e-4 absolute on logits of magnitude ~1-10, float32, as tests/test_import_hf.py argues:
 the same operations in another grouping (madsl's chunked SSD scan against transformers' reference
@@ -22,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_checkpoints import bamba, nemotron_h, reference, tokens  # noqa: E402
+from hf_checkpoints import bamba, jamba, nemotron_h, reference, tokens  # noqa: E402
 
 from madsl.cli import main  # noqa: E402
 from madsl.errors import MadslError  # noqa: E402
@@ -37,6 +38,8 @@ CHECKPOINTS = {
     "nemotron-h M-*-": lambda folder: nemotron_h(folder, "M-*-"),
     "nemotron-h MM-*-M (unpaired sequence layers)": lambda folder: nemotron_h(folder, "MM-*-M"),
     "nemotron-h *-M-M": lambda folder: nemotron_h(folder, "*-M-M"),
+    "jamba, 4 experts, untied": lambda folder: jamba(folder),
+    "jamba, no experts, tied, eps 1e-5": lambda folder: jamba(folder, experts=1, tied=True, rms_norm_eps=1e-5),
 }
 
 
@@ -53,7 +56,7 @@ def test_logits_equal_transformers(tmp_path: Path, make) -> None:
     assert expected.abs().max().item() > 1.0  # logits large enough that a wrong map shows
 
 
-@pytest.mark.parametrize("make", [bamba, nemotron_h], ids=["bamba", "nemotron-h"])
+@pytest.mark.parametrize("make", [bamba, nemotron_h, jamba], ids=["bamba", "nemotron-h", "jamba"])
 def test_prefill_and_step_equal_transformers(tmp_path: Path, make) -> None:
     folder = make(tmp_path / "ckpt")
     ids = tokens(14)
