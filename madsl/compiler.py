@@ -214,7 +214,7 @@ def compile_spec(
     if spec.init and not any(p.is_meta for p in model.parameters()):  # shapes-only builds read no weights
         from madsl.weights.init import apply_init
 
-        apply_init(model, spec)
+        apply_init(model, spec, load)
     if device is not None:
         model = model.to(device)
     return model

@@ -128,8 +128,30 @@ def jamba(folder: Path, *, experts: int = 4, tied: bool = False, **extra) -> Pat
     return randomized(transformers.JambaForCausalLM(config), folder)
 
 
+def lfm2_moe(folder: Path, **extra) -> Path:
+    """A tiny LFM2-MoE (conv and attention layers; the first followed by a SwiGLU, the others by 4
+    SwiGLU experts, 2 active, routed by sigmoid scores and a random expert bias), saved into `folder`."""
+    config = transformers.Lfm2MoeConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        moe_intermediate_size=24,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        layer_types=["conv", "full_attention", "conv", "full_attention"],
+        num_dense_layers=1,
+        num_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
+        **extra,
+    )
+    return randomized(transformers.Lfm2MoeForCausalLM(config), folder)
+
+
 def randomized(model, folder: Path) -> Path:
-    """`model` with every weight random (norms near 1, A_log and dt_bias in Mamba-2's ranges), saved."""
+    """`model` with every weight random (norms near 1, A_log and dt_bias in Mamba-2's ranges) and its
+    routers' selection biases random, saved."""
     torch.manual_seed(0)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -141,5 +163,8 @@ def randomized(model, folder: Path) -> Path:
                 parameter.uniform_(-3.0, 0.0)
             else:
                 parameter.normal_(0.0, 0.3 if parameter.dim() > 1 else 0.1)
+        for name, buffer in model.named_buffers():  # the routers' selection biases, which pick experts
+            if name.endswith(("expert_bias", "e_score_correction_bias")):
+                buffer.normal_(0.0, 0.3)
     model.eval().save_pretrained(folder)
     return folder

@@ -78,7 +78,7 @@ BUILT_WITHOUT = {
     ("nemotron-3-nano-30b-a3b", "mamba_num_heads"): 32_342_157_056,
     ("nemotron-3-nano-30b-a3b", "num_key_value_heads"): 31_602_709_952,
     ("nemotron-nano-9b-v2", "mamba_head_dim"): 8_144_717_312,
-    ("jamba-v0.1", "attn_layer_offset"): 51_570_323_328 - 8064,  # JambaConfig's 4 (madsl: less Jamba's norms)
+    ("jamba-v0.1", "attn_layer_offset"): 51_570_323_328,  # JambaConfig's 4
 }
 
 
@@ -156,7 +156,7 @@ def test_the_aliases_transformers_maps_are_read():
         read_hf_config({**granite, "layer_types": kinds, "layers_block_type": new_names[::-1]})
     jamba = _config("jamba-v0.1")
     jamba["num_local_experts"] = jamba.pop("num_experts")
-    assert _params(read_hf_config(jamba).data) == 51_570_323_328 - 8064
+    assert _params(read_hf_config(jamba).data) == 51_570_323_328
     nano = {k: v for k, v in _config("nemotron-nano-9b-v2").items() if k not in ("n_groups", "conv_kernel")}
     read = read_hf_config({**nano, "mamba_n_groups": 4, "mamba_d_conv": 3})  # NemotronHConfig's other names
     assert _params(read.data) == 8_763_921_920 and read.data["layers"]["M2"]["groups"] == 4
@@ -200,8 +200,12 @@ def test_lfm2_8b_a1b_converts_exactly_with_dense_first_layers():
     read = read_hf_config(LFM2_8B_A1B, "lfm2-8b-a1b")
     data = read.data
     assert data["topology"].startswith("2GConv-Sg:A-MoE:") and data["tie_embeddings"] is True
-    assert data["layers"]["MoE"] == {"experts": 32, "expert_width": 1792, "active": 4}
-    assert data["layers"]["Sg"] == {"inner": 7168} and "expert bias" in data["description"]
+    assert data["layers"]["MoE"] == {
+        **{"experts": 32, "expert_width": 1792, "active": 4},
+        # Lfm2MoeTopKRouter: sigmoid scores, experts picked with the expert bias (a buffer)
+        **{"scores": "sigmoid", "selection_bias": True, "normalize_top": True, "route_scale": 1.0},
+    }
+    assert data["layers"]["Sg"] == {"inner": 7168}
     totals = madsl.account(spec_from_data(data)).totals
     assert totals["params"] == 8_339_929_856  # transformers' Lfm2MoeForCausalLM; the card's 8.3B
     assert abs(totals["active_params"] - 1.5e9) / 1.5e9 < 0.05  # the card's 1.5B active

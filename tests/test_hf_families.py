@@ -186,6 +186,7 @@ def test_a_nemotron_config_without_a_layer_list_names_both_formats(tmp_path):
         ),
         ("both", {"layers_block_type": ["mamba", "moe"]}, "where hybrid_override_pattern says"),
         ("pattern", {"num_experts_per_tok": 129}, "exceeds n_routed_experts=128"),
+        ("pattern", {"n_group": 8, "topk_group": 4}, "picked from the best groups only"),
     ],
 )
 def test_nemotron_layer_lists_and_experts_madsl_cannot_state_are_refused(stack, change, message):
@@ -206,12 +207,16 @@ def test_nemotron_3_experts_are_two_matrix_squared_relu_mlps_with_a_shared_one()
         "shared_width": 3712,
         "gated": False,
         "activation": "relu2",
+        "scores": "sigmoid",  # NemotronHTopkRouter's, with its correction bias
+        "selection_bias": True,
+        "normalize_top": True,
+        "route_scale": 2.5,
     }
     account = madsl.account(spec_from_data(data))
     moe = next(row for row in account.layers if row.symbol == "MoE")
     # router, experts of two matrices, the shared expert (and the block's RMSNorm)
     assert moe.params - moe.norm_params == 2688 * 128 + 128 * 2 * 2688 * 1856 + 2 * 2688 * 3712
-    assert "sigmoid" in data["description"]  # the routing function it does not share, said where it is read
+    assert "sigmoid" not in data["description"]  # the routing is computed, not only described
 
 
 def test_a_tiny_nemotron_3_shaped_model_builds_what_it_accounts_and_routes_either_way():

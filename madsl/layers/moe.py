@@ -2,7 +2,9 @@
 
     logits = router(x)                                   dim -> experts (a bias where router_bias)
     top    = the `active` largest logits per token; w = softmax over those only
-             (normalize_top: false, Jamba: w = their probabilities of the softmax over all experts)
+             (normalize_top: false, Jamba: w = their probabilities of the softmax over all experts;
+             scores: sigmoid, Nemotron-H / LFM2-MoE: the largest sigmoid scores plus a selection
+             bias, weighted by their scores, normalised where normalize_top; times route_scale)
              (every other expert has weight exactly 0; leaky_routing: madsl.layers.routing)
     h_e    = act(gate_e x) * up_e x                      act: silu, gelu (tanh approximation) or relu2
              (gated: false: h_e = act(up_e x), Nemotron-H's squared-ReLU experts)
@@ -52,7 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from madsl.kernels import member_fold
-from madsl.layers.routing import route, top_probabilities
+from madsl.layers.routing import choose, route
 from madsl.layers.swiglu import SwiGLU
 from madsl.primitives.moe import MoE as MoEPrimitive
 from madsl.primitives.swiglu import SwiGLU as SwiGLUPrimitive
@@ -85,7 +87,8 @@ class MoE(nn.Module):
         self.active = p.active
         self.aux_loss_weight = float(p.aux_loss_weight)
         self.activation = _ACTIVATIONS[p.activation]
-        self.leaky_routing, self.normalize_top = p.leaky_routing, p.normalize_top
+        self.leaky_routing = p.leaky_routing
+        self.routing = {"normalize_top": p.normalize_top, "scores": p.scores, "scale": float(p.route_scale)}
         self.dense_down = p.dense_down
         self.router = nn.Linear(dim, experts, bias=p.router_bias)
         width = p.expert_dim  # the model width, or the latent width of latent experts
@@ -113,6 +116,13 @@ class MoE(nn.Module):
         latent = p.latent_width
         self.latent_down = nn.Linear(dim, latent, bias=False) if latent else None
         self.latent_up = nn.Linear(latent, dim, bias=False) if latent else None
+        # a selection bias (DeepSeek-V3's e_score_correction_bias, LFM2-MoE's expert_bias): it picks
+        # experts but weighs none; a buffer, set by the checkpoint or a load-balancing rule, never by a gradient
+        if p.selection_bias:
+            self.register_buffer("selection_bias", torch.zeros(experts))
+            self.stacks = False  # the stacked trainer stacks parameters, not buffers
+        else:
+            self.selection_bias = None
 
     def reset_parameters(self) -> None:
         self.router.reset_parameters()
@@ -134,14 +144,14 @@ class MoE(nn.Module):
         # near-tied tokens, which changes the output discretely (tests/test_precision.py).
         with torch.autocast(device_type=tokens.device.type, enabled=False):
             logits = F.linear(tokens.to(self.router.weight.dtype), self.router.weight, self.router.bias)
-        top_logits, top_experts = logits.topk(self.active, dim=-1)  # (T, active)
+            top_experts, chosen = choose(logits, self.active, bias=self.selection_bias, **self.routing)  # (T, active)
         self.aux_loss = self._load_balancing_loss(logits, top_experts)
         inputs = tokens if self.latent_down is None else self.latent_down(tokens)
         # under vmap (stacked grid training) dense: gathering reads each member's counts on the host
         if self.dense_dispatch or self.needs_dense or member_fold.active():
-            out = self._dense(inputs, route(logits, self.active, self.leaky_routing, self.normalize_top))
+            weights = route(logits, self.active, self.leaky_routing, bias=self.selection_bias, **self.routing)
+            out = self._dense(inputs, weights)
         else:
-            chosen = top_logits.softmax(dim=-1) if self.normalize_top else top_probabilities(logits, top_experts)
             out = self._gather(inputs, top_experts, chosen)
         if self.latent_up is not None:
             out = self.latent_up(out)

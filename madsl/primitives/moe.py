@@ -4,7 +4,13 @@ Defaults: 8 experts of width 16, 2 active (MAD paper App. B.3.1), SwiGLU experts
 Router: a linear map dim -> experts without bias; each token's top-k logits go
 through a softmax and the other experts get exactly zero weight (`normalize_top: false`:
 the chosen experts weigh their probabilities of a softmax over all experts, which sum to
-less than 1, as Jamba's JambaTopKRouter). An auxiliary
+less than 1, as Jamba's JambaTopKRouter). `scores: sigmoid` (DeepSeek-V3's router, Nemotron-H's,
+LFM2-MoE's): each expert's score is the sigmoid of its logit; the largest scores, plus a
+`selection_bias` buffer where there is one (e_score_correction_bias, expert_bias: it picks,
+never weighs), choose the experts, weighted by their scores (divided by their sum where
+`normalize_top`); `route_scale` multiplies every routed weight (routed_scaling_factor). The
+selection bias is a buffer, not a parameter: it is loaded with the weights, never trained, and
+not counted. An auxiliary
 load-balancing loss (Switch Transformer form) is available.
 
 Options for the MAD reference's `MoeMlp` (athms/mad-lab mad/model/layers/mlp.py,
@@ -69,6 +75,9 @@ class MoE(Primitive):
     latent_width: int  # 0: experts at the model width; else the latent width the routed experts work at
     shared_gate: bool  # a sigmoid gate dim -> 1 on the shared expert's output (Qwen2-MoE, Qwen3-Next)
     normalize_top: bool = True  # false: the top-k probabilities of a softmax over all experts (Jamba)
+    scores: Literal["softmax", "sigmoid"] = "softmax"  # sigmoid: DeepSeek-V3's, Nemotron-H's, LFM2-MoE's router
+    selection_bias: bool = False  # a buffer added to the sigmoid scores to pick experts, not to weigh them
+    route_scale: float = 1.0  # the chosen experts' weights times this (routed_scaling_factor)
 
     name = "moe"
     role = "channel"
@@ -76,7 +85,7 @@ class MoE(Primitive):
     # added later: specs at their defaults keep their run identities
     identity_omits = (
         *("shared_width", "activation", "router_bias", "dense_down", "leaky_routing", "gated"),
-        *("latent_width", "shared_gate", "normalize_top"),
+        *("latent_width", "shared_gate", "normalize_top", "scores", "selection_bias", "route_scale"),
     )
 
     def validate(self) -> None:
@@ -93,12 +102,18 @@ class MoE(Primitive):
             raise ConfigError("shared_width", f"moe: shared_width must be >= 0 (0: none), got {self.shared_width}")
         if self.latent_width < 0:
             raise ConfigError("latent_width", f"moe: latent_width must be >= 0 (0: none), got {self.latent_width}")
-        if not self.normalize_top and self.leaky_routing:
+        if self.leaky_routing and (not self.normalize_top or self.scores != "softmax" or self.route_scale != 1.0):
             raise ConfigError(
-                "normalize_top",
-                "moe: leaky_routing has a softmax of its own; normalize_top: false is another routing",
-                "choose one of the two",
+                "leaky_routing",
+                "moe: leaky_routing has a softmax of its own; normalize_top, scores and route_scale set another",
+                "keep them at their defaults with leaky_routing",
             )
+        if self.selection_bias and self.scores != "sigmoid":
+            raise ConfigError(
+                "selection_bias", "moe: a selection bias is added to sigmoid scores", "set scores: sigmoid"
+            )
+        if not 0 < self.route_scale < float("inf"):
+            raise ConfigError("route_scale", f"moe: route_scale must be a positive number, got {self.route_scale}")
         if self.shared_gate and not self.shared_width:
             raise ConfigError(
                 "shared_gate", "moe: shared_gate gates the shared expert, and there is none", "set shared_width > 0"

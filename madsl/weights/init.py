@@ -11,6 +11,8 @@ raised before the model is changed: nothing is initialised at random in place of
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,11 +22,9 @@ from madsl.errors import MadslError
 from madsl.paths import require_inside
 
 
-def apply_init(model: Any, spec: Any) -> None:
+def apply_init(model: Any, spec: Any, load: Callable[[Path], Any]) -> None:
     """Copy every `spec.init` entry's weights into `model` (compiled from `spec`) and freeze what
-    the entries freeze."""
-    from madsl.compiler import load
-
+    the entries freeze; `load` reads a saved model folder (madsl.compiler.load)."""
     for index, entry in enumerate(spec.init):
         for name in ("config.json", "model.safetensors"):
             require_inside(entry.folder / name, entry.folder, f"init[{index}].from")

@@ -22,9 +22,9 @@ FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
 def families() -> dict[str, ModuleType]:
     """model_type -> the module that maps its checkpoints (one module a family)."""
-    from madsl.weights import bamba, jamba, lfm2, nemotron_h
+    from madsl.weights import bamba, jamba, lfm2, lfm2_moe, nemotron_h
 
-    return {"bamba": bamba, "jamba": jamba, "lfm2": lfm2, "nemotron_h": nemotron_h}
+    return {"bamba": bamba, "jamba": jamba, "lfm2": lfm2, "lfm2_moe": lfm2_moe, "nemotron_h": nemotron_h}
 
 
 def family(model_type: str, path: str) -> ModuleType:

@@ -17,34 +17,43 @@ or channel half:
     backbone.layers.i.mixer.{q,k,v}_proj        body.k.mixer.layer.qkv (one projection: q, k, v rows)
     backbone.layers.i.mixer.o_proj              body.k.mixer.layer.out
     backbone.layers.i.mixer.{up,down}_proj      body.k.channel.layer.{fc,proj} (Mlp, squared ReLU)
+    backbone.layers.i.mixer.gate.weight         body.k.channel.layer.router.weight (MoE)
+    backbone.layers.i.mixer.gate.e_score_correction_bias   body.k.channel.layer.selection_bias (a buffer)
+    backbone.layers.i.mixer.experts.e.{up,down}_proj       body.k.channel.layer.{w_up,w_down}[e], transposed
+    backbone.layers.i.mixer.shared_experts.{up,down}_proj  body.k.channel.layer.shared.{up,down}
+    backbone.layers.i.mixer.fc{1,2}_latent_proj            body.k.channel.layer.latent_{down,up}
 
 The layers compute what transformers' do: Mamba-2 as bamba.py says, attention without position
-embeddings (Nemotron-H's NoPE), the MLP down(relu(up x)^2). Refused by key: a `layer_norm_epsilon`
-other than madsl's 1e-5, a clamping `time_step_limit` (madsl.weights.mamba2), and MoE layers (`E`:
-madsl imports no Nemotron-H expert weights yet).
+embeddings (Nemotron-H's NoPE), the MLP down(relu(up x)^2), the mixture of experts routed as
+NemotronHTopkRouter (MoE scores: sigmoid with the correction bias; madsl divides by the chosen
+scores' sum, transformers by the sum plus 1e-20). Refused by key: a `layer_norm_epsilon` other than
+madsl's 1e-5 and a clamping `time_step_limit` (madsl.weights.mamba2).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from madsl.errors import MadslError
 from madsl.interop.megatron import CHANNEL, SEQUENCE
 from madsl.weights.mamba2 import check_mamba2_config
-from madsl.weights.parts import Sources, one, qkv
+from madsl.weights.parts import Sources, experts, one, qkv
 
 MAMBA = ("in_proj", "out_proj", "conv.conv", "dt_bias", "A_log", "D", "norm_weight")
+# a MoE's tensors outside the routed experts: madsl's name after `layer.` -> Nemotron-H's after `mixer.`
+EXPERT_TENSORS = (
+    ("router.weight", "gate.weight"),
+    ("selection_bias", "gate.e_score_correction_bias"),
+    ("shared.up.weight", "shared_experts.up_proj.weight"),
+    ("shared.down.weight", "shared_experts.down_proj.weight"),
+    ("latent_down.weight", "fc1_latent_proj.weight"),
+    ("latent_up.weight", "fc2_latent_proj.weight"),
+)
 NAMES = {"conv.conv": "conv1d", "norm_weight": "norm.weight"}  # madsl's M2 name -> Nemotron-H's
 
 
 def check_config(config: dict[str, Any], path: str) -> None:
     """What madsl's layers cannot compute as Nemotron-H's, refused by its key (the converter checks the rest)."""
     check_mamba2_config(config, path, "layer_norm_epsilon", "Nemotron-H")
-    if "E" in _pattern(config, path):
-        raise MadslError(
-            f"{path}: the layer stack has MoE layers (E); madsl imports no Nemotron-H expert weights yet",
-            hint="`madsl convert --from-hf` converts the config to a spec (shapes and counts, no weights)",
-        )
 
 
 def _pattern(config: dict[str, Any], path: str) -> str:
@@ -101,8 +110,17 @@ def _sequence(out: Sources, model: Any, state: dict, madsl: str, layer: str) -> 
 
 
 def _channel(out: Sources, state: dict, madsl: str, layer: str) -> None:
-    """A channel half: its norm and the MLP's up and down projections."""
+    """A channel half: its norm and the MLP's up and down projections, or the mixture of experts."""
     out[madsl + "norm.weight"] = one(layer + "norm.weight", state[madsl + "norm.weight"])
+    for ours, theirs in EXPERT_TENSORS:
+        name = f"{madsl}layer.{ours}"
+        if name in state:
+            out[name] = one(f"{layer}mixer.{theirs}", state[name])
+    for ours, theirs in (("w_up", "up_proj"), ("w_down", "down_proj")):
+        name = f"{madsl}layer.{ours}"
+        if name in state:
+            count = state[name][0]
+            out[name] = experts([f"{layer}mixer.experts.{e}.{theirs}.weight" for e in range(count)], state[name])
     for ours, theirs in (("fc", "up_proj"), ("proj", "down_proj")):
         for kind in ("weight", "bias"):
             name = f"{madsl}layer.{ours}.{kind}"

@@ -10,8 +10,8 @@ tie_embedding (or tie_word_embeddings) says not.
 
 LFM2-MoE stacks the same layers (`layer_types`); its first num_dense_layers layers are followed by a
 SwiGLU of intermediate_size (no auto-adjusting), the others by a mixture of num_experts SwiGLU
-experts of moe_intermediate_size, num_experts_per_tok of them per token, routed without a bias
-parameter (the expert bias is a buffer, as Nemotron-H's correction bias).
+experts of moe_intermediate_size, num_experts_per_tok of them per token, routed by sigmoid scores
+(the expert bias a buffer that picks, as Nemotron-H's correction bias: MoE scores: sigmoid).
 """
 
 from __future__ import annotations
@@ -27,10 +27,6 @@ KINDS = {"conv": "GConv", "full_attention": "A"}
 
 # the keys LFM2 and LFM2-MoE default alike (transformers' Lfm2Config and Lfm2MoeConfig)
 LFM2_DEFAULTS = {"num_key_value_heads": 8, "conv_bias": False, "conv_L_cache": 3, "tie_word_embeddings": True}
-ROUTING_NOTE = (
-    "; its router scores experts with a sigmoid and picks them with an expert bias (a buffer), "
-    "madsl's MoE by a softmax over the top-k logits: the same parameters, state and FLOPs"
-)
 
 
 def _mixers(cfg: Config, dim: int) -> dict[str, Any]:
@@ -160,7 +156,13 @@ class Lfm2Moe(Family):
     model_type, title, architecture, tied_by_default = "lfm2_moe", "LFM2-MoE", "Lfm2MoeForCausalLM", True
     config_class = "Lfm2MoeConfig"
     # transformers' Lfm2MoeConfig defaults, taken where a config leaves a key out
-    defaults = {**LFM2_DEFAULTS, "num_dense_layers": 2}
+    defaults = {
+        **LFM2_DEFAULTS,
+        "num_dense_layers": 2,
+        "use_expert_bias": True,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 1.0,
+    }
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
         dim, n = cfg.count("hidden_size"), cfg.layers("num_hidden_layers")
@@ -173,10 +175,18 @@ class Lfm2Moe(Family):
         if dense:
             layers["Sg"] = {"inner": cfg.count("intermediate_size")}
         if dense < n:
-            layers["MoE"] = {"experts": experts, "expert_width": cfg.count("moe_intermediate_size"), "active": active}
+            layers["MoE"] = {
+                "experts": experts,
+                "expert_width": cfg.count("moe_intermediate_size"),
+                "active": active,
+                # Lfm2MoeTopKRouter: sigmoid scores, chosen with expert_bias (a buffer) where use_expert_bias
+                "scores": "sigmoid",
+                "selection_bias": cfg.flag("use_expert_bias"),
+                "normalize_top": cfg.flag("norm_topk_prob"),
+                "route_scale": cfg.number("routed_scaling_factor", positive=True),
+            }
         blocks = [f"{KINDS[kind]}-{'Sg' if i < dense else 'MoE'}" for i, kind in enumerate(kinds)]
-        note = ROUTING_NOTE if dense < n else ""
-        return spec_data(cfg, name, self, dim, blocks, layers, tied=_tied(cfg), note=note)
+        return spec_data(cfg, name, self, dim, blocks, layers, tied=_tied(cfg))
 
     def write(self, spec: Any) -> dict[str, Any]:
         stack = Stack(spec, self)
@@ -203,11 +213,16 @@ class Lfm2Moe(Family):
                     "LFM2-MoE's experts are SwiGLUs, with no shared expert and a router without bias",
                     "shared_width: 0, gated: true, activation: silu, router_bias: false",
                 )
+            if moe.scores != "sigmoid":
+                stack.refuse("LFM2-MoE's router scores experts with a sigmoid", "scores: sigmoid")
             out.update(
                 {
                     "num_experts": moe.experts,
                     "num_experts_per_tok": moe.active,
                     "moe_intermediate_size": moe.expert_width,
+                    "use_expert_bias": moe.selection_bias,
+                    "norm_topk_prob": moe.normalize_top,
+                    "routed_scaling_factor": moe.route_scale,
                 }
             )
         out["num_dense_layers"] = dense

@@ -37,10 +37,6 @@ NEMOTRON_MAMBA2 = {
     "bias": "use_bias",
     "conv_bias": "use_conv_bias",
 }
-ROUTING_NOTE = (
-    "; its router scores experts with a sigmoid and picks them with a correction bias (DeepSeek-V3's), "
-    "madsl's MoE by a softmax over the top-k logits: the same parameters, state and FLOPs"
-)
 
 
 class NemotronH(Family):
@@ -60,6 +56,10 @@ class NemotronH(Family):
         "expand": 2,
         "use_bias": False,
         "use_conv_bias": True,
+        "n_group": 1,
+        "topk_group": 1,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 1.0,
     }
     SYMBOLS = {"mamba": "M2", "attention": "A", "mlp": "Mlp", "moe": "MoE"}
     ACTIVATIONS = {"relu2": "relu2", "gelu_pytorch_tanh": "gelu"}
@@ -88,7 +88,7 @@ class NemotronH(Family):
         ignored(cfg, "tie_word_embeddings", False, "never ties the output head to the embedding")
         if "E" in pattern:
             layers["MoE"] = _experts(cfg, activation)
-        return spec_data(cfg, name, self, dim, blocks, layers, tied=False, note=ROUTING_NOTE if "E" in pattern else "")
+        return spec_data(cfg, name, self, dim, blocks, layers, tied=False)
 
     def write(self, spec: Any) -> dict[str, Any]:
         from madsl.interop.megatron import to_megatron_pattern
@@ -212,6 +212,14 @@ def _experts(cfg: Config, activation: str) -> dict[str, Any]:
             "true: Nemotron-H's shared expert (and latent projections) then have biases; madsl's MoE has none",
             "madsl converts Nemotron-H mixtures of experts with mlp_bias: false",
         )
+    groups, kept = cfg.count("n_group"), cfg.count("topk_group")
+    if kept < groups:  # DeepSeek-V3's group-limited routing: experts only from the best topk_group groups
+        raise cfg.error(
+            "topk_group",
+            f"{kept} of n_group={groups} groups: the experts are picked from the best groups only, "
+            "which madsl's router does not do",
+            "madsl converts Nemotron-H mixtures of experts whose topk_group equals n_group (1 and 1 by default)",
+        )
     params = {
         "experts": experts,
         "expert_width": cfg.count("moe_intermediate_size"),
@@ -219,6 +227,11 @@ def _experts(cfg: Config, activation: str) -> dict[str, Any]:
         "shared_width": cfg.count("moe_shared_expert_intermediate_size"),
         "gated": False,
         "activation": activation,
+        # NemotronHTopkRouter: sigmoid scores, chosen with e_score_correction_bias (a buffer)
+        "scores": "sigmoid",
+        "selection_bias": True,
+        "normalize_top": cfg.flag("norm_topk_prob"),
+        "route_scale": cfg.number("routed_scaling_factor", positive=True),
     }
     if cfg.data.get("moe_latent_size") is not None:
         params["latent_width"] = cfg.count("moe_latent_size")
@@ -233,6 +246,11 @@ def _write_experts(stack: Stack, moe: Any, mlp: Any, names: dict[str, str]) -> d
             "(shared_width > 0) and a router without bias",
             "gated: false, shared_width: N",
         )
+    if moe.scores != "sigmoid" or not moe.selection_bias:
+        stack.refuse(
+            "Nemotron-H's router picks experts by sigmoid scores plus a correction bias",
+            "scores: sigmoid, selection_bias: true",
+        )
     if mlp is not None and mlp.bias:
         stack.refuse("Nemotron-H's shared expert takes the MLPs' mlp_bias; madsl's MoE has no bias", "Mlp bias: false")
     if moe.activation not in names or mlp is not None and mlp.activation != moe.activation:
@@ -245,4 +263,8 @@ def _write_experts(stack: Stack, moe: Any, mlp: Any, names: dict[str, str]) -> d
         "moe_latent_size": moe.latent_width or None,
         "mlp_bias": False,  # the shared expert's and the latent projections'
         "mlp_hidden_act": names[moe.activation],
+        "norm_topk_prob": moe.normalize_top,
+        "routed_scaling_factor": moe.route_scale,
+        "n_group": 1,  # no group-limited routing
+        "topk_group": 1,
     }
