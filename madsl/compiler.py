@@ -127,7 +127,7 @@ class _Compiler:
             source = self.input(join, "data")
             module = self.parallel(source) if self.plan.nodes[source]["kind"] == "sum" else self.prenorm_layer(source)
             parts.append((data["part"], module, data["kind"]))
-        return Block(parts)
+        return Block(parts, self.spec.residual_scale)
 
     def group(self, exit_node: str, depth: int) -> nn.Module:
         """The group whose exit is `exit_node`, `depth` groups deep (a branch of a group of
@@ -205,6 +205,8 @@ def compile_spec(
             linear_std=spec.linear_std,
             final_norm="final_norm" in plan,
             norm_eps=spec.norm_eps,
+            embedding_scale=spec.embedding_scale,
+            logit_divisor=spec.logit_divisor,
         )
         for _, module, std in sorted(compiler.group_inits, key=lambda entry: entry[0]):
             reinit_linears(module, std)

@@ -38,11 +38,15 @@ class Model(nn.Module):
         linear_std: float | None = None,
         final_norm: bool = True,
         norm_eps: float = DEFAULT_NORM_EPS,
+        embedding_scale: float = 1.0,
+        logit_divisor: float = 1.0,
     ):
         super().__init__()
         self.dim, self.vocab_size, self.num_classes, self.max_seq_len = dim, vocab_size, num_classes, max_seq_len
         self.named_layers: dict[str, list[nn.Module]] = {}  # set by the compiler: symbol or "#tag" -> modules
         self.embedding = nn.Embedding(vocab_size, dim)
+        # µP-style multipliers (Granite's embedding_multiplier and logits_scaling); 1.0: none
+        self.embedding_scale, self.logit_divisor = embedding_scale, logit_divisor
         # `positions` learned absolute positions (GPT-2, GPT-Neo), added to the token embedding; 0: none
         self.positions = nn.Embedding(positions, dim) if positions else None
         self.body = Stack(*body)
@@ -71,7 +75,7 @@ class Model(nn.Module):
         embeddings."""
         if (tokens is None) == (embeds is None):
             raise ValueError("give exactly one of tokens or embeds")
-        x = self.embedding(tokens) if tokens is not None else embeds
+        x = self._embed(tokens) if tokens is not None else embeds
         return self.final_norm(self.body(self._add_positions(x)))
 
     def _add_positions(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
@@ -88,8 +92,13 @@ class Model(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self._logits(self.features(tokens))
 
+    def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embedding(tokens)
+        return x if self.embedding_scale == 1.0 else x * self.embedding_scale
+
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(h, self.embedding.weight) if self.head is None else self.head(h)
+        logits = F.linear(h, self.embedding.weight) if self.head is None else self.head(h)
+        return logits if self.logit_divisor == 1.0 else logits / self.logit_divisor
 
     # ---- recurrent inference ---------------------------------------------------------------------
     def init_state(
@@ -110,7 +119,7 @@ class Model(nn.Module):
         The input state is not modified."""
         out: State = []
         states = iter(state)
-        x = self.embedding(tokens)
+        x = self._embed(tokens)
         if self.positions is not None:  # learned positions: the state's first entry counts the tokens seen
             pos = next(states)["pos"]
             if int(pos.max()) >= self.positions.num_embeddings:
@@ -132,7 +141,7 @@ class Model(nn.Module):
         out: State = []
         if self.positions is not None:
             out.append({"pos": torch.full((tokens.shape[0],), tokens.shape[1], dtype=torch.long, device=tokens.device)})
-        h = self.body.prefill(self._add_positions(self.embedding(tokens)), out)
+        h = self.body.prefill(self._add_positions(self._embed(tokens)), out)
         return self._logits(self.final_norm(h)), out
 
     @torch.no_grad()

@@ -137,15 +137,19 @@ def connect(kind: str, x: torch.Tensor, out: torch.Tensor, gate: nn.Module | Non
 class Block(nn.Module):
     """A block as its plan wires it: its parts (`mixer`, `channel`) in order, each joined to the stream by its kind."""
 
-    def __init__(self, parts: list[tuple[str, nn.Module, str]]):
+    def __init__(self, parts: list[tuple[str, nn.Module, str]], residual_scale: float = 1.0):
         super().__init__()
         for name, module, _ in parts:
             self.add_module(name, module)
         self.wiring = tuple((name, join) for name, _, join in parts)  # (part, its join kind), in order
+        self.residual_scale = residual_scale  # each part's output times this before it joins (Granite's)
+
+    def _scaled(self, out: torch.Tensor) -> torch.Tensor:
+        return out if self.residual_scale == 1.0 else out * self.residual_scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for name, join in self.wiring:
-            x = connect(join, x, getattr(self, name)(x))
+            x = connect(join, x, self._scaled(getattr(self, name)(x)))
         return x
 
     def init_state(self, batch: int, device, dtype, out: State) -> None:
@@ -153,12 +157,12 @@ class Block(nn.Module):
 
     def step(self, x_t: torch.Tensor, states, out: State) -> torch.Tensor:
         for name, join in self.wiring:
-            x_t = connect(join, x_t, getattr(self, name).step(x_t, states, out))
+            x_t = connect(join, x_t, self._scaled(getattr(self, name).step(x_t, states, out)))
         return x_t
 
     def prefill(self, x: torch.Tensor, out: State) -> torch.Tensor:
         for name, join in self.wiring:
-            x = connect(join, x, getattr(self, name).prefill(x, out))
+            x = connect(join, x, self._scaled(getattr(self, name).prefill(x, out)))
         return x
 
 

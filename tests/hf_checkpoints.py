@@ -128,6 +128,37 @@ def jamba(folder: Path, *, experts: int = 4, tied: bool = False, **extra) -> Pat
     return randomized(transformers.JambaForCausalLM(config), folder)
 
 
+def granite(folder: Path, *, experts: int = 4, **extra) -> Path:
+    """A tiny Granite 4.0 hybrid (Mamba-2 of 2 groups and rotary attention layers; `experts` SwiGLU
+    experts beside the shared SwiGLU, 0: the shared one alone) with µP-style multipliers off their
+    defaults and every weight random, saved by transformers into `folder`."""
+    config = transformers.GraniteMoeHybridConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=24,
+        shared_intermediate_size=40,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        layer_types=["mamba", "attention", "mamba"],
+        num_local_experts=experts,
+        num_experts_per_tok=2 if experts else 0,
+        mamba_n_heads=4,
+        mamba_d_head=16,
+        mamba_n_groups=2,
+        mamba_d_state=8,
+        mamba_chunk_size=8,
+        embedding_multiplier=3.0,
+        residual_multiplier=0.6,
+        attention_multiplier=0.2,
+        logits_scaling=1.5,
+        position_embedding_type="rope",
+        max_position_embeddings=64,
+        **extra,
+    )
+    return randomized(transformers.GraniteMoeHybridForCausalLM(config), folder)
+
+
 def lfm2_moe(folder: Path, **extra) -> Path:
     """A tiny LFM2-MoE (conv and attention layers; the first followed by a SwiGLU, the others by 4
     SwiGLU experts, 2 active, routed by sigmoid scores and a random expert bias), saved into `folder`."""

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_checkpoints import bamba, jamba, lfm2, nemotron_h, reference, tokens  # noqa: E402
+from hf_checkpoints import bamba, granite, jamba, lfm2, nemotron_h, reference, tokens  # noqa: E402
 
 from madsl.cli import main  # noqa: E402
 
@@ -27,6 +27,8 @@ CHECKPOINTS = {
     "bamba tied, 1 group": ("bamba", lambda folder: bamba(folder, tied=True, groups=1)),
     "nemotron-h MM-*-M": ("nemotron_h", lambda folder: nemotron_h(folder, "MM-*-M")),
     "jamba, 4 experts": ("jamba", lambda folder: jamba(folder)),
+    "granite, 4 experts": ("granitemoehybrid", lambda folder: granite(folder)),
+    "granite, no experts": ("granitemoehybrid", lambda folder: granite(folder, experts=0)),
 }
 
 

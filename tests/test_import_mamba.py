@@ -1,11 +1,12 @@
 """`madsl import` of the Mamba families: Bamba (Mamba-2 and attention layers, each with an MLP;
-madsl.weights.bamba), Nemotron-H (one Megatron layer per entry, Mamba-2, attention or MLP, paired
-into madsl blocks; madsl.weights.nemotron_h) and Jamba (Mamba-1 with dt, B and C norms, attention,
-MLPs and mixtures of experts whose router does not renormalise; madsl.weights.jamba). A tiny
-checkpoint made here by transformers (every weight random, norms, dt_bias, A_log and D included)
-loads into the compiled madsl model with transformers' logits, through the parallel forward and
-through prefill + step; what madsl's layers cannot compute as the family's (another norm eps, a
-clamped step size) is refused by name, exit status 2, nothing written.
+madsl.weights.bamba), Granite 4.0 (the same, with mixtures of experts beside a shared MLP and
+µP-style multipliers; madsl.weights.granite), Nemotron-H (one Megatron layer per entry, Mamba-2,
+attention or MLP, paired into madsl blocks; madsl.weights.nemotron_h) and Jamba (Mamba-1 with dt,
+B and C norms, attention, MLPs and mixtures of experts whose router does not renormalise;
+madsl.weights.jamba). A tiny checkpoint made here by transformers (every weight random, norms,
+dt_bias, A_log and D included) loads into the compiled madsl model with transformers' logits,
+through the parallel forward and through prefill + step; what madsl's layers cannot compute as the
+family's (another norm eps, a clamped step size) is refused by name, exit status 2, nothing written.
 
 Tolerance: 1e-4 absolute on logits of magnitude ~1-10, float32, as tests/test_import_hf.py argues:
 the same operations in another grouping (madsl's chunked SSD scan against transformers' reference
@@ -23,7 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_checkpoints import bamba, jamba, nemotron_h, reference, tokens  # noqa: E402
+from hf_checkpoints import bamba, granite, jamba, nemotron_h, reference, tokens  # noqa: E402
 
 from madsl.cli import main  # noqa: E402
 from madsl.errors import MadslError  # noqa: E402
@@ -40,6 +41,8 @@ CHECKPOINTS = {
     "nemotron-h *-M-M": lambda folder: nemotron_h(folder, "*-M-M"),
     "jamba, 4 experts, untied": lambda folder: jamba(folder),
     "jamba, no experts, tied, eps 1e-5": lambda folder: jamba(folder, experts=1, tied=True, rms_norm_eps=1e-5),
+    "granite, 4 experts and the shared one": lambda folder: granite(folder),
+    "granite, the shared MLP alone, eps 1e-5": lambda folder: granite(folder, experts=0, rms_norm_eps=1e-5),
 }
 
 
@@ -56,7 +59,7 @@ def test_logits_equal_transformers(tmp_path: Path, make) -> None:
     assert expected.abs().max().item() > 1.0  # logits large enough that a wrong map shows
 
 
-@pytest.mark.parametrize("make", [bamba, nemotron_h, jamba], ids=["bamba", "nemotron-h", "jamba"])
+@pytest.mark.parametrize("make", [bamba, nemotron_h, jamba, granite], ids=["bamba", "nemotron-h", "jamba", "granite"])
 def test_prefill_and_step_equal_transformers(tmp_path: Path, make) -> None:
     folder = make(tmp_path / "ckpt")
     ids = tokens(14)

@@ -41,6 +41,7 @@ class Mamba2(nn.Module):
         self.A_log = nn.Parameter(torch.empty(self.heads))
         self.D = nn.Parameter(torch.empty(self.heads))
         self.norm_weight = nn.Parameter(torch.empty(p.d_inner)) if p.norm else None
+        self.norm_eps = p.norm_eps
         self.out_proj = nn.Linear(p.d_inner, p.dim, bias=p.bias)
         self.reset_parameters()
 
@@ -76,7 +77,7 @@ class Mamba2(nn.Module):
         with torch.autocast(device_type=y.device.type, enabled=False):  # the norm's statistics in float32
             dtype = torch.promote_types(y.dtype, torch.float32)
             gated = (y.to(dtype) * F.silu(z.to(dtype))).unflatten(-1, (self.groups, -1))
-            normed = gated * torch.rsqrt(gated.square().mean(-1, keepdim=True) + 1e-5)
+            normed = gated * torch.rsqrt(gated.square().mean(-1, keepdim=True) + self.norm_eps)
             y = normed.flatten(-2) * self.norm_weight.to(dtype)
         return self.out_proj(y.to(self.out_proj.weight.dtype))
 

@@ -46,14 +46,15 @@ class Mamba2(Primitive):
     conv_bias: bool
     heads: int | None  # None: expand * dim / head_dim; set: the width is heads * head_dim
     norm: bool  # the gated RMSNorm; false: y * silu(z) alone
+    norm_eps: float = 1e-5  # the gated RMSNorm's epsilon (Granite 4.0: its rms_norm_eps, 1e-6)
 
     name = "mamba2"
     role = "both"
     module = "madsl.layers.mamba2:Mamba2"
-    identity_omits = ("heads", "norm")  # added later: specs at their defaults keep their run identities
+    identity_omits = ("heads", "norm", "norm_eps")  # added later: specs at their defaults keep their run identities
 
     def validate(self) -> None:
-        positive(self, "d_state", "d_conv", "expand", "head_dim", "groups", "heads")
+        positive(self, "d_state", "d_conv", "expand", "head_dim", "groups", "heads", "norm_eps")
         if self.heads is None:
             divides(self, "head_dim", self.head_dim, self.d_inner, "d_inner (expand * dim)")
         divides(self, "groups", self.groups, self.n_heads, "heads")

@@ -44,15 +44,29 @@ def hf_tensors(model: Any, model_type: str) -> tuple[dict[str, Any], dict[str, A
         if parts[0].stacked:  # experts: one transposed matrix each
             pieces = [matrix.T for matrix in tensor.unbind(0)]
         else:
-            sizes = [part.shape[0] for part in parts] if len(parts) > 1 else [tensor.shape[0]]
+            sizes = [part.placed_shape()[0] for part in parts] if len(parts) > 1 else [tensor.shape[0]]
             pieces = tensor.split(sizes, dim=0) if len(parts) > 1 else (tensor,)
         if len(pieces) != len(parts):
             raise MadslError(f"the model's {name!r} has {len(pieces)} experts; the checkpoint {len(parts)}")
         for part, piece in zip(parts, pieces):
-            if tuple(piece.shape) != part.shape:
-                raise MadslError(f"the model's {name!r} does not split into {part.name!r} of shape {list(part.shape)}")
-            tensors[part.name] = piece.detach().to("cpu").contiguous().clone()
+            _put(tensors, part, piece.detach().to("cpu"), name)
     return config, tensors
+
+
+def _put(tensors: dict[str, Any], part: Any, piece: Any, name: str) -> None:
+    """Write `piece` (what `part` placed in the model's `name`) back where it came from: the whole
+    checkpoint tensor, or its rows `part.take` (the rest filled by the part that shares it)."""
+    import torch
+
+    if part.transposed:
+        piece = piece.transpose(-1, -2)
+    if part.take is None:
+        if tuple(piece.shape) != part.shape:
+            raise MadslError(f"the model's {name!r} does not split into {part.name!r} of shape {list(part.shape)}")
+        tensors[part.name] = piece.contiguous().clone()
+        return
+    whole = tensors.setdefault(part.name, torch.zeros(part.shape, dtype=piece.dtype))
+    whole[..., part.take[0] : part.take[1], :] = piece
 
 
 def export_hf(model: Any, model_type: str, out: str | os.PathLike, *, force: bool = False) -> Path:

@@ -13,9 +13,10 @@ from madsl.errors import MadslError
 NORM_EPS = 1e-5  # madsl's RMSNorm (madsl.model_parts.make_norm) and Mamba-2's gated norm
 
 
-def check_mamba2_config(config: dict[str, Any], path: str, eps_key: str, family: str) -> None:
-    """Refuse by key a norm eps (`eps_key`) madsl does not compute and a clamping time_step_limit."""
-    eps = config.get(eps_key, NORM_EPS)
+def check_mamba2_config(config: dict[str, Any], path: str, eps_key: str | None, family: str) -> None:
+    """Refuse by key a norm eps (`eps_key`; None: the spec states the family's eps) madsl does not
+    compute and a clamping time_step_limit."""
+    eps = config.get(eps_key, NORM_EPS) if eps_key else NORM_EPS
     if eps != NORM_EPS:
         raise MadslError(
             f'{path}: "{eps_key}" is {eps!r}; madsl\'s RMSNorms have eps {NORM_EPS:g}, so its logits would differ',

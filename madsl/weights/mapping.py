@@ -22,9 +22,16 @@ FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
 def families() -> dict[str, ModuleType]:
     """model_type -> the module that maps its checkpoints (one module a family)."""
-    from madsl.weights import bamba, jamba, lfm2, lfm2_moe, nemotron_h
+    from madsl.weights import bamba, granite, jamba, lfm2, lfm2_moe, nemotron_h
 
-    return {"bamba": bamba, "jamba": jamba, "lfm2": lfm2, "lfm2_moe": lfm2_moe, "nemotron_h": nemotron_h}
+    return {
+        "bamba": bamba,
+        "granitemoehybrid": granite,
+        "jamba": jamba,
+        "lfm2": lfm2,
+        "lfm2_moe": lfm2_moe,
+        "nemotron_h": nemotron_h,
+    }
 
 
 def family(model_type: str, path: str) -> ModuleType:
@@ -90,6 +97,7 @@ def assemble(sources: Sources, read: Any, like: dict[str, Any]) -> dict[str, Any
         if sources[name][0].stacked:
             tensor = torch.stack([part.T for part in parts])
         else:
+            parts = [part.placed(tensor) for part, tensor in zip(sources[name], parts)]
             tensor = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
         state[name] = tensor.to(target.dtype)
     return state

@@ -12,20 +12,38 @@ from typing import Any, NamedTuple
 
 class Part(NamedTuple):
     """A checkpoint tensor and the shape it must have; `stacked`: one expert's matrix, transposed
-    into its slot of the model's stacked tensor."""
+    into its slot of the model's stacked tensor; `take`: only the rows [start, stop) of its matrix
+    (or matrices: the second-to-last axis; a fused gate-and-up projection's half); `transposed`:
+    its last two axes swapped (after `take`)."""
 
     name: str
     shape: tuple[int, ...]
     stacked: bool = False
+    take: tuple[int, int] | None = None
+    transposed: bool = False
+
+    def placed_shape(self) -> tuple[int, ...]:
+        """The shape of what this part puts into the model tensor."""
+        shape = list(self.shape)
+        if self.take is not None:
+            shape[-2] = self.take[1] - self.take[0]
+        if self.transposed:
+            shape[-2], shape[-1] = shape[-1], shape[-2]
+        return tuple(shape)
+
+    def placed(self, tensor: Any) -> Any:
+        """The checkpoint tensor as this part puts it into the model tensor."""
+        if self.take is not None:
+            tensor = tensor[..., self.take[0] : self.take[1], :]
+        return tensor.transpose(-1, -2) if self.transposed else tensor
 
 
 def model_shape(parts: tuple[Part, ...]) -> tuple[int, ...]:
     """The shape of the model tensor `parts` make."""
     if parts[0].stacked:
         return (len(parts), *reversed(parts[0].shape))
-    if len(parts) == 1:
-        return parts[0].shape
-    return (sum(part.shape[0] for part in parts), *parts[0].shape[1:])
+    shapes = [part.placed_shape() for part in parts]
+    return shapes[0] if len(shapes) == 1 else (sum(shape[0] for shape in shapes), *shapes[0][1:])
 
 
 def experts(names: list[str], shape: tuple[int, ...]) -> tuple[Part, ...]:

@@ -302,7 +302,9 @@ class Stack:
             "tie_word_embeddings": self.spec.tie_embeddings,
         }
 
-    def attention(self, *, rotary: bool | None) -> dict[str, Any]:
+    def attention(self, *, rotary: bool | None, scaled: bool = False) -> dict[str, Any]:
+        """The attention's heads, refused where the family cannot state it; `scaled`: the family
+        states the softmax scale (Granite's attention_multiplier), so any scale is written."""
         a = self.kinds.get("attention")
         if a is None:
             return {}
@@ -318,7 +320,7 @@ class Stack:
                 f"{'uses' if rotary else 'has no'} rotary position embeddings",
                 hint=f"set rotary: {str(rotary).lower()} on the attention layers",
             )
-        if a.scale is not None or a.out_bias and not a.bias:
+        if (a.scale is not None and not scaled) or a.out_bias and not a.bias:
             self.refuse(
                 f"{self.family.title}'s attention scales by 1 / sqrt(head_dim) and has a bias on every "
                 "projection or none",

@@ -103,10 +103,30 @@ class GraniteHybrid(Family):
         "position_embedding_type": None,  # null: no position embedding (NoPE)
         "router_aux_loss_coef": 0.001,
         "tie_word_embeddings": False,
+        # µP-style multipliers and the norms' epsilon, as GraniteMoeHybridConfig defaults them
+        "embedding_multiplier": 1.0,
+        "residual_multiplier": 1.0,
+        "attention_multiplier": 1.0,
+        "logits_scaling": 1.0,
+        "rms_norm_eps": 1e-6,
         **IBM_MAMBA2_DEFAULTS,
+    }
+    # spec keys <- Granite's multipliers (the attention's, its softmax scale, goes to the A layer)
+    MULTIPLIERS = {
+        "embedding_scale": "embedding_multiplier",
+        "residual_scale": "residual_multiplier",
+        "logit_divisor": "logits_scaling",
     }
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
+        data = self._read(cfg, name)
+        eps = cfg.number("rms_norm_eps", positive=True)  # every norm's, the Mamba-2 gated one's too
+        if "M2" in data["layers"]:
+            data["layers"]["M2"]["norm_eps"] = eps
+        scales = {key: cfg.number(granite, positive=True) for key, granite in self.MULTIPLIERS.items()}
+        return {**data, "norm_eps": eps, **scales}
+
+    def _read(self, cfg: Config, name: str) -> dict[str, Any]:
         dim, n = cfg.count("hidden_size"), cfg.layers("num_hidden_layers")
         key = _layer_types_key(cfg)
         kinds = [self.KINDS[kind] for kind in cfg.words(key, self.KINDS)]
@@ -124,7 +144,11 @@ class GraniteHybrid(Family):
             position = cfg.word("position_embedding_type", ("nope", "rope"))
         theta, _ = rope(cfg, 10000.0) if position == "rope" else (None, 1.0)
         layers: dict[str, dict[str, Any]] = {
-            "A": attention(cfg, head_dim(cfg, dim), rotary=position == "rope", rotary_base=theta),
+            "A": {
+                **attention(cfg, head_dim(cfg, dim), rotary=position == "rope", rotary_base=theta),
+                # GraniteMoeHybridAttention's softmax scale is attention_multiplier itself (1.0 by default)
+                "scale": cfg.number("attention_multiplier", positive=True),
+            },
             "Sg": {"inner": shared},
         }
         if "M2" in kinds:
@@ -153,7 +177,7 @@ class GraniteHybrid(Family):
         out = stack.common(self.model_type)
         out["layer_types"] = [{"mamba2": "mamba", "attention": "attention"}[m.name] for m, _ in stack.layers]
         a, moe, mlp = (stack.kinds.get(k) for k in ("attention", "moe", "swiglu"))
-        out.update(stack.attention(rotary=None))
+        out.update(stack.attention(rotary=None, scaled=True))
         if a is not None:
             if a.inner_head_dim * a.heads != spec.dim or a.qk_norm or a.rotary_fraction != 1.0:
                 stack.refuse(
@@ -161,9 +185,16 @@ class GraniteHybrid(Family):
                     "with no query-key norm"
                 )
             out.update({"attention_bias": a.bias, "position_embedding_type": "rope" if a.rotary else "nope"})
+            # GraniteMoeHybridAttention scales q.k by attention_multiplier; madsl's default 1 / sqrt(head_dim) stated
+            out["attention_multiplier"] = a.scale if a.scale is not None else a.inner_head_dim**-0.5
             if a.rotary:
                 out["rope_theta"] = a.rotary_base
         out.update(_write_mamba(stack))
+        m2 = stack.kinds.get("mamba2")
+        if m2 is not None and m2.norm_eps != spec.norm_eps:
+            stack.refuse("Granite's norms share one rms_norm_eps", f"M2{{norm_eps={spec.norm_eps:g}}}")
+        out.update({granite: getattr(spec, key) for key, granite in self.MULTIPLIERS.items()})
+        out["rms_norm_eps"] = spec.norm_eps
         if moe is not None:
             stack.refuse_moe_options(moe)
             if not moe.shared_width or not moe.gated or moe.activation != "silu" or moe.router_bias:

@@ -135,8 +135,9 @@ def _spec_before_topology(
         spec.linear_std = float(data["linear_std"])
     if "final_norm" not in unusable:
         spec.final_norm = data.get("final_norm", True)
-    if "norm_eps" not in unusable:
-        spec.norm_eps = float(data.get("norm_eps", 1e-5))
+    for key in ("norm_eps", "embedding_scale", "residual_scale", "logit_divisor"):
+        if key not in unusable and key in data:
+            setattr(spec, key, float(data[key]))
     if spec.channel_mixer == topo.NO_CHANNEL:
         spec.channel_mixer = None
     return spec

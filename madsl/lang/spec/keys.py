@@ -19,6 +19,9 @@ Every key is checked; unknown keys are errors, never ignored:
                                     do (default none: each layer's own initialisation)
     final_norm: bool                a norm after the last block, before the head (default true)
     norm_eps: number                the epsilon of the pre-norms and the final norm (default 1e-5)
+    embedding_scale: number         the token embedding times this (default 1; Granite's embedding_multiplier)
+    residual_scale: number          each block part's output times this before its residual add (default 1)
+    logit_divisor: number           the logits divided by this (default 1; Granite's logits_scaling)
     init: [{from, layers, freeze}]  layers that start from a saved model's weights (init.py)
     layers: {SYMBOL: {...}}         override a symbol's parameters, or define a new symbol
                                     with `primitive: NAME` or `base: SYMBOL` (symbols.py)
@@ -51,6 +54,9 @@ TYPES: dict[str, tuple[type, ...]] = {
     "linear_std": (float, int, type(None)),
     "final_norm": (bool,),
     "norm_eps": (float, int),
+    "embedding_scale": (float, int),
+    "residual_scale": (float, int),
+    "logit_divisor": (float, int),
     "init": (list,),
     "layers": (dict,),
     "budget": (dict,),
@@ -59,7 +65,10 @@ TYPES: dict[str, tuple[type, ...]] = {
 assert tuple(TYPES) == SPEC_KEYS, "madsl.lang.spec.files.SPEC_KEYS names the keys of TYPES"
 REQUIRED = ("name", "dim", "topology")
 CHOICES = {"norm": ("rms", "layer"), "positions": ("none", "learned")}
-POSITIVE = ("dim", "vocab", "seq_len", "embedding_std", "linear_std", "norm_eps")
+POSITIVE = (
+    *("dim", "vocab", "seq_len", "embedding_std", "linear_std", "norm_eps"),
+    *("embedding_scale", "residual_scale", "logit_divisor"),
+)
 _TYPE_NAMES = {
     str: "a string",
     int: "an integer",

@@ -47,6 +47,11 @@ class Spec:
     embedding_std: float = 0.02
     linear_std: float | None = None  # None: each layer's own init; a number: every Linear N(0, std)
     norm_eps: float = 1e-5  # the epsilon of every norm between layers and before the head
+    # µP-style multipliers (Granite 4.0): the token embedding times embedding_scale, each block part's
+    # output times residual_scale before its residual add, the logits divided by logit_divisor
+    embedding_scale: float = 1.0
+    residual_scale: float = 1.0
+    logit_divisor: float = 1.0
     final_norm: bool = True  # false: the last block's output goes to the head unnormalised (seed 004's hybrids)
     init: list[InitFrom] = field(default_factory=list)  # layers that start from saved weights (init.py)
     description: str = ""
@@ -117,6 +122,9 @@ class Spec:
             ("linear_std", self.linear_std, None),
             ("final_norm", self.final_norm, True),
             ("norm_eps", self.norm_eps, 1e-5),
+            ("embedding_scale", self.embedding_scale, 1.0),
+            ("residual_scale", self.residual_scale, 1.0),
+            ("logit_divisor", self.logit_divisor, 1.0),
         ]
 
     def topology_error(self, err: MadslError, span: topo.Span | None) -> MadslError:
