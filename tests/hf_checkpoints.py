@@ -48,6 +48,17 @@ def reference(folder: Path, ids):
         return model(ids).logits
 
 
+def prefill_and_step_error(model, ids, expected, prompt: int) -> float:
+    """The largest difference from `expected` (transformers' logits of `ids`) of `model`'s logits
+    through prefill of the first `prompt` tokens and then a step per token."""
+    logits, state = model.prefill(ids[:, :prompt])
+    error = (logits - expected[:, :prompt]).abs().max().item()
+    for position in range(prompt, ids.shape[1]):
+        logits, state = model.step(ids[:, position], state)
+        error = max(error, (logits - expected[:, position]).abs().max().item())
+    return error
+
+
 def tokens(length: int = 13):
     return torch.randint(0, VOCAB, (2, length), generator=torch.Generator().manual_seed(1))
 

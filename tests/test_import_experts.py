@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_checkpoints import lfm2_moe, nemotron_h, reference, tokens  # noqa: E402
+from hf_checkpoints import lfm2_moe, nemotron_h, prefill_and_step_error, reference, tokens  # noqa: E402
 
 from madsl.cli import main  # noqa: E402
 from madsl.weights import load_pretrained  # noqa: E402
@@ -52,11 +52,7 @@ def test_logits_equal_transformers_through_prefill_and_step(tmp_path: Path, case
     model = load_pretrained(folder)
     with torch.no_grad():
         assert (model(ids) - expected).abs().max().item() < TOLERANCE
-    logits, state = model.prefill(ids[:, :9])
-    assert (logits - expected[:, :9]).abs().max().item() < TOLERANCE
-    for position in range(9, ids.shape[1]):
-        logits, state = model.step(ids[:, position], state)
-        assert (logits - expected[:, position]).abs().max().item() < TOLERANCE
+    assert prefill_and_step_error(model, ids, expected, prompt=9) < TOLERANCE
     for module in model.modules():  # the selection bias picks the experts: without it, other logits
         if getattr(module, "selection_bias", None) is not None:
             module.selection_bias.zero_()

@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
-from hf_checkpoints import VOCAB, lfm2, reference, tokens  # noqa: E402
+from hf_checkpoints import VOCAB, lfm2, prefill_and_step_error, reference, tokens  # noqa: E402
 
 from madsl.cli import main  # noqa: E402
 from madsl.compiler import load  # noqa: E402
@@ -50,12 +50,7 @@ def test_lfm2_prefill_and_step_equal_transformers(tmp_path: Path) -> None:
     folder = lfm2(tmp_path / "ckpt", tied=False, bias=True)
     ids = tokens(12)
     expected = reference(folder, ids)
-    model = load_pretrained(folder)
-    logits, state = model.prefill(ids[:, :7])
-    assert (logits - expected[:, :7]).abs().max().item() < TOLERANCE
-    for position in range(7, ids.shape[1]):
-        logits, state = model.step(ids[:, position], state)
-        assert (logits - expected[:, position]).abs().max().item() < TOLERANCE
+    assert prefill_and_step_error(load_pretrained(folder), ids, expected, prompt=7) < TOLERANCE
 
 
 def test_sharded_checkpoint_and_cli_outputs(tmp_path: Path, capsys) -> None:

@@ -24,7 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_checkpoints import bamba, granite, jamba, nemotron_h, reference, tokens  # noqa: E402
+from hf_checkpoints import bamba, granite, jamba, nemotron_h, prefill_and_step_error, reference, tokens  # noqa: E402
 
 from madsl.cli import main  # noqa: E402
 from madsl.errors import MadslError  # noqa: E402
@@ -63,13 +63,7 @@ def test_logits_equal_transformers(tmp_path: Path, make) -> None:
 def test_prefill_and_step_equal_transformers(tmp_path: Path, make) -> None:
     folder = make(tmp_path / "ckpt")
     ids = tokens(14)
-    expected = reference(folder, ids)
-    model = load_pretrained(folder)
-    logits, state = model.prefill(ids[:, :9])
-    assert (logits - expected[:, :9]).abs().max().item() < TOLERANCE
-    for position in range(9, ids.shape[1]):
-        logits, state = model.step(ids[:, position], state)
-        assert (logits - expected[:, position]).abs().max().item() < TOLERANCE
+    assert prefill_and_step_error(load_pretrained(folder), ids, reference(folder, ids), prompt=9) < TOLERANCE
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from madsl.weights.parts import Sources, experts, layered
+from madsl.weights.parts import Sources, expert_matrices, layered
 
 RULES = (  # (madsl name after `body.i.`, Jamba's after `model.layers.i.`)
     (r"mixer\.norm\.weight", "input_layernorm.weight"),
@@ -53,14 +53,8 @@ def sources(model: Any, config: dict[str, Any]) -> Sources:
         "final_norm.weight": "model.final_layernorm.weight",
         "head.weight": "lm_head.weight",
     }
-    out = layered(model, top, RULES)
-    for name, tensor in model.state_dict().items():
-        block, _, rest = name.removeprefix("body.").partition(".channel.layer.")
-        if rest in EXPERT_MATRICES:
-            prefix = f"model.layers.{block}.feed_forward.experts"
-            names = [f"{prefix}.{e}.{EXPERT_MATRICES[rest]}.weight" for e in range(tensor.shape[0])]
-            out[name] = experts(names, tuple(tensor.shape))
-    return out
+    experts = "model.layers.{block}.feed_forward.experts.{expert}.{matrix}.weight"
+    return {**layered(model, top, RULES), **expert_matrices(model, EXPERT_MATRICES, experts)}
 
 
 # where the embeddings are tied (the model has no head), a checkpoint may still hold lm_head: the embedding's copy

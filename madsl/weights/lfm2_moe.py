@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from madsl.weights import lfm2
-from madsl.weights.parts import Sources, experts, layered
+from madsl.weights.parts import Sources, expert_matrices, layered
 
 RULES = (
     *lfm2.RULES,
@@ -40,14 +40,8 @@ def sources(model: Any, config: dict[str, Any]) -> Sources:
         "final_norm.weight": "model.embedding_norm.weight",
         "head.weight": "lm_head.weight",
     }
-    out = layered(model, top, RULES)
-    for name, tensor in model.state_dict().items():
-        block, _, rest = name.removeprefix("body.").partition(".channel.layer.")
-        if rest in EXPERT_MATRICES:
-            prefix = f"model.layers.{block}.feed_forward.experts"
-            names = [f"{prefix}.{e}.{EXPERT_MATRICES[rest]}.weight" for e in range(tensor.shape[0])]
-            out[name] = experts(names, tuple(tensor.shape))
-    return out
+    experts = "model.layers.{block}.feed_forward.experts.{expert}.{matrix}.weight"
+    return {**layered(model, top, RULES), **expert_matrices(model, EXPERT_MATRICES, experts)}
 
 
 TIED = lfm2.TIED

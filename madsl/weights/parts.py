@@ -46,6 +46,19 @@ def model_shape(parts: tuple[Part, ...]) -> tuple[int, ...]:
     return shapes[0] if len(shapes) == 1 else (sum(shape[0] for shape in shapes), *shapes[0][1:])
 
 
+def expert_matrices(model: Any, names: dict[str, str], checkpoint_name: str) -> Sources:
+    """Each stacked expert tensor of the model's mixtures of experts (`body.i.channel.layer.X` for X
+    in `names`) -> one checkpoint matrix per expert, named `checkpoint_name.format(block=i,
+    expert=e, matrix=names[X])`."""
+    out: Sources = {}
+    for name, tensor in model.state_dict().items():
+        block, _, rest = name.removeprefix("body.").partition(".channel.layer.")
+        if rest in names:
+            found = [checkpoint_name.format(block=block, expert=e, matrix=names[rest]) for e in range(tensor.shape[0])]
+            out[name] = experts(found, tuple(tensor.shape))
+    return out
+
+
 def experts(names: list[str], shape: tuple[int, ...]) -> tuple[Part, ...]:
     """A stacked expert tensor of `shape` (experts, in, out) from one (out, in) matrix per expert."""
     return tuple(Part(name, (shape[2], shape[1]), stacked=True) for name in names)
