@@ -201,3 +201,47 @@ def test_eval_trains_only_what_is_not_frozen(tmp_path, capsys):
     assert torch.equal(trained.embedding.weight, saved.embedding.weight)
     untrained = compile_spec(spec, vocab_size=trained.vocab_size, max_seq_len=trained.max_seq_len, seed=0)
     assert not all(_same(a, b) for a, b in zip(trained.named_layers["A"], untrained.named_layers["A"]))
+
+
+def test_a_hugging_face_checkpoints_layers_frozen_in_a_hybrid(tmp_path, capsys):
+    """docs/weights.md's recipe: import a checkpoint, write a hybrid that extends its spec with
+    other layers between its own, start those from the checkpoint frozen, and train the rest."""
+    pytest.importorskip("transformers")
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hf_checkpoints import lfm2
+
+    lfm2(tmp_path / "ckpt")
+    assert (
+        main(
+            [
+                "import",
+                str(tmp_path / "ckpt"),
+                "-o",
+                str(tmp_path / "lfm2.mad"),
+                "--out",
+                str(tmp_path / "backbone"),
+                "-q",
+            ]
+        )
+        == 0
+    )
+    hybrid = _write(
+        tmp_path,
+        "hybrid.mad",
+        "extends: lfm2.mad\nname: lfm2-convs-with-mamba\ntopology: (GConv-Sg:Mb-Sg)x2\n"
+        "init:\n  - from: backbone\n    layers: [GConv]\n    freeze: true\n",
+    )
+    saved = madsl.compiler.load(tmp_path / "backbone")
+    db = tmp_path / "results.db"
+    tiny = ["--task", "in-context-recall", "--protocol", "smoke", "--epochs", "2", "--batch-size", "8"]
+    tiny += ["--set", "seq_len=32", "--set", "num_train_examples=32", "--set", "num_test_examples=16"]
+    capsys.readouterr()
+    assert main(["eval", str(hybrid), *tiny, "--db", str(db), "--keep", "best", "--format", "json"]) == 0
+    [run_id] = json.loads(capsys.readouterr().out)["run_ids"]
+    assert main(["export", run_id[:12], "-o", str(tmp_path / "run"), "--db", str(db)]) == 0
+    trained = madsl.load_run(tmp_path / "run").backbone
+    for mine, theirs in zip(trained.named_layers["GConv"], saved.named_layers["GConv"]):
+        assert _same(mine, theirs)  # the checkpoint's convolutions, with their norms, as imported
+    assert account(load_spec(hybrid)).totals["frozen_params"] == 2 * 4224  # two GConv uses with their norms
