@@ -170,6 +170,41 @@ def granite(folder: Path, *, experts: int = 4, **extra) -> Path:
     return randomized(transformers.GraniteMoeHybridForCausalLM(config), folder)
 
 
+def mamba(folder: Path, *, tied: bool = True, layers: int = 3, **extra) -> Path:
+    """A tiny Mamba (Hugging Face's Mamba-1: mamba-130m-hf's layout) with every weight random, saved
+    by transformers into `folder`."""
+    config = transformers.MambaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        state_size=8,
+        num_hidden_layers=layers,
+        expand=2,
+        conv_kernel=4,
+        tie_word_embeddings=tied,
+        **extra,
+    )
+    return randomized(transformers.MambaForCausalLM(config), folder)
+
+
+def gpt_neo(folder: Path, *, tied: bool = True, layers: int = 4, **extra) -> Path:
+    """A tiny GPT-Neo (global and local attention alternating, a window of 5 tokens; gpt-neo-125M's
+    layout) with every weight random, saved by transformers into `folder`."""
+    config = transformers.GPTNeoConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_layers=layers,
+        num_heads=4,
+        attention_types=[[["global", "local"], layers // 2]],
+        window_size=5,
+        max_position_embeddings=64,
+        tie_word_embeddings=tied,
+        bos_token_id=0,
+        eos_token_id=0,
+        **extra,
+    )
+    return randomized(transformers.GPTNeoForCausalLM(config), folder)
+
+
 def lfm2_moe(folder: Path, **extra) -> Path:
     """A tiny LFM2-MoE (conv and attention layers; the first followed by a SwiGLU, the others by 4
     SwiGLU experts, 2 active, routed by sigmoid scores and a random expert bias), saved into `folder`."""
@@ -197,7 +232,7 @@ def randomized(model, folder: Path) -> Path:
     torch.manual_seed(0)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if name.endswith(("norm.weight", "norm_f.weight")):
+            if name.endswith(("norm.weight", "norm_f.weight", "ln_1.weight", "ln_2.weight", "ln_f.weight")):
                 parameter.uniform_(0.5, 1.5)
             elif name.endswith("A_log"):
                 parameter.uniform_(0.0, 2.0)

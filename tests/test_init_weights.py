@@ -155,8 +155,14 @@ def test_a_mismatch_with_the_saved_model_names_the_layer_and_tensor(tmp_path):
         compile_spec(spec, vocab_size=16)
     assert err.value.location.line == 5
     _saved(tmp_path, topology="Mb:A")  # one use of Mb where the spec has two
-    with pytest.raises(MadslError, match="the spec uses Mb 2 time"):
+    with pytest.raises(MadslError, match="the spec uses Mb 2 time.s., the saved model only 1"):
         compile_spec(spec, vocab_size=16)
+
+
+def test_a_spec_with_fewer_uses_takes_the_saved_models_first_ones(tmp_path):
+    saved = _saved(tmp_path, topology="(Mb:A)x3")  # three uses of Mb; the spec has two
+    model = compile_spec(_write(tmp_path, "hybrid.mad", HYBRID.format(layers="[Mb]", freeze="true")), vocab_size=16)
+    assert [_same(mine, saved.named_layers["Mb"][k]) for k, mine in enumerate(model.named_layers["Mb"])] == [True] * 2
 
 
 def test_a_link_out_of_the_saved_models_folder_is_refused(tmp_path):

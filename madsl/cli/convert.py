@@ -34,6 +34,8 @@ FAMILY_TYPES = (
     "minimax",
     "minimax_m1",
     "xlstm",
+    "mamba",
+    "gpt_neo",
 )  # madsl.interop.huggingface.families.FAMILIES
 
 
@@ -58,7 +60,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "convert",
         help="Megatron-LM hybrid patterns and Hugging Face config.json "
-        "(Jamba, Nemotron-H, Granite 4.0, Bamba, Falcon-H1, LFM2, LFM2-MoE) <-> madsl spec",
+        "(15 hybrid families, Mamba and GPT-Neo; docs/convert.md) <-> madsl spec",
     )
     way = p.add_mutually_exclusive_group(required=True)
     way.add_argument(

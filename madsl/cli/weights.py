@@ -19,7 +19,7 @@ MODEL_FILES = ("model.safetensors", "config.json")
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "import",
-        help="a local Hugging Face checkpoint (config.json + safetensors; LFM2, Bamba, Nemotron-H, Jamba) "
+        help="a local Hugging Face checkpoint (config.json + safetensors; docs/weights.md lists the families) "
         "-> its spec and the madsl model with its weights",
     )
     p.add_argument("checkpoint", metavar="DIR", help="the checkpoint folder (config.json, *.safetensors)")

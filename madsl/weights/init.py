@@ -3,8 +3,9 @@ frozen ones stop training (madsl/lang/spec/init.py reads the entries; docs/weigh
 
 The saved model (madsl's model file format, madsl.compiler.load) is read as untrusted input and
 built on its own; then each named part is copied tensor by tensor: the k-th use of a symbol or tag
-from the saved model's k-th use, with the use's pre-norm where both models give the use a norm of
-its own; `embedding` the token embedding, `positions` the learned position table. Every mismatch
+from the saved model's k-th use (a spec with fewer uses takes the first ones), with the use's
+pre-norm where both models give the use a norm of its own; `embedding` the token embedding,
+`positions` the learned position table. Every mismatch
 (a use count, a tensor's name or shape) is a MadslError naming the entry, the layer and the tensor,
 raised before the model is changed: nothing is initialised at random in place of what was asked.
 """
@@ -60,11 +61,11 @@ def _pairs(model: Any, saved: Any, name: str, index: int, where: Any) -> list[tu
             raise MadslError(f"init[{index}]: {whose} has no learned {name} to initialise from", where)
         return [(target, source, name)]
     uses, saved_uses = model.named_layers.get(name, []), saved.named_layers.get(name, [])
-    if len(uses) != len(saved_uses):
+    if len(uses) > len(saved_uses):  # fewer take the saved model's first ones (seed 004's first layers)
         raise MadslError(
-            f"init[{index}]: the spec uses {name} {len(uses)} time(s), the saved model {len(saved_uses)}",
+            f"init[{index}]: the spec uses {name} {len(uses)} time(s), the saved model only {len(saved_uses)}",
             where,
-            hint="the k-th use takes the saved k-th use's weights: write the spec with as many uses of it",
+            hint="the k-th use takes the saved k-th use's weights: the spec may use it as often or less often",
         )
     target_units, source_units = _units(model), _units(saved)
     pairs = []

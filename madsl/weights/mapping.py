@@ -22,14 +22,16 @@ FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
 def families() -> dict[str, ModuleType]:
     """model_type -> the module that maps its checkpoints (one module a family)."""
-    from madsl.weights import bamba, granite, jamba, lfm2, lfm2_moe, nemotron_h
+    from madsl.weights import bamba, gpt_neo, granite, jamba, lfm2, lfm2_moe, mamba, nemotron_h
 
     return {
         "bamba": bamba,
+        "gpt_neo": gpt_neo,
         "granitemoehybrid": granite,
         "jamba": jamba,
         "lfm2": lfm2,
         "lfm2_moe": lfm2_moe,
+        "mamba": mamba,
         "nemotron_h": nemotron_h,
     }
 

@@ -82,7 +82,11 @@ def qkv(attention: Any, q: str, k: str, v: str, shape: tuple[int, ...]) -> tuple
 
 
 def layered(
-    model: Any, top: dict[str, str], rules: tuple[tuple[str, str], ...], attention: str = "self_attn"
+    model: Any,
+    top: dict[str, str],
+    rules: tuple[tuple[str, str], ...],
+    attention: str = "self_attn",
+    layers: str = "model.layers",
 ) -> Sources:
     """The name map of a family whose checkpoint has one entry per madsl block (`model.layers.i`):
     `top` maps the model's tensors outside the blocks (embedding, final norm, head) to checkpoint
@@ -96,7 +100,7 @@ def layered(
         if match is None:
             continue
         layer, rest = match.groups()
-        prefix = f"model.layers.{layer}."
+        prefix = f"{layers}.{layer}."
         fused = re.fullmatch(r"mixer\.layer\.qkv\.(weight|bias)", rest)
         if fused is not None:
             q, k, v = (f"{prefix}{attention}.{x}_proj.{fused.group(1)}" for x in "qkv")

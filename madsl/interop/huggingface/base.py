@@ -234,10 +234,19 @@ class Stack:
     kind has them, and settings named in `varying` may differ from layer to layer (MiniMax's
     per-layer decay: the family checks them in `layers`)."""
 
-    def __init__(self, spec: Any, family: Family, *, parallel: bool = False, varying: frozenset[str] = frozenset()):
+    def __init__(
+        self,
+        spec: Any,
+        family: Family,
+        *,
+        parallel: bool = False,
+        varying: frozenset[str] = frozenset(),
+        norm: str = "rms",
+    ):
         self.spec, self.family, self.varying = spec, family, varying
-        if spec.norm != "rms":
-            raise MadslError(f"{spec.name}: {family.title} uses RMSNorm; the spec has norm: {spec.norm}")
+        if spec.norm != norm:
+            kind = {"rms": "RMSNorm", "layer": "LayerNorm"}[norm]
+            raise MadslError(f"{spec.name}: {family.title} uses {kind}; the spec has norm: {spec.norm}")
         if not spec.final_norm:
             raise MadslError(f"{spec.name}: {family.title} has a final norm; the spec has final_norm: false")
         if spec.vocab is None:

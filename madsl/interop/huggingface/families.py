@@ -47,10 +47,12 @@ from madsl.errors import Location, MadslError
 from madsl.interop.huggingface.base import Family
 from madsl.interop.huggingface.config import Config
 from madsl.interop.huggingface.falcon_h1 import FalconH1
+from madsl.interop.huggingface.gpt_neo import GPTNeo
 from madsl.interop.huggingface.ibm import Bamba, GraniteHybrid
 from madsl.interop.huggingface.jamba import Jamba
 from madsl.interop.huggingface.kimi_linear import KimiLinear
 from madsl.interop.huggingface.lfm2 import Lfm2, Lfm2Moe
+from madsl.interop.huggingface.mamba import Mamba
 from madsl.interop.huggingface.minimax import MiniMax, MiniMaxM1
 from madsl.interop.huggingface.nemotron import NemotronH
 from madsl.interop.huggingface.qwen3_next import Qwen3_5MoeText, Qwen3_5Text, Qwen3Next
@@ -76,6 +78,8 @@ FAMILIES: dict[str, Family] = {
         MiniMax(),
         MiniMaxM1(),
         XLSTM(),
+        Mamba(),
+        GPTNeo(),
     )
 }
 Config.family_titles = {name: f.title for name, f in FAMILIES.items()}

@@ -7,7 +7,8 @@
 
 Each name under `layers:` is a symbol (`Mb`), a tag (`#a`), `embedding` or `positions`; the
 k-th use of a symbol in this spec takes the k-th use's weights in the saved model (its pre-norm
-too, where both have one of their own), so the two must use it equally often. The folder follows
+too, where both have one of their own), so the spec uses it at most as often as the saved model
+(fewer: the first ones, as the seed-004 study took a backbone's first layers). The folder follows
 the read policy of every file a spec names (madsl/lang/spec/named.py): a relative path in the
 spec file's folder or below it, or inside $MADSL_SPEC_ROOT. Only a spec file has an `init:`: data
 without a file (a search's candidates, a saved model's config) cannot name weights to read.
