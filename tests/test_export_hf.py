@@ -58,3 +58,31 @@ def test_a_model_the_family_cannot_hold_is_refused_by_name(tmp_path: Path, capsy
     error = capsys.readouterr().err
     assert "error:" in error and "Traceback" not in error
     assert not (tmp_path / "hf").exists()
+
+
+def test_a_runs_kept_language_model_exports_to_the_family_of_its_spec(tmp_path: Path, capsys) -> None:
+    """`madsl export RUN_ID --to-hf mamba`: a MAD run of the paper's Mamba on a next-token task,
+    kept, goes out as a Mamba checkpoint at the task's vocabulary, with the kept model's logits."""
+    import madsl
+
+    spec = tmp_path / "mamba.mad"
+    spec.write_text("name: tiny-mamba\ndim: 16\ntopology: 2Mb\nlayers:\n  Mb: {d_state: 4}\n")
+    db = tmp_path / "results.db"
+    tiny = ["--task", "in-context-recall", "--protocol", "smoke", "--epochs", "1", "--batch-size", "8"]
+    tiny += ["--set", "seq_len=32", "--set", "num_train_examples=32", "--set", "num_test_examples=16"]
+    assert main(["eval", str(spec), *tiny, "--db", str(db), "--keep", "best", "--format", "json", "-q"]) == 0
+    [run_id] = json.loads(capsys.readouterr().out)["run_ids"]
+    assert main(["export", run_id[:12], "--to-hf", "mamba", "-o", str(tmp_path / "hf"), "--db", str(db), "-q"]) == 0
+    assert main(["export", run_id[:12], "-o", str(tmp_path / "run"), "--db", str(db), "-q"]) == 0
+    kept = madsl.load_run(tmp_path / "run").backbone
+    exported, info = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", output_loading_info=True)
+    assert {key: value for key, value in info.items() if value} == {}
+    ids = torch.randint(0, kept.vocab_size, (2, 11), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (exported.eval()(ids).logits - kept(ids)).abs().max().item() < TOLERANCE
+    # a run read through a head of its own (the reference's conventions) has no language model to write
+    mad_lab = ["--conventions", "mad-lab", "--format", "json", "-q"]
+    assert main(["eval", str(spec), *tiny, *mad_lab, "--db", str(db), "--keep", "best"]) == 0
+    [other] = json.loads(capsys.readouterr().out)["run_ids"]
+    assert main(["export", other[:12], "--to-hf", "mamba", "-o", str(tmp_path / "hf2"), "--db", str(db)]) == 2
+    assert "through a head of its own" in capsys.readouterr().err and not (tmp_path / "hf2").exists()

@@ -295,7 +295,7 @@ def add_export_parser(subparsers) -> None:
         "run_id",
         metavar="RUN_ID|MODEL_DIR",
         help="the run (a unique prefix of its id is enough); with --to-hf, a madsl model folder "
-        "(`madsl import --out`, madsl.save)",
+        "(`madsl import --out`, madsl.save) or a run of a next-token task",
     )
     p.add_argument(
         "--to-hf",
@@ -354,13 +354,20 @@ def cmd_export(args) -> int:
 
 
 def _export_hf(args) -> int:
-    """`madsl export MODEL_DIR --to-hf MODEL_TYPE -o DIR`: a madsl model folder as a checkpoint."""
+    """`madsl export MODEL_DIR|RUN_ID --to-hf MODEL_TYPE -o DIR`: a madsl model folder, or a run's
+    kept model, as a checkpoint."""
+    from pathlib import Path
+
     from madsl.compiler import load
     from madsl.weights.export import CONFIG, WEIGHTS, export_hf
 
-    if args.db is not None:
-        raise MadslError("--db names a results database: --to-hf exports a model folder, not a run")
-    out = export_hf(load(args.run_id, device="cpu"), args.to_hf, args.output, force=args.force)
+    if Path(args.run_id).is_dir():
+        if args.db is not None:
+            raise MadslError(f"--db names a results database: {args.run_id} is a model folder, not a run")
+        model = load(args.run_id, device="cpu")
+    else:
+        model = _kept_language_model(args)
+    out = export_hf(model, args.to_hf, args.output, force=args.force)
     if args.format == "json":
         print(json.dumps({"model": args.run_id, "to_hf": args.to_hf, "files": [str(out / WEIGHTS), str(out / CONFIG)]}))
     elif not args.quiet:
@@ -369,6 +376,40 @@ def _export_hf(args) -> int:
             file=sys.stderr,
         )
     return EXIT_OK
+
+
+def _kept_language_model(args):
+    """The backbone of a run's kept model (`madsl eval --keep best`), where it is the whole language
+    model: a next-token task read through the backbone's own output layer. Its spec states the
+    task's vocabulary, which a checkpoint's config.json needs."""
+    from pathlib import Path
+
+    from madsl.lang.spec import spec_with
+    from madsl.runner.store.files import store_files_dir
+    from madsl.runner.store.kept import RUN_ID_PREFIX, kept_folder, load_run
+    from madsl.runner.store.results import DEFAULT_DB
+
+    db = Path(args.db or DEFAULT_DB)
+    default = " (the default: no --db given)" if args.db is None else ""
+    if not db.is_file():
+        raise MadslError(
+            f"{args.run_id} is no model folder, and no results database is at {db}{default} to find it as a run",
+            hint="name a madsl model folder (madsl import --out, madsl.save), or a run with --db",
+        )
+    if RUN_ID_PREFIX.fullmatch(args.run_id):
+        _check_recorded(db, args.run_id, default)
+    run_id, folder = kept_folder(store_files_dir(db), args.run_id)
+    model = load_run(folder, device="cpu")
+    if model.head != "lm" or model.lm_head is not None:
+        raise MadslError(
+            f"run {run_id[:12]}: its model reads {model.config['task']} through a head of its own "
+            f"({model.head}{', mad-lab conventions' if model.lm_head is not None else ''}), not the "
+            "backbone's output layer: no causal language model to write",
+            hint="--to-hf writes runs of next-token tasks trained with madsl's conventions or lm_head: spec",
+        )
+    backbone = model.backbone
+    backbone.spec = spec_with(backbone.spec, {"vocab": backbone.vocab_size})
+    return backbone
 
 
 def _check_recorded(db, run_id: str, default: str) -> None:

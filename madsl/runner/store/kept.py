@@ -134,6 +134,30 @@ def export(files_dir: Path, run_id: str, out: Path, *, force: bool = False) -> t
             hint="`madsl report --format csv --rows runs` lists the run ids",
         )
     folder = check_output_dir(out, "-o", lambda name: name in EXPORTED, force=force, writes=f"{WEIGHTS} and {CONFIG}")
+    name, source = kept_folder(files_dir, run_id)
+    config = _read_config(source)
+    safetensors = safetensors_torch("madsl export")
+    try:
+        weights = safetensors.load_file(str(source / WEIGHTS))
+    except Exception as err:  # noqa: BLE001 - safetensors' own errors: a damaged or planted file
+        raise MadslError(f"{source / WEIGHTS}: not a safetensors file ({type(err).__name__})") from None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_files(folder, weights, config, "madsl export")
+    except OSError as err:
+        raise output_error(err, folder, "-o") from None
+    return name, folder
+
+
+def kept_folder(files_dir: Path, run_id: str) -> tuple[str, Path]:
+    """(the run id, the folder of its kept model) for `run_id` or a unique prefix of it; a link in
+    the results folder is refused, never followed."""
+    if not RUN_ID_PREFIX.fullmatch(run_id):
+        raise MadslError(
+            f"{run_id!r} is not a run id",
+            expected="4 to 64 lowercase hexadecimal digits: a run id or a unique prefix of one",
+            hint="`madsl report --format csv --rows runs` lists the run ids",
+        )
     kept = models_dir(files_dir)
     matches = sorted(p.name for p in kept.glob(f"{run_id}*") if (p / CONFIG).is_file()) if kept.is_dir() else []
     if not matches:
@@ -149,18 +173,7 @@ def export(files_dir: Path, run_id: str, out: Path, *, force: bool = False) -> t
             f"{source}: a symbolic link in the results folder",
             hint="madsl never follows one there; remove it, or re-run the evaluation with --keep best",
         )
-    config = _read_config(source)
-    safetensors = safetensors_torch("madsl export")
-    try:
-        weights = safetensors.load_file(str(source / WEIGHTS))
-    except Exception as err:  # noqa: BLE001 - safetensors' own errors: a damaged or planted file
-        raise MadslError(f"{source / WEIGHTS}: not a safetensors file ({type(err).__name__})") from None
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        write_files(folder, weights, config, "madsl export")
-    except OSError as err:
-        raise output_error(err, folder, "-o") from None
-    return matches[0], folder
+    return matches[0], source
 
 
 def _reader(directory: Path) -> ModelReader:
