@@ -207,6 +207,7 @@ def compile_spec(
             norm_eps=spec.norm_eps,
             embedding_scale=spec.embedding_scale,
             logit_divisor=spec.logit_divisor,
+            logit_soft_cap=spec.logit_soft_cap,
         )
         for _, module, std in sorted(compiler.group_inits, key=lambda entry: entry[0]):
             reinit_linears(module, std)

@@ -40,6 +40,7 @@ class Model(nn.Module):
         norm_eps: float = DEFAULT_NORM_EPS,
         embedding_scale: float = 1.0,
         logit_divisor: float = 1.0,
+        logit_soft_cap: float | None = None,
     ):
         super().__init__()
         self.dim, self.vocab_size, self.num_classes, self.max_seq_len = dim, vocab_size, num_classes, max_seq_len
@@ -47,6 +48,7 @@ class Model(nn.Module):
         self.embedding = nn.Embedding(vocab_size, dim)
         # µP-style multipliers (Granite's embedding_multiplier and logits_scaling); 1.0: none
         self.embedding_scale, self.logit_divisor = embedding_scale, logit_divisor
+        self.logit_soft_cap = logit_soft_cap  # cap * tanh(logits / cap) (xLSTM's, Gemma's); None: none
         # `positions` learned absolute positions (GPT-2, GPT-Neo), added to the token embedding; 0: none
         self.positions = nn.Embedding(positions, dim) if positions else None
         self.body = Stack(*body)
@@ -98,7 +100,11 @@ class Model(nn.Module):
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         logits = F.linear(h, self.embedding.weight) if self.head is None else self.head(h)
-        return logits if self.logit_divisor == 1.0 else logits / self.logit_divisor
+        if self.logit_divisor != 1.0:
+            logits = logits / self.logit_divisor
+        if self.logit_soft_cap is not None:
+            logits = self.logit_soft_cap * torch.tanh(logits / self.logit_soft_cap)
+        return logits
 
     # ---- recurrent inference ---------------------------------------------------------------------
     def init_state(

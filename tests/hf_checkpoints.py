@@ -205,6 +205,17 @@ def gpt_neo(folder: Path, *, tied: bool = True, layers: int = 4, **extra) -> Pat
     return randomized(transformers.GPTNeoForCausalLM(config), folder)
 
 
+def xlstm(folder: Path, **extra) -> Path:
+    """A tiny xLSTM (two mLSTM blocks of 4 heads, each with its SwiGLU; xLSTM-7B's layout, queries
+    and keys as wide as the values: transformers' native kernels fail at xLSTM-7B's qk_dim_factor
+    0.5 in 5.24) with its logits soft-capped at 4 and every weight random, saved into `folder`."""
+    extra = {"qk_dim_factor": 1.0, "output_logit_soft_cap": 4.0, **extra}
+    config = transformers.xLSTMConfig(
+        vocab_size=VOCAB, hidden_size=64, embedding_dim=64, num_hidden_layers=2, num_blocks=2, num_heads=4, **extra
+    )
+    return randomized(transformers.xLSTMForCausalLM(config), folder)
+
+
 def lfm2_moe(folder: Path, **extra) -> Path:
     """A tiny LFM2-MoE (conv and attention layers; the first followed by a SwiGLU, the others by 4
     SwiGLU experts, 2 active, routed by sigmoid scores and a random expert bias), saved into `folder`."""

@@ -22,7 +22,7 @@ FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
 def families() -> dict[str, ModuleType]:
     """model_type -> the module that maps its checkpoints (one module a family)."""
-    from madsl.weights import bamba, gpt_neo, granite, jamba, lfm2, lfm2_moe, mamba, nemotron_h
+    from madsl.weights import bamba, gpt_neo, granite, jamba, lfm2, lfm2_moe, mamba, nemotron_h, xlstm
 
     return {
         "bamba": bamba,
@@ -33,6 +33,7 @@ def families() -> dict[str, ModuleType]:
         "lfm2_moe": lfm2_moe,
         "mamba": mamba,
         "nemotron_h": nemotron_h,
+        "xlstm": xlstm,
     }
 
 

@@ -9,9 +9,10 @@ its gates are soft-capped at gate_soft_cap; its per-head norm has norm_eps and i
 and zero initial stabiliser. use_bias (false in xLSTM-7B) would give the block norms biases too,
 which madsl's RMSNorm has not: refused by name.
 The SwiGLU is round_up(ffn_proj_factor x hidden_size, ffn_round_up_to_multiple_of) wide.
-Kernel, mode and dtype keys carry no parameter, state or FLOP and are not read; nor is the
-output logits' soft cap (output_logit_soft_cap). weight_mode "fused" stores q, k, v and the gates
-as one matrix: the same parameters.
+The block norms and the final one have norm_eps too (the spec's norm_eps), and the logits go
+through output_logit_soft_cap (the spec's logit_soft_cap). Kernel, mode and dtype keys carry no
+parameter, state or FLOP and are not read. weight_mode "fused" stores q, k, v and the gates as one
+matrix: the same parameters.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from typing import Any
 
 from madsl.interop.huggingface.base import Family, Stack, spec_data
 from madsl.interop.huggingface.config import Config
-
-NOTE = "; the output logits' soft cap (output_logit_soft_cap) carries no parameter, state or FLOP and is not read"
 
 
 class XLSTM(Family):
@@ -42,6 +41,7 @@ class XLSTM(Family):
         "ffn_round_up_to_multiple_of": 64,
         "gate_soft_cap": 15.0,
         "weight_mode": "single",
+        "output_logit_soft_cap": 30.0,
     }
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
@@ -78,7 +78,13 @@ class XLSTM(Family):
         factor, multiple = cfg.number("ffn_proj_factor", positive=True), cfg.count("ffn_round_up_to_multiple_of")
         inner = multiple * math.ceil(factor * dim / multiple)
         layers = {"mL": mlstm, "Sg": {"inner": inner}}
-        return spec_data(cfg, name, self, dim, ["mL-Sg"] * n, layers, note=NOTE)
+        data = spec_data(cfg, name, self, dim, ["mL-Sg"] * n, layers)
+        cap = cfg.data.get("output_logit_soft_cap", cfg.defaults["output_logit_soft_cap"])
+        if "output_logit_soft_cap" not in cfg.data:
+            cfg.take_default("output_logit_soft_cap", cap)
+        elif cap is not None:
+            cap = cfg.number("output_logit_soft_cap", positive=True)
+        return {**data, "norm_eps": mlstm["norm_eps"], "logit_soft_cap": cap}
 
     def write(self, spec: Any) -> dict[str, Any]:
         stack = Stack(spec, self)
@@ -108,8 +114,11 @@ class XLSTM(Family):
                 "ffn_proj_factor": mlp.inner / spec.dim,
                 "ffn_round_up_to_multiple_of": 64 if mlp.inner % 64 == 0 else 1,
                 "weight_mode": "single",
+                "output_logit_soft_cap": spec.logit_soft_cap,
             }
         )
+        if spec.norm_eps != m.norm_eps:
+            stack.refuse("xLSTM's block norms share the mLSTM's norm_eps", f"norm_eps: {m.norm_eps:g}")
         return out
 
 

@@ -135,8 +135,8 @@ def _spec_before_topology(
         spec.linear_std = float(data["linear_std"])
     if "final_norm" not in unusable:
         spec.final_norm = data.get("final_norm", True)
-    for key in ("norm_eps", "embedding_scale", "residual_scale", "logit_divisor"):
-        if key not in unusable and key in data:
+    for key in ("norm_eps", "embedding_scale", "residual_scale", "logit_divisor", "logit_soft_cap"):
+        if key not in unusable and data.get(key) is not None:
             setattr(spec, key, float(data[key]))
     if spec.channel_mixer == topo.NO_CHANNEL:
         spec.channel_mixer = None

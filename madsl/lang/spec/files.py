@@ -149,6 +149,7 @@ SPEC_KEYS = (
     "embedding_scale",
     "residual_scale",
     "logit_divisor",
+    "logit_soft_cap",
     "init",
     "layers",
     "budget",

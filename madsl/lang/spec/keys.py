@@ -22,6 +22,7 @@ Every key is checked; unknown keys are errors, never ignored:
     embedding_scale: number         the token embedding times this (default 1; Granite's embedding_multiplier)
     residual_scale: number          each block part's output times this before its residual add (default 1)
     logit_divisor: number           the logits divided by this (default 1; Granite's logits_scaling)
+    logit_soft_cap: number | none   the logits through cap * tanh(logits / cap) (default none; xLSTM's)
     init: [{from, layers, freeze}]  layers that start from a saved model's weights (init.py)
     layers: {SYMBOL: {...}}         override a symbol's parameters, or define a new symbol
                                     with `primitive: NAME` or `base: SYMBOL` (symbols.py)
@@ -57,6 +58,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "embedding_scale": (float, int),
     "residual_scale": (float, int),
     "logit_divisor": (float, int),
+    "logit_soft_cap": (float, int, type(None)),
     "init": (list,),
     "layers": (dict,),
     "budget": (dict,),
@@ -67,7 +69,7 @@ REQUIRED = ("name", "dim", "topology")
 CHOICES = {"norm": ("rms", "layer"), "positions": ("none", "learned")}
 POSITIVE = (
     *("dim", "vocab", "seq_len", "embedding_std", "linear_std", "norm_eps"),
-    *("embedding_scale", "residual_scale", "logit_divisor"),
+    *("embedding_scale", "residual_scale", "logit_divisor", "logit_soft_cap"),
 )
 _TYPE_NAMES = {
     str: "a string",

@@ -52,6 +52,7 @@ class Spec:
     embedding_scale: float = 1.0
     residual_scale: float = 1.0
     logit_divisor: float = 1.0
+    logit_soft_cap: float | None = None  # the logits through cap * tanh(logits / cap) (xLSTM, Gemma)
     final_norm: bool = True  # false: the last block's output goes to the head unnormalised (seed 004's hybrids)
     init: list[InitFrom] = field(default_factory=list)  # layers that start from saved weights (init.py)
     description: str = ""
@@ -125,6 +126,7 @@ class Spec:
             ("embedding_scale", self.embedding_scale, 1.0),
             ("residual_scale", self.residual_scale, 1.0),
             ("logit_divisor", self.logit_divisor, 1.0),
+            ("logit_soft_cap", self.logit_soft_cap, None),
         ]
 
     def topology_error(self, err: MadslError, span: topo.Span | None) -> MadslError:
