@@ -131,7 +131,6 @@ def test_the_identity_follows_the_weights_bytes_not_the_folder(tmp_path):
         ("{layers: [Mb]}", "missing 'from'"),
         ("{from: /etc, layers: [Mb]}", "may not name an absolute path"),
         ("{from: ../outside, layers: [Mb]}", "may not leave this spec's directory"),
-        ("{from: empty, layers: [Mb]}", "holds no config.json"),
         ("{from: backbone, layers: [Mb], freeze: yes please}", "freeze must be true or false"),
         ("{from: backbone, layers: []}", "layers must list names"),
     ],
@@ -146,6 +145,17 @@ def test_a_bad_entry_is_a_located_error(tmp_path, entry, message):
     with pytest.raises(MadslError, match=message) as err:
         load_spec(spec)
     assert err.value.location.file == str(spec) and err.value.location.line in (5, 6)
+
+
+def test_a_folder_without_the_weights_is_an_error_where_they_are_read_not_for_the_accounting(tmp_path):
+    (tmp_path / "empty").mkdir()
+    spec = _write(tmp_path, "hybrid.mad", HYBRID.format(layers="[Mb]", freeze="true").replace("backbone", "empty"))
+    loaded = load_spec(spec)  # a CI gate accounts it without the weights
+    assert account(loaded, vocab=16).totals["frozen_params"] > 0
+    for read in (lambda: compile_spec(loaded, vocab_size=16), lambda: loaded.hash):
+        with pytest.raises(MadslError, match=r"init\[0\]\.from: empty holds no config\.json") as err:
+            read()
+        assert err.value.location.line == 5
 
 
 def test_a_mismatch_with_the_saved_model_names_the_layer_and_tensor(tmp_path):

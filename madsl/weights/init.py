@@ -27,6 +27,7 @@ def apply_init(model: Any, spec: Any, load: Callable[[Path], Any]) -> None:
     """Copy every `spec.init` entry's weights into `model` (compiled from `spec`) and freeze what
     the entries freeze; `load` reads a saved model folder (madsl.compiler.load)."""
     for index, entry in enumerate(spec.init):
+        entry.require_files()
         for name in ("config.json", "model.safetensors"):
             require_inside(entry.folder / name, entry.folder, f"init[{index}].from")
         try:

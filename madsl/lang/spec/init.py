@@ -10,7 +10,8 @@ k-th use of a symbol in this spec takes the k-th use's weights in the saved mode
 too, where both have one of their own), so the spec uses it at most as often as the saved model
 (fewer: the first ones, as the seed-004 study took a backbone's first layers). The folder follows
 the read policy of every file a spec names (madsl/lang/spec/named.py): a relative path in the
-spec file's folder or below it, or inside $MADSL_SPEC_ROOT. Only a spec file has an `init:`: data
+spec file's folder or below it, or inside $MADSL_SPEC_ROOT; its files are read (and required) only
+where the weights are: compiling, and a run's identity. Only a spec file has an `init:`: data
 without a file (a search's candidates, a saved model's config) cannot name weights to read.
 
 The weights enter the spec's identity by their bytes (`InitFrom.weights_sha256`), never by their
@@ -57,12 +58,28 @@ class InitFrom:
     layers: tuple[str, ...]
     freeze: bool = False
     where: Location | None = None
+    index: int = 0
+    written: str = ""  # the path as the spec writes it, for messages
     _sha256: str | None = field(default=None, repr=False, compare=False)
+
+    def require_files(self) -> None:
+        """The saved model's two files are there, or a MadslError at the entry. Checked where the
+        weights are read (compiling, the run identity), not when the spec loads: accounting and
+        budget checks of a spec need no weights, and CI machines often have none."""
+        for name in FILES:
+            if not (self.folder / name).is_file():
+                raise MadslError(
+                    f"init[{self.index}].from: {self.written or self.folder} holds no {name}",
+                    self.where,
+                    expected="a saved madsl model: a folder of config.json and model.safetensors",
+                    hint="madsl.compiler.save(model, FOLDER) or `madsl import CHECKPOINT --out FOLDER` writes one",
+                )
 
     @property
     def weights_sha256(self) -> str:
         """The SHA-256 of the folder's model.safetensors: what the spec's identity records."""
         if self._sha256 is None:
+            self.require_files()
             digest = hashlib.sha256()
             try:
                 with open(self.folder / FILES[1], "rb") as weights:
@@ -149,15 +166,7 @@ def _entry(entry: Any, index: int, names: set[str], at: Any, file: Path) -> Init
     location = at.value("init", index, "from")
     naming = Path(location.file) if location is not None and location.file else file
     folder = resolve_folder(entry["from"], naming, location, key="init.from")
-    for name in FILES:
-        if not (folder / name).is_file():
-            raise MadslError(
-                f"init[{index}].from: {entry['from']} holds no {name}",
-                location,
-                expected="a saved madsl model: a folder of config.json and model.safetensors",
-                hint="madsl.compiler.save(model, FOLDER) or `madsl import CHECKPOINT -o FOLDER` writes one",
-            )
-    return InitFrom(folder, tuple(dict.fromkeys(layers)), freeze, location)
+    return InitFrom(folder, tuple(dict.fromkeys(layers)), freeze, location, index, str(entry["from"]))
 
 
 _HINT = "an entry reads {from: FOLDER, layers: [NAMES], freeze: true|false}"

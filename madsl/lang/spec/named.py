@@ -105,7 +105,8 @@ def resolve_named(
 def resolve_folder(ref: Any, naming_file: Path | None, where: Location | None, *, key: str) -> Path:
     """The folder (resolved, symlinks followed) that `ref`, the value of `key` in `naming_file`,
     names, where the read policy lets a spec name it: a relative path in the spec's folder or
-    below it, or inside $MADSL_SPEC_ROOT; else a MadslError at `where`, before anything in it is read."""
+    below it, or inside $MADSL_SPEC_ROOT; else a MadslError at `where`, before anything in it is read.
+    The folder need not exist yet (what reads it says so where it does not)."""
     allowed = f"a relative path to a folder in this spec's directory or below (or inside ${SPEC_ROOT_ENV})"
     if not isinstance(ref, str) or not ref.strip() or "\0" in ref:
         raise MadslError(f"{key} must be a path to a folder, got {ref!r}", where, expected=allowed)
@@ -125,8 +126,8 @@ def resolve_folder(ref: Any, naming_file: Path | None, where: Location | None, *
             expected=allowed,
             hint=f"move the folder under {home}/, or set {SPEC_ROOT_ENV} to a directory that holds it",
         )
-    if not _is(target, file=False):
-        raise MadslError(f"{key} names no folder: {ref}", where, hint=f"paths are relative to {home}/")
+    if target.exists() and not _is(target, file=False):
+        raise MadslError(f"{key} names a file, not a folder: {ref}", where, hint=f"paths are relative to {home}/")
     return target
 
 
