@@ -15,11 +15,31 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hf_checkpoints import bamba, granite, jamba, lfm2, nemotron_h, reference, tokens  # noqa: E402
+from hf_checkpoints import (  # noqa: E402
+    bamba,
+    gpt_neo,
+    granite,
+    jamba,
+    lfm2,
+    lfm2_moe,
+    mamba,
+    nemotron_h,
+    reference,
+    tokens,
+    xlstm,
+)
 
 from madsl.cli import main  # noqa: E402
 
 TOLERANCE = 1e-4
+MOE = {  # Nemotron-H's experts: 4, 2 active, a shared one, routed by sigmoid scores and a correction bias
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 24,
+    "moe_shared_expert_intermediate_size": 20,
+    "routed_scaling_factor": 2.5,
+    "moe_latent_size": 16,
+}
 CHECKPOINTS = {
     "lfm2 tied": ("lfm2", lambda folder: lfm2(folder)),
     "lfm2 untied, biases": ("lfm2", lambda folder: lfm2(folder, tied=False, bias=True)),
@@ -29,6 +49,11 @@ CHECKPOINTS = {
     "jamba, 4 experts": ("jamba", lambda folder: jamba(folder)),
     "granite, 4 experts": ("granitemoehybrid", lambda folder: granite(folder)),
     "granite, no experts": ("granitemoehybrid", lambda folder: granite(folder, experts=0)),
+    "lfm2-moe": ("lfm2_moe", lambda folder: lfm2_moe(folder)),
+    "nemotron-h ME*E, latent experts": ("nemotron_h", lambda folder: nemotron_h(folder, "ME*E", **MOE)),
+    "gpt-neo untied": ("gpt_neo", lambda folder: gpt_neo(folder, tied=False)),
+    "mamba tied": ("mamba", lambda folder: mamba(folder)),
+    "xlstm": ("xlstm", lambda folder: xlstm(folder)),
 }
 
 

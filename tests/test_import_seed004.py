@@ -43,19 +43,6 @@ def test_logits_equal_transformers_through_prefill_and_step(tmp_path: Path, case
     assert prefill_and_step_error(model, ids, expected, prompt=9) < TOLERANCE
 
 
-@pytest.mark.parametrize("case", CHECKPOINTS, ids=CHECKPOINTS)
-def test_import_then_export_loads_in_transformers_with_equal_logits(tmp_path: Path, case: str) -> None:
-    model_type, make = CHECKPOINTS[case]
-    original = make(tmp_path / "ckpt")
-    assert main(["import", str(original), "--out", str(tmp_path / "madsl"), "-q"]) == 0
-    assert main(["export", str(tmp_path / "madsl"), "--to-hf", model_type, "-o", str(tmp_path / "hf"), "-q"]) == 0
-    exported, info = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", output_loading_info=True)
-    assert {key: value for key, value in info.items() if value} == {}
-    ids = tokens(17)
-    with torch.no_grad():
-        assert (exported.eval()(ids).logits - reference(original, ids)).abs().max().item() < TOLERANCE
-
-
 HYBRID = """name: seed004-pretrained-hybrid
 dim: 32
 norm: rms
