@@ -154,7 +154,7 @@ class Account:
         }
 
     def init_names(self, frozen: bool = False) -> set[str]:
-        """The names (symbols, #tags, embedding, positions) the spec's `init:` initialises (only
+        """The names (symbols, #tags, embedding, positions, final_norm) the spec's `init:` initialises (only
         the frozen ones with `frozen`)."""
         return {name for entry in self.spec.init if entry.freeze or not frozen for name in entry.layers}
 

@@ -4,6 +4,7 @@
     madsl data compression --set seq_len=64 --conventions mad-lab --split train -o compression.npz
     madsl data selective-copying --format text --rows 2
     madsl data prepare corpus/ notes.txt --tokenizer bytes -o data/notes [--val-fraction 0.1] [--format json]
+    madsl data prepare-labelled reviews/ --tokenizer tokenizer.json --seq-len 512 -o reviews-tokens [--truncate]
 
 The .npz holds `inputs` and `targets` (int64; IGNORE = -100 at unscored positions, as the
 runner reads them), any array the task shares between splits (memorization's `facts`), and
@@ -11,8 +12,10 @@ runner reads them), any array the task shares between splits (memorization's `fa
 vocabulary layout ({block: [first id, last id + 1]}), the embedding size, the number of
 classes and the head. The same arrays the runner trains on (same seed, same setting).
 
-`prepare` is recognised as the first word after `data` (no task has that name) and has its own
-parser (`madsl data prepare --help`); it writes train.bin, val.bin and tokens.json (madsl.corpus).
+`prepare` and `prepare-labelled` are recognised as the first word after `data` (no task has those
+names) and have parsers of their own (`madsl data prepare --help`): the first writes train.bin,
+val.bin and tokens.json (madsl.corpus), the second the arrays of a labelled text set that the
+text-classification task reads (madsl.corpus.labelled).
 """
 
 from __future__ import annotations
@@ -28,21 +31,23 @@ from madsl.cli.common import EXIT_OK, add_verbosity
 from madsl.errors import MadslError, did_you_mean, speaking
 
 PREPARE = "prepare"
+PREPARE_LABELLED = "prepare-labelled"
 
 
 class _DataParser(argparse.ArgumentParser):
-    """`madsl data`'s parser: a first word `prepare` (after -q or -v, if given) hands the rest to
-    the prepare parser."""
+    """`madsl data`'s parser: a first word `prepare` or `prepare-labelled` (after -q or -v, if
+    given) hands the rest to that word's parser."""
 
-    prepare_parser: argparse.ArgumentParser
+    word_parsers: dict[str, argparse.ArgumentParser]
 
     def parse_known_args(self, args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)
         verbosity = 0
         while verbosity < len(args) and args[verbosity] in ("-q", "--quiet", "-v", "--verbose"):
             verbosity += 1
-        if args[verbosity : verbosity + 1] == [PREPARE]:
-            return self.prepare_parser.parse_known_args(args[:verbosity] + args[verbosity + 1 :], namespace)
+        word = args[verbosity] if verbosity < len(args) else None
+        if word in self.word_parsers:
+            return self.word_parsers[word].parse_known_args(args[:verbosity] + args[verbosity + 1 :], namespace)
         return super().parse_known_args(args, namespace)
 
 
@@ -50,16 +55,19 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "data",
         help="write a generated task split to .npz or print rows; `data prepare`: tokenize text for pretraining",
-        usage="%(prog)s TASK [options]\n       %(prog)s prepare TEXT... --tokenizer bytes|FILE -o DIR [options]",
+        usage="%(prog)s TASK [options]\n       %(prog)s prepare TEXT... --tokenizer bytes|FILE -o DIR [options]"
+        "\n       %(prog)s prepare-labelled TEXTS --tokenizer bytes|FILE --seq-len N -o DIR [options]",
         description="Generate one split of a task as madsl eval would (same seed, same arrays) and write it to "
         "an .npz file, to inspect it, feed it to another framework or compare it with the "
         "reference implementation's data; --format text prints rows instead.",
         epilog="madsl data prepare TEXT... --tokenizer bytes|FILE -o DIR tokenizes text files, folders or "
         "bundled:tinyshakespeare into train.bin, val.bin and tokens.json, the token files a "
-        "pretraining run reads: see madsl data prepare --help.",
+        "pretraining run reads: see madsl data prepare --help. madsl data prepare-labelled tokenizes a "
+        'folder\'s train.jsonl and test.jsonl ({"text": ..., "label": ...} a line) for the '
+        "text-classification task: see madsl data prepare-labelled --help.",
     )
     p.__class__ = _DataParser  # (argparse builds every sub-parser of one class; only this one dispatches)
-    p.prepare_parser = _prepare_parser(p.prog)
+    p.word_parsers = {PREPARE: _prepare_parser(p.prog), PREPARE_LABELLED: _labelled_parser(p.prog)}
     p.add_argument("task", metavar="TASK", help="a task name (e.g. in-context-recall)")
     p.add_argument(
         "--set",
@@ -257,3 +265,72 @@ def _prepared_text(folder: Path, info: Any) -> str:
         lines.append(f"  source {source['name']}: {documents}, {source['bytes']:,} bytes")
     lines.append(f"  hash {info.hash}")
     return "\n".join(lines) + "\n"
+
+
+def _labelled_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"{prog} {PREPARE_LABELLED}",
+        description="Tokenize a labelled text set for the text-classification task (madsl eval --task "
+        "text-classification --set data=DIR): the folder TEXTS holds train.jsonl and test.jsonl, one "
+        '{"text": ..., "label": N} object a line, classes 0..C-1. Writes train.npy, train-labels.npy, '
+        "test.npy, test-labels.npy and labelled.json (tokenizer, vocabulary, classes, counts, a hash).",
+    )
+    p.add_argument("texts", metavar="TEXTS", help="a folder holding train.jsonl and test.jsonl")
+    p.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="bytes|FILE",
+        help="bytes (UTF-8 bytes, vocabulary 256) or a Hugging Face tokenizer.json file (read locally)",
+    )
+    p.add_argument("--seq-len", type=positive_int, required=True, metavar="N", help="the tokens of the longest text")
+    p.add_argument(
+        "--truncate",
+        action="store_true",
+        help="keep a longer text's first N tokens (counted in labelled.json) instead of refusing it",
+    )
+    p.add_argument(
+        "--vocab-size",
+        type=positive_int,
+        metavar="N",
+        help="the embedding rows of the model the set is for, where it has more than the tokenizer's ids "
+        "(e.g. 50280 for mamba-130m-hf's 50277; default: the tokenizer's vocabulary)",
+    )
+    p.add_argument("-o", "--output", dest="out_dir", required=True, metavar="DIR", help="the folder to write")
+    p.add_argument(
+        "--force", action="store_true", help="write into a folder that holds other files (they are left as they are)"
+    )
+    p.add_argument("--format", choices=("text", "json"), default="text", help="(default: %(default)s)")
+    add_verbosity(p, default=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_prepare_labelled, command="data")
+    return p
+
+
+def cmd_prepare_labelled(args) -> int:
+    from madsl.corpus.labelled import prepare_labelled
+
+    words = {"out_dir": "-o", "seq_len": "--seq-len", "truncate": "--truncate", "tokenizer": "--tokenizer"}
+    with speaking({**words, "vocab_size": "--vocab-size"}):
+        info = prepare_labelled(
+            args.texts,
+            args.tokenizer,
+            args.out_dir,
+            seq_len=args.seq_len,
+            truncate=args.truncate,
+            vocab_size=args.vocab_size,
+            force=args.force,
+        )
+    if args.format == "json":
+        print(json.dumps({"folder": str(args.out_dir), **info.to_json()}, indent=2))
+    elif not getattr(args, "quiet", False):
+        lines = [
+            f"wrote {args.out_dir}: tokenizer {info.tokenizer}, vocabulary {info.vocab_size:,}, "
+            f"{info.num_classes} classes, {info.seq_len:,} tokens a text at most"
+        ]
+        for split, counts in info.counts.items():
+            lines.append(
+                f"  {split:<5} {counts['examples']:>9,} texts, {counts['tokens']:>12,} tokens, "
+                f"{counts['truncated']:,} truncated"
+            )
+        lines.append(f"  hash {info.hash}")
+        print("\n".join(lines))
+    return EXIT_OK

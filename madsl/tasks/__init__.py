@@ -26,6 +26,7 @@ _MODULES = (
     "icl_linear",
     "arithmetic",
     "mqar",
+    "text_classification",  # a labelled text set of the user's (seed 004's IMDB setting)
 )
 
 # The six MAD tasks in the paper's order (§3.1).

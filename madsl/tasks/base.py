@@ -15,7 +15,7 @@ import numpy as np
 IGNORE = -100  # target value of positions that are not scored (torch's cross-entropy default)
 
 Split = Literal["train", "test"]
-Head = Literal["lm", "compression", "classify", "regress"]
+Head = Literal["lm", "compression", "classify", "pooled", "regress"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class TaskData:
     inputs:  (N, L) int64 token ids; for real-valued tasks (N, L, input_dim) float32.
     targets: (N, L) int64 class ids with IGNORE at unscored positions; for
              head="compression" (N, L_c) the tokens to reconstruct; for
-             head="classify" (N,) int64; for head="regress" (N, L) float32 with NaN
+             head="classify" or "pooled" (N,) int64; for head="regress" (N, L) float32 with NaN
              at unscored positions.
     """
 
@@ -51,6 +51,9 @@ class Task:
     # Whose conventions the generator follows (madsl.conventions): a mad-lab variant of a
     # task has the same name, settings and sweep, and the reference implementation's layout.
     conventions: ClassVar[str] = "madsl"
+    # False: the task reads its data from files of the user's (checked as they are read), so the
+    # runner neither generates nor caches it; its `data_shape` says what a plan costs.
+    generated: ClassVar[bool] = True
 
     def settings(self, **overrides: Any) -> dict[str, Any]:
         """The baseline with `overrides` applied; unknown knobs are an error."""
@@ -95,3 +98,15 @@ class Task:
         test set never overlaps the train set.
         """
         raise NotImplementedError
+
+
+def data_shape(task: Any, settings: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(seq_len, train examples, test examples) of a task setting: the task's own `data_shape`
+    where it has one (data read from a file), else its seq_len and num_*_examples knobs."""
+    if hasattr(task, "data_shape"):
+        return task.data_shape(settings)
+    return (
+        int(settings.get("seq_len", 1)),
+        int(settings.get("num_train_examples", 0)),
+        int(settings.get("num_test_examples", 0)),
+    )

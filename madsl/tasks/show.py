@@ -29,6 +29,9 @@ def render_row(task: Task, settings: Mapping[str, Any], data: TaskData, row: int
                 f"{pos:>4} " + "".join(f"{v:8.2f}" for v in vector) + ("" if np.isnan(target) else f"   {target:.2f}")
             )
         return "\n".join(lines)
+    if task.head == "pooled":  # a prepared text: token ids as the tokenizer gave them, padding as '.'
+        ids = " ".join("." if int(t) < 0 else str(int(t)) for t in inputs)
+        return f"inputs:  {ids}\ntarget:  class {int(targets)}"
     assert isinstance(task, SampledTask)
     vocab = task.vocab(s)
     if task.head == "classify":

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from madsl.errors import MadslError
 from madsl.runner.common.choices import FORWARD_SHARE, TRAIN_FORWARDS  # a training step: ~3 forward passes
 from madsl.runner.plan.rate_model import startup_cost
+from madsl.tasks.base import data_shape
 
 if TYPE_CHECKING:
     from madsl.runner.plan.rate import RateBook
@@ -121,12 +122,12 @@ def run_shape(job: Any) -> tuple[int, int, int, int, int]:
     """(seq_len, vocab, train examples, test examples, batch size) of a job; the batch is at most
     the training examples (a larger one trains on all of them at once, and is costed so)."""
     settings = dict(job.setting)
-    train_examples = int(settings.get("num_train_examples", 0))
+    seq_len, train_examples, test_examples = data_shape(job.task, settings)
     return (
-        int(settings.get("seq_len", 1)),
+        seq_len,
         int(job.task.vocab_size(settings)),
         train_examples,
-        int(settings.get("num_test_examples", 0)),
+        test_examples,
         min(int(job.train.batch_size), max(train_examples, 1)),
     )
 

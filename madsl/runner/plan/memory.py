@@ -30,6 +30,7 @@ import os
 from typing import TYPE_CHECKING, Any, Sequence
 
 from madsl.errors import MadslError, option
+from madsl.tasks.base import data_shape
 
 if TYPE_CHECKING:
     from madsl.runner.plan.cost import Shapes
@@ -87,9 +88,7 @@ def needs(members: Sequence[Any], params: int, layers: int) -> dict[str, int]:
     (members in lockstep take their steps one after another)."""
     first = members[0]
     settings = dict(first.setting)
-    seq_len = int(settings.get("seq_len", 1))
-    train_examples = int(settings.get("num_train_examples", 0))
-    test_examples = int(settings.get("num_test_examples", 0))
+    seq_len, train_examples, test_examples = data_shape(first.task, settings)
     batch, dim = int(first.train.batch_size), int(first.model_factory.spec.dim)
     trained = 0 if first.train.freeze else params  # which parameters a freeze leaves is known to the model only
     runs, seeds = len(members), len({member.train.seed for member in members})

@@ -103,6 +103,8 @@ def _task_settings(task, protocol, overrides: Overrides, source: str) -> list[di
     for setting in base:
         setting = {**setting, **{k: v for k, v in budget.items() if setting[k] == task.baseline[k]}}
         setting = apply_setting_overrides(task, setting, overrides.settings, source)
+        if hasattr(task, "resolve_settings"):  # data of the user's: identified by its bytes
+            setting = task.resolve_settings(setting)
         if setting in seen:  # an override can collapse sweep points onto each other
             continue
         seen.append(setting)

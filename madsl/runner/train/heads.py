@@ -9,6 +9,10 @@ A `TaskModel` puts the head a task needs on top of it:
                  token plus a fixed sin-cos embedding of the position to reconstruct
                  (MAD paper App. B.1.5), for every position of the target
     classify     the backbone's logits at the last position
+    pooled       a text's own tokens (inputs of PAD = -1 after its last one, fed as token 0: a
+                 causal backbone's outputs for the text cannot see them): the mean of the
+                 backbone's features over them, read by a linear layer with a bias (seed 004's
+                 text classification; madsl.tasks.text_classification)
     regress      real-valued inputs projected to the model width (instead of the token
                  embedding), a linear readout at every position, MSE loss
 
@@ -31,7 +35,7 @@ import math
 import torch
 from torch import nn
 
-CLASS_HEADS = ("lm", "compression", "classify")
+CLASS_HEADS = ("lm", "compression", "classify", "pooled")
 HEADS = (*CLASS_HEADS, "regress")
 
 
@@ -55,6 +59,12 @@ def _init_linear(module: nn.Module, weights: bool = True, spare_marked: bool = T
                 nn.init.normal_(m.weight, std=0.02)
             if m.bias is not None and not (spare_marked and getattr(m.bias, "_no_reinit", False)):
                 nn.init.zeros_(m.bias)
+
+
+def pooled_mean(features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, L, D) features, (B, L) mask of the tokens to pool -> (B, D) their mean."""
+    weights = mask.to(features.dtype)
+    return (features * weights[..., None]).sum(1) / weights.sum(1, keepdim=True).clamp(min=1)
 
 
 class CompressionDecoder(nn.Module):
@@ -115,6 +125,11 @@ class TaskModel(nn.Module):
             self.decoder = CompressionDecoder(
                 dim, num_classes, target_len, compression_position, norm=nn.RMSNorm if mad_lab else nn.LayerNorm
             )
+        elif head == "pooled":
+            assert num_classes is not None
+            self.classifier = nn.Linear(dim, num_classes)  # PyTorch's default init, as the seed's cls_head
+            if getattr(backbone, "head", None) is not None:
+                backbone.head = None  # the vocabulary's output layer would sit unused
         elif head == "regress":
             assert input_dim > 0, "regress head needs real-valued inputs (input_dim > 0)"
             self.input_proj = nn.Linear(input_dim, dim)
@@ -131,6 +146,8 @@ class TaskModel(nn.Module):
             )
         if self.head == "classify":
             return self.backbone(inputs)[:, -1]
+        if self.head == "pooled":
+            return self.classifier(pooled_mean(self.backbone.features(tokens=inputs.clamp(min=0)), inputs >= 0))
         if self.head == "compression":
             return self.decoder(self.backbone.features(tokens=inputs))
         h = self.backbone.features(embeds=self.input_proj(inputs))
