@@ -47,6 +47,8 @@ class _Compiler:
         self.named: dict[str, list[nn.Module]] = {}
         # (depth, module, std) of each group with a `linear_std`, applied after the model-wide init, outer first
         self.group_inits: list[tuple[int, nn.Module, float]] = []
+        # every layer module with the node of its first use, in stack order (the order they are built)
+        self.built: list[tuple[str, nn.Module]] = []
 
     # ---- reading the graph -------------------------------------------------------------------
 
@@ -84,6 +86,7 @@ class _Compiler:
                 MadslError(f"{layer.symbol} cannot be compiled: {err}"), layer.span
             ) from None
         module.madsl_primitive = self.plan.nodes[node]["primitive"].name  # what a recipe's parameter groups read
+        self.built.append((node, module))
         self.named.setdefault(layer.symbol, []).append(module)
         if layer.tag is not None:
             self.named.setdefault(f"#{layer.tag}", []).append(module)
@@ -121,13 +124,32 @@ class _Compiler:
     def block(self, end: str) -> Block:
         """The block whose last residual add is `end`: each part (the layer or the parallel
         mixers that feed a join) under its join's `part` name, joined as the join's kind says."""
-        parts = []
+        parts, factors = [], []
         for join in self.joins(end):
             data = self.plan.nodes[join]
             source = self.input(join, "data")
             module = self.parallel(source) if self.plan.nodes[source]["kind"] == "sum" else self.prenorm_layer(source)
             parts.append((data["part"], module, data["kind"]))
-        return Block(parts, self.spec.residual_scale)
+            factors.append(self.factors(source))
+        return Block(parts, self.spec.residual_scale, factors, self.spec.postnorm)
+
+    def factors(self, source: str) -> tuple[float, float]:
+        """(alpha, beta) of the part whose layer (or parallel mixers) is `source`: the spec's
+        residual_factors of its symbol; parallel mixers share one residual, so none of them may have any."""
+        if self.plan.nodes[source]["kind"] != "sum":
+            return self.spec.residual_factors.get(self.plan.nodes[source]["layer"].symbol, (1.0, 1.0))
+        for branch in sources(self.plan, source, "branch"):
+            layer = self.plan.nodes[branch]["layer"]
+            if self.spec.residual_factors.get(layer.symbol, (1.0, 1.0)) != (1.0, 1.0):
+                raise self.spec.topology_error(
+                    MadslError(
+                        f"{layer.symbol} has residual_factors, but it is one of parallel mixers, which share "
+                        "their block's residual",
+                        hint=f"leave {layer.symbol} out of residual_factors, or give it a block of its own",
+                    ),
+                    layer.span,
+                )
+        return (1.0, 1.0)
 
     def group(self, exit_node: str, depth: int) -> nn.Module:
         """The group whose exit is `exit_node`, `depth` groups deep (a branch of a group of
@@ -165,7 +187,44 @@ class _Compiler:
     def body(self) -> list[nn.Module]:
         """The model's body: the units between the embedding and the final norm (or the head)."""
         last = self.input("final_norm" if "final_norm" in self.plan else "head", "data")
-        return self.sequence(last, "embedding", 0)
+        body = self.sequence(last, "embedding", 0)
+        self.link_value_residuals()
+        return body
+
+    def link_value_residuals(self) -> None:
+        """RWKV-7's value residual: the model's first R7 layer hands its values to every later R7 layer with
+        value_residual, in the same forward, step or prefill (one `ValueLink`; the first runs before them,
+        as the stack runs in the order its layers are built). A value_residual layer with no R7 before it
+        has no first layer's values, and a first layer shared by a tag would hand over another use's values."""
+        r7 = [(node, module) for node, module in self.built if module.madsl_primitive == "rwkv7"]
+        if not any(module.v_lora is not None for _, module in r7):
+            return
+        from .layers.rwkv7 import ValueLink
+
+        node, first = r7[0]
+        layer = self.plan.nodes[node]["layer"]
+        if first.v_lora is not None:
+            raise self.spec.topology_error(
+                MadslError(
+                    f"{layer.symbol} has value_residual, but no R7 layer comes before it to give the first "
+                    "layer's values",
+                    hint="value_residual: false on the model's first R7 layer (RWKV-7's layer 0)",
+                ),
+                layer.span,
+            )
+        if targets(self.plan, node, "shares"):
+            raise self.spec.topology_error(
+                MadslError(
+                    f"{layer.symbol} is the first R7 layer, whose values later R7 layers with value_residual read, "
+                    "and it is used again by its tag: a later use would hand over its own values",
+                    hint="give the first R7 layer no tag, or use the tag only once",
+                ),
+                layer.span,
+            )
+        link = first.value_source = ValueLink()
+        for _, module in r7[1:]:
+            if module.v_lora is not None:
+                module.value_first = link
 
 
 def compile_spec(
@@ -204,6 +263,7 @@ def compile_spec(
             embedding_std=spec.embedding_std,
             linear_std=spec.linear_std,
             final_norm="final_norm" in plan,
+            embedding_norm=spec.embedding_norm,
             norm_eps=spec.norm_eps,
             embedding_scale=spec.embedding_scale,
             logit_divisor=spec.logit_divisor,

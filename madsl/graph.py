@@ -106,7 +106,9 @@ class LayerRow:
 class PartRow:
     """A model-level part that is not a layer of the topology."""
 
-    name: str  # "embedding", "positions", "final_norm", "head", "group_gate[g]", "group_split[g]", "group_combine[g]"
+    # "embedding", "positions", "embedding_norm", "final_norm", "head", "group_gate[g]",
+    # "group_split[g]", "group_combine[g]"
+    name: str
     params: int
     flops: int = 0
 
@@ -154,8 +156,8 @@ class Account:
         }
 
     def init_names(self, frozen: bool = False) -> set[str]:
-        """The names (symbols, #tags, embedding, positions, final_norm) the spec's `init:` initialises (only
-        the frozen ones with `frozen`)."""
+        """The names (symbols, #tags, embedding, positions, embedding_norm, final_norm) the spec's
+        `init:` initialises (only the frozen ones with `frozen`)."""
         return {name for entry in self.spec.init if entry.freeze or not frozen for name in entry.layers}
 
     def initialised(self, row: LayerRow | PartRow, frozen: bool = False) -> bool:
@@ -360,6 +362,8 @@ def build_graph(spec: Spec | str | PathLike, *, seq_len: int | None = None, voca
         parts.append(PartRow("embedding", vocab * d, 4 * seq_len * d * vocab))
     if spec.positions == "learned":  # one per position up to the spec's seq_len, whatever the accounting length
         parts.append(PartRow("positions", spec.seq_len * d))
+    if spec.embedding_norm:
+        parts.append(PartRow("embedding_norm", norm_params(spec)))
     if spec.final_norm:
         parts.append(PartRow("final_norm", norm_params(spec)))
     if vocab is not None and not spec.tie_embeddings:

@@ -37,6 +37,7 @@ class Model(nn.Module):
         embedding_std: float = 0.02,
         linear_std: float | None = None,
         final_norm: bool = True,
+        embedding_norm: bool = False,
         norm_eps: float = DEFAULT_NORM_EPS,
         embedding_scale: float = 1.0,
         logit_divisor: float = 1.0,
@@ -51,6 +52,8 @@ class Model(nn.Module):
         self.logit_soft_cap = logit_soft_cap  # cap * tanh(logits / cap) (xLSTM's, Gemma's); None: none
         # `positions` learned absolute positions (GPT-2, GPT-Neo), added to the token embedding; 0: none
         self.positions = nn.Embedding(positions, dim) if positions else None
+        # a norm of the token embedding before the first block (RWKV's ln0); None: none
+        self.embedding_norm = make_norm(norm, dim, norm_eps) if embedding_norm else None
         self.body = Stack(*body)
         self.final_norm = make_norm(norm, dim, norm_eps) if final_norm else nn.Identity()
         tied = tie_embeddings and num_classes == vocab_size
@@ -96,7 +99,8 @@ class Model(nn.Module):
 
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embedding(tokens)
-        return x if self.embedding_scale == 1.0 else x * self.embedding_scale
+        x = x if self.embedding_scale == 1.0 else x * self.embedding_scale
+        return x if self.embedding_norm is None else self.embedding_norm(x)
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         logits = F.linear(h, self.embedding.weight) if self.head is None else self.head(h)

@@ -135,34 +135,52 @@ def connect(kind: str, x: torch.Tensor, out: torch.Tensor, gate: nn.Module | Non
 
 
 class Block(nn.Module):
-    """A block as its plan wires it: its parts (`mixer`, `channel`) in order, each joined to the stream by its kind."""
+    """A block as its plan wires it: its parts (`mixer`, `channel`) in order, each joined to the stream by its kind.
 
-    def __init__(self, parts: list[tuple[str, nn.Module, str]], residual_scale: float = 1.0):
+    Each part's output is multiplied by `residual_scale` (Granite's) and by its own beta of `factors`
+    ((alpha, beta) per part), its residual by its alpha; the residual is the part's input, or with
+    `postnorm` its normed input (MiniMax's layers: `alpha * norm(x) + beta * layer(norm(x))`)."""
+
+    def __init__(
+        self,
+        parts: list[tuple[str, nn.Module, str]],
+        residual_scale: float = 1.0,
+        factors: list[tuple[float, float]] | None = None,
+        postnorm: bool = False,
+    ):
         super().__init__()
         for name, module, _ in parts:
             self.add_module(name, module)
         self.wiring = tuple((name, join) for name, _, join in parts)  # (part, its join kind), in order
         self.residual_scale = residual_scale  # each part's output times this before it joins (Granite's)
+        self.factors = tuple(factors or [(1.0, 1.0)] * len(parts))
+        self.postnorm = postnorm
 
-    def _scaled(self, out: torch.Tensor) -> torch.Tensor:
-        return out if self.residual_scale == 1.0 else out * self.residual_scale
+    def _join(self, index: int, join: str, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Part `index`'s output `out` joined to the stream `x` it read."""
+        alpha, beta = self.factors[index]
+        residual = getattr(self, self.wiring[index][0]).norm(x) if self.postnorm else x
+        if alpha != 1.0:
+            residual = residual * alpha
+        out = out if self.residual_scale == 1.0 else out * self.residual_scale
+        return connect(join, residual, out if beta == 1.0 else out * beta)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for name, join in self.wiring:
-            x = connect(join, x, self._scaled(getattr(self, name)(x)))
+        for index, (name, join) in enumerate(self.wiring):
+            x = self._join(index, join, x, getattr(self, name)(x))
         return x
 
     def init_state(self, batch: int, device, dtype, out: State) -> None:
         _seq_init([getattr(self, name) for name, _ in self.wiring], batch, device, dtype, out)
 
     def step(self, x_t: torch.Tensor, states, out: State) -> torch.Tensor:
-        for name, join in self.wiring:
-            x_t = connect(join, x_t, self._scaled(getattr(self, name).step(x_t, states, out)))
+        for index, (name, join) in enumerate(self.wiring):
+            x_t = self._join(index, join, x_t, getattr(self, name).step(x_t, states, out))
         return x_t
 
     def prefill(self, x: torch.Tensor, out: State) -> torch.Tensor:
-        for name, join in self.wiring:
-            x = connect(join, x, self._scaled(getattr(self, name).prefill(x, out)))
+        for index, (name, join) in enumerate(self.wiring):
+            x = self._join(index, join, x, getattr(self, name).prefill(x, out))
         return x
 
 

@@ -23,3 +23,24 @@ if not torch.cuda.is_available():
 if not os.environ.get("MADSL_CACHE_DIR"):
     os.environ["MADSL_CACHE_DIR"] = tempfile.mkdtemp(prefix="madsl-test-cache-")
     atexit.register(shutil.rmtree, os.environ["MADSL_CACHE_DIR"], True)
+
+
+def _transformers_keeps_its_own_model_types() -> None:
+    """flash-linear-attention's models (the dev extra's, for tests/fla_reference.py) register with
+    transformers' Auto classes when `fla` is first imported, by any test (madsl's fla kernels import
+    fla.ops): its own `mamba` over transformers' Mamba, whose tests would then load fla's Triton kernels.
+    So fla is imported here, once, and every model type transformers ships is given back to it: no test
+    depends on which test imported fla first. fla's own types (rwkv7, ...) stay registered."""
+    from importlib import metadata
+
+    try:
+        metadata.version("flash-linear-attention")
+        import fla  # noqa: F401 - its registrations, made now
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+    except (metadata.PackageNotFoundError, ImportError):
+        return
+    for model_type in [key for key in CONFIG_MAPPING._extra_content if key in CONFIG_MAPPING_NAMES]:
+        del CONFIG_MAPPING._extra_content[model_type]
+
+
+_transformers_keeps_its_own_model_types()

@@ -17,13 +17,19 @@ transformers = pytest.importorskip("transformers")
 
 from hf_checkpoints import (  # noqa: E402
     bamba,
+    falcon_h1,
     gpt_neo,
     granite,
     jamba,
+    kimi_linear,
     lfm2,
     lfm2_moe,
     mamba,
+    minimax,
     nemotron_h,
+    qwen3_5,
+    qwen3_next,
+    recurrent_gemma,
     reference,
     tokens,
     xlstm,
@@ -54,6 +60,25 @@ CHECKPOINTS = {
     "gpt-neo untied": ("gpt_neo", lambda folder: gpt_neo(folder, tied=False)),
     "mamba tied": ("mamba", lambda folder: mamba(folder)),
     "xlstm": ("xlstm", lambda folder: xlstm(folder)),
+    "minimax, residual factors": ("minimax", lambda folder: minimax(folder)),
+    "minimax tied, a sliding window": ("minimax", lambda folder: minimax(folder, tied=True, sliding_window=5)),
+    "kimi_linear, query bottleneck, bias, 2 dense layers": (
+        "kimi_linear",
+        lambda f: kimi_linear(f, q_lora_rank=12, attention_bias=True, first_k_dense_replace=2, mlp_layer_types=None),
+    ),
+    "falcon-h1, µP multipliers": ("falcon_h1", lambda folder: falcon_h1(folder)),
+    "falcon-h1 tied, 1 group, biases, gated norm": (
+        "falcon_h1",
+        lambda folder: falcon_h1(folder, tied=True, groups=1, bias=True, gated_norm=True),
+    ),
+    "recurrent_gemma tied": ("recurrent_gemma", lambda folder: recurrent_gemma(folder)),
+    "recurrent_gemma untied, biases": ("recurrent_gemma", lambda f: recurrent_gemma(f, tied=False, bias=True)),
+    "qwen3-next, 4 experts and a dense layer": ("qwen3_next", lambda folder: qwen3_next(folder)),
+    "qwen3.5 tied": ("qwen3_5_text", lambda folder: qwen3_5(folder, tie_word_embeddings=True)),
+    # a vision-language checkpoint goes out as its language model (--to-hf qwen3_5_moe is refused by name)
+    "qwen3.5-moe vision-language": ("qwen3_5_moe_text", lambda folder: qwen3_5(folder, experts=True, vision=True)),
+    # fla's RWKV7ForCausalLM (AutoModelForCausalLM knows it once fla.models is imported): the pre_norm goes out
+    # folded into the embedding table, with norm_first false
 }
 
 

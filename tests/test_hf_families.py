@@ -355,7 +355,6 @@ ZAMBA2_SHAPE = {
     "config, name, part",
     [
         (ZAMBA2_SHAPE, "Zamba2", "concatenated with the original embeddings"),
-        ({"model_type": "rwkv7", "hidden_size": 2048, "num_hidden_layers": 24}, "RWKV-7", "v_first"),
         ({"model_type": "hymba", "hidden_size": 1600, "num_memory_tokens": 128}, "Hymba", "meta tokens"),
     ],
 )

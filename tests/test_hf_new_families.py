@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -224,6 +225,8 @@ def test_published_sizes():
         "gated": True,
         "output_gate": True,
         "value_heads": 32,
+        "norm_eps": 1e-6,
+        "l2norm_eps": 1e-6,
     }
     assert data["layers"]["A"]["output_gate"] and data["layers"]["A"]["qk_norm"]
     assert data["layers"]["A"]["rotary_fraction"] == 0.25
@@ -231,8 +234,9 @@ def test_published_sizes():
     rg = read_hf_config(RECURRENTGEMMA_2B).data
     assert rg["layers"]["RG"] == {"width": 2560, "heads": 10, "d_conv": 4, "bias": True}
     assert rg["layers"]["A"]["window"] == 2048 and rg["layers"]["A"]["out_bias"] is True
-    assert rg["layers"]["Sg"] == {"inner": 7680, "bias": True} and rg["tie_embeddings"] is True
-    assert "GeLU" in rg["description"]
+    assert rg["layers"]["Sg"] == {"inner": 7680, "bias": True, "activation": "gelu"} and rg["tie_embeddings"] is True
+    # RecurrentGemmaModel's normalizer: sqrt(2560) = 50.596 in bfloat16; the soft cap and eps as stated
+    assert (rg["embedding_scale"], rg["logit_soft_cap"], rg["norm_eps"]) == (50.5, 30.0, 1e-6)
 
 
 # ---- Nemotron-H's latent experts ------------------------------------------------------------------------
@@ -388,8 +392,15 @@ def test_a_vision_language_config_without_its_language_model_is_refused(tmp_path
         ("qwen3_next", "GDN-MoE{shared_width=8}", "shared SwiGLU expert with its gate"),
         ("qwen3_5_text", "GDN-MoE{shared_width=8, shared_gate=true}", "followed by a SwiGLU"),
         ("qwen3_5_moe_text", "GDN-Sg", "followed by a mixture of experts"),
-        ("recurrent_gemma", "RG-Sg", "MLPs have biases"),
-        ("recurrent_gemma", "RG-Sg{bias=true}:A{heads=4}-Sg{bias=true}", "attention is local"),
+        ("recurrent_gemma", "RG-Sg{activation=gelu}", "MLPs have biases"),
+        ("recurrent_gemma", "RG-Sg", "gated MLPs gate with gelu"),
+        (
+            "recurrent_gemma",
+            "RG-Sg{bias=true, activation=gelu}:A{heads=4}-Sg{bias=true, activation=gelu}",
+            "attention is local",
+        ),
+        ("recurrent_gemma", "RG-Sg{bias=true, activation=gelu}", "sqrt\\(hidden_size\\) in bfloat16"),
+        ("lfm2", "GConv-Sg{activation=gelu}", "gate with silu; the spec's Sg with gelu"),
         ("recurrent_gemma", "M2-Sg", "RecurrentGemma has no mamba2 layer"),
     ],
 )
@@ -496,7 +507,14 @@ def test_kimi_linear_48b_reads_its_checkpoint_keys():
     assert data["topology"].startswith("KDA-Sg:2KDA-MoE:MLA-MoE:3KDA-MoE") and data["topology"].endswith(
         "2KDA-MoE:MLA-MoE"
     )
-    assert data["layers"]["KDA"] == {"heads": 32, "head_dim": 128, "expand_v": 1, "d_conv": 4}
+    assert data["layers"]["KDA"] == {
+        "heads": 32,
+        "head_dim": 128,
+        "expand_v": 1,
+        "d_conv": 4,
+        "norm_eps": 1e-5,
+        "l2norm_eps": 1e-6,  # transformers' l2norm of q and k
+    }
     assert data["layers"]["MLA"] == {
         "heads": 32,
         "q_lora_rank": None,
@@ -507,11 +525,20 @@ def test_kimi_linear_48b_reads_its_checkpoint_keys():
         "rotary": False,
         "bias": False,
     }
-    assert data["layers"]["MoE"] == {"experts": 256, "expert_width": 1024, "active": 8, "shared_width": 1024}
+    assert data["layers"]["MoE"] == {
+        "experts": 256,
+        "expert_width": 1024,
+        "active": 8,
+        "shared_width": 1024,
+        "scores": "sigmoid",  # KimiLinearTopkRouter, with e_score_correction_bias
+        "selection_bias": True,
+        "normalize_top": True,  # moe_renormalize
+        "route_scale": 2.446,  # routed_scaling_factor
+    }
     assert data["layers"]["Sg"] == {"inner": 9216} and data["tie_embeddings"] is False
+    assert data["norm_eps"] == 1e-5
     assert read.defaulted == {"attention_bias": False}
     assert any(note.startswith("head_dim = 72 is not read") for note in read.notes)
-    assert "sigmoid" in data["description"]
     assert abs(KIMI_BUILT["kimi-linear-48b-a3b"][1] - 48e9) / 48e9 < 0.03  # the card's 48B (2.3 % over)
 
 
@@ -568,6 +595,8 @@ def test_kimi_linear_size_that_says_which_model_it_is_is_refused_by_name(tmp_pat
         ({"linear_attn_config": {"full_attn_layers": [1], "kda_layers": [1]}}, "layer 1 is in both"),
         ({"num_experts_per_token": 300}, "exceeds the 256 experts"),
         ({"hidden_act": "gelu"}, '"hidden_act"'),
+        ({"num_expert_group": 8, "topk_group": 4}, "best groups only"),
+        ({"moe_router_activation_func": "softmax"}, "scores experts by a softmax"),
     ],
 )
 def test_what_kimi_linear_cannot_state_is_a_located_error(tmp_path, change, message):
@@ -580,16 +609,20 @@ def test_what_kimi_linear_cannot_state_is_a_located_error(tmp_path, change, mess
 @pytest.mark.parametrize(
     "topology, message",
     [
-        ("KDA-Sg:MLA-Sg", "no rotary embeddings"),
+        ("K-Sg:MLA-Sg", "no rotary embeddings"),
+        ("KDA{norm_eps=1e-6, l2norm_eps=1e-6}-Sg", "the model's rms_norm_eps"),
+        ("KDA-Sg", "sqrt"),
+        ("K-MoE{shared_width=16, expert_width=16}", "sigmoid scores plus a correction bias"),
         ("KDA{expand_v=2}-Sg", "values as wide as its keys"),
-        ("KDA-MoE{shared_width=24, expert_width=16}", "not a multiple of expert_width"),
-        ("KDA-MoE{shared_width=16, expert_width=16, shared_gate=true}", "has no MoE shared_gate"),
+        ("K-MoE{shared_width=24, expert_width=16}", "not a multiple of expert_width"),
+        ("K-MoE{shared_width=16, expert_width=16, shared_gate=true}", "has no MoE shared_gate"),
         ("KDA-none", "followed by a SwiGLU or a mixture of experts"),
         ("A-Sg", "Kimi Linear has no attention layer"),
     ],
 )
 def test_what_kimi_linear_cannot_express_is_refused(topology, message):
-    spec = spec_from_data({"name": "k", "dim": 32, "vocab": 100, "tie_embeddings": False, "topology": topology})
+    data = {"name": "k", "dim": 32, "vocab": 100, "tie_embeddings": False, "topology": topology}
+    spec = spec_from_data({**data, "layers": {"K": {"base": "KDA", "l2norm_eps": 1e-6}}})  # Kimi Linear's KDA
     with pytest.raises(madsl.MadslError, match=message):
         to_hf_config(spec, "kimi_linear")
 
@@ -720,7 +753,11 @@ def test_minimax_converts_to_transformers_count_and_back(name):
 
 def test_minimax_m1_is_text_01_in_its_own_keys():
     m1, text = read_hf_config(MINIMAX_M1).data, read_hf_config(MINIMAX_TEXT_01).data
-    assert m1["topology"] == text["topology"] and m1["topology"].startswith("Lt{decay_scale=1.00001}-MoE:")
+    # the same stack; MiniMax-M1's code scales layer l's slopes by 1 - l / 79 + 1e-5, transformers' by 1 - l / 79.00001
+    assert re.sub(r"\{[^}]*\}", "", m1["topology"]) == re.sub(r"\{[^}]*\}", "", text["topology"])
+    assert m1["topology"].startswith("Lt{decay_scale=1.00001}-MoE:Lt{decay_scale=0.987351772152}-MoE:")
+    assert text["topology"].startswith("Lt{decay_scale=1.00001}-MoE:Lt{decay_scale=0.987351773754}-MoE:")
+    assert m1["residual_factors"] == text["residual_factors"] and m1["postnorm"] and text["postnorm"]
     assert m1["layers"]["Lt"] == {"heads": 64, "head_dim": 128}
     assert m1["layers"]["MoE"] == {"experts": 32, "expert_width": 9216, "active": 2, "aux_loss_weight": 0.001}
     assert m1["layers"]["A"]["rotary_fraction"] == 0.5 and "rotary_fraction" not in text["layers"]["A"]

@@ -138,9 +138,19 @@ def test_sharded_index_that_disagrees_with_its_shards_refused(tmp_path: Path, ca
 def test_a_family_without_a_name_map_refused_by_name(tmp_path: Path, capsys) -> None:
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "falcon_h1", "hidden_size": 32}))
+    (folder / "config.json").write_text(json.dumps({"model_type": "zamba2", "hidden_size": 32}))
     safetensors_torch.save_file({"model.embed_tokens.weight": torch.zeros(4, 32)}, str(folder / "model.safetensors"))
-    _refused(tmp_path, folder, capsys, "madsl imports no 'falcon_h1' weights yet")
+    _refused(tmp_path, folder, capsys, "madsl imports no 'zamba2' weights yet")
+
+
+def test_every_family_convert_reads_has_a_name_map() -> None:
+    """`madsl import` reads every family `madsl convert --from-hf` reads (issue 42), the vision-language
+    Qwen3.5 configs too (their language model); the families convert refuses by name have none."""
+    from madsl.interop.huggingface.families import FAMILIES, LANGUAGE_MODELS, REFUSED
+    from madsl.weights.mapping import families
+
+    assert set(families()) == set(FAMILIES) | set(LANGUAGE_MODELS)
+    assert not set(families()) & set(REFUSED)
 
 
 def test_partial_rotary_lfm2_does_not_read_refused(tmp_path: Path, capsys) -> None:

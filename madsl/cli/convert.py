@@ -36,6 +36,7 @@ FAMILY_TYPES = (
     "xlstm",
     "mamba",
     "gpt_neo",
+    "rwkv7",
 )  # madsl.interop.huggingface.families.FAMILIES
 
 

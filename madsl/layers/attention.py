@@ -81,8 +81,8 @@ class Attention(nn.Module):
         self.gated = p.output_gate
         self.qkv = nn.Linear(p.dim, p.projected, bias=p.bias)
         self.out = nn.Linear(p.inner, p.dim, bias=p.has_out_bias)
-        self.q_norm = nn.RMSNorm(p.inner_head_dim, eps=1e-5) if p.qk_norm else None
-        self.k_norm = nn.RMSNorm(p.inner_head_dim, eps=1e-5) if p.qk_norm else None
+        self.q_norm = nn.RMSNorm(p.inner_head_dim, eps=p.qk_norm_eps) if p.qk_norm else None
+        self.k_norm = nn.RMSNorm(p.inner_head_dim, eps=p.qk_norm_eps) if p.qk_norm else None
         # cos/sin tables of the rotary embedding, grown on demand (no parameters, not saved).
         self._rotary_cache: tuple[Tensor, Tensor] | None = None
         self.reset_parameters()

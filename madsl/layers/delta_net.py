@@ -1,7 +1,8 @@
 """DeltaNet and Gated DeltaNet (`DN`, `GDN`): the torch module of `madsl.primitives.delta_net`.
 
     q, k, v = SiLU(short_conv(q_proj(x), k_proj(x), v_proj(x)))     heads x head_dim / value_dim
-    q, k    = l2norm(q) * head_dim^-0.5, l2norm(k)                   per head
+    q, k    = l2norm(q) * head_dim^-0.5, l2norm(k)                   per head (x / ||x||, or
+                                                                     x / sqrt(||x||^2 + l2norm_eps))
     beta_t  = sigmoid(b_proj(x))                                     per head
     log alpha_t = -exp(A_log) softplus(a_proj(x) + dt_bias)          per head (gated only)
     S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,  o_t = S_t^T q_t
@@ -68,6 +69,7 @@ class DeltaNet(DeltaRuleStep):
         dim, heads = p.dim, p.v_heads  # b, a, A_log, dt_bias and the output side are per value head
         self.key_heads, self.heads, self.key_dim, self.value_dim = p.heads, heads, p.key_dim, p.value_dim
         self.chunk_size = 64
+        self.l2norm_eps = p.l2norm_eps
         key_width, value_width = p.heads * self.key_dim, heads * self.value_dim
         self.q_proj = nn.Linear(dim, key_width, bias=False)
         self.k_proj = nn.Linear(dim, key_width, bias=False)
@@ -81,7 +83,7 @@ class DeltaNet(DeltaRuleStep):
         else:
             self.a_proj = None
         self.g_proj = nn.Linear(dim, value_width, bias=False) if p.output_gate else None
-        self.o_norm = nn.RMSNorm(self.value_dim, eps=1e-5)
+        self.o_norm = nn.RMSNorm(self.value_dim, eps=p.norm_eps)
         self.o_proj = nn.Linear(value_width, dim, bias=False)
         self.reset_parameters()
 
@@ -98,8 +100,8 @@ class DeltaNet(DeltaRuleStep):
         lead = x.shape[:-1]
         key_width = self.key_heads * self.key_dim
         q, k, v = qkv.split((key_width, key_width, self.heads * self.value_dim), dim=-1)
-        q = F.normalize(q.view(*lead, self.key_heads, self.key_dim), dim=-1) * self.key_dim**-0.5
-        k = F.normalize(k.view(*lead, self.key_heads, self.key_dim), dim=-1)
+        q = self._l2(q.view(*lead, self.key_heads, self.key_dim)) * self.key_dim**-0.5
+        k = self._l2(k.view(*lead, self.key_heads, self.key_dim))
         if self.heads != self.key_heads:  # each key head serves heads / key_heads consecutive value heads
             q, k = (t.repeat_interleave(self.heads // self.key_heads, dim=-2) for t in (q, k))
         v = v.view(*lead, self.heads, self.value_dim)
@@ -108,6 +110,12 @@ class DeltaNet(DeltaRuleStep):
         if self.a_proj is not None:
             log_decay = -self.A_log.exp() * F.softplus(self.a_proj(x) + self.dt_bias)
         return q, k, v, beta, log_decay
+
+    def _l2(self, x: Tensor) -> Tensor:
+        """x / ||x|| per head, or x / sqrt(||x||^2 + l2norm_eps) (fla's l2norm, transformers' Qwen3-Next)."""
+        if not self.l2norm_eps:
+            return F.normalize(x, dim=-1)
+        return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + self.l2norm_eps)
 
     def _qkv(self, x: Tensor) -> Tensor:
         return torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), dim=-1)

@@ -2,6 +2,7 @@
 
     q, k, v = SiLU(short_conv(q_proj(x), k_proj(x), v_proj(x)))     heads x head_dim / value heads
     q, k    = l2norm(q) * head_dim^-0.5, l2norm(k)                   per head (repeated for grouped values)
+              (l2norm: F.normalize, or x / sqrt(|x|^2 + l2norm_eps), fla's and transformers')
     log alpha_t = -exp(A_log) softplus(f_proj(x) + dt_bias)          value heads x head_dim
     beta_t  = sigmoid(b_proj(x))                                     per value head
     S_t = (I - beta_t k_t k_t^T) diag(alpha_t) S_{t-1} + beta_t k_t v_t^T,  o_t = S_t^T q_t
@@ -42,6 +43,7 @@ class KDA(DeltaRuleStep):
         super().__init__()
         dim, heads = p.dim, p.v_heads  # the gates and the output side are per value head
         self.key_heads, self.heads, self.key_dim, self.value_dim = p.heads, heads, p.key_dim, p.value_dim
+        self.l2norm_eps = float(p.l2norm_eps)
         key_width, value_width = p.heads * p.key_dim, heads * p.value_dim
         self.q_proj = nn.Linear(dim, key_width, bias=False)
         self.k_proj = nn.Linear(dim, key_width, bias=False)
@@ -52,7 +54,7 @@ class KDA(DeltaRuleStep):
         self.dt_bias = nn.Parameter(torch.empty(heads * p.key_dim))
         self.b_proj = nn.Linear(dim, heads, bias=False)
         self.g_proj = _low_rank(dim, p.value_dim, value_width, bias=p.gate_bias)
-        self.o_norm = nn.RMSNorm(p.value_dim, eps=1e-5)
+        self.o_norm = nn.RMSNorm(p.value_dim, eps=p.norm_eps)
         self.o_proj = nn.Linear(value_width, dim, bias=False)
         self.reset_parameters()
 
@@ -73,14 +75,19 @@ class KDA(DeltaRuleStep):
         lead = x.shape[:-1]
         key_width = self.key_heads * self.key_dim
         q, k, v = qkv.split((key_width, key_width, self.heads * self.value_dim), dim=-1)
-        q = F.normalize(q.view(*lead, self.key_heads, self.key_dim), dim=-1) * self.key_dim**-0.5
-        k = F.normalize(k.view(*lead, self.key_heads, self.key_dim), dim=-1)
+        q = self._l2norm(q.view(*lead, self.key_heads, self.key_dim)) * self.key_dim**-0.5
+        k = self._l2norm(k.view(*lead, self.key_heads, self.key_dim))
         if self.heads != self.key_heads:  # each key head serves heads / key_heads consecutive value heads
             q, k = (t.repeat_interleave(self.heads // self.key_heads, dim=-2) for t in (q, k))
         v = v.view(*lead, self.heads, self.value_dim)
         gate = (self.f_proj(x) + self.dt_bias).view(*lead, self.heads, self.key_dim)
         log_decay = -self.A_log.exp().unsqueeze(-1) * F.softplus(gate)
         return q, k, v, torch.sigmoid(self.b_proj(x)), log_decay
+
+    def _l2norm(self, x: Tensor) -> Tensor:
+        if not self.l2norm_eps:
+            return F.normalize(x, dim=-1)
+        return x / torch.sqrt((x * x).sum(dim=-1, keepdim=True) + self.l2norm_eps)  # fla's l2norm, as transformers'
 
     def _readout(self, o: Tensor, x: Tensor) -> Tensor:
         o = self.o_norm(o.to(self.o_norm.weight.dtype)) * torch.sigmoid(self.g_proj(x).view_as(o))

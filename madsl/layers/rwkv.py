@@ -128,22 +128,27 @@ class RWKV(nn.Module):
 
 
 class RWKVChannel(nn.Module):
-    """out = sigmoid(receptance(x_r)) * value(relu(key(x_k))^2), x_c = x + (x_prev - x) * maa_c."""
+    """out = sigmoid(receptance(x_r)) * value(relu(key(x_k))^2), x_c = x + (x_prev - x) * maa_c;
+    without the receptance (RWKV-7's) out = value(relu(key(x_k))^2)."""
 
     stacks = True  # exact under vmap over stacked members (madsl.runner.batched.stacked): every op batches or folds
 
     def __init__(self, p: RWKVChannelPrimitive):
         super().__init__()
         ramp = _ramp(p.dim)
+        # RWKV-7's channel mixer has no receptance gate (fla's RWKV7FeedForward): out = value(k) alone;
+        # built in the order RWKV-5/6's always were, so a seed draws the same weights
         self.maa_k = nn.Parameter(1 - ramp)
-        self.maa_r = nn.Parameter(1 - ramp)
+        self.maa_r = nn.Parameter(1 - ramp) if p.receptance else None
         self.key = nn.Linear(p.dim, p.inner, bias=False)
-        self.receptance = nn.Linear(p.dim, p.dim, bias=False)
+        self.receptance = nn.Linear(p.dim, p.dim, bias=False) if p.receptance else None
         self.value = nn.Linear(p.inner, p.dim, bias=False)
 
     def _mix(self, x: Tensor, x_prev: Tensor) -> Tensor:
         d = x_prev - x
         k = torch.relu(self.key(x + d * self.maa_k)).square()
+        if self.receptance is None:
+            return self.value(k)
         return torch.sigmoid(self.receptance(x + d * self.maa_r)) * self.value(k)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -2,6 +2,8 @@
 
     out = w2(silu(w1 x) * w3 x)          w1, w3: dim -> inner; w2: inner -> dim (inner: the primitive's width)
 
+`activation: gelu`: GeLU (tanh approximation) in place of silu (RecurrentGemma's MLP).
+
 Init (as the MAD reference's SwiGLU inside its language model, which zeroes every
 Linear bias): PyTorch's default Linear init for the weights (kaiming-uniform, bound
 1/sqrt(fan_in)), biases zero.
@@ -23,6 +25,7 @@ class SwiGLU(nn.Module):
         self.w1 = nn.Linear(p.dim, p.width, bias=p.bias)  # gate
         self.w3 = nn.Linear(p.dim, p.width, bias=p.bias)  # value
         self.w2 = nn.Linear(p.width, p.dim, bias=p.bias)  # down
+        self.gelu = p.activation == "gelu"
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -32,4 +35,6 @@ class SwiGLU(nn.Module):
                 nn.init.zeros_(linear.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        gate = self.w1(x)
+        gate = F.gelu(gate, approximate="tanh") if self.gelu else F.silu(gate)
+        return self.w2(gate * self.w3(x))

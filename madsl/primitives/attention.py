@@ -20,7 +20,8 @@ partial_rotary_factor); the frequencies are those of a head of f * head_dim chan
 
 Query-key norm (`qk_norm`; LFM2, Qwen3): an RMSNorm over each head's head_dim on q and on k
 after the projection, before rotary (weights head_dim each, shared by the heads): 2 * head_dim
-parameters; their FLOPs (elementwise) are not counted.
+parameters; their FLOPs (elementwise) are not counted. Their epsilon is `qk_norm_eps` (1e-5;
+Qwen3-Next's and Qwen3.5's rms_norm_eps, 1e-6).
 
 Output gate (`output_gate`; Qwen3-Next's gated attention): the query projection is doubled, its
 second half a gate per head and channel, and the attention output is multiplied by its sigmoid
@@ -58,15 +59,25 @@ class Attention(Heads, Primitive):
     qk_norm: bool  # an RMSNorm over head_dim on q and on k (LFM2's q_layernorm / k_layernorm)
     rotary_fraction: float  # the part of each head rotary rotates (Hugging Face's partial_rotary_factor)
     output_gate: bool  # sigmoid(gate) on the output, the gate from a doubled query projection (Qwen3-Next)
+    qk_norm_eps: float = 1e-5  # the q and k norms' epsilon (Qwen3-Next's rms_norm_eps, 1e-6)
 
     name = "attention"
     role = "sequence"
     module = "madsl.layers.attention:Attention"
     # added later: specs that leave them at their defaults keep their run identities
-    identity_omits = ("window", "kv_heads", "scale", "out_bias", "qk_norm", "rotary_fraction", "output_gate")
+    identity_omits = (
+        "window",
+        "kv_heads",
+        "scale",
+        "out_bias",
+        "qk_norm",
+        "rotary_fraction",
+        "output_gate",
+        "qk_norm_eps",
+    )
 
     def validate(self) -> None:
-        positive(self, "heads", "head_dim", "window", "kv_heads")
+        positive(self, "heads", "head_dim", "window", "kv_heads", "qk_norm_eps")
         if self.scale is not None and not 0 < self.scale < float("inf"):
             raise ConfigError(
                 "scale",

@@ -13,7 +13,10 @@ heads (beta = sigmoid); gated: a_proj dim -> heads, A_log and dt_bias per head (
 q, k and v (no bias; d_conv 0: none) followed by SiLU; q and k L2-normalised per head; an
 RMSNorm over each head's output (weight value_dim, shared by heads), gated by
 swish(g_proj(x)) with an output gate (g_proj dim -> heads*value_dim); o_proj heads*value_dim -> dim.
-No bias anywhere.
+No bias anywhere. The output norm's epsilon is `norm_eps` (1e-5, fla's; Qwen3-Next's rms_norm_eps 1e-6).
+The L2 norms of q and k divide by ||x|| (`l2norm_eps` 0, torch's normalize), or by
+sqrt(||x||^2 + l2norm_eps) (fla's l2norm and transformers' Qwen3-Next and Qwen3.5: 1e-6), which
+differ where a head's q or k is short (KDA's option of the same name).
 
 Value heads (`value_heads`, null = heads; Qwen3-Next's linear_num_value_heads, fla's num_v_heads):
 more value heads than key heads, a multiple of them; key head h serves the value heads
@@ -91,9 +94,11 @@ class DeltaNet(DeltaRuleLayout, Primitive):
     gated: bool  # Gated DeltaNet's decay alpha_t
     output_gate: bool  # swish(g_proj(x)) on the normalised output
     value_heads: int | None  # None: heads; more (a multiple of heads): Qwen3-Next's value heads
+    norm_eps: float = 1e-5  # the output RMSNorm's epsilon (Qwen3-Next's rms_norm_eps, 1e-6)
+    l2norm_eps: float = 0.0  # q, k / sqrt(||.||^2 + eps) (fla's and transformers' l2norm: 1e-6); 0: F.normalize
 
-    # added later: specs that leave it at its default keep their run identities
-    identity_omits = ("value_heads",)
+    # added later: specs that leave them at their defaults keep their run identities
+    identity_omits = ("value_heads", "norm_eps", "l2norm_eps")
 
     name = "delta_net"
     role = "sequence"
@@ -101,6 +106,9 @@ class DeltaNet(DeltaRuleLayout, Primitive):
 
     def validate(self) -> None:
         self.validate_layout("null: as many value heads as key heads; Qwen3-Next: 2 x its key heads")
+        positive(self, "norm_eps")
+        if not self.l2norm_eps >= 0:
+            raise ConfigError("l2norm_eps", f"{self.name}: l2norm_eps must be 0 or positive, got {self.l2norm_eps}")
 
     def params(self) -> int:
         D, H, Hv, K, V = self.dim, self.heads, self.v_heads, self.key_dim, self.value_dim

@@ -16,6 +16,11 @@ key channel; b_proj dim -> value_heads (beta = sigmoid); q and k L2-normalised p
 by head_dim^-1/2); the output RMSNorm'd per head (weight value_dim, shared) and gated by
 sigmoid(g_up(g_down(x))) (rank value_dim; a bias on g_up where `gate_bias`: fla's layer has one,
 transformers' class and Moonshot's checkpoints do not); o_proj value_heads*value_dim -> dim.
+The output norm's epsilon is `norm_eps` (1e-5, fla's; transformers' KimiLinearDeltaAttention takes
+the model's rms_norm_eps). The L2 norm of q and k is x / max(|x|, 1e-12) (torch's F.normalize) at
+`l2norm_eps` 0, else x / sqrt(|x|^2 + l2norm_eps): fla's and transformers' l2norm (their kernels'
+use_qk_l2norm_in_kernel) at 1e-6, which Kimi Linear's checkpoints were trained with; the two
+differ by a relative l2norm_eps / (2 |x|^2), which a key of small norm makes large.
 With more value heads than key heads (`value_heads`, fla's num_v_heads) each key head serves
 value_heads / heads consecutive value heads.
 
@@ -33,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Primitive
+from .base import ConfigError, Primitive, positive
 from .delta_net import DeltaRuleLayout
 
 
@@ -45,6 +50,10 @@ class KDA(DeltaRuleLayout, Primitive):
     value_heads: int | None  # None: heads; more (a multiple of heads): grouped value heads
     d_conv: int  # taps of the short convolutions over q, k, v; 0: none
     gate_bias: bool  # a bias on the output gate's up projection (fla's layer)
+    norm_eps: float = 1e-5  # the gated output RMSNorm's epsilon (Kimi Linear's rms_norm_eps; fla's 1e-5)
+    l2norm_eps: float = 0.0  # q, k / sqrt(|.|^2 + eps) (fla's and transformers' l2norm: 1e-6); 0: F.normalize
+
+    identity_omits = ("norm_eps", "l2norm_eps")  # added later: specs at their defaults keep their run identities
 
     name = "kda"
     role = "sequence"
@@ -52,6 +61,9 @@ class KDA(DeltaRuleLayout, Primitive):
 
     def validate(self) -> None:
         self.validate_layout("null: as many value heads as key heads")
+        positive(self, "norm_eps")
+        if not self.l2norm_eps >= 0:
+            raise ConfigError("l2norm_eps", f"kda: l2norm_eps must be 0 or positive, got {self.l2norm_eps}")
 
     def params(self) -> int:
         D, Hv, K, V = self.dim, self.v_heads, self.key_dim, self.value_dim

@@ -88,29 +88,34 @@ class RWKVChannel(Primitive):
     token-shifted as in the time mixer. RWKV-5's and RWKV-6's are the same function (RWKV-5 writes
     the mix as x * mix + x_prev * (1 - mix), RWKV-6 as x + (x_prev - x) * maa), so `R5c` and `R6c`
     are one primitive. Defaults: inner 512 (configs/layers/rwkv{5,6}-channel-mixer.yml).
-    Parameters: 2D (mixes) + D inner + D^2 + inner D. State: the previous input, D numbers
-    (conv_state): a channel mixer that looks one token back. FLOPs: 4 L D inner + 2 L D^2 + 4LD."""
+    receptance false: RWKV-7's channel mixer (fla's RWKV7FeedForward: out = value(relu(key(x_k))^2),
+    one mix x_k, no receptance gate).
+    Parameters: 2D (mixes) + D inner + D^2 + inner D; without the receptance D + 2 D inner. State: the
+    previous input, D numbers (conv_state): a channel mixer that looks one token back.
+    FLOPs: 4 L D inner + 2 L D^2 + 4LD; without the receptance 4 L D inner + 2LD."""
 
     inner: int
+    receptance: bool  # the sigmoid receptance gate and its mix (RWKV-5/6); false: RWKV-7's channel mixer
 
     name = "rwkv_channel"
     role = "channel"
     module = "madsl.layers.rwkv:RWKVChannel"
+    identity_omits = ("receptance",)  # added later: stored runs keep their ids
 
     def validate(self) -> None:
         positive(self, "inner")
 
     def params(self) -> int:
         D = self.dim
-        return 2 * D + 2 * D * self.inner + D * D
+        return (2 * D + D * D if self.receptance else D) + 2 * D * self.inner
 
     def conv_state(self) -> int:
         return self.dim
 
     def flops(self, seq_len: int) -> int:
         L, D = seq_len, self.dim
-        return 4 * L * D * self.inner + 2 * L * D * D + self.non_matmul_flops(L)
+        return 4 * L * D * self.inner + (2 * L * D * D if self.receptance else 0) + self.non_matmul_flops(L)
 
     def non_matmul_flops(self, seq_len: int) -> int:
-        """The token shift and the gate, 4 L D."""
-        return 4 * seq_len * self.dim
+        """The token shift and the gate, 4 L D (the token shift of one mix alone, 2 L D)."""
+        return (4 if self.receptance else 2) * seq_len * self.dim

@@ -6,11 +6,16 @@ rule (its SwiGLU has no inner width parameter; LLaMA's rule): 8/3 x dim, rounded
 then up to a multiple of `multiple_of` (16): 352 at width 128, 3 x 128 x 352 = 135,168
 parameters. `multiple_of` is read only where inner is null.
 FLOPs: App. C.4.1, GLU 6 L D D_glu.
+
+`activation: gelu` gates with GeLU (tanh approximation) in place of SiLU, a GeGLU: RecurrentGemma's
+MLP (transformers' RecurrentGemmaMlp, hidden_activation gelu_pytorch_tanh); the same parameters,
+state and FLOPs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from .base import Primitive, positive
 
@@ -20,12 +25,13 @@ class SwiGLU(Primitive):
     inner: int | None  # None: the MAD reference's rule (see width)
     multiple_of: int
     bias: bool
+    activation: Literal["silu", "gelu"] = "silu"  # gelu: tanh approximation (RecurrentGemma's MLP)
 
     name = "swiglu"
     role = "channel"
     module = "madsl.layers.swiglu:SwiGLU"
     # added later: specs at their defaults keep their run identities
-    identity_omits = ("multiple_of",)
+    identity_omits = ("multiple_of", "activation")
 
     def validate(self) -> None:
         positive(self, "inner", "multiple_of")

@@ -30,6 +30,9 @@ def hf_tensors(model: Any, model_type: str) -> tuple[dict[str, Any], dict[str, A
     from madsl.hf_config import to_hf_config
 
     mapper = family(model_type, "--to-hf")
+    if model_type in getattr(mapper, "NOT_EXPORTED", {}):  # imported, but no class of transformers loads it
+        reason, hint = mapper.NOT_EXPORTED[model_type]
+        raise MadslError(f"--to-hf {model_type}: {reason}", hint=hint)
     config = to_hf_config(model.spec, model_type)
     mapper.check_config(config, "the config.json madsl writes")
     sources = mapper.sources(model, config)
@@ -50,6 +53,8 @@ def hf_tensors(model: Any, model_type: str) -> tuple[dict[str, Any], dict[str, A
             raise MadslError(f"the model's {name!r} has {len(pieces)} experts; the checkpoint {len(parts)}")
         for part, piece in zip(parts, pieces):
             _put(tensors, part, piece.detach().to("cpu"), name)
+    if hasattr(mapper, "constants"):  # tensors of the config the checkpoint holds (MiniMax's decay buffers)
+        tensors.update(mapper.constants(config))
     return config, tensors
 
 
@@ -58,8 +63,14 @@ def _put(tensors: dict[str, Any], part: Any, piece: Any, name: str) -> None:
     checkpoint tensor, or its rows `part.take` (the rest filled by the part that shares it)."""
     import torch
 
+    if part.reshaped is not None:
+        piece = piece.reshape(part.shape)
     if part.transposed:
         piece = piece.transpose(-1, -2)
+    if part.offset:
+        piece = piece - part.offset
+    if part.row_scale:
+        piece = piece.float() / part.row_factors(piece)
     if part.take is None:
         if tuple(piece.shape) != part.shape:
             raise MadslError(f"the model's {name!r} does not split into {part.name!r} of shape {list(part.shape)}")

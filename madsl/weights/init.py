@@ -5,7 +5,8 @@ The saved model (madsl's model file format, madsl.compiler.load) is read as untr
 built on its own; then each named part is copied tensor by tensor: the k-th use of a symbol or tag
 from the saved model's k-th use (a spec with fewer uses takes the first ones), with the use's
 pre-norm where both models give the use a norm of its own; `embedding` the token embedding,
-`positions` the learned position table, `final_norm` the norm before the output layer. Every mismatch
+`positions` the learned position table, `embedding_norm` and `final_norm` the norms after the
+embedding and before the output layer. Every mismatch
 (a use count, a tensor's name or shape) is a MadslError naming the entry, the layer and the tensor,
 raised before the model is changed: nothing is initialised at random in place of what was asked.
 """
@@ -61,7 +62,7 @@ def _part(model: Any, name: str) -> nn.Module | None:
 def _pairs(model: Any, saved: Any, name: str, index: int, where: Any) -> list[tuple[nn.Module, Any, str]]:
     """(the model's module, the saved model's or None where nothing is copied into it but it freezes
     with the rest, what it is) for one name of an entry."""
-    if name in ("embedding", "positions", "final_norm"):
+    if name in ("embedding", "positions", "embedding_norm", "final_norm"):
         target, source = (_part(m, name) for m in (model, saved))
         if target is None or source is None:
             whose = "the spec" if target is None else "the saved model"

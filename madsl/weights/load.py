@@ -48,14 +48,58 @@ def import_checkpoint(directory: str | os.PathLike, name: str | None = None) -> 
     with torch.device("meta"):
         planned = compile_spec(spec)
     sources = mapper.sources(planned, config)
+    if hasattr(mapper, "as_spelled"):  # a family whose checkpoints spell some tensors two ways (Kimi Linear's)
+        sources = mapper.as_spelled(sources, checkpoint.headers)
     shapes = {key: tuple(t.shape) for key, t in planned.state_dict().items()}
     tied = mapper.TIED if "head.weight" not in shapes else {}
-    place(sources, shapes, checkpoint.headers, tied, where)
+    headers, skipped = _without_skipped(checkpoint.headers, getattr(mapper, "SKIPPED", {}))
+    if hasattr(mapper, "constants"):  # tensors of the config, not of the model (MiniMax's decay buffers)
+        headers = _check_constants(checkpoint, headers, mapper.constants(config), where)
+    place(sources, shapes, headers, tied, where)
     _check_tied_copies(checkpoint, tied)
     model = compile_spec(spec)
     model.load_state_dict(assemble(sources, checkpoint.tensor, model.state_dict()), strict=True)
     model.eval()
-    return Imported(model, read.data, read.notes)
+    return Imported(model, read.data, read.notes + skipped)
+
+
+def _without_skipped(headers: dict, skipped: dict[str, str]) -> tuple[dict, list[str]]:
+    """The checkpoint's tensors but those a family's language model does not hold and transformers'
+    AutoModelForCausalLM does not load either (the family's `SKIPPED`: name pattern -> what they
+    are: Qwen3-Next's multi-token prediction head), and a note on each kind left out."""
+    import re
+
+    kept, notes = dict(headers), []
+    for pattern, what in skipped.items():
+        names = sorted(name for name in kept if re.fullmatch(pattern, name))
+        for name in names:
+            del kept[name]
+        if names:
+            notes.append(
+                f"not imported: {what} ({len(names)} tensors, {names[0]}, ...), which transformers' "
+                "AutoModelForCausalLM does not load either"
+            )
+    return kept, notes
+
+
+def _check_constants(checkpoint: Checkpoint, headers: dict, constants: dict[str, Any], where: str) -> dict:
+    """The headers but the family's constants (tensors its config determines, which the madsl model
+    computes itself), each of which the checkpoint holds equal to its value within its dtype's rounding."""
+    import torch
+
+    for name, expected in constants.items():
+        if name not in headers:
+            continue  # transformers computes it at load where it is left out
+        stored = checkpoint.tensor(name)
+        close = tuple(stored.shape) == tuple(expected.shape) and torch.allclose(
+            stored.float(), expected.float(), rtol=max(1e-5, 4 * torch.finfo(stored.dtype).eps), atol=1e-30
+        )
+        if not close:
+            raise MadslError(
+                f"{where}: {name!r} is not the constant its config.json makes of it ({list(expected.shape)})",
+                hint="transformers computes it from the config (the lightning attention's decay): nothing was loaded",
+            )
+    return {name: header for name, header in headers.items() if name not in constants}
 
 
 def _check_tied_copies(checkpoint: Checkpoint, tied: dict[str, str]) -> None:

@@ -3,10 +3,18 @@ model exactly: every model tensor from checkpoint tensors of the right names and
 checkpoint tensor placed, read from the headers alone (nothing allocated), each refusal naming the
 tensor.
 
-A family is one module (lfm2.py, bamba.py, nemotron_h.py, jamba.py) with `check_config(config, path)` (what
-its layers cannot compute as madsl's, refused by key), `sources(model, config)` (each model tensor
--> its checkpoint parts, concatenated along the first axis where there are several) and `TIED`
-(checkpoint tensors that repeat another where the model ties its embeddings). `families()` registers it by model_type.
+A family is one module (lfm2.py, bamba.py, ...: one per family `convert --from-hf` reads) with
+`check_config(config, path)` (what its layers cannot compute as madsl's, refused by key),
+`sources(model, config)` (each model tensor -> its checkpoint parts, concatenated along the first
+axis where there are several) and `TIED` (checkpoint tensors that repeat another where the model
+ties its embeddings). Optionally:
+`as_spelled(sources, headers)` where its checkpoints spell some tensors two ways (kimi_linear.py);
+`SKIPPED` (name pattern -> what it is) for tensors a causal language model does not hold and
+transformers' AutoModelForCausalLM does not load either (qwen3_next.py: the vision encoder, the
+multi-token-prediction head), left out with a note; `constants(config)` for tensors the config
+determines, checked on import and written on export (minimax.py: the lightning decay buffers);
+`NOT_EXPORTED` (model_type -> (reason, hint)) for types it imports but no class of transformers
+loads (minimax_m1). `families()` registers it by model_type.
 """
 
 from __future__ import annotations
@@ -22,17 +30,44 @@ FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
 def families() -> dict[str, ModuleType]:
     """model_type -> the module that maps its checkpoints (one module a family)."""
-    from madsl.weights import bamba, gpt_neo, granite, jamba, lfm2, lfm2_moe, mamba, nemotron_h, xlstm
+    from madsl.weights import (
+        bamba,
+        falcon_h1,
+        gpt_neo,
+        granite,
+        jamba,
+        kimi_linear,
+        lfm2,
+        lfm2_moe,
+        mamba,
+        minimax,
+        nemotron_h,
+        qwen3_next,
+        recurrent_gemma,
+        rwkv7,
+        xlstm,
+    )
 
     return {
         "bamba": bamba,
+        "falcon_h1": falcon_h1,
         "gpt_neo": gpt_neo,
         "granitemoehybrid": granite,
         "jamba": jamba,
+        "kimi_linear": kimi_linear,
         "lfm2": lfm2,
         "lfm2_moe": lfm2_moe,
         "mamba": mamba,
+        "minimax": minimax,
+        "minimax_m1": minimax,
         "nemotron_h": nemotron_h,
+        "qwen3_next": qwen3_next,
+        "qwen3_5": qwen3_next,
+        "qwen3_5_moe": qwen3_next,
+        "qwen3_5_text": qwen3_next,
+        "qwen3_5_moe_text": qwen3_next,
+        "recurrent_gemma": recurrent_gemma,
+        "rwkv7": rwkv7,
         "xlstm": xlstm,
     }
 

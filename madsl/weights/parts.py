@@ -14,13 +14,24 @@ class Part(NamedTuple):
     """A checkpoint tensor and the shape it must have; `stacked`: one expert's matrix, transposed
     into its slot of the model's stacked tensor; `take`: only the rows [start, stop) of its matrix
     (or matrices: the second-to-last axis; a fused gate-and-up projection's half); `transposed`:
-    its last two axes swapped (after `take`)."""
+    its last two axes swapped (after `take`); `offset`: added to every element in float32 (a norm
+    whose checkpoint stores w where the layer computes x * (1 + w), as Gemma's and Qwen3-Next's do:
+    madsl's norm holds 1 + w, rounded as transformers rounds it, and export subtracts it again);
+    `reshaped`: the model's shape of the same numbers in the same order (Kimi Linear's A_log, which
+    its checkpoints hold as (1, 1, heads, 1), madsl as (heads,); export reshapes it back);
+    `row_scale`: runs (rows, factor) along the checkpoint tensor's first axis, covering it, each row
+    multiplied by its factor in float32 before anything else (a multiplier the family applies right
+    before or after a linear map, folded into its weight and bias: Falcon-H1's µP multipliers);
+    export divides it out again last; not with `take` or `stacked`."""
 
     name: str
     shape: tuple[int, ...]
     stacked: bool = False
     take: tuple[int, int] | None = None
     transposed: bool = False
+    offset: float = 0.0
+    reshaped: tuple[int, ...] | None = None
+    row_scale: tuple[tuple[int, float], ...] = ()
 
     def placed_shape(self) -> tuple[int, ...]:
         """The shape of what this part puts into the model tensor."""
@@ -29,13 +40,29 @@ class Part(NamedTuple):
             shape[-2] = self.take[1] - self.take[0]
         if self.transposed:
             shape[-2], shape[-1] = shape[-1], shape[-2]
-        return tuple(shape)
+        return tuple(shape) if self.reshaped is None else self.reshaped
 
     def placed(self, tensor: Any) -> Any:
         """The checkpoint tensor as this part puts it into the model tensor."""
+        if self.row_scale:
+            tensor = tensor.float() * self.row_factors(tensor)
         if self.take is not None:
             tensor = tensor[..., self.take[0] : self.take[1], :]
-        return tensor.transpose(-1, -2) if self.transposed else tensor
+        if self.offset:
+            tensor = tensor.float() + self.offset
+        tensor = tensor.transpose(-1, -2) if self.transposed else tensor
+        return tensor if self.reshaped is None else tensor.reshape(self.reshaped)
+
+    def row_factors(self, tensor: Any) -> Any:
+        """`row_scale` as one float32 factor per row of `tensor` (the checkpoint tensor), shaped to
+        broadcast over its other axes."""
+        import torch
+
+        if self.take is not None or self.stacked or sum(rows for rows, _ in self.row_scale) != tensor.shape[0]:
+            raise ValueError(f"{self.name}: row_scale {self.row_scale} does not cover its {tensor.shape[0]} rows alone")
+        rows = torch.tensor([rows for rows, _ in self.row_scale])
+        factors = torch.tensor([factor for _, factor in self.row_scale], dtype=torch.float32)
+        return factors.repeat_interleave(rows).reshape(-1, *[1] * (tensor.dim() - 1))
 
 
 def model_shape(parts: tuple[Part, ...]) -> tuple[int, ...]:

@@ -35,6 +35,7 @@ class Family:
     tied_by_default: bool
     config_class: str
     defaults: dict[str, Any]
+    mlp_activation = "silu"  # what its gated MLPs gate with (madsl's Sg activation; RecurrentGemma: gelu)
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
         raise NotImplementedError
@@ -242,8 +243,15 @@ class Stack:
         parallel: bool = False,
         varying: frozenset[str] = frozenset(),
         norm: str = "rms",
+        residual: bool = False,
     ):
         self.spec, self.family, self.varying = spec, family, varying
+        if not residual and (spec.postnorm or spec.factors_used()):  # `residual`: the family states both
+            raise MadslError(
+                f"{spec.name}: {family.title}'s layers add each part's output to the stream before its norm, "
+                "unscaled; the spec has postnorm or residual_factors",
+                hint="postnorm: false and no residual_factors",
+            )
         if spec.norm != norm:
             kind = {"rms": "RMSNorm", "layer": "LayerNorm"}[norm]
             raise MadslError(f"{spec.name}: {family.title} uses {kind}; the spec has norm: {spec.norm}")
@@ -283,6 +291,12 @@ class Stack:
         for name in self.kinds:
             if name not in allowed:
                 raise MadslError(f"{self.spec.name}: {self.family.title} has no {name} layer", expected=what)
+        mlp, family = self.kinds.get("swiglu"), self.family
+        if mlp is not None and mlp.activation != family.mlp_activation:
+            self.refuse(
+                f"{family.title}'s gated MLPs gate with {family.mlp_activation}; the spec's Sg with {mlp.activation}",
+                f"Sg activation: {family.mlp_activation}",
+            )
 
     def refuse(self, reason: str, hint: str | None = None) -> None:
         raise MadslError(f"{self.spec.name}: {reason}", hint=hint)

@@ -6,9 +6,12 @@ mixers, the block `[A | M2]-Sg`, one norm and one residual add for both. The Mam
 mamba_d_ssm wide (expand x hidden_size where it is null) = mamba_n_heads x mamba_d_head; with
 `mamba_rms_norm: false` (the released models) their gate has no RMSNorm (M2{norm: false}).
 
-The µP multipliers (embedding, attention in and out, key, SSM in and out, the SSM's per-part
-multipliers, the MLP's, lm_head) scale activations and carry no parameter, state or FLOP: they
-are not read (docs/convert.md).
+The µP multipliers scale activations and carry no parameter, state or FLOP. The embedding's and
+lm_head's become the spec's `embedding_scale` and `logit_divisor` (1 / lm_head_multiplier), and
+rms_norm_eps every norm's eps (the Mamba-2 gated norm's too), each written only where it is not
+madsl's default; the others (attention in and out, key, SSM in and out, the SSM's per-part
+multipliers, the MLP's) sit right before or after a linear map and are folded into its weights
+by `madsl import` (madsl/weights/falcon_h1.py), so a spec does not state them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from madsl.interop.huggingface.config import Config
 from madsl.interop.huggingface.ibm import IBM_MAMBA2
 
 BLOCK = "[A | M2]-Sg"
+NORM_EPS = 1e-5  # madsl's norms' default eps (madsl.model_parts.DEFAULT_NORM_EPS), FalconH1Config's too
 
 
 class FalconH1(Family):
@@ -43,6 +47,9 @@ class FalconH1(Family):
         "projectors_bias": False,
         "mamba_rms_norm": False,
         "mamba_norm_before_gate": True,
+        "embedding_multiplier": 1.0,
+        "lm_head_multiplier": 1.0,
+        "rms_norm_eps": NORM_EPS,
     }
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
@@ -50,7 +57,7 @@ class FalconH1(Family):
         # transformers' Falcon-H1 runs attention beside Mamba-2 in every layer, whatever this says
         ignored(cfg, "attn_layer_indices", None, "runs attention beside Mamba-2 in every layer")
         theta, fraction = rope(cfg, 10000.0)  # FalconH1Config's default; the released models state 1e11
-        return spec_data(
+        data = spec_data(
             cfg,
             name,
             self,
@@ -63,8 +70,10 @@ class FalconH1(Family):
                 "M2": _mamba(cfg, dim),
                 "Sg": {"inner": cfg.count("intermediate_size"), "bias": cfg.flag("mlp_bias")},
             },
-            note="; its muP multipliers scale activations and are not read",
+            note="; its embedding and lm_head muP multipliers are embedding_scale and logit_divisor, "
+            "the others folded into the weights by madsl import",
         )
+        return {**data, **_scales(cfg, data["layers"]["M2"])}
 
     def write(self, spec: Any) -> dict[str, Any]:
         stack = Stack(spec, self, parallel=True)
@@ -105,7 +114,46 @@ class FalconH1(Family):
             }
         )
         out.update({"intermediate_size": mlp.inner, "mlp_bias": mlp.bias})
+        out.update(_write_scales(stack, m))
         return out
+
+
+def _scales(cfg: Config, m2: dict[str, Any]) -> dict[str, Any]:
+    """The spec's keys of Falcon-H1's embedding and lm_head multipliers and of its rms_norm_eps (also
+    the Mamba-2 gated norm's, `m2`), each only where it is not madsl's default."""
+    embedding = cfg.number("embedding_multiplier", positive=True)
+    head = cfg.number("lm_head_multiplier", positive=True)
+    eps = cfg.number("rms_norm_eps", positive=True)
+    out: dict[str, Any] = {}
+    if embedding != 1.0:
+        out["embedding_scale"] = embedding
+    if head != 1.0:
+        out["logit_divisor"] = 1.0 / head  # the logits times lm_head_multiplier
+    if eps != NORM_EPS:
+        out["norm_eps"] = eps
+        if m2["norm"]:
+            m2["norm_eps"] = eps
+    return out
+
+
+def _write_scales(stack: Stack, m: Any) -> dict[str, Any]:
+    """embedding_multiplier, lm_head_multiplier and rms_norm_eps of the spec's keys (where not at the
+    defaults); a residual scale, a logit soft cap and a Mamba-2 norm eps of its own are refused."""
+    spec = stack.spec
+    if spec.residual_scale != 1.0 or spec.logit_soft_cap is not None:
+        stack.refuse("Falcon-H1 has no residual scale and no logit soft cap", "residual_scale: 1, logit_soft_cap: null")
+    if spec.embedding_scale <= 0 or spec.logit_divisor <= 0:
+        stack.refuse("Falcon-H1's embedding and lm_head multipliers are positive", "a positive scale and divisor")
+    if m.norm and m.norm_eps != spec.norm_eps:
+        stack.refuse("Falcon-H1's norms share one rms_norm_eps", f"M2{{norm_eps={spec.norm_eps:g}}}")
+    out: dict[str, Any] = {}
+    if spec.embedding_scale != 1.0:
+        out["embedding_multiplier"] = spec.embedding_scale
+    if spec.logit_divisor != 1.0:
+        out["lm_head_multiplier"] = 1.0 / spec.logit_divisor
+    if spec.norm_eps != NORM_EPS:
+        out["rms_norm_eps"] = spec.norm_eps
+    return out
 
 
 def _mamba(cfg: Config, dim: int) -> dict[str, Any]:

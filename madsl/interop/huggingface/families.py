@@ -24,6 +24,8 @@ by a channel mixer, which is a madsl block:
                       after each (minimax.py)
     minimax_m1        MiniMax-M1: MiniMax-Text-01's layers in MiniMax's own keys (`attn_type_list`)
     xlstm             xLSTM-7B (NX-AI): mLSTM layers, a SwiGLU after each (xlstm.py)
+    rwkv7             RWKV-7 (flash-linear-attention's RWKV7ForCausalLM): RWKV-7 time mixers, the later ones
+                      mixing in the first's values, a channel mixer after each (rwkv7.py)
 
 Reading a config gives a spec with its width, vocabulary, layer stack and every layer's sizes,
 so that `madsl compile` and `madsl check` account it (embeddings and an untied head included, as
@@ -57,6 +59,7 @@ from madsl.interop.huggingface.minimax import MiniMax, MiniMaxM1
 from madsl.interop.huggingface.nemotron import NemotronH
 from madsl.interop.huggingface.qwen3_next import Qwen3_5MoeText, Qwen3_5Text, Qwen3Next
 from madsl.interop.huggingface.recurrent_gemma import RecurrentGemma
+from madsl.interop.huggingface.rwkv7 import RWKV7
 from madsl.interop.huggingface.shown import look_alike, shown_value
 from madsl.interop.huggingface.xlstm import XLSTM
 
@@ -80,6 +83,7 @@ FAMILIES: dict[str, Family] = {
         XLSTM(),
         Mamba(),
         GPTNeo(),
+        RWKV7(),
     )
 }
 Config.family_titles = {name: f.title for name, f in FAMILIES.items()}
@@ -95,11 +99,6 @@ LANGUAGE_MODELS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 REFUSED = {
     "zamba2": ("Zamba2", _ZAMBA),
     "zamba": ("Zamba", _ZAMBA),
-    "rwkv7": (
-        "RWKV-7",
-        "every layer after the first mixes in the first layer's values (v_first, its value residual), "
-        "a link between layers madsl's stack cannot express; madsl's R7 is RWKV-7's first-layer time mixer",
-    ),
     "hymba": (
         "Hymba",
         "its learned meta tokens prepended to every sequence and its key-value caches shared across "
@@ -112,6 +111,11 @@ def family(model_type: str, cfg: Config | None = None) -> Family:
     if model_type in FAMILIES:
         return FAMILIES[model_type]
     message = f"madsl converts no {shown_value(model_type)} configs"
+    if model_type in LANGUAGE_MODELS:  # only written: read_hf_config reads their text_config
+        message = (
+            f"madsl writes no {shown_value(model_type)} configs: {model_type} is vision-language, and madsl holds "
+            f"its language model alone, which is {LANGUAGE_MODELS[model_type]} (AutoModelForCausalLM loads it)"
+        )
     if model_type in REFUSED:
         title, reason = REFUSED[model_type]
         message = f"madsl does not convert {title} ({shown_value(model_type)}) configs: {reason}"

@@ -5,15 +5,22 @@ attention ("full_attention", `MLA`), named by `layer_types`, else by linear_attn
 full_attn_layers and kda_layers (both written: Moonshot's checkpoints), else every fourth layer
 from the fifth (KimiLinearConfig's default). KDA has linear_num_heads heads of linear_head_dim
 (linear_attn_config's num_heads and head_dim over the top-level keys), values as wide as keys and
-a short convolution of linear_conv_kernel_dim taps (short_conv_kernel_size):
-`KDA{heads, head_dim, expand_v: 1, d_conv}`. MLA is transformers' KimiLinearAttention, without
-rotary (NoPE, whatever mla_use_nope says): `MLA{heads, q_lora_rank, kv_lora_rank,
+a short convolution of linear_conv_kernel_dim taps (short_conv_kernel_size), its gated output
+norm at rms_norm_eps and q and k L2-normalised as transformers' l2norm: `KDA{heads, head_dim,
+expand_v: 1, d_conv, norm_eps, l2norm_eps: 1e-6}`. MLA is transformers' KimiLinearAttention,
+without rotary (NoPE, whatever mla_use_nope says): `MLA{heads, q_lora_rank, kv_lora_rank,
 qk_nope_head_dim, qk_rope_head_dim, v_head_dim, rotary: false, bias}`.
 
 Each layer is followed by a SwiGLU of intermediate_size ("dense") or by num_experts SwiGLU
 experts of moe_intermediate_size, top num_experts_per_token, beside a shared SwiGLU of
 num_shared_experts x moe_intermediate_size ("sparse", `MoE{shared_width}`), named by
-`mlp_layer_types`, else dense for the first first_k_dense_replace layers (1). transformers reads
+`mlp_layer_types`, else dense for the first first_k_dense_replace layers (1). The experts are routed
+as KimiLinearTopkRouter routes them: sigmoid scores, chosen with the e_score_correction_bias buffer,
+weighted by their scores (renormalised where moe_renormalize), times routed_scaling_factor
+(`MoE{scores: sigmoid, selection_bias: true, normalize_top, route_scale}`); group-limited routing
+(topk_group below num_expert_group) and a moe_router_activation_func other than sigmoid (which
+transformers' class ignores and Moonshot's own code reads) are refused by key. Every norm around the
+layers (the blocks', the final one) is at rms_norm_eps (the spec's norm_eps). transformers reads
 the checkpoint's num_experts, num_experts_per_token and num_shared_experts over its own
 num_local_experts, num_experts_per_tok and n_shared_experts; both are read. The output head is
 never tied to the embedding (KimiLinearForCausalLM ignores tie_word_embeddings, said where true).
@@ -21,6 +28,7 @@ never tied to the embedding (KimiLinearForCausalLM ignores tie_word_embeddings, 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from madsl.interop.huggingface.base import Family, Stack, ignored, spec_data, spelled
@@ -32,6 +40,8 @@ NAMES = {"kda": "linear_attention", "mla": "full_attention"}
 MLP_KINDS = {"dense": "Sg", "sparse": "MoE"}
 # the checkpoint's key and transformers' own, which it reads under the first where both are written
 EXPERTS = ("num_experts", "num_local_experts")
+RENORMALIZE = ("moe_renormalize", "norm_topk_prob")
+GROUPS = ("num_expert_group", "n_group")
 ACTIVE = ("num_experts_per_token", "num_experts_per_tok")
 SHARED = ("num_shared_experts", "n_shared_experts")
 # linear_attn_config's keys and the top-level keys they take the place of
@@ -40,10 +50,7 @@ LINEAR = {
     "head_dim": "linear_head_dim",
     "short_conv_kernel_size": "linear_conv_kernel_dim",
 }
-ROUTER_NOTE = (
-    "; its router scores experts with a sigmoid and a bias-corrected grouped top-k (a buffer, no parameters), "
-    "madsl's MoE with a softmax top-k: the same parameters"
-)
+L2NORM_EPS = 1e-6  # transformers' and fla's l2norm of KDA's q and k, fixed
 PAD_TOKEN = 163839  # KimiLinearConfig's pad_token_id, an embedding row where the vocabulary is larger
 
 
@@ -63,6 +70,11 @@ class KimiLinear(Family):
         "linear_head_dim": 128,
         "linear_conv_kernel_dim": 4,
         "first_k_dense_replace": 1,
+        "rms_norm_eps": 1e-5,
+        "moe_renormalize": True,
+        "routed_scaling_factor": 2.446,
+        "num_expert_group": 1,
+        "topk_group": 1,
     }
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
@@ -71,8 +83,10 @@ class KimiLinear(Family):
         kinds, channels = _layer_kinds(cfg, n), _mlp_kinds(cfg, n)
         blocks = [f"{KINDS[kind]}-{MLP_KINDS[mlp]}" for kind, mlp in zip(kinds, channels)]
         layers: dict[str, dict[str, Any]] = {}
+        eps = cfg.number("rms_norm_eps", positive=True)  # the blocks' and final norms', KDA's gated one
         if "linear_attention" in kinds:
-            layers["KDA"] = _delta_attention(cfg)
+            # q and k L2-normalised as transformers' l2norm (fla's use_qk_l2norm_in_kernel): x / sqrt(|x|^2 + 1e-6)
+            layers["KDA"] = {**_delta_attention(cfg), "norm_eps": eps, "l2norm_eps": L2NORM_EPS}
         if "full_attention" in kinds:
             layers["MLA"] = _latent_attention(cfg)
         if "dense" in channels:
@@ -82,8 +96,7 @@ class KimiLinear(Family):
         ignored(cfg, "moe_layer_freq", 1, "places experts by mlp_layer_types or first_k_dense_replace alone")
         # transformers' KimiLinearForCausalLM never ties its head to the embedding
         ignored(cfg, "tie_word_embeddings", False, "never ties the output head to the embedding")
-        note = ROUTER_NOTE if "sparse" in channels else ""
-        return spec_data(cfg, name, self, dim, blocks, layers, tied=False, note=note)
+        return {**spec_data(cfg, name, self, dim, blocks, layers, tied=False), "norm_eps": eps}
 
     def write(self, spec: Any) -> dict[str, Any]:
         stack = Stack(spec, self)
@@ -102,6 +115,7 @@ class KimiLinear(Family):
         out["layer_types"] = [NAMES[m.name] for m, _ in stack.layers]
         out["mlp_layer_types"] = ["sparse" if c.name == "moe" else "dense" for _, c in stack.layers]
         out["hidden_act"] = "silu"
+        out["rms_norm_eps"] = spec.norm_eps
         if spec.vocab <= PAD_TOKEN:  # KimiLinearConfig's pad_token_id must be a row of the embedding
             out["pad_token_id"] = None
         out.update(_write_delta_attention(stack))
@@ -209,7 +223,38 @@ def _experts(cfg: Config) -> dict[str, Any]:
         raise cfg.error(active_key, f"{active} exceeds the {experts} experts")
     width = cfg.count("moe_intermediate_size")
     shared = cfg.count(_spelled(cfg, *SHARED), minimum=0)
-    return {"experts": experts, "expert_width": width, "active": active, "shared_width": shared * width}
+    _refuse_other_routing(cfg)
+    return {
+        "experts": experts,
+        "expert_width": width,
+        "active": active,
+        "shared_width": shared * width,
+        # KimiLinearTopkRouter: sigmoid scores, chosen with e_score_correction_bias (a buffer)
+        "scores": "sigmoid",
+        "selection_bias": True,
+        "normalize_top": cfg.flag(_spelled(cfg, *RENORMALIZE)),
+        "route_scale": cfg.number("routed_scaling_factor", positive=True),
+    }
+
+
+def _refuse_other_routing(cfg: Config) -> None:
+    """Moonshot's softmax router (transformers' class ignores the key) and group-limited routing."""
+    if "moe_router_activation_func" in cfg.data and cfg.word("moe_router_activation_func") != "sigmoid":
+        raise cfg.error(
+            "moe_router_activation_func",
+            f"{json.dumps(cfg.data['moe_router_activation_func'])}: Moonshot's code then scores experts by a softmax, "
+            "transformers' KimiLinearTopkRouter by a sigmoid whatever this says; madsl imports neither reading",
+            "madsl converts Kimi Linear routers with moe_router_activation_func: sigmoid (Moonshot's checkpoints)",
+        )
+    groups_key = _spelled(cfg, *GROUPS)
+    groups, kept = cfg.count(groups_key), cfg.count("topk_group")
+    if kept < groups:  # DeepSeek-V3's group-limited routing: experts only from the best topk_group groups
+        raise cfg.error(
+            "topk_group",
+            f"{kept} of {groups_key}={groups} groups: the experts are picked from the best groups only, "
+            "which madsl's router does not do",
+            "madsl converts Kimi Linear mixtures of experts whose topk_group equals num_expert_group (1 and 1)",
+        )
 
 
 def _spelled(cfg: Config, checkpoint: str, own: str) -> str:
@@ -229,6 +274,15 @@ def _write_delta_attention(stack: Stack) -> dict[str, Any]:
             "Kimi Linear's KDA has values as wide as its keys, one value head per key head, a short "
             "convolution and no output-gate bias",
             "expand_v: 1, value_heads: null, d_conv: 4, gate_bias: false",
+        )
+    if k.l2norm_eps != L2NORM_EPS:
+        stack.refuse(
+            f"Kimi Linear's KDA L2-normalises q and k as x / sqrt(|x|^2 + {L2NORM_EPS:g}) (transformers' l2norm)",
+            f"KDA{{l2norm_eps={L2NORM_EPS:g}}}",
+        )
+    if k.norm_eps != stack.spec.norm_eps:
+        stack.refuse(
+            "Kimi Linear's KDA output norm has the model's rms_norm_eps", f"KDA{{norm_eps={stack.spec.norm_eps:g}}}"
         )
     return {"linear_num_heads": k.heads, "linear_head_dim": k.key_dim, "linear_conv_kernel_dim": k.d_conv}
 
@@ -272,12 +326,21 @@ def _write_channels(stack: Stack) -> dict[str, Any]:
             f"is not a multiple of expert_width {moe.expert_width}",
             f"shared_width: a multiple of {moe.expert_width}",
         )
+    if moe.scores != "sigmoid" or not moe.selection_bias:
+        stack.refuse(
+            "Kimi Linear's router picks experts by sigmoid scores plus a correction bias",
+            "scores: sigmoid, selection_bias: true",
+        )
     out.update(
         {
             "num_experts": moe.experts,
             "num_experts_per_token": moe.active,
             "num_shared_experts": moe.shared_width // moe.expert_width,
             "moe_intermediate_size": moe.expert_width,
+            "moe_renormalize": moe.normalize_top,
+            "routed_scaling_factor": moe.route_scale,
+            "num_expert_group": 1,  # no group-limited routing
+            "topk_group": 1,
         }
     )
     return out

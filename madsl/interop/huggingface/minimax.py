@@ -15,9 +15,12 @@ num_experts_per_tok, with a router without bias.
 MiniMax-M1's configs name their own code (MiniMaxM1ForCausalLM, `model_type: minimax_m1`), which
 transformers does not ship; its layers are MiniMax-Text-01's, which transformers ships as
 MiniMaxForCausalLM: madsl reads both as that class builds them, and says so in the spec's
-description. Both add each sublayer's residual after its norm (the normed input, scaled by the
-*_alpha_factor keys: MiniMax-M1's postnorm), where madsl's blocks add it before: the same
-parameters, state and FLOPs, said in the description too.
+description. Each layer joins its attention and its experts to the stream as
+`alpha * residual + beta * output`, alpha and beta per kind (full_attn_alpha_factor, ...; MiniMax-M1:
+layernorm_full_attention_alpha, ...; 1 where left out: the spec's `residual_factors` of A, Lt and MoE),
+the residual taken after each norm (the spec's `postnorm`: always in transformers' MiniMaxDecoderLayer,
+MiniMax-M1's `postnorm` key, false where left out, as its code reads it); every norm between layers
+has rms_norm_eps (the spec's `norm_eps`).
 """
 
 from __future__ import annotations
@@ -26,22 +29,36 @@ import math
 from typing import Any
 
 from madsl.errors import Location, MadslError
+from madsl.graph import build_graph
 from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, ignored, rope, spec_data, spelled
 from madsl.interop.huggingface.config import Config
+from madsl.structure import plan_blocks
 
 NAMES = {"lightning": "linear_attention", "attention": "full_attention"}
 # a spec's decay scale is written where it is within this of the class's: the 1e-5 terms of the schedule
 # (1.0 for the first layer, 1 - l / (N - 1) + 1e-5 without the denominator's) land on the same layer
 DECAY_TOLERANCE = 1.5e-5
 RESIDUAL_NOTE = (
-    "; its layers add the residual after each norm (the normed input, scaled by the alpha factors), "
-    "madsl's blocks before it: the same parameters, state and FLOPs"
+    "; its layers add the residual after each norm (the normed input: postnorm), scaled by the alpha factors"
 )
+# the spec's residual_factors symbols -> their (alpha, beta) keys in MiniMaxConfig, and in MiniMax-M1's config
+FACTOR_KEYS = {
+    "A": ("full_attn_alpha_factor", "full_attn_beta_factor"),
+    "Lt": ("linear_attn_alpha_factor", "linear_attn_beta_factor"),
+    "MoE": ("mlp_alpha_factor", "mlp_beta_factor"),
+}
+M1_FACTOR_KEYS = {
+    "A": ("layernorm_full_attention_alpha", "layernorm_full_attention_beta"),
+    "Lt": ("layernorm_linear_attention_alpha", "layernorm_linear_attention_beta"),
+    "MoE": ("layernorm_mlp_alpha", "layernorm_mlp_beta"),
+}
+PRIMITIVES = {"A": "attention", "Lt": "lightning", "MoE": "moe"}
 
 
-def decay_scale(layer: int, layers: int) -> float:
-    """MiniMaxLightningAttention's factor on layer `layer`'s slopes, to 12 significant digits."""
-    return float(f"{1 - layer / (layers - 1 + 1e-5) + 1e-5:.12g}")
+def decay_scale(layer: int, layers: int, offset: float = 1e-5) -> float:
+    """MiniMaxLightningAttention's factor on layer `layer`'s slopes, to 12 significant digits; `offset`
+    0: MiniMax-M1's code's, `slope_rate * (1 - idx / (len(self.layers) - 1) + 1e-05)`."""
+    return float(f"{1 - layer / (layers - 1 + offset) + 1e-5:.12g}")
 
 
 class MiniMax(Family):
@@ -53,7 +70,11 @@ class MiniMax(Family):
         "hidden_act": "silu",
         "tie_word_embeddings": False,
         "router_aux_loss_coef": 0.001,
+        "rms_norm_eps": 1e-5,
+        **{key: 1 for pair in FACTOR_KEYS.values() for key in pair},
     }
+    factor_keys = FACTOR_KEYS
+    decay_offset = 1e-5  # transformers' denominator, num_hidden_layers - 1 + 1e-5
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
         dim, n = cfg.count("hidden_size"), cfg.layers("num_hidden_layers")
@@ -61,7 +82,8 @@ class MiniMax(Family):
         kinds = self.layer_kinds(cfg, n)
         width = head_dim(cfg, dim, "head_dim")
         blocks = [
-            ("A" if kind == "full_attention" else f"Lt{{decay_scale={decay_scale(i, n)!r}}}") + "-MoE"
+            ("A" if kind == "full_attention" else f"Lt{{decay_scale={decay_scale(i, n, self.decay_offset)!r}}}")
+            + "-MoE"
             for i, kind in enumerate(kinds)
         ]
         layers: dict[str, dict[str, Any]] = {"MoE": _experts(cfg)}
@@ -69,7 +91,21 @@ class MiniMax(Family):
             layers["Lt"] = {"heads": cfg.count("num_attention_heads"), "head_dim": width}
         if "full_attention" in kinds:
             layers["A"] = self.softmax_attention(cfg, width)
-        return spec_data(cfg, name, self, dim, blocks, layers, note=self.description_note(cfg))
+        data = spec_data(cfg, name, self, dim, blocks, layers, note=self.description_note(cfg))
+        factors = {}
+        for symbol, (alpha, beta) in self.factor_keys.items():
+            pair = (cfg.number(alpha, positive=False), cfg.number(beta, positive=False))
+            if symbol in data["layers"] and pair != (1.0, 1.0):
+                factors[symbol] = {"alpha": pair[0], "beta": pair[1]}
+        data["norm_eps"] = cfg.number("rms_norm_eps", positive=True)
+        data["postnorm"] = self.postnorm(cfg)
+        if factors:
+            data["residual_factors"] = factors
+        return data
+
+    def postnorm(self, cfg: Config) -> bool:
+        """transformers' MiniMaxDecoderLayer takes each residual after its norm, always."""
+        return True
 
     def description_note(self, cfg: Config) -> str:
         return RESIDUAL_NOTE
@@ -102,29 +138,63 @@ class MiniMax(Family):
         return 1.0
 
     def write(self, spec: Any) -> dict[str, Any]:
-        stack = Stack(spec, self, varying=frozenset({"decay_scale"}))
+        stack = Stack(spec, self, varying=frozenset({"decay_scale"}), residual=True)
         stack.refuse_kinds({"lightning", "attention", "moe"}, "lightning attention (Lt) or attention (A), then MoE")
         if any(c is None or c.name != "moe" for _, c in stack.layers):
             stack.refuse(f"every {self.title} layer is followed by its mixture of experts (MoE)")
-        n = len(stack.layers)
-        for i, (mixer, _) in enumerate(stack.layers):
-            if mixer.name == "lightning" and not math.isclose(
-                mixer.decay_scale, decay_scale(i, n), abs_tol=DECAY_TOLERANCE
-            ):
-                stack.refuse(
-                    f"{self.title}'s lightning layer {i} of {n} scales its slopes by 1 - {i}/({n} - 1) + 1e-5 = "
-                    f"{decay_scale(i, n):.6g}; the spec's has decay_scale {mixer.decay_scale}",
-                    "decay_scale as `madsl convert --from-hf` writes it, layer by layer",
-                )
         out = stack.common(self.model_type)
         out.update(self.write_kinds([NAMES[m.name] for m, _ in stack.layers]))
         out["hidden_act"] = "silu"
         out.update(self.write_heads(stack))
         out.update(_write_experts(stack))
+        self.check_decay(stack)
+        out.update(self.write_residual(stack))
         return out
+
+    def check_decay(self, stack: Stack) -> None:
+        """Each lightning layer's decay_scale is the class's for its place in the stack."""
+        n = len(stack.layers)
+        if n == 1 and self.decay_offset == 0 and stack.layers[0][0].name == "lightning":
+            stack.refuse(f"{self.title}'s code divides by num_hidden_layers - 1 in a lightning layer's decay")
+        for i, (mixer, _) in enumerate(stack.layers):
+            if mixer.name == "lightning" and not math.isclose(
+                mixer.decay_scale, decay_scale(i, n, self.decay_offset), abs_tol=DECAY_TOLERANCE
+            ):
+                stack.refuse(
+                    f"{self.title}'s lightning layer {i} of {n} scales its slopes by 1 - {i}/({n} - 1) + 1e-5 = "
+                    f"{decay_scale(i, n, self.decay_offset):.6g}; the spec's has decay_scale {mixer.decay_scale}",
+                    "decay_scale as `madsl convert --from-hf` writes it, layer by layer",
+                )
 
     def write_kinds(self, kinds: list[str]) -> dict[str, Any]:
         return {"layer_types": kinds}
+
+    def write_postnorm(self, stack: Stack) -> dict[str, Any]:
+        if not stack.spec.postnorm:
+            stack.refuse(f"{self.title}'s layers take each residual after its norm", "postnorm: true")
+        return {}
+
+    def write_residual(self, stack: Stack) -> dict[str, Any]:
+        """rms_norm_eps and each kind's alpha and beta (one pair a kind: every part of it the same)."""
+        spec = stack.spec
+        if (spec.residual_scale, spec.embedding_scale, spec.logit_divisor, spec.logit_soft_cap) != (1, 1, 1, None):
+            stack.refuse(
+                f"{self.title} has no residual scale, embedding scale, logit divisor or logit soft cap",
+                "residual_scale: 1 (the kinds' beta factors are residual_factors)",
+            )
+        pairs: dict[str, tuple[float, float]] = {}
+        for block in plan_blocks(build_graph(spec)):
+            for node in (*block.mixers, block.channel):
+                pair = spec.residual_factors.get(node["layer"].symbol, (1.0, 1.0))
+                if pairs.setdefault(node["primitive"].name, pair) != pair:
+                    stack.refuse(
+                        f"{self.title} has one alpha and one beta a layer kind; two {node['primitive'].name} "
+                        "layers of the spec's residual_factors differ"
+                    )
+        out: dict[str, Any] = {"rms_norm_eps": spec.norm_eps, **self.write_postnorm(stack)}
+        for symbol, (alpha, beta) in self.factor_keys.items():
+            out[alpha], out[beta] = pairs.get(PRIMITIVES[symbol], (1.0, 1.0))
+        return out
 
     def write_heads(self, stack: Stack) -> dict[str, Any]:
         """num_attention_heads and head_dim (shared by both kinds), and the attention's keys."""
@@ -162,14 +232,22 @@ class MiniMaxM1(MiniMax):
     model_type, title, architecture = "minimax_m1", "MiniMax-M1", "MiniMaxM1ForCausalLM"
     config_class = "MiniMaxConfig"  # MiniMax-M1's own class has the same defaults
 
+    factor_keys = M1_FACTOR_KEYS
+    decay_offset = 0.0  # MiniMax-M1's code divides by len(layers) - 1 (its modeling_minimax_m1.py)
+    defaults = {**MiniMax.defaults, **{key: 1 for pair in M1_FACTOR_KEYS.values() for key in pair}}
+
     def description_note(self, cfg: Config) -> str:
-        """postnorm false: the residual before each norm, as madsl's blocks (the same parameters either way)."""
         said = (
             "; MiniMax-M1's code (MiniMaxM1ForCausalLM) is not in transformers: its layers are "
             "MiniMax-Text-01's, which transformers builds as MiniMaxForCausalLM"
         )
-        postnorm = cfg.flag("postnorm") if "postnorm" in cfg.data else True  # as MiniMax-M1's released configs
-        return said + RESIDUAL_NOTE if postnorm else said
+        return said + RESIDUAL_NOTE if self.postnorm(cfg) else said
+
+    def postnorm(self, cfg: Config) -> bool:
+        """MiniMax-M1's `postnorm`: false where left out, as its MiniMaxM1DecoderLayer reads it."""
+        if "postnorm" not in cfg.data:
+            return cfg.take_default("postnorm", False, "MiniMax-M1's code: getattr(config, 'postnorm', False)")
+        return cfg.flag("postnorm")
 
     def layer_kinds(self, cfg: Config, n: int) -> list[str]:
         """attn_type_list: 1 softmax attention, 0 lightning attention, one a layer."""
@@ -189,6 +267,10 @@ class MiniMaxM1(MiniMax):
         value = cfg.data["attn_type_list"]
         if type(value) is not list or len(value) != n or any(type(v) is not int or v not in (0, 1) for v in value):
             raise cfg.error("attn_type_list", f"expected a list of {n} entries, each 0 (lightning) or 1 (attention)")
+        if n == 1 and value == [0]:
+            raise cfg.error(
+                "num_hidden_layers", "MiniMax-M1's code divides by num_hidden_layers - 1 in a lightning layer's decay"
+            )
         return ["full_attention" if v else "linear_attention" for v in value]
 
     def rotary(self, cfg: Config, width: int) -> float:
@@ -203,8 +285,11 @@ class MiniMaxM1(MiniMax):
         return {
             "attn_type_list": [int(kind == "full_attention") for kind in kinds],
             "shared_intermediate_size": 0,
-            "postnorm": True,
         }
+
+    def write_postnorm(self, stack: Stack) -> dict[str, Any]:
+        """MiniMax-M1 states postnorm, either way."""
+        return {"postnorm": stack.spec.postnorm}
 
     def write_rotary(self, stack: Stack, a: Any) -> dict[str, Any]:
         rotary = a.rotary_fraction * a.inner_head_dim

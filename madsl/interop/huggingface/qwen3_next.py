@@ -5,14 +5,20 @@
 attention (Qwen3NextConfig's default 4). The Gated DeltaNet has linear_num_key_heads key heads of
 linear_key_head_dim and linear_num_value_heads (a multiple of them) value heads of
 linear_value_head_dim, a short convolution of linear_conv_kernel_dim taps, the decay gate and the
-output gate: `GDN{heads, head_dim, value_heads, expand_v, gated, output_gate}`. The attention has
+output gate: `GDN{heads, head_dim, value_heads, expand_v, gated, output_gate}`, its q and k L2-normalised as
+transformers' l2norm does (`l2norm_eps: 1e-6`). The attention has
 an RMSNorm on each head's queries and keys and an output gate from a doubled query projection
 (`A{qk_norm, output_gate}`), rotary on partial_rotary_factor of each head (0.25 by default).
 
 Layer i is followed by a mixture of num_experts SwiGLU experts of moe_intermediate_size, top
 num_experts_per_tok, beside a shared SwiGLU expert of shared_expert_intermediate_size whose output
 a sigmoid gate scales (`MoE{shared_width, shared_gate}`), where num_experts > 0, i is not in
-mlp_only_layers and (i + 1) % decoder_sparse_step == 0; else by a SwiGLU of intermediate_size.
+mlp_only_layers and (i + 1) % decoder_sparse_step == 0; else by a SwiGLU of intermediate_size. The
+router's softmax over all experts, its top num_experts_per_tok renormalised where norm_topk_prob
+(`MoE{normalize_top}`; Qwen3.5 MoE's always are).
+
+Every norm is at rms_norm_eps (the spec's `norm_eps`; the attention's q and k norms'
+`qk_norm_eps`, the Gated DeltaNet's output norm's `norm_eps`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from madsl.interop.huggingface.base import Family, Stack, attention, head_dim, r
 from madsl.interop.huggingface.config import Config
 
 KINDS = {"linear_attention": "GDN", "full_attention": "A"}
+L2_EPS = 1e-6  # transformers' l2norm of the Gated DeltaNet's q and k (and fla's): x / sqrt(||x||^2 + 1e-6)
 NAMES = {"delta_net": "linear_attention", "attention": "full_attention"}
 
 
@@ -44,6 +51,8 @@ class Qwen3Next(Family):
         "decoder_sparse_step": 1,
         "full_attention_interval": 4,
         "router_aux_loss_coef": 0.001,
+        "rms_norm_eps": 1e-6,
+        "norm_topk_prob": True,
     }
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
@@ -56,15 +65,20 @@ class Qwen3Next(Family):
         gated_attention = attention(
             cfg, head_dim(cfg, dim, "head_dim"), rotary=True, rotary_base=theta, rotary_fraction=fraction, qk_norm=True
         )
+        eps = cfg.number("rms_norm_eps", positive=True)  # every norm's: blocks, final, q and k, the GDN's output
         layers: dict[str, dict[str, Any]] = {
-            "GDN": delta_net(cfg),
-            "A": {**gated_attention, "output_gate": True},
+            "GDN": {**delta_net(cfg), "norm_eps": eps, "l2norm_eps": L2_EPS},
+            "A": {**gated_attention, "output_gate": True, "qk_norm_eps": eps},
         }
         if len(routed) < n:
             layers["Sg"] = {"inner": cfg.count("intermediate_size")}
         if routed:
-            layers["MoE"] = _experts(cfg)
-        return spec_data(cfg, name, self, dim, blocks, layers)
+            layers["MoE"] = {**_experts(cfg), **self.routing(cfg)}
+        return {**spec_data(cfg, name, self, dim, blocks, layers), "norm_eps": eps}
+
+    def routing(self, cfg: Config) -> dict[str, Any]:
+        """The router's renormalisation of the top experts (norm_topk_prob), where it is not madsl's default."""
+        return {} if cfg.flag("norm_topk_prob") else {"normalize_top": False}
 
     def write(self, spec: Any) -> dict[str, Any]:
         stack = Stack(spec, self)
@@ -95,6 +109,7 @@ class Qwen3Next(Family):
             )
         out.update(write_delta_net(stack))
         out.update(self.write_channels(stack))
+        out["rms_norm_eps"] = write_eps(stack)
         return out
 
     def routed_layers(self, cfg: Config, n: int) -> set[int]:
@@ -113,6 +128,7 @@ class Qwen3Next(Family):
         out.update(_write_channels(stack))
         if "moe" in stack.kinds:
             out["mlp_only_layers"] = stack.positions(1, "swiglu")
+            out["norm_topk_prob"] = stack.kinds["moe"].normalize_top
         return out
 
 
@@ -120,7 +136,7 @@ class Qwen3Next(Family):
 QWEN3_5_DEFAULTS = {
     key: value
     for key, value in Qwen3Next.defaults.items()
-    if key not in ("decoder_sparse_step", "router_aux_loss_coef", "num_key_value_heads")
+    if key not in ("decoder_sparse_step", "router_aux_loss_coef", "num_key_value_heads", "norm_topk_prob")
 }
 
 
@@ -154,9 +170,15 @@ class Qwen3_5MoeText(Qwen3Next):
                 cfg.notes.append(f"{key} is not read: transformers' {cfg.config_class} puts experts in every layer")
         return set(range(n))
 
+    def routing(self, cfg: Config) -> dict[str, Any]:
+        return {}  # Qwen3_5MoeTopKRouter always renormalises the top experts' probabilities
+
     def write_channels(self, stack: Stack) -> dict[str, Any]:
         if "swiglu" in stack.kinds:
             stack.refuse("every Qwen3.5 MoE layer is followed by a mixture of experts (Qwen3.5: qwen3_5_text)")
+        moe = stack.kinds.get("moe")
+        if moe is not None and not moe.normalize_top:
+            stack.refuse("Qwen3.5 MoE's router renormalises its top experts' probabilities", "normalize_top: true")
         return _write_channels(stack)
 
 
@@ -231,6 +253,26 @@ def write_delta_net(stack: Stack) -> dict[str, Any]:
     }
 
 
+def write_eps(stack: Stack) -> float:
+    """rms_norm_eps: the spec's norm_eps, which the attention's q and k norms and the Gated DeltaNet's
+    output norm share in Qwen3-Next and Qwen3.5 (checked last, with the L2 norms' fixed epsilon, so
+    that a layer the family lacks is named first)."""
+    eps = stack.spec.norm_eps
+    a, g = stack.kinds.get("attention"), stack.kinds.get("delta_net")
+    if g is not None and g.l2norm_eps != L2_EPS:
+        stack.refuse(
+            f"{stack.family.title}'s Gated DeltaNet divides q and k by sqrt(||x||^2 + {L2_EPS:g})",
+            f"l2norm_eps: {L2_EPS:g}",
+        )
+    for layer, key in ((a, "qk_norm_eps"), (g, "norm_eps")):
+        if layer is not None and getattr(layer, key) != eps:
+            stack.refuse(
+                f"{stack.family.title}'s norms share one rms_norm_eps (the spec's norm_eps {eps:g})",
+                f"{key}: {eps:g}",
+            )
+    return eps
+
+
 def _experts(cfg: Config) -> dict[str, Any]:
     """SwiGLU experts, a router without bias, and the shared SwiGLU expert with its sigmoid gate."""
     experts, active = cfg.count("num_experts"), cfg.count("num_experts_per_tok")
@@ -261,7 +303,7 @@ def _write_channels(stack: Stack) -> dict[str, Any]:
                 f"{stack.family.title}'s experts are SwiGLUs beside a shared SwiGLU expert with its gate",
                 "shared_width: N, shared_gate: true",
             )
-        if moe.router_bias or moe.dense_down or moe.leaky_routing:
+        if moe.router_bias or moe.dense_down or moe.leaky_routing or moe.scores != "softmax" or moe.route_scale != 1:
             stack.refuse(f"{stack.family.title}'s router has no bias and routes each token to its top-k experts")
         out.update(
             {

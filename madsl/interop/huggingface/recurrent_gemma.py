@@ -7,14 +7,20 @@ blocks (madsl's `RG{width, heads, d_conv, bias: true}`); "attention" is local at
 attention_window_size tokens (`A{window}`), multi-query where num_key_value_heads is 1, heads of
 hidden_size / num_attention_heads, rotary on partial_rotary_factor (0.5) of each head, its output
 projection always with a bias (`out_bias`, or `bias` on every projection with attention_bias).
-Every layer is followed by a gated MLP of intermediate_size / 2 with biases (`Sg{bias: true}`;
-RecurrentGemma gates it with GeLU where madsl's Sg uses SiLU: the same parameters, state and FLOPs).
-The embeddings are tied unless tie_word_embeddings says not; the embedding scale and the logits'
-soft cap carry no parameter, state or FLOP and are not read.
+Every layer is followed by a gated MLP of intermediate_size / 2 with biases, gated with GeLU's
+tanh approximation (`Sg{bias: true, activation: gelu}`; hidden_activation gelu, the exact erf
+GeLU, is read as it: the same parameters, state and FLOPs, said in the description).
+The embeddings are tied unless tie_word_embeddings says not. Three model-level numbers carry no
+parameter, state or FLOP but make the logits: the embedding is multiplied by sqrt(hidden_size)
+rounded to bfloat16, as RecurrentGemmaModel's `normalizer` buffer (the spec's embedding_scale,
+whatever embeddings_scale_by_sqrt_dim says: the class does not read it), every RMSNorm has
+rms_norm_eps (norm_eps) and the logits are soft-capped at logits_soft_cap (logit_soft_cap).
 """
 
 from __future__ import annotations
 
+import math
+import struct
 from typing import Any
 
 from madsl.interop.huggingface.base import Family, Stack, attention, ignored, rope, spec_data, spelled
@@ -22,8 +28,9 @@ from madsl.interop.huggingface.config import Config
 
 KINDS = {"recurrent": "RG", "attention": "A"}
 NAMES = {"rglru": "recurrent", "attention": "attention"}
-ACTIVATION_NOTE = (
-    "; its MLPs gate with GeLU (hidden_activation), madsl's Sg with SiLU: the same parameters, state and FLOPs"
+ERF_NOTE = (
+    "; its hidden_activation gelu (erf) is read as GeLU's tanh approximation, which madsl's RG and Sg compute: "
+    "the same parameters, state and FLOPs"
 )
 
 
@@ -44,7 +51,10 @@ class RecurrentGemma(Family):
         "conv1d_width": 4,
         "hidden_activation": "gelu_pytorch_tanh",
         "tie_word_embeddings": True,
+        "rms_norm_eps": 1e-6,
+        "logits_soft_cap": 30.0,
     }
+    mlp_activation = "gelu"
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
         dim, n = cfg.count("hidden_size"), cfg.layers("num_hidden_layers")
@@ -55,7 +65,7 @@ class RecurrentGemma(Family):
         if not cycle:
             raise cfg.error("block_types", "is empty", 'e.g. ["recurrent", "recurrent", "attention"]')
         kinds = [cycle[i % len(cycle)] for i in range(n)]
-        cfg.word("hidden_activation", ("gelu_pytorch_tanh", "gelu", "gelu_new"))
+        activation = cfg.word("hidden_activation", ("gelu_pytorch_tanh", "gelu", "gelu_new"))
         bias = cfg.flag("attention_bias")
         ignored(cfg, "head_dim", dim // heads, f"builds heads of hidden_size / num_attention_heads = {dim // heads}")
         theta, fraction = rope(cfg, 10000.0, _rotary_fraction(cfg))
@@ -63,9 +73,17 @@ class RecurrentGemma(Family):
         local["window"] = cfg.count(spelled(cfg, "attention_window_size", "sliding_window"))
         if not bias:
             local["out_bias"] = True  # RecurrentGemma's o_proj always has a bias
-        layers = {"RG": _recurrent(cfg, dim, heads), "A": local, "Sg": {"inner": _mlp_width(cfg), "bias": True}}
+        mlp = {"inner": _mlp_width(cfg), "bias": True, "activation": "gelu"}
+        layers = {"RG": _recurrent(cfg, dim, heads), "A": local, "Sg": mlp}
         blocks = [f"{KINDS[kind]}-Sg" for kind in kinds]
-        return spec_data(cfg, name, self, dim, blocks, layers, note=ACTIVATION_NOTE)
+        data = spec_data(cfg, name, self, dim, blocks, layers, note=ERF_NOTE if activation == "gelu" else "")
+        ignored(cfg, "embeddings_scale_by_sqrt_dim", True, "scales the embedding by sqrt(hidden_size) whatever it says")
+        return {
+            **data,
+            "norm_eps": cfg.number("rms_norm_eps", positive=True),
+            "embedding_scale": normalizer(dim),
+            "logit_soft_cap": cfg.number("logits_soft_cap", positive=True),
+        }
 
     def write(self, spec: Any) -> dict[str, Any]:
         stack = Stack(spec, self)
@@ -87,7 +105,30 @@ class RecurrentGemma(Family):
         if not mlp.bias:
             stack.refuse("RecurrentGemma's MLPs have biases", "Sg bias: true")
         out["intermediate_size"] = 2 * mlp.inner
-        return out
+        return {**out, **_write_model_numbers(stack)}
+
+
+def normalizer(dim: int) -> float:
+    """sqrt(dim) as RecurrentGemmaModel's normalizer holds it: torch.tensor(dim**0.5, dtype=torch.bfloat16),
+    the float rounded to float32 and then to bfloat16, to nearest, ties to even."""
+    bits = struct.unpack("<I", struct.pack("<f", math.sqrt(dim)))[0]
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def _write_model_numbers(stack: Stack) -> dict[str, Any]:
+    """rms_norm_eps and logits_soft_cap; the embedding scale and the plain residuals and logits
+    RecurrentGemma has, refused where the spec says otherwise (a config.json cannot state them)."""
+    spec, scale = stack.spec, normalizer(stack.spec.dim)
+    if spec.embedding_scale != scale or spec.residual_scale != 1 or spec.logit_divisor != 1:
+        stack.refuse(
+            f"RecurrentGemma multiplies the embedding by sqrt(hidden_size) in bfloat16 ({scale:g}) and "
+            "neither scales its residuals nor divides its logits",
+            f"embedding_scale: {scale!r}, residual_scale: 1, logit_divisor: 1",
+        )
+    if spec.logit_soft_cap is None:
+        stack.refuse("RecurrentGemma soft-caps its logits (logits_soft_cap)", "logit_soft_cap: 30.0")
+    return {"rms_norm_eps": spec.norm_eps, "logits_soft_cap": spec.logit_soft_cap}
 
 
 def _rotary_fraction(cfg: Config) -> float:

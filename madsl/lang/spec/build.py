@@ -80,6 +80,8 @@ def _build(data: dict, source_map: SourceMap | None, path: Path | None) -> Spec:
     layers = data.get("layers") if "layers" not in unusable else None
     symbols, broken = symbol_table(layers or {}, at, errors)
     spec = _spec_before_topology(data, unusable, symbols, path, source_map)
+    if data.get("residual_factors") and "residual_factors" not in unusable:
+        spec.residual_factors = _residual_factors(data["residual_factors"], symbols, at, errors)
     if "budget" not in unusable:
         spec.budget, spec.budget_seq_len, spec.fit = parse_budget(data.get("budget") or {}, at, errors)
     if "channel_mixer" not in unusable:
@@ -135,12 +137,56 @@ def _spec_before_topology(
         spec.linear_std = float(data["linear_std"])
     if "final_norm" not in unusable:
         spec.final_norm = data.get("final_norm", True)
+    if "embedding_norm" not in unusable:
+        spec.embedding_norm = data.get("embedding_norm", False)
     for key in ("norm_eps", "embedding_scale", "residual_scale", "logit_divisor", "logit_soft_cap"):
         if key not in unusable and data.get(key) is not None:
             setattr(spec, key, float(data[key]))
+    if "postnorm" not in unusable:
+        spec.postnorm = data.get("postnorm", False)
     if spec.channel_mixer == topo.NO_CHANNEL:
         spec.channel_mixer = None
     return spec
+
+
+FACTORS = ("alpha", "beta")  # residual_factors: the residual's factor and the output's
+
+
+def _residual_factors(
+    data: dict, symbols: dict[str, SymbolDef], at: Locator, errors: Collector
+) -> dict[str, tuple[float, float]]:
+    """residual_factors: each symbol -> (alpha, beta), 1 where not written; every unknown symbol or
+    key and every value that is not a finite number is an error at it (and that symbol left out)."""
+    out = {}
+    for symbol, factors in data.items():
+        with errors.check():
+            if symbol not in symbols:
+                raise MadslError(
+                    f"residual_factors: unknown layer {symbol!r}",
+                    at.key("residual_factors", symbol),
+                    hint=did_you_mean(str(symbol), symbols) or "a layer symbol of the spec",
+                )
+            if not isinstance(factors, dict) or not factors:
+                raise MadslError(
+                    f"residual_factors.{symbol} must be a mapping of alpha and beta, got {factors!r}",
+                    at.value("residual_factors", symbol),
+                    expected="{alpha: NUMBER, beta: NUMBER} (either may be left out: 1)",
+                )
+            for key, value in factors.items():
+                if key not in FACTORS:
+                    raise MadslError(
+                        f"residual_factors.{symbol}: unknown factor {key!r}",
+                        at.key("residual_factors", symbol, key),
+                        expected="alpha (the residual's factor) or beta (the output's)",
+                        hint=did_you_mean(str(key), FACTORS),
+                    )
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) < float("inf"):
+                    raise MadslError(
+                        f"residual_factors.{symbol}.{key} must be a finite number, got {value!r}",
+                        at.value("residual_factors", symbol, key),
+                    )
+            out[symbol] = (float(factors.get("alpha", 1.0)), float(factors.get("beta", 1.0)))
+    return out
 
 
 def _parse_topology(spec: Spec, errors: Collector) -> None:

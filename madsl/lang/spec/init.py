@@ -5,10 +5,11 @@
         layers: [Ag, Al, Mlp, embedding, positions]
         freeze: true                # (default false) these weights do not train
 
-Each name under `layers:` is a symbol (`Mb`), a tag (`#a`), `embedding`, `positions` or `final_norm`; the
-k-th use of a symbol in this spec takes the k-th use's weights in the saved model (its pre-norm
-too, where both have one of their own), so the spec uses it at most as often as the saved model
-(fewer: the first ones, as the seed-004 study took a backbone's first layers). The folder follows
+Each name under `layers:` is a symbol (`Mb`), a tag (`#a`), `embedding`, `positions`,
+`embedding_norm` or `final_norm`; the k-th use of a symbol in this spec takes the k-th use's weights
+in the saved model (its pre-norm too, where both have one of their own), so the spec uses it at most
+as often as the saved model (fewer: the first ones, as the seed-004 study took a backbone's first
+layers). The folder follows
 the read policy of every file a spec names (madsl/lang/spec/named.py): a relative path in the
 spec file's folder or below it, or inside $MADSL_SPEC_ROOT; its files are read (and required) only
 where the weights are: compiling, and a run's identity. Only a spec file has an `init:`: data
@@ -37,14 +38,14 @@ ENTRY_SCHEMA = {  # the JSON Schema of an entry (madsl schema --kind spec), besi
         "from": {"type": "string", "description": "a saved madsl model's folder, relative to the spec's"},
         "layers": {
             "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}],
-            "description": "symbols, #tags, embedding, positions, final_norm",
+            "description": "symbols, #tags, embedding, positions, embedding_norm, final_norm",
         },
         "freeze": {"type": "boolean", "default": False},
     },
     "required": ["from", "layers"],
     "additionalProperties": False,
 }
-MODEL_PARTS = ("embedding", "positions", "final_norm")  # the model-level parts an entry may name
+MODEL_PARTS = ("embedding", "positions", "embedding_norm", "final_norm")  # the model-level parts an entry may name
 FILES = ("config.json", "model.safetensors")  # a saved madsl model (madsl/model_file.py)
 _CHUNK = 1 << 20
 
@@ -153,7 +154,7 @@ def _entry(entry: Any, index: int, names: set[str], at: Any, file: Path) -> Init
         raise MadslError(
             f"init[{index}].layers must list names, got {entry['layers']!r}",
             at.value("init", index, "layers"),
-            expected="symbols, #tags, embedding, positions or final_norm, e.g. [Mb, embedding]",
+            expected="symbols, #tags, embedding, positions, embedding_norm or final_norm, e.g. [Mb, embedding]",
         )
     for name in layers:
         if name not in names:

@@ -18,9 +18,15 @@ Every key is checked; unknown keys are errors, never ignored:
     linear_std: number | none       init every Linear weight N(0, std), biases zero, as GPT-2 / GPT-Neo
                                     do (default none: each layer's own initialisation)
     final_norm: bool                a norm after the last block, before the head (default true)
+    embedding_norm: bool            a norm of the token embedding before the first block (default false;
+                                    RWKV's ln0: flash-linear-attention's RWKV-7 layer-0 pre_norm)
     norm_eps: number                the epsilon of the pre-norms and the final norm (default 1e-5)
     embedding_scale: number         the token embedding times this (default 1; Granite's embedding_multiplier)
     residual_scale: number          each block part's output times this before its residual add (default 1)
+    postnorm: bool                  each block part's residual is its normed input, not the stream before
+                                    its pre-norm (default false; MiniMax's layers)
+    residual_factors: {SYMBOL: {alpha, beta}}   a block part whose layer is SYMBOL joins the stream as
+                                    alpha * residual + beta * output (default 1 and 1; MiniMax's factors)
     logit_divisor: number           the logits divided by this (default 1; Granite's logits_scaling)
     logit_soft_cap: number | none   the logits through cap * tanh(logits / cap) (default none; xLSTM's)
     init: [{from, layers, freeze}]  layers that start from a saved model's weights (init.py)
@@ -54,9 +60,12 @@ TYPES: dict[str, tuple[type, ...]] = {
     "embedding_std": (float, int),
     "linear_std": (float, int, type(None)),
     "final_norm": (bool,),
+    "embedding_norm": (bool,),
     "norm_eps": (float, int),
     "embedding_scale": (float, int),
     "residual_scale": (float, int),
+    "postnorm": (bool,),
+    "residual_factors": (dict,),
     "logit_divisor": (float, int),
     "logit_soft_cap": (float, int, type(None)),
     "init": (list,),

@@ -51,9 +51,14 @@ class Spec:
     # output times residual_scale before its residual add, the logits divided by logit_divisor
     embedding_scale: float = 1.0
     residual_scale: float = 1.0
+    # MiniMax's residual wiring: each block part's residual is its normed input (postnorm), and a part
+    # whose layer is a symbol here joins as alpha * residual + beta * output ({symbol: (alpha, beta)})
+    postnorm: bool = False
+    residual_factors: dict[str, tuple[float, float]] = field(default_factory=dict)
     logit_divisor: float = 1.0
     logit_soft_cap: float | None = None  # the logits through cap * tanh(logits / cap) (xLSTM, Gemma)
     final_norm: bool = True  # false: the last block's output goes to the head unnormalised (seed 004's hybrids)
+    embedding_norm: bool = False  # true: the token embedding normed before the first block (RWKV's ln0)
     init: list[InitFrom] = field(default_factory=list)  # layers that start from saved weights (init.py)
     description: str = ""
     budget: dict[str, budgets.Bound] = field(default_factory=dict)
@@ -122,12 +127,24 @@ class Spec:
             ("embedding_std", self.embedding_std, 0.02),
             ("linear_std", self.linear_std, None),
             ("final_norm", self.final_norm, True),
+            ("embedding_norm", self.embedding_norm, False),
             ("norm_eps", self.norm_eps, 1e-5),
             ("embedding_scale", self.embedding_scale, 1.0),
             ("residual_scale", self.residual_scale, 1.0),
+            ("postnorm", self.postnorm, False),
+            ("residual_factors", self.factors_used(), {}),
             ("logit_divisor", self.logit_divisor, 1.0),
             ("logit_soft_cap", self.logit_soft_cap, None),
         ]
+
+    def factors_used(self) -> dict[str, dict[str, float]]:
+        """residual_factors of the symbols the model uses, where not both 1 (those join as without)."""
+        used = set(self.symbols_used())
+        return {
+            symbol: {"alpha": alpha, "beta": beta}
+            for symbol, (alpha, beta) in sorted(self.residual_factors.items())
+            if symbol in used and (alpha, beta) != (1.0, 1.0)
+        }
 
     def topology_error(self, err: MadslError, span: topo.Span | None) -> MadslError:
         """`err`, which happened at `span` inside the topology string, located in the spec file."""
