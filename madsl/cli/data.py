@@ -188,6 +188,30 @@ def _text(task: Any, data: Any, settings: dict, args) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _tokenizer_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="bytes|FILE",
+        help="bytes (UTF-8 bytes, vocabulary 256) or a Hugging Face tokenizer.json file (read locally)",
+    )
+
+
+def _output_arguments(p: argparse.ArgumentParser) -> None:
+    """-o DIR and --force, as both prepare words take them."""
+    p.add_argument(
+        "-o",
+        "--output",
+        dest="out_dir",
+        required=True,
+        metavar="DIR",
+        help="the folder to write; one holding other files is refused unless --force",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="write into a folder that holds other files (they are left as they are)"
+    )
+
+
 def _prepare_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=f"{prog} {PREPARE}",
@@ -202,29 +226,14 @@ def _prepare_parser(prog: str) -> argparse.ArgumentParser:
         metavar="TEXT",
         help="a UTF-8 text file, a folder (every file below it, in path order) or bundled:tinyshakespeare",
     )
-    p.add_argument(
-        "--tokenizer",
-        required=True,
-        metavar="bytes|FILE",
-        help="bytes (UTF-8 bytes, vocabulary 256) or a Hugging Face tokenizer.json file (read locally)",
-    )
-    p.add_argument(
-        "-o",
-        "--output",
-        dest="out_dir",
-        required=True,
-        metavar="DIR",
-        help="the folder to write; one holding other files is refused unless --force",
-    )
+    _tokenizer_argument(p)
+    _output_arguments(p)
     p.add_argument(
         "--val-fraction",
         type=float,
         default=0.1,
         metavar="F",
         help="the fraction of each document's tokens held out for validation (default: %(default)s)",
-    )
-    p.add_argument(
-        "--force", action="store_true", help="write into a folder that holds other files (they are left as they are)"
     )
     p.add_argument(
         "--format",
@@ -276,12 +285,7 @@ def _labelled_parser(prog: str) -> argparse.ArgumentParser:
         "test.npy, test-labels.npy and labelled.json (tokenizer, vocabulary, classes, counts, a hash).",
     )
     p.add_argument("texts", metavar="TEXTS", help="a folder holding train.jsonl and test.jsonl")
-    p.add_argument(
-        "--tokenizer",
-        required=True,
-        metavar="bytes|FILE",
-        help="bytes (UTF-8 bytes, vocabulary 256) or a Hugging Face tokenizer.json file (read locally)",
-    )
+    _tokenizer_argument(p)
     p.add_argument("--seq-len", type=positive_int, required=True, metavar="N", help="the tokens of the longest text")
     p.add_argument(
         "--truncate",
@@ -295,10 +299,7 @@ def _labelled_parser(prog: str) -> argparse.ArgumentParser:
         help="the embedding rows of the model the set is for, where it has more than the tokenizer's ids "
         "(e.g. 50280 for mamba-130m-hf's 50277; default: the tokenizer's vocabulary)",
     )
-    p.add_argument("-o", "--output", dest="out_dir", required=True, metavar="DIR", help="the folder to write")
-    p.add_argument(
-        "--force", action="store_true", help="write into a folder that holds other files (they are left as they are)"
-    )
+    _output_arguments(p)
     p.add_argument("--format", choices=("text", "json"), default="text", help="(default: %(default)s)")
     add_verbosity(p, default=argparse.SUPPRESS)
     p.set_defaults(func=cmd_prepare_labelled, command="data")
