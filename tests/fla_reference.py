@@ -4,7 +4,7 @@ transformers' (the Mamba tests would then load fla's Triton kernels), and its la
 So the tests never import it: `run(command, ...)` runs this file as a script, with torch.compile off
 (TORCHDYNAMO_DISABLE) and one thread, and reads what it writes.
 
-    python tests/fla_reference.py make FOLDER '{"layers": 3, "key_scale": 1.0, ...config keys}'
+    python tests/fla_reference.py make FOLDER '{"layers": 3, "key_scale": 1.0, ...config keys}' [IDS.json OUT.npy]
     python tests/fla_reference.py logits FOLDER IDS.json OUT.npy [interpret]   fla's forward, PyTorch paths
     python tests/fla_reference.py reload FOLDER IDS.json OUT.npy               AutoModelForCausalLM + loading info
     python tests/fla_reference.py count CONFIGS.json                           parameters, built on the meta device
@@ -178,8 +178,10 @@ def count(configs: list[dict]) -> None:
 
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
-    if command == "make":
+    if command == "make":  # and its logits, where ids are given: one process (a start costs seconds)
         make(Path(rest[0]), **json.loads(rest[1]))
+        if rest[2:]:
+            logits(Path(rest[0]), json.loads(Path(rest[2]).read_text()), Path(rest[3]))
     elif command == "logits":
         logits(Path(rest[0]), json.loads(Path(rest[1]).read_text()), Path(rest[2]), interpret=rest[3:] == ["interpret"])
     elif command == "reload":

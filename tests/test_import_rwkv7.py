@@ -115,10 +115,22 @@ def _fla_logits(folder, ids, command: str = "logits", interpret: bool = False):
 
 
 def _imported(tmp_path, interpret: bool = False, **make):
-    folder = tmp_path / "ckpt"
-    fla_reference.run("make", str(folder), json.dumps(make))
-    ids = tokens()
-    return madsl.load_pretrained(folder), ids, _fla_logits(folder, ids, interpret=interpret)[0]
+    """A tiny checkpoint made by fla, madsl's import of it, the token ids and fla's logits of them."""
+    folder, ids = tmp_path / "ckpt", tokens()
+    if interpret:  # fla's fused norms: the logits in Triton's interpreter, a process of their own
+        fla_reference.run("make", str(folder), json.dumps(make))
+        return madsl.load_pretrained(folder), ids, _fla_logits(folder, ids, interpret=True)[0]
+    (tmp_path / "ids.json").write_text(json.dumps(ids.tolist()))
+    fla_reference.run("make", str(folder), json.dumps(make), str(tmp_path / "ids.json"), str(tmp_path / "fla.npy"))
+    return madsl.load_pretrained(folder), ids, torch.from_numpy(np.load(tmp_path / "fla.npy"))
+
+
+@pytest.fixture(scope="module")
+def default(tmp_path_factory):
+    """The default tiny checkpoint, made once for the tests that read it (each gets its own import)."""
+    tmp_path = tmp_path_factory.mktemp("rwkv7")
+    _, ids, expected = _imported(tmp_path)
+    return tmp_path, ids, expected
 
 
 def _error(model, ids, expected) -> float:
@@ -126,12 +138,13 @@ def _error(model, ids, expected) -> float:
         return (model(ids) - expected).abs().max().item()
 
 
-def test_a_checkpoint_imports_with_fla_s_logits_and_exports_back(tmp_path, capsys):
-    model, ids, expected = _imported(tmp_path)
+def test_a_checkpoint_imports_with_fla_s_logits_and_exports_back(default, tmp_path, capsys):
+    made, ids, expected = default
+    model = madsl.load_pretrained(made / "ckpt")
     assert _error(model, ids, expected) < TOLERANCE and expected.abs().max().item() > 1.0
     assert prefill_and_step_error(model, ids, expected, prompt=5) < TOLERANCE
     # out again: transformers (fla imported) loads it with no missing or unexpected keys and fla's logits
-    assert main(["import", str(tmp_path / "ckpt"), "--out", str(tmp_path / "madsl"), "-q"]) == 0
+    assert main(["import", str(made / "ckpt"), "--out", str(tmp_path / "madsl"), "-q"]) == 0
     assert main(["export", str(tmp_path / "madsl"), "--to-hf", "rwkv7", "-o", str(tmp_path / "hf"), "-q"]) == 0
     reloaded, printed = _fla_logits(tmp_path / "hf", ids, "reload")
     assert {key: value for key, value in json.loads(printed).items() if value} == {}
@@ -144,8 +157,10 @@ def test_a_checkpoint_imports_with_fla_s_logits_and_exports_back(tmp_path, capsy
     assert _error(model, ids, expected) > 100 * TOLERANCE
 
 
-def test_layer_0_s_pre_norm_is_the_embedding_norm(tmp_path):
-    model, ids, expected = _imported(tmp_path)
+def test_layer_0_s_pre_norm_is_the_embedding_norm(default):
+    made, ids, expected = default
+    model = madsl.load_pretrained(made / "ckpt")
+    assert _error(model, ids, expected) < TOLERANCE
     model.embedding_norm = None
     assert _error(model, ids, expected) > 100 * TOLERANCE
 
