@@ -75,8 +75,10 @@ CHECKPOINTS = {
     "recurrent_gemma untied, biases": ("recurrent_gemma", lambda f: recurrent_gemma(f, tied=False, bias=True)),
     "qwen3-next, 4 experts and a dense layer": ("qwen3_next", lambda folder: qwen3_next(folder)),
     "qwen3.5 tied": ("qwen3_5_text", lambda folder: qwen3_5(folder, tie_word_embeddings=True)),
-    # a vision-language checkpoint goes out as its language model (--to-hf qwen3_5_moe is refused by name)
+    # a vision-language checkpoint goes out as its language model: alone, or in the vision-language config
     "qwen3.5-moe vision-language": ("qwen3_5_moe_text", lambda folder: qwen3_5(folder, experts=True, vision=True)),
+    "qwen3.5-moe vision-language, as such": ("qwen3_5_moe", lambda f: qwen3_5(f, experts=True, vision=True)),
+    "qwen3.5 vision-language, as such": ("qwen3_5", lambda folder: qwen3_5(folder, vision=True)),
     # fla's RWKV7ForCausalLM (AutoModelForCausalLM knows it once fla.models is imported): the pre_norm goes out
     # folded into the embedding table, with norm_first false
 }

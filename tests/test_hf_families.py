@@ -372,8 +372,9 @@ def test_families_madsl_lacks_a_part_for_are_refused_by_name(tmp_path, config, n
 def test_the_command_offers_every_family_the_library_converts():
     from madsl.cli.convert import FAMILY_TYPES
     from madsl.hf_config import FAMILIES, REFUSED
+    from madsl.interop.huggingface.families import LANGUAGE_MODELS
 
-    assert set(FAMILY_TYPES) == set(FAMILIES) and not set(FAMILIES) & set(REFUSED)
+    assert set(FAMILY_TYPES) == set(FAMILIES) | set(LANGUAGE_MODELS) and not set(FAMILIES) & set(REFUSED)
 
 
 def test_convert_formats():

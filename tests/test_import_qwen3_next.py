@@ -163,11 +163,13 @@ def test_an_attention_bias_is_refused_by_name(tmp_path: Path, capsys) -> None:
     assert '"attention_bias" is true' in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
-def test_a_vision_language_export_is_refused_by_name(tmp_path: Path, capsys) -> None:
+def test_a_vision_language_model_exports_as_its_language_model_either_way(tmp_path: Path, capsys) -> None:
+    """`--to-hf qwen3_5` writes the vision-language config (the stack as its text_config) with the
+    language model's tensors under model.language_model.; `--to-hf qwen3_5_text` the text model alone."""
     folder = qwen3_5(tmp_path / "ckpt", vision=True)
     assert main(["import", str(folder), "--out", str(tmp_path / "madsl"), "-q"]) == 0
-    assert main(["export", str(tmp_path / "madsl"), "--to-hf", "qwen3_5", "-o", str(tmp_path / "hf")]) == 2
-    error = capsys.readouterr().err
-    assert "qwen3_5 is vision-language" in error and "qwen3_5_text" in error and not (tmp_path / "hf").exists()
+    assert main(["export", str(tmp_path / "madsl"), "--to-hf", "qwen3_5", "-o", str(tmp_path / "vl"), "-q"]) == 0
+    config = json.loads((tmp_path / "vl" / "config.json").read_text())
+    assert config["model_type"] == "qwen3_5" and config["text_config"]["model_type"] == "qwen3_5_text"
     assert main(["export", str(tmp_path / "madsl"), "--to-hf", "qwen3_5_text", "-o", str(tmp_path / "hf"), "-q"]) == 0
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["Qwen3_5ForCausalLM"]

@@ -29,6 +29,8 @@ FAMILY_TYPES = (
     "qwen3_next",
     "qwen3_5_text",
     "qwen3_5_moe_text",
+    "qwen3_5",
+    "qwen3_5_moe",
     "recurrent_gemma",
     "kimi_linear",
     "minimax",
@@ -37,7 +39,7 @@ FAMILY_TYPES = (
     "mamba",
     "gpt_neo",
     "rwkv7",
-)  # madsl.interop.huggingface.families.FAMILIES
+)  # madsl.interop.huggingface.families.FAMILIES, and LANGUAGE_MODELS (written as text_config)
 
 
 def _add_megatron_sizes(p) -> None:

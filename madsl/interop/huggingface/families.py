@@ -111,11 +111,6 @@ def family(model_type: str, cfg: Config | None = None) -> Family:
     if model_type in FAMILIES:
         return FAMILIES[model_type]
     message = f"madsl converts no {shown_value(model_type)} configs"
-    if model_type in LANGUAGE_MODELS:  # only written: read_hf_config reads their text_config
-        message = (
-            f"madsl writes no {shown_value(model_type)} configs: {model_type} is vision-language, and madsl holds "
-            f"its language model alone, which is {LANGUAGE_MODELS[model_type]} (AutoModelForCausalLM loads it)"
-        )
     if model_type in REFUSED:
         title, reason = REFUSED[model_type]
         message = f"madsl does not convert {title} ({shown_value(model_type)}) configs: {reason}"
@@ -189,8 +184,14 @@ def _json(value: Any) -> str:
 
 
 def to_hf_config(spec: Any, model_type: str) -> dict[str, Any]:
-    """The config.json fields of the family `model_type` that describe a spec's stack (a Spec or a path)."""
+    """The config.json fields of the family `model_type` that describe a spec's stack (a Spec or a path);
+    a vision-language type (qwen3_5, qwen3_5_moe) states the stack as its text_config, the vision
+    encoder at its class's defaults (AutoModelForCausalLM builds the language model alone from it)."""
     from madsl.lang.spec import Spec, load_spec
 
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
+    if model_type in LANGUAGE_MODELS:
+        text = family(LANGUAGE_MODELS[model_type]).write(spec)
+        tied = text.get("tie_word_embeddings", False)
+        return {"model_type": model_type, "text_config": text, "tie_word_embeddings": tied}
     return family(model_type).write(spec)
