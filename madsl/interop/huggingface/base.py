@@ -34,6 +34,7 @@ class Family:
     architecture: str
     tied_by_default: bool
     config_class: str
+    config_owner = "transformers'"  # whose class config_class is (RWKV-7's: flash-linear-attention's)
     defaults: dict[str, Any]
     mlp_activation = "silu"  # what its gated MLPs gate with (madsl's Sg activation; RecurrentGemma: gelu)
 
@@ -60,7 +61,7 @@ def attention(
     """Attention's settings: heads, key/value heads (grouped-query attention), head width, rotary."""
     heads = cfg.count("num_attention_heads")
     if cfg.data.get("num_key_value_heads", cfg.defaults.get("num_key_value_heads")) is None:
-        why = f"null: num_attention_heads, as transformers' {cfg.config_class} reads it"
+        why = f"null: num_attention_heads, as {cfg.config_owner} {cfg.config_class} reads it"
         kv_heads = cfg.take_default("num_key_value_heads", heads, why)
     else:
         kv_heads = cfg.count("num_key_value_heads")
@@ -207,7 +208,7 @@ def spelled(cfg: Config, key: str, *aliases: str) -> str:
     if alias is None:
         return key
     if key in cfg.data and cfg.data[key] != cfg.data[alias]:
-        cfg.notes.append(f"{key} is not read: transformers' {cfg.config_class} reads {alias} over it")
+        cfg.notes.append(f"{key} is not read: {cfg.config_owner} {cfg.config_class} reads {alias} over it")
     return alias
 
 
@@ -215,7 +216,8 @@ def ignored(cfg: Config, key: str, built: Any, what: str) -> None:
     """Where transformers' class ignores `key` (it builds `built`, whatever the config says), madsl
     follows the class: a note where the config says otherwise."""
     if key in cfg.data and cfg.data[key] != built:
-        cfg.notes.append(f"{key} = {shown_value(cfg.data[key])} is not read: transformers' {cfg.config_class} {what}")
+        whose = f"{cfg.config_owner} {cfg.config_class}"
+        cfg.notes.append(f"{key} = {shown_value(cfg.data[key])} is not read: {whose} {what}")
 
 
 def _article(title: str) -> str:

@@ -40,11 +40,12 @@ class Config:
     # refused by name. A reader given its own default takes and lists it the same way.
     defaults: dict[str, Any] = {}
     config_class = "config class"
+    config_owner = "transformers'"  # whose class it is (RWKV-7's: flash-linear-attention's)
 
     def take_default(self, key: str, value: Any, why: str | None = None) -> Any:
         """`value` for the absent `key`, listed (in the top-level config, for a section's key)."""
         root, name = (self.parent, f"{self.parent_key}.{key}") if self.parent is not None else (self, key)
-        root.defaulted[name] = (value, why or f"transformers' {root.config_class} default")
+        root.defaulted[name] = (value, why or f"{root.config_owner} {root.config_class} default")
         return value
 
     @classmethod

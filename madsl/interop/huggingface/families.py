@@ -138,8 +138,12 @@ def read_hf_config(source: str | Path | dict[str, Any], name: str = "converted")
     model_type = cfg.word("model_type")
     text = _language_model(cfg, LANGUAGE_MODELS[model_type]) if model_type in LANGUAGE_MODELS else cfg
     reader = family(LANGUAGE_MODELS.get(model_type, model_type), cfg)
-    cfg.defaults, cfg.config_class = reader.defaults, reader.config_class
-    text.defaults, text.config_class = reader.defaults, reader.config_class
+    for config in (cfg, text):
+        config.defaults, config.config_class, config.config_owner = (
+            reader.defaults,
+            reader.config_class,
+            reader.config_owner,
+        )
     data = reader.read(text, name)
     # keys of the language model's own sections (text_config.rope_parameters) are listed in it
     defaulted = {**cfg.defaulted, **{f"text_config.{k}": v for k, v in text.defaulted.items() if text is not cfg}}

@@ -47,6 +47,7 @@ def fla_rank(key: str, dim: int, head_dim: int) -> int:
 class RWKV7(Family):
     model_type, title, architecture, tied_by_default = "rwkv7", "RWKV-7", "RWKV7ForCausalLM", False
     config_class = "RWKV7Config"
+    config_owner = "flash-linear-attention's"  # transformers has no RWKV-7
     # fla's RWKV7Config defaults, taken where a config leaves a key out
     defaults = {
         "head_dim": 64,
