@@ -21,7 +21,7 @@ from .errors import MadslError
 from .graph import build_graph
 from .lang.spec import Spec, load_spec
 from .model import Model
-from .model_parts import Block, Fork, GroupConnection, Parallel, PreNorm, Stack, make_norm, reinit_linears
+from .model_parts import Block, Fork, GroupConnection, Inject, Parallel, PreNorm, Stack, make_norm, reinit_linears
 from .structure import sources, targets
 
 MODEL_FORMAT = "madsl-model/2"  # config.json's tag (madsl-model/1: a torch.save pickle, no longer read)
@@ -49,6 +49,7 @@ class _Compiler:
         self.group_inits: list[tuple[int, nn.Module, float]] = []
         # every layer module with the node of its first use, in stack order (the order they are built)
         self.built: list[tuple[str, nn.Module]] = []
+        self.embedding_link = None  # the token embeddings, for layers that read them (`link_embeddings`)
 
     # ---- reading the graph -------------------------------------------------------------------
 
@@ -86,6 +87,11 @@ class _Compiler:
                 MadslError(f"{layer.symbol} cannot be compiled: {err}"), layer.span
             ) from None
         module.madsl_primitive = self.plan.nodes[node]["primitive"].name  # what a recipe's parameter groups read
+        return self.register(node, module)
+
+    def register(self, node: str, module: nn.Module) -> nn.Module:
+        """A built layer module, in stack order and under the names `freeze` accepts."""
+        layer = self.plan.nodes[node]["layer"]
         self.built.append((node, module))
         self.named.setdefault(layer.symbol, []).append(module)
         if layer.tag is not None:
@@ -105,13 +111,21 @@ class _Compiler:
         if first not in self.units:
             norm = make_norm(self.plan.nodes[node]["norm"], self.dim, self.spec.norm_eps)
             self.units[first] = PreNorm(norm, self.bare_layer(node))
+        elif hasattr(self.units[first].layer, "another_use"):  # per-use parts: the norm shared, the use its own
+            return PreNorm(self.units[first].norm, self.bare_layer(node))
         return self.units[first]
 
     def bare_layer(self, node: str) -> nn.Module:
-        """The layer alone (a parallel branch: the block owns the norm), shared by its tag's uses."""
+        """The layer alone (a parallel branch: the block owns the norm; an injector), shared by its tag's
+        uses; a layer with per-use parts (Zamba2's shared block: `another_use`) gives each later use its own
+        parts around the shared ones."""
         first = self.first_use(node)
         if first not in self.layers:
             self.layers[first] = self.layer(node)
+        elif first != node and hasattr(self.layers[first], "another_use"):
+            module = self.layers[first].another_use()
+            module.madsl_primitive = self.layers[first].madsl_primitive
+            return self.register(node, module)
         return self.layers[first]
 
     def parallel(self, node: str) -> Parallel:
@@ -128,7 +142,10 @@ class _Compiler:
         for join in self.joins(end):
             data = self.plan.nodes[join]
             source = self.input(join, "data")
+            injector = [self.bare_layer(node) for node in sources(self.plan, source, "inject")]  # built first
             module = self.parallel(source) if self.plan.nodes[source]["kind"] == "sum" else self.prenorm_layer(source)
+            if injector:
+                module = Inject(injector[0], module)
             parts.append((data["part"], module, data["kind"]))
             factors.append(self.factors(source))
         return Block(parts, self.spec.residual_scale, factors, self.spec.postnorm)
@@ -189,7 +206,19 @@ class _Compiler:
         last = self.input("final_norm" if "final_norm" in self.plan else "head", "data")
         body = self.sequence(last, "embedding", 0)
         self.link_value_residuals()
+        self.link_embeddings()
         return body
+
+    def link_embeddings(self) -> None:
+        """Layers that read the model's token embeddings (Zamba2's shared block: concat(h, e)) get the one
+        `EmbeddingLink` the model sets at the start of every forward, step and prefill."""
+        readers = [module for _, module in self.built if hasattr(module, "embeddings")]
+        if readers:
+            from .layers.zamba import EmbeddingLink
+
+            self.embedding_link = EmbeddingLink()
+            for module in readers:
+                module.embeddings = self.embedding_link
 
     def link_value_residuals(self) -> None:
         """RWKV-7's value residual: the model's first R7 layer hands its values to every later R7 layer with
@@ -268,6 +297,7 @@ def compile_spec(
             embedding_scale=spec.embedding_scale,
             logit_divisor=spec.logit_divisor,
             logit_soft_cap=spec.logit_soft_cap,
+            embedding_link=compiler.embedding_link,
         )
         for _, module, std in sorted(compiler.group_inits, key=lambda entry: entry[0]):
             reinit_linears(module, std)

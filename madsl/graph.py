@@ -8,11 +8,11 @@ stack order. What each node holds (`kind` and the keys beside it):
 
     "embedding", "head"      the model's ends; "final_norm" (kind "norm") before the head if the
                              spec has one
-    layer   b{i}.mixer, b{i}.mixer{j} (parallel mixer j), b{i}.channel: a layer occurrence of
+    layer   b{i}.mixer, b{i}.mixer{j} (parallel mixer j), b{i}.channel, b{i}.inject: a layer occurrence of
             block i: `slot` ("sequence" or "channel"), `layer` (the topology's Layer), `block`,
             `branch` (its index among parallel mixers, else None), `norm` (the kind of the
-            pre-norm in front of it); once resolved, `primitive` (resolved at the plan's length)
-            and `row` (its LayerRow)
+            pre-norm in front of it; an injector, `injects` True, has none); once resolved,
+            `primitive` (resolved at the plan's length) and `row` (its LayerRow)
     sum     b{i}.sum: parallel mixers' outputs summed: `block`, `norm` (the one pre-norm the
             block owns and feeds to every branch)
     add     b{i}.add0, b{i}.add1: a block's residual add after its `part` ("mixer", "channel"):
@@ -28,18 +28,19 @@ stack order. What each node holds (`kind` and the keys beside it):
 
 Edges carry a `kind`: "data" (the residual stream), "residual" (a block's skip path), "branch"
 (into and out of parallel mixers, and from each branch of a group of branches into its combiner;
-with `branch`, the index), "group" (a group's connection) and "shares" (a tagged layer's later
-uses to its first). Group ids number groups, and each branch of a group of branches, in the
-order they open. The graph's own attributes: name, dim, seq_len, vocab, blocks (their number)
-and parts (the model-level PartRows).
+with `branch`, the index), "group" (a group's connection), "inject" (into a block's injector from the
+block's input, and from it into the mixer, or the sum of parallel mixers, whose pre-norm input it is
+added to) and "shares" (a tagged layer's later uses to its first). Group ids number groups, and each
+branch of a group of branches, in the order they open. The graph's own attributes: name, dim, seq_len,
+vocab, blocks (their number) and parts (the model-level PartRows).
 
 Both halves of madsl read this one graph: `account(spec)` sums it into an `Account` (one
 row per layer, the model-level parts, totals), and the compiler (`madsl/compiler.py`)
 builds the torch modules by walking it, so what is counted is what is built; the converters
 and `madsl expand` read its structure too (`madsl/structure.py`: its blocks, its edges, and
 what it holds beyond a plain stack). Shared
-layers (`H#a`) count their parameters, and their active parameters, once; state and FLOPs
-are per use. A plan is built at
+layers (`H#a`) count their parameters, and their active parameters, once (and each later use its
+per-use parts, `Primitive.per_use_params`: Zamba2's adapters); state and FLOPs are per use. A plan is built at
 one sequence length (the accounting's seq_len, `madsl.compile`'s max_seq_len), and a layer
 hyperparameter written `seq_len` takes that length there. No torch here.
 """
@@ -286,7 +287,9 @@ class _Resolver:
         # a layer's pre-norm belongs to it (and is shared with its tag's later uses as a block's
         # part), except in a parallel block, where one norm owned by the block feeds every branch
         # (counted with the first): a tag first used as a branch gets its norm where it first stands alone
-        if branch is None:
+        if node.get("injects"):  # an injector reads the stream as it is (Zs normalizes its own input)
+            owns_norm = False
+        elif branch is None:
             owns_norm = layer.tag is None or layer.tag not in self.normed_tags
             if layer.tag is not None:
                 self.normed_tags.add(layer.tag)
@@ -302,8 +305,8 @@ class _Resolver:
             role=prim.role,
             config=prim.config(),
             derived=prim.derived(),
-            params=(0 if shared else cost.params) + norm,
-            active_params=(0 if shared else cost.active_params) + norm,
+            params=(prim.per_use_params() if shared else cost.params) + norm,
+            active_params=(prim.per_use_params() if shared else cost.active_params) + norm,
             norm_params=norm,
             fixed_state=cost.fixed_state,
             conv_state=cost.conv_state,

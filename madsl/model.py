@@ -42,6 +42,7 @@ class Model(nn.Module):
         embedding_scale: float = 1.0,
         logit_divisor: float = 1.0,
         logit_soft_cap: float | None = None,
+        embedding_link=None,
     ):
         super().__init__()
         self.dim, self.vocab_size, self.num_classes, self.max_seq_len = dim, vocab_size, num_classes, max_seq_len
@@ -55,6 +56,9 @@ class Model(nn.Module):
         # a norm of the token embedding before the first block (RWKV's ln0); None: none
         self.embedding_norm = make_norm(norm, dim, norm_eps) if embedding_norm else None
         self.body = Stack(*body)
+        # the stack's input, handed to the layers that read the token embeddings (madsl/layers/zamba.py's
+        # EmbeddingLink, set by the compiler); None: no layer reads them
+        self.embedding_link = embedding_link
         self.final_norm = make_norm(norm, dim, norm_eps) if final_norm else nn.Identity()
         tied = tie_embeddings and num_classes == vocab_size
         self.head = None if tied else nn.Linear(dim, num_classes, bias=False)
@@ -81,7 +85,13 @@ class Model(nn.Module):
         if (tokens is None) == (embeds is None):
             raise ValueError("give exactly one of tokens or embeds")
         x = self._embed(tokens) if tokens is not None else embeds
-        return self.final_norm(self.body(self._add_positions(x)))
+        return self.final_norm(self.body(self._link(self._add_positions(x))))
+
+    def _link(self, x: torch.Tensor) -> torch.Tensor:
+        """The stack's input, handed to the layers that read the embeddings in this call."""
+        if self.embedding_link is not None:
+            self.embedding_link.value = x
+        return x
 
     def _add_positions(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
         if self.positions is None:
@@ -139,7 +149,7 @@ class Model(nn.Module):
                 )
             x = x + self.positions(pos)
             out.append({"pos": pos + 1})
-        h = self.body.step(x, states, out)
+        h = self.body.step(self._link(x), states, out)
         if next(states, None) is not None or len(out) != len(state):
             raise ValueError("the state does not belong to this model (use model.init_state or model.prefill)")
         return self._logits(self.final_norm(h)), out
@@ -151,7 +161,7 @@ class Model(nn.Module):
         out: State = []
         if self.positions is not None:
             out.append({"pos": torch.full((tokens.shape[0],), tokens.shape[1], dtype=torch.long, device=tokens.device)})
-        h = self.body.prefill(self._add_positions(self._embed(tokens)), out)
+        h = self.body.prefill(self._link(self._add_positions(self._embed(tokens))), out)
         return self._logits(self.final_norm(h)), out
 
     @torch.no_grad()

@@ -3,7 +3,8 @@
 Wired as its plan says (madsl/compiler.py reads it): a `Block` joins its parts to the stream by the
 plan's residual adds (`x + mixer(norm(x))`, then `x + channel(norm(x))`), a layer and its pre-norm
 one `PreNorm` unit (so a tag, `H#a`, shares both); parallel mixers share one norm owned by their
-block and are summed; a group's connection is a `GroupConnection`, a group of branches, `(X | Y)`,
+block and are summed; an injector (`Zs#a>M2`) adds its output to its part's norm input (`Inject`);
+a group's connection is a `GroupConnection`, a group of branches, `(X | Y)`,
 a `Fork` (a splitter feeds each branch, a sub-stack, and a combiner joins them).
 
 Each unit also walks the recurrent-inference state (`init_state`, `step`, `prefill`: one state
@@ -123,6 +124,34 @@ class Parallel(nn.Module):
     def prefill(self, x: torch.Tensor, out: State) -> torch.Tensor:
         h = self.norm(x)
         return sum(_layer_prefill(branch, h, out) for branch in self.branches)
+
+
+class Inject(nn.Module):
+    """A block's mixer part with an injector (`Zs#a>M2`): the injector reads the part's input x, and its
+    output is added to the input of the part's pre-norm, not to the stream: unit(x + injector(x)) (Zamba2's
+    hybrid layer, h + M2(norm(h + z)), with the block's residual add around it). The injector's state
+    comes before the part's."""
+
+    def __init__(self, injector: nn.Module, unit: nn.Module):
+        super().__init__()
+        self.injector, self.unit = injector, unit
+
+    @property
+    def norm(self) -> nn.Module:  # the part's pre-norm (a postnorm block's residual reads it)
+        return self.unit.norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.unit(x + self.injector(x))
+
+    def init_state(self, batch: int, device, dtype, out: State) -> None:
+        _layer_init(self.injector, batch, device, dtype, out)
+        self.unit.init_state(batch, device, dtype, out)
+
+    def step(self, x_t: torch.Tensor, states, out: State) -> torch.Tensor:
+        return self.unit.step(x_t + _layer_step(self.injector, x_t, states, out), states, out)
+
+    def prefill(self, x: torch.Tensor, out: State) -> torch.Tensor:
+        return self.unit.prefill(x + _layer_prefill(self.injector, x, out), out)
 
 
 def connect(kind: str, x: torch.Tensor, out: torch.Tensor, gate: nn.Module | None = None) -> torch.Tensor:

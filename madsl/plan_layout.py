@@ -47,9 +47,13 @@ class _Layout:
 
     def block(self, block: topo.Block, prev: str, norm: str) -> str:
         """A block after `prev`: its mixer (or parallel mixers, summed) and its channel mixer,
-        each a pre-norm residual part. Returns its output node."""
+        each a pre-norm residual part, and its injector if it has one. Returns its output node."""
         b = self.block_count
         self.block_count += 1
+        if block.inject is not None:  # laid out first: it runs before the mixer
+            self.layer(f"b{b}.inject", block.inject, "sequence", b, None, norm)
+            self.graph.nodes[f"b{b}.inject"]["injects"] = True
+            self.graph.add_edge(prev, f"b{b}.inject", kind="inject")
         mixers = _mixers(block)
         if len(mixers) == 1:
             mixer_out = f"b{b}.mixer"
@@ -63,6 +67,8 @@ class _Layout:
                 self.layer(node, mixer, "sequence", b, i, norm)
                 self.graph.add_edge(prev, node, kind="branch", branch=i)
                 self.graph.add_edge(node, mixer_out, kind="branch", branch=i)
+        if block.inject is not None:  # read from the block's input, added to the input of the mixer's norm
+            self.graph.add_edge(f"b{b}.inject", mixer_out, kind="inject")
         out = self.join(b, "mixer", mixer_out, prev)
         channel = self.channel_for(block)
         if channel is None:

@@ -64,7 +64,8 @@ def topology_pattern(symbols: Iterable[str] | None = None) -> str:
         return f"{symbol}{ws}{tail}"
 
     parallel = f"{t['LSQB']}{ws}{layer(mixer_symbol)}(?:{t['VBAR']}{ws}{layer(mixer_symbol)})+{t['RSQB']}{ws}"
-    block = f"(?:{layer(mixer_symbol)}|{parallel})(?:{t['MINUS']}{ws}{layer(channel_symbol)})?"
+    inject = f"(?:{layer(mixer_symbol)}{t['MORETHAN']}{ws})?"  # an injector before its mixer: Zs#a>M2
+    block = f"{inject}(?:{layer(mixer_symbol)}|{parallel})(?:{t['MINUS']}{ws}{layer(channel_symbol)})?"
     count = f"(?:{t['COUNT']}{ws})?"
     opens = f"(?:{count}{t['LPAR']}{ws})*"  # groups that start here: 2(H:A) ...
     closes = f"(?:{t['RPAR']}{ws}{attrs}?(?:{t['REPEAT']}{ws}{t['COUNT']}{ws})?)*"  # ... and end: ){..}x2

@@ -39,19 +39,23 @@ class PlanBlock:
     index: int
     mixers: tuple[dict[str, Any], ...]
     channel: dict[str, Any] | None
+    inject: dict[str, Any] | None = None  # the injector written before `>` (Zs#a>M2); None: none
 
 
 def plan_blocks(plan: nx.DiGraph) -> list[PlanBlock]:
     """The blocks of a plan (resolved, or a `plan_structure`) in stack order."""
     mixers: dict[int, list[dict[str, Any]]] = {}
     channels: dict[int, dict[str, Any]] = {}
+    injects: dict[int, dict[str, Any]] = {}
     for _, node in plan.nodes(data=True):  # added in stack order
         if node["kind"] == "layer":
-            if node["slot"] == "channel":
+            if node.get("injects"):
+                injects[node["block"]] = node
+            elif node["slot"] == "channel":
                 channels[node["block"]] = node
             else:
                 mixers.setdefault(node["block"], []).append(node)
-    return [PlanBlock(b, tuple(nodes), channels.get(b)) for b, nodes in mixers.items()]
+    return [PlanBlock(b, tuple(nodes), channels.get(b), injects.get(b)) for b, nodes in mixers.items()]
 
 
 # the kinds of structure beyond a plain stack
@@ -59,7 +63,8 @@ GROUP = "group"  # a group with a connection, branches, a norm= or a linear_std=
 PARALLEL = "parallel"  # parallel mixers, [A | Mb]
 TAG = "tag"  # a tagged layer: one module for every use of the tag
 SETTINGS = "settings"  # a layer's own settings, A{heads=2}
-KINDS = (GROUP, PARALLEL, TAG, SETTINGS)
+INJECT = "inject"  # an injector, Zs#a>M2: a layer whose output enters the next mixer's norm
+KINDS = (GROUP, PARALLEL, TAG, SETTINGS, INJECT)
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,7 @@ def _layer(layer: topo.Layer) -> Iterator[Structure]:
 
 def beyond_stack(plan: nx.DiGraph) -> Iterator[Structure]:
     """Every structure of a plan beyond a plain stack of blocks, in stack order: its groups
-    (each at its entry), parallel mixers, tagged layers and layers with settings of their own."""
+    (each at its entry), parallel mixers, injectors, tagged layers and layers with settings of their own."""
     for node_id, node in plan.nodes(data=True):  # added in stack order
         if node["kind"] == "group":
             yield _group(node["attrs"])
@@ -102,6 +107,8 @@ def beyond_stack(plan: nx.DiGraph) -> Iterator[Structure]:
             branches = [topo.layer_text(plan.nodes[u]["layer"]) for u in sources(plan, node_id, "branch")]
             yield Structure(PARALLEL, f"parallel mixers '[{' | '.join(branches)}]'", plural=True)
         elif node["kind"] == "layer":
+            if node.get("injects"):
+                yield Structure(INJECT, f"{topo.layer_text(node['layer'])!r}: injectors ('>')", plural=True)
             yield from _layer(node["layer"])
 
 

@@ -518,3 +518,47 @@ def qwen_torch_paths() -> None:
         ):
             wrapped = getattr(modeling, function)
             setattr(modeling, function, getattr(wrapped, "__wrapped__", wrapped))
+
+
+ZAMBA2_KINDS = ["mamba", "hybrid", "mamba", "hybrid", "hybrid", "mamba", "hybrid"]  # 4 uses of the shared blocks
+
+
+def zamba2(folder: Path, *, kinds: list[str] | None = None, dt_floor: bool = False, **extra) -> Path:
+    """A tiny Zamba2 (Mamba-2 layers of 4 heads in 2 groups, `kinds` saying which are hybrid: 4 uses of
+    num_mem_blocks shared blocks, each 4 heads of 16 over the 2 x 32 wide input, rank-4 adapters) with every
+    weight random, norms included, saved by transformers into `folder` (save_pretrained keeps each shared
+    block once, under its first hybrid layer). Matrices at std 0.15, narrower than `randomized`'s: at 0.3 this
+    7-layer stack amplifies float32 rounding until transformers disagrees with itself by 2e-2 between two
+    chunk sizes of its own scan (1e-5 at 0.15). `dt_floor`: the first Mamba-2 layer's dt_bias so low that
+    softplus falls below time_step_min (0.01 here), where transformers' clamp decides the step."""
+    kinds = kinds or ZAMBA2_KINDS
+    config = transformers.Zamba2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=len(kinds),
+        layers_block_type=kinds,
+        num_attention_heads=4,
+        adapter_rank=4,
+        mamba_d_state=8,
+        mamba_ngroups=2,
+        n_mamba_heads=4,
+        chunk_size=8,  # several chunks in the reference's scan
+        max_position_embeddings=64,
+        **{"time_step_min": 0.01, **extra},
+    )
+    model = transformers.Zamba2ForCausalLM(config)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("norm.weight"):
+                parameter.uniform_(0.5, 1.5)
+            elif name.endswith("A_log"):
+                parameter.uniform_(0.0, 2.0)
+            elif name.endswith("dt_bias"):  # with dt_floor, the first layer's softplus at 1e-4..1e-3
+                low = dt_floor and name.startswith("model.layers.0.")
+                parameter.uniform_(-9.0, -7.0) if low else parameter.uniform_(-3.0, 0.0)
+            else:
+                parameter.normal_(0.0, 0.15 if parameter.dim() > 1 else 0.1)
+    model.eval().save_pretrained(folder)
+    return folder

@@ -190,6 +190,18 @@ def _perturbed(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
+def _linked(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | None:
+    """A module that reads the model's token embeddings (an `embeddings` attribute, Zs: the model links
+    them) gets a link holding a fixed random e of x's shape; e, or None for every other module."""
+    if not hasattr(module, "embeddings"):
+        return None
+    from madsl.layers.zamba import EmbeddingLink
+
+    module.embeddings = EmbeddingLink()
+    module.embeddings.value = torch.randn(x.shape, dtype=x.dtype, generator=torch.Generator().manual_seed(3))
+    return module.embeddings.value
+
+
 def _aux_loss(module: torch.nn.Module) -> torch.Tensor | float:
     aux = getattr(module, "aux_loss", None)
     return aux if aux is not None else 0.0
@@ -207,6 +219,7 @@ def test_forward_step_state_and_backward(case):
     name, prim = case
     module = _perturbed(_build(prim)).double()
     x = torch.randn(BATCH, SEQ_LEN, prim.dim, dtype=torch.float64, requires_grad=True)
+    embeddings = _linked(module, x)
     y = module(x)
     assert y.shape == x.shape
 
@@ -221,6 +234,8 @@ def test_forward_step_state_and_backward(case):
             outputs = []
             for t in range(SEQ_LEN):
                 before = {k: v.clone() for k, v in state.items()}
+                if embeddings is not None:
+                    module.embeddings.value = embeddings[:, t]
                 y_t, new_state = module.step(x[:, t].detach(), state)
                 assert all(torch.equal(state[k], before[k]) for k in state), "step modified its input state"
                 state = new_state
@@ -331,6 +346,7 @@ NOT_MEASURED = {
     "lightning": "recurrence 5·L·H·hd², recurrent form; the module runs a chunked form",
     "mla": "softmax 2·H·L² (elementwise; the SDPA formula counts q.k and p.v only)",
     "moe": "nothing (routing, activation and weighting are not accounted)",
+    "zamba_shared": "softmax 2·H·L² (elementwise; the SDPA formula counts q.k and p.v only)",
 }
 
 
@@ -441,6 +457,7 @@ def measured_matmul_flops(prim: Primitive) -> tuple[int, dict[str, int]]:
     if hasattr(module, "dense_dispatch"):
         module.dense_dispatch = True
     x = torch.randn(1, SEQ_LEN, prim.dim)
+    _linked(module, x)  # made before the count: e derives from no input
     counter = FlopCounterMode(
         display=False, custom_mapping={_aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flop}
     )
@@ -531,6 +548,7 @@ def parameters_one_token_reaches(prim: Primitive) -> int:
     module = _perturbed(_build(prim)).double()
     generator = torch.Generator().manual_seed(2)
     x = torch.randn(1, SEQ_LEN, prim.dim, dtype=torch.float64, generator=generator)
+    _linked(module, x)
     (module(x)[0, -1] * torch.randn(prim.dim, dtype=torch.float64, generator=generator)).sum().backward()
     return sum(int((p.grad != 0).sum()) for p in module.parameters() if p.grad is not None)
 

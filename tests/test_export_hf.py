@@ -33,6 +33,7 @@ from hf_checkpoints import (  # noqa: E402
     reference,
     tokens,
     xlstm,
+    zamba2,
 )
 
 from madsl.cli import main  # noqa: E402
@@ -79,6 +80,13 @@ CHECKPOINTS = {
     "qwen3.5-moe vision-language": ("qwen3_5_moe_text", lambda folder: qwen3_5(folder, experts=True, vision=True)),
     "qwen3.5-moe vision-language, as such": ("qwen3_5_moe", lambda f: qwen3_5(f, experts=True, vision=True)),
     "qwen3.5 vision-language, as such": ("qwen3_5", lambda folder: qwen3_5(folder, vision=True)),
+    "zamba2, 2 shared blocks, q/k/v adapters, rotary, biases": (
+        "zamba2",
+        lambda f: zamba2(
+            f, num_mem_blocks=2, use_shared_attention_adapter=True, use_mem_rope=True, add_bias_linear=True
+        ),
+    ),
+    "zamba2, 3 shared blocks, grouped keys": ("zamba2", lambda f: zamba2(f, num_mem_blocks=3, num_key_value_heads=2)),
     # fla's RWKV7ForCausalLM (AutoModelForCausalLM knows it once fla.models is imported): the pre_norm goes out
     # folded into the embedding table, with norm_first false
 }

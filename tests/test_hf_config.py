@@ -52,6 +52,9 @@ MODELS = {
     "xlstm-7b": Model(
         "xlstm", 7e9, 6_865_424_896, 6_865_424_896, rounded="the name's 7B rounds the 6.87B the model holds"
     ),
+    "zamba2-2.7b": Model(
+        "zamba2", 2.7e9, 2_662_214_560, 2_662_214_560, rounded="the name's 2.7B rounds the 2.66B the checkpoint holds"
+    ),
 }
 # docs/convert.md's table: fixed (recurrent) state, conv state and KV cache at 8192 tokens, in numbers
 STATE_AT_8192 = {
@@ -69,6 +72,7 @@ STATE_AT_8192 = {
     "kimi-linear-48b-a3b": (10_485_760, 737_280, 33_030_144),
     "minimax-m1-80k": (73_400_320, 0, 167_772_160),
     "xlstm-7b": (33_620_224, 0, 0),
+    "zamba2-2.7b": (17_694_720, 850_176, 754_974_720),
 }
 
 

@@ -341,20 +341,18 @@ def test_what_the_new_families_cannot_express_is_refused_with_the_reason(topolog
 
 # ---- the families madsl lacks a part for: refused by name ------------------------------------------------
 
-ZAMBA2_SHAPE = {
-    "architectures": ["Zamba2ForCausalLM"],
-    "model_type": "zamba2",
-    "hidden_size": 2048,
-    "num_hidden_layers": 38,
-    "use_shared_attention_adapter": False,
-    "num_mem_blocks": 1,
+ZAMBA_SHAPE = {
+    "architectures": ["ZambaForCausalLM"],
+    "model_type": "zamba",
+    "hidden_size": 3712,
+    "num_hidden_layers": 76,
 }
 
 
 @pytest.mark.parametrize(
     "config, name, part",
     [
-        (ZAMBA2_SHAPE, "Zamba2", "concatenated with the original embeddings"),
+        (ZAMBA_SHAPE, "Zamba", "multi-head Mamba-1 mixers"),
         ({"model_type": "hymba", "hidden_size": 1600, "num_memory_tokens": 128}, "Hymba", "meta tokens"),
     ],
 )

@@ -138,9 +138,9 @@ def test_sharded_index_that_disagrees_with_its_shards_refused(tmp_path: Path, ca
 def test_a_family_without_a_name_map_refused_by_name(tmp_path: Path, capsys) -> None:
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "zamba2", "hidden_size": 32}))
+    (folder / "config.json").write_text(json.dumps({"model_type": "zamba", "hidden_size": 32}))
     safetensors_torch.save_file({"model.embed_tokens.weight": torch.zeros(4, 32)}, str(folder / "model.safetensors"))
-    _refused(tmp_path, folder, capsys, "madsl imports no 'zamba2' weights yet")
+    _refused(tmp_path, folder, capsys, "madsl imports no 'zamba' weights yet")
 
 
 def test_every_family_convert_reads_has_a_name_map() -> None:

@@ -218,6 +218,13 @@ def test_every_layer_declares_stacks_and_is_exact_under_vmap(name, overrides):
         return  # trains in lockstep
     params, buffers = torch.func.stack_module_state(models)
     x = torch.randn(MEMBERS, 2, 12, 16, dtype=f64, generator=torch.Generator().manual_seed(8))
+    if hasattr(models[0], "embeddings"):  # Zs reads the model's token embeddings: one fixed e for every member
+        from madsl.layers.zamba import EmbeddingLink
+
+        link = EmbeddingLink()
+        link.value = torch.randn(2, 12, 16, dtype=f64, generator=torch.Generator().manual_seed(9))
+        for model in models:
+            model.embeddings = link
 
     def loss(model, *state_and_x):
         out = (

@@ -102,6 +102,7 @@ def test_the_references_do_not_change_the_search(tmp_path):
         ("(H:A)x2", "has 4 blocks", 8),
         ("H:(A", "the topology ends too early", 12),
         ('"[H | A]"', "a parallel block, and space.shapes does not list parallel", 8),
+        ("A>H-Sg", "an injector (A>), which a search does not propose", 8),
     ],
 )
 def test_a_reference_outside_the_space_is_a_located_error(tmp_path, reference, message, column):

@@ -39,6 +39,7 @@ FAMILY_TYPES = (
     "mamba",
     "gpt_neo",
     "rwkv7",
+    "zamba2",
 )  # madsl.interop.huggingface.families.FAMILIES, and LANGUAGE_MODELS (written as text_config)
 
 

@@ -42,6 +42,7 @@ class Mamba2(nn.Module):
         self.D = nn.Parameter(torch.empty(self.heads))
         self.norm_weight = nn.Parameter(torch.empty(p.d_inner)) if p.norm else None
         self.norm_eps = p.norm_eps
+        self.dt_min = p.dt_min
         self.out_proj = nn.Linear(p.d_inner, p.dim, bias=p.bias)
         self.reset_parameters()
 
@@ -67,6 +68,8 @@ class Mamba2(nn.Module):
         B = B.view(*lead, self.groups, self.d_state).repeat_interleave(per_group, dim=-2)
         C = C.view(*lead, self.groups, self.d_state).repeat_interleave(per_group, dim=-2)
         dt = F.softplus(dt + self.dt_bias)
+        if self.dt_min:  # Zamba2's time_step_min: a floor under every step size
+            dt = dt.clamp(min=self.dt_min)
         return x.view(*lead, self.heads, self.head_dim), B, C, dt, -self.A_log.exp() * dt
 
     def _output(self, y: Tensor, x: Tensor, z: Tensor) -> Tensor:

@@ -204,6 +204,11 @@ class Primitive:
         gradients: what one token's output reads lies between that count and `params()`."""
         return self.params()
 
+    def per_use_params(self) -> int:
+        """The parameters each further use of a tagged layer adds: a shared layer's per-use parts
+        (Zamba2's adapters and output projection); 0: a tag shares the whole layer."""
+        return 0
+
     def fixed_state(self) -> int:
         return 0
 

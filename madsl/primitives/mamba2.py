@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Primitive, divides, positive
+from .base import ConfigError, Primitive, divides, positive
 
 
 @dataclass(frozen=True)
@@ -47,14 +47,18 @@ class Mamba2(Primitive):
     heads: int | None  # None: expand * dim / head_dim; set: the width is heads * head_dim
     norm: bool  # the gated RMSNorm; false: y * silu(z) alone
     norm_eps: float = 1e-5  # the gated RMSNorm's epsilon (Granite 4.0: its rms_norm_eps, 1e-6)
+    dt_min: float = 0.0  # dt clamped below (Zamba2's time_step_min); 0: no clamp (softplus is positive)
 
     name = "mamba2"
     role = "both"
     module = "madsl.layers.mamba2:Mamba2"
-    identity_omits = ("heads", "norm", "norm_eps")  # added later: specs at their defaults keep their run identities
+    # added later: specs at their defaults keep their run identities
+    identity_omits = ("heads", "norm", "norm_eps", "dt_min")
 
     def validate(self) -> None:
         positive(self, "d_state", "d_conv", "expand", "head_dim", "groups", "heads", "norm_eps")
+        if not self.dt_min >= 0:
+            raise ConfigError("dt_min", f"dt_min must be at least 0, got {self.dt_min}")
         if self.heads is None:
             divides(self, "head_dim", self.head_dim, self.d_inner, "d_inner (expand * dim)")
         divides(self, "groups", self.groups, self.n_heads, "heads")

@@ -233,6 +233,8 @@ def read_references(located: Located, space: Space, default_channel: str | None)
 
 def _outside(space: Space, block: topo.Block, default_channel: str | None) -> str | None:
     """Why `block` is not one the space holds (None: it is)."""
+    if block.inject is not None:
+        return f"an injector ({topo.layer_text(block.inject)}>), which a search does not propose"
     mixers = mixers_of(block)
     for mixer in mixers:
         if mixer not in space.sequence_mixers:

@@ -55,8 +55,11 @@ def import_checkpoint(directory: str | os.PathLike, name: str | None = None) -> 
     headers, skipped = _without_skipped(checkpoint.headers, getattr(mapper, "SKIPPED", {}))
     if hasattr(mapper, "constants"):  # tensors of the config, not of the model (MiniMax's decay buffers)
         headers = _check_constants(checkpoint, headers, mapper.constants(config), where)
-    place(sources, shapes, headers, tied, where)
+    # a shared tensor the checkpoint holds more than once (Zamba2's shared blocks, under each hybrid layer)
+    copies = mapper.copies(sources, checkpoint.headers) if hasattr(mapper, "copies") else {}
+    place(sources, shapes, headers, {**tied, **copies}, where)
     _check_tied_copies(checkpoint, tied)
+    _check_tied_copies(checkpoint, copies, "the model holds the tensor once (a shared block): nothing was loaded")
     model = compile_spec(spec)
     model.load_state_dict(assemble(sources, checkpoint.tensor, model.state_dict()), strict=True)
     model.eval()
@@ -102,12 +105,15 @@ def _check_constants(checkpoint: Checkpoint, headers: dict, constants: dict[str,
     return {name: header for name, header in headers.items() if name not in constants}
 
 
-def _check_tied_copies(checkpoint: Checkpoint, tied: dict[str, str]) -> None:
-    """A tied tensor the checkpoint holds anyway must be its original, bit for bit."""
+def _check_tied_copies(checkpoint: Checkpoint, tied: dict[str, str], why: str | None = None) -> None:
+    """A tied tensor the checkpoint holds anyway must be its original, bit for bit (`why`: the refusal's
+    reason where the tie is not the embeddings')."""
     import torch
 
     for copy, original in tied.items():
         if copy in checkpoint.headers and not torch.equal(checkpoint.tensor(copy), checkpoint.tensor(original)):
+            if why is not None:
+                raise MadslError(f"{checkpoint.directory}: {copy!r} differs from {original!r}", hint=why)
             raise MadslError(
                 f"{checkpoint.directory}: {copy!r} differs from {original!r}, which the tied embeddings make it",
                 hint="the config ties the embeddings (tie_word_embeddings) but the checkpoint's output head is "

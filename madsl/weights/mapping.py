@@ -14,7 +14,9 @@ transformers' AutoModelForCausalLM does not load either (qwen3_next.py: the visi
 multi-token-prediction head), left out with a note; `constants(config)` for tensors the config
 determines, checked on import and written on export (minimax.py: the lightning decay buffers);
 `NOT_EXPORTED` (model_type -> (reason, hint)) for types it imports but no class of transformers
-loads (minimax_m1). `families()` registers it by model_type.
+loads (minimax_m1); `copies(sources, headers)` (copy -> the tensor the map reads) for a shared tensor
+its checkpoints may hold more than once, each copy checked equal to it bit for bit (zamba2.py).
+`families()` registers it by model_type.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def families() -> dict[str, ModuleType]:
         recurrent_gemma,
         rwkv7,
         xlstm,
+        zamba2,
     )
 
     return {
@@ -69,6 +72,7 @@ def families() -> dict[str, ModuleType]:
         "recurrent_gemma": recurrent_gemma,
         "rwkv7": rwkv7,
         "xlstm": xlstm,
+        "zamba2": zamba2,
     }
 
 

@@ -185,7 +185,12 @@ def spec_data(
 ) -> dict[str, Any]:
     """The spec's data: only the symbols the stack uses get settings (madsl refuses the others)."""
     bare = [re.sub(r"\{[^}]*\}", "", block) for block in blocks]  # a layer's own settings (MiniMax's decay)
-    used = {part.strip("[] ") for block in bare for group in block.split("-") for part in group.split("|")}
+    used = {
+        re.sub(r"#\w+", "", part).strip("[] ")  # a tag, Zs#s0, is no part of the symbol
+        for block in bare
+        for group in re.split("[->]", block)  # an injector, Zs#s0>M2, is a layer of its own
+        for part in group.split("|")
+    }
     source = f" ({Path(cfg.path).name})" if not cfg.path.startswith("<") else ""
     return {
         "name": name,
@@ -235,7 +240,8 @@ class Stack:
     channel mixer's (None: no channel mixer), and one setting per primitive kind. The plan must be
     a plain stack (`madsl.structure`); a layer's own settings are allowed where every layer of its
     kind has them, and settings named in `varying` may differ from layer to layer (MiniMax's
-    per-layer decay: the family checks them in `layers`)."""
+    per-layer decay: the family checks them in `layers`); `structures` names the structures beyond a
+    plain stack that the family reads itself from `plan` (Zamba2's tags and injectors)."""
 
     def __init__(
         self,
@@ -246,6 +252,7 @@ class Stack:
         varying: frozenset[str] = frozenset(),
         norm: str = "rms",
         residual: bool = False,
+        structures: frozenset[str] = frozenset(),
     ):
         self.spec, self.family, self.varying = spec, family, varying
         if not residual and (spec.postnorm or spec.factors_used()):  # `residual`: the family states both
@@ -261,8 +268,8 @@ class Stack:
             raise MadslError(f"{spec.name}: {family.title} has a final norm; the spec has final_norm: false")
         if spec.vocab is None:
             raise MadslError(f"{spec.name}: a config.json states vocab_size", hint="set `vocab:` in the spec")
-        allow = frozenset({SETTINGS, PARALLEL} if parallel else {SETTINGS})
-        plan = build_graph(spec)
+        allow = frozenset({SETTINGS, PARALLEL} if parallel else {SETTINGS}) | structures
+        self.plan = plan = build_graph(spec)
         refuse_beyond_stack(plan, f"{family.title} config.json", allow=allow)
         self.blocks: list[tuple[tuple[Any, ...], Any]] = [
             (

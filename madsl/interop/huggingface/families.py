@@ -26,6 +26,8 @@ by a channel mixer, which is a madsl block:
     xlstm             xLSTM-7B (NX-AI): mLSTM layers, a SwiGLU after each (xlstm.py)
     rwkv7             RWKV-7 (flash-linear-attention's RWKV7ForCausalLM): RWKV-7 time mixers, the later ones
                       mixing in the first's values, a channel mixer after each (rwkv7.py)
+    zamba2            Zamba2 (Zyphra): Mamba-2 layers, shared transformer blocks injected before some of
+                      them, with per-use adapters (zamba2.py)
 
 Reading a config gives a spec with its width, vocabulary, layer stack and every layer's sizes,
 so that `madsl compile` and `madsl check` account it (embeddings and an untied head included, as
@@ -62,6 +64,7 @@ from madsl.interop.huggingface.recurrent_gemma import RecurrentGemma
 from madsl.interop.huggingface.rwkv7 import RWKV7
 from madsl.interop.huggingface.shown import look_alike, shown_value
 from madsl.interop.huggingface.xlstm import XLSTM
+from madsl.interop.huggingface.zamba2 import Zamba2
 
 FAMILIES: dict[str, Family] = {
     f.model_type: f
@@ -84,21 +87,20 @@ FAMILIES: dict[str, Family] = {
         Mamba(),
         GPTNeo(),
         RWKV7(),
+        Zamba2(),
     )
 }
 Config.family_titles = {name: f.title for name, f in FAMILIES.items()}
 
-_ZAMBA = (
-    "its shared transformer blocks read the hidden state concatenated with the original embeddings "
-    "(2 x hidden_size wide), and each use has an output projection (and LoRA adapters) of its own; madsl's "
-    "shared layers (`#tag`) are one module used as it is, on the residual stream"
-)
 # vision-language configs whose language model (text_config) is what AutoModelForCausalLM builds from them
 LANGUAGE_MODELS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 # hybrid families madsl does not convert, and the part it lacks for each: refused by name
 REFUSED = {
-    "zamba2": ("Zamba2", _ZAMBA),
-    "zamba": ("Zamba", _ZAMBA),
+    "zamba": (
+        "Zamba",
+        "its Mamba layers are Zamba's own multi-head Mamba-1 mixers, and its shared block a separate gate, up "
+        "and down MLP without adapters (Zamba2, `zamba2`, converts)",
+    ),
     "hymba": (
         "Hymba",
         "its learned meta tokens prepended to every sequence and its key-value caches shared across "

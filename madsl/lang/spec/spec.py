@@ -270,7 +270,7 @@ def resolve_channels(spec: Spec) -> topo.Topology:
             implied = spec.channel_for(topo.Block(mixer, None))
             if (implied.symbol if implied else topo.NO_CHANNEL) == channel.symbol:
                 channel = None
-        return topo.Block(mixer, channel)
+        return topo.Block(mixer, channel, bare(block.inject) if block.inject is not None else None)
 
     return topo.map_blocks(topo.expand(spec.topology), fix)
 

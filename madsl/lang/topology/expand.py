@@ -10,7 +10,7 @@ from madsl.lang.topology.nodes import Block, Fork, Group, Layer, Node, Parallel,
 
 
 def size(topology: Topology) -> int:
-    """Number of blocks after expansion (a parallel block counts once per branch),
+    """Number of blocks after expansion (a parallel block counts once per branch, an injector once),
     computed without expanding."""
     total = 0
     for node in topology:
@@ -21,7 +21,7 @@ def size(topology: Topology) -> int:
         elif isinstance(node, Fork):
             total += sum(size(branch) for branch in node.branches)
         else:
-            total += len(node.mixer.branches) if isinstance(node.mixer, Parallel) else 1
+            total += (len(node.mixer.branches) if isinstance(node.mixer, Parallel) else 1) + (node.inject is not None)
     return total
 
 
@@ -78,6 +78,8 @@ def layers(topology: Topology) -> Iterator[Layer]:
             for branch in node.branches:
                 yield from layers(branch)
         else:
+            if node.inject is not None:
+                yield node.inject
             yield from (node.mixer.branches if isinstance(node.mixer, Parallel) else (node.mixer,))
             if node.channel is not None:
                 yield node.channel

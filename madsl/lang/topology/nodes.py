@@ -73,10 +73,13 @@ class Block:
     """A residual block: a sequence mixer and (optionally) its channel mixer.
 
     channel is None when the topology does not name one (the spec's default
-    applies) and Layer("none") when the topology asks for none."""
+    applies) and Layer("none") when the topology asks for none. inject is the layer written
+    before `>` (`Zs#a>M2`): it reads the block's input, and its output is added to the input of
+    the mixer's pre-norm, not to the stream (Zamba2's hybrid layer: h + M2(norm(h + Zs(h))))."""
 
     mixer: Layer | Parallel
     channel: Layer | None = None
+    inject: Layer | None = None
 
 
 @dataclass(frozen=True)

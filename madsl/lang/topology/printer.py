@@ -46,7 +46,8 @@ def block_text(block: Block) -> str:
         mixer = "[" + " | ".join(layer_text(b) for b in block.mixer.branches) + "]"
     else:
         mixer = layer_text(block.mixer)
-    return mixer + (f"-{layer_text(block.channel)}" if block.channel is not None else "")
+    inject = f"{layer_text(block.inject)}>" if block.inject is not None else ""
+    return inject + mixer + (f"-{layer_text(block.channel)}" if block.channel is not None else "")
 
 
 def expanded_text(topology: Topology) -> str:

@@ -98,9 +98,15 @@ class TreeToData(lark.Transformer):
         return _count(children[1])
 
     def block(self, meta, children):
+        inject = None
+        if isinstance(children[0], tuple) and children[0] and children[0][0] == "inject":
+            inject, children = children[0][1], children[1:]
         mixer = children[0]
         channel = children[1] if len(children) > 1 else None
-        return Block(mixer, channel)
+        return Block(mixer, channel, inject)
+
+    def inject(self, meta, children):
+        return ("inject", children[0])
 
     def parallel(self, meta, children):
         return Parallel(tuple(children), _span(meta))

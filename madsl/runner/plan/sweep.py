@@ -394,12 +394,12 @@ def _variant_error(name: str, err: MadslError, located: Located) -> MadslError:
 
 def layer_count(spec: Any) -> int:
     """The layers of a spec's expanded topology: every sequence mixer (each branch of a parallel
-    one) and every channel mixer a block gets. The topology is already within the block limit
+    one), every channel mixer a block gets and every injector. The topology is already within the block limit
     (MAX_BLOCKS, madsl/lang/topology/nodes.py), so the count is quick."""
     from madsl.lang import topology as topo
 
     count = 0
     for block in topo.blocks(spec.topology):
         count += len(block.mixer.branches) if isinstance(block.mixer, topo.Parallel) else 1
-        count += spec.channel_for(block) is not None
+        count += (spec.channel_for(block) is not None) + (block.inject is not None)
     return count
