@@ -455,3 +455,11 @@ def test_a_study_whose_runs_have_no_rate_says_the_hours_leave_them_out(tmp_path,
     assert main(["scale", str(study), "--db", str(tmp_path / "r.db"), "--dry-run", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "warning: 1 of 2 runs to do have no time estimate (hyena: RuntimeError: this layer cannot train here)" in out
+
+
+def test_a_layer_that_reads_the_token_embeddings_is_timed_with_some_linked(monkeypatch):
+    """Zs reads the model's token embeddings, which a model links; timed alone, the rate measurement
+    links random ones of the input's shape (before: RuntimeError, and its runs were not timed)."""
+    monkeypatch.setattr(rate_measure, "TIMED_STEPS", 1)
+    overhead, rate = rate_measure._family_line("zamba_shared", torch.device("cpu"), 32)
+    assert overhead >= 0 and rate > 0

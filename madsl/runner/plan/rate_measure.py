@@ -153,6 +153,11 @@ def _family_line(family: str, device: Any, width: int) -> tuple[float, float]:
     times = []
     for rows in BATCHES[device.type]:
         h = torch.randn(rows, RATE_LENGTH, width, device=device, requires_grad=True)
+        if hasattr(module, "embeddings"):  # a layer that reads the token embeddings (Zs): a model links them
+            from madsl.layers.zamba import EmbeddingLink
+
+            module.embeddings = EmbeddingLink()
+            module.embeddings.value = torch.randn(rows, RATE_LENGTH, width, device=device)
 
         def step(h=h) -> None:
             out = module(h)
