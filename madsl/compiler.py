@@ -50,6 +50,8 @@ class _Compiler:
         # every layer module with the node of its first use, in stack order (the order they are built)
         self.built: list[tuple[str, nn.Module]] = []
         self.embedding_link = None  # the token embeddings, for layers that read them (`link_embeddings`)
+        # the layer module each layer node runs (a tag's later uses: the first's, or their own with per-use parts)
+        self.module_of: dict[str, nn.Module] = {}
 
     # ---- reading the graph -------------------------------------------------------------------
 
@@ -113,6 +115,7 @@ class _Compiler:
             self.units[first] = PreNorm(norm, self.bare_layer(node))
         elif hasattr(self.units[first].layer, "another_use"):  # per-use parts: the norm shared, the use its own
             return PreNorm(self.units[first].norm, self.bare_layer(node))
+        self.module_of[node] = self.units[first].layer
         return self.units[first]
 
     def bare_layer(self, node: str) -> nn.Module:
@@ -125,7 +128,9 @@ class _Compiler:
         elif first != node and hasattr(self.layers[first], "another_use"):
             module = self.layers[first].another_use()
             module.madsl_primitive = self.layers[first].madsl_primitive
-            return self.register(node, module)
+            self.module_of[node] = self.register(node, module)
+            return module
+        self.module_of[node] = self.layers[first]
         return self.layers[first]
 
     def parallel(self, node: str) -> Parallel:
@@ -207,7 +212,36 @@ class _Compiler:
         body = self.sequence(last, "embedding", 0)
         self.link_value_residuals()
         self.link_embeddings()
+        self.link_shared_keys()
         return body
+
+    def link_shared_keys(self) -> None:
+        """Hymba's cross-layer KV sharing: an `Hb` layer with kv_reuse reads the keys and values of the
+        nearest Hb layer before it that computes its own, in the same forward, step or prefill (one `KVLink`
+        a producer; a producer used again by its tag writes at each use, so a consumer reads its nearest)."""
+        hymba = [node for node in self.module_of if self.plan.nodes[node]["primitive"].name == "hymba"]
+        if not hymba:
+            return
+        from .layers.hymba import KVLink
+
+        producer = None
+        for node in hymba:  # in stack order
+            module, layer = self.module_of[node], self.plan.nodes[node]["layer"]
+            if not self.plan.nodes[node]["primitive"].kv_reuse:
+                producer = module
+                if module.kv_source is None:
+                    module.kv_source = KVLink()
+            elif producer is None:
+                raise self.spec.topology_error(
+                    MadslError(
+                        f"{layer.symbol} has kv_reuse, but no Hb layer before it computes the keys and values "
+                        "it would read",
+                        hint="kv_reuse: false on the first Hb layer (Hymba's producers)",
+                    ),
+                    layer.span,
+                )
+            else:
+                module.kv_from = producer.kv_source
 
     def link_embeddings(self) -> None:
         """Layers that read the model's token embeddings (Zamba2's shared block: concat(h, e)) get the one
@@ -298,6 +332,7 @@ def compile_spec(
             logit_divisor=spec.logit_divisor,
             logit_soft_cap=spec.logit_soft_cap,
             embedding_link=compiler.embedding_link,
+            meta_tokens=spec.meta_tokens,
         )
         for _, module, std in sorted(compiler.group_inits, key=lambda entry: entry[0]):
             reinit_linears(module, std)

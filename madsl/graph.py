@@ -42,7 +42,8 @@ what it holds beyond a plain stack). Shared
 layers (`H#a`) count their parameters, and their active parameters, once (and each later use its
 per-use parts, `Primitive.per_use_params`: Zamba2's adapters); state and FLOPs are per use. A plan is built at
 one sequence length (the accounting's seq_len, `madsl.compile`'s max_seq_len), and a layer
-hyperparameter written `seq_len` takes that length there. No torch here.
+hyperparameter written `seq_len` takes that length there; a spec's meta tokens lengthen what every
+layer reads by their number. No torch here.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class LayerRow:
 class PartRow:
     """A model-level part that is not a layer of the topology."""
 
-    # "embedding", "positions", "embedding_norm", "final_norm", "head", "group_gate[g]",
+    # "embedding", "positions", "embedding_norm", "meta_tokens", "final_norm", "head", "group_gate[g]",
     # "group_split[g]", "group_combine[g]"
     name: str
     params: int
@@ -355,7 +356,8 @@ def build_graph(spec: Spec | str | PathLike, *, seq_len: int | None = None, voca
     vocab = vocab if vocab is not None else spec.vocab
     plan = plan_structure(spec.topology, channel_for=spec.channel_for, norm=spec.norm, final_norm=spec.final_norm)
     plan.graph.update(name=spec.name, dim=spec.dim, seq_len=seq_len, vocab=vocab)
-    resolver = _Resolver(spec, seq_len, plan)
+    # the layers read the meta tokens ahead of the sequence: their state, cache and FLOPs are at that length
+    resolver = _Resolver(spec, seq_len + spec.meta_tokens, plan)
     for node_id in [n for n, kind in plan.nodes(data="kind") if kind == "layer"]:
         resolver.resolve(node_id)
     d = spec.dim
@@ -367,11 +369,13 @@ def build_graph(spec: Spec | str | PathLike, *, seq_len: int | None = None, voca
         parts.append(PartRow("positions", spec.seq_len * d))
     if spec.embedding_norm:
         parts.append(PartRow("embedding_norm", norm_params(spec)))
+    if spec.meta_tokens:
+        parts.append(PartRow("meta_tokens", spec.meta_tokens * d))
     if spec.final_norm:
         parts.append(PartRow("final_norm", norm_params(spec)))
     if vocab is not None and not spec.tie_embeddings:
         parts.append(PartRow("head", vocab * d))
-    plan.graph["parts"] = parts + _group_parts(plan, spec, seq_len)
+    plan.graph["parts"] = parts + _group_parts(plan, spec, seq_len + spec.meta_tokens)
     return plan
 
 

@@ -5,7 +5,7 @@ Wired as its plan says (madsl/compiler.py reads it) from the units of madsl/mode
 `GroupConnection` per group, a `Fork` per group of branches, in one `Stack`.
 
 Recurrent inference (`Model.init_state`, `step`, `prefill`, `generate`): the state of a
-model is a list with one entry per stateful layer *use*, in stack order (a tagged layer
+model (with meta tokens: after them) is a list with one entry per stateful layer *use*, in stack order (a tagged layer
 used twice is one module with two states). Each entry is that layer's own state dict
 (keys as the accounting counts them: "fixed", "conv", "k"/"v"/"cache"). Channel mixers
 are position-wise and keep no state.
@@ -43,6 +43,7 @@ class Model(nn.Module):
         logit_divisor: float = 1.0,
         logit_soft_cap: float | None = None,
         embedding_link=None,
+        meta_tokens: int = 0,
     ):
         super().__init__()
         self.dim, self.vocab_size, self.num_classes, self.max_seq_len = dim, vocab_size, num_classes, max_seq_len
@@ -59,6 +60,8 @@ class Model(nn.Module):
         # the stack's input, handed to the layers that read the token embeddings (madsl/layers/zamba.py's
         # EmbeddingLink, set by the compiler); None: no layer reads them
         self.embedding_link = embedding_link
+        # learned tokens prepended to every sequence (Hymba's meta tokens); their outputs are dropped
+        self.meta_tokens = nn.Parameter(torch.empty(meta_tokens, dim)) if meta_tokens else None
         self.final_norm = make_norm(norm, dim, norm_eps) if final_norm else nn.Identity()
         tied = tie_embeddings and num_classes == vocab_size
         self.head = None if tied else nn.Linear(dim, num_classes, bias=False)
@@ -67,6 +70,8 @@ class Model(nn.Module):
         nn.init.normal_(self.embedding.weight, std=embedding_std)  # 0.02: GPT-2 / Transformer++ practice
         if self.positions is not None:
             nn.init.normal_(self.positions.weight, std=embedding_std)
+        if self.meta_tokens is not None:
+            nn.init.normal_(self.meta_tokens, std=embedding_std)
         if self.head is not None:
             nn.init.normal_(self.head.weight, std=0.02 if linear_std is None else linear_std)
 
@@ -85,7 +90,17 @@ class Model(nn.Module):
         if (tokens is None) == (embeds is None):
             raise ValueError("give exactly one of tokens or embeds")
         x = self._embed(tokens) if tokens is not None else embeds
-        return self.final_norm(self.body(self._link(self._add_positions(x))))
+        return self.final_norm(self._unmeta(self.body(self._link(self._with_meta(self._add_positions(x))))))
+
+    def _with_meta(self, x: torch.Tensor) -> torch.Tensor:
+        """The sequence the stack reads: the meta tokens, then x (B, L, dim)."""
+        if self.meta_tokens is None:
+            return x
+        return torch.cat((self.meta_tokens.to(x.dtype).expand(x.shape[0], -1, -1), x), dim=1)
+
+    def _unmeta(self, h: torch.Tensor) -> torch.Tensor:
+        """The stack's outputs at the sequence's own positions (the meta tokens' dropped)."""
+        return h if self.meta_tokens is None else h[:, self.meta_tokens.shape[0] :]
 
     def _link(self, x: torch.Tensor) -> torch.Tensor:
         """The stack's input, handed to the layers that read the embeddings in this call."""
@@ -130,7 +145,12 @@ class Model(nn.Module):
         out: State = []
         if self.positions is not None:
             out.append({"pos": torch.zeros(batch, dtype=torch.long, device=device)})
-        self.body.init_state(batch, device, dtype, out)
+        if self.meta_tokens is None:
+            self.body.init_state(batch, device, dtype, out)
+        else:  # the state after the meta tokens, which every sequence starts with
+            with torch.no_grad():
+                meta = self.meta_tokens.to(device=device, dtype=dtype).expand(batch, -1, -1)
+                self.body.prefill(self._link(meta), out)
         return out
 
     @torch.no_grad()
@@ -161,8 +181,8 @@ class Model(nn.Module):
         out: State = []
         if self.positions is not None:
             out.append({"pos": torch.full((tokens.shape[0],), tokens.shape[1], dtype=torch.long, device=tokens.device)})
-        h = self.body.prefill(self._link(self._add_positions(self._embed(tokens))), out)
-        return self._logits(self.final_norm(h)), out
+        h = self.body.prefill(self._link(self._with_meta(self._add_positions(self._embed(tokens)))), out)
+        return self._logits(self.final_norm(self._unmeta(h))), out
 
     @torch.no_grad()
     def generate(

@@ -192,7 +192,12 @@ def _perturbed(module: torch.nn.Module) -> torch.nn.Module:
 
 def _linked(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | None:
     """A module that reads the model's token embeddings (an `embeddings` attribute, Zs: the model links
-    them) gets a link holding a fixed random e of x's shape; e, or None for every other module."""
+    them) gets a link holding a fixed random e of x's shape; e, or None for every other module. A module
+    that reads another layer's keys and values (`kv_from`, Hymba's KV consumer) gets a producer beside it
+    (`_with_producer`)."""
+    if hasattr(module, "kv_from"):
+        _with_producer(module, x)
+        return None
     if not hasattr(module, "embeddings"):
         return None
     from madsl.layers.zamba import EmbeddingLink
@@ -200,6 +205,29 @@ def _linked(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | None:
     module.embeddings = EmbeddingLink()
     module.embeddings.value = torch.randn(x.shape, dtype=x.dtype, generator=torch.Generator().manual_seed(3))
     return module.embeddings.value
+
+
+def _with_producer(module: torch.nn.Module, x: torch.Tensor) -> None:
+    """Hymba's KV consumer (Hb with kv_reuse) linked to a producer of the same settings built beside it (its
+    weights perturbed, x's dtype), run here on x so that the consumer's forward reads the producer's keys and
+    values (the FLOPs then measure the consumer alone); the consumer's `init_state` and `step` are wrapped to
+    start and step the producer first, on the same tokens, as a model runs its producer first."""
+    from madsl.layers.hymba import KVLink
+
+    producer = _perturbed(_build(dataclasses.replace(module.primitive, kv_reuse=False), seed=1)).to(x.dtype)
+    producer.kv_source = module.kv_from = KVLink()
+    producer(x)
+    own_init, own_step, held = module.init_state, module.step, {}
+
+    def init_state(batch: int, device=None, dtype=None) -> dict:
+        held["state"] = producer.init_state(batch, device=device, dtype=dtype)
+        return own_init(batch, device=device, dtype=dtype)
+
+    def step(x_t: torch.Tensor, state: dict) -> tuple:
+        held["state"] = producer.step(x_t, held["state"])[1]
+        return own_step(x_t, state)
+
+    module.init_state, module.step = init_state, step
 
 
 def _aux_loss(module: torch.nn.Module) -> torch.Tensor | float:
@@ -347,6 +375,7 @@ NOT_MEASURED = {
     "mla": "softmax 2·H·L² (elementwise; the SDPA formula counts q.k and p.v only)",
     "moe": "nothing (routing, activation and weighting are not accounted)",
     "zamba_shared": "softmax 2·H·L² (elementwise; the SDPA formula counts q.k and p.v only)",
+    "hymba": "selective scan 2·L·E·N (elementwise recurrence) and softmax 2·H·L·min(L, window + sinks)",
 }
 
 
@@ -372,6 +401,14 @@ COUNTER_SEES_MORE = {
         ),
     ),
     "hyena_experts": ("the router at 1 FLOP per multiply-add", _router_at_one_flop),
+    "hymba": (
+        "SDPA takes one head width (the narrower of q.k and v zero-padded to the wider) and, with a window "
+        "w + sinks < L, runs dense with the mask: all L² pairs where the accounting counts L·min(L, w + sinks)",
+        lambda p: (
+            2 * p.heads * SEQ_LEN * SEQ_LEN * 2 * max(p.qk_head_dim, p.v_head_dim)
+            - 2 * p.heads * SEQ_LEN * p.attended(SEQ_LEN) * (p.qk_head_dim + p.v_head_dim)
+        ),
+    ),
     "mla": (
         "SDPA takes one head width: the narrower of q.k (nope + rope) and v is zero-padded to the wider",
         lambda p: 2 * SEQ_LEN * SEQ_LEN * p.heads * abs(p.qk_head_dim - p.v_head_dim),

@@ -140,7 +140,7 @@ def test_an_unparsable_topology_stops_the_checks_that_need_it(specs, capsys):
     assert out.splitlines() == [
         "syntax.mad:3:1: error: unknown key 'colour' (expected: one of name, description, extends, dim, vocab, "
         "seq_len, topology, channel_mixer, norm, tie_embeddings, positions, embedding_std, linear_std, final_norm, "
-        "embedding_norm, "
+        "embedding_norm, meta_tokens, "
         "norm_eps, embedding_scale, residual_scale, postnorm, residual_factors, logit_divisor, logit_soft_cap, init, "
         "layers, budget, "
         "eval)",

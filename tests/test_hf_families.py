@@ -353,7 +353,6 @@ ZAMBA_SHAPE = {
     "config, name, part",
     [
         (ZAMBA_SHAPE, "Zamba", "multi-head Mamba-1 mixers"),
-        ({"model_type": "hymba", "hidden_size": 1600, "num_memory_tokens": 128}, "Hymba", "meta tokens"),
     ],
 )
 def test_families_madsl_lacks_a_part_for_are_refused_by_name(tmp_path, config, name, part):

@@ -147,10 +147,18 @@ def test_every_family_convert_reads_has_a_name_map() -> None:
     """`madsl import` reads every family `madsl convert --from-hf` reads (issue 42), the vision-language
     Qwen3.5 configs too (their language model); the families convert refuses by name have none."""
     from madsl.interop.huggingface.families import FAMILIES, LANGUAGE_MODELS, REFUSED
-    from madsl.weights.mapping import families
+    from madsl.weights.mapping import NOT_IMPORTED, families
 
-    assert set(families()) == set(FAMILIES) | set(LANGUAGE_MODELS)
-    assert not set(families()) & set(REFUSED)
+    assert set(families()) | set(NOT_IMPORTED) == set(FAMILIES) | set(LANGUAGE_MODELS)
+    assert not set(families()) & (set(REFUSED) | set(NOT_IMPORTED))
+
+
+def test_hymba_weights_are_refused_with_the_reason(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "hymba", "hidden_size": 32}))
+    safetensors_torch.save_file({"model.embed_tokens.weight": torch.zeros(4, 32)}, str(folder / "model.safetensors"))
+    _refused(tmp_path, folder, capsys, "madsl imports no 'hymba' weights: Hymba's only implementation")
 
 
 def test_partial_rotary_lfm2_does_not_read_refused(tmp_path: Path, capsys) -> None:

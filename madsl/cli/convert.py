@@ -40,6 +40,7 @@ FAMILY_TYPES = (
     "gpt_neo",
     "rwkv7",
     "zamba2",
+    "hymba",
 )  # madsl.interop.huggingface.families.FAMILIES, and LANGUAGE_MODELS (written as text_config)
 
 

@@ -76,8 +76,21 @@ def families() -> dict[str, ModuleType]:
     }
 
 
+# families `madsl convert --from-hf` reads whose weights madsl does not import, and why
+NOT_IMPORTED = {
+    "hymba": (
+        "Hymba's only implementation is NVIDIA's remote code, whose forward runs on CUDA kernels alone (flex "
+        "attention, mamba-ssm): there are no logits on a CPU to check an import against",
+        "`madsl convert --from-hf` converts its config.json to a spec (shapes and counts, no weights)",
+    ),
+}
+
+
 def family(model_type: str, path: str) -> ModuleType:
     known = families()
+    if model_type in NOT_IMPORTED:
+        reason, hint = NOT_IMPORTED[model_type]
+        raise MadslError(f'{path}: "model_type": madsl imports no {model_type!r} weights: {reason}', hint=hint)
     if model_type not in known:
         raise MadslError(
             f'{path}: "model_type": madsl imports no {model_type!r} weights yet',

@@ -28,6 +28,8 @@ by a channel mixer, which is a madsl block:
                       mixing in the first's values, a channel mixer after each (rwkv7.py)
     zamba2            Zamba2 (Zyphra): Mamba-2 layers, shared transformer blocks injected before some of
                       them, with per-use adapters (zamba2.py)
+    hymba             Hymba (NVIDIA, remote code): hybrid-head layers (attention and Mamba heads side by
+                      side), meta tokens, keys and values shared across layers (hymba.py; read only)
 
 Reading a config gives a spec with its width, vocabulary, layer stack and every layer's sizes,
 so that `madsl compile` and `madsl check` account it (embeddings and an untied head included, as
@@ -52,6 +54,7 @@ from madsl.interop.huggingface.base import Family
 from madsl.interop.huggingface.config import Config
 from madsl.interop.huggingface.falcon_h1 import FalconH1
 from madsl.interop.huggingface.gpt_neo import GPTNeo
+from madsl.interop.huggingface.hymba import Hymba
 from madsl.interop.huggingface.ibm import Bamba, GraniteHybrid
 from madsl.interop.huggingface.jamba import Jamba
 from madsl.interop.huggingface.kimi_linear import KimiLinear
@@ -88,6 +91,7 @@ FAMILIES: dict[str, Family] = {
         GPTNeo(),
         RWKV7(),
         Zamba2(),
+        Hymba(),
     )
 }
 Config.family_titles = {name: f.title for name, f in FAMILIES.items()}
@@ -100,11 +104,6 @@ REFUSED = {
         "Zamba",
         "its Mamba layers are Zamba's own multi-head Mamba-1 mixers, and its shared block a separate gate, up "
         "and down MLP without adapters (Zamba2, `zamba2`, converts)",
-    ),
-    "hymba": (
-        "Hymba",
-        "its learned meta tokens prepended to every sequence and its key-value caches shared across "
-        "layers are no part of madsl's language yet (its parallel attention and Mamba heads are)",
     ),
 }
 

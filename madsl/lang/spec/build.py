@@ -139,6 +139,8 @@ def _spec_before_topology(
         spec.final_norm = data.get("final_norm", True)
     if "embedding_norm" not in unusable:
         spec.embedding_norm = data.get("embedding_norm", False)
+    if "meta_tokens" not in unusable:
+        spec.meta_tokens = data.get("meta_tokens", 0)
     for key in ("norm_eps", "embedding_scale", "residual_scale", "logit_divisor", "logit_soft_cap"):
         if key not in unusable and data.get(key) is not None:
             setattr(spec, key, float(data[key]))

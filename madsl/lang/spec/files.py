@@ -146,6 +146,7 @@ SPEC_KEYS = (
     "linear_std",
     "final_norm",
     "embedding_norm",
+    "meta_tokens",
     "norm_eps",
     "embedding_scale",
     "residual_scale",

@@ -20,6 +20,8 @@ Every key is checked; unknown keys are errors, never ignored:
     final_norm: bool                a norm after the last block, before the head (default true)
     embedding_norm: bool            a norm of the token embedding before the first block (default false;
                                     RWKV's ln0: flash-linear-attention's RWKV-7 layer-0 pre_norm)
+    meta_tokens: int                learned tokens prepended to every sequence, their outputs dropped
+                                    (default 0; Hymba's meta tokens, num_memory_tokens)
     norm_eps: number                the epsilon of the pre-norms and the final norm (default 1e-5)
     embedding_scale: number         the token embedding times this (default 1; Granite's embedding_multiplier)
     residual_scale: number          each block part's output times this before its residual add (default 1)
@@ -61,6 +63,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "linear_std": (float, int, type(None)),
     "final_norm": (bool,),
     "embedding_norm": (bool,),
+    "meta_tokens": (int,),
     "norm_eps": (float, int),
     "embedding_scale": (float, int),
     "residual_scale": (float, int),
@@ -75,6 +78,7 @@ TYPES: dict[str, tuple[type, ...]] = {
 }
 assert tuple(TYPES) == SPEC_KEYS, "madsl.lang.spec.files.SPEC_KEYS names the keys of TYPES"
 REQUIRED = ("name", "dim", "topology")
+MAX_META_TOKENS = 65_536  # prepended to every sequence: more than any published model's (Hymba: 128)
 CHOICES = {"norm": ("rms", "layer"), "positions": ("none", "learned")}
 POSITIVE = (
     *("dim", "vocab", "seq_len", "embedding_std", "linear_std", "norm_eps"),
@@ -155,6 +159,8 @@ def _value_problem(key: str, value: Any, at: Locator) -> MadslError | None:
     if key in POSITIVE and value is not None and not 0 < value < float("inf"):
         kind = "integer" if float not in TYPES[key] else "number"
         return MadslError(f"{key} must be a positive {kind}, got {value}", at.value(key))
+    if key == "meta_tokens" and not 0 <= value <= MAX_META_TOKENS:
+        return MadslError(f"meta_tokens must be an integer from 0 to {MAX_META_TOKENS:,}, got {value}", at.value(key))
     if key == "name" and not value.strip():
         return MadslError("name must not be empty", at.value("name"))
     return None

@@ -59,6 +59,7 @@ class Spec:
     logit_soft_cap: float | None = None  # the logits through cap * tanh(logits / cap) (xLSTM, Gemma)
     final_norm: bool = True  # false: the last block's output goes to the head unnormalised (seed 004's hybrids)
     embedding_norm: bool = False  # true: the token embedding normed before the first block (RWKV's ln0)
+    meta_tokens: int = 0  # learned tokens prepended to every sequence, their outputs dropped (Hymba's)
     init: list[InitFrom] = field(default_factory=list)  # layers that start from saved weights (init.py)
     description: str = ""
     budget: dict[str, budgets.Bound] = field(default_factory=dict)
@@ -128,6 +129,7 @@ class Spec:
             ("linear_std", self.linear_std, None),
             ("final_norm", self.final_norm, True),
             ("embedding_norm", self.embedding_norm, False),
+            ("meta_tokens", self.meta_tokens, 0),
             ("norm_eps", self.norm_eps, 1e-5),
             ("embedding_scale", self.embedding_scale, 1.0),
             ("residual_scale", self.residual_scale, 1.0),

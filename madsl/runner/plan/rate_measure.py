@@ -158,6 +158,15 @@ def _family_line(family: str, device: Any, width: int) -> tuple[float, float]:
 
             module.embeddings = EmbeddingLink()
             module.embeddings.value = torch.randn(rows, RATE_LENGTH, width, device=device)
+        if hasattr(module, "kv_from"):  # Hymba's KV consumer (Hb with kv_reuse) reads a producer's keys and values
+            from madsl.layers.hymba import KVLink
+
+            heads = (rows, prim.key_value_heads, RATE_LENGTH)
+            module.kv_from = KVLink()
+            module.kv_from.value = (
+                torch.randn(*heads, prim.qk_head_dim, device=device),
+                torch.randn(*heads, prim.v_head_dim, device=device),
+            )
 
         def step(h=h) -> None:
             out = module(h)
