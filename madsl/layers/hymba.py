@@ -41,6 +41,7 @@ from torch import Tensor, nn
 from madsl.kernels.attention import scaled_dot_product_attention
 from madsl.kernels.selective_scan import selective_scan
 from madsl.layers.mamba import Mamba as MambaLayer
+from madsl.layers.mamba import at_least_fp32
 from madsl.layers.rotary import rotate
 from madsl.primitives.hymba import Hymba as HymbaPrimitive
 
@@ -55,11 +56,6 @@ class KVLink:
         self.value: tuple[Tensor, Tensor] | None = None
 
 
-def _precise(t: Tensor) -> Tensor:
-    # norms and the SSM's parameters compute in float32 in a half-precision model, float64 in a float64 one
-    return t if t.dtype == torch.float64 else t.float()
-
-
 class _RMSNorm(nn.Module):
     """HymbaRMSNorm: weight * (x / sqrt(mean(x^2) + eps)), the normalisation in float32 or better."""
 
@@ -69,7 +65,7 @@ class _RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        precise = _precise(x)
+        precise = at_least_fp32(x)
         return self.weight * F.rms_norm(precise, precise.shape[-1:], eps=self.eps).to(x.dtype)
 
 
@@ -144,12 +140,12 @@ class Hymba(nn.Module):
         out = selective_scan(
             x_conv.transpose(1, 2),
             dt.transpose(1, 2),
-            -torch.exp(_precise(self.A_log)),
+            -torch.exp(at_least_fp32(self.A_log)),
             B.transpose(1, 2),
             C.transpose(1, 2),
-            _precise(self.D),
+            at_least_fp32(self.D),
             z=z.transpose(1, 2),
-            delta_bias=_precise(self.dt_proj.bias),
+            delta_bias=at_least_fp32(self.dt_proj.bias),
             delta_softplus=True,
             return_last_state=last_state,
         )

@@ -29,7 +29,7 @@ from madsl.layers.short_conv import depthwise_conv1d
 from madsl.primitives.mamba import Mamba as MambaPrimitive
 
 
-def _at_least_fp32(t: Tensor) -> Tensor:
+def at_least_fp32(t: Tensor) -> Tensor:
     # The SSM parameters enter the scan in float32 even in a half-precision model
     # (as in mamba-ssm), and in float64 when the model is float64.
     return t if t.dtype == torch.float64 else t.float()
@@ -137,7 +137,7 @@ class Mamba(nn.Module):
         x_conv = self._causal_conv_silu(x_in)
         dt, B, C = self._split(x_conv)  # (batch, L, dt_rank), (batch, L, d_state) x 2
         dt = F.linear(dt, self.dt_proj.weight)  # its bias is added inside the scan
-        A = -torch.exp(_at_least_fp32(self.A_log))
+        A = -torch.exp(at_least_fp32(self.A_log))
         # The scan takes mamba-ssm's (batch, channels, L); transposed views of
         # (batch, L, channels) tensors are what the CPU scan reads without copies.
         y = selective_scan(
@@ -146,9 +146,9 @@ class Mamba(nn.Module):
             A,
             B.transpose(1, 2),
             C.transpose(1, 2),
-            _at_least_fp32(self.D),
+            at_least_fp32(self.D),
             z=z.transpose(1, 2),
-            delta_bias=_at_least_fp32(self.dt_proj.bias),
+            delta_bias=at_least_fp32(self.dt_proj.bias),
             delta_softplus=True,
             return_last_state=last_state,
         )
@@ -171,7 +171,7 @@ class Mamba(nn.Module):
         """mamba-ssm's fast path (as its `Mamba.forward`): xz (batch, 2*d_inner, L); B, C
         None = input-dependent; A, D and dt's bias in float32. Returns (batch, L, dim)."""
         xz = self.in_proj(x).transpose(1, 2)
-        A = -torch.exp(_at_least_fp32(self.A_log))
+        A = -torch.exp(at_least_fp32(self.A_log))
         return mamba_inner_fn(
             xz,
             self.conv1d.weight,
@@ -183,8 +183,8 @@ class Mamba(nn.Module):
             A,
             None,
             None,
-            _at_least_fp32(self.D),
-            delta_bias=_at_least_fp32(self.dt_proj.bias),
+            at_least_fp32(self.D),
+            delta_bias=at_least_fp32(self.dt_proj.bias),
             delta_softplus=True,
         )
 

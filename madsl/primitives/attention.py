@@ -42,11 +42,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import ConfigError, Heads, Primitive, divides, positive
+from .base import ConfigError, Heads, KeyValueHeads, Primitive, divides, positive
 
 
 @dataclass(frozen=True)
-class Attention(Heads, Primitive):
+class Attention(Heads, KeyValueHeads, Primitive):
     heads: int
     head_dim: int | None  # None: dim // heads
     rotary: bool
@@ -109,15 +109,6 @@ class Attention(Heads, Primitive):
     def rotary_dim(self) -> int:
         """The channels of each head that rotary rotates: int(rotary_fraction * head_dim)."""
         return int(self.rotary_fraction * self.inner_head_dim)
-
-    @property
-    def groups(self) -> int:
-        """Query heads per key/value head (1: multi-head attention)."""
-        return self.heads // self.key_value_heads
-
-    @property
-    def key_value_heads(self) -> int:
-        return self.kv_heads if self.kv_heads is not None else self.heads
 
     @property
     def kv_inner(self) -> int:

@@ -250,6 +250,20 @@ class Primitive:
         return cls(self)
 
 
+class KeyValueHeads:
+    """For primitives with `heads` and an optional `kv_heads` (None: as many as heads): grouped-query
+    attention, each key/value head read by heads / kv_heads query heads."""
+
+    @property
+    def key_value_heads(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def groups(self) -> int:
+        """Query heads per key/value head (1: multi-head attention)."""
+        return self.heads // self.key_value_heads
+
+
 class Heads:
     """For primitives with `heads` and an optional `head_dim` (None: dim // heads, which then
     must divide the width): the head width and the total width of the heads."""

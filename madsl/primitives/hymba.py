@@ -35,14 +35,14 @@ average are not counted (as attention's and Mamba's). A consumer counts its own 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from .base import ConfigError, Primitive, divides, positive
+from .base import ConfigError, KeyValueHeads, Primitive, divides, positive
+from .mamba import MambaWidths
 
 
 @dataclass(frozen=True)
-class Hymba(Primitive):
+class Hymba(KeyValueHeads, MambaWidths, Primitive):
     heads: int
     kv_heads: int | None  # key/value heads (grouped-query attention); None: heads
     head_dim: int | None  # the q/k head width; None: dim // heads (Hymba's queries are dim wide)
@@ -89,29 +89,12 @@ class Hymba(Primitive):
 
     # --- derived sizes ----------------------------------------------------------------
     @property
-    def d_inner(self) -> int:
-        return self.expand * self.dim
-
-    @property
-    def rank(self) -> int:
-        return self.dt_rank if self.dt_rank is not None else math.ceil(self.dim / 16)
-
-    @property
     def qk_head_dim(self) -> int:
         return self.head_dim if self.head_dim is not None else self.dim // self.heads
 
     @property
     def v_head_dim(self) -> int:
         return self.d_inner // self.heads
-
-    @property
-    def key_value_heads(self) -> int:
-        return self.kv_heads if self.kv_heads is not None else self.heads
-
-    @property
-    def groups(self) -> int:
-        """Query heads per key/value head (1: multi-head attention)."""
-        return self.heads // self.key_value_heads
 
     @property
     def kv_width(self) -> int:

@@ -28,8 +28,20 @@ from dataclasses import dataclass
 from .base import Primitive, positive
 
 
+class MambaWidths:
+    """Mamba-1's widths from `expand` and an optional `dt_rank` (None: ceil(dim / 16), mamba-ssm's "auto")."""
+
+    @property
+    def d_inner(self) -> int:
+        return self.expand * self.dim
+
+    @property
+    def rank(self) -> int:
+        return self.dt_rank if self.dt_rank is not None else math.ceil(self.dim / 16)
+
+
 @dataclass(frozen=True)
-class Mamba(Primitive):
+class Mamba(MambaWidths, Primitive):
     d_state: int
     d_conv: int
     expand: int
@@ -47,14 +59,6 @@ class Mamba(Primitive):
 
     def validate(self) -> None:
         positive(self, "d_state", "d_conv", "expand", "dt_rank", "inner_norm_eps")
-
-    @property
-    def d_inner(self) -> int:
-        return self.expand * self.dim
-
-    @property
-    def rank(self) -> int:
-        return self.dt_rank if self.dt_rank is not None else math.ceil(self.dim / 16)
 
     def params(self) -> int:
         D, E, R, N = self.dim, self.d_inner, self.rank, self.d_state

@@ -40,11 +40,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .base import ConfigError, Primitive, divides, positive
+from .base import ConfigError, KeyValueHeads, Primitive, divides, positive
 
 
 @dataclass(frozen=True)
-class ZambaShared(Primitive):
+class ZambaShared(KeyValueHeads, Primitive):
     heads: int
     kv_heads: int | None  # key/value heads (grouped-query attention); None: heads
     head_dim: int | None  # None: 2 * dim // heads (Zamba2's attention_head_dim: the input is 2 * dim wide)
@@ -81,15 +81,6 @@ class ZambaShared(Primitive):
     @property
     def inner_head_dim(self) -> int:
         return self.head_dim if self.head_dim is not None else 2 * self.dim // self.heads
-
-    @property
-    def key_value_heads(self) -> int:
-        return self.kv_heads if self.kv_heads is not None else self.heads
-
-    @property
-    def groups(self) -> int:
-        """Query heads per key/value head (1: multi-head attention)."""
-        return self.heads // self.key_value_heads
 
     @property
     def inner(self) -> int:
