@@ -147,3 +147,19 @@ def test_a_batch_larger_than_the_training_set_is_costed_as_the_batch_that_trains
     layers = cost.Shapes().of(load_spec(PAPER / "mamba.mad"), run["seq_len"], 16).layers
     step = sum(3 * flops for _, flops, _width in layers) / 1e9  # one sequence's training step, in seconds
     assert run["seconds"] == pytest.approx(2 * (step * 64 + cost.FORWARD_SHARE * step * 32))
+
+
+def test_meta_tokens_lengthen_the_activations_the_bound_counts(tmp_path):
+    """The stack reads a spec's meta tokens ahead of every sequence: its activations are (L + M) long."""
+    from madsl.spec import spec_with
+
+    spec = load_spec(PAPER / "attention-sg.mad")
+    cli = cli_overrides(protocol="baseline", tasks=["memorization"])
+    jobs = []
+    for meta in (0, 64):
+        variant = spec_with(spec, {"meta_tokens": meta}) if meta else spec
+        plan = plan_evaluation(StoreFiles(tmp_path / f"r{meta}.db"), [(variant, "x.mad")], cli, device="cpu")
+        jobs.append(plan.work(batch_grid=False)[0])
+    plain, meta = (memory.needs([job], 1000, 4)["activations"] for job in jobs)
+    seq_len = int(jobs[0].setting["seq_len"])
+    assert meta * seq_len == plain * (seq_len + 64)

@@ -90,20 +90,21 @@ def needs(members: Sequence[Any], params: int, layers: int) -> dict[str, int]:
     settings = dict(first.setting)
     seq_len, train_examples, test_examples = data_shape(first.task, settings)
     batch, dim = int(first.train.batch_size), int(first.model_factory.spec.dim)
+    meta = int(getattr(first.model_factory.spec, "meta_tokens", 0))  # the stack reads them ahead of every sequence
     trained = 0 if first.train.freeze else params  # which parameters a freeze leaves is known to the model only
     runs, seeds = len(members), len({member.train.seed for member in members})
     training = {
         "weights": WEIGHT_BYTES * params * runs,
         "training state": TRAINING_STATE_BYTES * trained * runs,
         "data": TOKEN_BYTES * (train_examples + test_examples) * seq_len * seeds,
-        "activations": ACTIVATION_BYTES * min(batch, max(train_examples, 1)) * seq_len * dim * max(layers, 1),
+        "activations": ACTIVATION_BYTES * min(batch, max(train_examples, 1)) * (seq_len + meta) * dim * max(layers, 1),
         "logits": ACTIVATION_BYTES * min(batch, max(train_examples, 1)) * int(first.task.num_classes(settings)),
     }
     longest = max(first.train.eval_lengths, default=0)
     evaluation = {
         "weights": WEIGHT_BYTES * params * runs,
         "data": TOKEN_BYTES * test_examples * longest,
-        "activations": ACTIVATION_BYTES * min(batch, max(test_examples, 1)) * longest * dim,
+        "activations": ACTIVATION_BYTES * min(batch, max(test_examples, 1)) * (longest + meta) * dim,
     }
     return max(training, evaluation, key=lambda parts: sum(parts.values()))
 
