@@ -137,3 +137,20 @@ def test_a_layer_reusing_keys_with_no_producer_before_it_is_a_located_error():
     with pytest.raises(MadslError, match="no Hb layer before it computes the keys and values") as err:
         madsl.compile(spec)
     assert "kv_reuse: false on the first Hb layer" in err.value.hint
+
+
+@pytest.mark.parametrize(
+    "change, key, message",
+    [
+        ({"num_memory_tokens": 100_000}, "num_memory_tokens", "from 0 to 65,536"),
+        ({"kv_reuse_group": [[0]]}, "kv_reuse_group", "each a producer and its consumers"),
+        ({"sliding_window": 0}, "sliding_window", "positive integer"),
+    ],
+)
+def test_hostile_hymba_values_are_located_errors(tmp_path, change, key, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**TINY, **change}, indent=1))
+    with pytest.raises(MadslError) as err:
+        read_hf_config(path)
+    assert message in err.value.message
+    assert f'"{key}"' in path.read_text().splitlines()[err.value.location.line - 1]

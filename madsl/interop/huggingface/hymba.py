@@ -29,6 +29,7 @@ from typing import Any
 from madsl.errors import MadslError
 from madsl.interop.huggingface.base import Family, ignored, spec_data
 from madsl.interop.huggingface.config import Config
+from madsl.lang.spec.keys import MAX_META_TOKENS
 
 NTK_FACTOR = 2  # HymbaRotaryEmbedding's factor, fixed in its code
 
@@ -75,17 +76,19 @@ class Hymba(Family):
         heads = cfg.count("num_attention_heads")
         kv_heads = cfg.count("num_key_value_heads")
         expand = cfg.count("mamba_expand")
-        for key, value, what in (
-            ("num_attention_heads", dim % heads, f"hidden_size={dim}"),
-            ("num_key_value_heads", heads % kv_heads, f"num_attention_heads={heads}"),
-            ("num_attention_heads", (expand * dim) % heads, f"the Mamba width {expand * dim}"),
+        for key, value, rest, what in (
+            ("num_attention_heads", heads, dim % heads, f"hidden_size={dim}"),
+            ("num_key_value_heads", kv_heads, heads % kv_heads, f"num_attention_heads={heads}"),
+            ("num_attention_heads", heads, (expand * dim) % heads, f"the Mamba width {expand * dim}"),
         ):
-            if value:
-                raise cfg.error(key, f"does not divide {what}")
+            if rest:
+                default = " (HymbaConfig's default)" if key not in cfg.data else ""
+                raise cfg.error(key, f"{value}{default} does not divide {what}")
         head_dim = dim // heads
         window = cfg.data.get("sliding_window", cfg.defaults["sliding_window"])
         window = None if window is None else cfg.count("sliding_window") + 1  # q - k <= sliding_window
-        meta = cfg.count("num_memory_tokens", 0)
+        bound = f"madsl's meta_tokens go up to {MAX_META_TOKENS:,}"
+        meta = cfg.count("num_memory_tokens", 0, MAX_META_TOKENS, hint=bound)
         hb = {
             "heads": heads,
             "kv_heads": kv_heads,
