@@ -123,7 +123,9 @@ def test_defaulted_keys_are_listed(tmp_path, capsys):
     [
         ({"tie_word_embeddings": False}, "tie_word_embeddings", "ties its shared blocks only along with"),
         ({"use_shared_attention_adapter": True, "num_key_value_heads": 2}, "use_shared_attention_adapter", "fit"),
-        ({"lora_rank": 128}, "lora_rank", "Zyphra's keys from before transformers' Zamba2"),
+        ({"lora_rank": 128}, "lora_rank", "Zamba2Config reads adapter_rank instead, which this config states 8"),
+        ({"ffn_hidden_size": 256}, "ffn_hidden_size", "reads intermediate_size instead, which this config leaves"),
+        ({"use_shared_block_lora": False}, "use_shared_block_lora", "builds the MLP adapters of every use"),
         ({"mamba_headdim": 64}, "mamba_headdim", "Zamba2Config derives"),
         ({"num_attention_heads": 3}, "num_attention_heads", "does not divide 2 x hidden_size"),
         ({"n_mamba_heads": 3}, "n_mamba_heads", "do not divide the Mamba width"),
@@ -155,3 +157,9 @@ def test_a_spec_zamba2_cannot_state_is_refused_on_export(topology, message):
     data["layers"] = {**data["layers"], "A": {"heads": 4}}
     with pytest.raises(MadslError, match=message):
         to_hf_config(spec_from_data(data), "zamba2")
+
+
+def test_zyphras_earlier_keys_agreeing_with_transformers_are_left_with_a_note():
+    read = read_hf_config({**TWO_BLOCKS, "lora_rank": 8, "use_shared_block_lora": True})
+    assert read.data == read_hf_config(TWO_BLOCKS).data
+    assert "lora_rank is not read: Zamba2Config reads adapter_rank (the same value)" in read.notes

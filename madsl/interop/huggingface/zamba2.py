@@ -19,10 +19,11 @@ its old name of "linear_attention", and mamba_headdim, which the class derives, 
 read: use_conv_bias (the class biases every conv), head_dim and attention_head_dim (derived from
 hidden_size), use_long_context (RoPE's range only), use_mem_eff_path, chunk_size and the kernels' switches.
 Refused by name: Zyphra's keys from before transformers (lora_rank, state_size, ffn_hidden_size, ...:
-the class ignores them), use_shared_attention_adapter with fewer key/value heads than heads (transformers'
-adapters are 2 x hidden_size wide and do not fit k and v), and tie_word_embeddings false with hybrid
-layers (transformers 5.24 ties the shared blocks only along with the embeddings: untied, every hybrid
-layer gets a block of its own holding every use's adapter slots). Written back from a spec of the same
+the class ignores them) where transformers' own key is missing or says otherwise,
+use_shared_attention_adapter with fewer key/value heads than heads (transformers' adapters are 2 x
+hidden_size wide and do not fit k and v), and tie_word_embeddings false with hybrid layers
+(transformers 5.24 ties the shared blocks only along with the embeddings: untied, every hybrid layer
+gets a block of its own holding every use's adapter slots). Written back from a spec of the same
 shape.
 """
 
@@ -37,8 +38,13 @@ from madsl.structure import INJECT, TAG, plan_blocks
 
 KINDS = {"linear_attention": "mamba", "mamba": "mamba", "hybrid": "hybrid"}
 ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "silu": "silu"}
-# Zyphra's pre-transformers spelling of the sizes (transformers' Zamba2Config ignores them)
-LEGACY_KEYS = ("ffn_hidden_size", "lora_rank", "state_size", "use_shared_block_lora", "use_shared_attention_lora")
+# Zyphra's pre-transformers spelling of the sizes -> the key transformers' Zamba2Config reads instead
+LEGACY_KEYS = {
+    "ffn_hidden_size": "intermediate_size",
+    "lora_rank": "adapter_rank",
+    "state_size": "mamba_d_state",
+    "use_shared_attention_lora": "use_shared_attention_adapter",
+}
 MAMBA_NORM_EPS = 1e-5  # Zamba2MambaMixer's gated RMSNorm, whatever rms_norm_eps says
 
 
@@ -73,15 +79,7 @@ class Zamba2(Family):
     }
 
     def read(self, cfg: Config, name: str) -> dict[str, Any]:
-        legacy = [key for key in LEGACY_KEYS if key in cfg.data]
-        if legacy:
-            raise cfg.error(
-                legacy[0],
-                f"Zyphra's keys from before transformers' Zamba2 ({', '.join(legacy)}): Zamba2Config reads none of "
-                "them, and would build another model from this config",
-                "the Hugging Face hub's current config.json of the checkpoint (n_mamba_heads, mamba_d_state, "
-                "intermediate_size, adapter_rank, use_shared_attention_adapter, ...)",
-            )
+        self._legacy(cfg)
         dim = cfg.count("hidden_size")
         kinds = self._kinds(cfg)
         blocks, uses = [], 0
@@ -106,6 +104,28 @@ class Zamba2(Family):
             )
         data = spec_data(cfg, name, self, dim, blocks, layers)
         return {**data, "norm_eps": cfg.number("rms_norm_eps", positive=True)}
+
+    def _legacy(self, cfg: Config) -> None:
+        """Zyphra's keys from before transformers: read by nothing, so a config that states a size only
+        under them would be built as another model; where transformers' key agrees, they are left, noted."""
+        for old, key in LEGACY_KEYS.items():
+            if old not in cfg.data:
+                continue
+            if key not in cfg.data or cfg.data[key] != cfg.data[old]:
+                said = "leaves it out" if key not in cfg.data else f"states {cfg.data[key]!r}"
+                raise cfg.error(
+                    old,
+                    f"Zyphra's key from before transformers' Zamba2: Zamba2Config reads {key} instead, which this "
+                    f"config {said}, and would build another model than {old} = {cfg.data[old]!r} says",
+                    "the Hugging Face hub's current config.json of the checkpoint, in transformers' keys",
+                )
+            cfg.notes.append(f"{old} is not read: Zamba2Config reads {key} (the same value)")
+        if cfg.data.get("use_shared_block_lora", True) is not True:
+            raise cfg.error(
+                "use_shared_block_lora",
+                "false: transformers' Zamba2 builds the MLP adapters of every use whatever it says",
+                "the Hugging Face hub's current config.json of the checkpoint, in transformers' keys",
+            )
 
     def _kinds(self, cfg: Config) -> list[str]:
         n = cfg.layers("num_hidden_layers")
