@@ -200,3 +200,22 @@ def test_the_pre_commit_example_pins_a_release_tag():
     revs = re.findall(r"^\s*rev:\s*(\S+)", page, re.M)
     assert revs == [f"v{__version__}"]  # a tag of madsl's version, never a branch such as main
     assert "mutable reference" in " ".join(page.split())  # and says why
+
+
+def test_eval_leaves_out_a_spec_that_breaks_its_budget(tmp_path, capsys):
+    """A spec over its own `budget:` is not trained (what `madsl check` fails), unless --allow-over-budget."""
+    from madsl.cli import main
+
+    over = tmp_path / "over.mad"
+    over.write_text("name: over\ndim: 16\ntopology: Mb\nbudget:\n  fixed_state: 100\n")
+    db = str(tmp_path / "r.db")
+    assert main(["eval", str(over), "--protocol", "smoke", "--task", "memorization", "--db", db]) == 2
+    err = capsys.readouterr().err
+    assert f"over budget, not run: {over}: fixed_state" in err and "every spec breaks its budget" in err
+    code = main(["eval", str(over), "--protocol", "smoke", "--task", "memorization", "--db", db, "--dry-run"])
+    assert code == 2
+    code = main(
+        ["eval", str(over), "--protocol", "smoke", "--task", "memorization", "--db", db, "--dry-run"]
+        + ["--allow-over-budget"]
+    )
+    assert code == 0 and "over budget, run anyway (--allow-over-budget)" in capsys.readouterr().err

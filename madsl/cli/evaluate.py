@@ -110,7 +110,7 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--allow-over-budget",
         action="store_true",
-        help="sweep files: also run the variants that break their spec's budget (default: reported, not run)",
+        help="also run the specs (and a sweep's variants) that break their spec's budget (default: reported, not run)",
     )
     p.add_argument(
         "--format",
@@ -130,7 +130,7 @@ def _specs_or_sweep(args, settings=None):
 
     sweeps = [path for path in args.specs if is_sweep_file(path)]
     if not sweeps:
-        return args.specs, Sweep(path="", variants=[])
+        return _within_budget(args), Sweep(path="", variants=[])
     if len(args.specs) > 1:
         raise MadslError(
             f"a sweep file ({sweeps[0]}) is evaluated on its own",
@@ -151,6 +151,36 @@ def _specs_or_sweep(args, settings=None):
 
     check_planned_runs(sweep, cli_overrides(**command_settings(args, settings, sweep)), variants)
     return [variant.spec for variant in variants], sweep
+
+
+def _within_budget(args) -> list[str]:
+    """The spec files to evaluate: one that breaks its own `budget:` is reported and left out, as a sweep's
+    variant is (--allow-over-budget runs it anyway): `madsl check` would fail it, so its scores would
+    stand for a model other than the one the budget describes."""
+    from madsl.errors import MadslError
+    from madsl.fit import fitted
+    from madsl.graph import account
+    from madsl.lang.budget import check
+    from madsl.lang.spec import load_spec
+
+    kept = []
+    for path in args.specs:
+        spec = load_spec(path)
+        if spec.fit:  # trained with its budget.fit solved, as the plan loads it (load_specs)
+            spec, _ = fitted(spec)
+        violations = check(account(spec, seq_len=spec.budget_seq_len).totals, spec.budget) if spec.budget else []
+        if violations:
+            verdict = "run anyway (--allow-over-budget)" if args.allow_over_budget else "not run"
+            print(f"over budget, {verdict}: {path}: " + "; ".join(v.message() for v in violations), file=sys.stderr)
+            if not args.allow_over_budget:
+                continue
+        kept.append(path)
+    if not kept:
+        raise MadslError(
+            "every spec breaks its budget; nothing to run",
+            hint="`madsl check SPEC` shows what is over; --allow-over-budget runs them anyway",
+        )
+    return kept
 
 
 def check_executor_options(args) -> None:
