@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from search_evidence import ALGORITHMS, paired, variant  # noqa: E402
 
-from madsl.lang.budget import parse_bound  # noqa: E402
+from madsl.lang.budget import upper_bound  # noqa: E402
 from madsl.outputs import write_text_atomic  # noqa: E402
 from madsl.search.nsga2 import non_dominated_sort  # noqa: E402
 from madsl.search.reading import load_search  # noqa: E402
@@ -50,14 +50,6 @@ def arguments() -> argparse.Namespace:
     p.add_argument("--search", default=None, help="the search file (default: the one results.json names)")
     p.add_argument("--tiny", action="store_true", help="the analysis of a `search_evidence.py --tiny` run")
     return p.parse_args()
-
-
-def state_bound(search) -> float:
-    """The bound on total state: its own, else the fixed-state and KV-cache bounds summed."""
-    budget = search.spec_data.get("budget") or {}
-    if "total_state" in budget:
-        return parse_bound(budget["total_state"]).high
-    return sum(parse_bound(budget[q]).high for q in ("fixed_state", "kv_cache") if q in budget)
 
 
 def front_of(candidates: list[dict]) -> list[dict]:
@@ -93,7 +85,7 @@ def analyse(out: Path, search_path: str | None, tiny: bool = False) -> dict:
     results = json.loads((out / "results.json").read_text())
     search = load_search(search_path or results["search"])
     budget = tuple(results["budget"][k] for k in ("population", "generations", "offspring"))
-    bound = state_bound(search)
+    bound = upper_bound(search.spec_data.get("budget") or {}, "total_state")
     heldout = list(csv.DictReader(open(out / "heldout.csv", newline="")))
     rows = []
     for row in results["per_search"]:

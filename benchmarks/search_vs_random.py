@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from madsl import topology as topo  # noqa: E402
 from madsl.graph import account  # noqa: E402
-from madsl.lang.budget import QUANTITIES, check, parse_bound  # noqa: E402
+from madsl.lang.budget import QUANTITIES, check, parse_bound, upper_bound  # noqa: E402
 from madsl.runner.config import EvalConfig  # noqa: E402
 from madsl.search.config import Objectives  # noqa: E402
 from madsl.search.figures import plot_front, plot_generations  # noqa: E402
@@ -133,9 +133,7 @@ def hypervolume(result, search) -> float | None:
         return None
     quantity = search.objectives.minimize[0]
     budget = search.spec_data.get("budget") or {}
-    # total_state is fixed state + KV cache: bounded by the sum of their bounds where it has none of its own
-    parts = ("fixed_state", "kv_cache") if quantity == "total_state" and quantity not in budget else (quantity,)
-    limit = sum(parse_bound(budget[q]).high if q in budget else math.inf for q in parts)
+    limit = upper_bound(budget, quantity)  # total_state: fixed_state's and kv_cache's bounds summed
     if not math.isfinite(limit) or limit <= 0:
         return None
     # the library's exact hypervolume over (negated score, total), the score capped at 1, as a share of the box

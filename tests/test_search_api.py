@@ -17,6 +17,7 @@ from test_search import SMALL, TopologyScore, lineage_of, write
 import madsl.search.loop as loop_module
 from madsl.cli import main
 from madsl.errors import MadslError
+from madsl.lang.budget import upper_bound
 from madsl.search import BuiltinProposer, Proposer, Search, load_search, run_search
 from madsl.search.algorithms import Breeding, children, mutated
 from madsl.search.genome import from_data
@@ -206,6 +207,20 @@ def test_each_generations_hypervolume_is_in_the_history_the_record_and_the_table
     state = run_search(unbounded, state_path=tmp_path / "u.json", evaluator=TopologyScore()).state
     largest = max(c["totals"]["params"] for c in state.candidates.values())
     assert generation_hypervolumes(unbounded, state)["reference"]["params"] == pytest.approx(1.1 * largest)
+
+
+def test_total_state_is_bounded_by_its_parts_where_it_has_no_bound_of_its_own(tmp_path):
+    budget = {"fixed_state": "<= 4096", "kv_cache": "<= 32768"}
+    assert upper_bound(budget, "total_state") == 36864  # issue 40's comparison's box
+    assert upper_bound({**budget, "total_state": "<= 10000"}, "total_state") == 10000  # its own bound first
+    assert upper_bound({"fixed_state": "<= 4096"}, "total_state") == math.inf  # a part unbounded
+    assert upper_bound(budget, "params") == math.inf
+    text = SMALL.replace("params: <= 45000", "fixed_state: <= 4096\n  kv_cache: <= 32768").replace(
+        "minimize: [params]", "minimize: [total_state]"
+    )
+    search = load_search(write(tmp_path, text))
+    state = run_search(search, state_path=tmp_path / "s.json", evaluator=TopologyScore()).state
+    assert generation_hypervolumes(search, state)["reference"] == {"score": 0.0, "total_state": 36864.0}
 
 
 # --- the cost guard --------------------------------------------------------------------------------

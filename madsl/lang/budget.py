@@ -146,6 +146,21 @@ class Violation:
         )
 
 
+# A total bounded through its parts where it has no bound of its own: total_state = fixed_state + kv_cache.
+SUMMED = {"total_state": ("fixed_state", "kv_cache")}
+
+
+def upper_bound(budget: dict[str, Any], quantity: str) -> float:
+    """The most `quantity` may be under a budget as written (inf where nothing bounds it): its own
+    bound, else the sum of its parts' bounds (SUMMED) where every part is bounded."""
+    if quantity in budget:
+        return parse_bound(budget[quantity]).high
+    parts = SUMMED.get(quantity, ())
+    if parts and all(p in budget for p in parts):
+        return sum(parse_bound(budget[p]).high for p in parts)
+    return math.inf
+
+
 def check(totals: dict[str, float], budget: dict[str, Bound]) -> list[Violation]:
     return [Violation(q, totals[q], b) for q, b in budget.items() if not b.contains(totals[q])]
 

@@ -10,7 +10,8 @@ larger one; a point that does not strictly dominate the reference adds nothing.
 
 A search's objectives are the score negated and the minimised totals. Its reference point is a
 score of 0 (MAD scores are accuracies in [0, 1]: a candidate scoring 0 dominates nothing), and for
-each minimised total the budget's upper bound on it where the search file bounds it, else
+each minimised total the budget's upper bound on it where the search file bounds it (total_state:
+its own bound, else fixed_state's and kv_cache's summed; madsl.lang.budget.upper_bound), else
 REFERENCE_MARGIN x the largest value of any candidate proposed so far (every candidate inside the
 box; the largest still counts). A search's hypervolume is the share of the box from the ideal point
 (score 1, every total 0) to the reference that its scored candidates dominate: 0 to 1.
@@ -22,14 +23,15 @@ import math
 from typing import Any, Sequence
 
 from madsl.errors import MadslError
-from madsl.lang.budget import parse_bound
+from madsl.lang.budget import upper_bound
 from madsl.search.algorithms import objective_vector
 from madsl.search.config import SearchFile
 from madsl.search.state import SearchState
 
 REFERENCE_MARGIN = 1.1  # an unbounded total's reference over its largest value seen
 REFERENCE_RULE = (
-    f"score 0; each minimised total at the budget's upper bound on it, else {REFERENCE_MARGIN:g} x its largest "
+    f"score 0; each minimised total at the budget's upper bound on it (total_state: fixed_state's and kv_cache's "
+    f"summed where it has none of its own), else {REFERENCE_MARGIN:g} x its largest "
     "value among the candidates proposed; a generation's hypervolume is the share of the box from "
     "(score 1, totals 0) to it that the candidates scored by its end dominate"
 )
@@ -115,8 +117,7 @@ def search_reference(search: SearchFile, state: SearchState) -> list[float]:
     budget = search.spec_data.get("budget") or {}
     reference = [0.0]
     for quantity in search.objectives.minimize:
-        written = budget.get(quantity)
-        high = parse_bound(written).high if written is not None else math.inf
+        high = upper_bound(budget, quantity)
         if not math.isfinite(high) or high <= 0:  # unbounded: past the largest value seen
             largest = max((float(c["totals"][quantity]) for c in state.candidates.values()), default=0.0)
             high = REFERENCE_MARGIN * largest if largest > 0 else 1.0
