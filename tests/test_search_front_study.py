@@ -8,11 +8,13 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 from runner_helpers import tiny_search
 
 from madsl.cli import main
+from madsl.errors import MadslError
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
@@ -77,3 +79,33 @@ def test_a_bad_template_is_refused_before_anything_trains(tmp_path, capsys):
     assert main(command) == 2
     err = capsys.readouterr().err
     assert "check.yaml:5" in err and not db.exists()
+
+
+def test_a_front_file_keeps_the_length_its_budget_was_met_at(tmp_path):
+    """A study trains a front file at its own seq_len; the file's KV-cache bound stays the one the
+    search met at its length (budget.seq_len written out), not the same number at another length."""
+    from madsl.lang.spec import spec_from_data
+    from madsl.scaling.grid import sized_spec
+    from madsl.search import load_search
+    from madsl.search.record import spec_text
+
+    text = TINY.replace("dim: 16\n", "dim: 16\nseq_len: 32\n").replace(
+        "budget: {fixed_state: <= 256,", "budget: {fixed_state: <= 256, kv_cache: <= 1024,"
+    )
+    (tmp_path / "tiny.yaml").write_text(text)
+    search = load_search(tmp_path / "tiny.yaml")
+    budget = {k: v for k, v in search.spec_data["budget"].items() if k != "fit"}  # as a candidate's spec holds it
+    spec = {**search.spec_data, "budget": budget, "name": "tiny-found", "topology": "H-Sg:mA-Sg"}  # KV: 2 x 16 x 32
+    candidate = {"spec": spec, "tasks": {"in-context-recall": 0.5}, "score": 0.5, "generation": 0, "name": "found"}
+    written = yaml.safe_load(spec_text(search, candidate))
+    assert written["budget"] == {
+        "fixed_state": "<= 256",
+        "kv_cache": "<= 1024",
+        "seq_len": 32,
+        "fit": ["H.filter_states"],
+    }
+    sized = sized_spec(spec_from_data(written), dim=16, repeat=1, vocab=64, seq_len=64, name="at-64")
+    assert sized.seq_len == 64 and sized.budget_seq_len == 32  # trained at 64, its budget read at 32
+    unpinned = {**written, "budget": {k: v for k, v in written["budget"].items() if k != "seq_len"}}
+    with pytest.raises(MadslError, match="kv_cache = 2,048 is outside its budget"):
+        sized_spec(spec_from_data(unpinned), dim=16, repeat=1, vocab=64, seq_len=64, name="at-64")

@@ -173,7 +173,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def spec_text(search: SearchFile, candidate: dict[str, Any]) -> str:
     """A candidate as a .mad spec file: its spec (solved values under layers:), its budget with the
-    search's free parameters of the layers it uses under fit: (at its own width its values meet the
+    length it is accounted at (seq_len:) and the search's free parameters of the layers it uses
+    under fit: (at its own width its values meet the
     budget and stand; a study at another width solves them again, madsl.scaling.grid.sized_spec),
     with a comment saying where it comes from and what it scored."""
     tasks = ", ".join(f"{t} {s:.4f}" for t, s in candidate["tasks"].items() if s is not None)
@@ -184,19 +185,24 @@ def spec_text(search: SearchFile, candidate: dict[str, Any]) -> str:
         f"{json.dumps(search.objectives.settings)}\n"
         f"# evaluate it: madsl eval {candidate['name']}.mad --protocol paper\n"
     )
+    from madsl.lang.spec import spec_from_data
+
     data = {**candidate["spec"], "description": f"found by madsl search {search.name}"}
-    free = _free_of(search, candidate["spec"])
-    if free and isinstance(data.get("budget"), dict):
-        data["budget"] = {**data["budget"], "fit": free}
+    spec = spec_from_data(candidate["spec"])
+    if isinstance(data.get("budget"), dict):
+        # the length the budget was met at, written out: a study trains the file at its own seq_len,
+        # and a KV-cache or FLOP bound read at that length would be another rule than the search's
+        data["budget"] = {**data["budget"], "seq_len": spec.budget_seq_len or spec.seq_len}
+        free = _free_of(search, spec)
+        if free:
+            data["budget"]["fit"] = free
     order = sorted(data, key=lambda k: SPEC_KEYS.index(k) if k in SPEC_KEYS else len(SPEC_KEYS))
     return header + yaml.safe_dump({k: data[k] for k in order}, sort_keys=False, allow_unicode=True)
 
 
-def _free_of(search: SearchFile, spec_data: dict[str, Any]) -> list[str]:
+def _free_of(search: SearchFile, spec: Any) -> list[str]:
     """The search's free parameters (budget.fit) of the symbols a candidate's spec uses."""
-    from madsl.lang.spec import spec_from_data
-
-    used = set(spec_from_data(spec_data).symbols_used())
+    used = set(spec.symbols_used())
     return [item for item in search.free if item.partition(".")[0] in used]
 
 
