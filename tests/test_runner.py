@@ -374,6 +374,17 @@ def test_workers_leave_stopping_to_the_coordinator():
     assert proc.returncode == 0 and proc.stdout.strip() == "still running", proc.stderr
 
 
+def test_a_runs_result_does_not_depend_on_how_many_workers_ran_the_grid(tmp_path):
+    """One run on one thread in this process (--workers 1) or in a spawned worker (--workers 2):
+    the same losses and accuracies to the bit, so a grid (or a search) may resume on another
+    worker count."""
+    grid = {"epochs": 2, "wd": [0.0, 0.1], "seed": [0, 1], "threads": 1}
+    run_toy_eval(tmp_path / "one.db", workers=1, **grid)
+    run_toy_eval(tmp_path / "two.db", workers=2, **grid)
+    one, two = epoch_rows(tmp_path / "one.db"), epoch_rows(tmp_path / "two.db")
+    assert len(one) == 8 and one == two
+
+
 def test_process_pool_executor_and_a_killed_worker_fails_its_runs_while_the_others_go_on(tmp_path):
     db = tmp_path / "r.db"
     specs = [FakeSpec("killed", "killed-v1"), FakeSpec("standin", "standin-v1")]
