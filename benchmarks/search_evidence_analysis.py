@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from search_evidence import ALGORITHMS, paired, variant  # noqa: E402
 
+from madsl.errors import Location, MadslError  # noqa: E402
 from madsl.lang.budget import upper_bound  # noqa: E402
 from madsl.outputs import write_text_atomic  # noqa: E402
 from madsl.search.nsga2 import non_dominated_sort  # noqa: E402
@@ -87,7 +88,7 @@ def analyse(out: Path, search_path: str | None, tiny: bool = False) -> dict:
     budget = tuple(results["budget"][k] for k in ("population", "generations", "offspring"))
     bound = upper_bound(search.spec_data.get("budget") or {}, "total_state")
     fixed_bound = upper_bound(search.spec_data.get("budget") or {}, "fixed_state")
-    heldout = list(csv.DictReader(open(out / "heldout.csv", newline="")))
+    heldout = read_heldout(out / "heldout.csv")
     rows = []
     for row in results["per_search"]:
         name, seed = row["algorithm"], row["seed"]
@@ -95,7 +96,7 @@ def analyse(out: Path, search_path: str | None, tiny: bool = False) -> dict:
         candidates = list(state.candidates.values())
         front = front_of(candidates)
         states = [c["totals"]["total_state"] for c in front]
-        mine = [h for h in heldout if h["algorithm"] == name and int(h["seed"]) == seed]
+        mine = [h for h in heldout if h["algorithm"] == name and h["seed"] == seed]
         held = retrained(candidates, mine, len(results["heldout_seeds"]))
         best = max(held, key=lambda n: held[n][1]) if held else None
         rows.append(
@@ -144,6 +145,38 @@ def near_bound(candidates: list[dict], bound: float, share: float = 3800 / 4096)
     return sum(s >= share * bound for s in states) / len(states)
 
 
+HELDOUT_COLUMNS = {"algorithm": str, "seed": int, "topology": str, "search_score": float, "heldout_score": float}
+
+
+def read_heldout(path: Path) -> list[dict]:
+    """heldout.csv's rows, each number read and each row's place kept (a bad cell is a located error)."""
+    rows = []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in HELDOUT_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise MadslError(f"missing columns {missing}", Location(file=str(path), line=1, column=1))
+        for row in reader:
+            where = Location(file=str(path), line=reader.line_num, column=1)
+            try:
+                rows.append({k: kind(row[k]) for k, kind in HELDOUT_COLUMNS.items()} | {"where": where})
+            except (TypeError, ValueError):
+                bad = next(k for k, kind in HELDOUT_COLUMNS.items() if not _reads(kind, row[k]))
+                raise MadslError(
+                    f"{bad}: expected {'an integer' if HELDOUT_COLUMNS[bad] is int else 'a number'}, got {row[bad]!r}",
+                    where,
+                ) from None
+    return rows
+
+
+def _reads(kind: type, text: str | None) -> bool:
+    try:
+        kind(text)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
 def retrained(candidates: list[dict], rows: list[dict], seeds: int) -> dict[str, tuple[float, float]]:
     """Each retrained candidate's name -> (search score, mean held-out score). heldout.csv names a
     candidate by topology and search score (two candidates of one topology differ in their solved
@@ -152,15 +185,24 @@ def retrained(candidates: list[dict], rows: list[dict], seeds: int) -> dict[str,
     scores: dict[str, list[float]] = {}
     searched: dict[str, float] = {}
     for row in rows:
-        key = (row["topology"], float(row["search_score"]))
+        key = (row["topology"], row["search_score"])
         matches = [c["name"] for c in candidates if (c["topology"], c.get("score")) == key]
         if len(matches) != 1:
-            raise SystemExit(f"heldout.csv: {key} matches {len(matches)} candidates of the search, not one")
-        scores.setdefault(matches[0], []).append(float(row["heldout_score"]))
+            raise MadslError(
+                f"{row['algorithm']} seed {row['seed']}: {key[0]} at search score {key[1]!r} matches "
+                f"{len(matches)} candidates of its search's state, not one",
+                row["where"],
+                hint="heldout.csv and states/ must come from the same run of benchmarks/search_evidence.py",
+            )
+        scores.setdefault(matches[0], []).append(row["heldout_score"])
         searched[matches[0]] = key[1]
     incomplete = [n for n, v in scores.items() if len(v) != seeds]
     if incomplete:
-        raise SystemExit(f"heldout.csv: {incomplete} lack some of the {seeds} held-out seeds")
+        raise MadslError(
+            f"{', '.join(incomplete)}: fewer rows than the {seeds} held-out seeds results.json names",
+            rows[0]["where"],
+            hint="rerun benchmarks/search_evidence.py with the same arguments to finish the retrains",
+        )
     return {n: (searched[n], statistics.fmean(v)) for n, v in scores.items()}
 
 
@@ -297,8 +339,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from madsl.errors import MadslError
-
     try:
         sys.exit(main())
     except MadslError as err:  # bad input: the located message, no traceback

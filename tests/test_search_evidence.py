@@ -14,7 +14,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from search_evidence import paired  # noqa: E402
-from search_evidence_analysis import checkpoints, exploratory, front_of, t_interval  # noqa: E402
+from search_evidence_analysis import checkpoints, exploratory, front_of, read_heldout, t_interval  # noqa: E402
+
+from madsl.errors import MadslError  # noqa: E402
 
 
 def test_an_algorithm_better_at_every_seed_reaches_the_smallest_p():
@@ -77,3 +79,17 @@ def test_the_exploratory_test_is_two_sided():
     out = exploratory(rows)["regularized-evolution vs nsga2: best_heldout"]
     # worse at every seed: the one-sided p in its favour is 1, the two-sided p is 2 x 1/32
     assert out["permutation_p"] == 1.0 and out["permutation_p_two_sided"] == pytest.approx(2 / 32)
+
+
+def test_a_bad_cell_of_heldout_csv_is_a_located_error(tmp_path):
+    path = tmp_path / "heldout.csv"
+    header = "algorithm,seed,topology,search_score,heldout_seed,heldout_score\n"
+    path.write_text(header + "nsga2,0,2DN,0.5,1,0.4\nnsga2,0,2DN,0.5,2,0.4x\n")
+    with pytest.raises(MadslError, match="heldout_score: expected a number, got '0.4x'") as err:
+        read_heldout(path)
+    assert (err.value.location.file, err.value.location.line) == (str(path), 3)
+    path.write_text(header.replace(",search_score", "") + "nsga2,0,2DN,1,0.4\n")
+    with pytest.raises(MadslError, match="missing columns \\['search_score'\\]"):
+        read_heldout(path)
+    path.write_text(header + "nsga2,0,2DN,0.5,1,0.4\n")
+    assert read_heldout(path)[0]["seed"] == 0 and read_heldout(path)[0]["search_score"] == 0.5
