@@ -275,10 +275,6 @@ def plot_anytime(rows: list[dict], algorithms: list[str], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    from madsl.errors import MadslError
+    from madsl.cli.common import run_script
 
-    try:
-        sys.exit(main())
-    except MadslError as err:  # bad input: the located message, no traceback
-        print(err, file=sys.stderr)
-        sys.exit(2)
+    run_script(main)

@@ -339,8 +339,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except MadslError as err:  # bad input: the located message, no traceback
-        print(err, file=sys.stderr)
-        sys.exit(2)
+    from madsl.cli.common import run_script
+
+    run_script(main)

@@ -6,6 +6,7 @@ import logging
 import shutil
 import sys
 from pathlib import Path
+from typing import Callable, NoReturn
 
 from madsl.errors import MadslError
 from madsl.outputs import write_text_atomic
@@ -46,6 +47,17 @@ def print_whole(console, table) -> None:
 
 def print_error(err: MadslError) -> None:
     print(err.render(), file=sys.stderr)
+
+
+def run_script(main: Callable[[], int]) -> NoReturn:
+    """A script's entry point (benchmarks/) with the commands' exit codes: bad input printed
+    located, exit 2, no traceback."""
+    try:
+        code = main()
+    except MadslError as err:
+        print_error(err)
+        sys.exit(EXIT_BAD_INPUT)
+    sys.exit(code)
 
 
 def write_atomic(path: Path, text: str) -> None:
