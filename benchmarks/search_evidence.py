@@ -169,6 +169,7 @@ def main() -> int:
                     {
                         "algorithm": name,
                         "seed": seed,
+                        "name": c["name"],
                         "topology": c["topology"],
                         "search_score": c["score"],
                         "heldout_seed": data_seed,

@@ -159,7 +159,8 @@ def read_heldout(path: Path) -> list[dict]:
         for row in reader:
             where = Location(file=str(path), line=reader.line_num, column=1)
             try:
-                rows.append({k: kind(row[k]) for k, kind in HELDOUT_COLUMNS.items()} | {"where": where})
+                read = {k: kind(row[k]) for k, kind in HELDOUT_COLUMNS.items()}
+                rows.append(read | {"name": row.get("name") or None, "where": where})
             except (TypeError, ValueError):
                 bad = next(k for k, kind in HELDOUT_COLUMNS.items() if not _reads(kind, row[k]))
                 raise MadslError(
@@ -180,13 +181,16 @@ def _reads(kind: type, text: str | None) -> bool:
 def retrained(candidates: list[dict], rows: list[dict], seeds: int) -> dict[str, tuple[float, float]]:
     """Each retrained candidate's name -> (search score, mean held-out score). heldout.csv names a
     candidate by topology and search score (two candidates of one topology differ in their solved
-    values, so the topology alone does not identify one): each pair must match one candidate, and
-    each candidate must have every held-out seed."""
+    values, so the topology alone does not identify one), and by name where it has the column (the
+    comparison's own file, written before it had one, does not): each row must match one candidate,
+    and each candidate must have every held-out seed."""
     scores: dict[str, list[float]] = {}
     searched: dict[str, float] = {}
     for row in rows:
         key = (row["topology"], row["search_score"])
-        matches = [c["name"] for c in candidates if (c["topology"], c.get("score")) == key]
+        matches = [
+            c["name"] for c in candidates if (c["topology"], c.get("score")) == key and row["name"] in (None, c["name"])
+        ]
         if len(matches) != 1:
             raise MadslError(
                 f"{row['algorithm']} seed {row['seed']}: {key[0]} at search score {key[1]!r} matches "
