@@ -25,3 +25,13 @@ def run_steps(module, x: torch.Tensor) -> tuple[torch.Tensor, dict]:
         y_t, state = module.step(x[:, t], state)
         outputs.append(y_t)
     return torch.stack(outputs, dim=1), state
+
+
+def model_steps(model, tokens: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """A whole model's step mode from its initial state over tokens (batch, L): logits
+    (batch, L, vocab), final state."""
+    state, logits = model.init_state(tokens.shape[0]), []
+    for t in range(tokens.shape[1]):
+        step_logits, state = model.step(tokens[:, t], state)
+        logits.append(step_logits)
+    return torch.stack(logits, dim=1), state

@@ -135,12 +135,19 @@ def test_sharded_index_that_disagrees_with_its_shards_refused(tmp_path: Path, ca
     _refused(tmp_path, folder, capsys, "model.safetensors.index.json", "'model.layers.0.adapter.weight'")
 
 
-def test_a_family_without_a_name_map_refused_by_name(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize(
+    "model_type, message",
+    [
+        ("zamba", "madsl imports no 'zamba' weights yet"),  # no name map
+        ("hymba", "madsl imports no 'hymba' weights: Hymba's only implementation"),  # none, with the reason
+    ],
+)
+def test_a_family_without_weights_refused_by_name(tmp_path: Path, capsys, model_type, message) -> None:
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "zamba", "hidden_size": 32}))
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type, "hidden_size": 32}))
     safetensors_torch.save_file({"model.embed_tokens.weight": torch.zeros(4, 32)}, str(folder / "model.safetensors"))
-    _refused(tmp_path, folder, capsys, "madsl imports no 'zamba' weights yet")
+    _refused(tmp_path, folder, capsys, message)
 
 
 def test_every_family_convert_reads_has_a_name_map() -> None:
@@ -151,14 +158,6 @@ def test_every_family_convert_reads_has_a_name_map() -> None:
 
     assert set(families()) | set(NOT_IMPORTED) == set(FAMILIES) | set(LANGUAGE_MODELS)
     assert not set(families()) & (set(REFUSED) | set(NOT_IMPORTED))
-
-
-def test_hymba_weights_are_refused_with_the_reason(tmp_path: Path, capsys) -> None:
-    folder = tmp_path / "ckpt"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "hymba", "hidden_size": 32}))
-    safetensors_torch.save_file({"model.embed_tokens.weight": torch.zeros(4, 32)}, str(folder / "model.safetensors"))
-    _refused(tmp_path, folder, capsys, "madsl imports no 'hymba' weights: Hymba's only implementation")
 
 
 def test_partial_rotary_lfm2_does_not_read_refused(tmp_path: Path, capsys) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from layer_helpers import model_steps
 
 import madsl
 from madsl import compiler
@@ -48,11 +49,7 @@ def test_recurrent_inference_starts_after_the_meta_tokens(topology):
     model = compiler.compile_spec(spec, max_seq_len=16).double()
     tokens = torch.randint(0, 20, (2, 8))
     full = model(tokens)
-    state, steps = model.init_state(2), []
-    for t in range(8):
-        logits, state = model.step(tokens[:, t], state)
-        steps.append(logits)
-    assert (torch.stack(steps, 1) - full).abs().max() < 1e-10
+    assert (model_steps(model, tokens)[0] - full).abs().max() < 1e-10
     logits, state = model.prefill(tokens[:, :5])
     assert (logits - full[:, :5]).abs().max() < 1e-10
     rest = [model.step(tokens[:, t], state)[0] for t in [5]]

@@ -39,9 +39,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from madsl.kernels.attention import scaled_dot_product_attention
-from madsl.kernels.selective_scan import selective_scan
 from madsl.layers.mamba import Mamba as MambaLayer
-from madsl.layers.mamba import at_least_fp32
+from madsl.layers.mamba import at_least_fp32, mamba_scan
 from madsl.layers.rotary import rotate
 from madsl.primitives.hymba import Hymba as HymbaPrimitive
 
@@ -137,20 +136,8 @@ class Hymba(nn.Module):
         """S (B, L, E) and, where asked, the scan's last state, over (B, L, E) inputs (Mamba's forward)."""
         dt, B, C = self._ssm_inputs(x_conv)
         dt = F.linear(dt, self.dt_proj.weight)  # its bias is added inside the scan
-        out = selective_scan(
-            x_conv.transpose(1, 2),
-            dt.transpose(1, 2),
-            -torch.exp(at_least_fp32(self.A_log)),
-            B.transpose(1, 2),
-            C.transpose(1, 2),
-            at_least_fp32(self.D),
-            z=z.transpose(1, 2),
-            delta_bias=at_least_fp32(self.dt_proj.bias),
-            delta_softplus=True,
-            return_last_state=last_state,
-        )
-        y, h = out if last_state else (out, None)
-        return y.transpose(1, 2).to(x_conv.dtype), h
+        y, h = mamba_scan(x_conv, dt, B, C, z, self.A_log, self.D, self.dt_proj.bias, last_state)
+        return y.to(x_conv.dtype), h
 
     def _rotate(self, t: Tensor, positions: Tensor) -> Tensor:
         return rotate(t, positions, self.rope_theta) if self.rotary else t

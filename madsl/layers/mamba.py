@@ -35,6 +35,29 @@ def at_least_fp32(t: Tensor) -> Tensor:
     return t if t.dtype == torch.float64 else t.float()
 
 
+def mamba_scan(
+    x: Tensor, dt: Tensor, B: Tensor, C: Tensor, z: Tensor, A_log: Tensor, D: Tensor, dt_bias: Tensor, last_state: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Mamba-1's selective scan over (batch, L, channels) inputs, dt before its bias (added, then
+    softplus, inside the scan): y (batch, L, d_inner) in the scan's precision and, where asked, the
+    last state. The scan takes mamba-ssm's (batch, channels, L); transposed views of
+    (batch, L, channels) tensors are what the CPU scan reads without copies."""
+    out = selective_scan(
+        x.transpose(1, 2),
+        dt.transpose(1, 2),
+        -torch.exp(at_least_fp32(A_log)),
+        B.transpose(1, 2),
+        C.transpose(1, 2),
+        at_least_fp32(D),
+        z=z.transpose(1, 2),
+        delta_bias=at_least_fp32(dt_bias),
+        delta_softplus=True,
+        return_last_state=last_state,
+    )
+    y, h = out if last_state else (out, None)
+    return y.transpose(1, 2), h
+
+
 class Mamba(nn.Module):
     """x -> in_proj -> (x, z); x -> causal depthwise conv -> SiLU -> selective SSM
     (input-dependent dt, B, C) -> + D*x -> * SiLU(z) -> out_proj.
@@ -137,26 +160,11 @@ class Mamba(nn.Module):
         x_conv = self._causal_conv_silu(x_in)
         dt, B, C = self._split(x_conv)  # (batch, L, dt_rank), (batch, L, d_state) x 2
         dt = F.linear(dt, self.dt_proj.weight)  # its bias is added inside the scan
-        A = -torch.exp(at_least_fp32(self.A_log))
-        # The scan takes mamba-ssm's (batch, channels, L); transposed views of
-        # (batch, L, channels) tensors are what the CPU scan reads without copies.
-        y = selective_scan(
-            x_conv.transpose(1, 2),
-            dt.transpose(1, 2),
-            A,
-            B.transpose(1, 2),
-            C.transpose(1, 2),
-            at_least_fp32(self.D),
-            z=z.transpose(1, 2),
-            delta_bias=at_least_fp32(self.dt_proj.bias),
-            delta_softplus=True,
-            return_last_state=last_state,
-        )
+        y, h = mamba_scan(x_conv, dt, B, C, z, self.A_log, self.D, self.dt_proj.bias, last_state)
         if not last_state:
-            return self.out_proj(y.transpose(1, 2).to(x.dtype))
-        y, h = y
+            return self.out_proj(y.to(x.dtype))
         window = F.pad(x_in.transpose(1, 2), (self.d_conv - 1, 0))[..., x_in.shape[1] :]  # last d_conv-1 inputs
-        return self.out_proj(y.transpose(1, 2).to(x.dtype)), {"fixed": h.to(x.dtype), "conv": window}
+        return self.out_proj(y.to(x.dtype)), {"fixed": h.to(x.dtype), "conv": window}
 
     def _cuda_kernels(self, x: Tensor):
         """mamba-ssm's fused `mamba_inner_fn` where it applies: CUDA, not float64 (its
